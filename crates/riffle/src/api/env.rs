@@ -1,0 +1,175 @@
+//! [`StreamEnv`]: where a job is declared, configured and started.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::api::DEAD_LETTER_TAG;
+use crate::api::stream::{DataStream, sink_node};
+use crate::config::EnvConfig;
+use crate::error::{Error, Result};
+use crate::graph::{self, Edge, JobPlan, Node, NodeId, NodeKind, Ship, Slot, TypeOf};
+use crate::metrics::MetricsRegistry;
+use crate::record::Data;
+use crate::runtime::{JobControl, JobHandle, JobResult, launch};
+use crate::sink::FileSink;
+use crate::source::collection::CollectionSource;
+use crate::source::task::SourceSpec;
+use crate::source::{BadRecordPolicy, DeadLetter, Source};
+
+/// The shared state behind a [`StreamEnv`] and the streams it created.
+pub(crate) struct EnvInner {
+    pub(crate) config: RefCell<EnvConfig>,
+    pub(crate) nodes: RefCell<Vec<Node>>,
+    /// Misuses of the API found while declaring the job; reported by `execute`.
+    pub(crate) errors: RefCell<Vec<String>>,
+}
+
+impl EnvInner {
+    pub(crate) fn add_node(&self, node: Node) -> NodeId {
+        let mut nodes = self.nodes.borrow_mut();
+        nodes.push(node);
+        nodes.len() - 1
+    }
+
+    pub(crate) fn defer_error(&self, message: String) {
+        self.errors.borrow_mut().push(message);
+    }
+}
+
+/// Declares and runs a job: the entry point of the DataStream API.
+///
+/// ```
+/// use riffle::{StreamEnv, sink::CollectSink};
+///
+/// let env = StreamEnv::new();
+/// let (sink, output) = CollectSink::new();
+/// env.from_iter(vec!["a b".to_string(), "c".to_string()])
+///     .flat_map(|line: String| line.split(' ').map(str::to_string).collect::<Vec<_>>())
+///     .filter(|word| word != "c")
+///     .sink(sink);
+/// let result = env.execute().unwrap();
+/// assert_eq!(output.sorted(), vec!["a", "b"]);
+/// assert_eq!(result.records_out("Filter"), 2);
+/// ```
+#[derive(Clone)]
+pub struct StreamEnv {
+    pub(crate) inner: Rc<EnvInner>,
+}
+
+impl Default for StreamEnv {
+    fn default() -> Self {
+        StreamEnv::new()
+    }
+}
+
+impl StreamEnv {
+    /// An environment with the default configuration.
+    pub fn new() -> Self {
+        StreamEnv::with_config(EnvConfig::default())
+    }
+
+    /// An environment with the given configuration (checked when the job starts).
+    pub fn with_config(config: EnvConfig) -> Self {
+        StreamEnv {
+            inner: Rc::new(EnvInner {
+                config: RefCell::new(config),
+                nodes: RefCell::new(Vec::new()),
+                errors: RefCell::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The current configuration.
+    pub fn config(&self) -> EnvConfig {
+        self.inner.config.borrow().clone()
+    }
+
+    /// Changes the configuration for operators declared from now on and for the job.
+    pub fn configure(&self, change: impl FnOnce(&mut EnvConfig)) -> &Self {
+        change(&mut self.inner.config.borrow_mut());
+        self
+    }
+
+    /// Sets the default parallelism of operators.
+    pub fn set_parallelism(&self, parallelism: usize) -> &Self {
+        self.configure(|c| c.parallelism = parallelism)
+    }
+
+    /// A stream read from `source`.
+    pub fn from_source<T: Data, S: Source<T>>(&self, source: S) -> DataStream<T> {
+        let name = format!("Source: {}", source.name());
+        let node = self.inner.add_node(Node {
+            name,
+            uid: None,
+            parallelism: None,
+            inputs: Vec::new(),
+            out_type: TypeOf::<T>::arc(),
+            kind: NodeKind::Source(Arc::new(SourceSpec::new(source))),
+            start_new_chain: false,
+        });
+        DataStream::new(self.inner.clone(), node, Slot::Main, Ship::Forward)
+    }
+
+    /// A bounded stream of the given values (for tests and examples).
+    pub fn from_iter<T: Data + Sync>(&self, values: impl IntoIterator<Item = T>) -> DataStream<T> {
+        self.from_source(CollectionSource::new(values.into_iter().collect()))
+    }
+
+    /// The physical plan the job would run with: chains, parallelism, edges.
+    pub fn plan(&self) -> Result<JobPlan> {
+        graph::describe_nodes(&self.job_nodes()?, &self.config())
+    }
+
+    /// Runs the job to its end (for bounded sources) and returns its final metrics.
+    pub fn execute(&self) -> Result<JobResult> {
+        self.execute_async()?.wait()
+    }
+
+    /// Starts the job in the background.
+    pub fn execute_async(&self) -> Result<JobHandle> {
+        let config = self.config();
+        let nodes = self.job_nodes()?;
+        let registry = Arc::new(MetricsRegistry::default());
+        let control = Arc::new(JobControl::default());
+        let (tasks, plan) = graph::plan(&nodes, &config, &registry, &control)?;
+        tracing::info!(job = %config.job_name, tasks = tasks.len(), "starting job");
+        launch(config.job_name.clone(), tasks, control, registry, plan)
+    }
+
+    /// The declared graph plus what the job adds by itself (default dead-letter files).
+    fn job_nodes(&self) -> Result<Vec<Node>> {
+        if let Some(error) = self.inner.errors.borrow().first() {
+            return Err(Error::Graph(error.clone()));
+        }
+        let mut nodes = self.inner.nodes.borrow().clone();
+        let config = self.config();
+        for id in 0..nodes.len() {
+            let NodeKind::Source(source) = &nodes[id].kind else { continue };
+            if source.policy() != BadRecordPolicy::DeadLetter {
+                continue;
+            }
+            let consumed = nodes.iter().any(|n| {
+                n.inputs.iter().any(|e| e.from == id && e.slot == Slot::Side(DEAD_LETTER_TAG.into()))
+            });
+            if !consumed {
+                let dir = config.dead_letter_dir.join(file_name_of(&source.name()));
+                let mut node = sink_node(format!("Dead letters: {}", source.name()), FileSink::<DeadLetter>::new(dir));
+                node.parallelism = nodes[id].parallelism;
+                node.inputs.push(Edge {
+                    from: id,
+                    slot: Slot::Side(DEAD_LETTER_TAG.into()),
+                    ship: Ship::Forward,
+                    ty: TypeOf::<DeadLetter>::arc(),
+                });
+                nodes.push(node);
+            }
+        }
+        Ok(nodes)
+    }
+}
+
+/// A name usable as a file name.
+fn file_name_of(name: &str) -> String {
+    name.chars().map(|c| if c.is_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+}

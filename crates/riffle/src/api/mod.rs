@@ -1,0 +1,15 @@
+//! The DataStream API: [`StreamEnv`] declares a job, [`DataStream`] and [`KeyedStream`] its steps.
+//!
+//! Declaring a step only adds it to the job graph; [`StreamEnv::execute`] plans the graph (chaining,
+//! channels, parallel subtasks) and runs it.
+
+mod env;
+mod keyed;
+mod stream;
+
+pub use env::StreamEnv;
+pub use keyed::{KeyFn, KeyedStream};
+pub use stream::{DataStream, DataStreamSink};
+
+/// Name of the side output where a source sends records it could not decode.
+pub const DEAD_LETTER_TAG: &str = "dead-letter";

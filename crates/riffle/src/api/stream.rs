@@ -1,0 +1,292 @@
+//! [`DataStream`]: a stream of records of one type, and the steps declared on it.
+
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::api::DEAD_LETTER_TAG;
+use crate::api::env::EnvInner;
+use crate::api::keyed::KeyedStream;
+use crate::error::{BoxError, Result};
+use crate::graph::{AnyOutput, Edge, KeyGroupFactory, Node, NodeId, NodeKind, Ship, Slot, TypeOf};
+use crate::keys::key_group_of;
+use crate::operators::{Filter, FlatMap, Identity, Map, Operator, OutputTag, SinkOperator, TryMap};
+use crate::record::Data;
+use crate::runtime::{ChainLink, Output};
+use crate::sink::{Sink, StdoutSink};
+use crate::source::DeadLetter;
+
+/// A stream of records of type `T`.
+///
+/// Transformations (`map`, `filter`, ...) return a new stream; the setters (`name`, `uid`,
+/// `set_parallelism`) apply to the operator that produces this stream.
+///
+/// ```
+/// use riffle::{StreamEnv, sink::CollectSink};
+///
+/// let env = StreamEnv::new();
+/// let (sink, output) = CollectSink::new();
+/// env.from_iter(1..=10u64)
+///     .filter(|x| x % 2 == 0)
+///     .name("even")
+///     .map(|x| x * x)
+///     .sink(sink);
+/// env.execute().unwrap();
+/// assert_eq!(output.sorted(), vec![4, 16, 36, 64, 100]);
+/// ```
+pub struct DataStream<T> {
+    pub(crate) env: Rc<EnvInner>,
+    pub(crate) node: NodeId,
+    slot: Slot,
+    ship: Ship,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for DataStream<T> {
+    fn clone(&self) -> Self {
+        DataStream { env: self.env.clone(), node: self.node, slot: self.slot.clone(), ship: self.ship.clone(), _type: PhantomData }
+    }
+}
+
+/// A node that runs `Op` built per subtask by `factory`.
+pub(crate) fn operator_node<Op: Operator>(
+    name: impl Into<String>,
+    inputs: Vec<Edge>,
+    factory: impl Fn() -> Result<Op> + Send + Sync + 'static,
+) -> Node {
+    Node {
+        name: name.into(),
+        uid: None,
+        parallelism: None,
+        inputs,
+        out_type: TypeOf::<Op::Out>::arc(),
+        kind: NodeKind::Operator {
+            in_type: TypeOf::<Op::In>::arc(),
+            build: Arc::new(move |ctx, output: AnyOutput, side| {
+                let output = *output
+                    .downcast::<Box<dyn Output<Op::Out>>>()
+                    .map_err(|_| crate::Error::Graph(format!("`{}`: output of another type", ctx.name)))?;
+                let op = factory().map_err(|e| e.in_operator(&ctx.name, ctx.subtask))?;
+                let link: Box<dyn Output<Op::In>> = Box::new(ChainLink::new(op, ctx, output, side));
+                Ok(Box::new(link))
+            }),
+            validate: None,
+        },
+        start_new_chain: false,
+    }
+}
+
+/// A node that writes its input to `sink`.
+pub(crate) fn sink_node<T: Data, S: Sink<T>>(name: String, sink: S) -> Node {
+    let sink = Arc::new(sink);
+    let for_validation = sink.clone();
+    let mut node = Node {
+        name,
+        uid: None,
+        parallelism: None,
+        inputs: Vec::new(),
+        out_type: TypeOf::<()>::arc(),
+        kind: NodeKind::Operator {
+            in_type: TypeOf::<T>::arc(),
+            build: Arc::new(|_, _, _| unreachable!("replaced below")),
+            validate: Some(Arc::new(move || for_validation.validate())),
+        },
+        start_new_chain: false,
+    };
+    if let NodeKind::Operator { build, .. } = &mut node.kind {
+        *build = Arc::new(move |ctx, _output, side| {
+            let writer = sink.writer(&ctx).map_err(|e| e.in_operator(&ctx.name, ctx.subtask))?;
+            let link: Box<dyn Output<T>> =
+                Box::new(ChainLink::new(SinkOperator::new(writer), ctx, Box::new(crate::runtime::Discard), side));
+            Ok(Box::new(link))
+        });
+    }
+    node
+}
+
+impl<T: Data> DataStream<T> {
+    pub(crate) fn new(env: Rc<EnvInner>, node: NodeId, slot: Slot, ship: Ship) -> Self {
+        DataStream { env, node, slot, ship, _type: PhantomData }
+    }
+
+    /// The edge from this stream into a new consumer.
+    pub(crate) fn edge(&self) -> Edge {
+        Edge { from: self.node, slot: self.slot.clone(), ship: self.ship.clone(), ty: TypeOf::<T>::arc() }
+    }
+
+    fn add<U: Data>(&self, node: Node) -> DataStream<U> {
+        let id = self.env.add_node(node);
+        DataStream::new(self.env.clone(), id, Slot::Main, Ship::Forward)
+    }
+
+    /// Applies a custom [`Operator`], one instance per subtask built by `factory`.
+    pub fn transform<Op, F>(&self, name: &str, factory: F) -> DataStream<Op::Out>
+    where
+        Op: Operator<In = T>,
+        F: Fn() -> Op + Send + Sync + 'static,
+    {
+        self.add(operator_node(name, vec![self.edge()], move || Ok(factory())))
+    }
+
+    /// Transforms every record.
+    pub fn map<U: Data, F: Fn(T) -> U + Send + Sync + 'static>(&self, f: F) -> DataStream<U> {
+        let f = Arc::new(f);
+        self.transform("Map", move || Map::new(f.clone()))
+    }
+
+    /// Transforms every record with a function that may fail; an error fails the job with an
+    /// error naming this operator.
+    pub fn try_map<U, E, F>(&self, f: F) -> DataStream<U>
+    where
+        U: Data,
+        E: Into<BoxError>,
+        F: Fn(T) -> Result<U, E> + Send + Sync + 'static,
+    {
+        let f = Arc::new(move |value: T| f(value).map_err(Into::into));
+        self.transform("Map", move || TryMap::new(f.clone()))
+    }
+
+    /// Keeps the records for which `predicate` is true.
+    pub fn filter<F: Fn(&T) -> bool + Send + Sync + 'static>(&self, predicate: F) -> DataStream<T> {
+        let predicate = Arc::new(predicate);
+        self.transform("Filter", move || Filter::new(predicate.clone()))
+    }
+
+    /// Turns every record into zero or more records (each with the input's timestamp).
+    pub fn flat_map<U, I, F>(&self, f: F) -> DataStream<U>
+    where
+        U: Data,
+        I: IntoIterator<Item = U> + 'static,
+        F: Fn(T) -> I + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        self.transform("FlatMap", move || FlatMap::new(f.clone()))
+    }
+
+    /// Partitions the stream by key: all records of a key go to the same subtask (by key group).
+    pub fn key_by<K, F>(&self, key: F) -> KeyedStream<K, T>
+    where
+        K: Data + Hash + Eq,
+        F: Fn(&T) -> K + Send + Sync + 'static,
+    {
+        let key = Arc::new(key);
+        let for_shuffle = key.clone();
+        let factory: Arc<KeyGroupFactory> = Arc::new(move |max_parallelism| {
+            let key = for_shuffle.clone();
+            let key_group: crate::runtime::KeyGroupFn<T> =
+                Arc::new(move |value: &T| key_group_of(&key(value), max_parallelism));
+            Box::new(key_group)
+        });
+        let input = DataStream::new(self.env.clone(), self.node, self.slot.clone(), Ship::Hash(factory));
+        KeyedStream::new(input, key)
+    }
+
+    /// Merges this stream with others of the same type.
+    pub fn union(&self, others: &[&DataStream<T>]) -> DataStream<T> {
+        let inputs = std::iter::once(self.edge()).chain(others.iter().map(|o| o.edge())).collect();
+        self.add(operator_node("Union", inputs, || Ok(Identity::<T>::new())))
+    }
+
+    /// Spreads the records round robin over the next operator's subtasks.
+    pub fn rebalance(&self) -> DataStream<T> {
+        DataStream::new(self.env.clone(), self.node, self.slot.clone(), Ship::Rebalance)
+    }
+
+    /// Sends every record to every subtask of the next operator.
+    pub fn broadcast(&self) -> DataStream<T> {
+        DataStream::new(self.env.clone(), self.node, self.slot.clone(), Ship::Broadcast)
+    }
+
+    /// Writes the stream to `sink`.
+    pub fn sink<S: Sink<T>>(&self, sink: S) -> DataStreamSink {
+        let mut node = sink_node(format!("Sink: {}", sink.name()), sink);
+        node.inputs.push(self.edge());
+        let id = self.env.add_node(node);
+        DataStreamSink { env: self.env.clone(), node: id }
+    }
+
+    /// Prints the stream to standard output as JSON lines.
+    pub fn print(&self) -> DataStreamSink {
+        self.sink(StdoutSink::new())
+    }
+
+    /// The records a source could not decode (its dead-letter output). Without this call, a
+    /// source whose policy is dead-letter writes them to files under the job's `dead_letter_dir`.
+    pub fn dead_letters(&self) -> DataStream<DeadLetter> {
+        self.side(DEAD_LETTER_TAG)
+    }
+
+    /// The side output `tag` of the operator that produces this stream.
+    pub fn get_side_output<S: Data>(&self, tag: &OutputTag<S>) -> DataStream<S> {
+        self.side(tag.id())
+    }
+
+    fn side<S: Data>(&self, tag: &str) -> DataStream<S> {
+        DataStream::new(self.env.clone(), self.node, Slot::Side(tag.to_string()), Ship::Forward)
+    }
+
+    fn with_node(self, setter: &str, change: impl FnOnce(&mut Node)) -> Self {
+        if self.slot != Slot::Main || !matches!(self.ship, Ship::Forward) {
+            self.env.defer_error(format!(
+                "`{setter}` applies to an operator: call it on the stream the operator returned, \
+                 not after rebalance(), broadcast(), key_by() or on a side output"
+            ));
+        } else {
+            change(&mut self.env.nodes.borrow_mut()[self.node]);
+        }
+        self
+    }
+
+    /// Names the operator that produces this stream (in metrics, logs and errors).
+    pub fn name(self, name: &str) -> Self {
+        self.with_node("name", |node| node.name = name.to_string())
+    }
+
+    /// Gives the operator a stable id, so its state maps onto a new version of the job.
+    pub fn uid(self, uid: &str) -> Self {
+        self.with_node("uid", |node| node.uid = Some(uid.to_string()))
+    }
+
+    /// Sets the number of parallel subtasks of the operator that produces this stream.
+    pub fn set_parallelism(self, parallelism: usize) -> Self {
+        self.with_node("set_parallelism", |node| node.parallelism = Some(parallelism))
+    }
+
+    /// Starts a new task chain at this operator instead of chaining it to its input.
+    pub fn start_new_chain(self) -> Self {
+        self.with_node("start_new_chain", |node| node.start_new_chain = true)
+    }
+}
+
+/// The end of a stream: a sink, whose name and parallelism can still be set.
+pub struct DataStreamSink {
+    env: Rc<EnvInner>,
+    node: NodeId,
+}
+
+impl DataStreamSink {
+    /// Names the sink operator.
+    pub fn name(self, name: &str) -> Self {
+        self.env.nodes.borrow_mut()[self.node].name = name.to_string();
+        self
+    }
+
+    /// Gives the sink a stable id.
+    pub fn uid(self, uid: &str) -> Self {
+        self.env.nodes.borrow_mut()[self.node].uid = Some(uid.to_string());
+        self
+    }
+
+    /// Sets the number of parallel sink subtasks.
+    pub fn set_parallelism(self, parallelism: usize) -> Self {
+        self.env.nodes.borrow_mut()[self.node].parallelism = Some(parallelism);
+        self
+    }
+
+    /// Runs the sink in its own task instead of chaining it to its input.
+    pub fn start_new_chain(self) -> Self {
+        self.env.nodes.borrow_mut()[self.node].start_new_chain = true;
+        self
+    }
+}

@@ -1,0 +1,136 @@
+//! Job configuration: parallelism, key groups, batching and flow control.
+//!
+//! Every value is checked before a job starts; a bad one fails with [`Error::Config`] naming the
+//! setting, never later in the middle of a run.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The largest supported `max_parallelism` (number of key groups), as in Flink.
+pub const MAX_KEY_GROUPS: usize = 32_768;
+
+/// Settings of a [`StreamEnv`](crate::StreamEnv) and of the jobs it runs.
+///
+/// ```
+/// use std::time::Duration;
+/// let config = riffle::EnvConfig {
+///     parallelism: 2,
+///     buffer_timeout: Duration::from_millis(5),
+///     ..riffle::EnvConfig::default()
+/// };
+/// config.validate().unwrap();
+/// ```
+#[derive(Clone, Debug)]
+pub struct EnvConfig {
+    /// Name of the job, shown in logs and metrics.
+    pub job_name: String,
+    /// Default number of parallel subtasks of each operator (default: the machine's cores).
+    pub parallelism: usize,
+    /// Number of key groups: the upper bound on the parallelism of keyed operators and the unit
+    /// in which keyed state moves between subtasks (default 128).
+    pub max_parallelism: usize,
+    /// Records per batch on a channel between tasks: a buffer is sent when it is full...
+    pub buffer_size: usize,
+    /// ...or when it has waited this long (default 5 ms). Lower means less latency, more overhead.
+    pub buffer_timeout: Duration,
+    /// Batches a channel between two subtasks holds before its producer blocks (the credits).
+    /// In-flight memory is bounded by `channel_capacity * buffer_size` records per channel.
+    pub channel_capacity: usize,
+    /// Directory where dead-letter records go when a source's dead-letter output is not
+    /// consumed by the job itself.
+    pub dead_letter_dir: PathBuf,
+}
+
+impl Default for EnvConfig {
+    fn default() -> Self {
+        EnvConfig {
+            job_name: "riffle-job".to_string(),
+            parallelism: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            max_parallelism: 128,
+            buffer_size: 1024,
+            buffer_timeout: Duration::from_millis(5),
+            channel_capacity: 8,
+            dead_letter_dir: PathBuf::from("riffle-dead-letter"),
+        }
+    }
+}
+
+impl EnvConfig {
+    /// Checks every setting; the error names the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        if self.job_name.trim().is_empty() {
+            return Err(Error::config("job_name", "must not be empty"));
+        }
+        check_parallelism("parallelism", self.parallelism, self.max_parallelism)?;
+        if self.max_parallelism > MAX_KEY_GROUPS {
+            return Err(Error::config(
+                "max_parallelism",
+                format!("must be at most {MAX_KEY_GROUPS}, got {}", self.max_parallelism),
+            ));
+        }
+        if self.buffer_size == 0 {
+            return Err(Error::config("buffer_size", "must be at least 1 record"));
+        }
+        if self.buffer_timeout.is_zero() {
+            return Err(Error::config("buffer_timeout", "must be greater than zero"));
+        }
+        if self.channel_capacity == 0 {
+            return Err(Error::config("channel_capacity", "must be at least 1 batch"));
+        }
+        Ok(())
+    }
+}
+
+/// Checks an operator's parallelism against the job's number of key groups.
+pub(crate) fn check_parallelism(setting: &str, parallelism: usize, max_parallelism: usize) -> Result<()> {
+    if parallelism == 0 {
+        return Err(Error::config(setting, "must be at least 1, got 0"));
+    }
+    if max_parallelism < parallelism {
+        return Err(Error::config(
+            "max_parallelism",
+            format!("({max_parallelism}) must not be below {setting} ({parallelism})"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setting_of(config: EnvConfig) -> String {
+        match config.validate() {
+            Err(Error::Config { setting, .. }) => setting,
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn default_is_valid() {
+        EnvConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn bad_values_name_their_setting() {
+        let base = EnvConfig { parallelism: 2, ..EnvConfig::default() };
+        assert_eq!(setting_of(EnvConfig { parallelism: 0, ..base.clone() }), "parallelism");
+        assert_eq!(
+            setting_of(EnvConfig { max_parallelism: 1, ..base.clone() }),
+            "max_parallelism"
+        );
+        assert_eq!(
+            setting_of(EnvConfig { max_parallelism: 100_000, ..base.clone() }),
+            "max_parallelism"
+        );
+        assert_eq!(setting_of(EnvConfig { buffer_size: 0, ..base.clone() }), "buffer_size");
+        assert_eq!(
+            setting_of(EnvConfig { buffer_timeout: Duration::ZERO, ..base.clone() }),
+            "buffer_timeout"
+        );
+        assert_eq!(setting_of(EnvConfig { channel_capacity: 0, ..base.clone() }), "channel_capacity");
+        assert_eq!(setting_of(EnvConfig { job_name: " ".into(), ..base }), "job_name");
+    }
+}

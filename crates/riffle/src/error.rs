@@ -1,0 +1,140 @@
+//! Errors of the Riffle library.
+//!
+//! Every failure of a job names where it happened: the setting for a configuration error, the
+//! operator and subtask for a failing user function, the source and position for a bad record.
+
+/// A boxed error from user code (a map function, a source, a sink).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with Riffle's [`Error`] as the default error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong in building or running a job.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A setting has a value the job cannot run with; detected before the job starts.
+    #[error("invalid configuration: `{setting}` {message}")]
+    Config {
+        /// The name of the setting, as the user wrote it (`parallelism`, `input`, ...).
+        setting: String,
+        /// What is wrong with its value.
+        message: String,
+    },
+    /// The job graph cannot be executed as declared (for example a cycle or a type mix-up).
+    #[error("invalid job graph: {0}")]
+    Graph(String),
+    /// A user function or an operator returned an error.
+    #[error("operator `{operator}` (subtask {subtask}) failed: {source}")]
+    Operator {
+        /// Name of the operator, as given with `.name(..)` or derived from its kind.
+        operator: String,
+        /// Index of the parallel subtask that failed.
+        subtask: usize,
+        /// The underlying error.
+        #[source]
+        source: BoxError,
+    },
+    /// A user function or an operator panicked.
+    #[error("operator `{operator}` (subtask {subtask}) panicked: {message}")]
+    Panic {
+        /// Name of the operator that panicked.
+        operator: String,
+        /// Index of the parallel subtask that panicked.
+        subtask: usize,
+        /// The panic message.
+        message: String,
+    },
+    /// A record could not be decoded and the source's policy is to fail the job.
+    #[error("bad record in source `{source_name}` at {position}: {message}")]
+    BadRecord {
+        /// Name of the source.
+        source_name: String,
+        /// Where the record was (file and line, partition and offset, ...).
+        position: String,
+        /// Why it could not be decoded.
+        message: String,
+    },
+    /// An I/O operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done, including the path if there is one.
+        context: String,
+        /// The underlying I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An error raised by user code, not yet attributed to an operator; the runtime wraps it
+    /// into [`Error::Operator`] with the operator's name.
+    #[error(transparent)]
+    User(BoxError),
+    /// The job was cancelled, or a task stopped because another one failed.
+    #[error("job cancelled")]
+    Cancelled,
+}
+
+impl Error {
+    /// A configuration error naming `setting`.
+    pub fn config(setting: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Config { setting: setting.into(), message: message.into() }
+    }
+
+    /// An I/O error with context (what was done, on which path).
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io { context: context.into(), source }
+    }
+
+    /// A user error, attributed to an operator by the runtime.
+    pub fn user(err: impl Into<BoxError>) -> Self {
+        Error::User(err.into())
+    }
+
+    /// Attributes this error to `operator`/`subtask`, unless it already names one.
+    pub(crate) fn in_operator(self, operator: &str, subtask: usize) -> Self {
+        match self {
+            Error::User(source) => Error::Operator { operator: operator.to_string(), subtask, source },
+            Error::Io { .. } => {
+                Error::Operator { operator: operator.to_string(), subtask, source: Box::new(self) }
+            }
+            other => other,
+        }
+    }
+
+    /// True for the secondary errors of tasks that stopped because the job was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Error::Cancelled)
+    }
+}
+
+/// Turns a panic payload into a message.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_errors_are_attributed_to_the_operator() {
+        let err = Error::user("boom").in_operator("parse", 3);
+        assert_eq!(err.to_string(), "operator `parse` (subtask 3) failed: boom");
+    }
+
+    #[test]
+    fn config_errors_name_the_setting() {
+        let err = Error::config("parallelism", "must be at least 1, got 0");
+        assert_eq!(err.to_string(), "invalid configuration: `parallelism` must be at least 1, got 0");
+    }
+
+    #[test]
+    fn cancellation_is_not_reattributed() {
+        assert!(Error::Cancelled.in_operator("x", 0).is_cancelled());
+    }
+}

@@ -1,0 +1,52 @@
+//! # Riffle
+//!
+//! A stateful stream processor you embed in your program: Flink's semantics (event time,
+//! watermarks, windows, keyed state, barrier checkpoints, exactly-once) with the ease of Kafka
+//! Streams (a library, one process, no cluster) at the speed Rust allows.
+//!
+//! A job is declared on a [`StreamEnv`] with the DataStream API and run with
+//! [`StreamEnv::execute`]:
+//!
+//! ```
+//! use riffle::{StreamEnv, sink::CollectSink};
+//! use riffle::source::datagen::{ClicksConfig, DatagenSource};
+//!
+//! let env = StreamEnv::new();
+//! let (sink, output) = CollectSink::new();
+//! env.from_source(DatagenSource::clicks(ClicksConfig::default()).count(10_000))
+//!     .filter(|click| !click.user_agent.contains("bot"))
+//!     .map(|click| click.user_id)
+//!     .sink(sink);
+//! let result = env.execute().unwrap();
+//! assert_eq!(result.records_in("Filter"), 10_000);
+//! assert_eq!(output.len() as u64, result.records_out("Filter"));
+//! ```
+//!
+//! How it runs: the job graph is planned into tasks, one per chain of operators and parallel
+//! subtask, each on its own thread. Operators joined by forward edges of equal parallelism are
+//! chained and call each other directly; the other edges (rebalance, hash by key group,
+//! broadcast) are bounded channels carrying batches of records with watermarks, checkpoint
+//! barriers and the end of input in band. A full channel blocks its producer, back to the
+//! sources, so memory stays bounded whatever the input rate; each task reports the time it is
+//! busy, back-pressured and idle.
+
+pub mod api;
+pub mod config;
+pub mod error;
+pub(crate) mod graph;
+pub mod keys;
+pub mod metrics;
+pub mod operators;
+pub mod record;
+pub mod runtime;
+pub mod sink;
+pub mod source;
+mod util;
+
+pub use api::{DataStream, DataStreamSink, KeyedStream, StreamEnv};
+pub use config::EnvConfig;
+pub use error::{BoxError, Error, Result};
+pub use graph::{JobPlan, PlanEdge, PlanVertex};
+pub use operators::OutputTag;
+pub use record::{Data, Record, Timestamp};
+pub use runtime::{JobHandle, JobResult};

@@ -1,0 +1,417 @@
+//! The job's metrics registry: records in and out per operator, busy / back-pressured / idle time
+//! per task, bad and late record counts.
+//!
+//! Tasks update plain atomic counters (relaxed, once per batch); readers take a
+//! [`MetricsSnapshot`] and compare two of them to get rates and per-second time ratios, as Flink's
+//! `busyTimeMsPerSecond` / `backPressuredTimeMsPerSecond` / `idleTimeMsPerSecond`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::record::{MIN_WATERMARK, Timestamp};
+
+/// Counters of one parallel instance of an operator.
+#[derive(Debug)]
+pub struct OperatorMetrics {
+    /// Operator name.
+    pub name: String,
+    /// Index of the subtask.
+    pub subtask: usize,
+    records_in: AtomicU64,
+    records_out: AtomicU64,
+    bad_records: AtomicU64,
+    late_records_dropped: AtomicU64,
+    late_records_side_output: AtomicU64,
+    watermark: AtomicU64,
+}
+
+impl OperatorMetrics {
+    pub(crate) fn new(name: &str, subtask: usize) -> Self {
+        OperatorMetrics {
+            name: name.to_string(),
+            subtask,
+            records_in: AtomicU64::new(0),
+            records_out: AtomicU64::new(0),
+            bad_records: AtomicU64::new(0),
+            late_records_dropped: AtomicU64::new(0),
+            late_records_side_output: AtomicU64::new(0),
+            watermark: AtomicU64::new(MIN_WATERMARK as u64),
+        }
+    }
+
+    pub(crate) fn add_in(&self, n: usize) {
+        self.records_in.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_out(&self, n: u64) {
+        self.records_out.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts records that could not be decoded (whatever the bad-input policy did with them).
+    pub fn add_bad(&self, n: u64) {
+        self.bad_records.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts late records that no side output took.
+    pub fn add_late_dropped(&self, n: u64) {
+        self.late_records_dropped.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts late records sent to the late side output.
+    pub fn add_late_side_output(&self, n: u64) {
+        self.late_records_side_output.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_watermark(&self, watermark: Timestamp) {
+        self.watermark.store(watermark as u64, Ordering::Relaxed);
+    }
+
+    /// Records that entered the operator so far.
+    pub fn records_in(&self) -> u64 {
+        self.records_in.load(Ordering::Relaxed)
+    }
+
+    /// Records the operator emitted so far.
+    pub fn records_out(&self) -> u64 {
+        self.records_out.load(Ordering::Relaxed)
+    }
+
+    fn snapshot(&self) -> OperatorSnapshot {
+        OperatorSnapshot {
+            name: self.name.clone(),
+            subtask: self.subtask,
+            records_in: self.records_in(),
+            records_out: self.records_out(),
+            bad_records: self.bad_records.load(Ordering::Relaxed),
+            late_records_dropped: self.late_records_dropped.load(Ordering::Relaxed),
+            late_records_side_output: self.late_records_side_output.load(Ordering::Relaxed),
+            watermark: self.watermark.load(Ordering::Relaxed) as i64,
+        }
+    }
+}
+
+/// Where a task spends its time, as cumulative nanoseconds since it started.
+#[derive(Debug)]
+pub struct TaskMetrics {
+    /// Task name: the chain of operators it runs.
+    pub name: String,
+    /// Index of the subtask.
+    pub subtask: usize,
+    started: Instant,
+    idle_ns: AtomicU64,
+    backpressured_ns: AtomicU64,
+    finished_ns: AtomicU64,
+}
+
+impl TaskMetrics {
+    pub(crate) fn new(name: &str, subtask: usize) -> Self {
+        TaskMetrics {
+            name: name.to_string(),
+            subtask,
+            started: Instant::now(),
+            idle_ns: AtomicU64::new(0),
+            backpressured_ns: AtomicU64::new(0),
+            finished_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds time spent waiting for input.
+    pub(crate) fn add_idle(&self, d: Duration) {
+        self.idle_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Adds time spent waiting for a full output channel.
+    pub(crate) fn add_backpressured(&self, d: Duration) {
+        self.backpressured_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn snapshot_backpressured_ns(&self) -> u64 {
+        self.backpressured_ns.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn mark_finished(&self) {
+        let elapsed = self.started.elapsed().as_nanos().max(1) as u64;
+        self.finished_ns.store(elapsed, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> TaskSnapshot {
+        let finished = self.finished_ns.load(Ordering::Relaxed);
+        let elapsed = if finished > 0 { finished } else { self.started.elapsed().as_nanos() as u64 };
+        let idle = self.idle_ns.load(Ordering::Relaxed);
+        let backpressured = self.backpressured_ns.load(Ordering::Relaxed);
+        TaskSnapshot {
+            name: self.name.clone(),
+            subtask: self.subtask,
+            running: finished == 0,
+            elapsed_ns: elapsed,
+            idle_ns: idle.min(elapsed),
+            backpressured_ns: backpressured.min(elapsed),
+            busy_ns: elapsed.saturating_sub(idle + backpressured),
+        }
+    }
+}
+
+/// All metrics of a job. Shared by the tasks (which write) and the observers (which read).
+#[derive(Debug, Default)]
+pub struct MetricsRegistry {
+    operators: std::sync::Mutex<Vec<Arc<OperatorMetrics>>>,
+    tasks: std::sync::Mutex<Vec<Arc<TaskMetrics>>>,
+}
+
+impl MetricsRegistry {
+    pub(crate) fn operator(&self, name: &str, subtask: usize) -> Arc<OperatorMetrics> {
+        let metrics = Arc::new(OperatorMetrics::new(name, subtask));
+        self.operators.lock().expect("metrics lock").push(metrics.clone());
+        metrics
+    }
+
+    pub(crate) fn task(&self, name: &str, subtask: usize) -> Arc<TaskMetrics> {
+        let metrics = Arc::new(TaskMetrics::new(name, subtask));
+        self.tasks.lock().expect("metrics lock").push(metrics.clone());
+        metrics
+    }
+
+    /// The current value of every counter.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        MetricsSnapshot {
+            taken_at: Instant::now(),
+            operators: self.operators.lock().expect("metrics lock").iter().map(|m| m.snapshot()).collect(),
+            tasks: self.tasks.lock().expect("metrics lock").iter().map(|m| m.snapshot()).collect(),
+        }
+    }
+}
+
+/// Counters of one operator subtask at one instant.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct OperatorSnapshot {
+    /// Operator name.
+    pub name: String,
+    /// Subtask index.
+    pub subtask: usize,
+    /// Records received.
+    pub records_in: u64,
+    /// Records emitted.
+    pub records_out: u64,
+    /// Records that could not be decoded.
+    pub bad_records: u64,
+    /// Late records counted and dropped (no side output declared).
+    pub late_records_dropped: u64,
+    /// Late records sent to the late side output.
+    pub late_records_side_output: u64,
+    /// Current event-time watermark of the operator ([`MIN_WATERMARK`] before the first one).
+    pub watermark: Timestamp,
+}
+
+/// Time accounting of one task at one instant.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct TaskSnapshot {
+    /// Task name (its chain of operators).
+    pub name: String,
+    /// Subtask index.
+    pub subtask: usize,
+    /// Whether the task still runs.
+    pub running: bool,
+    /// Time since the task started (or its whole run time once finished).
+    pub elapsed_ns: u64,
+    /// Time spent processing.
+    pub busy_ns: u64,
+    /// Time spent blocked on full output channels.
+    pub backpressured_ns: u64,
+    /// Time spent waiting for input.
+    pub idle_ns: u64,
+}
+
+/// The value of every counter of a job at one instant.
+#[derive(Clone, Debug)]
+pub struct MetricsSnapshot {
+    /// When the snapshot was taken.
+    pub taken_at: Instant,
+    /// One entry per operator subtask.
+    pub operators: Vec<OperatorSnapshot>,
+    /// One entry per task.
+    pub tasks: Vec<TaskSnapshot>,
+}
+
+impl MetricsSnapshot {
+    /// Sums the counters of all subtasks of the operator called `name`.
+    pub fn operator_total(&self, name: &str) -> Option<OperatorSnapshot> {
+        let mut parts = self.operators.iter().filter(|o| o.name == name);
+        let mut total = parts.next()?.clone();
+        total.subtask = 0;
+        for part in parts {
+            total.records_in += part.records_in;
+            total.records_out += part.records_out;
+            total.bad_records += part.bad_records;
+            total.late_records_dropped += part.late_records_dropped;
+            total.late_records_side_output += part.late_records_side_output;
+            total.watermark = total.watermark.min(part.watermark);
+        }
+        Some(total)
+    }
+
+    /// Operator names in the order the operators were created, without repetition.
+    pub fn operator_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for op in &self.operators {
+            if !names.contains(&op.name) {
+                names.push(op.name.clone());
+            }
+        }
+        names
+    }
+
+    /// Per-operator rates and task time ratios between `earlier` and this snapshot.
+    pub fn rates_since(&self, earlier: &MetricsSnapshot) -> Vec<OperatorRates> {
+        let seconds = self.taken_at.duration_since(earlier.taken_at).as_secs_f64().max(1e-9);
+        self.operator_names()
+            .into_iter()
+            .map(|name| {
+                let now = self.operator_total(&name).expect("name from this snapshot");
+                let before = earlier.operator_total(&name);
+                let (in_before, out_before) =
+                    before.map(|b| (b.records_in, b.records_out)).unwrap_or((0, 0));
+                OperatorRates {
+                    records_in_per_sec: (now.records_in - in_before.min(now.records_in)) as f64 / seconds,
+                    records_out_per_sec: (now.records_out - out_before.min(now.records_out)) as f64
+                        / seconds,
+                    time: self.task_time_of(&name, earlier),
+                    name,
+                }
+            })
+            .collect()
+    }
+
+    /// Busy / back-pressured / idle milliseconds per second of the tasks that run operator `name`
+    /// (tasks are matched by their chain name containing the operator), averaged over subtasks.
+    fn task_time_of(&self, operator: &str, earlier: &MetricsSnapshot) -> TimeRatios {
+        let mut sum = TimeRatios::default();
+        let mut count = 0.0;
+        for task in self.tasks.iter().filter(|t| chain_contains(&t.name, operator)) {
+            let Some(before) =
+                earlier.tasks.iter().find(|b| b.name == task.name && b.subtask == task.subtask)
+            else {
+                continue;
+            };
+            let elapsed = task.elapsed_ns.saturating_sub(before.elapsed_ns) as f64;
+            if elapsed <= 0.0 {
+                continue;
+            }
+            let per_sec = |now: u64, then: u64| now.saturating_sub(then) as f64 / elapsed * 1000.0;
+            sum.busy_ms_per_sec += per_sec(task.busy_ns, before.busy_ns);
+            sum.backpressured_ms_per_sec += per_sec(task.backpressured_ns, before.backpressured_ns);
+            sum.idle_ms_per_sec += per_sec(task.idle_ns, before.idle_ns);
+            count += 1.0;
+        }
+        if count > 0.0 {
+            sum.busy_ms_per_sec /= count;
+            sum.backpressured_ms_per_sec /= count;
+            sum.idle_ms_per_sec /= count;
+        }
+        sum
+    }
+}
+
+/// Whether a task's chain name (`a -> b -> c`) contains the operator `name`.
+fn chain_contains(chain: &str, name: &str) -> bool {
+    chain.split(" -> ").any(|part| part == name)
+}
+
+/// Milliseconds per second a task spends busy, back-pressured and idle (they add up to ~1000).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct TimeRatios {
+    /// Processing records.
+    pub busy_ms_per_sec: f64,
+    /// Blocked on a full output channel: the consumer downstream is slower.
+    pub backpressured_ms_per_sec: f64,
+    /// Waiting for input.
+    pub idle_ms_per_sec: f64,
+}
+
+impl TimeRatios {
+    /// Flink's back-pressure level: OK below 10%, LOW up to 50%, HIGH above.
+    pub fn backpressure_level(&self) -> &'static str {
+        match self.backpressured_ms_per_sec {
+            x if x > 500.0 => "HIGH",
+            x if x > 100.0 => "LOW",
+            _ => "OK",
+        }
+    }
+}
+
+/// Throughput and time ratios of one operator (all subtasks) over an interval.
+#[derive(Clone, Debug, Serialize)]
+pub struct OperatorRates {
+    /// Operator name.
+    pub name: String,
+    /// Records received per second.
+    pub records_in_per_sec: f64,
+    /// Records emitted per second.
+    pub records_out_per_sec: f64,
+    /// Time ratios of the task(s) that run the operator.
+    pub time: TimeRatios,
+}
+
+/// Resident memory of this process in bytes (Linux; `None` elsewhere).
+pub fn process_rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let resident_pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(resident_pages * 4096)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_and_rates_add_up_subtasks() {
+        let registry = MetricsRegistry::default();
+        let a0 = registry.operator("map", 0);
+        let a1 = registry.operator("map", 1);
+        let before = registry.snapshot();
+        a0.add_in(10);
+        a1.add_in(5);
+        a1.add_out(4);
+        a0.set_watermark(100);
+        a1.set_watermark(50);
+        let mut after = registry.snapshot();
+        after.taken_at = before.taken_at + Duration::from_secs(1);
+        let total = after.operator_total("map").unwrap();
+        assert_eq!((total.records_in, total.records_out, total.watermark), (15, 4, 50));
+        let rates = after.rates_since(&before);
+        assert_eq!(rates.len(), 1);
+        assert_eq!(rates[0].records_in_per_sec, 15.0);
+        assert_eq!(rates[0].records_out_per_sec, 4.0);
+    }
+
+    #[test]
+    fn task_time_is_split_into_busy_backpressured_idle() {
+        let registry = MetricsRegistry::default();
+        let task = registry.task("src -> map", 0);
+        std::thread::sleep(Duration::from_millis(20));
+        task.add_idle(Duration::from_millis(5));
+        task.add_backpressured(Duration::from_millis(10));
+        task.mark_finished();
+        let snap = &registry.snapshot().tasks[0];
+        assert!(!snap.running);
+        assert_eq!(snap.idle_ns, 5_000_000);
+        assert_eq!(snap.backpressured_ns, 10_000_000);
+        assert_eq!(snap.busy_ns, snap.elapsed_ns - 15_000_000);
+        assert!(chain_contains("src -> map", "map"));
+        assert!(!chain_contains("src -> mapper", "map"));
+    }
+
+    #[test]
+    fn backpressure_levels_follow_flink() {
+        let level = |bp| TimeRatios { backpressured_ms_per_sec: bp, ..Default::default() }.backpressure_level();
+        assert_eq!((level(0.0), level(200.0), level(900.0)), ("OK", "LOW", "HIGH"));
+    }
+
+    #[test]
+    fn rss_is_readable_on_linux() {
+        assert!(process_rss_bytes().unwrap() > 0);
+    }
+}

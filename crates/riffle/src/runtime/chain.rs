@@ -1,0 +1,167 @@
+//! Operator chaining: each operator of a chain is wrapped in a [`ChainLink`] that calls it and
+//! hands what it emits straight to the next link, on the same thread, without a copy.
+//!
+//! The link is also where failures get their name: an error returned by the operator, or a panic
+//! inside it, becomes an error naming the operator and the subtask.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crate::error::{Error, Result, panic_message};
+use crate::operators::{Collector, INITIAL_WATERMARK, Operator, OperatorContext, SideOutputs};
+use crate::record::{CheckpointBarrier, Data, Record, Timestamp};
+use crate::runtime::Output;
+
+/// One operator of a chain and what follows it.
+pub(crate) struct ChainLink<Op: Operator> {
+    op: Op,
+    next: Box<dyn Output<Op::Out>>,
+    side: SideOutputs,
+    buffer: Vec<Record<Op::Out>>,
+    ctx: OperatorContext,
+    watermark: Timestamp,
+}
+
+impl<Op: Operator> ChainLink<Op> {
+    pub(crate) fn new(op: Op, ctx: OperatorContext, next: Box<dyn Output<Op::Out>>, side: SideOutputs) -> Self {
+        ChainLink { op, next, side, buffer: Vec::with_capacity(ctx.batch_size), ctx, watermark: INITIAL_WATERMARK }
+    }
+
+    /// Runs `f` on the operator with a collector, flushes what it emitted, and names any failure.
+    fn call<R>(&mut self, f: impl FnOnce(&mut Op, &mut Collector<'_, Op::Out>) -> Result<R>) -> Result<R> {
+        let ChainLink { op, next, side, buffer, ctx, watermark } = self;
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            let mut out = Collector::new(next.as_mut(), buffer, side, ctx.batch_size, *watermark);
+            let result = f(op, &mut out).and_then(|r| out.flush().map(|()| r));
+            ctx.metrics.add_out(out.emitted());
+            result
+        }));
+        match outcome {
+            Ok(result) => result.map_err(|e| e.in_operator(&ctx.name, ctx.subtask)),
+            Err(payload) => Err(Error::Panic {
+                operator: ctx.name.clone(),
+                subtask: ctx.subtask,
+                message: panic_message(payload.as_ref()),
+            }),
+        }
+    }
+}
+
+impl<Op: Operator> Output<Op::In> for ChainLink<Op> {
+    fn open(&mut self) -> Result<()> {
+        let ctx = self.ctx.clone();
+        self.call(|op, _| op.open(&ctx))?;
+        self.side.for_each(|s| s.open())?;
+        self.next.open()
+    }
+
+    fn records(&mut self, batch: &mut Vec<Record<Op::In>>) -> Result<()> {
+        self.ctx.metrics.add_in(batch.len());
+        let result = self.call(|op, out| op.process(batch, out));
+        batch.clear();
+        result
+    }
+
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        if watermark <= self.watermark {
+            return Ok(());
+        }
+        self.watermark = watermark;
+        self.ctx.metrics.set_watermark(watermark);
+        self.call(|op, out| op.on_watermark(watermark, out))?;
+        self.side.for_each(|s| s.watermark(watermark))?;
+        self.next.watermark(watermark)
+    }
+
+    fn idle(&mut self, idle: bool) -> Result<()> {
+        self.side.for_each(|s| s.idle(idle))?;
+        self.next.idle(idle)
+    }
+
+    fn barrier(&mut self, barrier: CheckpointBarrier) -> Result<()> {
+        self.next.barrier(barrier)
+    }
+
+    fn tick(&mut self) -> Result<()> {
+        self.call(|op, out| op.on_tick(out))?;
+        self.side.for_each(|s| s.tick())?;
+        self.next.tick()
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.call(|op, out| op.close(out))?;
+        self.side.for_each(|s| s.finish())?;
+        self.next.finish()
+    }
+}
+
+/// Several consumers of one stream: each gets every record (all but the last get a copy).
+pub(crate) struct Fanout<T> {
+    outputs: Vec<Box<dyn Output<T>>>,
+    copy: Vec<Record<T>>,
+}
+
+impl<T: Data> Fanout<T> {
+    pub(crate) fn new(outputs: Vec<Box<dyn Output<T>>>) -> Self {
+        Fanout { outputs, copy: Vec::new() }
+    }
+}
+
+impl<T: Data> Output<T> for Fanout<T> {
+    fn open(&mut self) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.open())
+    }
+
+    fn records(&mut self, batch: &mut Vec<Record<T>>) -> Result<()> {
+        let (last, rest) = self.outputs.split_last_mut().expect("a fan-out has outputs");
+        for output in rest {
+            self.copy.clone_from(batch);
+            output.records(&mut self.copy)?;
+        }
+        last.records(batch)
+    }
+
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.watermark(watermark))
+    }
+
+    fn idle(&mut self, idle: bool) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.idle(idle))
+    }
+
+    fn barrier(&mut self, barrier: CheckpointBarrier) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.barrier(barrier))
+    }
+
+    fn tick(&mut self) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.tick())
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.finish())
+    }
+}
+
+/// The output of a stream nobody consumes (a sink's, or a side stream left unused).
+pub(crate) struct Discard;
+
+impl<T: Send> Output<T> for Discard {
+    fn records(&mut self, batch: &mut Vec<Record<T>>) -> Result<()> {
+        batch.clear();
+        Ok(())
+    }
+    fn watermark(&mut self, _: Timestamp) -> Result<()> {
+        Ok(())
+    }
+    fn idle(&mut self, _: bool) -> Result<()> {
+        Ok(())
+    }
+    fn barrier(&mut self, _: CheckpointBarrier) -> Result<()> {
+        Ok(())
+    }
+    fn tick(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,375 @@
+//! The input side of a task: an input gate over the channels from every upstream subtask, and the
+//! task loop that feeds what the gate yields into the task's chain.
+//!
+//! The gate merges watermarks (the minimum over channels that are neither idle nor finished; it
+//! never moves backwards), tracks idleness, aligns checkpoint barriers (a channel that delivered
+//! barrier N is held back until every channel has), and measures the time spent waiting for input.
+
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Select, TryRecvError};
+
+use crate::error::{Error, Result};
+use crate::record::{CheckpointBarrier, MIN_WATERMARK, Record, StreamElement, Timestamp};
+use crate::runtime::{CANCEL_POLL, Output, TaskContext, TaskDriver};
+
+struct InputChannel<T> {
+    rx: Receiver<StreamElement<T>>,
+    watermark: Timestamp,
+    idle: bool,
+    /// False while the channel's watermark is behind the gate's after it came back from idle.
+    aligned: bool,
+    ended: bool,
+    /// Holds a barrier of the checkpoint being aligned.
+    blocked: bool,
+}
+
+impl<T> InputChannel<T> {
+    fn counts_for_watermark(&self) -> bool {
+        !self.ended && !self.idle && self.aligned
+    }
+}
+
+/// What the gate yields next.
+#[derive(Debug)]
+pub(crate) enum GateEvent<T> {
+    Records(Vec<Record<T>>),
+    Watermark(Timestamp),
+    Idle(bool),
+    Barrier(CheckpointBarrier),
+    End,
+    Timeout,
+}
+
+/// Merges the channels from all upstream subtasks of a task.
+pub(crate) struct InputGate<T> {
+    channels: Vec<InputChannel<T>>,
+    next: usize,
+    watermark: Timestamp,
+    idle: bool,
+    aligning: Option<CheckpointBarrier>,
+    pending: Option<GateEvent<T>>,
+    ctx: TaskContext,
+}
+
+impl<T> InputGate<T> {
+    pub(crate) fn new(receivers: Vec<Receiver<StreamElement<T>>>, ctx: TaskContext) -> Self {
+        InputGate {
+            channels: receivers
+                .into_iter()
+                .map(|rx| InputChannel {
+                    rx,
+                    watermark: MIN_WATERMARK,
+                    idle: false,
+                    aligned: true,
+                    ended: false,
+                    blocked: false,
+                })
+                .collect(),
+            next: 0,
+            watermark: MIN_WATERMARK,
+            idle: false,
+            aligning: None,
+            pending: None,
+            ctx,
+        }
+    }
+
+    /// The next event, or [`GateEvent::Timeout`] once `deadline` passes with nothing to yield.
+    pub(crate) fn next(&mut self, deadline: Instant) -> Result<GateEvent<T>> {
+        loop {
+            if let Some(event) = self.pending.take() {
+                return Ok(event);
+            }
+            if self.channels.iter().all(|c| c.ended) {
+                return Ok(GateEvent::End);
+            }
+            let (index, element) = match self.try_receive()? {
+                Some(received) => received,
+                None => match self.wait(deadline)? {
+                    Some(received) => received,
+                    None if Instant::now() >= deadline => return Ok(GateEvent::Timeout),
+                    None => continue,
+                },
+            };
+            if let Some(event) = self.handle(index, element) {
+                return Ok(event);
+            }
+        }
+    }
+
+    /// Takes an element from the first readable channel that has one, round robin.
+    fn try_receive(&mut self) -> Result<Option<(usize, StreamElement<T>)>> {
+        let n = self.channels.len();
+        for k in 0..n {
+            let index = (self.next + k) % n;
+            let channel = &self.channels[index];
+            if channel.ended || channel.blocked {
+                continue;
+            }
+            match channel.rx.try_recv() {
+                Ok(element) => {
+                    self.next = (index + 1) % n;
+                    return Ok(Some((index, element)));
+                }
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Blocks until a readable channel has an element, the deadline passes or the job is cancelled.
+    fn wait(&mut self, deadline: Instant) -> Result<Option<(usize, StreamElement<T>)>> {
+        if self.ctx.control.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(None);
+        }
+        let mut select = Select::new();
+        let mut indices = Vec::with_capacity(self.channels.len());
+        for (index, channel) in self.channels.iter().enumerate() {
+            if !channel.ended && !channel.blocked {
+                select.recv(&channel.rx);
+                indices.push(index);
+            }
+        }
+        let started = Instant::now();
+        let ready = select.select_timeout((deadline - now).min(CANCEL_POLL));
+        let received = match ready {
+            Ok(operation) => {
+                let index = indices[operation.index()];
+                let element = operation.recv(&self.channels[index].rx).map_err(|_| Error::Cancelled)?;
+                Some((index, element))
+            }
+            Err(_) => None,
+        };
+        self.ctx.metrics.add_idle(started.elapsed());
+        Ok(received)
+    }
+
+    fn handle(&mut self, index: usize, element: StreamElement<T>) -> Option<GateEvent<T>> {
+        match element {
+            StreamElement::Records(batch) => Some(GateEvent::Records(batch)),
+            StreamElement::Watermark(watermark) => {
+                let channel = &mut self.channels[index];
+                channel.watermark = channel.watermark.max(watermark);
+                if !channel.aligned && channel.watermark >= self.watermark {
+                    channel.aligned = true;
+                }
+                self.status_and_watermark()
+            }
+            StreamElement::Idle(idle) => {
+                let gate_watermark = self.watermark;
+                let channel = &mut self.channels[index];
+                channel.idle = idle;
+                if !idle && channel.watermark < gate_watermark {
+                    channel.aligned = false;
+                }
+                self.status_and_watermark()
+            }
+            StreamElement::Barrier(barrier) => self.on_barrier(index, barrier),
+            StreamElement::EndOfInput => {
+                self.channels[index].ended = true;
+                if let Some(barrier) = self.aligning
+                    && self.alignment_complete()
+                {
+                    self.pending = self.status_and_watermark();
+                    return Some(self.release(barrier));
+                }
+                self.status_and_watermark()
+            }
+        }
+    }
+
+    /// Recomputes the gate's idleness and watermark after a channel changed; returns the first
+    /// change to report (a second one waits in `pending`).
+    fn status_and_watermark(&mut self) -> Option<GateEvent<T>> {
+        let live = self.channels.iter().any(|c| !c.ended);
+        let all_idle = live && self.channels.iter().filter(|c| !c.ended).all(|c| c.idle);
+        let mut events = Vec::new();
+        if all_idle != self.idle {
+            self.idle = all_idle;
+            events.push(GateEvent::Idle(all_idle));
+        }
+        let min = self.channels.iter().filter(|c| c.counts_for_watermark()).map(|c| c.watermark).min();
+        if let Some(min) = min
+            && min > self.watermark
+        {
+            self.watermark = min;
+            events.push(GateEvent::Watermark(min));
+        }
+        let mut events = events.into_iter();
+        let first = events.next();
+        self.pending = events.next();
+        first
+    }
+
+    fn on_barrier(&mut self, index: usize, barrier: CheckpointBarrier) -> Option<GateEvent<T>> {
+        match self.aligning {
+            Some(current) if barrier.id < current.id => return None, // a stale barrier: ignore
+            Some(current) if barrier.id > current.id => {
+                // The previous checkpoint was abandoned upstream: start over with the newer one.
+                self.channels.iter_mut().for_each(|c| c.blocked = false);
+                self.aligning = Some(barrier);
+            }
+            Some(_) => {}
+            None => self.aligning = Some(barrier),
+        }
+        self.channels[index].blocked = true;
+        self.alignment_complete().then(|| self.release(barrier))
+    }
+
+    fn alignment_complete(&self) -> bool {
+        self.channels.iter().all(|c| c.blocked || c.ended)
+    }
+
+    fn release(&mut self, barrier: CheckpointBarrier) -> GateEvent<T> {
+        self.channels.iter_mut().for_each(|c| c.blocked = false);
+        self.aligning = None;
+        GateEvent::Barrier(barrier)
+    }
+}
+
+/// A task whose chain starts at an input gate (every task but the sources).
+pub(crate) struct InputTask<T> {
+    gate: InputGate<T>,
+    chain: Box<dyn Output<T>>,
+    ctx: TaskContext,
+}
+
+impl<T> InputTask<T> {
+    pub(crate) fn new(receivers: Vec<Receiver<StreamElement<T>>>, chain: Box<dyn Output<T>>, ctx: TaskContext) -> Self {
+        InputTask { gate: InputGate::new(receivers, ctx.clone()), chain, ctx }
+    }
+}
+
+impl<T: Send> TaskDriver for InputTask<T> {
+    fn run(self: Box<Self>) -> Result<()> {
+        let InputTask { mut gate, mut chain, ctx } = *self;
+        chain.open()?;
+        let mut next_tick = Instant::now() + ctx.buffer_timeout;
+        loop {
+            match gate.next(next_tick)? {
+                GateEvent::Records(mut batch) => chain.records(&mut batch)?,
+                GateEvent::Watermark(watermark) => chain.watermark(watermark)?,
+                GateEvent::Idle(idle) => chain.idle(idle)?,
+                GateEvent::Barrier(barrier) => chain.barrier(barrier)?,
+                GateEvent::End => break,
+                GateEvent::Timeout => {}
+            }
+            let now = Instant::now();
+            if now >= next_tick {
+                chain.tick()?;
+                next_tick = now + ctx.buffer_timeout;
+            }
+        }
+        chain.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::TaskMetrics;
+    use crate::runtime::JobControl;
+    use crossbeam_channel::{Sender, bounded};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn gate(n: usize) -> (Vec<Sender<StreamElement<u32>>>, InputGate<u32>) {
+        let (tx, rx): (Vec<_>, Vec<_>) = (0..n).map(|_| bounded(16)).unzip();
+        let ctx = TaskContext {
+            control: Arc::new(JobControl::default()),
+            metrics: Arc::new(TaskMetrics::new("t", 0)),
+            buffer_timeout: Duration::from_millis(5),
+        };
+        (tx, InputGate::new(rx, ctx))
+    }
+
+    /// Everything the gate yields until it times out, as text.
+    fn events(gate: &mut InputGate<u32>) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            match gate.next(Instant::now() + Duration::from_millis(5)).unwrap() {
+                GateEvent::Timeout => return out,
+                GateEvent::End => {
+                    out.push("end".into());
+                    return out;
+                }
+                GateEvent::Records(b) => out.push(format!("{:?}", b.iter().map(|r| r.value).collect::<Vec<_>>())),
+                GateEvent::Watermark(w) => out.push(format!("wm:{w}")),
+                GateEvent::Idle(i) => out.push(format!("idle:{i}")),
+                GateEvent::Barrier(b) => out.push(format!("barrier:{}", b.id)),
+            }
+        }
+    }
+
+    fn send(tx: &Sender<StreamElement<u32>>, element: StreamElement<u32>) {
+        tx.send(element).unwrap();
+    }
+
+    #[test]
+    fn watermark_is_the_minimum_over_channels_and_never_goes_back() {
+        let (tx, mut gate) = gate(2);
+        send(&tx[0], StreamElement::Watermark(10));
+        assert_eq!(events(&mut gate), Vec::<String>::new());
+        send(&tx[1], StreamElement::Watermark(5));
+        assert_eq!(events(&mut gate), vec!["wm:5"]);
+        send(&tx[1], StreamElement::Watermark(20));
+        assert_eq!(events(&mut gate), vec!["wm:10"]);
+        send(&tx[0], StreamElement::Watermark(3));
+        assert_eq!(events(&mut gate), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_idle_channel_does_not_hold_back_the_watermark() {
+        let (tx, mut gate) = gate(2);
+        send(&tx[0], StreamElement::Watermark(10));
+        send(&tx[1], StreamElement::Idle(true));
+        assert_eq!(events(&mut gate), vec!["wm:10"]);
+        send(&tx[0], StreamElement::Idle(true));
+        assert_eq!(events(&mut gate), vec!["idle:true"]);
+        // The channel that comes back behind the gate's watermark does not pull it back...
+        send(&tx[1], StreamElement::Idle(false));
+        send(&tx[1], StreamElement::Watermark(4));
+        assert_eq!(events(&mut gate), vec!["idle:false"]);
+        // ...and counts again once it caught up.
+        send(&tx[1], StreamElement::Watermark(12));
+        send(&tx[0], StreamElement::Idle(false));
+        send(&tx[0], StreamElement::Watermark(15));
+        assert_eq!(events(&mut gate), vec!["wm:12"]);
+    }
+
+    #[test]
+    fn finished_channels_stop_counting_and_the_gate_ends_with_the_last() {
+        let (tx, mut gate) = gate(2);
+        send(&tx[0], StreamElement::Watermark(10));
+        send(&tx[1], StreamElement::Records(vec![Record::untimed(1)]));
+        send(&tx[1], StreamElement::EndOfInput);
+        assert_eq!(events(&mut gate), vec!["[1]", "wm:10"]);
+        send(&tx[0], StreamElement::EndOfInput);
+        assert_eq!(events(&mut gate), vec!["end"]);
+    }
+
+    #[test]
+    fn barriers_are_aligned_across_channels() {
+        let (tx, mut gate) = gate(2);
+        let barrier = CheckpointBarrier { id: 1, timestamp: 0 };
+        send(&tx[0], StreamElement::Barrier(barrier));
+        send(&tx[0], StreamElement::Records(vec![Record::untimed(2)])); // after the barrier: held back
+        send(&tx[1], StreamElement::Records(vec![Record::untimed(1)]));
+        assert_eq!(events(&mut gate), vec!["[1]"]);
+        send(&tx[1], StreamElement::Barrier(barrier));
+        assert_eq!(events(&mut gate), vec!["barrier:1", "[2]"]);
+    }
+
+    #[test]
+    fn a_vanished_upstream_cancels_the_task() {
+        let (tx, mut gate) = gate(1);
+        drop(tx);
+        assert!(gate.next(Instant::now() + Duration::from_millis(5)).unwrap_err().is_cancelled());
+    }
+}

@@ -1,0 +1,282 @@
+//! The network output of a chain: partitions records over the channels of the next task,
+//! collects them into batches, and sends a batch when it is full or when the buffer timeout ticks.
+//! Control events are broadcast to every channel after the pending batches, so they stay in order.
+
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+
+use crate::error::Result;
+use crate::keys::{KeyGroup, subtask_for_key_group};
+use crate::record::{CheckpointBarrier, Record, StreamElement, Timestamp};
+use crate::runtime::{Output, TaskContext};
+
+/// Computes the key group of a record (the key selector followed by the stable key hash).
+pub(crate) type KeyGroupFn<T> = Arc<dyn Fn(&T) -> KeyGroup + Send + Sync>;
+
+/// How records of an edge are spread over the consumer's subtasks.
+pub(crate) enum ShipStrategy<T> {
+    /// Subtask `i` to subtask `i` (equal parallelism).
+    Forward,
+    /// Round robin, record by record.
+    Rebalance,
+    /// Every record to every subtask.
+    Broadcast,
+    /// By key group: every record of a key reaches the same subtask.
+    Hash(KeyGroupFn<T>),
+}
+
+enum Partitioner<T> {
+    Single,
+    RoundRobin { next: usize },
+    Broadcast,
+    KeyGroups { key_group: KeyGroupFn<T>, channel_of: Vec<u32> },
+}
+
+/// Writes a stream to the channels of its consumer task.
+pub(crate) struct RecordWriter<T> {
+    channels: Vec<Sender<StreamElement<T>>>,
+    buffers: Vec<Vec<Record<T>>>,
+    partitioner: Partitioner<T>,
+    batch_size: usize,
+    ctx: TaskContext,
+}
+
+impl<T: Clone + Send> RecordWriter<T> {
+    /// A writer over `channels`, one per consumer subtask it may send to (a forward edge gives one).
+    pub(crate) fn new(
+        channels: Vec<Sender<StreamElement<T>>>,
+        strategy: ShipStrategy<T>,
+        max_parallelism: usize,
+        batch_size: usize,
+        ctx: TaskContext,
+    ) -> Self {
+        let n = channels.len();
+        let partitioner = match strategy {
+            _ if n == 1 => Partitioner::Single,
+            ShipStrategy::Forward | ShipStrategy::Rebalance => Partitioner::RoundRobin { next: 0 },
+            ShipStrategy::Broadcast => Partitioner::Broadcast,
+            ShipStrategy::Hash(key_group) => Partitioner::KeyGroups {
+                key_group,
+                channel_of: (0..max_parallelism)
+                    .map(|kg| subtask_for_key_group(kg as KeyGroup, max_parallelism, n) as u32)
+                    .collect(),
+            },
+        };
+        RecordWriter {
+            buffers: (0..n).map(|_| Vec::with_capacity(batch_size)).collect(),
+            channels,
+            partitioner,
+            batch_size,
+            ctx,
+        }
+    }
+
+    fn send_buffer(&mut self, channel: usize) -> Result<()> {
+        let full = std::mem::replace(&mut self.buffers[channel], Vec::with_capacity(self.batch_size));
+        self.ctx.send(&self.channels[channel], StreamElement::Records(full))
+    }
+
+    fn flush_all(&mut self) -> Result<()> {
+        for channel in 0..self.channels.len() {
+            if !self.buffers[channel].is_empty() {
+                self.send_buffer(channel)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn broadcast_control(&mut self, element: impl Fn() -> StreamElement<T>) -> Result<()> {
+        self.flush_all()?;
+        for channel in &self.channels {
+            self.ctx.send(channel, element())?;
+        }
+        Ok(())
+    }
+}
+
+impl<T: Clone + Send> Output<T> for RecordWriter<T> {
+    fn records(&mut self, batch: &mut Vec<Record<T>>) -> Result<()> {
+        match &mut self.partitioner {
+            Partitioner::Single => {
+                if self.buffers[0].is_empty() && batch.len() >= self.batch_size {
+                    let full = std::mem::replace(batch, Vec::with_capacity(self.batch_size));
+                    return self.ctx.send(&self.channels[0], StreamElement::Records(full));
+                }
+                self.buffers[0].append(batch);
+                if self.buffers[0].len() >= self.batch_size {
+                    self.send_buffer(0)?;
+                }
+            }
+            Partitioner::RoundRobin { next } => {
+                let n = self.channels.len();
+                let mut channel = *next;
+                for record in batch.drain(..) {
+                    self.buffers[channel].push(record);
+                    if self.buffers[channel].len() >= self.batch_size {
+                        let full = std::mem::replace(&mut self.buffers[channel], Vec::with_capacity(self.batch_size));
+                        self.ctx.send(&self.channels[channel], StreamElement::Records(full))?;
+                    }
+                    channel = if channel + 1 == n { 0 } else { channel + 1 };
+                }
+                if let Partitioner::RoundRobin { next } = &mut self.partitioner {
+                    *next = channel;
+                }
+            }
+            Partitioner::KeyGroups { key_group, channel_of } => {
+                for record in batch.drain(..) {
+                    let channel = channel_of[key_group(&record.value) as usize] as usize;
+                    let buffer = &mut self.buffers[channel];
+                    buffer.push(record);
+                    if buffer.len() >= self.batch_size {
+                        let full = std::mem::replace(buffer, Vec::with_capacity(self.batch_size));
+                        self.ctx.send(&self.channels[channel], StreamElement::Records(full))?;
+                    }
+                }
+            }
+            Partitioner::Broadcast => {
+                for channel in 0..self.channels.len() {
+                    self.buffers[channel].extend(batch.iter().cloned());
+                    if self.buffers[channel].len() >= self.batch_size {
+                        self.send_buffer(channel)?;
+                    }
+                }
+                batch.clear();
+            }
+        }
+        Ok(())
+    }
+
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        self.broadcast_control(|| StreamElement::Watermark(watermark))
+    }
+
+    fn idle(&mut self, idle: bool) -> Result<()> {
+        self.broadcast_control(|| StreamElement::Idle(idle))
+    }
+
+    fn barrier(&mut self, barrier: CheckpointBarrier) -> Result<()> {
+        self.broadcast_control(|| StreamElement::Barrier(barrier))
+    }
+
+    fn tick(&mut self) -> Result<()> {
+        self.flush_all()
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.broadcast_control(|| StreamElement::EndOfInput)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::key_group_of;
+    use crate::metrics::TaskMetrics;
+    use crate::runtime::JobControl;
+    use crossbeam_channel::{Receiver, bounded};
+    use std::time::Duration;
+
+    fn ctx() -> TaskContext {
+        TaskContext {
+            control: Arc::new(JobControl::default()),
+            metrics: Arc::new(TaskMetrics::new("test", 0)),
+            buffer_timeout: Duration::from_millis(5),
+        }
+    }
+
+    fn channels(n: usize) -> (Vec<Sender<StreamElement<u64>>>, Vec<Receiver<StreamElement<u64>>>) {
+        (0..n).map(|_| bounded(64)).unzip()
+    }
+
+    fn drain(rx: &Receiver<StreamElement<u64>>) -> (Vec<u64>, Vec<String>) {
+        let mut values = Vec::new();
+        let mut control = Vec::new();
+        while let Ok(element) = rx.try_recv() {
+            match element {
+                StreamElement::Records(batch) => values.extend(batch.into_iter().map(|r| r.value)),
+                StreamElement::Watermark(w) => control.push(format!("wm:{w}")),
+                StreamElement::EndOfInput => control.push("end".into()),
+                other => control.push(format!("{other:?}")),
+            }
+        }
+        (values, control)
+    }
+
+    fn write(writer: &mut RecordWriter<u64>, values: impl IntoIterator<Item = u64>) {
+        let mut batch: Vec<Record<u64>> = values.into_iter().map(Record::untimed).collect();
+        writer.records(&mut batch).unwrap();
+        assert!(batch.is_empty());
+    }
+
+    #[test]
+    fn hash_sends_each_key_to_its_key_group_owner() {
+        let (tx, rx) = channels(3);
+        let key_group: KeyGroupFn<u64> = Arc::new(|v: &u64| key_group_of(&(v % 10), 128));
+        let mut writer = RecordWriter::new(tx, ShipStrategy::Hash(key_group), 128, 4, ctx());
+        write(&mut writer, 0..100);
+        writer.finish().unwrap();
+        let mut seen = 0;
+        for (subtask, rx) in rx.iter().enumerate() {
+            let (values, control) = drain(rx);
+            assert_eq!(control, vec!["end"]);
+            for v in &values {
+                assert_eq!(subtask_for_key_group(key_group_of(&(v % 10), 128), 128, 3), subtask);
+            }
+            // Order within a channel is preserved.
+            assert!(values.windows(2).all(|w| w[0] < w[1]));
+            seen += values.len();
+        }
+        assert_eq!(seen, 100);
+    }
+
+    #[test]
+    fn rebalance_is_round_robin_and_broadcast_copies() {
+        let (tx, rx) = channels(2);
+        let mut writer = RecordWriter::new(tx, ShipStrategy::Rebalance, 128, 100, ctx());
+        write(&mut writer, 0..6);
+        writer.tick().unwrap();
+        assert_eq!(drain(&rx[0]).0, vec![0, 2, 4]);
+        assert_eq!(drain(&rx[1]).0, vec![1, 3, 5]);
+
+        let (tx, rx) = channels(2);
+        let mut writer = RecordWriter::new(tx, ShipStrategy::Broadcast, 128, 100, ctx());
+        write(&mut writer, 0..3);
+        writer.watermark(7).unwrap();
+        for rx in &rx {
+            assert_eq!(drain(rx), (vec![0, 1, 2], vec!["wm:7".to_string()]));
+        }
+    }
+
+    #[test]
+    fn batches_wait_for_the_timeout_or_a_full_buffer() {
+        let (tx, rx) = channels(1);
+        let mut writer = RecordWriter::new(tx, ShipStrategy::Forward, 128, 4, ctx());
+        write(&mut writer, 0..3);
+        assert!(rx[0].is_empty(), "a partial batch waits");
+        write(&mut writer, 3..5);
+        assert_eq!(drain(&rx[0]).0, vec![0, 1, 2, 3, 4]);
+        write(&mut writer, 5..6);
+        writer.tick().unwrap();
+        assert_eq!(drain(&rx[0]).0, vec![5]);
+    }
+
+    #[test]
+    fn a_full_channel_blocks_and_counts_backpressure_until_cancelled() {
+        let (tx, _rx) = channels(1);
+        let ctx = ctx();
+        let mut writer = RecordWriter::new(tx, ShipStrategy::Forward, 128, 1, ctx.clone());
+        for i in 0..64 {
+            write(&mut writer, [i]); // one batch each: fills the channel
+        }
+        let control = ctx.control.clone();
+        let canceller = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(120));
+            control.cancel();
+        });
+        let mut batch = vec![Record::untimed(99)];
+        assert!(writer.records(&mut batch).unwrap_err().is_cancelled());
+        canceller.join().unwrap();
+        assert!(ctx.metrics.snapshot_backpressured_ns() >= 100_000_000);
+    }
+}

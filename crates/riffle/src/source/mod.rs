@@ -1,0 +1,177 @@
+//! Sources: where a job's records come from.
+//!
+//! A [`Source`] is a set of splits (files, Kafka partitions, datagen streams) that parallel
+//! subtasks read with [`SplitReader`]s. A reader reports a position that can be stored in a
+//! checkpoint and sought to on recovery, so a replayable source can be rewound. Records that cannot
+//! be decoded follow the source's [`BadRecordPolicy`]: fail the job, skip and count, or go to the
+//! dead-letter output (the default), never lost without a count.
+
+pub mod collection;
+pub mod datagen;
+pub mod file;
+pub(crate) mod task;
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+
+use crate::error::Result;
+use crate::record::{Data, NO_TIMESTAMP, Record, Timestamp};
+
+/// Whether a source ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Boundedness {
+    /// The source ends (a file, a datagen with a count): the job finishes when it is read.
+    Bounded,
+    /// The source runs until the job is stopped (Kafka, a datagen without a count).
+    Unbounded,
+}
+
+/// What to do with a record that cannot be decoded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BadRecordPolicy {
+    /// Fail the job with an error that names the source and the record's position.
+    Fail,
+    /// Skip it, count it in `bad_records` and log it (rate-limited).
+    Skip,
+    /// Count it and send it to the source's dead-letter output (see
+    /// [`DataStream::dead_letters`](crate::DataStream::dead_letters)); when the job does not consume
+    /// that output, it is written to a file under the job's `dead_letter_dir`.
+    #[default]
+    DeadLetter,
+}
+
+impl std::str::FromStr for BadRecordPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fail" => Ok(BadRecordPolicy::Fail),
+            "skip" => Ok(BadRecordPolicy::Skip),
+            "dead-letter" => Ok(BadRecordPolicy::DeadLetter),
+            other => Err(format!("unknown bad-record policy `{other}` (expected fail, skip or dead-letter)")),
+        }
+    }
+}
+
+/// A record that could not be decoded, with where it came from and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    /// Name of the source.
+    pub source: String,
+    /// Split the record came from (a file path, a partition).
+    pub split: String,
+    /// Position inside the split (line number, offset).
+    pub position: String,
+    /// Why decoding failed.
+    pub error: String,
+    /// The raw record (invalid UTF-8 replaced).
+    pub payload: String,
+}
+
+/// A set of splits read in parallel.
+///
+/// Implement this for a new connector; the built-in ones are [`datagen::DatagenSource`] and
+/// [`file::FileSource`].
+pub trait Source<T: Data>: Send + Sync + 'static {
+    /// A unit of parallel reading: a file, a partition, a generator stream.
+    type Split: Clone + Send + std::fmt::Debug + 'static;
+
+    /// The default name of the source's operator.
+    fn name(&self) -> String;
+
+    /// Whether the source ends.
+    fn boundedness(&self) -> Boundedness;
+
+    /// Checks the source's configuration (paths exist, values in range) before the job starts.
+    fn validate(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// The splits to read. Split `i` is read by subtask `i % parallelism`.
+    fn splits(&self, parallelism: usize) -> Result<Vec<Self::Split>>;
+
+    /// A reader for one split, on the subtask's thread.
+    fn reader(&self, split: Self::Split) -> Result<Box<dyn SplitReader<T>>>;
+
+    /// What to do with records that cannot be decoded.
+    fn bad_record_policy(&self) -> BadRecordPolicy {
+        BadRecordPolicy::DeadLetter
+    }
+}
+
+/// Reads one split.
+pub trait SplitReader<T>: Send {
+    /// A name for the split (file path, partition), used in dead letters and errors.
+    fn split_id(&self) -> String;
+
+    /// Reads up to `max` records into `out`.
+    fn read(&mut self, out: &mut SourceOutput<T>, max: usize) -> Result<ReadStatus>;
+
+    /// The position after the last record read, to store in a checkpoint.
+    fn position(&self) -> serde_json::Value;
+
+    /// Continues reading after `position` (a value returned by [`position`](SplitReader::position)).
+    fn seek(&mut self, position: &serde_json::Value) -> Result<()>;
+}
+
+/// What a [`SplitReader::read`] call found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadStatus {
+    /// Records may be available right away.
+    Ready,
+    /// Nothing to read now; try again at the given instant (or soon, if `None`).
+    Pending(Option<Instant>),
+    /// The split is exhausted.
+    Finished,
+}
+
+/// Where a [`SplitReader`] puts what it read.
+#[derive(Debug)]
+pub struct SourceOutput<T> {
+    pub(crate) records: Vec<Record<T>>,
+    pub(crate) bad: Vec<BadInput>,
+}
+
+/// A record a reader could not decode.
+#[derive(Debug, Clone)]
+pub(crate) struct BadInput {
+    pub(crate) position: String,
+    pub(crate) error: String,
+    pub(crate) payload: String,
+}
+
+impl<T> SourceOutput<T> {
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        SourceOutput { records: Vec::with_capacity(capacity), bad: Vec::new() }
+    }
+
+    /// Emits a record without an event timestamp (the job's watermark strategy assigns one).
+    pub fn emit(&mut self, value: T) {
+        self.records.push(Record { value, timestamp: NO_TIMESTAMP });
+    }
+
+    /// Emits a record with the timestamp the source knows (a Kafka record's timestamp).
+    pub fn emit_with_timestamp(&mut self, value: T, timestamp: Timestamp) {
+        self.records.push(Record { value, timestamp });
+    }
+
+    /// Reports a record that could not be decoded at `position`.
+    pub fn bad_record(&mut self, position: impl Into<String>, error: impl std::fmt::Display, payload: &[u8]) {
+        self.bad.push(BadInput {
+            position: position.into(),
+            error: error.to_string(),
+            payload: String::from_utf8_lossy(payload).into_owned(),
+        });
+    }
+
+    /// Records emitted since the last time the runtime took them.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether nothing was emitted since the last time the runtime took the records.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}

@@ -1,0 +1,248 @@
+//! The task loop of a source subtask: reads its splits in turn, applies the bad-record policy,
+//! pushes batches into the chain, sleeps when there is nothing to read, and ends the input when the
+//! splits are exhausted (with a final watermark) or when the job is stopped.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::metrics::OperatorMetrics;
+use crate::record::{Data, MAX_WATERMARK};
+use crate::runtime::{CANCEL_POLL, Output, TaskContext, TaskDriver};
+use crate::source::{BadRecordPolicy, Boundedness, DeadLetter, ReadStatus, Source, SourceOutput, SplitReader};
+use crate::util::RateLimitedLog;
+
+/// A source in the job graph, with its type hidden from the graph.
+pub(crate) trait ErasedSource: Send + Sync {
+    fn name(&self) -> String;
+    fn validate(&self) -> Result<()>;
+    fn policy(&self) -> BadRecordPolicy;
+    /// Builds the driver of `subtask`; `output` is a `Box<dyn Output<T>>`.
+    fn task(&self, setup: SourceTaskSetup) -> Result<Box<dyn TaskDriver>>;
+}
+
+/// What the graph gives a source subtask.
+pub(crate) struct SourceTaskSetup {
+    pub(crate) name: String,
+    pub(crate) subtask: usize,
+    pub(crate) parallelism: usize,
+    pub(crate) output: Box<dyn std::any::Any + Send>,
+    pub(crate) dead_letter: Box<dyn Output<DeadLetter>>,
+    pub(crate) metrics: Arc<OperatorMetrics>,
+    pub(crate) ctx: TaskContext,
+    pub(crate) batch_size: usize,
+}
+
+/// A typed [`Source`] as the job graph holds it; enumerates the splits once per job.
+pub struct SourceSpec<T: Data, S: Source<T>> {
+    source: S,
+    splits: Mutex<Option<Vec<S::Split>>>,
+    _type: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T: Data, S: Source<T>> SourceSpec<T, S> {
+    pub(crate) fn new(source: S) -> Self {
+        SourceSpec { source, splits: Mutex::new(None), _type: std::marker::PhantomData }
+    }
+}
+
+impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
+    fn name(&self) -> String {
+        self.source.name()
+    }
+
+    fn validate(&self) -> Result<()> {
+        self.source.validate()
+    }
+
+    fn policy(&self) -> BadRecordPolicy {
+        self.source.bad_record_policy()
+    }
+
+    fn task(&self, setup: SourceTaskSetup) -> Result<Box<dyn TaskDriver>> {
+        let mut splits = self.splits.lock().expect("splits lock");
+        if splits.is_none() {
+            *splits = Some(self.source.splits(setup.parallelism)?);
+        }
+        let mine = splits
+            .as_ref()
+            .expect("splits enumerated")
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % setup.parallelism == setup.subtask)
+            .map(|(_, split)| self.source.reader(split.clone()))
+            .collect::<Result<Vec<_>>>()
+            .map_err(|e| e.in_operator(&setup.name, setup.subtask))?;
+        let output = *setup
+            .output
+            .downcast::<Box<dyn Output<T>>>()
+            .map_err(|_| Error::Graph(format!("source `{}`: output of another type", setup.name)))?;
+        Ok(Box::new(SourceTask {
+            splits: mine.into_iter().map(|reader| SplitSlot { reader, finished: false, retry_at: None }).collect(),
+            chain: output,
+            dead_letter: setup.dead_letter,
+            policy: self.source.bad_record_policy(),
+            bounded: self.source.boundedness() == Boundedness::Bounded,
+            bad_log: RateLimitedLog::new(Duration::from_secs(10)),
+            name: setup.name,
+            subtask: setup.subtask,
+            metrics: setup.metrics,
+            ctx: setup.ctx,
+            batch_size: setup.batch_size,
+        }))
+    }
+}
+
+struct SplitSlot<T> {
+    reader: Box<dyn SplitReader<T>>,
+    finished: bool,
+    retry_at: Option<Instant>,
+}
+
+/// The driver of one source subtask.
+pub(crate) struct SourceTask<T> {
+    name: String,
+    subtask: usize,
+    splits: Vec<SplitSlot<T>>,
+    chain: Box<dyn Output<T>>,
+    dead_letter: Box<dyn Output<DeadLetter>>,
+    policy: BadRecordPolicy,
+    bounded: bool,
+    bad_log: RateLimitedLog,
+    metrics: Arc<OperatorMetrics>,
+    ctx: TaskContext,
+    batch_size: usize,
+}
+
+impl<T: Data> SourceTask<T> {
+    /// Applies the bad-record policy to what the last read could not decode.
+    fn handle_bad_records(&mut self, out: &mut SourceOutput<T>, split: usize) -> Result<()> {
+        if out.bad.is_empty() {
+            return Ok(());
+        }
+        let split_id = self.splits[split].reader.split_id();
+        self.metrics.add_bad(out.bad.len() as u64);
+        match self.policy {
+            BadRecordPolicy::Fail => {
+                let bad = out.bad.swap_remove(0);
+                Err(Error::BadRecord {
+                    source_name: self.name.clone(),
+                    position: format!("{split_id} {}", bad.position),
+                    message: bad.error,
+                })
+            }
+            BadRecordPolicy::Skip => {
+                for bad in out.bad.drain(..) {
+                    if let Some(suppressed) = self.bad_log.should_log() {
+                        tracing::warn!(
+                            source = %self.name, split = %split_id, position = %bad.position,
+                            error = %bad.error, suppressed, "skipping a record that cannot be decoded"
+                        );
+                    }
+                }
+                Ok(())
+            }
+            BadRecordPolicy::DeadLetter => {
+                let mut letters: Vec<_> = out
+                    .bad
+                    .drain(..)
+                    .map(|bad| {
+                        crate::Record::untimed(DeadLetter {
+                            source: self.name.clone(),
+                            split: split_id.clone(),
+                            position: bad.position,
+                            error: bad.error,
+                            payload: bad.payload,
+                        })
+                    })
+                    .collect();
+                self.dead_letter.records(&mut letters)
+            }
+        }
+    }
+
+    /// One pass over the splits that can be read now. Returns whether anything was read and the
+    /// earliest instant a pending split wants to be asked again.
+    fn read_round(&mut self, out: &mut SourceOutput<T>) -> Result<(bool, Option<Instant>)> {
+        let now = Instant::now();
+        let mut progressed = false;
+        let mut earliest: Option<Instant> = None;
+        for index in 0..self.splits.len() {
+            let slot = &mut self.splits[index];
+            if slot.finished {
+                continue;
+            }
+            if let Some(at) = slot.retry_at
+                && at > now
+            {
+                earliest = Some(earliest.map_or(at, |e| e.min(at)));
+                continue;
+            }
+            let status = slot.reader.read(out, self.batch_size)?;
+            slot.retry_at = None;
+            match status {
+                ReadStatus::Ready => {}
+                ReadStatus::Finished => slot.finished = true,
+                ReadStatus::Pending(at) => {
+                    let at = at.unwrap_or(now + Duration::from_millis(1));
+                    slot.retry_at = Some(at);
+                    earliest = Some(earliest.map_or(at, |e| e.min(at)));
+                }
+            }
+            self.handle_bad_records(out, index)?;
+            if !out.records.is_empty() {
+                progressed = true;
+                self.metrics.add_out(out.records.len() as u64);
+                self.chain.records(&mut out.records)?;
+                out.records.clear();
+            }
+        }
+        Ok((progressed, earliest))
+    }
+
+    fn run_loop(&mut self) -> Result<bool> {
+        let mut out = SourceOutput::with_capacity(self.batch_size);
+        let mut next_tick = Instant::now() + self.ctx.buffer_timeout;
+        loop {
+            if self.ctx.control.is_cancelled() {
+                return Err(Error::Cancelled);
+            }
+            if self.ctx.control.is_stop_requested() {
+                return Ok(false);
+            }
+            if self.splits.iter().all(|s| s.finished) && (self.bounded || !self.splits.is_empty()) {
+                return Ok(true);
+            }
+            let (progressed, earliest) = self.read_round(&mut out)?;
+            let now = Instant::now();
+            if now >= next_tick {
+                self.chain.tick()?;
+                self.dead_letter.tick()?;
+                next_tick = now + self.ctx.buffer_timeout;
+            }
+            if !progressed {
+                let wake = earliest.unwrap_or(next_tick).min(next_tick);
+                let sleep = wake.saturating_duration_since(now).min(CANCEL_POLL);
+                if !sleep.is_zero() {
+                    std::thread::sleep(sleep);
+                    self.ctx.metrics.add_idle(sleep);
+                }
+            }
+        }
+    }
+}
+
+impl<T: Data> TaskDriver for SourceTask<T> {
+    fn run(mut self: Box<Self>) -> Result<()> {
+        self.chain.open()?;
+        self.dead_letter.open()?;
+        let exhausted = self.run_loop().map_err(|e| e.in_operator(&self.name, self.subtask))?;
+        if exhausted {
+            // A bounded input is complete: every window can fire (batch is a special case of streaming).
+            self.chain.watermark(MAX_WATERMARK)?;
+            self.dead_letter.watermark(MAX_WATERMARK)?;
+        }
+        self.chain.finish()?;
+        self.dead_letter.finish()
+    }
+}

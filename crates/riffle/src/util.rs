@@ -1,0 +1,49 @@
+//! Small helpers shared by the runtime's parts.
+
+use std::time::{Duration, Instant};
+
+/// Lets a message through at most once per interval and counts the ones held back, so a flood
+/// of bad or late records cannot flood the log while every one of them is still counted.
+#[derive(Debug)]
+pub(crate) struct RateLimitedLog {
+    interval: Duration,
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl RateLimitedLog {
+    pub(crate) fn new(interval: Duration) -> Self {
+        RateLimitedLog { interval, last: None, suppressed: 0 }
+    }
+
+    /// `Some(n)` if this occurrence should be logged, `n` being how many were held back since
+    /// the last one logged; `None` if it should not.
+    pub(crate) fn should_log(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        match self.last {
+            Some(last) if now.duration_since(last) < self.interval => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logs_once_per_interval_and_counts_the_rest() {
+        let mut log = RateLimitedLog::new(Duration::from_secs(3600));
+        assert_eq!(log.should_log(), Some(0));
+        assert_eq!(log.should_log(), None);
+        assert_eq!(log.should_log(), None);
+        log.last = Some(Instant::now() - Duration::from_secs(7200));
+        assert_eq!(log.should_log(), Some(2));
+    }
+}
