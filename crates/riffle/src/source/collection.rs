@@ -34,6 +34,11 @@ impl<T: Data + Sync> Source<T> for CollectionSource<T> {
         Ok((0..parallelism).map(|i| (i * n / parallelism, (i + 1) * n / parallelism)).collect())
     }
 
+    fn bad_record_policy(&self) -> crate::source::BadRecordPolicy {
+        // Values in memory are never undecodable.
+        crate::source::BadRecordPolicy::Fail
+    }
+
     fn reader(&self, (start, end): (usize, usize)) -> Result<Box<dyn SplitReader<T>>> {
         Ok(Box::new(CollectionReader { values: self.values.clone(), start, next: start, end }))
     }

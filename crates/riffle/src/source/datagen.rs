@@ -111,6 +111,11 @@ impl<G: Generator> Source<G::Item> for DatagenSource<G> {
         Ok(())
     }
 
+    fn bad_record_policy(&self) -> crate::source::BadRecordPolicy {
+        // Generated records are never undecodable.
+        crate::source::BadRecordPolicy::Fail
+    }
+
     fn splits(&self, _parallelism: usize) -> Result<Vec<usize>> {
         Ok((0..self.splits).collect())
     }

@@ -1,0 +1,67 @@
+//! A failing or panicking user function fails the job with an error naming the operator and
+//! subtask; nothing hangs.
+
+use riffle::Error;
+use riffle::source::datagen::{ClicksConfig, DatagenSource};
+use riffle::sink::CollectSink;
+
+use crate::{env, run};
+
+#[test]
+fn an_error_in_a_user_function_names_the_operator_and_subtask() {
+    let env = env(1);
+    let (sink, _) = CollectSink::new();
+    env.from_iter(vec!["1".to_string(), "x".into(), "3".into()])
+        .try_map(|s| s.parse::<u32>())
+        .name("parse")
+        .sink(sink);
+    match run(&env) {
+        Err(Error::Operator { operator, subtask, source }) => {
+            assert_eq!((operator.as_str(), subtask), ("parse", 0));
+            assert_eq!(source.to_string(), "invalid digit found in string");
+        }
+        other => panic!("expected an operator error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_panic_in_a_user_function_fails_the_job_downstream_of_a_shuffle() {
+    let env = env(2);
+    let (sink, _) = CollectSink::new();
+    env.from_iter(0..1000u64)
+        .key_by(|x| *x)
+        .process(|_: &u64, x: u64, ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>| -> riffle::Result<()> {
+            if x == 777 {
+                panic!("record 777 is cursed");
+            }
+            ctx.emit(x)
+        })
+        .name("cursed")
+        .sink(sink);
+    match run(&env) {
+        Err(Error::Panic { operator, message, .. }) => {
+            assert_eq!(operator, "cursed");
+            assert_eq!(message, "record 777 is cursed");
+        }
+        other => panic!("expected a panic error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_failure_in_a_sink_stops_an_unbounded_job() {
+    let env = env(2);
+    let (sink, _) = CollectSink::new();
+    env.from_source(DatagenSource::clicks(ClicksConfig::default()))
+        .map(|c| c.user_id)
+        .rebalance()
+        .try_map(|id| if id % 1000 == 7 { Err(format!("user {id} rejected")) } else { Ok(id) })
+        .name("validate")
+        .sink(sink);
+    match run(&env) {
+        Err(Error::Operator { operator, source, .. }) => {
+            assert_eq!(operator, "validate");
+            assert!(source.to_string().ends_with("rejected"));
+        }
+        other => panic!("expected an operator error, got {other:?}"),
+    }
+}

@@ -1,0 +1,60 @@
+//! key_by sends every record of a key to the subtask that owns the key's group, whatever the
+//! parallelism; the output multiset does not depend on the parallelism.
+
+use riffle::keys::{key_group_of, subtask_for_key_group};
+use riffle::operators::KeyedContext;
+use riffle::sink::CollectSink;
+use riffle::Result;
+
+use crate::{env, run};
+
+#[test]
+fn every_record_of_a_key_reaches_one_subtask_for_any_parallelism() {
+    for parallelism in 1..=5 {
+        let env = env(2);
+        let (sink, out) = CollectSink::new();
+        env.from_iter((0..500u64).collect::<Vec<_>>())
+            .key_by(|x| x % 37)
+            .process(|key: &u64, x: u64, ctx: &mut KeyedContext<'_, '_, u64, (u64, u64)>| -> Result<()> {
+                ctx.emit((*key, x))
+            })
+            .set_parallelism(parallelism)
+            .sink(sink)
+            .set_parallelism(parallelism);
+        run(&env).unwrap();
+        let by_subtask = out.records_by_subtask();
+        assert_eq!(by_subtask.len(), 500);
+        for (subtask, record) in by_subtask {
+            let (key, x) = record.value;
+            assert_eq!(key, x % 37);
+            let owner = subtask_for_key_group(key_group_of(&key, 128), 128, parallelism);
+            assert_eq!(subtask, owner, "key {key} at parallelism {parallelism}");
+        }
+    }
+}
+
+fn word_pipeline(parallelism: usize) -> Vec<(String, u64)> {
+    let env = env(parallelism);
+    let (sink, out) = CollectSink::new();
+    let lines: Vec<String> = (0..300).map(|i| format!("w{} w{} x{}", i % 7, i % 11, i % 3)).collect();
+    env.from_iter(lines)
+        .flat_map(|line: String| line.split(' ').map(str::to_string).collect::<Vec<_>>())
+        .filter(|w| !w.starts_with('x'))
+        .key_by(|w| w.clone())
+        .process(|word: &String, _w: String, ctx: &mut KeyedContext<'_, '_, String, (String, u64)>| -> Result<()> {
+            ctx.emit((word.clone(), word.len() as u64))
+        })
+        .rebalance()
+        .map(|p| p)
+        .sink(sink);
+    run(&env).unwrap();
+    out.sorted()
+}
+
+#[test]
+fn the_output_multiset_does_not_depend_on_parallelism() {
+    let one = word_pipeline(1);
+    assert_eq!(one.len(), 600);
+    assert_eq!(word_pipeline(2), one);
+    assert_eq!(word_pipeline(4), one);
+}
