@@ -97,6 +97,9 @@ pub(crate) struct Node {
     pub(crate) out_type: Arc<dyn StreamType>,
     pub(crate) kind: NodeKind,
     pub(crate) start_new_chain: bool,
+    /// The policy of a node that decodes input (a source, a parser), whose dead letters go to a
+    /// default file when the job does not consume them.
+    pub(crate) bad_records: Option<crate::source::BadRecordPolicy>,
 }
 
 /// Operations on a stream whose record type the graph does not know.

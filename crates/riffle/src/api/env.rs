@@ -99,7 +99,9 @@ impl StreamEnv {
     /// A stream read from `source`.
     pub fn from_source<T: Data, S: Source<T>>(&self, source: S) -> DataStream<T> {
         let name = format!("Source: {}", source.name());
+        let bad_records = Some(source.bad_record_policy());
         let node = self.inner.add_node(Node {
+            bad_records,
             name,
             uid: None,
             parallelism: None,
@@ -145,16 +147,16 @@ impl StreamEnv {
         let mut nodes = self.inner.nodes.borrow().clone();
         let config = self.config();
         for id in 0..nodes.len() {
-            let NodeKind::Source(source) = &nodes[id].kind else { continue };
-            if source.policy() != BadRecordPolicy::DeadLetter {
+            if nodes[id].bad_records != Some(BadRecordPolicy::DeadLetter) {
                 continue;
             }
             let consumed = nodes.iter().any(|n| {
                 n.inputs.iter().any(|e| e.from == id && e.slot == Slot::Side(DEAD_LETTER_TAG.into()))
             });
             if !consumed {
-                let dir = config.dead_letter_dir.join(file_name_of(&source.name()));
-                let mut node = sink_node(format!("Dead letters: {}", source.name()), FileSink::<DeadLetter>::new(dir));
+                let name = nodes[id].name.clone();
+                let dir = config.dead_letter_dir.join(file_name_of(&name));
+                let mut node = sink_node(format!("Dead letters: {name}"), FileSink::<DeadLetter>::new(dir).append(true));
                 node.parallelism = nodes[id].parallelism;
                 node.inputs.push(Edge {
                     from: id,

@@ -11,11 +11,11 @@ use crate::api::keyed::KeyedStream;
 use crate::error::{BoxError, Result};
 use crate::graph::{AnyOutput, Edge, KeyGroupFactory, Node, NodeId, NodeKind, Ship, Slot, TypeOf};
 use crate::keys::key_group_of;
-use crate::operators::{Filter, FlatMap, Identity, Map, Operator, OutputTag, SinkOperator, TryMap};
+use crate::operators::{Filter, FlatMap, Identity, Map, Operator, OutputTag, ParseJson, SinkOperator, TryMap};
 use crate::record::Data;
 use crate::runtime::{ChainLink, Output};
 use crate::sink::{Sink, StdoutSink};
-use crate::source::DeadLetter;
+use crate::source::{BadRecordPolicy, DeadLetter};
 
 /// A stream of records of type `T`.
 ///
@@ -74,6 +74,7 @@ pub(crate) fn operator_node<Op: Operator>(
             validate: None,
         },
         start_new_chain: false,
+        bad_records: None,
     }
 }
 
@@ -93,6 +94,7 @@ pub(crate) fn sink_node<T: Data, S: Sink<T>>(name: String, sink: S) -> Node {
             validate: Some(Arc::new(move || for_validation.validate())),
         },
         start_new_chain: false,
+        bad_records: None,
     };
     if let NodeKind::Operator { build, .. } = &mut node.kind {
         *build = Arc::new(move |ctx, _output, side| {
@@ -256,6 +258,29 @@ impl<T: Data> DataStream<T> {
     /// Starts a new task chain at this operator instead of chaining it to its input.
     pub fn start_new_chain(self) -> Self {
         self.with_node("start_new_chain", |node| node.start_new_chain = true)
+    }
+}
+
+impl<T: Data + AsRef<[u8]>> DataStream<T> {
+    /// Parses JSON payloads (strings or bytes) into records of type `U`. Payloads that do not
+    /// parse follow `policy`; with [`BadRecordPolicy::DeadLetter`] they are available through
+    /// [`dead_letters`](DataStream::dead_letters) on the returned stream.
+    ///
+    /// ```
+    /// use riffle::{StreamEnv, sink::CollectSink, source::BadRecordPolicy};
+    /// let env = StreamEnv::new();
+    /// let (sink, numbers) = CollectSink::new();
+    /// let (dead, letters) = CollectSink::new();
+    /// let parsed = env.from_iter(vec!["1".to_string(), "x".into()]).parse_json::<u64>(BadRecordPolicy::DeadLetter);
+    /// parsed.sink(sink);
+    /// parsed.dead_letters().sink(dead);
+    /// env.execute().unwrap();
+    /// assert_eq!((numbers.values(), letters.len()), (vec![1], 1));
+    /// ```
+    pub fn parse_json<U: Data>(&self, policy: BadRecordPolicy) -> DataStream<U> {
+        let mut node = operator_node("ParseJson", vec![self.edge()], move || Ok(ParseJson::<T, U>::new(policy)));
+        node.bad_records = Some(policy);
+        self.add(node)
     }
 }
 

@@ -7,6 +7,7 @@
 //! directly through their [`Collector`]: no channel, no copy, no serialization.
 
 mod basic;
+mod decode;
 mod keyed;
 mod sink;
 
@@ -15,6 +16,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 pub use basic::{Filter, FlatMap, Identity, Map, TryMap};
+pub use decode::ParseJson;
 pub use keyed::{KeyedContext, KeyedProcess, KeyedProcessFunction};
 pub use sink::SinkOperator;
 

@@ -18,6 +18,8 @@ pub enum FileFormat {
     JsonLines,
     /// Comma-separated values; the first line of each file names the fields.
     Csv,
+    /// Each line as a string, undecoded (for a parsing step later in the job).
+    Lines,
 }
 
 /// Reads records from a file or a directory of files.
@@ -80,6 +82,14 @@ impl<T> FileSource<T> {
         }
         files.sort();
         Ok(files)
+    }
+}
+
+impl FileSource<String> {
+    /// Every line of `path` (a file, or a directory of files) as a string. Lines that are not
+    /// UTF-8 follow the bad-record policy.
+    pub fn lines(path: impl Into<PathBuf>) -> Self {
+        FileSource::new(path.into(), FileFormat::Lines)
     }
 }
 
@@ -159,6 +169,13 @@ impl<T: Data> FileReader<T> {
     /// Decodes the current line; false if it was a CSV header rather than a record.
     fn decode(&mut self, out: &mut SourceOutput<T>) -> Result<bool> {
         let decoded = match self.format {
+            FileFormat::Lines => match std::str::from_utf8(&self.line) {
+                Ok(text) => {
+                    let text: Box<dyn std::any::Any> = Box::new(text.to_string());
+                    Ok(*text.downcast::<T>().expect("`lines` is only built for strings"))
+                }
+                Err(e) => Err(format!("not UTF-8: {e}")),
+            },
             FileFormat::JsonLines => serde_json::from_slice::<T>(&self.line).map_err(|e| e.to_string()),
             FileFormat::Csv => {
                 let Some(header) = &self.header else {
@@ -290,6 +307,21 @@ mod tests {
         let (rows, bad) = read_all(&FileSource::csv(&path));
         assert_eq!(rows, vec![Row { id: 1, name: "a, quoted".into() }, Row { id: 3, name: "c".into() }]);
         assert_eq!(bad, vec!["line 3: b,not-a-number"]);
+    }
+
+    #[test]
+    fn raw_lines_keep_their_text_and_reject_invalid_utf8() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raw.txt");
+        std::fs::write(&path, b"{\"id\": 1}\n\xff\xfe\nplain\n").unwrap();
+        let source = FileSource::lines(&path);
+        let mut reader = source.reader(path).unwrap();
+        let mut out = SourceOutput::with_capacity(10);
+        while reader.read(&mut out, 10).unwrap() != ReadStatus::Finished {}
+        let lines: Vec<String> = out.records.iter().map(|r| r.value.clone()).collect();
+        assert_eq!(lines, vec!["{\"id\": 1}", "plain"]);
+        assert_eq!(out.bad.len(), 1);
+        assert_eq!(out.bad[0].position, "line 2");
     }
 
     #[test]

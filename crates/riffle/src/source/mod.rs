@@ -6,6 +6,7 @@
 //! be decoded follow the source's [`BadRecordPolicy`]: fail the job, skip and count, or go to the
 //! dead-letter output (the default), never lost without a count.
 
+mod bad_records;
 pub mod collection;
 pub mod datagen;
 pub mod file;
@@ -14,6 +15,8 @@ pub(crate) mod task;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
+
+pub(crate) use bad_records::BadRecordHandler;
 
 
 use crate::error::Result;

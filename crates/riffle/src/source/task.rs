@@ -9,14 +9,13 @@ use crate::error::{Error, Result};
 use crate::metrics::OperatorMetrics;
 use crate::record::{Data, MAX_WATERMARK};
 use crate::runtime::{CANCEL_POLL, Output, TaskContext, TaskDriver};
-use crate::source::{BadRecordPolicy, Boundedness, DeadLetter, ReadStatus, Source, SourceOutput, SplitReader};
-use crate::util::RateLimitedLog;
+use crate::source::{
+    BadRecordHandler, Boundedness, DeadLetter, ReadStatus, Source, SourceOutput, SplitReader,
+};
 
 /// A source in the job graph, with its type hidden from the graph.
 pub(crate) trait ErasedSource: Send + Sync {
-    fn name(&self) -> String;
     fn validate(&self) -> Result<()>;
-    fn policy(&self) -> BadRecordPolicy;
     /// Builds the driver of `subtask`; `output` is a `Box<dyn Output<T>>`.
     fn task(&self, setup: SourceTaskSetup) -> Result<Box<dyn TaskDriver>>;
 }
@@ -47,16 +46,8 @@ impl<T: Data, S: Source<T>> SourceSpec<T, S> {
 }
 
 impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
-    fn name(&self) -> String {
-        self.source.name()
-    }
-
     fn validate(&self) -> Result<()> {
         self.source.validate()
-    }
-
-    fn policy(&self) -> BadRecordPolicy {
-        self.source.bad_record_policy()
     }
 
     fn task(&self, setup: SourceTaskSetup) -> Result<Box<dyn TaskDriver>> {
@@ -81,9 +72,8 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
             splits: mine.into_iter().map(|reader| SplitSlot { reader, finished: false, retry_at: None }).collect(),
             chain: output,
             dead_letter: setup.dead_letter,
-            policy: self.source.bad_record_policy(),
+            bad_records: BadRecordHandler::new(self.source.bad_record_policy(), &setup.name),
             bounded: self.source.boundedness() == Boundedness::Bounded,
-            bad_log: RateLimitedLog::new(Duration::from_secs(10)),
             name: setup.name,
             subtask: setup.subtask,
             metrics: setup.metrics,
@@ -106,61 +96,14 @@ pub(crate) struct SourceTask<T> {
     splits: Vec<SplitSlot<T>>,
     chain: Box<dyn Output<T>>,
     dead_letter: Box<dyn Output<DeadLetter>>,
-    policy: BadRecordPolicy,
+    bad_records: BadRecordHandler,
     bounded: bool,
-    bad_log: RateLimitedLog,
     metrics: Arc<OperatorMetrics>,
     ctx: TaskContext,
     batch_size: usize,
 }
 
 impl<T: Data> SourceTask<T> {
-    /// Applies the bad-record policy to what the last read could not decode.
-    fn handle_bad_records(&mut self, out: &mut SourceOutput<T>, split: usize) -> Result<()> {
-        if out.bad.is_empty() {
-            return Ok(());
-        }
-        let split_id = self.splits[split].reader.split_id();
-        self.metrics.add_bad(out.bad.len() as u64);
-        match self.policy {
-            BadRecordPolicy::Fail => {
-                let bad = out.bad.swap_remove(0);
-                Err(Error::BadRecord {
-                    source_name: self.name.clone(),
-                    position: format!("{split_id} {}", bad.position),
-                    message: bad.error,
-                })
-            }
-            BadRecordPolicy::Skip => {
-                for bad in out.bad.drain(..) {
-                    if let Some(suppressed) = self.bad_log.should_log() {
-                        tracing::warn!(
-                            source = %self.name, split = %split_id, position = %bad.position,
-                            error = %bad.error, suppressed, "skipping a record that cannot be decoded"
-                        );
-                    }
-                }
-                Ok(())
-            }
-            BadRecordPolicy::DeadLetter => {
-                let mut letters: Vec<_> = out
-                    .bad
-                    .drain(..)
-                    .map(|bad| {
-                        crate::Record::untimed(DeadLetter {
-                            source: self.name.clone(),
-                            split: split_id.clone(),
-                            position: bad.position,
-                            error: bad.error,
-                            payload: bad.payload,
-                        })
-                    })
-                    .collect();
-                self.dead_letter.records(&mut letters)
-            }
-        }
-    }
-
     /// One pass over the splits that can be read now. Returns whether anything was read and the
     /// earliest instant a pending split wants to be asked again.
     fn read_round(&mut self, out: &mut SourceOutput<T>) -> Result<(bool, Option<Instant>)> {
@@ -189,7 +132,13 @@ impl<T: Data> SourceTask<T> {
                     earliest = Some(earliest.map_or(at, |e| e.min(at)));
                 }
             }
-            self.handle_bad_records(out, index)?;
+            if !out.bad.is_empty() {
+                let split = self.splits[index].reader.split_id();
+                let dead_letter = &mut self.dead_letter;
+                self.bad_records.handle(out.bad.drain(..), &split, &self.metrics, |letter| {
+                    dead_letter.records(&mut vec![letter])
+                })?;
+            }
             if !out.records.is_empty() {
                 progressed = true;
                 self.metrics.add_out(out.records.len() as u64);
