@@ -245,8 +245,7 @@ fn layout(nodes: &[Node], config: &EnvConfig) -> Result<Layout> {
         .enumerate()
         .map(|(id, node)| match node.inputs.as_slice() {
             [edge] => {
-                edge.slot == Slot::Main
-                    && matches!(edge.ship, Ship::Forward)
+                matches!(edge.ship, Ship::Forward)
                     && parallelism[edge.from] == parallelism[id]
                     && !node.start_new_chain
             }
@@ -401,9 +400,11 @@ impl Assembler<'_> {
         };
         let build = build.clone();
         let out_type = self.nodes[node].out_type.clone();
+        // Created before the operators after it, so metrics list operators in topological order.
+        let op = self.operator_context(node, subtask);
         let output = self.output(node, &Slot::Main, &out_type, subtask, ctx)?;
         let side = self.side_outputs(node, subtask, ctx)?;
-        build(self.operator_context(node, subtask), output, side)
+        build(op, output, side)
     }
 
     fn task(&mut self, head: NodeId, chain_name: &str, subtask: usize, control: &Arc<JobControl>) -> Result<TaskSpec> {
@@ -414,11 +415,11 @@ impl Assembler<'_> {
             NodeKind::Source(source) => {
                 let source = source.clone();
                 let out_type = node.out_type.clone();
+                let op = self.operator_context(head, subtask);
                 let output = self.output(head, &Slot::Main, &out_type, subtask, &ctx)?;
                 let dead_letter_type = TypeOf::<DeadLetter>::arc();
                 let slot = Slot::Side(crate::api::DEAD_LETTER_TAG.to_string());
                 let dead_letter = unpack(self.output(head, &slot, &dead_letter_type, subtask, &ctx)?);
-                let op = self.operator_context(head, subtask);
                 source.task(SourceTaskSetup {
                     name: op.name,
                     subtask,

@@ -49,4 +49,4 @@ pub use error::{BoxError, Error, Result};
 pub use graph::{JobPlan, PlanEdge, PlanVertex};
 pub use operators::OutputTag;
 pub use record::{Data, Record, Timestamp};
-pub use runtime::{JobHandle, JobResult};
+pub use runtime::{JobHandle, JobMonitor, JobResult};

@@ -275,6 +275,7 @@ impl MetricsSnapshot {
                 let (in_before, out_before) =
                     before.map(|b| (b.records_in, b.records_out)).unwrap_or((0, 0));
                 OperatorRates {
+                    task: self.tasks.iter().find(|t| chain_contains(&t.name, &name)).map(|t| t.name.clone()).unwrap_or_default(),
                     records_in_per_sec: (now.records_in - in_before.min(now.records_in)) as f64 / seconds,
                     records_out_per_sec: (now.records_out - out_before.min(now.records_out)) as f64
                         / seconds,
@@ -347,12 +348,36 @@ impl TimeRatios {
 pub struct OperatorRates {
     /// Operator name.
     pub name: String,
+    /// Name of the task (chain of operators) that runs it.
+    pub task: String,
     /// Records received per second.
     pub records_in_per_sec: f64,
     /// Records emitted per second.
     pub records_out_per_sec: f64,
     /// Time ratios of the task(s) that run the operator.
     pub time: TimeRatios,
+}
+
+/// The likely bottleneck of a pipeline: the last operator of the first task that is not
+/// back-pressured itself while the task before it is. `rates` must be in topological order, as
+/// [`MetricsSnapshot::rates_since`] returns them. `None` when nothing is back-pressured.
+///
+/// The seed's advice applies to what it names: raise its parallelism or batch size, or make the
+/// sink faster; a longer checkpoint interval only hides the symptom.
+pub fn find_bottleneck(rates: &[OperatorRates]) -> Option<&OperatorRates> {
+    let mut upstream_backpressured = false;
+    let mut previous_task: Option<&str> = None;
+    for (i, op) in rates.iter().enumerate() {
+        if previous_task != Some(op.task.as_str()) {
+            if upstream_backpressured && op.time.backpressure_level() == "OK" {
+                let last_of_task = rates[i..].iter().take_while(|o| o.task == op.task).last();
+                return last_of_task;
+            }
+            upstream_backpressured = op.time.backpressure_level() != "OK";
+            previous_task = Some(op.task.as_str());
+        }
+    }
+    None
 }
 
 /// Resident memory of this process in bytes (Linux; `None` elsewhere).
@@ -402,6 +427,26 @@ mod tests {
         assert_eq!(snap.busy_ns, snap.elapsed_ns - 15_000_000);
         assert!(chain_contains("src -> map", "map"));
         assert!(!chain_contains("src -> mapper", "map"));
+    }
+
+    #[test]
+    fn the_bottleneck_is_the_first_free_task_after_a_backpressured_one() {
+        let op = |name: &str, task: &str, bp: f64, busy: f64| OperatorRates {
+            name: name.into(),
+            task: task.into(),
+            records_in_per_sec: 0.0,
+            records_out_per_sec: 0.0,
+            time: TimeRatios { busy_ms_per_sec: busy, backpressured_ms_per_sec: bp, idle_ms_per_sec: 0.0 },
+        };
+        let rates = vec![
+            op("src", "src -> map", 900.0, 100.0),
+            op("map", "src -> map", 900.0, 100.0),
+            op("keyed", "keyed", 700.0, 300.0),
+            op("enrich", "enrich -> sink", 0.0, 990.0),
+            op("sink", "enrich -> sink", 0.0, 990.0),
+        ];
+        assert_eq!(find_bottleneck(&rates).unwrap().name, "sink");
+        assert!(find_bottleneck(&rates[3..]).is_none());
     }
 
     #[test]

@@ -137,6 +137,12 @@ impl JobHandle {
         &self.plan
     }
 
+    /// A handle to observe and stop the job from another thread (a progress display, a signal
+    /// handler).
+    pub fn monitor(&self) -> JobMonitor {
+        JobMonitor { control: self.control.clone(), registry: self.registry.clone() }
+    }
+
     /// Time since the job started.
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
@@ -161,6 +167,35 @@ impl Drop for JobHandle {
             self.control.cancel();
             let _ = supervisor.join();
         }
+    }
+}
+
+/// Observes and stops a running job; cheap to clone and to send to other threads.
+#[derive(Clone, Debug)]
+pub struct JobMonitor {
+    control: Arc<JobControl>,
+    registry: Arc<MetricsRegistry>,
+}
+
+impl JobMonitor {
+    /// Current value of every metric.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.registry.snapshot()
+    }
+
+    /// Asks the sources to end their input (see [`JobHandle::stop`]).
+    pub fn stop(&self) {
+        self.control.stop();
+    }
+
+    /// Cancels the job (see [`JobHandle::cancel`]).
+    pub fn cancel(&self) {
+        self.control.cancel();
+    }
+
+    /// Whether a stop was requested.
+    pub fn is_stopping(&self) -> bool {
+        self.control.is_stop_requested()
     }
 }
 

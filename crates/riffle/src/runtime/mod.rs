@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 pub(crate) use chain::{ChainLink, Discard, Fanout};
 pub(crate) use input::InputTask;
-pub use job::{JobHandle, JobResult};
+pub use job::{JobHandle, JobMonitor, JobResult};
 pub(crate) use job::{TaskSpec, launch};
 pub(crate) use task::TaskDriver;
 pub(crate) use writer::{KeyGroupFn, RecordWriter, ShipStrategy};

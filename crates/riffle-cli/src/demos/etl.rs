@@ -1,0 +1,123 @@
+//! Seed scenario 1, simple ETL: a stateless pipeline without a shuffle. Clicks are parsed, bots
+//! dropped by User-Agent, the rest enriched with the country of their IP address from an
+//! in-memory prefix table, and written as JSON lines. Every operator is chained into one thread
+//! per subtask: no channel, no copy between them.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use riffle::sink::{FileSink, Sink};
+use riffle::source::BadRecordPolicy;
+use riffle::source::datagen::Click;
+use riffle::{DataStream, StreamEnv};
+
+use crate::clicks::{EnrichedClick, IpCountryTable, enrich, is_bot};
+use crate::demos::{EngineArgs, InputArgs};
+use crate::progress::{human, run_with_progress};
+
+/// Options of `riffle demo etl`.
+#[derive(Args, Clone, Debug)]
+pub struct EtlArgs {
+    /// Where the clicks come from.
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// How the engine runs.
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// Clicks generated when neither `--count` nor `--input` is given.
+pub const DEFAULT_COUNT: u64 = 10_000_000;
+
+/// Operator names, as they appear in metrics and progress.
+pub const PARSE: &str = "parse";
+/// The bot filter.
+pub const DROP_BOTS: &str = "drop bots";
+/// The enrichment map.
+pub const ENRICH: &str = "enrich";
+/// The sink.
+pub const WRITE: &str = "write";
+
+/// The scenario's pipeline from raw payloads to `sink`.
+pub fn pipeline(payloads: &DataStream<String>, policy: BadRecordPolicy, sink: impl Sink<EnrichedClick>) {
+    let table = IpCountryTable::embedded();
+    payloads
+        .parse_json::<Click>(policy)
+        .name(PARSE)
+        .filter(|click| !is_bot(&click.user_agent))
+        .name(DROP_BOTS)
+        .map(move |click| enrich(click, table))
+        .name(ENRICH)
+        .sink(sink)
+        .name(WRITE);
+}
+
+/// What the ETL run did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtlSummary {
+    /// Clicks read from the source.
+    pub read: u64,
+    /// Clicks dropped as bots.
+    pub bots: u64,
+    /// Clicks written.
+    pub written: u64,
+    /// Lines that could not be decoded.
+    pub bad: u64,
+    /// Where the output went.
+    pub output: PathBuf,
+}
+
+/// Runs the scenario with progress on the terminal and prints its summary.
+pub fn run(args: &EtlArgs) -> riffle::Result<EtlSummary> {
+    let env = StreamEnv::with_config(args.engine.env_config("etl"));
+    let output = args.engine.output_dir("etl");
+    let payloads = args.input.payloads(&env, Some(DEFAULT_COUNT))?;
+    pipeline(&payloads, args.input.bad_records, FileSink::new(&output).setting_name("--output"));
+    let parallelism = env.config().parallelism;
+    let (result, _) = run_with_progress(&env, &args.engine.run_options()?, |report| {
+        let read = report.snapshot.operator_total(PARSE).map_or(0, |o| o.records_in);
+        let rate = report.rates.iter().find(|r| r.name == PARSE).map_or(0.0, |r| r.records_in_per_sec);
+        format!("etl {:>5.1} s | {} clicks/s | read {} | written {}", report.elapsed.as_secs_f64(), human(rate), human(read as f64), human(report.snapshot.operator_total(WRITE).map_or(0, |o| o.records_in) as f64))
+    })?;
+    let summary = EtlSummary {
+        read: result.records_in(PARSE),
+        bots: result.records_in(DROP_BOTS) - result.records_out(DROP_BOTS),
+        written: result.records_in(WRITE),
+        bad: result.bad_records(),
+        output,
+    };
+    let seconds = result.duration.as_secs_f64();
+    println!(
+        "riffle demo etl: {} clicks in {seconds:.1} s ({} clicks/s, parallelism {parallelism})",
+        summary.read,
+        human(summary.read as f64 / seconds)
+    );
+    let share = |n: u64| if summary.read == 0 { 0.0 } else { 100.0 * n as f64 / summary.read as f64 };
+    println!("  read          {:>12}", summary.read);
+    println!("  bots dropped  {:>12}  ({:.1}%)", summary.bots, share(summary.bots));
+    println!("  written       {:>12}  -> {}/part-*.jsonl", summary.written, summary.output.display());
+    println!("  bad records   {:>12}{}", summary.bad, bad_note(summary.bad, &summary.output, args.input.bad_records));
+    Ok(summary)
+}
+
+/// Where the bad records went, for the summary.
+pub fn bad_note(bad: u64, output: &std::path::Path, policy: BadRecordPolicy) -> String {
+    match (bad, policy) {
+        (0, _) => String::new(),
+        (_, BadRecordPolicy::DeadLetter) => format!("  -> {}/dead-letter/", output.display()),
+        (_, _) => "  (skipped)".to_string(),
+    }
+}
+
+impl EtlArgs {
+    /// The options `riffle demo etl` has without flags.
+    pub fn default_args() -> EtlArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            args: EtlArgs,
+        }
+        Wrapper::parse_from(["riffle"]).args
+    }
+}

@@ -1,0 +1,38 @@
+//! The seed's scenarios, end to end, through the `riffle` command and its pipelines. Each test
+//! checks the exact output, not just that something came out.
+
+mod backpressure;
+mod simple_etl;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Runs the `riffle` binary with `args`; fails the test if it does not exit successfully.
+pub fn riffle(args: &[&str], dir: &Path) -> String {
+    let output = riffle_raw(args, dir);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "riffle {args:?} failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// Runs the `riffle` binary with `args` in `dir`, whatever its exit status.
+pub fn riffle_raw(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_riffle")).args(args).current_dir(dir).output().expect("riffle runs")
+}
+
+/// Every line of every file in `dir`, sorted.
+pub fn sorted_lines(dir: &Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            lines.extend(std::fs::read_to_string(path).unwrap().lines().map(str::to_string));
+        }
+    }
+    lines.sort();
+    lines
+}

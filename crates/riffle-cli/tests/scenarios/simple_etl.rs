@@ -1,0 +1,78 @@
+//! Scenario 1, simple ETL: parse, drop bots, enrich with the country, write JSON lines.
+
+use riffle::source::datagen::{ClickGenerator, ClicksConfig, Generator};
+use riffle_cli::clicks::{IpCountryTable, enrich, is_bot};
+
+use crate::{riffle, riffle_raw, sorted_lines};
+
+#[test]
+fn generated_clicks_are_filtered_and_enriched_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let stdout = riffle(&["demo", "etl", "--count", "5000", "--users", "300", "--output", "out", "-p", "2"], dir.path());
+
+    let generator = ClickGenerator::new(ClicksConfig { users: 300, ..ClicksConfig::default() });
+    let mut expected: Vec<String> = (0..5000)
+        .map(|i| generator.generate(i))
+        .filter(|c| !is_bot(&c.user_agent))
+        .map(|c| serde_json::to_string(&enrich(c, IpCountryTable::embedded())).unwrap())
+        .collect();
+    expected.sort();
+    let bots = 5000 - expected.len();
+    assert!((1300..1700).contains(&bots), "about 30% bots, got {bots}");
+
+    assert_eq!(sorted_lines(&dir.path().join("out")), expected);
+    assert!(stdout.contains(&format!("read          {:>12}", 5000)), "{stdout}");
+    assert!(stdout.contains(&format!("bots dropped  {bots:>12}")), "{stdout}");
+    assert!(stdout.contains(&format!("written       {:>12}", expected.len())), "{stdout}");
+}
+
+#[test]
+fn user_files_with_a_bad_line_go_through_and_the_bad_line_is_dead_lettered() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("clicks");
+    std::fs::create_dir(&input).unwrap();
+    std::fs::write(
+        input.join("day1.jsonl"),
+        concat!(
+            r#"{"user_id":1,"url":"/a","user_agent":"Mozilla/5.0 (X11; Linux x86_64) Firefox/133.0","ip":"17.1.0.9","event_time":1000}"#,
+            "\n",
+            r#"{"user_id":2,"url":"/b","user_agent":"Mozilla/5.0 (compatible; Googlebot/2.1)","ip":"17.2.0.9","event_time":2000}"#,
+            "\n",
+            "{\"user_id\":3, truncated\n",
+            r#"{"user_id":4,"url":"/d","user_agent":"Mozilla/5.0 (iPhone)","ip":"10.0.0.1","event_time":4000}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let stdout = riffle(&["demo", "etl", "--input", "clicks", "--output", "out", "-p", "1"], dir.path());
+    assert_eq!(
+        sorted_lines(&dir.path().join("out")),
+        vec![
+            r#"{"user_id":1,"url":"/a","ip":"17.1.0.9","country":"NL","event_time":1000}"#,
+            r#"{"user_id":4,"url":"/d","ip":"10.0.0.1","country":"ZZ","event_time":4000}"#,
+        ]
+    );
+    let dead = sorted_lines(&dir.path().join("out/dead-letter/parse"));
+    assert_eq!(dead.len(), 1);
+    let letter: riffle::source::DeadLetter = serde_json::from_str(&dead[0]).unwrap();
+    assert_eq!((letter.source.as_str(), letter.payload.as_str()), ("parse", "{\"user_id\":3, truncated"));
+    assert!(stdout.contains("bad records              1  -> out/dead-letter/"), "{stdout}");
+}
+
+#[test]
+fn bad_flags_fail_at_start_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, flag) in [
+        (vec!["demo", "etl", "--input", "missing.jsonl"], "`--input`"),
+        (vec!["demo", "etl", "-p", "0"], "`parallelism`"),
+        (vec!["demo", "etl", "--bot-share", "1.5"], "`--bot-share`"),
+        (vec!["demo", "etl", "--buffer-timeout-ms", "0"], "`buffer_timeout`"),
+    ] {
+        let output = riffle_raw(&args, dir.path());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} should fail");
+        assert!(stderr.contains(&format!("invalid configuration: {flag}")), "{args:?}: {stderr}");
+    }
+    let output = riffle_raw(&["demo", "etl", "--bad-records", "ignore"], dir.path());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown bad-record policy `ignore`"));
+}

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it on a fresh clone: installs and starts what the tests need,
+# then runs every test of the workspace. A dependency that cannot be installed or started fails
+# the run; no test skips itself.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+command -v cargo >/dev/null || { echo "test.sh: cargo is required (https://rustup.rs)" >&2; exit 1; }
+
+cargo test --workspace --locked "$@"
