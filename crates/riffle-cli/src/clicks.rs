@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::OnceLock;
 
+use aho_corasick::AhoCorasick;
 use riffle::source::datagen::Click;
 use serde::{Deserialize, Serialize};
 
@@ -17,14 +18,43 @@ const BOT_MARKERS: &[&str] = &["bot", "spider", "crawl", "python-requests", "cur
 /// use riffle_cli::clicks::is_bot;
 /// assert!(is_bot("Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"));
 /// assert!(is_bot("curl/8.11.0"));
+/// assert!(is_bot("Mozilla/5.0 (compatible; YandexBOT/3.0)"));
 /// assert!(!is_bot("Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"));
 /// ```
 pub fn is_bot(user_agent: &str) -> bool {
-    let ua = user_agent.as_bytes();
-    BOT_MARKERS.iter().any(|marker| {
-        let marker = marker.as_bytes();
-        ua.windows(marker.len()).any(|window| window.eq_ignore_ascii_case(marker))
-    })
+    // Lower-case a copy, then look for every marker at once with a SIMD multi-substring search
+    // (a case-insensitive automaton walks byte by byte and costs several times more).
+    static MARKERS: OnceLock<BotMarkers> = OnceLock::new();
+    let markers = MARKERS.get_or_init(BotMarkers::new);
+    let mut stack = [0u8; 256];
+    let mut heap = Vec::new();
+    let lower: &mut [u8] = if user_agent.len() <= stack.len() {
+        &mut stack[..user_agent.len()]
+    } else {
+        heap.resize(user_agent.len(), 0);
+        &mut heap
+    };
+    lower.copy_from_slice(user_agent.as_bytes());
+    lower.make_ascii_lowercase();
+    match &markers.packed {
+        Some(searcher) => searcher.find(&*lower).is_some(),
+        None => markers.automaton.is_match(&*lower),
+    }
+}
+
+/// The bot markers, compiled once: a SIMD searcher where the CPU has one, an automaton otherwise.
+struct BotMarkers {
+    packed: Option<aho_corasick::packed::Searcher>,
+    automaton: AhoCorasick,
+}
+
+impl BotMarkers {
+    fn new() -> Self {
+        BotMarkers {
+            packed: aho_corasick::packed::Config::new().builder().extend(BOT_MARKERS).build(),
+            automaton: AhoCorasick::new(BOT_MARKERS).expect("valid markers"),
+        }
+    }
 }
 
 /// An ISO 3166-1 alpha-2 country code; `ZZ` when unknown.
@@ -158,6 +188,13 @@ mod tests {
         assert_eq!(table.lookup("17.1.3.4").unwrap().as_str(), "NL");
         assert_eq!(table.lookup("10.0.0.1"), None);
         assert_eq!(table.lookup("not an ip"), None);
+    }
+
+    #[test]
+    fn long_user_agents_are_searched_whole() {
+        let long = format!("Mozilla/5.0 {} Spider", "x".repeat(400));
+        assert!(is_bot(&long));
+        assert!(!is_bot(&"Mozilla/5.0 ".repeat(60)));
     }
 
     #[test]

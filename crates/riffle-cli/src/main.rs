@@ -7,6 +7,11 @@ use riffle_cli::demos::backpressure::{self, BackpressureArgs};
 use riffle_cli::demos::etl::{self, EtlArgs};
 use riffle_cli::progress::install_ctrlc_handler;
 
+/// Records are allocated on one task's thread and freed on another's: mimalloc handles that
+/// pattern much better than the system allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Riffle, a stateful stream processor: run the seed's pipelines.
 #[derive(Parser, Debug)]
 #[command(name = "riffle", version, about, long_about = None)]

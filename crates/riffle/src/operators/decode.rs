@@ -36,6 +36,14 @@ impl<In, Out> ParseJson<In, Out> {
     }
 }
 
+/// Parses one payload; text that is known to be UTF-8 skips the validation.
+fn parse<In: AsRef<[u8]> + 'static, Out: Data>(payload: &In) -> serde_json::Result<Out> {
+    match (payload as &dyn std::any::Any).downcast_ref::<String>() {
+        Some(text) => serde_json::from_str(text),
+        None => serde_json::from_slice(payload.as_ref()),
+    }
+}
+
 impl<In: Data + AsRef<[u8]>, Out: Data> Operator for ParseJson<In, Out> {
     type In = In;
     type Out = Out;
@@ -49,7 +57,7 @@ impl<In: Data + AsRef<[u8]>, Out: Data> Operator for ParseJson<In, Out> {
         let (handler, ctx) = self.handler.as_mut().expect("opened");
         for record in batch.drain(..) {
             self.seen += 1;
-            match serde_json::from_slice::<Out>(record.value.as_ref()) {
+            match parse::<In, Out>(&record.value) {
                 Ok(value) => self.buffer.push(Record { value, timestamp: record.timestamp }),
                 Err(error) => {
                     let bad = BadInput {

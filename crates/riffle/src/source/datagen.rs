@@ -5,7 +5,7 @@
 //! same configuration always yields the same records whatever the parallelism or the pace.
 //! Split `s` of `S` produces the records `s, s + S, s + 2S, ...`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -37,12 +37,15 @@ pub struct DatagenSource<G> {
     count: Option<u64>,
     rate: Option<f64>,
     splits: usize,
+    /// When the current run's schedule started: shared by the splits so that together they
+    /// follow one schedule, whichever thread starts first.
+    origin: Mutex<Arc<OnceLock<Instant>>>,
 }
 
 impl<G: Generator> DatagenSource<G> {
     /// An unbounded, unpaced source over `generator`, with 8 splits (the seed's 8 partitions).
     pub fn new(generator: G) -> Self {
-        DatagenSource { generator: Arc::new(generator), count: None, rate: None, splits: 8 }
+        DatagenSource { generator: Arc::new(generator), count: None, rate: None, splits: 8, origin: Mutex::default() }
     }
 
     /// Stops after `count` records in total (a bounded source).
@@ -117,6 +120,8 @@ impl<G: Generator> Source<G::Item> for DatagenSource<G> {
     }
 
     fn splits(&self, _parallelism: usize) -> Result<Vec<usize>> {
+        // Called once per run of the job: a new run starts a new schedule.
+        *self.origin.lock().expect("origin lock") = Arc::default();
         Ok((0..self.splits).collect())
     }
 
@@ -131,6 +136,7 @@ impl<G: Generator> Source<G::Item> for DatagenSource<G> {
             produced: 0,
             total,
             rate: self.rate.map(|r| r / splits as f64),
+            origin: self.origin.lock().expect("origin lock").clone(),
             paced_from: None,
         }))
     }
@@ -146,6 +152,8 @@ struct DatagenReader<G> {
     total: Option<u64>,
     /// Records per second for this split.
     rate: Option<f64>,
+    /// Start of the source's schedule, shared by its splits.
+    origin: Arc<OnceLock<Instant>>,
     /// When pacing started and how many records had been produced then.
     paced_from: Option<(Instant, u64)>,
 }
@@ -162,7 +170,8 @@ impl<G: Generator> SplitReader<G::Item> for DatagenReader<G> {
         }
         let mut n = remaining.min(max as u64);
         if let Some(rate) = self.rate {
-            let (since, base) = *self.paced_from.get_or_insert((Instant::now(), self.produced));
+            let origin = *self.origin.get_or_init(Instant::now);
+            let (since, base) = *self.paced_from.get_or_insert((origin, self.produced));
             let due = base + (since.elapsed().as_secs_f64() * rate) as u64;
             n = n.min(due.saturating_sub(self.produced));
             if n == 0 {

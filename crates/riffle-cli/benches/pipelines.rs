@@ -1,0 +1,251 @@
+//! Throughput and latency of whole pipelines: the figures of BENCHMARKS.md.
+//!
+//! ```sh
+//! cargo bench -p riffle-cli --bench pipelines              # every benchmark
+//! cargo bench -p riffle-cli --bench pipelines -- shuffle   # those whose name contains "shuffle"
+//! ```
+//!
+//! Each benchmark runs a real job (threads, channels, chaining) over records prepared in memory
+//! beforehand, so the figure is the engine's and the pipeline's, not the generator's.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use riffle::operators::OperatorContext;
+use riffle::sink::{BlackholeSink, Sink, SinkWriter};
+use riffle::source::datagen::{ClickGenerator, ClicksConfig, DatagenSource, Generator, JsonPayloads};
+use riffle::source::BadRecordPolicy;
+use riffle::{Data, EnvConfig, Record, Result, StreamEnv};
+use riffle_cli::clicks::EnrichedClick;
+use riffle_cli::demos::etl;
+use serde::Serialize;
+
+/// The allocator of the `riffle` binary, so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn config(parallelism: usize) -> EnvConfig {
+    EnvConfig { parallelism, ..EnvConfig::default() }
+}
+
+/// Serializes every record to JSON (the cost of writing it out) and drops the bytes.
+struct SerializeSink;
+
+impl<T: Data + Serialize> Sink<T> for SerializeSink {
+    fn name(&self) -> String {
+        "serialize".into()
+    }
+    fn writer(&self, _: &OperatorContext) -> Result<Box<dyn SinkWriter<T>>> {
+        Ok(Box::new(SerializeWriter { buffer: Vec::with_capacity(1 << 16) }))
+    }
+}
+
+struct SerializeWriter {
+    buffer: Vec<u8>,
+}
+
+impl<T: Serialize> SinkWriter<T> for SerializeWriter {
+    fn write(&mut self, batch: &mut Vec<Record<T>>) -> Result<()> {
+        self.buffer.clear();
+        for record in batch.drain(..) {
+            serde_json::to_writer(&mut self.buffer, &record.value).map_err(riffle::Error::user)?;
+            self.buffer.push(b'\n');
+        }
+        std::hint::black_box(&self.buffer);
+        Ok(())
+    }
+}
+
+struct Figure {
+    name: &'static str,
+    value: String,
+    target: &'static str,
+    detail: String,
+}
+
+/// Scenario 1 on one core: parse ~200-byte JSON clicks, drop bots, enrich, serialize.
+fn scenario1_etl() -> Figure {
+    let n = 3_000_000u64;
+    let generator = JsonPayloads(ClickGenerator::new(ClicksConfig::default()));
+    let payloads: Vec<String> = (0..n).map(|i| generator.generate(i)).collect();
+    let bytes: usize = payloads.iter().map(String::len).sum();
+    let env = StreamEnv::with_config(config(1));
+    etl::pipeline(&env.from_iter(payloads), BadRecordPolicy::DeadLetter, SerializeSink);
+    let result = env.execute().unwrap();
+    let seconds = result.duration.as_secs_f64();
+    Figure {
+        name: "scenario 1 ETL, 1 core (parse, filter, enrich, serialize)",
+        value: format!("{:.2}M events/s", n as f64 / seconds / 1e6),
+        target: ">= 2M events/s",
+        detail: format!("{n} pre-generated payloads of {} bytes on average", bytes as u64 / n),
+    }
+}
+
+/// Chained filter and map over in-memory records on one core.
+fn chained_filter_map() -> Figure {
+    let n = 100_000_000u64;
+    let env = StreamEnv::with_config(config(1));
+    env.from_iter(0..n).filter(|x| x % 3 != 0).map(|x| x.wrapping_mul(2_654_435_761)).sink(BlackholeSink::new());
+    let result = env.execute().unwrap();
+    let seconds = result.duration.as_secs_f64();
+    Figure {
+        name: "chained filter + map, in-memory u64, 1 core",
+        value: format!("{:.1}M records/s", n as f64 / seconds / 1e6),
+        target: ">= 20M records/s",
+        detail: format!("{n} records through source -> filter -> map -> sink in one thread"),
+    }
+}
+
+/// key_by shuffle between 2 source subtasks and 2 keyed subtasks.
+fn key_by_shuffle() -> Figure {
+    let n = 40_000_000u64;
+    let env = StreamEnv::with_config(config(2));
+    env.from_iter(0..n)
+        .key_by(|x| x % 1_000_003)
+        .process(|_: &u64, x: u64, ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>| ctx.emit(x))
+        .sink(BlackholeSink::new());
+    let result = env.execute().unwrap();
+    let seconds = result.duration.as_secs_f64();
+    Figure {
+        name: "key_by shuffle, 2 -> 2 subtasks",
+        value: format!("{:.1}M records/s", n as f64 / seconds / 1e6),
+        target: ">= 5M records/s",
+        detail: format!("{n} u64 records hashed to key groups and sent over bounded channels"),
+    }
+}
+
+/// A click with the time it is due at the source: `due_us` microseconds after the source's
+/// schedule started (its first record), whether or not the source keeps up with the schedule.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+struct Probe {
+    due_us: u64,
+    payload: String,
+}
+
+struct ProbeGenerator {
+    clicks: JsonPayloads<ClickGenerator>,
+    us_per_event: f64,
+    origin: Arc<OnceLock<Instant>>,
+}
+
+impl Generator for ProbeGenerator {
+    type Item = Probe;
+    fn generate(&self, index: u64) -> Probe {
+        self.origin.get_or_init(Instant::now);
+        Probe { due_us: (index as f64 * self.us_per_event) as u64, payload: self.clicks.generate(index) }
+    }
+}
+
+/// Records the latency of every probe after the warm-up.
+struct LatencySink {
+    origin: Arc<OnceLock<Instant>>,
+    warmup_us: u64,
+    histogram: Arc<Mutex<Histogram<u64>>>,
+}
+
+impl Sink<(u64, EnrichedClick)> for LatencySink {
+    fn name(&self) -> String {
+        "latency".into()
+    }
+    fn writer(&self, _: &OperatorContext) -> Result<Box<dyn SinkWriter<(u64, EnrichedClick)>>> {
+        Ok(Box::new(LatencyWriter {
+            origin: self.origin.clone(),
+            warmup_us: self.warmup_us,
+            local: Histogram::new_with_bounds(1, 60_000_000, 3).unwrap(),
+            shared: self.histogram.clone(),
+        }))
+    }
+}
+
+struct LatencyWriter {
+    origin: Arc<OnceLock<Instant>>,
+    warmup_us: u64,
+    local: Histogram<u64>,
+    shared: Arc<Mutex<Histogram<u64>>>,
+}
+
+impl SinkWriter<(u64, EnrichedClick)> for LatencyWriter {
+    fn write(&mut self, batch: &mut Vec<Record<(u64, EnrichedClick)>>) -> Result<()> {
+        let now = self.origin.get().expect("the source started").elapsed().as_micros() as u64;
+        for record in batch.drain(..) {
+            let due = record.value.0;
+            if due >= self.warmup_us {
+                self.local.saturating_record(now.saturating_sub(due).max(1));
+            }
+        }
+        Ok(())
+    }
+    fn close(&mut self) -> Result<()> {
+        self.shared.lock().unwrap().add(&self.local).unwrap();
+        Ok(())
+    }
+}
+
+/// End-to-end latency at a fixed input rate: from the time a click is due at the source to the
+/// time the sink has it, through parse, filter, enrich and a key_by shuffle.
+fn latency(rate: f64) -> Figure {
+    let seconds = 12.0;
+    let warmup = 2.0;
+    let origin = Arc::new(OnceLock::new());
+    let generator = ProbeGenerator {
+        clicks: JsonPayloads(ClickGenerator::new(ClicksConfig::default())),
+        us_per_event: 1e6 / rate,
+        origin: origin.clone(),
+    };
+    let histogram = Arc::new(Mutex::new(Histogram::new_with_bounds(1, 60_000_000, 3).unwrap()));
+    let env = StreamEnv::with_config(config(2));
+    let table = riffle_cli::clicks::IpCountryTable::embedded();
+    env.from_source(DatagenSource::new(generator).count((rate * seconds) as u64).rate(rate).splits(2))
+        .map(|probe: Probe| {
+            let click: riffle::source::datagen::Click = serde_json::from_str(&probe.payload).expect("valid");
+            (probe.due_us, click)
+        })
+        .filter(|(_, click)| !riffle_cli::clicks::is_bot(&click.user_agent))
+        .map(move |(due, click)| (due, riffle_cli::clicks::enrich(click, table)))
+        .key_by(|(_, click)| click.user_id)
+        .process(
+            |_: &u64, v: (u64, EnrichedClick), ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, (u64, EnrichedClick)>| {
+                ctx.emit(v)
+            },
+        )
+        .sink(LatencySink { origin, warmup_us: (warmup * 1e6) as u64, histogram: histogram.clone() });
+    env.execute().unwrap();
+    let h = histogram.lock().unwrap();
+    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    Figure {
+        name: "end-to-end latency at 500K events/s (parse, filter, enrich, key_by), 2 cores",
+        value: format!("p50 {:.2} ms, p99 {:.2} ms", ms(0.5), ms(0.99)),
+        target: "p99 <= 10 ms",
+        detail: format!(
+            "{} samples over {:.0} s after {warmup:.0} s warm-up; p99.9 {:.2} ms, max {:.2} ms; buffer timeout 5 ms",
+            h.len(),
+            seconds - warmup,
+            ms(0.999),
+            h.max() as f64 / 1000.0
+        ),
+    }
+}
+
+fn main() {
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let benches: Vec<(&str, Box<dyn Fn() -> Figure>)> = vec![
+        ("scenario1", Box::new(scenario1_etl)),
+        ("chained", Box::new(chained_filter_map)),
+        ("shuffle", Box::new(key_by_shuffle)),
+        ("latency", Box::new(|| latency(500_000.0))),
+    ];
+    let mut figures = HashMap::new();
+    println!("| benchmark | measured | target | detail |");
+    println!("|---|---|---|---|");
+    for (key, bench) in benches {
+        if !filter.is_empty() && !filter.iter().any(|f| key.contains(f.as_str())) {
+            continue;
+        }
+        let figure = bench();
+        println!("| {} | {} | {} | {} |", figure.name, figure.value, figure.target, figure.detail);
+        figures.insert(key, figure.value);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
