@@ -4,9 +4,11 @@
 //! setting, never later in the middle of a run.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::time::{Clock, SystemClock};
 
 /// The largest supported `max_parallelism` (number of key groups), as in Flink.
 pub const MAX_KEY_GROUPS: usize = 32_768;
@@ -41,6 +43,10 @@ pub struct EnvConfig {
     /// Directory where dead-letter records go when a source's dead-letter output is not
     /// consumed by the job itself.
     pub dead_letter_dir: PathBuf,
+    /// How often sources emit watermarks (default 200 ms, as Flink).
+    pub watermark_interval: Duration,
+    /// Processing time: the wall clock, or a manual clock in tests.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for EnvConfig {
@@ -53,6 +59,8 @@ impl Default for EnvConfig {
             buffer_timeout: Duration::from_millis(5),
             channel_capacity: 8,
             dead_letter_dir: PathBuf::from("riffle-dead-letter"),
+            watermark_interval: Duration::from_millis(200),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -78,6 +86,9 @@ impl EnvConfig {
         }
         if self.channel_capacity == 0 {
             return Err(Error::config("channel_capacity", "must be at least 1 batch"));
+        }
+        if self.watermark_interval.is_zero() {
+            return Err(Error::config("watermark_interval", "must be greater than zero"));
         }
         Ok(())
     }

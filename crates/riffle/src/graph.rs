@@ -390,6 +390,7 @@ impl Assembler<'_> {
             max_parallelism: self.config.max_parallelism,
             key_groups: KeyGroupRange::for_subtask(subtask, parallelism, self.config.max_parallelism),
             batch_size: self.config.buffer_size,
+            clock: self.config.clock.clone(),
         }
     }
 
@@ -429,6 +430,8 @@ impl Assembler<'_> {
                     metrics: op.metrics,
                     ctx: ctx.clone(),
                     batch_size: self.config.buffer_size,
+                    clock: self.config.clock.clone(),
+                    watermark_interval: self.config.watermark_interval,
                 })?
             }
             NodeKind::Operator { in_type, .. } => {

@@ -41,6 +41,7 @@ pub mod record;
 pub mod runtime;
 pub mod sink;
 pub mod source;
+pub mod time;
 mod util;
 
 pub use api::{DataStream, DataStreamSink, KeyedStream, StreamEnv};

@@ -16,6 +16,7 @@ use crate::sink::FileSink;
 use crate::source::collection::CollectionSource;
 use crate::source::task::SourceSpec;
 use crate::source::{BadRecordPolicy, DeadLetter, Source};
+use crate::time::WatermarkStrategy;
 
 /// The shared state behind a [`StreamEnv`] and the streams it created.
 pub(crate) struct EnvInner {
@@ -96,8 +97,31 @@ impl StreamEnv {
         self.configure(|c| c.parallelism = parallelism)
     }
 
-    /// A stream read from `source`.
+    /// A stream read from `source`, without event-time watermarks (a bounded source still ends
+    /// with the final watermark, so windows fire at its end).
     pub fn from_source<T: Data, S: Source<T>>(&self, source: S) -> DataStream<T> {
+        self.from_source_with_watermarks(source, WatermarkStrategy::no_watermarks())
+    }
+
+    /// A stream read from `source`, whose splits assign event time and generate watermarks
+    /// with `strategy` (per split: per file, per Kafka partition).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use riffle::{StreamEnv, time::WatermarkStrategy};
+    /// use riffle::source::datagen::{Click, ClicksConfig, DatagenSource};
+    ///
+    /// let env = StreamEnv::new();
+    /// let clicks = env.from_source_with_watermarks(
+    ///     DatagenSource::clicks(ClicksConfig::default()).count(1_000),
+    ///     WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5)).with_timestamps(|c: &Click| c.event_time),
+    /// );
+    /// ```
+    pub fn from_source_with_watermarks<T: Data, S: Source<T>>(
+        &self,
+        source: S,
+        strategy: WatermarkStrategy<T>,
+    ) -> DataStream<T> {
         let name = format!("Source: {}", source.name());
         let bad_records = Some(source.bad_record_policy());
         let node = self.inner.add_node(Node {
@@ -107,7 +131,7 @@ impl StreamEnv {
             parallelism: None,
             inputs: Vec::new(),
             out_type: TypeOf::<T>::arc(),
-            kind: NodeKind::Source(Arc::new(SourceSpec::new(source))),
+            kind: NodeKind::Source(Arc::new(SourceSpec::new(source, strategy))),
             start_new_chain: false,
         });
         DataStream::new(self.inner.clone(), node, Slot::Main, Ship::Forward)

@@ -114,6 +114,8 @@ pub struct OperatorContext {
     pub metrics: Arc<OperatorMetrics>,
     /// Records per batch on the job's channels.
     pub batch_size: usize,
+    /// Processing time.
+    pub clock: std::sync::Arc<dyn crate::time::Clock>,
 }
 
 /// Names a side output of an operator and the type of its records.

@@ -225,7 +225,7 @@ pub struct ClicksConfig {
     pub hot_key_share: f64,
     /// The hot user's id.
     pub hot_user: u64,
-    /// Event time of the first click, epoch ms (default 2026-11-29 15:40:00 UTC).
+    /// Event time of the first click, epoch ms (default 2026-01-15 15:40:00 UTC).
     pub start_time: Timestamp,
     /// Clicks per second of event time (default 100 000, the seed's scenario 2 rate).
     pub events_per_second: f64,
@@ -237,8 +237,8 @@ pub struct ClicksConfig {
     pub late_delay_ms: i64,
 }
 
-/// 2026-11-29 15:40:00 UTC.
-pub const DEFAULT_START_TIME: Timestamp = 1_764_430_800_000;
+/// 2026-01-15 15:40:00 UTC.
+pub const DEFAULT_START_TIME: Timestamp = 1_768_491_600_000;
 
 impl Default for ClicksConfig {
     fn default() -> Self {

@@ -11,6 +11,7 @@ pub mod collection;
 pub mod datagen;
 pub mod file;
 pub(crate) mod task;
+mod watermarks;
 
 use std::time::Instant;
 

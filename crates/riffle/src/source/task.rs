@@ -1,6 +1,7 @@
-//! The task loop of a source subtask: reads its splits in turn, applies the bad-record policy,
-//! pushes batches into the chain, sleeps when there is nothing to read, and ends the input when the
-//! splits are exhausted (with a final watermark) or when the job is stopped.
+//! The task loop of a source subtask: reads its splits in turn, assigns event time and applies the
+//! bad-record policy, pushes batches into the chain, emits watermarks (per split, merged) at the
+//! watermark interval, sleeps when there is nothing to read, and ends the input when the splits
+//! are exhausted (with the final watermark) or when the job is stopped.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -9,14 +10,14 @@ use crate::error::{Error, Result};
 use crate::metrics::OperatorMetrics;
 use crate::record::{Data, MAX_WATERMARK};
 use crate::runtime::{CANCEL_POLL, Output, TaskContext, TaskDriver};
-use crate::source::{
-    BadRecordHandler, Boundedness, DeadLetter, ReadStatus, Source, SourceOutput, SplitReader,
-};
+use crate::source::watermarks::{SourceWatermarks, WatermarkUpdate};
+use crate::source::{BadRecordHandler, Boundedness, DeadLetter, ReadStatus, Source, SourceOutput, SplitReader};
+use crate::time::{Clock, WatermarkStrategy};
 
 /// A source in the job graph, with its type hidden from the graph.
 pub(crate) trait ErasedSource: Send + Sync {
     fn validate(&self) -> Result<()>;
-    /// Builds the driver of `subtask`; `output` is a `Box<dyn Output<T>>`.
+    /// Builds the driver of one subtask.
     fn task(&self, setup: SourceTaskSetup) -> Result<Box<dyn TaskDriver>>;
 }
 
@@ -25,28 +26,34 @@ pub(crate) struct SourceTaskSetup {
     pub(crate) name: String,
     pub(crate) subtask: usize,
     pub(crate) parallelism: usize,
+    /// A `Box<dyn Output<T>>`.
     pub(crate) output: Box<dyn std::any::Any + Send>,
     pub(crate) dead_letter: Box<dyn Output<DeadLetter>>,
     pub(crate) metrics: Arc<OperatorMetrics>,
     pub(crate) ctx: TaskContext,
     pub(crate) batch_size: usize,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) watermark_interval: Duration,
 }
 
-/// A typed [`Source`] as the job graph holds it; enumerates the splits once per job.
-pub struct SourceSpec<T: Data, S: Source<T>> {
+/// A typed [`Source`] with its watermark strategy, as the job graph holds it; enumerates the
+/// splits once per run of the job.
+pub(crate) struct SourceSpec<T: Data, S: Source<T>> {
     source: S,
+    strategy: WatermarkStrategy<T>,
     splits: Mutex<Option<Vec<S::Split>>>,
-    _type: std::marker::PhantomData<fn() -> T>,
 }
 
 impl<T: Data, S: Source<T>> SourceSpec<T, S> {
-    pub(crate) fn new(source: S) -> Self {
-        SourceSpec { source, splits: Mutex::new(None), _type: std::marker::PhantomData }
+    pub(crate) fn new(source: S, strategy: WatermarkStrategy<T>) -> Self {
+        SourceSpec { source, strategy, splits: Mutex::new(None) }
     }
 }
 
 impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
     fn validate(&self) -> Result<()> {
+        // A new run enumerates the splits again.
+        *self.splits.lock().expect("splits lock") = None;
         self.source.validate()
     }
 
@@ -55,7 +62,7 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
         if splits.is_none() {
             *splits = Some(self.source.splits(setup.parallelism)?);
         }
-        let mine = splits
+        let readers = splits
             .as_ref()
             .expect("splits enumerated")
             .iter()
@@ -69,7 +76,9 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
             .downcast::<Box<dyn Output<T>>>()
             .map_err(|_| Error::Graph(format!("source `{}`: output of another type", setup.name)))?;
         Ok(Box::new(SourceTask {
-            splits: mine.into_iter().map(|reader| SplitSlot { reader, finished: false, retry_at: None }).collect(),
+            watermarks: SourceWatermarks::new(self.strategy.clone(), readers.len(), setup.clock),
+            watermark_interval: setup.watermark_interval,
+            splits: readers.into_iter().map(|reader| SplitSlot { reader, finished: false, retry_at: None }).collect(),
             chain: output,
             dead_letter: setup.dead_letter,
             bad_records: BadRecordHandler::new(self.source.bad_record_policy(), &setup.name),
@@ -94,6 +103,8 @@ pub(crate) struct SourceTask<T> {
     name: String,
     subtask: usize,
     splits: Vec<SplitSlot<T>>,
+    watermarks: SourceWatermarks<T>,
+    watermark_interval: Duration,
     chain: Box<dyn Output<T>>,
     dead_letter: Box<dyn Output<DeadLetter>>,
     bad_records: BadRecordHandler,
@@ -125,13 +136,17 @@ impl<T: Data> SourceTask<T> {
             slot.retry_at = None;
             match status {
                 ReadStatus::Ready => {}
-                ReadStatus::Finished => slot.finished = true,
+                ReadStatus::Finished => {
+                    slot.finished = true;
+                    self.watermarks.split_finished(index);
+                }
                 ReadStatus::Pending(at) => {
                     let at = at.unwrap_or(now + Duration::from_millis(1));
                     slot.retry_at = Some(at);
                     earliest = Some(earliest.map_or(at, |e| e.min(at)));
                 }
             }
+            self.watermarks.on_records(index, &mut out.records, &mut out.bad);
             if !out.bad.is_empty() {
                 let split = self.splits[index].reader.split_id();
                 let dead_letter = &mut self.dead_letter;
@@ -149,9 +164,24 @@ impl<T: Data> SourceTask<T> {
         Ok((progressed, earliest))
     }
 
+    fn emit_watermarks(&mut self) -> Result<()> {
+        for update in self.watermarks.poll() {
+            match update {
+                WatermarkUpdate::Idle(idle) => self.chain.idle(idle)?,
+                WatermarkUpdate::Watermark(watermark) => {
+                    self.metrics.set_watermark(watermark);
+                    self.chain.watermark(watermark)?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads until the splits are exhausted (`true`) or the job is stopped (`false`).
     fn run_loop(&mut self) -> Result<bool> {
         let mut out = SourceOutput::with_capacity(self.batch_size);
         let mut next_tick = Instant::now() + self.ctx.buffer_timeout;
+        let mut next_watermark = Instant::now();
         loop {
             if self.ctx.control.is_cancelled() {
                 return Err(Error::Cancelled);
@@ -164,13 +194,17 @@ impl<T: Data> SourceTask<T> {
             }
             let (progressed, earliest) = self.read_round(&mut out)?;
             let now = Instant::now();
+            if now >= next_watermark {
+                self.emit_watermarks()?;
+                next_watermark = now + self.watermark_interval;
+            }
             if now >= next_tick {
                 self.chain.tick()?;
                 self.dead_letter.tick()?;
                 next_tick = now + self.ctx.buffer_timeout;
             }
             if !progressed {
-                let wake = earliest.unwrap_or(next_tick).min(next_tick);
+                let wake = earliest.unwrap_or(next_tick).min(next_tick).min(next_watermark);
                 let sleep = wake.saturating_duration_since(now).min(CANCEL_POLL);
                 if !sleep.is_zero() {
                     std::thread::sleep(sleep);
@@ -188,6 +222,7 @@ impl<T: Data> TaskDriver for SourceTask<T> {
         let exhausted = self.run_loop().map_err(|e| e.in_operator(&self.name, self.subtask))?;
         if exhausted {
             // A bounded input is complete: every window can fire (batch is a special case of streaming).
+            self.metrics.set_watermark(MAX_WATERMARK);
             self.chain.watermark(MAX_WATERMARK)?;
             self.dead_letter.watermark(MAX_WATERMARK)?;
         }

@@ -1,0 +1,212 @@
+//! Time: the processing-time clock (replaceable, so tests control it) and watermark strategies,
+//! which tell how far event time has progressed.
+//!
+//! A [`WatermarkStrategy`] is applied inside a source, per split (per Kafka partition), so a fast
+//! split cannot make a slow one's records late; the source's watermark is the minimum over its
+//! splits that are not idle.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use crate::record::{MIN_WATERMARK, Timestamp};
+
+/// The source of processing time, in epoch milliseconds.
+pub trait Clock: Send + Sync + Debug {
+    /// The current processing time.
+    fn now(&self) -> Timestamp;
+}
+
+/// The wall clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as Timestamp)
+            .unwrap_or(0)
+    }
+}
+
+/// A clock that moves only when told to: processing-time tests.
+///
+/// ```
+/// use riffle::time::{Clock, ManualClock};
+/// let clock = ManualClock::new(1_000);
+/// clock.advance(std::time::Duration::from_millis(500));
+/// assert_eq!(clock.now(), 1_500);
+/// ```
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicI64);
+
+impl ManualClock {
+    /// A clock showing `now`.
+    pub fn new(now: Timestamp) -> Self {
+        ManualClock(AtomicI64::new(now))
+    }
+
+    /// Sets the time.
+    pub fn set(&self, now: Timestamp) {
+        self.0.store(now, Ordering::SeqCst);
+    }
+
+    /// Moves the time forward.
+    pub fn advance(&self, by: Duration) {
+        self.0.fetch_add(by.as_millis() as i64, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Tracks the event time seen by one split and derives its watermark.
+pub trait WatermarkGenerator: Send {
+    /// A record with event time `timestamp` was read.
+    fn on_event(&mut self, timestamp: Timestamp);
+    /// The watermark now: no record with a smaller timestamp is expected.
+    fn current_watermark(&self) -> Timestamp;
+}
+
+/// Watermark = largest timestamp seen - bound - 1 ms (Flink's bounded out-of-orderness).
+#[derive(Clone, Debug)]
+pub struct BoundedOutOfOrderness {
+    max_timestamp: Timestamp,
+    bound: Timestamp,
+}
+
+impl BoundedOutOfOrderness {
+    /// Records may arrive up to `bound` out of order.
+    pub fn new(bound: Duration) -> Self {
+        BoundedOutOfOrderness { max_timestamp: MIN_WATERMARK, bound: bound.as_millis() as Timestamp }
+    }
+}
+
+impl WatermarkGenerator for BoundedOutOfOrderness {
+    fn on_event(&mut self, timestamp: Timestamp) {
+        self.max_timestamp = self.max_timestamp.max(timestamp);
+    }
+
+    fn current_watermark(&self) -> Timestamp {
+        if self.max_timestamp == MIN_WATERMARK {
+            MIN_WATERMARK
+        } else {
+            self.max_timestamp.saturating_sub(self.bound + 1)
+        }
+    }
+}
+
+/// Extracts a record's event time.
+pub type TimestampFn<T> = Arc<dyn Fn(&T) -> Timestamp + Send + Sync>;
+type GeneratorFactory = Arc<dyn Fn() -> Box<dyn WatermarkGenerator> + Send + Sync>;
+
+/// How a source assigns event timestamps and generates watermarks.
+///
+/// ```
+/// use std::time::Duration;
+/// use riffle::time::WatermarkStrategy;
+/// use riffle::source::datagen::Click;
+///
+/// let strategy = WatermarkStrategy::<Click>::bounded_out_of_orderness(Duration::from_secs(5))
+///     .with_timestamps(|click| click.event_time)
+///     .with_idleness(Duration::from_secs(30));
+/// ```
+pub struct WatermarkStrategy<T> {
+    pub(crate) timestamps: Option<TimestampFn<T>>,
+    pub(crate) generator: Option<GeneratorFactory>,
+    pub(crate) idleness: Option<Duration>,
+    pub(crate) max_future_skew: Option<Duration>,
+}
+
+impl<T> Clone for WatermarkStrategy<T> {
+    fn clone(&self) -> Self {
+        WatermarkStrategy {
+            timestamps: self.timestamps.clone(),
+            generator: self.generator.clone(),
+            idleness: self.idleness,
+            max_future_skew: self.max_future_skew,
+        }
+    }
+}
+
+/// Default bound on how far ahead of the wall clock an event time may be: one hour.
+pub const DEFAULT_MAX_FUTURE_SKEW: Duration = Duration::from_secs(3600);
+
+impl<T> WatermarkStrategy<T> {
+    /// No watermarks (a bounded source still ends with the final one).
+    pub fn no_watermarks() -> Self {
+        WatermarkStrategy { timestamps: None, generator: None, idleness: None, max_future_skew: None }
+    }
+
+    /// Records arrive at most `bound` out of order: the default for business jobs.
+    pub fn bounded_out_of_orderness(bound: Duration) -> Self {
+        WatermarkStrategy::custom(move || BoundedOutOfOrderness::new(bound))
+    }
+
+    /// Timestamps only increase (out-of-orderness 0).
+    pub fn monotonous() -> Self {
+        WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO)
+    }
+
+    /// A watermark generator of your own, one instance per split.
+    pub fn custom<G: WatermarkGenerator + 'static>(factory: impl Fn() -> G + Send + Sync + 'static) -> Self {
+        WatermarkStrategy {
+            timestamps: None,
+            generator: Some(Arc::new(move || Box::new(factory()))),
+            idleness: None,
+            max_future_skew: Some(DEFAULT_MAX_FUTURE_SKEW),
+        }
+    }
+
+    /// Takes event time from the record (otherwise the timestamp the source gave it is used).
+    pub fn with_timestamps(mut self, extract: impl Fn(&T) -> Timestamp + Send + Sync + 'static) -> Self {
+        self.timestamps = Some(Arc::new(extract));
+        self
+    }
+
+    /// A split without records for this long stops holding the watermark back until it has
+    /// records again.
+    pub fn with_idleness(mut self, timeout: Duration) -> Self {
+        self.idleness = Some(timeout);
+        self
+    }
+
+    /// Records whose event time is more than `skew` ahead of the wall clock are quarantined as
+    /// bad input instead of dragging the watermark forward (`None`: never; default one hour).
+    pub fn with_max_future_skew(mut self, skew: Option<Duration>) -> Self {
+        self.max_future_skew = skew;
+        self
+    }
+
+    /// Whether the strategy generates watermarks.
+    pub fn generates_watermarks(&self) -> bool {
+        self.generator.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_out_of_orderness_lags_the_largest_timestamp() {
+        let mut g = BoundedOutOfOrderness::new(Duration::from_secs(5));
+        assert_eq!(g.current_watermark(), MIN_WATERMARK);
+        g.on_event(10_000);
+        g.on_event(8_000);
+        assert_eq!(g.current_watermark(), 4_999);
+        g.on_event(20_000);
+        assert_eq!(g.current_watermark(), 14_999);
+    }
+
+    #[test]
+    fn the_system_clock_is_now() {
+        let now = SystemClock.now();
+        assert!(now > 1_700_000_000_000);
+    }
+}
