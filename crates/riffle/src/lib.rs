@@ -30,6 +30,7 @@
 //! sources, so memory stays bounded whatever the input rate; each task reports the time it is
 //! busy, back-pressured and idle.
 
+pub mod aggregate;
 pub mod api;
 pub mod config;
 pub mod error;
@@ -41,6 +42,7 @@ pub mod record;
 pub mod runtime;
 pub mod sink;
 pub mod source;
+pub mod state;
 pub mod time;
 mod util;
 

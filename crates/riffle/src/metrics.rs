@@ -26,6 +26,8 @@ pub struct OperatorMetrics {
     late_records_dropped: AtomicU64,
     late_records_side_output: AtomicU64,
     watermark: AtomicU64,
+    state_entries: AtomicU64,
+    state_bytes: AtomicU64,
 }
 
 impl OperatorMetrics {
@@ -39,6 +41,8 @@ impl OperatorMetrics {
             late_records_dropped: AtomicU64::new(0),
             late_records_side_output: AtomicU64::new(0),
             watermark: AtomicU64::new(MIN_WATERMARK as u64),
+            state_entries: AtomicU64::new(0),
+            state_bytes: AtomicU64::new(0),
         }
     }
 
@@ -65,6 +69,12 @@ impl OperatorMetrics {
         self.late_records_side_output.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Publishes the size of the operator's keyed state (entries and estimated bytes).
+    pub fn set_state(&self, entries: u64, bytes: u64) {
+        self.state_entries.store(entries, Ordering::Relaxed);
+        self.state_bytes.store(bytes, Ordering::Relaxed);
+    }
+
     pub(crate) fn set_watermark(&self, watermark: Timestamp) {
         self.watermark.store(watermark as u64, Ordering::Relaxed);
     }
@@ -89,6 +99,8 @@ impl OperatorMetrics {
             late_records_dropped: self.late_records_dropped.load(Ordering::Relaxed),
             late_records_side_output: self.late_records_side_output.load(Ordering::Relaxed),
             watermark: self.watermark.load(Ordering::Relaxed) as i64,
+            state_entries: self.state_entries.load(Ordering::Relaxed),
+            state_bytes: self.state_bytes.load(Ordering::Relaxed),
         }
     }
 }
@@ -204,6 +216,10 @@ pub struct OperatorSnapshot {
     pub late_records_side_output: u64,
     /// Current event-time watermark of the operator ([`MIN_WATERMARK`] before the first one).
     pub watermark: Timestamp,
+    /// Entries of keyed state (and timers).
+    pub state_entries: u64,
+    /// Estimated bytes of keyed state.
+    pub state_bytes: u64,
 }
 
 /// Time accounting of one task at one instant.
@@ -249,6 +265,8 @@ impl MetricsSnapshot {
             total.late_records_dropped += part.late_records_dropped;
             total.late_records_side_output += part.late_records_side_output;
             total.watermark = total.watermark.min(part.watermark);
+            total.state_entries += part.state_entries;
+            total.state_bytes += part.state_bytes;
         }
         Some(total)
     }

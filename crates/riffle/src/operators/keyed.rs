@@ -1,19 +1,39 @@
 //! Keyed processing: a user function called for every record with a context that knows the
-//! record's key (and, as the state API grows, its state and timers).
+//! record's key, its keyed state and its timers, as Flink's `KeyedProcessFunction`.
 
+use std::hash::Hash;
 use std::marker::PhantomData;
 
+use crate::aggregate::AggregateFunction;
 use crate::api::KeyFn;
-use crate::error::Result;
-use crate::operators::{Collector, Operator};
-use crate::record::{Data, Record, Timestamp};
+use crate::error::{Error, Result};
+use crate::keys::{KeyGroup, key_group_of};
+use crate::operators::{Collector, Operator, OperatorContext, OutputTag};
+use crate::record::{Data, NO_TIMESTAMP, Record, Timestamp};
+use crate::state::{
+    AggregatingState, AggregatingStateDescriptor, KeyedState, ListState, ListStateDescriptor, MapState,
+    MapStateDescriptor, ReducingState, ReducingStateDescriptor, TimeDomain, TimerService, ValueState,
+    ValueStateDescriptor,
+};
 
 /// The low-level keyed function, as Flink's `KeyedProcessFunction`.
 ///
-/// Implemented for closures `FnMut(&K, In, &mut KeyedContext<K, Out>) -> Result<()>`.
+/// Closures `FnMut(&K, In, &mut KeyedContext<K, Out>) -> Result<()>` implement it; implement it
+/// on a struct to also receive timers.
 pub trait KeyedProcessFunction<K, In, Out>: Send + 'static {
     /// Processes one record of key `key`.
     fn process_element(&mut self, key: &K, value: In, ctx: &mut KeyedContext<'_, '_, K, Out>) -> Result<()>;
+
+    /// A timer of `key` registered for `timestamp` fired (`ctx.timestamp()` is that time).
+    fn on_timer(
+        &mut self,
+        _key: &K,
+        _timestamp: Timestamp,
+        _domain: TimeDomain,
+        _ctx: &mut KeyedContext<'_, '_, K, Out>,
+    ) -> Result<()> {
+        Ok(())
+    }
 }
 
 impl<K, In, Out, F> KeyedProcessFunction<K, In, Out> for F
@@ -25,27 +45,36 @@ where
     }
 }
 
-/// What a keyed function sees of the record it processes.
+/// What a keyed function sees: the current key and record time, its state, its timers, and where
+/// to emit.
 pub struct KeyedContext<'c, 'o, K, Out> {
     key: &'c K,
+    key_group: KeyGroup,
     timestamp: Timestamp,
     out: &'c mut Collector<'o, Out>,
+    state: &'c mut KeyedState<K>,
+    timers: &'c mut TimerService<K>,
 }
 
-impl<K, Out: Data> KeyedContext<'_, '_, K, Out> {
-    /// The key of the current record.
+impl<K: Data + Hash + Eq, Out: Data> KeyedContext<'_, '_, K, Out> {
+    /// The current key.
     pub fn key(&self) -> &K {
         self.key
     }
 
-    /// The current record's event timestamp, if it has one.
+    /// The current record's event time (or the firing timer's time), if it has one.
     pub fn timestamp(&self) -> Option<Timestamp> {
-        Record { value: (), timestamp: self.timestamp }.timestamp()
+        (self.timestamp != NO_TIMESTAMP).then_some(self.timestamp)
     }
 
     /// The operator's current event-time watermark.
     pub fn current_watermark(&self) -> Timestamp {
         self.out.current_watermark()
+    }
+
+    /// The current processing time (epoch ms).
+    pub fn current_processing_time(&self) -> Timestamp {
+        self.state.now()
     }
 
     /// Emits a value with the current record's timestamp.
@@ -57,25 +86,142 @@ impl<K, Out: Data> KeyedContext<'_, '_, K, Out> {
     pub fn emit_with_timestamp(&mut self, value: Out, timestamp: Timestamp) -> Result<()> {
         self.out.emit(Record { value, timestamp })
     }
+
+    /// Sends a value to a side output; `false` if the job does not consume that side output.
+    pub fn side_output<S: Data>(&mut self, tag: &OutputTag<S>, value: S) -> Result<bool> {
+        self.out.side_output(tag, Record { value, timestamp: self.timestamp })
+    }
+
+    /// The current key's value state.
+    pub fn value<V: Data>(&mut self, descriptor: &ValueStateDescriptor<V>) -> ValueState<'_, K, V> {
+        self.state.value(descriptor, self.key_group, self.key)
+    }
+
+    /// The current key's list state.
+    pub fn list<V: Data>(&mut self, descriptor: &ListStateDescriptor<V>) -> ListState<'_, K, V> {
+        self.state.list(descriptor, self.key_group, self.key)
+    }
+
+    /// The current key's map state.
+    pub fn map<UK: Data + Hash + Eq, UV: Data>(
+        &mut self,
+        descriptor: &MapStateDescriptor<UK, UV>,
+    ) -> MapState<'_, K, UK, UV> {
+        self.state.map(descriptor, self.key_group, self.key)
+    }
+
+    /// The current key's reducing state.
+    pub fn reducing<V: Data>(&mut self, descriptor: &ReducingStateDescriptor<V>) -> ReducingState<'_, K, V> {
+        self.state.reducing(descriptor, self.key_group, self.key)
+    }
+
+    /// The current key's aggregating state.
+    pub fn aggregating<'d, In, A: AggregateFunction<In>>(
+        &'d mut self,
+        descriptor: &'d AggregatingStateDescriptor<In, A>,
+    ) -> AggregatingState<'d, K, In, A> {
+        self.state.aggregating(descriptor, self.key_group, self.key)
+    }
+
+    /// Calls `on_timer` for the current key when the watermark reaches `timestamp`.
+    pub fn register_event_time_timer(&mut self, timestamp: Timestamp) {
+        self.timers.register(TimeDomain::EventTime, timestamp, self.key.clone());
+    }
+
+    /// Calls `on_timer` for the current key when processing time reaches `timestamp`.
+    pub fn register_processing_time_timer(&mut self, timestamp: Timestamp) {
+        self.timers.register(TimeDomain::ProcessingTime, timestamp, self.key.clone());
+    }
+
+    /// Deletes the current key's event-time timer at `timestamp`.
+    pub fn delete_event_time_timer(&mut self, timestamp: Timestamp) {
+        self.timers.delete(TimeDomain::EventTime, timestamp, self.key);
+    }
+
+    /// Deletes the current key's processing-time timer at `timestamp`.
+    pub fn delete_processing_time_timer(&mut self, timestamp: Timestamp) {
+        self.timers.delete(TimeDomain::ProcessingTime, timestamp, self.key);
+    }
 }
 
 /// The operator that runs a [`KeyedProcessFunction`].
 pub struct KeyedProcess<K, In, Out, P> {
     key: KeyFn<K, In>,
     function: P,
+    runtime: Option<KeyedRuntime<K>>,
     _types: PhantomData<fn(In) -> Out>,
+}
+
+/// What a keyed operator instance holds once open: its state, timers and key groups.
+pub(crate) struct KeyedRuntime<K> {
+    pub(crate) state: KeyedState<K>,
+    pub(crate) timers: TimerService<K>,
+    pub(crate) ctx: OperatorContext,
+}
+
+impl<K: Data + Hash + Eq> KeyedRuntime<K> {
+    pub(crate) fn new(ctx: &OperatorContext) -> Self {
+        KeyedRuntime { state: KeyedState::new(ctx.key_groups, ctx.clock.clone()), timers: TimerService::new(), ctx: ctx.clone() }
+    }
+
+    /// The key group of `key`, checked against the ones this instance owns.
+    pub(crate) fn key_group(&self, key: &K) -> Result<KeyGroup> {
+        let key_group = key_group_of(key, self.ctx.max_parallelism);
+        if !self.ctx.key_groups.contains(key_group) {
+            return Err(Error::Graph(format!(
+                "a record of key group {key_group} reached subtask {} of `{}`, which owns {:?}: \
+                 was the stream keyed with the same key?",
+                self.ctx.subtask, self.ctx.name, self.ctx.key_groups
+            )));
+        }
+        Ok(key_group)
+    }
+
+    /// Publishes the size of the state in the operator's metrics.
+    pub(crate) fn report_size(&self, extra_entries: usize, extra_bytes: usize) {
+        let (entries, bytes) = self.state.size();
+        self.ctx.metrics.set_state(
+            (entries + extra_entries + self.timers.len()) as u64,
+            (bytes + extra_bytes) as u64,
+        );
+    }
 }
 
 impl<K, In, Out, P> KeyedProcess<K, In, Out, P> {
     /// The operator for `function`, keyed by `key`.
     pub fn new(key: KeyFn<K, In>, function: P) -> Self {
-        KeyedProcess { key, function, _types: PhantomData }
+        KeyedProcess { key, function, runtime: None, _types: PhantomData }
+    }
+}
+
+impl<K, In, Out, P> KeyedProcess<K, In, Out, P>
+where
+    K: Data + Hash + Eq,
+    In: Data,
+    Out: Data,
+    P: KeyedProcessFunction<K, In, Out>,
+{
+    fn fire(&mut self, domain: TimeDomain, time: Timestamp, out: &mut Collector<'_, Out>) -> Result<()> {
+        let runtime = self.runtime.as_mut().expect("opened");
+        for (timestamp, key) in runtime.timers.pop_due(domain, time) {
+            let key_group = runtime.key_group(&key)?;
+            let mut ctx = KeyedContext {
+                key: &key,
+                key_group,
+                timestamp,
+                out,
+                state: &mut runtime.state,
+                timers: &mut runtime.timers,
+            };
+            self.function.on_timer(&key, timestamp, domain, &mut ctx)?;
+        }
+        Ok(())
     }
 }
 
 impl<K, In, Out, P> Operator for KeyedProcess<K, In, Out, P>
 where
-    K: Send + 'static,
+    K: Data + Hash + Eq,
     In: Data,
     Out: Data,
     P: KeyedProcessFunction<K, In, Out>,
@@ -83,12 +229,39 @@ where
     type In = In;
     type Out = Out;
 
+    fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
+        self.runtime = Some(KeyedRuntime::new(ctx));
+        Ok(())
+    }
+
     fn process(&mut self, batch: &mut Vec<Record<In>>, out: &mut Collector<'_, Out>) -> Result<()> {
+        let runtime = self.runtime.as_mut().expect("opened");
         for record in batch.drain(..) {
             let key = (self.key)(&record.value);
-            let mut ctx = KeyedContext { key: &key, timestamp: record.timestamp, out };
+            let key_group = runtime.key_group(&key)?;
+            let mut ctx = KeyedContext {
+                key: &key,
+                key_group,
+                timestamp: record.timestamp,
+                out,
+                state: &mut runtime.state,
+                timers: &mut runtime.timers,
+            };
             self.function.process_element(&key, record.value, &mut ctx)?;
         }
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: Timestamp, out: &mut Collector<'_, Out>) -> Result<()> {
+        self.fire(TimeDomain::EventTime, watermark, out)
+    }
+
+    fn on_tick(&mut self, out: &mut Collector<'_, Out>) -> Result<()> {
+        let now = self.runtime.as_ref().expect("opened").state.now();
+        self.fire(TimeDomain::ProcessingTime, now, out)?;
+        let runtime = self.runtime.as_mut().expect("opened");
+        runtime.state.sweep_expired();
+        runtime.report_size(0, 0);
         Ok(())
     }
 }

@@ -1,0 +1,485 @@
+//! [`KeyedState`]: the keyed state of one operator instance, and the handles through which a
+//! keyed function reads and writes the state of its current key.
+//!
+//! Every entry remembers when it was last updated (processing time), which is what time-to-live
+//! needs; an expired entry reads as absent and is removed, and a periodic sweep removes the ones
+//! nobody reads any more.
+
+use std::any::Any;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::aggregate::AggregateFunction;
+use crate::error::{Error, Result};
+use crate::keys::{KeyGroup, KeyGroupRange};
+use crate::record::{Data, Timestamp};
+use crate::state::descriptors::{
+    AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, StateTtl,
+    TtlUpdate, ValueStateDescriptor,
+};
+use crate::state::table::{FastMap, Table};
+use crate::time::Clock;
+
+/// A state value and the processing time of its last update.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Timed<X> {
+    pub(crate) value: X,
+    pub(crate) touched: Timestamp,
+}
+
+type StoredTable<K, X> = Table<K, (), Timed<X>>;
+
+/// One declared state of the operator.
+struct Slot {
+    name: &'static str,
+    type_name: &'static str,
+    table: Box<dyn Any + Send>,
+    ttl: Option<StateTtl>,
+    expire: fn(&mut (dyn Any + Send), Timestamp, i64) -> usize,
+    entries: fn(&(dyn Any + Send)) -> (usize, usize),
+}
+
+fn expire<K: Hash + Eq + 'static, X: 'static>(table: &mut (dyn Any + Send), now: Timestamp, ttl: i64) -> usize {
+    let table = table.downcast_mut::<StoredTable<K, X>>().expect("slot type");
+    table.retain(|_, _, v| now - v.touched < ttl)
+}
+
+fn entries<K: Hash + Eq + 'static, X: 'static>(table: &(dyn Any + Send)) -> (usize, usize) {
+    let table = table.downcast_ref::<StoredTable<K, X>>().expect("slot type");
+    (table.len(), table.heap_bytes())
+}
+
+/// The keyed state of one operator instance, by declared name.
+pub struct KeyedState<K> {
+    slots: Vec<Slot>,
+    range: KeyGroupRange,
+    clock: Arc<dyn Clock>,
+    last_sweep: Timestamp,
+    _key: std::marker::PhantomData<fn(K)>,
+}
+
+/// How often expired entries are swept at most.
+const SWEEP_INTERVAL_MS: i64 = 1_000;
+
+impl<K: Data + Hash + Eq> KeyedState<K> {
+    /// Empty state for the key groups of `range`.
+    pub fn new(range: KeyGroupRange, clock: Arc<dyn Clock>) -> Self {
+        let now = clock.now();
+        KeyedState { slots: Vec::new(), range, clock, last_sweep: now, _key: std::marker::PhantomData }
+    }
+
+    /// The processing time now.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    fn table<X: Data>(&mut self, name: &'static str, ttl: Option<StateTtl>) -> Result<&mut StoredTable<K, X>, String> {
+        let index = match self.slots.iter().position(|s| s.name == name) {
+            Some(index) => index,
+            None => {
+                self.slots.push(Slot {
+                    name,
+                    type_name: std::any::type_name::<X>(),
+                    table: Box::new(StoredTable::<K, X>::new(self.range)),
+                    ttl,
+                    expire: expire::<K, X>,
+                    entries: entries::<K, X>,
+                });
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[index];
+        let type_name = slot.type_name;
+        slot.table.downcast_mut::<StoredTable<K, X>>().ok_or_else(|| {
+            format!(
+                "state `{name}` is used as {} here but was declared as {type_name}",
+                std::any::type_name::<X>()
+            )
+        })
+    }
+
+    fn access<'a, X: Data>(
+        &'a mut self,
+        name: &'static str,
+        ttl: Option<StateTtl>,
+        key_group: KeyGroup,
+        key: &'a K,
+    ) -> Access<'a, K, X> {
+        let now = if ttl.is_some() { self.clock.now() } else { 0 };
+        Access { table: self.table(name, ttl), key_group, key, now, ttl }
+    }
+
+    /// The value state `descriptor` of `key`.
+    pub fn value<'a, V: Data>(&'a mut self, d: &ValueStateDescriptor<V>, key_group: KeyGroup, key: &'a K) -> ValueState<'a, K, V> {
+        ValueState(self.access(d.name, d.ttl, key_group, key))
+    }
+
+    /// The list state `descriptor` of `key`.
+    pub fn list<'a, V: Data>(&'a mut self, d: &ListStateDescriptor<V>, key_group: KeyGroup, key: &'a K) -> ListState<'a, K, V> {
+        ListState(self.access(d.name, d.ttl, key_group, key))
+    }
+
+    /// The map state `descriptor` of `key`.
+    pub fn map<'a, UK, UV>(&'a mut self, d: &MapStateDescriptor<UK, UV>, key_group: KeyGroup, key: &'a K) -> MapState<'a, K, UK, UV>
+    where
+        UK: Data + Hash + Eq,
+        UV: Data,
+    {
+        MapState(self.access(d.name, d.ttl, key_group, key))
+    }
+
+    /// The reducing state `descriptor` of `key`.
+    pub fn reducing<'a, V: Data>(
+        &'a mut self,
+        d: &ReducingStateDescriptor<V>,
+        key_group: KeyGroup,
+        key: &'a K,
+    ) -> ReducingState<'a, K, V> {
+        ReducingState { access: self.access(d.name, d.ttl, key_group, key), reduce: d.reduce }
+    }
+
+    /// The aggregating state `descriptor` of `key`.
+    pub fn aggregating<'a, In, A: AggregateFunction<In>>(
+        &'a mut self,
+        d: &'a AggregatingStateDescriptor<In, A>,
+        key_group: KeyGroup,
+        key: &'a K,
+    ) -> AggregatingState<'a, K, In, A> {
+        AggregatingState { access: self.access(d.name, d.ttl, key_group, key), aggregate: &d.aggregate, _in: std::marker::PhantomData }
+    }
+
+    /// Removes expired entries (at most once a second); returns how many.
+    pub fn sweep_expired(&mut self) -> usize {
+        let now = self.clock.now();
+        if now - self.last_sweep < SWEEP_INTERVAL_MS {
+            return 0;
+        }
+        self.last_sweep = now;
+        self.slots
+            .iter_mut()
+            .filter_map(|slot| slot.ttl.map(|ttl| (slot.expire)(slot.table.as_mut(), now, ttl.ttl.as_millis() as i64)))
+            .sum()
+    }
+
+    /// Number of entries and bytes of table slots over every declared state.
+    pub fn size(&self) -> (usize, usize) {
+        self.slots.iter().map(|slot| (slot.entries)(slot.table.as_ref())).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+}
+
+/// Read-modify-write access to one entry, with time-to-live applied.
+struct Access<'a, K, X> {
+    table: Result<&'a mut StoredTable<K, X>, String>,
+    key_group: KeyGroup,
+    key: &'a K,
+    now: Timestamp,
+    ttl: Option<StateTtl>,
+}
+
+impl<K: Data + Hash + Eq, X: Data> Access<'_, K, X> {
+    fn table(&mut self) -> Result<&mut StoredTable<K, X>> {
+        self.table.as_deref_mut().map_err(|message| Error::Graph(message.clone()))
+    }
+
+    /// The live entry, if any: an expired one is removed; a read refreshes it if the TTL says so.
+    fn live(&mut self) -> Result<Option<&mut X>> {
+        let (key_group, now, ttl) = (self.key_group, self.now, self.ttl);
+        let key = self.key;
+        let table = self.table()?;
+        let expired = match (table.get(key_group, key, &()), ttl) {
+            (None, _) => return Ok(None),
+            (Some(entry), Some(ttl)) => now - entry.touched >= ttl.ttl.as_millis() as i64,
+            (Some(_), None) => false,
+        };
+        if expired {
+            table.remove(key_group, key, &());
+            return Ok(None);
+        }
+        let entry = table.get_mut(key_group, key, &()).expect("present");
+        if ttl.is_some_and(|t| t.update == TtlUpdate::OnReadAndWrite) {
+            entry.touched = now;
+        }
+        Ok(Some(&mut entry.value))
+    }
+
+    fn read(&mut self) -> Result<Option<X>> {
+        Ok(self.live()?.cloned())
+    }
+
+    fn write(&mut self, value: X) -> Result<()> {
+        let (key_group, now) = (self.key_group, self.now);
+        let key = self.key.clone();
+        self.table()?.insert(key_group, key, (), Timed { value, touched: now });
+        Ok(())
+    }
+
+    /// Changes the entry in place (creating it with `create` if absent) and marks it written.
+    fn modify<R>(&mut self, create: impl FnOnce() -> X, change: impl FnOnce(&mut X) -> R) -> Result<R> {
+        let now = self.now;
+        if self.live()?.is_none() {
+            self.write(create())?;
+        }
+        let (key_group, key) = (self.key_group, self.key);
+        let entry = self.table()?.get_mut(key_group, key, &()).expect("present");
+        entry.touched = now;
+        Ok(change(&mut entry.value))
+    }
+
+    fn clear(&mut self) -> Result<()> {
+        let (key_group, key) = (self.key_group, self.key);
+        self.table()?.remove(key_group, key, &());
+        Ok(())
+    }
+}
+
+/// One value for the current key.
+pub struct ValueState<'a, K, V>(Access<'a, K, V>);
+
+impl<K: Data + Hash + Eq, V: Data> ValueState<'_, K, V> {
+    /// The value, if set (and not expired).
+    pub fn get(&mut self) -> Result<Option<V>> {
+        self.0.read()
+    }
+
+    /// Sets the value.
+    pub fn set(&mut self, value: V) -> Result<()> {
+        self.0.write(value)
+    }
+
+    /// Removes the value.
+    pub fn clear(&mut self) -> Result<()> {
+        self.0.clear()
+    }
+}
+
+/// A list of values for the current key.
+pub struct ListState<'a, K, V>(Access<'a, K, Vec<V>>);
+
+impl<K: Data + Hash + Eq, V: Data> ListState<'_, K, V> {
+    /// The values, in the order they were added.
+    pub fn get(&mut self) -> Result<Vec<V>> {
+        Ok(self.0.read()?.unwrap_or_default())
+    }
+
+    /// Appends a value.
+    pub fn add(&mut self, value: V) -> Result<()> {
+        self.0.modify(Vec::new, |list| list.push(value))
+    }
+
+    /// Replaces the values.
+    pub fn update(&mut self, values: Vec<V>) -> Result<()> {
+        self.0.write(values)
+    }
+
+    /// Removes every value.
+    pub fn clear(&mut self) -> Result<()> {
+        self.0.clear()
+    }
+}
+
+/// A map for the current key.
+pub struct MapState<'a, K, UK, UV>(Access<'a, K, FastMap<UK, UV>>);
+
+impl<K: Data + Hash + Eq, UK: Data + Hash + Eq, UV: Data> MapState<'_, K, UK, UV> {
+    /// The value of `user_key`.
+    pub fn get(&mut self, user_key: &UK) -> Result<Option<UV>> {
+        Ok(self.0.live()?.and_then(|map| map.get(user_key).cloned()))
+    }
+
+    /// Sets the value of `user_key`.
+    pub fn put(&mut self, user_key: UK, value: UV) -> Result<()> {
+        self.0.modify(FastMap::default, |map| {
+            map.insert(user_key, value);
+        })
+    }
+
+    /// Removes `user_key`; returns its value.
+    pub fn remove(&mut self, user_key: &UK) -> Result<Option<UV>> {
+        let removed = match self.0.live()? {
+            Some(map) => map.remove(user_key),
+            None => None,
+        };
+        if self.0.live()?.is_some_and(|map| map.is_empty()) {
+            self.0.clear()?;
+        }
+        Ok(removed)
+    }
+
+    /// Whether `user_key` has a value.
+    pub fn contains(&mut self, user_key: &UK) -> Result<bool> {
+        Ok(self.0.live()?.is_some_and(|map| map.contains_key(user_key)))
+    }
+
+    /// Every entry (in no particular order).
+    pub fn entries(&mut self) -> Result<Vec<(UK, UV)>> {
+        Ok(self.0.live()?.map(|map| map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default())
+    }
+
+    /// Number of entries.
+    pub fn len(&mut self) -> Result<usize> {
+        Ok(self.0.live()?.map_or(0, |map| map.len()))
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&mut self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Removes every entry.
+    pub fn clear(&mut self) -> Result<()> {
+        self.0.clear()
+    }
+}
+
+/// A value for the current key that each new value is reduced into.
+pub struct ReducingState<'a, K, V> {
+    access: Access<'a, K, V>,
+    reduce: fn(V, V) -> V,
+}
+
+impl<K: Data + Hash + Eq, V: Data> ReducingState<'_, K, V> {
+    /// The reduced value, if any.
+    pub fn get(&mut self) -> Result<Option<V>> {
+        self.access.read()
+    }
+
+    /// Reduces `value` into the state.
+    pub fn add(&mut self, value: V) -> Result<()> {
+        let next = match self.access.read()? {
+            Some(current) => (self.reduce)(current, value),
+            None => value,
+        };
+        self.access.write(next)
+    }
+
+    /// Removes the value.
+    pub fn clear(&mut self) -> Result<()> {
+        self.access.clear()
+    }
+}
+
+/// An accumulator for the current key, fed record by record.
+pub struct AggregatingState<'a, K, In, A: AggregateFunction<In>> {
+    access: Access<'a, K, A::Acc>,
+    aggregate: &'a A,
+    _in: std::marker::PhantomData<fn(&In)>,
+}
+
+impl<K: Data + Hash + Eq, In, A: AggregateFunction<In>> AggregatingState<'_, K, In, A> {
+    /// The aggregate so far, if anything was added.
+    pub fn get(&mut self) -> Result<Option<A::Out>> {
+        let aggregate = self.aggregate;
+        Ok(self.access.live()?.map(|acc| aggregate.result(acc)))
+    }
+
+    /// Adds a record.
+    pub fn add(&mut self, value: &In) -> Result<()> {
+        let aggregate = self.aggregate;
+        self.access.modify(|| aggregate.create(), |acc| aggregate.add(acc, value))
+    }
+
+    /// Removes the accumulator.
+    pub fn clear(&mut self) -> Result<()> {
+        self.access.clear()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::{Avg, Count};
+    use crate::time::ManualClock;
+    use std::time::Duration;
+
+    const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 3 };
+
+    static COUNT: ValueStateDescriptor<u64> = ValueStateDescriptor::new("count");
+    static SEEN: ListStateDescriptor<String> = ListStateDescriptor::new("seen");
+    static PAGES: MapStateDescriptor<String, u32> = MapStateDescriptor::new("pages");
+    static LONGEST: ReducingStateDescriptor<String> =
+        ReducingStateDescriptor::new("longest", |a, b| if b.len() > a.len() { b } else { a });
+    static SESSION: ValueStateDescriptor<u64> =
+        ValueStateDescriptor::new("session").with_ttl(StateTtl::after_write(Duration::from_secs(10)));
+    static RECENT: ValueStateDescriptor<u64> =
+        ValueStateDescriptor::new("recent").with_ttl(StateTtl::after_access(Duration::from_secs(10)));
+
+    fn state() -> (KeyedState<u64>, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        (KeyedState::new(RANGE, clock.clone()), clock)
+    }
+
+    #[test]
+    fn each_kind_of_state_is_scoped_to_its_key() -> Result<()> {
+        let (mut s, _) = state();
+        s.value(&COUNT, 1, &10).set(5)?;
+        assert_eq!(s.value(&COUNT, 1, &10).get()?, Some(5));
+        assert_eq!(s.value(&COUNT, 2, &11).get()?, None);
+
+        s.list(&SEEN, 1, &10).add("a".into())?;
+        s.list(&SEEN, 1, &10).add("b".into())?;
+        assert_eq!(s.list(&SEEN, 1, &10).get()?, vec!["a", "b"]);
+
+        s.map(&PAGES, 1, &10).put("/x".into(), 1)?;
+        s.map(&PAGES, 1, &10).put("/y".into(), 2)?;
+        assert_eq!(s.map(&PAGES, 1, &10).remove(&"/x".to_string())?, Some(1));
+        assert_eq!(s.map(&PAGES, 1, &10).entries()?, vec![("/y".to_string(), 2)]);
+        assert!(s.map(&PAGES, 2, &11).is_empty()?);
+
+        s.reducing(&LONGEST, 1, &10).add("ab".into())?;
+        s.reducing(&LONGEST, 1, &10).add("abcd".into())?;
+        s.reducing(&LONGEST, 1, &10).add("abc".into())?;
+        assert_eq!(s.reducing(&LONGEST, 1, &10).get()?, Some("abcd".to_string()));
+
+        let avg = AggregatingStateDescriptor::new("avg", Avg::of(|v: &u64| *v));
+        for v in [2, 4, 9] {
+            s.aggregating(&avg, 3, &12).add(&v)?;
+        }
+        assert_eq!(s.aggregating(&avg, 3, &12).get()?, Some(Some(5.0)));
+        let count = AggregatingStateDescriptor::new("count-agg", Count);
+        s.aggregating(&count, 3, &12).add(&"x")?;
+        assert_eq!(s.aggregating(&count, 3, &12).get()?, Some(1));
+
+        s.value(&COUNT, 1, &10).clear()?;
+        assert_eq!(s.value(&COUNT, 1, &10).get()?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn ttl_expires_entries_after_write_or_access() -> Result<()> {
+        let (mut s, clock) = state();
+        s.value(&SESSION, 0, &1).set(1)?;
+        s.value(&RECENT, 0, &1).set(1)?;
+        clock.advance(Duration::from_secs(8));
+        assert_eq!(s.value(&SESSION, 0, &1).get()?, Some(1));
+        assert_eq!(s.value(&RECENT, 0, &1).get()?, Some(1), "a read refreshes `recent`");
+        clock.advance(Duration::from_secs(3));
+        assert_eq!(s.value(&SESSION, 0, &1).get()?, None, "11 s after its write");
+        assert_eq!(s.value(&RECENT, 0, &1).get()?, Some(1), "3 s after its last read");
+        Ok(())
+    }
+
+    #[test]
+    fn the_sweep_removes_expired_entries_nobody_reads() -> Result<()> {
+        let (mut s, clock) = state();
+        for key in 0..100u64 {
+            s.value(&SESSION, (key % 4) as KeyGroup, &key).set(key)?;
+        }
+        s.value(&COUNT, 0, &0).set(1)?;
+        assert_eq!(s.size().0, 101);
+        clock.advance(Duration::from_secs(11));
+        assert_eq!(s.sweep_expired(), 100);
+        assert_eq!(s.size().0, 1, "state without TTL stays");
+        Ok(())
+    }
+
+    #[test]
+    fn one_name_with_two_types_is_an_error() {
+        let (mut s, _) = state();
+        static AS_STRING: ValueStateDescriptor<String> = ValueStateDescriptor::new("count");
+        s.value(&COUNT, 0, &1).set(1).unwrap();
+        let err = s.value(&AS_STRING, 0, &1).get().unwrap_err();
+        assert!(err.to_string().contains("state `count` is used as alloc::string::String"), "{err}");
+    }
+}

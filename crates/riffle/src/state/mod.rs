@@ -1,0 +1,62 @@
+//! Keyed state: what a keyed operator remembers per key, scoped to the key being processed (and
+//! to a namespace, such as a window), with optional time-to-live, plus timers.
+//!
+//! State is declared with descriptors ([`ValueStateDescriptor`], [`ListStateDescriptor`],
+//! [`MapStateDescriptor`], [`ReducingStateDescriptor`], [`AggregatingStateDescriptor`]) and
+//! reached through the keyed context of a [`KeyedProcessFunction`](crate::operators::KeyedProcessFunction):
+//!
+//! ```
+//! use riffle::{Result, StreamEnv, sink::CollectSink};
+//! use riffle::operators::KeyedContext;
+//! use riffle::state::ValueStateDescriptor;
+//!
+//! static CLICKS: ValueStateDescriptor<u64> = ValueStateDescriptor::new("clicks");
+//!
+//! let env = StreamEnv::new();
+//! let (sink, out) = CollectSink::new();
+//! env.from_iter(vec![1u64, 2, 1, 1])
+//!     .key_by(|user| *user)
+//!     .process(|user: &u64, _click: u64, ctx: &mut KeyedContext<'_, '_, u64, (u64, u64)>| -> Result<()> {
+//!         let total = ctx.value(&CLICKS).get()?.unwrap_or(0) + 1;
+//!         ctx.value(&CLICKS).set(total)?;
+//!         ctx.emit((*user, total))
+//!     })
+//!     .sink(sink);
+//! env.execute().unwrap();
+//! assert_eq!(out.sorted(), vec![(1, 1), (1, 2), (1, 3), (2, 1)]);
+//! ```
+//!
+//! Where state lives is the job's [`StateBackend`]: the heap (typed hash tables, the default) in
+//! this version; an embedded RocksDB backend implements the same trait.
+
+mod descriptors;
+mod keyed;
+mod table;
+mod timers;
+
+use std::fmt::Debug;
+
+pub use descriptors::{
+    AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, StateTtl,
+    TtlUpdate, ValueStateDescriptor,
+};
+pub use keyed::{AggregatingState, KeyedState, ListState, MapState, ReducingState, ValueState};
+pub use table::Table;
+pub use timers::{TimeDomain, TimerService};
+
+/// Where the keyed state of a job lives.
+pub trait StateBackend: Send + Sync + Debug {
+    /// A short name for logs and metrics (`heap`, `rocksdb`).
+    fn name(&self) -> &str;
+}
+
+/// Keyed state in typed hash tables on the heap: the fastest access (no serialization), bounded
+/// by memory. Right for state up to a few GB per process (the seed's ADR-003).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HeapBackend;
+
+impl StateBackend for HeapBackend {
+    fn name(&self) -> &str {
+        "heap"
+    }
+}

@@ -1,0 +1,129 @@
+//! Timers of a keyed operator: per key, in event time (fired when the watermark passes them) or in
+//! processing time (fired when the clock does). A key has at most one timer per timestamp.
+
+use std::collections::BTreeMap;
+use std::hash::Hash;
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::Timestamp;
+use crate::state::table::FastMap;
+
+/// Which clock a timer follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TimeDomain {
+    /// Fired when the watermark reaches the timer's timestamp.
+    EventTime,
+    /// Fired when the processing-time clock reaches it.
+    ProcessingTime,
+}
+
+/// The registered timers of one operator instance.
+///
+/// ```
+/// use riffle::state::{TimeDomain, TimerService};
+/// let mut timers = TimerService::new();
+/// timers.register(TimeDomain::EventTime, 100, "a");
+/// timers.register(TimeDomain::EventTime, 50, "b");
+/// timers.register(TimeDomain::EventTime, 100, "a"); // once per key and time
+/// assert_eq!(timers.pop_due(TimeDomain::EventTime, 100), vec![(50, "b"), (100, "a")]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct TimerService<K> {
+    event: BTreeMap<Timestamp, FastMap<K, ()>>,
+    processing: BTreeMap<Timestamp, FastMap<K, ()>>,
+    len: usize,
+}
+
+impl<K> Default for TimerService<K> {
+    fn default() -> Self {
+        TimerService { event: BTreeMap::new(), processing: BTreeMap::new(), len: 0 }
+    }
+}
+
+impl<K: Hash + Eq + Clone> TimerService<K> {
+    /// No timers.
+    pub fn new() -> Self {
+        TimerService::default()
+    }
+
+    fn timers(&mut self, domain: TimeDomain) -> &mut BTreeMap<Timestamp, FastMap<K, ()>> {
+        match domain {
+            TimeDomain::EventTime => &mut self.event,
+            TimeDomain::ProcessingTime => &mut self.processing,
+        }
+    }
+
+    /// Registers a timer for `key` at `timestamp` (again: no effect).
+    pub fn register(&mut self, domain: TimeDomain, timestamp: Timestamp, key: K) {
+        if self.timers(domain).entry(timestamp).or_default().insert(key, ()).is_none() {
+            self.len += 1;
+        }
+    }
+
+    /// Deletes the timer of `key` at `timestamp`, if there is one.
+    pub fn delete(&mut self, domain: TimeDomain, timestamp: Timestamp, key: &K) {
+        let timers = self.timers(domain);
+        if let Some(keys) = timers.get_mut(&timestamp)
+            && keys.remove(key).is_some()
+        {
+            if keys.is_empty() {
+                timers.remove(&timestamp);
+            }
+            self.len -= 1;
+        }
+    }
+
+    /// Removes and returns the timers at or before `time`, earliest first.
+    pub fn pop_due(&mut self, domain: TimeDomain, time: Timestamp) -> Vec<(Timestamp, K)> {
+        let timers = self.timers(domain);
+        let later = match time.checked_add(1) {
+            Some(next) => timers.split_off(&next),
+            None => BTreeMap::new(),
+        };
+        let due = std::mem::replace(timers, later);
+        let fired: Vec<(Timestamp, K)> =
+            due.into_iter().flat_map(|(ts, keys)| keys.into_keys().map(move |k| (ts, k))).collect();
+        self.len -= fired.len();
+        fired
+    }
+
+    /// The earliest timer.
+    pub fn next(&self, domain: TimeDomain) -> Option<Timestamp> {
+        match domain {
+            TimeDomain::EventTime => self.event.keys().next().copied(),
+            TimeDomain::ProcessingTime => self.processing.keys().next().copied(),
+        }
+    }
+
+    /// Number of registered timers.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no timer is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timers_fire_in_time_order_per_domain() {
+        let mut t = TimerService::new();
+        t.register(TimeDomain::EventTime, 30, 1u64);
+        t.register(TimeDomain::EventTime, 10, 2);
+        t.register(TimeDomain::ProcessingTime, 5, 3);
+        t.delete(TimeDomain::EventTime, 30, &1);
+        t.delete(TimeDomain::EventTime, 30, &1);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.next(TimeDomain::EventTime), Some(10));
+        assert_eq!(t.pop_due(TimeDomain::EventTime, 9), vec![]);
+        assert_eq!(t.pop_due(TimeDomain::EventTime, i64::MAX), vec![(10, 2)]);
+        assert_eq!(t.pop_due(TimeDomain::ProcessingTime, 5), vec![(5, 3)]);
+        assert!(t.is_empty());
+    }
+}
