@@ -227,26 +227,6 @@ impl<In: 'static, N: Number> AggregateFunction<In> for Avg<In, N> {
     }
 }
 
-/// Collects the records themselves: the accumulator of a full-window function.
-pub(crate) struct Collect;
-
-impl<In: Data> AggregateFunction<In> for Collect {
-    type Acc = Vec<In>;
-    type Out = Vec<In>;
-    fn create(&self) -> Vec<In> {
-        Vec::new()
-    }
-    fn add(&self, acc: &mut Vec<In>, value: &In) {
-        acc.push(value.clone());
-    }
-    fn merge(&self, acc: &mut Vec<In>, other: Vec<In>) {
-        acc.extend(other);
-    }
-    fn result(&self, acc: &Vec<In>) -> Vec<In> {
-        acc.clone()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

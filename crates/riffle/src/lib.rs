@@ -43,10 +43,12 @@ pub mod runtime;
 pub mod sink;
 pub mod source;
 pub mod state;
+pub mod testing;
 pub mod time;
 mod util;
+pub mod window;
 
-pub use api::{DataStream, DataStreamSink, KeyedStream, StreamEnv};
+pub use api::{DataStream, DataStreamSink, KeyedStream, StreamEnv, WindowedStream};
 pub use config::EnvConfig;
 pub use error::{BoxError, Error, Result};
 pub use graph::{JobPlan, PlanEdge, PlanVertex};

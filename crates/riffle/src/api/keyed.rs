@@ -3,7 +3,9 @@
 use std::hash::Hash;
 use std::sync::Arc;
 
+use crate::api::WindowedStream;
 use crate::api::stream::{DataStream, operator_node};
+use crate::window::Windows;
 use crate::graph::{Node, Ship, Slot};
 use crate::operators::{KeyedProcess, KeyedProcessFunction};
 use crate::record::Data;
@@ -58,7 +60,18 @@ where
         self.add_keyed("KeyedProcess", move || KeyedProcess::new(key.clone(), function.clone()))
     }
 
-    fn add_keyed<Op, F>(&self, name: &str, factory: F) -> DataStream<Op::Out>
+    /// Cuts the stream into windows (per key): [`Tumbling`](crate::window::Tumbling),
+    /// [`Sliding`](crate::window::Sliding) or [`Session`](crate::window::Session).
+    pub fn window(&self, windows: Windows) -> WindowedStream<K, T> {
+        WindowedStream::new(KeyedStream { input: self.input.clone(), key: self.key.clone() }, windows)
+    }
+
+    /// The keyed input stream.
+    pub(crate) fn input(&self) -> &DataStream<T> {
+        &self.input
+    }
+
+    pub(crate) fn add_keyed<Op, F>(&self, name: &str, factory: F) -> DataStream<Op::Out>
     where
         Op: crate::operators::Operator<In = T>,
         F: Fn() -> Op + Send + Sync + 'static,

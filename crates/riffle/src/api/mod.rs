@@ -6,10 +6,12 @@
 mod env;
 mod keyed;
 mod stream;
+mod windowed;
 
 pub use env::StreamEnv;
 pub use keyed::{KeyFn, KeyedStream};
 pub use stream::{DataStream, DataStreamSink};
+pub use windowed::WindowedStream;
 
 /// Name of the side output where a source sends records it could not decode.
 pub const DEAD_LETTER_TAG: &str = "dead-letter";

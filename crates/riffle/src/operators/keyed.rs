@@ -249,11 +249,14 @@ where
             };
             self.function.process_element(&key, record.value, &mut ctx)?;
         }
+        runtime.report_size(0, 0);
         Ok(())
     }
 
     fn on_watermark(&mut self, watermark: Timestamp, out: &mut Collector<'_, Out>) -> Result<()> {
-        self.fire(TimeDomain::EventTime, watermark, out)
+        self.fire(TimeDomain::EventTime, watermark, out)?;
+        self.runtime.as_ref().expect("opened").report_size(0, 0);
+        Ok(())
     }
 
     fn on_tick(&mut self, out: &mut Collector<'_, Out>) -> Result<()> {

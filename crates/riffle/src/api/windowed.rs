@@ -1,0 +1,102 @@
+//! [`WindowedStream`]: a keyed stream cut into windows, and the aggregations over them.
+
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use crate::aggregate::AggregateFunction;
+use crate::api::KeyedStream;
+use crate::api::stream::DataStream;
+use crate::operators::OutputTag;
+use crate::record::Data;
+use crate::window::{
+    AggregateWindow, ProcessWindow, ProcessWindowFunction, WindowFn, WindowResult, WindowSettings, Windows,
+    window_operator,
+};
+
+/// A keyed stream cut into windows. Finish it with [`aggregate`](WindowedStream::aggregate) or
+/// [`process`](WindowedStream::process).
+///
+/// ```
+/// use std::time::Duration;
+/// use riffle::{StreamEnv, OutputTag, aggregate::Count, window::Tumbling};
+/// use riffle::source::datagen::{Click, ClicksConfig, DatagenSource};
+/// use riffle::time::WatermarkStrategy;
+///
+/// let env = StreamEnv::new();
+/// let late = OutputTag::<Click>::new("late-clicks");
+/// let counts = env
+///     .from_source_with_watermarks(
+///         DatagenSource::clicks(ClicksConfig::default()).count(10_000),
+///         WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5)).with_timestamps(|c: &Click| c.event_time),
+///     )
+///     .key_by(|click| click.user_id)
+///     .window(Tumbling::of(Duration::from_secs(60)))
+///     .allowed_lateness(Duration::from_secs(30))
+///     .side_output_late(&late)
+///     .aggregate(Count);
+/// let late_clicks = counts.get_side_output(&late);
+/// ```
+pub struct WindowedStream<K, T> {
+    keyed: KeyedStream<K, T>,
+    settings: WindowSettings<T>,
+}
+
+impl<K, T> WindowedStream<K, T>
+where
+    K: Data + Hash + Eq,
+    T: Data,
+{
+    pub(crate) fn new(keyed: KeyedStream<K, T>, windows: Windows) -> Self {
+        WindowedStream { keyed, settings: WindowSettings { windows, lateness: 0, late_tag: None, early_every: None } }
+    }
+
+    /// Keeps each window's state for `lateness` after it fired: a late record within it updates
+    /// the window's result (marked as an update). Event time only.
+    pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
+        self.settings.lateness = lateness.as_millis() as i64;
+        self
+    }
+
+    /// Sends records too late for every window they belong to to the side output `tag` (read it
+    /// with `get_side_output(&tag)` on the result). Without it they are counted in
+    /// `late_records_dropped` and logged.
+    pub fn side_output_late(mut self, tag: &OutputTag<T>) -> Self {
+        self.settings.late_tag = Some(tag.clone());
+        self
+    }
+
+    /// Also emits the current results of open windows every `every` of processing time (only
+    /// those that changed); the final result follows when the window ends, marked as an update.
+    pub fn early_firing(mut self, every: Duration) -> Self {
+        self.settings.early_every = Some(every.as_millis().max(1) as i64);
+        self
+    }
+
+    /// Aggregates each window incrementally: one accumulator per key and window.
+    pub fn aggregate<A: AggregateFunction<T> + Clone>(self, aggregate: A) -> DataStream<WindowResult<K, A::Out>> {
+        self.build("Window", move || AggregateWindow(aggregate.clone()))
+    }
+
+    /// Calls `function` with all the records of each window.
+    pub fn process<Out, P>(self, function: P) -> DataStream<Out>
+    where
+        Out: Data,
+        P: ProcessWindowFunction<K, T, Out> + Clone + Sync,
+    {
+        self.build("Window", move || ProcessWindow { function: function.clone(), _types: PhantomData })
+    }
+
+    fn build<F, M>(self, name: &str, make: M) -> DataStream<F::Out>
+    where
+        F: WindowFn<K, T>,
+        M: Fn() -> F + Send + Sync + 'static,
+    {
+        let settings = self.settings;
+        if let Err(error) = settings.windows.validate() {
+            self.keyed.input().env.defer_error(error.to_string());
+        }
+        let key = self.keyed.key_selector();
+        self.keyed.add_keyed(name, move || window_operator(key.clone(), settings.clone(), make()))
+    }
+}

@@ -1,0 +1,283 @@
+//! Test harnesses: drive one operator by hand, as Flink's `KeyedOneInputStreamOperatorTestHarness`.
+//!
+//! Push records and watermarks, move processing time, end the input; read the exact output,
+//! the watermarks it forwarded and each side output; look at its state size through its metrics.
+//! Every window and state test of Riffle goes through it.
+//!
+//! ```
+//! use std::time::Duration;
+//! use riffle::{OutputTag, aggregate::Count, testing::{OperatorHarness, WindowTest}, window::Tumbling};
+//!
+//! let late = OutputTag::<(u64, i64)>::new("late");
+//! let op = WindowTest::new(|r: &(u64, i64)| r.0, Tumbling::of(Duration::from_secs(10))).side_output_late(&late).aggregate(Count);
+//! let mut h = OperatorHarness::builder(op).side_output(&late).build().unwrap();
+//! h.process((1, 1_000), 1_000).unwrap();
+//! h.process((1, 2_000), 2_000).unwrap();
+//! h.watermark(9_999).unwrap();
+//! assert_eq!(h.take_output().len(), 1);
+//! h.process((1, 3_000), 3_000).unwrap(); // late: the window fired and there is no lateness
+//! assert_eq!(h.take_side_output(&late).len(), 1);
+//! ```
+
+use std::any::Any;
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::aggregate::AggregateFunction;
+use crate::api::KeyFn;
+use crate::error::Result;
+use crate::keys::KeyGroupRange;
+use crate::metrics::{MetricsRegistry, OperatorSnapshot};
+use crate::operators::{ErasedSideOutput, Operator, OperatorContext, OutputTag, SideOutputs, TypedSideOutput};
+use crate::record::{CheckpointBarrier, Data, Record, Timestamp};
+use crate::runtime::{ChainLink, Output};
+use crate::time::ManualClock;
+use crate::window::{
+    AggregateWindow, ProcessWindow, ProcessWindowFunction, WindowResult, WindowSettings, Windows, window_operator,
+};
+
+/// What an operator emitted on one output.
+struct Captured<T> {
+    records: Vec<Record<T>>,
+    watermarks: Vec<Timestamp>,
+    finished: bool,
+}
+
+impl<T> Default for Captured<T> {
+    fn default() -> Self {
+        Captured { records: Vec::new(), watermarks: Vec::new(), finished: false }
+    }
+}
+
+struct Capture<T>(Arc<Mutex<Captured<T>>>);
+
+impl<T: Send> Output<T> for Capture<T> {
+    fn records(&mut self, batch: &mut Vec<Record<T>>) -> Result<()> {
+        self.0.lock().expect("capture lock").records.append(batch);
+        Ok(())
+    }
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        self.0.lock().expect("capture lock").watermarks.push(watermark);
+        Ok(())
+    }
+    fn idle(&mut self, _: bool) -> Result<()> {
+        Ok(())
+    }
+    fn barrier(&mut self, _: CheckpointBarrier) -> Result<()> {
+        Ok(())
+    }
+    fn tick(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<()> {
+        self.0.lock().expect("capture lock").finished = true;
+        Ok(())
+    }
+}
+
+/// Sets up an [`OperatorHarness`].
+pub struct HarnessBuilder<Op: Operator> {
+    operator: Op,
+    subtask: usize,
+    parallelism: usize,
+    max_parallelism: usize,
+    processing_time: Timestamp,
+    batch_size: usize,
+    side: SideOutputs,
+    side_captures: Vec<(String, Box<dyn Any + Send>)>,
+}
+
+impl<Op: Operator> HarnessBuilder<Op> {
+    /// Runs the operator as `subtask` of `parallelism` (default 0 of 1).
+    pub fn subtask(mut self, subtask: usize, parallelism: usize) -> Self {
+        self.subtask = subtask;
+        self.parallelism = parallelism;
+        self
+    }
+
+    /// Number of key groups (default 128).
+    pub fn max_parallelism(mut self, max_parallelism: usize) -> Self {
+        self.max_parallelism = max_parallelism;
+        self
+    }
+
+    /// The processing time at the start (default 0).
+    pub fn processing_time(mut self, now: Timestamp) -> Self {
+        self.processing_time = now;
+        self
+    }
+
+    /// Records per emitted batch (default 1024).
+    pub fn batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Captures the side output `tag`.
+    pub fn side_output<S: Data>(mut self, tag: &OutputTag<S>) -> Self {
+        let captured: Arc<Mutex<Captured<S>>> = Arc::default();
+        let output: Box<dyn ErasedSideOutput> = Box::new(TypedSideOutput::<S>(Box::new(Capture(captured.clone()))));
+        self.side.insert(tag.id().to_string(), output);
+        self.side_captures.push((tag.id().to_string(), Box::new(captured)));
+        self
+    }
+
+    /// Builds and opens the operator.
+    pub fn build(self) -> Result<OperatorHarness<Op::In, Op::Out>> {
+        let clock = Arc::new(ManualClock::new(self.processing_time));
+        let registry = MetricsRegistry::default();
+        let name = "operator under test";
+        let ctx = OperatorContext {
+            name: name.to_string(),
+            subtask: self.subtask,
+            parallelism: self.parallelism,
+            max_parallelism: self.max_parallelism,
+            key_groups: KeyGroupRange::for_subtask(self.subtask, self.parallelism, self.max_parallelism),
+            metrics: registry.operator(name, self.subtask),
+            batch_size: self.batch_size,
+            clock: clock.clone(),
+        };
+        let captured: Arc<Mutex<Captured<Op::Out>>> = Arc::default();
+        let mut chain: Box<dyn Output<Op::In>> =
+            Box::new(ChainLink::new(self.operator, ctx, Box::new(Capture(captured.clone())), self.side));
+        chain.open()?;
+        Ok(OperatorHarness { chain, captured, side_captures: self.side_captures, clock, registry, _types: PhantomData })
+    }
+}
+
+/// Drives one operator instance by hand.
+pub struct OperatorHarness<In, Out> {
+    chain: Box<dyn Output<In>>,
+    captured: Arc<Mutex<Captured<Out>>>,
+    side_captures: Vec<(String, Box<dyn Any + Send>)>,
+    clock: Arc<ManualClock>,
+    registry: MetricsRegistry,
+    _types: PhantomData<fn(In) -> Out>,
+}
+
+impl OperatorHarness<(), ()> {
+    /// Starts setting up a harness for `operator`.
+    pub fn builder<Op: Operator>(operator: Op) -> HarnessBuilder<Op> {
+        HarnessBuilder {
+            operator,
+            subtask: 0,
+            parallelism: 1,
+            max_parallelism: 128,
+            processing_time: 0,
+            batch_size: 1024,
+            side: SideOutputs::default(),
+            side_captures: Vec::new(),
+        }
+    }
+}
+
+impl<In: Data, Out: Data> OperatorHarness<In, Out> {
+    /// Processes one record with event time `timestamp`.
+    pub fn process(&mut self, value: In, timestamp: Timestamp) -> Result<()> {
+        self.chain.records(&mut vec![Record::new(value, timestamp)])
+    }
+
+    /// Processes a batch of records.
+    pub fn process_records(&mut self, records: Vec<Record<In>>) -> Result<()> {
+        let mut batch = records;
+        self.chain.records(&mut batch)
+    }
+
+    /// Delivers a watermark.
+    pub fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        self.chain.watermark(watermark)
+    }
+
+    /// Moves processing time forward and runs the operator's periodic work.
+    pub fn advance_processing_time(&mut self, by: Duration) -> Result<()> {
+        self.clock.advance(by);
+        self.chain.tick()
+    }
+
+    /// The current processing time.
+    pub fn processing_time(&self) -> Timestamp {
+        use crate::time::Clock;
+        self.clock.now()
+    }
+
+    /// Ends the input (a bounded input delivers the final watermark first: call
+    /// `watermark(i64::MAX)` to mimic it).
+    pub fn finish(&mut self) -> Result<()> {
+        self.chain.finish()
+    }
+
+    /// Takes the records emitted so far.
+    pub fn take_output(&mut self) -> Vec<Record<Out>> {
+        std::mem::take(&mut self.captured.lock().expect("capture lock").records)
+    }
+
+    /// Takes the values emitted so far.
+    pub fn take_values(&mut self) -> Vec<Out> {
+        self.take_output().into_iter().map(|r| r.value).collect()
+    }
+
+    /// The watermarks the operator forwarded.
+    pub fn watermarks(&self) -> Vec<Timestamp> {
+        self.captured.lock().expect("capture lock").watermarks.clone()
+    }
+
+    /// Takes what the side output `tag` received (it must have been declared on the builder).
+    pub fn take_side_output<S: Data>(&mut self, tag: &OutputTag<S>) -> Vec<Record<S>> {
+        let (_, any) = self
+            .side_captures
+            .iter()
+            .find(|(id, _)| id == tag.id())
+            .unwrap_or_else(|| panic!("side output `{}` was not declared on the harness", tag.id()));
+        let captured = any.downcast_ref::<Arc<Mutex<Captured<S>>>>().expect("side output type");
+        std::mem::take(&mut captured.lock().expect("capture lock").records)
+    }
+
+    /// The operator's counters: records in and out, late records, state entries and bytes.
+    pub fn metrics(&self) -> OperatorSnapshot {
+        self.registry.snapshot().operators.into_iter().next().expect("one operator")
+    }
+}
+
+/// Builds window operators for the harness, with the options of
+/// [`WindowedStream`](crate::WindowedStream).
+pub struct WindowTest<K, T> {
+    key: KeyFn<K, T>,
+    settings: WindowSettings<T>,
+}
+
+impl<K: Data + Hash + Eq, T: Data> WindowTest<K, T> {
+    /// Windows `windows` over records keyed by `key`.
+    pub fn new(key: impl Fn(&T) -> K + Send + Sync + 'static, windows: Windows) -> Self {
+        WindowTest { key: Arc::new(key), settings: WindowSettings { windows, lateness: 0, late_tag: None, early_every: None } }
+    }
+
+    /// As [`WindowedStream::allowed_lateness`](crate::WindowedStream::allowed_lateness).
+    pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
+        self.settings.lateness = lateness.as_millis() as i64;
+        self
+    }
+
+    /// As [`WindowedStream::side_output_late`](crate::WindowedStream::side_output_late).
+    pub fn side_output_late(mut self, tag: &OutputTag<T>) -> Self {
+        self.settings.late_tag = Some(tag.clone());
+        self
+    }
+
+    /// As [`WindowedStream::early_firing`](crate::WindowedStream::early_firing).
+    pub fn early_firing(mut self, every: Duration) -> Self {
+        self.settings.early_every = Some(every.as_millis().max(1) as i64);
+        self
+    }
+
+    /// The window operator with incremental aggregation.
+    pub fn aggregate<A: AggregateFunction<T>>(self, aggregate: A) -> impl Operator<In = T, Out = WindowResult<K, A::Out>> {
+        window_operator(self.key, self.settings, AggregateWindow(aggregate))
+    }
+
+    /// The window operator with a full-window function.
+    pub fn process<Out: Data, P: ProcessWindowFunction<K, T, Out>>(self, function: P) -> impl Operator<In = T, Out = Out> {
+        window_operator(self.key, self.settings, ProcessWindow { function, _types: PhantomData })
+    }
+}

@@ -1,0 +1,489 @@
+//! Windows on keyed streams: tumbling, sliding and session windows, in event time or processing
+//! time, with incremental aggregation or a full-window function, allowed lateness (late records
+//! within it update the result, later ones go to a side output or are counted), early firings,
+//! and pre-aggregation before the shuffle against skewed keys.
+//!
+//! ```
+//! use std::time::Duration;
+//! use riffle::{StreamEnv, sink::CollectSink, time::WatermarkStrategy, window::Tumbling, aggregate::Count};
+//!
+//! let env = StreamEnv::new();
+//! let (sink, out) = CollectSink::new();
+//! // (user, event time in ms)
+//! let clicks = vec![(1u64, 1_000i64), (1, 59_000), (2, 30_000), (1, 61_000)];
+//! env.from_source_with_watermarks(
+//!         riffle::source::collection::CollectionSource::new(clicks),
+//!         WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5)).with_timestamps(|c: &(u64, i64)| c.1),
+//!     )
+//!     .key_by(|c| c.0)
+//!     .window(Tumbling::of(Duration::from_secs(60)))
+//!     .aggregate(Count)
+//!     .map(|r| (r.key, r.window_start, r.value))
+//!     .sink(sink);
+//! env.execute().unwrap();
+//! assert_eq!(out.sorted(), vec![(1, 0, 2), (1, 60_000, 1), (2, 0, 1)]);
+//! ```
+
+mod operator;
+mod session;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::operators::Collector;
+use crate::record::{Data, Record, Timestamp};
+pub use crate::state::TimeDomain;
+
+use operator::WindowOperator;
+use session::SessionWindowOperator;
+
+/// A time window `[start, end)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TimeWindow {
+    /// First millisecond of the window.
+    pub start: Timestamp,
+    /// First millisecond after the window.
+    pub end: Timestamp,
+}
+
+impl TimeWindow {
+    /// The window `[start, end)`.
+    pub fn new(start: Timestamp, end: Timestamp) -> Self {
+        TimeWindow { start, end }
+    }
+
+    /// The last millisecond in the window: results carry it as their timestamp, and the window
+    /// fires when the watermark reaches it.
+    pub fn max_timestamp(&self) -> Timestamp {
+        self.end - 1
+    }
+
+    /// Whether the two windows overlap or touch (sessions that do are merged).
+    pub fn intersects(&self, other: &TimeWindow) -> bool {
+        self.start <= other.end && self.end >= other.start
+    }
+
+    /// The smallest window covering both.
+    pub fn cover(&self, other: &TimeWindow) -> TimeWindow {
+        TimeWindow { start: self.start.min(other.start), end: self.end.max(other.end) }
+    }
+}
+
+impl PartialOrd for TimeWindow {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Windows are ordered by their end: the order in which they fire.
+impl Ord for TimeWindow {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.end, self.start).cmp(&(other.end, other.start))
+    }
+}
+
+/// Which windows a keyed stream is cut into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Windows {
+    /// Fixed-size, non-overlapping windows.
+    Tumbling {
+        /// Window length in ms.
+        size: i64,
+        /// Shift of the window boundaries from the epoch, in ms.
+        offset: i64,
+        /// Event or processing time.
+        time: TimeDomain,
+    },
+    /// Fixed-size windows starting every `slide` ms (a record is in `size / slide` windows).
+    Sliding {
+        /// Window length in ms.
+        size: i64,
+        /// Distance between window starts in ms.
+        slide: i64,
+        /// Shift of the window boundaries from the epoch, in ms.
+        offset: i64,
+        /// Event or processing time.
+        time: TimeDomain,
+    },
+    /// Per key, records closer than `gap` ms belong to one session; sessions grow and merge.
+    Session {
+        /// Inactivity that ends a session, in ms.
+        gap: i64,
+        /// Event or processing time.
+        time: TimeDomain,
+    },
+}
+
+fn millis(duration: Duration) -> i64 {
+    duration.as_millis() as i64
+}
+
+/// Tumbling windows.
+///
+/// ```
+/// use std::time::Duration;
+/// use riffle::window::{Tumbling, Windows, TimeDomain};
+/// assert_eq!(Tumbling::of(Duration::from_secs(60)), Windows::Tumbling { size: 60_000, offset: 0, time: TimeDomain::EventTime });
+/// ```
+pub struct Tumbling;
+
+impl Tumbling {
+    /// Event-time tumbling windows of `size`.
+    pub fn of(size: Duration) -> Windows {
+        Windows::Tumbling { size: millis(size), offset: 0, time: TimeDomain::EventTime }
+    }
+
+    /// Processing-time tumbling windows of `size`.
+    pub fn processing_time(size: Duration) -> Windows {
+        Windows::Tumbling { size: millis(size), offset: 0, time: TimeDomain::ProcessingTime }
+    }
+}
+
+/// Sliding (hopping) windows.
+pub struct Sliding;
+
+impl Sliding {
+    /// Event-time windows of `size` starting every `slide`.
+    pub fn of(size: Duration, slide: Duration) -> Windows {
+        Windows::Sliding { size: millis(size), slide: millis(slide), offset: 0, time: TimeDomain::EventTime }
+    }
+
+    /// Processing-time windows of `size` starting every `slide`.
+    pub fn processing_time(size: Duration, slide: Duration) -> Windows {
+        Windows::Sliding { size: millis(size), slide: millis(slide), offset: 0, time: TimeDomain::ProcessingTime }
+    }
+}
+
+/// Session windows.
+pub struct Session;
+
+impl Session {
+    /// Event-time sessions closed by `gap` of inactivity.
+    pub fn with_gap(gap: Duration) -> Windows {
+        Windows::Session { gap: millis(gap), time: TimeDomain::EventTime }
+    }
+
+    /// Processing-time sessions closed by `gap` of inactivity.
+    pub fn processing_time(gap: Duration) -> Windows {
+        Windows::Session { gap: millis(gap), time: TimeDomain::ProcessingTime }
+    }
+}
+
+impl Windows {
+    /// Shifts the window boundaries by `offset` (e.g. to align days to a time zone).
+    pub fn with_offset(self, offset: Duration) -> Windows {
+        match self {
+            Windows::Tumbling { size, time, .. } => Windows::Tumbling { size, offset: millis(offset), time },
+            Windows::Sliding { size, slide, time, .. } => Windows::Sliding { size, slide, offset: millis(offset), time },
+            session => session,
+        }
+    }
+
+    /// Event or processing time.
+    pub fn time(&self) -> TimeDomain {
+        match *self {
+            Windows::Tumbling { time, .. } | Windows::Sliding { time, .. } | Windows::Session { time, .. } => time,
+        }
+    }
+
+    /// Whether windows merge (sessions).
+    pub fn is_merging(&self) -> bool {
+        matches!(self, Windows::Session { .. })
+    }
+
+    /// Checks the sizes; the error names the setting.
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |setting: &str, message: String| Err(crate::Error::config(setting, message));
+        match *self {
+            Windows::Tumbling { size, .. } if size <= 0 => bad("window size", format!("must be positive, got {size} ms")),
+            Windows::Sliding { size, slide, .. } if size <= 0 || slide <= 0 => {
+                bad("window size", format!("size and slide must be positive, got {size} and {slide} ms"))
+            }
+            Windows::Sliding { size, slide, .. } if slide > size => {
+                bad("window slide", format!("({slide} ms) must not exceed the size ({size} ms)"))
+            }
+            Windows::Session { gap, .. } if gap <= 0 => bad("session gap", format!("must be positive, got {gap} ms")),
+            _ => Ok(()),
+        }
+    }
+
+    /// The windows a record at `timestamp` belongs to (not for sessions, which merge).
+    pub fn assign(&self, timestamp: Timestamp, windows: &mut Vec<TimeWindow>) {
+        windows.clear();
+        match *self {
+            Windows::Tumbling { size, offset, .. } => {
+                let start = timestamp - (timestamp - offset).rem_euclid(size);
+                windows.push(TimeWindow::new(start, start + size));
+            }
+            Windows::Sliding { size, slide, offset, .. } => {
+                let last_start = timestamp - (timestamp - offset).rem_euclid(slide);
+                let mut start = last_start;
+                while start > timestamp - size {
+                    windows.push(TimeWindow::new(start, start + size));
+                    start -= slide;
+                }
+            }
+            Windows::Session { gap, .. } => windows.push(TimeWindow::new(timestamp, timestamp + gap)),
+        }
+    }
+}
+
+/// The result of an aggregation over one window of one key.
+///
+/// Serialized as `{"key":..,"window_start":..,"window_end":..,"value":..}`, with `"update":true`
+/// added when the result replaces one emitted earlier for the same key and window (a late record
+/// within the allowed lateness, or an early firing): the last line for a key and window is its
+/// final value.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct WindowResult<K, R> {
+    /// The key.
+    pub key: K,
+    /// First millisecond of the window.
+    pub window_start: Timestamp,
+    /// First millisecond after the window.
+    pub window_end: Timestamp,
+    /// The aggregate.
+    pub value: R,
+    /// Whether this result replaces an earlier one for the same key and window.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub update: bool,
+}
+
+/// A function over all the records of one window of one key, as Flink's `ProcessWindowFunction`.
+///
+/// Closures `FnMut(&K, TimeWindow, &[T], &mut WindowCollector<Out>) -> Result<()>` implement it.
+pub trait ProcessWindowFunction<K, T, Out>: Send + 'static {
+    /// Called when the window fires (again, with every record, when a late record updates it).
+    fn process(&mut self, key: &K, window: TimeWindow, records: &[T], out: &mut WindowCollector<'_, '_, Out>) -> Result<()>;
+}
+
+impl<K, T, Out, F> ProcessWindowFunction<K, T, Out> for F
+where
+    F: FnMut(&K, TimeWindow, &[T], &mut WindowCollector<'_, '_, Out>) -> Result<()> + Send + 'static,
+{
+    fn process(&mut self, key: &K, window: TimeWindow, records: &[T], out: &mut WindowCollector<'_, '_, Out>) -> Result<()> {
+        self(key, window, records, out)
+    }
+}
+
+/// Where a window function emits; results carry the window's last millisecond as timestamp.
+pub struct WindowCollector<'c, 'o, Out> {
+    out: &'c mut Collector<'o, Out>,
+    window: TimeWindow,
+    update: bool,
+}
+
+impl<Out: Data> WindowCollector<'_, '_, Out> {
+    /// Emits a result of the window.
+    pub fn emit(&mut self, value: Out) -> Result<()> {
+        self.out.emit(Record { value, timestamp: self.window.max_timestamp() })
+    }
+
+    /// Whether the window was emitted before (this firing is an update).
+    pub fn is_update(&self) -> bool {
+        self.update
+    }
+
+    /// The window being fired.
+    pub fn window(&self) -> TimeWindow {
+        self.window
+    }
+}
+
+/// What a window operator does with a window's accumulated records: aggregate them
+/// incrementally or keep them for a full-window function.
+pub(crate) trait WindowFn<K, T>: Send + 'static {
+    type Acc: Data;
+    type Out: Data;
+    fn create(&self) -> Self::Acc;
+    fn add(&self, acc: &mut Self::Acc, value: &T);
+    fn merge(&self, acc: &mut Self::Acc, other: Self::Acc);
+    fn fire(
+        &mut self,
+        key: &K,
+        window: TimeWindow,
+        acc: &Self::Acc,
+        update: bool,
+        out: &mut Collector<'_, Self::Out>,
+    ) -> Result<()>;
+}
+
+/// Incremental aggregation: emits [`WindowResult`]s.
+pub(crate) struct AggregateWindow<A>(pub(crate) A);
+
+impl<K: Data, T, A: crate::aggregate::AggregateFunction<T>> WindowFn<K, T> for AggregateWindow<A> {
+    type Acc = A::Acc;
+    type Out = WindowResult<K, A::Out>;
+    fn create(&self) -> A::Acc {
+        self.0.create()
+    }
+    fn add(&self, acc: &mut A::Acc, value: &T) {
+        self.0.add(acc, value)
+    }
+    fn merge(&self, acc: &mut A::Acc, other: A::Acc) {
+        self.0.merge(acc, other)
+    }
+    fn fire(&mut self, key: &K, window: TimeWindow, acc: &A::Acc, update: bool, out: &mut Collector<'_, Self::Out>) -> Result<()> {
+        let value = WindowResult {
+            key: key.clone(),
+            window_start: window.start,
+            window_end: window.end,
+            value: self.0.result(acc),
+            update,
+        };
+        out.emit(Record { value, timestamp: window.max_timestamp() })
+    }
+}
+
+/// A full-window function: keeps the records, calls the function when the window fires.
+pub(crate) struct ProcessWindow<P, T, Out> {
+    pub(crate) function: P,
+    pub(crate) _types: std::marker::PhantomData<fn(T) -> Out>,
+}
+
+impl<K, T, Out, P> WindowFn<K, T> for ProcessWindow<P, T, Out>
+where
+    K: 'static,
+    T: Data,
+    Out: Data,
+    P: ProcessWindowFunction<K, T, Out>,
+{
+    type Acc = Vec<T>;
+    type Out = Out;
+    fn create(&self) -> Vec<T> {
+        Vec::new()
+    }
+    fn add(&self, acc: &mut Vec<T>, value: &T) {
+        acc.push(value.clone());
+    }
+    fn merge(&self, acc: &mut Vec<T>, other: Vec<T>) {
+        acc.extend(other);
+    }
+    fn fire(&mut self, key: &K, window: TimeWindow, acc: &Vec<T>, update: bool, out: &mut Collector<'_, Out>) -> Result<()> {
+        let mut collector = WindowCollector { out, window, update };
+        self.function.process(key, window, acc, &mut collector)
+    }
+}
+
+/// The window operator for `settings`: aligned windows or sessions.
+pub(crate) fn window_operator<K, T, F>(key: crate::api::KeyFn<K, T>, settings: WindowSettings<T>, function: F) -> AnyWindowOperator<K, T, F>
+where
+    K: Data + std::hash::Hash + Eq,
+    T: Data,
+    F: WindowFn<K, T>,
+{
+    if settings.windows.is_merging() {
+        AnyWindowOperator::Session(SessionWindowOperator::new(key, settings, function))
+    } else {
+        AnyWindowOperator::Aligned(WindowOperator::new(key, settings, function))
+    }
+}
+
+/// Either window operator.
+pub(crate) enum AnyWindowOperator<K, T, F: WindowFn<K, T>> {
+    Aligned(WindowOperator<K, T, F>),
+    Session(SessionWindowOperator<K, T, F>),
+}
+
+macro_rules! delegate {
+    ($self:ident, $op:ident => $call:expr) => {
+        match $self {
+            AnyWindowOperator::Aligned($op) => $call,
+            AnyWindowOperator::Session($op) => $call,
+        }
+    };
+}
+
+impl<K, T, F> crate::operators::Operator for AnyWindowOperator<K, T, F>
+where
+    K: Data + std::hash::Hash + Eq,
+    T: Data,
+    F: WindowFn<K, T>,
+{
+    type In = T;
+    type Out = F::Out;
+
+    fn open(&mut self, ctx: &crate::operators::OperatorContext) -> Result<()> {
+        delegate!(self, op => op.open(ctx))
+    }
+
+    fn process(&mut self, batch: &mut Vec<Record<T>>, out: &mut Collector<'_, F::Out>) -> Result<()> {
+        delegate!(self, op => op.process(batch, out))
+    }
+
+    fn on_watermark(&mut self, watermark: Timestamp, out: &mut Collector<'_, F::Out>) -> Result<()> {
+        delegate!(self, op => op.on_watermark(watermark, out))
+    }
+
+    fn on_tick(&mut self, out: &mut Collector<'_, F::Out>) -> Result<()> {
+        delegate!(self, op => op.on_tick(out))
+    }
+
+    fn close(&mut self, out: &mut Collector<'_, F::Out>) -> Result<()> {
+        delegate!(self, op => op.close(out))
+    }
+}
+
+/// How a window operator treats late records and when it fires; shared by both window operators.
+#[derive(Clone, Debug)]
+pub(crate) struct WindowSettings<T> {
+    pub(crate) windows: Windows,
+    /// Milliseconds a window's state is kept after it fired, for late records to update it.
+    pub(crate) lateness: i64,
+    /// Where late records go; counted and dropped when `None`.
+    pub(crate) late_tag: Option<crate::OutputTag<T>>,
+    /// Processing-time interval of early firings.
+    pub(crate) early_every: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assign(windows: Windows, timestamp: Timestamp) -> Vec<(i64, i64)> {
+        let mut out = Vec::new();
+        windows.assign(timestamp, &mut out);
+        out.into_iter().map(|w| (w.start, w.end)).collect()
+    }
+
+    #[test]
+    fn assigners_cut_time_like_flink() {
+        let minute = Duration::from_secs(60);
+        assert_eq!(assign(Tumbling::of(minute), 61_000), vec![(60_000, 120_000)]);
+        assert_eq!(assign(Tumbling::of(minute), -1), vec![(-60_000, 0)]);
+        assert_eq!(assign(Tumbling::of(minute).with_offset(Duration::from_secs(15)), 10_000), vec![(-45_000, 15_000)]);
+        assert_eq!(
+            assign(Sliding::of(minute, Duration::from_secs(20)), 61_000),
+            vec![(60_000, 120_000), (40_000, 100_000), (20_000, 80_000)]
+        );
+        assert_eq!(assign(Session::with_gap(Duration::from_secs(5)), 7), vec![(7, 5_007)]);
+    }
+
+    #[test]
+    fn windows_order_by_end_and_merge_when_they_touch() {
+        let a = TimeWindow::new(0, 10);
+        let b = TimeWindow::new(10, 20);
+        let c = TimeWindow::new(21, 30);
+        assert!(a < b && b < c);
+        assert!(a.intersects(&b) && !b.intersects(&c));
+        assert_eq!(a.cover(&c), TimeWindow::new(0, 30));
+        assert_eq!(a.max_timestamp(), 9);
+    }
+
+    #[test]
+    fn bad_sizes_name_their_setting() {
+        let err = Sliding::of(Duration::from_secs(1), Duration::from_secs(2)).validate().unwrap_err();
+        assert!(matches!(err, crate::Error::Config { ref setting, .. } if setting == "window slide"));
+        assert!(Session::with_gap(Duration::ZERO).validate().is_err());
+    }
+
+    #[test]
+    fn updates_are_marked_only_when_they_are_updates() {
+        let result = WindowResult { key: 7u64, window_start: 0, window_end: 60_000, value: 3u64, update: false };
+        assert_eq!(serde_json::to_string(&result).unwrap(), r#"{"key":7,"window_start":0,"window_end":60000,"value":3}"#);
+        let update = WindowResult { update: true, ..result };
+        assert!(serde_json::to_string(&update).unwrap().ends_with(r#""value":3,"update":true}"#));
+    }
+}

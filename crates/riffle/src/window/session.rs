@@ -1,0 +1,216 @@
+//! The operator of session windows: per key, records closer than the gap form a session; a record
+//! that bridges two sessions merges them (their accumulators merge too). A session fires when the
+//! watermark (or the clock) passes its end, through a timer per key; its state stays for the
+//! allowed lateness, in which a late record merging into it fires an update at once.
+
+use std::hash::Hash;
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::KeyFn;
+use crate::error::Result;
+use crate::operators::{Collector, Operator, OperatorContext};
+use crate::record::{Data, Record, Timestamp};
+use crate::state::{Table, TimerService};
+use crate::window::operator::WindowCore;
+use crate::window::{TimeDomain, TimeWindow, WindowFn, WindowSettings, Windows};
+
+/// One session of one key.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct SessionSlot<A> {
+    window: TimeWindow,
+    acc: A,
+    emitted: bool,
+    fired: bool,
+    dirty: bool,
+}
+
+/// Session windows.
+pub(crate) struct SessionWindowOperator<K, T, F: WindowFn<K, T>> {
+    key: KeyFn<K, T>,
+    function: F,
+    core: WindowCore<T>,
+    gap: i64,
+    sessions: Option<Table<K, (), Vec<SessionSlot<F::Acc>>>>,
+    timers: TimerService<K>,
+}
+
+impl<K, T, F> SessionWindowOperator<K, T, F>
+where
+    K: Data + Hash + Eq,
+    T: Data,
+    F: WindowFn<K, T>,
+{
+    pub(crate) fn new(key: KeyFn<K, T>, settings: WindowSettings<T>, function: F) -> Self {
+        let Windows::Session { gap, .. } = settings.windows else {
+            unreachable!("session operator built for session windows");
+        };
+        SessionWindowOperator {
+            key,
+            function,
+            core: WindowCore::new(settings),
+            gap,
+            sessions: None,
+            timers: TimerService::new(),
+        }
+    }
+
+    fn domain(&self) -> TimeDomain {
+        self.core.settings.windows.time()
+    }
+
+    fn lateness(&self) -> i64 {
+        if self.core.event_time() { self.core.settings.lateness } else { 0 }
+    }
+
+    /// Adds one record to its key's sessions, merging those it bridges.
+    fn add(&mut self, record: Record<T>, time: Timestamp, out: &mut Collector<'_, F::Out>) -> Result<()> {
+        let key = (self.key)(&record.value);
+        let key_group = self.core.key_group(&key)?;
+        let fresh = TimeWindow::new(time, time + self.gap);
+        let domain = self.domain();
+        let lateness = self.lateness();
+        let sessions = self.sessions.as_mut().expect("opened");
+        let existing = sessions.get(key_group, &key, &()).map(Vec::as_slice).unwrap_or_default();
+        let merged = existing.iter().filter(|s| s.window.intersects(&fresh)).fold(fresh, |w, s| w.cover(&s.window));
+        if self.core.is_expired(&merged) {
+            return self.core.late(record, out);
+        }
+        let list = sessions.entry(key_group, key.clone(), ()).or_insert_with(Vec::new);
+        let mut acc = self.function.create();
+        self.function.add(&mut acc, &record.value);
+        let mut emitted = false;
+        let mut index = 0;
+        while index < list.len() {
+            if list[index].window.intersects(&merged) {
+                let old = list.swap_remove(index);
+                self.timers.delete(domain, old.window.max_timestamp(), &key);
+                self.timers.delete(domain, old.window.max_timestamp().saturating_add(lateness), &key);
+                self.function.merge(&mut acc, old.acc);
+                emitted |= old.emitted;
+            } else {
+                index += 1;
+            }
+        }
+        let mut slot = SessionSlot { window: merged, acc, emitted, fired: false, dirty: true };
+        if self.core.event_time() && merged.max_timestamp() <= self.core.watermark {
+            // Late within the allowed lateness: the merged session's result is updated now.
+            self.function.fire(&key, merged, &slot.acc, slot.emitted, out)?;
+            slot.emitted = true;
+            slot.fired = true;
+            slot.dirty = false;
+            self.timers.register(domain, merged.max_timestamp().saturating_add(lateness), key.clone());
+        } else {
+            self.timers.register(domain, merged.max_timestamp(), key.clone());
+        }
+        list.push(slot);
+        Ok(())
+    }
+
+    /// Fires the sessions whose timers are due at `time` and drops those past the lateness.
+    fn advance(&mut self, time: Timestamp, out: &mut Collector<'_, F::Out>) -> Result<()> {
+        let domain = self.domain();
+        let lateness = self.lateness();
+        for (_, key) in self.timers.pop_due(domain, time) {
+            let key_group = self.core.key_group(&key)?;
+            let sessions = self.sessions.as_mut().expect("opened");
+            let Some(list) = sessions.get_mut(key_group, &key, &()) else { continue };
+            for slot in list.iter_mut() {
+                if !slot.fired && slot.window.max_timestamp() <= time {
+                    self.function.fire(&key, slot.window, &slot.acc, slot.emitted, out)?;
+                    slot.emitted = true;
+                    slot.fired = true;
+                    slot.dirty = false;
+                    if lateness > 0 {
+                        self.timers.register(domain, slot.window.max_timestamp().saturating_add(lateness), key.clone());
+                    }
+                }
+            }
+            list.retain(|s| !(s.fired && s.window.max_timestamp().saturating_add(lateness) <= time));
+            if list.is_empty() {
+                sessions.remove(key_group, &key, &());
+            }
+        }
+        Ok(())
+    }
+
+    fn fire_early(&mut self, out: &mut Collector<'_, F::Out>) -> Result<()> {
+        let sessions = self.sessions.as_mut().expect("opened");
+        let mut dirty: Vec<(K, usize)> = Vec::new();
+        for (_, _, key, list) in sessions.iter() {
+            for (index, slot) in list.iter().enumerate() {
+                if slot.dirty && !slot.fired {
+                    dirty.push((key.clone(), index));
+                }
+            }
+        }
+        for (key, index) in dirty {
+            let key_group = self.core.key_group(&key)?;
+            let slot = &mut self.sessions.as_mut().expect("opened").get_mut(key_group, &key, &()).expect("present")[index];
+            self.function.fire(&key, slot.window, &slot.acc, slot.emitted, out)?;
+            slot.emitted = true;
+            slot.dirty = false;
+        }
+        Ok(())
+    }
+
+    fn report_size(&self) {
+        let sessions = self.sessions.as_ref().expect("opened");
+        self.core.ctx().metrics.set_state((sessions.len() + self.timers.len()) as u64, sessions.heap_bytes() as u64);
+    }
+}
+
+impl<K, T, F> Operator for SessionWindowOperator<K, T, F>
+where
+    K: Data + Hash + Eq,
+    T: Data,
+    F: WindowFn<K, T>,
+{
+    type In = T;
+    type Out = F::Out;
+
+    fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
+        self.core.open(ctx);
+        self.sessions = Some(Table::new(ctx.key_groups));
+        Ok(())
+    }
+
+    fn process(&mut self, batch: &mut Vec<Record<T>>, out: &mut Collector<'_, F::Out>) -> Result<()> {
+        let now = if self.core.event_time() { 0 } else { self.core.ctx().clock.now() };
+        for record in batch.drain(..) {
+            let time = self.core.time_of(&record, now)?;
+            self.add(record, time, out)?;
+        }
+        self.report_size();
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: Timestamp, out: &mut Collector<'_, F::Out>) -> Result<()> {
+        self.core.watermark = watermark;
+        if self.core.event_time() {
+            self.advance(watermark, out)?;
+        }
+        self.report_size();
+        Ok(())
+    }
+
+    fn on_tick(&mut self, out: &mut Collector<'_, F::Out>) -> Result<()> {
+        let now = self.core.ctx().clock.now();
+        if !self.core.event_time() {
+            self.advance(now, out)?;
+        }
+        if self.core.early_firing_due(now) {
+            self.fire_early(out)?;
+        }
+        self.report_size();
+        Ok(())
+    }
+
+    fn close(&mut self, out: &mut Collector<'_, F::Out>) -> Result<()> {
+        if !self.core.event_time() {
+            self.advance(Timestamp::MAX, out)?;
+        }
+        self.report_size();
+        Ok(())
+    }
+}

@@ -1,0 +1,101 @@
+//! Keyed process functions: state per key, event-time and processing-time timers, state TTL.
+
+use std::time::Duration;
+
+use riffle::operators::{KeyedContext, KeyedProcess, KeyedProcessFunction};
+use riffle::state::{StateTtl, TimeDomain, ValueStateDescriptor};
+use riffle::testing::OperatorHarness;
+use riffle::{Result, Timestamp};
+
+use crate::Click;
+
+static LAST_SEEN: ValueStateDescriptor<i64> = ValueStateDescriptor::new("last-seen");
+static VISITS: ValueStateDescriptor<u64> =
+    ValueStateDescriptor::new("visits").with_ttl(StateTtl::after_write(Duration::from_secs(60)));
+
+/// Reports a user who has been inactive for 30 s of event time; counts visits with a TTL.
+#[derive(Clone)]
+struct Inactivity;
+
+impl KeyedProcessFunction<u64, Click, String> for Inactivity {
+    fn process_element(&mut self, user: &u64, click: Click, ctx: &mut KeyedContext<'_, '_, u64, String>) -> Result<()> {
+        if let Some(previous) = ctx.value(&LAST_SEEN).get()? {
+            ctx.delete_event_time_timer(previous + 30_000);
+        }
+        ctx.value(&LAST_SEEN).set(click.1)?;
+        ctx.register_event_time_timer(click.1 + 30_000);
+        let visits = ctx.value(&VISITS).get()?.unwrap_or(0) + 1;
+        ctx.value(&VISITS).set(visits)?;
+        if visits == 1 {
+            let at = ctx.current_processing_time() + 10_000;
+            ctx.register_processing_time_timer(at);
+        }
+        ctx.emit(format!("user {user} visit {visits}"))
+    }
+
+    fn on_timer(&mut self, user: &u64, timestamp: Timestamp, domain: TimeDomain, ctx: &mut KeyedContext<'_, '_, u64, String>) -> Result<()> {
+        match domain {
+            TimeDomain::EventTime => ctx.emit(format!("user {user} inactive since {}", timestamp - 30_000)),
+            TimeDomain::ProcessingTime => ctx.emit(format!("user {user} first seen 10 s ago")),
+        }
+    }
+}
+
+fn harness() -> OperatorHarness<Click, String> {
+    let op = KeyedProcess::new(std::sync::Arc::new(|c: &Click| c.0), Inactivity);
+    OperatorHarness::builder(op).processing_time(1_000_000).build().unwrap()
+}
+
+#[test]
+fn event_time_timers_fire_on_the_watermark_and_can_be_deleted() -> Result<()> {
+    let mut h = harness();
+    h.process((1, 1_000), 1_000)?;
+    h.process((1, 20_000), 20_000)?; // moves the inactivity timer to 50 000
+    h.process((2, 5_000), 5_000)?;
+    assert_eq!(h.take_values(), vec!["user 1 visit 1", "user 1 visit 2", "user 2 visit 1"]);
+    h.watermark(35_000)?;
+    assert_eq!(h.take_values(), vec!["user 2 inactive since 5000"]);
+    h.watermark(50_000)?;
+    let fired = h.take_output();
+    assert_eq!(fired.iter().map(|r| r.value.as_str()).collect::<Vec<_>>(), vec!["user 1 inactive since 20000"]);
+    assert_eq!(fired[0].timestamp, 50_000, "a timer's output carries the timer's time");
+    Ok(())
+}
+
+#[test]
+fn processing_time_timers_fire_when_the_clock_reaches_them() -> Result<()> {
+    let mut h = harness();
+    h.process((9, 1_000), 1_000)?;
+    h.take_values();
+    h.advance_processing_time(Duration::from_secs(9))?;
+    assert_eq!(h.take_values(), Vec::<String>::new());
+    h.advance_processing_time(Duration::from_secs(1))?;
+    assert_eq!(h.take_values(), vec!["user 9 first seen 10 s ago"]);
+    Ok(())
+}
+
+#[test]
+fn state_with_a_ttl_expires_and_is_swept() -> Result<()> {
+    let mut h = harness();
+    h.process((4, 1_000), 1_000)?;
+    h.process((4, 2_000), 2_000)?;
+    h.take_values();
+    h.advance_processing_time(Duration::from_secs(30))?;
+    h.process((4, 3_000), 3_000)?;
+    assert_eq!(
+        h.take_values(),
+        vec!["user 4 first seen 10 s ago", "user 4 visit 3"],
+        "30 s after its last write the count is alive"
+    );
+    h.advance_processing_time(Duration::from_secs(61))?;
+    h.process((4, 4_000), 4_000)?;
+    assert_eq!(h.take_values(), vec!["user 4 visit 1"], "61 s later it had expired");
+    // Another key's expired count is swept without being read.
+    h.process((5, 1_000), 1_000)?;
+    h.advance_processing_time(Duration::ZERO)?;
+    let before = h.metrics().state_entries;
+    assert_eq!(before, 8, "2 last-seen, 2 visit counts, 2 event-time and 2 processing-time timers");
+    h.advance_processing_time(Duration::from_secs(61))?;
+    assert_eq!(h.metrics().state_entries, 4, "the visit counts expired, the processing-time timers fired");
+    Ok(())
+}
