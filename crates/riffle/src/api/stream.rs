@@ -190,6 +190,11 @@ impl<T: Data> DataStream<T> {
         self.add(operator_node("Union", inputs, || Ok(Identity::<T>::new())))
     }
 
+    /// The same stream with the default (forward) edge to its next operator.
+    pub(crate) fn forward(&self) -> DataStream<T> {
+        DataStream::new(self.env.clone(), self.node, self.slot.clone(), Ship::Forward)
+    }
+
     /// Spreads the records round robin over the next operator's subtasks.
     pub fn rebalance(&self) -> DataStream<T> {
         DataStream::new(self.env.clone(), self.node, self.slot.clone(), Ship::Rebalance)

@@ -10,8 +10,8 @@ use crate::api::stream::DataStream;
 use crate::operators::OutputTag;
 use crate::record::Data;
 use crate::window::{
-    AggregateWindow, ProcessWindow, ProcessWindowFunction, WindowFn, WindowResult, WindowSettings, Windows,
-    window_operator,
+    AggregateWindow, MergePartials, PreAggregate, PreAggregated, ProcessWindow, ProcessWindowFunction, WindowFn,
+    WindowResult, WindowSettings, Windows, window_operator,
 };
 
 /// A keyed stream cut into windows. Finish it with [`aggregate`](WindowedStream::aggregate) or
@@ -40,6 +40,7 @@ use crate::window::{
 pub struct WindowedStream<K, T> {
     keyed: KeyedStream<K, T>,
     settings: WindowSettings<T>,
+    pre_aggregate: bool,
 }
 
 impl<K, T> WindowedStream<K, T>
@@ -48,7 +49,11 @@ where
     T: Data,
 {
     pub(crate) fn new(keyed: KeyedStream<K, T>, windows: Windows) -> Self {
-        WindowedStream { keyed, settings: WindowSettings { windows, lateness: 0, late_tag: None, early_every: None } }
+        WindowedStream {
+            keyed,
+            settings: WindowSettings { windows, lateness: 0, late_tag: None, early_every: None },
+            pre_aggregate: true,
+        }
     }
 
     /// Keeps each window's state for `lateness` after it fired: a late record within it updates
@@ -73,9 +78,39 @@ where
         self
     }
 
+    /// Whether [`aggregate`](WindowedStream::aggregate) pre-aggregates before the shuffle (on
+    /// by default for event-time tumbling and sliding windows): each upstream subtask folds
+    /// every batch into one partial per key and window, so a hot key does not overload the
+    /// subtask that owns it. Results are the same either way.
+    pub fn pre_aggregate(mut self, enabled: bool) -> Self {
+        self.pre_aggregate = enabled;
+        self
+    }
+
     /// Aggregates each window incrementally: one accumulator per key and window.
     pub fn aggregate<A: AggregateFunction<T> + Clone>(self, aggregate: A) -> DataStream<WindowResult<K, A::Out>> {
-        self.build("Window", move || AggregateWindow(aggregate.clone()))
+        let windows = self.settings.windows;
+        if !(self.pre_aggregate && !windows.is_merging() && windows.time() == crate::window::TimeDomain::EventTime) {
+            return self.build("Window", move || AggregateWindow(aggregate.clone()));
+        }
+        if let Err(error) = windows.validate() {
+            self.keyed.input().env.defer_error(error.to_string());
+        }
+        // Phase one, chained before the shuffle; phase two, the window operator, merges partials.
+        let key = self.keyed.key_selector();
+        let (for_partials, lateness, first) = (key.clone(), self.settings.lateness, aggregate.clone());
+        let partials = self.keyed.input().forward().transform("Pre-aggregate", move || {
+            PreAggregate::new(for_partials.clone(), windows, lateness, first.clone())
+        });
+        let settings = self.settings;
+        let keyed = partials.key_by(move |element: &PreAggregated<K, T, A::Acc>| match element {
+            PreAggregated::Record(record) => key(record),
+            PreAggregated::Partial { key, .. } => key.clone(),
+        });
+        let key_of = keyed.key_selector();
+        keyed.add_keyed("Window", move || {
+            window_operator(key_of.clone(), settings.clone(), MergePartials(AggregateWindow(aggregate.clone()), PhantomData))
+        })
     }
 
     /// Calls `function` with all the records of each window.
@@ -89,7 +124,7 @@ where
 
     fn build<F, M>(self, name: &str, make: M) -> DataStream<F::Out>
     where
-        F: WindowFn<K, T>,
+        F: WindowFn<K, T, Late = T>,
         M: Fn() -> F + Send + Sync + 'static,
     {
         let settings = self.settings;

@@ -31,7 +31,7 @@
 
 mod descriptors;
 mod keyed;
-mod table;
+pub(crate) mod table;
 mod timers;
 
 use std::fmt::Debug;

@@ -25,6 +25,7 @@
 //! ```
 
 mod operator;
+mod preagg;
 mod session;
 
 use std::time::Duration;
@@ -37,6 +38,8 @@ use crate::record::{Data, Record, Timestamp};
 pub use crate::state::TimeDomain;
 
 use operator::WindowOperator;
+pub use preagg::PreAggregated;
+pub(crate) use preagg::{MergePartials, PreAggregate};
 use session::SessionWindowOperator;
 
 /// A time window `[start, end)`.
@@ -297,8 +300,20 @@ impl<Out: Data> WindowCollector<'_, '_, Out> {
 pub(crate) trait WindowFn<K, T>: Send + 'static {
     type Acc: Data;
     type Out: Data;
+    /// What the late side output receives.
+    type Late: Data;
     fn create(&self) -> Self::Acc;
     fn add(&self, acc: &mut Self::Acc, value: &T);
+    /// Adds a value that goes to one window only (no copy needed).
+    fn add_owned(&self, acc: &mut Self::Acc, value: T) {
+        self.add(acc, &value)
+    }
+    /// The window of an input that already knows it (a pre-aggregated partial).
+    fn fixed_window(&self, _value: &T) -> Option<TimeWindow> {
+        None
+    }
+    /// The late record to side-output for a late input (`None`: nothing to output).
+    fn late(&self, value: T) -> Option<Self::Late>;
     fn merge(&self, acc: &mut Self::Acc, other: Self::Acc);
     fn fire(
         &mut self,
@@ -313,9 +328,13 @@ pub(crate) trait WindowFn<K, T>: Send + 'static {
 /// Incremental aggregation: emits [`WindowResult`]s.
 pub(crate) struct AggregateWindow<A>(pub(crate) A);
 
-impl<K: Data, T, A: crate::aggregate::AggregateFunction<T>> WindowFn<K, T> for AggregateWindow<A> {
+impl<K: Data, T: Data, A: crate::aggregate::AggregateFunction<T>> WindowFn<K, T> for AggregateWindow<A> {
     type Acc = A::Acc;
     type Out = WindowResult<K, A::Out>;
+    type Late = T;
+    fn late(&self, value: T) -> Option<T> {
+        Some(value)
+    }
     fn create(&self) -> A::Acc {
         self.0.create()
     }
@@ -352,11 +371,18 @@ where
 {
     type Acc = Vec<T>;
     type Out = Out;
+    type Late = T;
+    fn late(&self, value: T) -> Option<T> {
+        Some(value)
+    }
     fn create(&self) -> Vec<T> {
         Vec::new()
     }
     fn add(&self, acc: &mut Vec<T>, value: &T) {
         acc.push(value.clone());
+    }
+    fn add_owned(&self, acc: &mut Vec<T>, value: T) {
+        acc.push(value);
     }
     fn merge(&self, acc: &mut Vec<T>, other: Vec<T>) {
         acc.extend(other);
@@ -368,7 +394,11 @@ where
 }
 
 /// The window operator for `settings`: aligned windows or sessions.
-pub(crate) fn window_operator<K, T, F>(key: crate::api::KeyFn<K, T>, settings: WindowSettings<T>, function: F) -> AnyWindowOperator<K, T, F>
+pub(crate) fn window_operator<K, T, F>(
+    key: crate::api::KeyFn<K, T>,
+    settings: WindowSettings<F::Late>,
+    function: F,
+) -> AnyWindowOperator<K, T, F>
 where
     K: Data + std::hash::Hash + Eq,
     T: Data,

@@ -66,7 +66,7 @@ impl<T: Data> WindowCore<T> {
     }
 
     /// The time a record is windowed by: its event time, or the processing time now.
-    pub(crate) fn time_of(&self, record: &Record<T>, now: Timestamp) -> Result<Timestamp> {
+    pub(crate) fn time_of<I>(&self, record: &Record<I>, now: Timestamp) -> Result<Timestamp> {
         if !self.event_time() {
             return Ok(now);
         }
@@ -98,10 +98,11 @@ impl<T: Data> WindowCore<T> {
     }
 
     /// A record too late for every window it belongs to: side output, or counted and logged.
-    pub(crate) fn late<Out: Data>(&mut self, record: Record<T>, out: &mut Collector<'_, Out>) -> Result<()> {
+    /// `record` is `None` for a late input that is no record (a partial aggregate).
+    pub(crate) fn late<Out: Data>(&mut self, record: Option<Record<T>>, timestamp: Timestamp, out: &mut Collector<'_, Out>) -> Result<()> {
         let metrics = &self.ctx.as_ref().expect("opened").metrics;
-        if let Some(tag) = &self.settings.late_tag
-            && out.side_output(tag, record.clone())?
+        if let (Some(tag), Some(record)) = (&self.settings.late_tag, record)
+            && out.side_output(tag, record)?
         {
             metrics.add_late_side_output(1);
             return Ok(());
@@ -110,7 +111,7 @@ impl<T: Data> WindowCore<T> {
         if let Some(suppressed) = self.late_log.should_log() {
             tracing::warn!(
                 operator = %self.ctx().name,
-                timestamp = record.timestamp,
+                timestamp,
                 watermark = self.watermark,
                 suppressed,
                 "late record dropped (counted in late_records_dropped); declare side_output_late to keep late records"
@@ -135,7 +136,7 @@ impl<T: Data> WindowCore<T> {
 pub(crate) struct WindowOperator<K, T, F: WindowFn<K, T>> {
     key: KeyFn<K, T>,
     function: F,
-    core: WindowCore<T>,
+    core: WindowCore<F::Late>,
     /// Windows holding state, and whether each has fired.
     panes: BTreeMap<TimeWindow, bool>,
     table: Option<Table<K, TimeWindow, Slot<F::Acc>>>,
@@ -148,7 +149,7 @@ where
     T: Data,
     F: WindowFn<K, T>,
 {
-    pub(crate) fn new(key: KeyFn<K, T>, settings: WindowSettings<T>, function: F) -> Self {
+    pub(crate) fn new(key: KeyFn<K, T>, settings: WindowSettings<F::Late>, function: F) -> Self {
         WindowOperator { key, function, core: WindowCore::new(settings), panes: BTreeMap::new(), table: None, assigned: Vec::new() }
     }
 
@@ -230,7 +231,37 @@ where
             let time = self.core.time_of(&record, now)?;
             let key = (self.key)(&record.value);
             let key_group = self.core.key_group(&key)?;
-            self.core.settings.windows.assign(time, &mut self.assigned);
+            match self.function.fixed_window(&record.value) {
+                Some(window) => {
+                    self.assigned.clear();
+                    self.assigned.push(window);
+                }
+                None => self.core.settings.windows.assign(time, &mut self.assigned),
+            }
+            if let [window] = self.assigned[..] {
+                // One window (tumbling, or a partial aggregate): the record moves in, no copy.
+                if self.core.is_expired(&window) {
+                    let Record { value, timestamp } = record;
+                    let late = self.function.late(value).map(|value| Record { value, timestamp });
+                    self.core.late(late, timestamp, out)?;
+                    continue;
+                }
+                let fired = *self.panes.entry(window).or_insert(false);
+                let function = &mut self.function;
+                let slot = self.table.as_mut().expect("opened").entry(key_group, key.clone(), window).or_insert_with(|| Slot {
+                    acc: function.create(),
+                    emitted: false,
+                    dirty: false,
+                });
+                function.add_owned(&mut slot.acc, record.value);
+                slot.dirty = true;
+                if fired {
+                    function.fire(&key, window, &slot.acc, slot.emitted, out)?;
+                    slot.emitted = true;
+                    slot.dirty = false;
+                }
+                continue;
+            }
             let mut counted = false;
             for &window in &self.assigned {
                 if self.core.is_expired(&window) {
@@ -254,7 +285,9 @@ where
                 }
             }
             if !counted {
-                self.core.late(record, out)?;
+                let Record { value, timestamp } = record;
+                let late = self.function.late(value).map(|value| Record { value, timestamp });
+                self.core.late(late, timestamp, out)?;
             }
         }
         self.report_size();

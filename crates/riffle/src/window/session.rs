@@ -29,7 +29,7 @@ pub(crate) struct SessionSlot<A> {
 pub(crate) struct SessionWindowOperator<K, T, F: WindowFn<K, T>> {
     key: KeyFn<K, T>,
     function: F,
-    core: WindowCore<T>,
+    core: WindowCore<F::Late>,
     gap: i64,
     sessions: Option<Table<K, (), Vec<SessionSlot<F::Acc>>>>,
     timers: TimerService<K>,
@@ -41,7 +41,7 @@ where
     T: Data,
     F: WindowFn<K, T>,
 {
-    pub(crate) fn new(key: KeyFn<K, T>, settings: WindowSettings<T>, function: F) -> Self {
+    pub(crate) fn new(key: KeyFn<K, T>, settings: WindowSettings<F::Late>, function: F) -> Self {
         let Windows::Session { gap, .. } = settings.windows else {
             unreachable!("session operator built for session windows");
         };
@@ -74,7 +74,9 @@ where
         let existing = sessions.get(key_group, &key, &()).map(Vec::as_slice).unwrap_or_default();
         let merged = existing.iter().filter(|s| s.window.intersects(&fresh)).fold(fresh, |w, s| w.cover(&s.window));
         if self.core.is_expired(&merged) {
-            return self.core.late(record, out);
+            let Record { value, timestamp } = record;
+            let late = self.function.late(value).map(|value| Record { value, timestamp });
+            return self.core.late(late, timestamp, out);
         }
         let list = sessions.entry(key_group, key.clone(), ()).or_insert_with(Vec::new);
         let mut acc = self.function.create();

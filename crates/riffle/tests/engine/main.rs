@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod config;
+mod event_time;
 mod failures;
 mod lifecycle;
 mod operators;

@@ -1,0 +1,169 @@
+//! Two-phase aggregation against skewed keys: before the shuffle, each upstream subtask folds the
+//! records of every batch into one partial accumulator per key and window; the window operator
+//! after the shuffle merges partials instead of adding records. One hot key (80% of the events,
+//! the seed's anti-pattern) then costs the subtask that owns it one partial per batch, not 80%
+//! of the stream.
+//!
+//! Correctness: a record whose windows the upstream watermark may already have closed is sent
+//! as it is, so the window operator judges its lateness exactly as without pre-aggregation (and
+//! late records reach the late side output unchanged). Partials are flushed at the end of every
+//! batch, before any watermark is forwarded, so they are never late downstream.
+
+use std::hash::Hash;
+use std::marker::PhantomData;
+
+use serde::{Deserialize, Serialize};
+
+use crate::aggregate::AggregateFunction;
+use crate::api::KeyFn;
+use crate::error::{Error, Result};
+use crate::operators::{Collector, Operator};
+use crate::record::{Data, MIN_WATERMARK, NO_TIMESTAMP, Record, Timestamp};
+use crate::state::table::FastMap;
+use crate::window::{AggregateWindow, TimeWindow, WindowFn, Windows};
+
+/// What crosses the shuffle of a pre-aggregated window: a record, or a partial aggregate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PreAggregated<K, T, A> {
+    /// A record to window after the shuffle.
+    Record(T),
+    /// The accumulator of some records of one key in one window.
+    Partial {
+        /// The key.
+        key: K,
+        /// The window.
+        window: TimeWindow,
+        /// The partial accumulator.
+        acc: A,
+    },
+}
+
+/// The upstream half: folds records into partials per batch.
+pub(crate) struct PreAggregate<K, T, A: AggregateFunction<T>> {
+    key: KeyFn<K, T>,
+    windows: Windows,
+    lateness: i64,
+    aggregate: A,
+    partials: FastMap<(K, TimeWindow), A::Acc>,
+    assigned: Vec<TimeWindow>,
+    watermark: Timestamp,
+}
+
+impl<K, T, A: AggregateFunction<T>> PreAggregate<K, T, A> {
+    pub(crate) fn new(key: KeyFn<K, T>, windows: Windows, lateness: i64, aggregate: A) -> Self {
+        PreAggregate {
+            key,
+            windows,
+            lateness,
+            aggregate,
+            partials: FastMap::default(),
+            assigned: Vec::new(),
+            watermark: MIN_WATERMARK,
+        }
+    }
+}
+
+impl<K, T, A> Operator for PreAggregate<K, T, A>
+where
+    K: Data + Hash + Eq,
+    T: Data,
+    A: AggregateFunction<T>,
+{
+    type In = T;
+    type Out = PreAggregated<K, T, A::Acc>;
+
+    fn process(&mut self, batch: &mut Vec<Record<T>>, out: &mut Collector<'_, Self::Out>) -> Result<()> {
+        for record in batch.drain(..) {
+            if record.timestamp == NO_TIMESTAMP {
+                return Err(Error::user(
+                    "an event-time window received a record without a timestamp: give the source a \
+                     WatermarkStrategy with timestamps (or use processing-time windows)",
+                ));
+            }
+            self.windows.assign(record.timestamp, &mut self.assigned);
+            let closing = self
+                .assigned
+                .iter()
+                .any(|w| w.max_timestamp().saturating_add(self.lateness) <= self.watermark);
+            if closing {
+                out.emit(record.with_value(PreAggregated::Record(record.value.clone())))?;
+                continue;
+            }
+            let key = (self.key)(&record.value);
+            for &window in &self.assigned {
+                let acc = self.partials.entry((key.clone(), window)).or_insert_with(|| self.aggregate.create());
+                self.aggregate.add(acc, &record.value);
+            }
+        }
+        for ((key, window), acc) in self.partials.drain() {
+            out.emit(Record::new(PreAggregated::Partial { key, window, acc }, window.max_timestamp()))?;
+        }
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: Timestamp, _out: &mut Collector<'_, Self::Out>) -> Result<()> {
+        self.watermark = watermark;
+        Ok(())
+    }
+}
+
+/// The downstream half: a window function over records and partials.
+pub(crate) struct MergePartials<A, T>(pub(crate) AggregateWindow<A>, pub(crate) PhantomData<fn(T)>);
+
+impl<K, T, A> WindowFn<K, PreAggregated<K, T, A::Acc>> for MergePartials<A, T>
+where
+    K: Data + Hash + Eq,
+    T: Data,
+    A: AggregateFunction<T>,
+{
+    type Acc = A::Acc;
+    type Out = <AggregateWindow<A> as WindowFn<K, T>>::Out;
+    type Late = T;
+
+    fn create(&self) -> A::Acc {
+        self.0.0.create()
+    }
+
+    fn add(&self, acc: &mut A::Acc, value: &PreAggregated<K, T, A::Acc>) {
+        match value {
+            PreAggregated::Record(record) => self.0.0.add(acc, record),
+            PreAggregated::Partial { acc: partial, .. } => self.0.0.merge(acc, partial.clone()),
+        }
+    }
+
+    fn add_owned(&self, acc: &mut A::Acc, value: PreAggregated<K, T, A::Acc>) {
+        match value {
+            PreAggregated::Record(record) => self.0.0.add(acc, &record),
+            PreAggregated::Partial { acc: partial, .. } => self.0.0.merge(acc, partial),
+        }
+    }
+
+    fn merge(&self, acc: &mut A::Acc, other: A::Acc) {
+        self.0.0.merge(acc, other)
+    }
+
+    fn fixed_window(&self, value: &PreAggregated<K, T, A::Acc>) -> Option<TimeWindow> {
+        match value {
+            PreAggregated::Record(_) => None,
+            PreAggregated::Partial { window, .. } => Some(*window),
+        }
+    }
+
+    fn late(&self, value: PreAggregated<K, T, A::Acc>) -> Option<T> {
+        match value {
+            PreAggregated::Record(record) => Some(record),
+            PreAggregated::Partial { .. } => None,
+        }
+    }
+
+    fn fire(
+        &mut self,
+        key: &K,
+        window: TimeWindow,
+        acc: &A::Acc,
+        update: bool,
+        out: &mut Collector<'_, Self::Out>,
+    ) -> Result<()> {
+        <AggregateWindow<A> as WindowFn<K, T>>::fire(&mut self.0, key, window, acc, update, out)
+    }
+}
