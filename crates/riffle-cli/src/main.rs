@@ -5,6 +5,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use riffle_cli::demos::backpressure::{self, BackpressureArgs};
 use riffle_cli::demos::etl::{self, EtlArgs};
+use riffle_cli::demos::late_events::{self, LateEventsArgs};
+use riffle_cli::demos::pipeline::{self, PipelineArgs};
+use riffle_cli::demos::windowed_count::{self, WindowedCountArgs};
 use riffle_cli::progress::install_ctrlc_handler;
 
 /// Records are allocated on one task's thread and freed on another's: mimalloc handles that
@@ -22,10 +25,15 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run one of the seed's scenarios on generated clicks (or on --input files).
+    /// Run the seed's clicks pipeline (no scenario), or one of its scenarios, on generated
+    /// clicks or on --input files.
+    #[command(args_conflicts_with_subcommands = true)]
     Demo {
         #[command(subcommand)]
         scenario: Option<Scenario>,
+        /// Options of the whole pipeline (when no scenario is named).
+        #[command(flatten)]
+        pipeline: PipelineArgs,
     },
 }
 
@@ -33,6 +41,10 @@ enum Command {
 enum Scenario {
     /// Scenario 1, simple ETL: parse, drop bots, enrich with the country, write JSON lines.
     Etl(EtlArgs),
+    /// Scenario 2, stateful windowed count: clicks per user per minute over 1M users.
+    WindowedCount(WindowedCountArgs),
+    /// Scenario 3, late events: the subway click of 15:42 arriving at 15:48, under three settings.
+    LateEvents(LateEventsArgs),
     /// Scenario 4, back-pressure: a slow sink stalls the pipeline; watch where and that memory stays flat.
     Backpressure(BackpressureArgs),
 }
@@ -48,10 +60,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     install_ctrlc_handler();
     let outcome = match cli.command {
-        Command::Demo { scenario } => match scenario {
+        Command::Demo { scenario, pipeline: args } => match scenario {
             Some(Scenario::Etl(args)) => etl::run(&args).map(drop),
+            Some(Scenario::WindowedCount(args)) => windowed_count::run(&args).map(drop),
+            Some(Scenario::LateEvents(args)) => late_events::run(&args).map(drop),
             Some(Scenario::Backpressure(args)) => backpressure::run(&args).map(drop),
-            None => etl::run(&EtlArgs::default_args()).map(drop),
+            None => pipeline::run(&args).map(drop),
         },
     };
     match outcome {

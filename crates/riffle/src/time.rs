@@ -121,6 +121,7 @@ pub struct WatermarkStrategy<T> {
     pub(crate) generator: Option<GeneratorFactory>,
     pub(crate) idleness: Option<Duration>,
     pub(crate) max_future_skew: Option<Duration>,
+    pub(crate) every_batch: bool,
 }
 
 impl<T> Clone for WatermarkStrategy<T> {
@@ -130,6 +131,7 @@ impl<T> Clone for WatermarkStrategy<T> {
             generator: self.generator.clone(),
             idleness: self.idleness,
             max_future_skew: self.max_future_skew,
+            every_batch: self.every_batch,
         }
     }
 }
@@ -140,7 +142,7 @@ pub const DEFAULT_MAX_FUTURE_SKEW: Duration = Duration::from_secs(3600);
 impl<T> WatermarkStrategy<T> {
     /// No watermarks (a bounded source still ends with the final one).
     pub fn no_watermarks() -> Self {
-        WatermarkStrategy { timestamps: None, generator: None, idleness: None, max_future_skew: None }
+        WatermarkStrategy { timestamps: None, generator: None, idleness: None, max_future_skew: None, every_batch: false }
     }
 
     /// Records arrive at most `bound` out of order: the default for business jobs.
@@ -160,6 +162,7 @@ impl<T> WatermarkStrategy<T> {
             generator: Some(Arc::new(move || Box::new(factory()))),
             idleness: None,
             max_future_skew: Some(DEFAULT_MAX_FUTURE_SKEW),
+            every_batch: false,
         }
     }
 
@@ -180,6 +183,14 @@ impl<T> WatermarkStrategy<T> {
     /// bad input instead of dragging the watermark forward (`None`: never; default one hour).
     pub fn with_max_future_skew(mut self, skew: Option<Duration>) -> Self {
         self.max_future_skew = skew;
+        self
+    }
+
+    /// Emits the watermark after every batch a split reads, not only every watermark interval:
+    /// with a batch size of one, each record is followed by its watermark, which makes a run
+    /// independent of timing (for demos and tests; it costs throughput).
+    pub fn with_watermark_after_every_batch(mut self) -> Self {
+        self.every_batch = true;
         self
     }
 

@@ -3,15 +3,21 @@
 
 pub mod backpressure;
 pub mod etl;
+pub mod late_events;
+pub mod pipeline;
+pub mod windowed_count;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
 use riffle::source::BadRecordPolicy;
-use riffle::source::datagen::{ClickGenerator, ClicksConfig, DatagenSource, JsonPayloads};
+use riffle::source::datagen::{Click, ClickGenerator, ClicksConfig, DatagenSource, JsonPayloads};
 use riffle::source::file::FileSource;
+use riffle::time::WatermarkStrategy;
+use riffle::window::WindowResult;
 use riffle::{DataStream, EnvConfig, Error, StreamEnv};
+use serde::{Deserialize, Serialize};
 
 use crate::progress::RunOptions;
 
@@ -73,6 +79,101 @@ impl InputArgs {
         let generator = JsonPayloads(ClickGenerator::new(self.clicks_config()?));
         Ok(env.from_source(DatagenSource::new(generator).limit(count).pace(self.rate)))
     }
+
+    /// The clicks, decoded by the source, with event time from `event_time` and watermarks per
+    /// split (per file, per generator stream).
+    pub fn clicks(
+        &self,
+        env: &StreamEnv,
+        default_count: Option<u64>,
+        strategy: WatermarkStrategy<Click>,
+    ) -> riffle::Result<DataStream<Click>> {
+        if let Some(path) = &self.input {
+            let source = FileSource::<Click>::json(path).setting_name("--input").bad_records(self.bad_records);
+            return Ok(env.from_source_with_watermarks(source, strategy));
+        }
+        let count = self.count.map_or(default_count, |n| (n > 0).then_some(n));
+        let source = DatagenSource::clicks(self.clicks_config()?).limit(count).pace(self.rate);
+        Ok(env.from_source_with_watermarks(source, strategy))
+    }
+}
+
+/// Event-time settings of the windowed demos.
+#[derive(Args, Clone, Debug)]
+pub struct EventTimeArgs {
+    /// How far out of order clicks may arrive, in seconds: the watermark lags the newest click by this.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    pub out_of_orderness_secs: f64,
+    /// How long a window's state is kept after it fired, in seconds: late clicks within it update the count.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub lateness_secs: f64,
+    /// Window length in seconds.
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    pub window_secs: f64,
+    /// A split (file, generator stream) silent this long stops holding the watermark back.
+    #[arg(long, value_name = "SECONDS")]
+    pub idleness_secs: Option<f64>,
+}
+
+/// Seconds as a duration; the error names the flag.
+pub fn seconds(flag: &str, value: f64, allow_zero: bool) -> riffle::Result<Duration> {
+    if !(value.is_finite() && (value > 0.0 || (allow_zero && value == 0.0))) {
+        return Err(Error::config(flag, format!("must be a {}number of seconds, got {value}", if allow_zero { "" } else { "positive " })));
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+impl EventTimeArgs {
+    /// The watermark strategy for clicks.
+    pub fn strategy(&self) -> riffle::Result<WatermarkStrategy<Click>> {
+        let bound = seconds("--out-of-orderness-secs", self.out_of_orderness_secs, true)?;
+        let mut strategy = WatermarkStrategy::bounded_out_of_orderness(bound).with_timestamps(|c: &Click| c.event_time);
+        if let Some(idleness) = self.idleness_secs {
+            strategy = strategy.with_idleness(seconds("--idleness-secs", idleness, false)?);
+        }
+        Ok(strategy)
+    }
+
+    /// The window length.
+    pub fn window(&self) -> riffle::Result<Duration> {
+        seconds("--window-secs", self.window_secs, false)
+    }
+
+    /// The allowed lateness.
+    pub fn lateness(&self) -> riffle::Result<Duration> {
+        seconds("--lateness-secs", self.lateness_secs, true)
+    }
+}
+
+/// One line of the windowed count: clicks of a user in a window.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct UserCount {
+    /// The user.
+    pub user_id: u64,
+    /// First millisecond of the window.
+    pub window_start: i64,
+    /// First millisecond after the window.
+    pub window_end: i64,
+    /// Clicks of the user in the window.
+    pub count: u64,
+    /// Present (true) when the line replaces an earlier count for the same user and window.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub update: bool,
+}
+
+impl From<WindowResult<u64, u64>> for UserCount {
+    fn from(r: WindowResult<u64, u64>) -> Self {
+        UserCount { user_id: r.key, window_start: r.window_start, window_end: r.window_end, count: r.value, update: r.update }
+    }
+}
+
+/// An event time as `HH:MM:SS` (UTC), or `-` before the first watermark.
+pub fn clock_time(timestamp: i64) -> String {
+    if timestamp <= 0 || timestamp == i64::MAX {
+        return if timestamp == i64::MAX { "end".into() } else { "-".into() };
+    }
+    let seconds = timestamp.div_euclid(1000).rem_euclid(86_400);
+    format!("{:02}:{:02}:{:02}", seconds / 3600, seconds / 60 % 60, seconds % 60)
 }
 
 /// How the engine runs the demo.
@@ -118,6 +219,7 @@ impl EngineArgs {
             buffer_timeout: Duration::from_millis(self.buffer_timeout_ms),
             channel_capacity: self.channel_capacity,
             dead_letter_dir: self.output_dir(demo).join("dead-letter"),
+            ..defaults
         }
     }
 

@@ -2,7 +2,9 @@
 //! checks the exact output, not just that something came out.
 
 mod backpressure;
+mod late_events;
 mod simple_etl;
+mod windowed_count;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -159,6 +159,9 @@ impl<T: Data> SourceTask<T> {
                 self.metrics.add_out(out.records.len() as u64);
                 self.chain.records(&mut out.records)?;
                 out.records.clear();
+                if self.watermarks.every_batch() {
+                    self.emit_watermarks()?;
+                }
             }
         }
         Ok((progressed, earliest))

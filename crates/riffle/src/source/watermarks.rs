@@ -96,6 +96,11 @@ impl<T: Serialize> SourceWatermarks<T> {
         }
     }
 
+    /// Whether the watermark is to be emitted after every batch.
+    pub(crate) fn every_batch(&self) -> bool {
+        self.strategy.every_batch
+    }
+
     /// The split has no more records: it no longer holds the watermark back.
     pub(crate) fn split_finished(&mut self, split: usize) {
         self.splits[split].finished = true;
