@@ -8,6 +8,8 @@
 //! Each benchmark runs a real job (threads, channels, chaining) over records prepared in memory
 //! beforehand, so the figure is the engine's and the pipeline's, not the generator's.
 
+#![allow(unsafe_code)] // the counting allocator below
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -22,9 +24,41 @@ use riffle_cli::clicks::EnrichedClick;
 use riffle_cli::demos::etl;
 use serde::Serialize;
 
-/// The allocator of the `riffle` binary, so the figures are the binary's.
+/// The allocator of the `riffle` binary (so the figures are the binary's), counting the bytes
+/// allocated so that state memory can be measured exactly.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: Counting = Counting;
+
+struct Counting;
+
+static ALLOCATED: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
+/// Counting is on only while memory is measured: a shared counter would slow the other benchmarks.
+static COUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn count(delta: isize) {
+    if COUNTING.load(std::sync::atomic::Ordering::Relaxed) {
+        ALLOCATED.fetch_add(delta, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        count(layout.size() as isize);
+        unsafe { mimalloc::MiMalloc.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        count(-(layout.size() as isize));
+        unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        count(new_size as isize - layout.size() as isize);
+        unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
+    }
+}
+
+fn allocated() -> isize {
+    ALLOCATED.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 fn config(parallelism: usize) -> EnvConfig {
     EnvConfig { parallelism, ..EnvConfig::default() }
@@ -228,6 +262,128 @@ fn latency(rate: f64) -> Figure {
     }
 }
 
+/// CPU time (user + system) this process has used so far.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+/// Users, one-minute windows, event time advancing 100K clicks per second (the seed's rate).
+fn user_clicks(n: u64, users: u64, hot_share: f64) -> Vec<(u64, i64)> {
+    let generator = ClickGenerator::new(ClicksConfig {
+        users,
+        hot_key_share: hot_share,
+        late_share: 0.0,
+        ..ClicksConfig::default()
+    });
+    (0..n).map(|i| {
+        let click = generator.generate(i);
+        (click.user_id, click.event_time)
+    }).collect()
+}
+
+/// Runs a windowed count per user over `clicks`; returns (wall seconds, CPU seconds, state entries, state bytes).
+fn windowed_count(clicks: Vec<(u64, i64)>, parallelism: usize, pre_aggregate: bool) -> (f64, f64, u64, u64) {
+    use riffle::time::WatermarkStrategy;
+    use riffle::window::Tumbling;
+    let env = StreamEnv::with_config(config(parallelism));
+    env.from_source_with_watermarks(
+        riffle::source::collection::CollectionSource::new(clicks),
+        WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5)).with_timestamps(|c: &(u64, i64)| c.1),
+    )
+    .key_by(|c| c.0)
+    .window(Tumbling::of(Duration::from_secs(60)))
+    .pre_aggregate(pre_aggregate)
+    .aggregate(riffle::aggregate::Count)
+    .name("count")
+    .sink(BlackholeSink::new());
+    let job = env.execute_async().unwrap();
+    let cpu_before = cpu_seconds();
+    let mut peak = (0, 0);
+    while !job.is_finished() {
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(op) = job.metrics().operator_total("count")
+            && op.state_entries > peak.0
+        {
+            peak = (op.state_entries, op.state_bytes);
+        }
+    }
+    let result = job.wait().unwrap();
+    (result.duration.as_secs_f64(), cpu_seconds() - cpu_before, peak.0, peak.1)
+}
+
+/// Scenario 2's windowed count over 1M users, heap state.
+fn windowed() -> Figure {
+    let n = 10_000_000u64;
+    let clicks = user_clicks(n, 1_000_000, 0.0);
+    let (wall, cpu, entries, bytes) = windowed_count(clicks.clone(), 1, false);
+    let (wall_pre, cpu_pre, _, _) = windowed_count(clicks, 1, true);
+    Figure {
+        name: "windowed count per user, 1-minute tumbling, 1M users, heap state",
+        value: format!("{:.2}M events per CPU-second ({:.2}M events/s wall)", n as f64 / cpu / 1e6, n as f64 / wall / 1e6),
+        target: ">= 3M events/s per core",
+        detail: format!(
+            "{n} pre-generated (user, event time) records, parallelism 1 (source task + window task), without pre-aggregation; with pre-aggregation (the default, adaptive): {:.2}M events per CPU-second, {:.2}M/s wall; peak state {entries} entries, {} bytes per entry (table estimate)",
+            n as f64 / cpu_pre / 1e6,
+            n as f64 / wall_pre / 1e6,
+            bytes / entries.max(1)
+        ),
+    }
+}
+
+/// Memory of window state per active key, measured as the bytes allocated for it.
+fn state_memory() -> Figure {
+    use riffle::keys::{KeyGroupRange, key_group_of};
+    use riffle::state::Table;
+    let keys = 1_000_000u64;
+    let window = riffle::window::TimeWindow::new(0, 60_000);
+    COUNTING.store(true, std::sync::atomic::Ordering::SeqCst);
+    let before = allocated();
+    let mut table: Table<u64, riffle::window::TimeWindow, (u64, bool, bool)> = Table::new(KeyGroupRange { start: 0, end: 127 });
+    for user in 0..keys {
+        table.entry(key_group_of(&user, 128), user, window).or_insert((0, false, false)).0 += 1;
+    }
+    let after = allocated();
+    COUNTING.store(false, std::sync::atomic::Ordering::SeqCst);
+    let per_key = (after - before) as f64 / keys as f64;
+    let estimate = table.heap_bytes() as f64 / keys as f64;
+    std::hint::black_box(&table);
+    Figure {
+        name: "window state memory per active key (user id -> count in one window)",
+        value: format!("{per_key:.0} bytes per key"),
+        target: "<= 150 bytes per key",
+        detail: format!(
+            "bytes allocated for {keys} keys in one window of the heap table (key, accumulator, flags, hash table slack); \
+             the table's own estimate: {estimate:.0} bytes"
+        ),
+    }
+}
+
+/// One key with 80% of the events, parallelism 2, against the uniform case.
+fn skew() -> Figure {
+    let n = 10_000_000u64;
+    let uniform = user_clicks(n, 1_000_000, 0.0);
+    let skewed = user_clicks(n, 1_000_000, 0.8);
+    let (uniform_wall, ..) = windowed_count(uniform, 2, true);
+    let (skewed_wall, ..) = windowed_count(skewed.clone(), 2, true);
+    let (skewed_without, ..) = windowed_count(skewed, 2, false);
+    Figure {
+        name: "hot key (80% of events) vs uniform, parallelism 2, with pre-aggregation",
+        value: format!("skewed / uniform throughput = {:.2}", uniform_wall / skewed_wall),
+        target: "within 1.5x of uniform (>= 0.67)",
+        detail: format!(
+            "{n} records; uniform {:.2}M/s, skewed {:.2}M/s; skewed without pre-aggregation {:.2}M/s (ratio {:.2})",
+            n as f64 / uniform_wall / 1e6,
+            n as f64 / skewed_wall / 1e6,
+            n as f64 / skewed_without / 1e6,
+            uniform_wall / skewed_without
+        ),
+    }
+}
+
 fn main() {
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let benches: Vec<(&str, Box<dyn Fn() -> Figure>)> = vec![
@@ -235,6 +391,9 @@ fn main() {
         ("chained", Box::new(chained_filter_map)),
         ("shuffle", Box::new(key_by_shuffle)),
         ("latency", Box::new(|| latency(500_000.0))),
+        ("windowed", Box::new(windowed)),
+        ("state", Box::new(state_memory)),
+        ("skew", Box::new(skew)),
     ];
     let mut figures = HashMap::new();
     println!("| benchmark | measured | target | detail |");

@@ -1,6 +1,8 @@
 //! The `riffle` command's library: the seed's clicks domain and its scenarios as demos, so that
 //! the binary, the benchmarks and the end-to-end tests run the very same pipelines.
 
+#![forbid(unsafe_code)]
+
 pub mod clicks;
 pub mod demos;
 pub mod progress;

@@ -30,6 +30,8 @@
 //! sources, so memory stays bounded whatever the input rate; each task reports the time it is
 //! busy, back-pressured and idle.
 
+#![forbid(unsafe_code)]
+
 pub mod aggregate;
 pub mod api;
 pub mod config;

@@ -4,6 +4,10 @@
 //! the seed's anti-pattern) then costs the subtask that owns it one partial per batch, not 80%
 //! of the stream.
 //!
+//! Pre-aggregation adapts: when the partials of a batch are not fewer than half its records
+//! (keys spread evenly, nothing to fold), the operator passes records through unchanged for the
+//! next batches and looks again later, so uniform keys do not pay for it.
+//!
 //! Correctness: a record whose windows the upstream watermark may already have closed is sent
 //! as it is, so the window operator judges its lateness exactly as without pre-aggregation (and
 //! late records reach the late side output unchanged). Partials are flushed at the end of every
@@ -47,7 +51,12 @@ pub(crate) struct PreAggregate<K, T, A: AggregateFunction<T>> {
     partials: FastMap<(K, TimeWindow), A::Acc>,
     assigned: Vec<TimeWindow>,
     watermark: Timestamp,
+    /// Batches left to pass through before sampling again.
+    bypass: u32,
 }
+
+/// Batches passed through after a batch that did not fold.
+const BYPASS_BATCHES: u32 = 64;
 
 impl<K, T, A: AggregateFunction<T>> PreAggregate<K, T, A> {
     pub(crate) fn new(key: KeyFn<K, T>, windows: Windows, lateness: i64, aggregate: A) -> Self {
@@ -59,6 +68,7 @@ impl<K, T, A: AggregateFunction<T>> PreAggregate<K, T, A> {
             partials: FastMap::default(),
             assigned: Vec::new(),
             watermark: MIN_WATERMARK,
+            bypass: 0,
         }
     }
 }
@@ -73,6 +83,14 @@ where
     type Out = PreAggregated<K, T, A::Acc>;
 
     fn process(&mut self, batch: &mut Vec<Record<T>>, out: &mut Collector<'_, Self::Out>) -> Result<()> {
+        if self.bypass > 0 {
+            self.bypass -= 1;
+            for record in batch.drain(..) {
+                out.emit(Record { timestamp: record.timestamp, value: PreAggregated::Record(record.value) })?;
+            }
+            return Ok(());
+        }
+        let records = batch.len();
         for record in batch.drain(..) {
             if record.timestamp == NO_TIMESTAMP {
                 return Err(Error::user(
@@ -86,7 +104,7 @@ where
                 .iter()
                 .any(|w| w.max_timestamp().saturating_add(self.lateness) <= self.watermark);
             if closing {
-                out.emit(record.with_value(PreAggregated::Record(record.value.clone())))?;
+                out.emit(Record { timestamp: record.timestamp, value: PreAggregated::Record(record.value) })?;
                 continue;
             }
             let key = (self.key)(&record.value);
@@ -94,6 +112,9 @@ where
                 let acc = self.partials.entry((key.clone(), window)).or_insert_with(|| self.aggregate.create());
                 self.aggregate.add(acc, &record.value);
             }
+        }
+        if self.partials.len() * 2 >= records && records >= 64 {
+            self.bypass = BYPASS_BATCHES;
         }
         for ((key, window), acc) in self.partials.drain() {
             out.emit(Record::new(PreAggregated::Partial { key, window, acc }, window.max_timestamp()))?;
@@ -165,5 +186,65 @@ where
         out: &mut Collector<'_, Self::Out>,
     ) -> Result<()> {
         <AggregateWindow<A> as WindowFn<K, T>>::fire(&mut self.0, key, window, acc, update, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::Count;
+    use crate::testing::OperatorHarness;
+    use crate::window::Tumbling;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    type Element = PreAggregated<u64, (u64, i64), u64>;
+
+    fn harness() -> OperatorHarness<(u64, i64), Element> {
+        let op = PreAggregate::new(Arc::new(|r: &(u64, i64)| r.0), Tumbling::of(Duration::from_secs(60)), 0, Count);
+        OperatorHarness::builder(op).build().unwrap()
+    }
+
+    fn batch(records: impl IntoIterator<Item = (u64, i64)>) -> Vec<Record<(u64, i64)>> {
+        records.into_iter().map(|r| Record::new(r, r.1)).collect()
+    }
+
+    #[test]
+    fn a_skewed_batch_folds_into_one_partial_per_key_and_window() {
+        let mut h = harness();
+        let records: Vec<(u64, i64)> = (0..100).map(|i| (if i % 10 == 0 { i } else { 7 }, 1_000 + i as i64)).collect();
+        h.process_records(batch(records)).unwrap();
+        let mut out = h.take_values();
+        out.sort_by_key(|e| match e {
+            PreAggregated::Partial { key, .. } => *key,
+            PreAggregated::Record(_) => u64::MAX,
+        });
+        assert_eq!(out.len(), 11, "key 7 and ten others");
+        assert!(out.contains(&PreAggregated::Partial { key: 7, window: TimeWindow::new(0, 60_000), acc: 90 }));
+    }
+
+    #[test]
+    fn uniform_batches_pass_through_for_a_while() {
+        let mut h = harness();
+        h.process_records(batch((0..100).map(|i| (i, 1_000)))).unwrap();
+        assert_eq!(h.take_values().len(), 100, "one partial per key: nothing folded");
+        h.process_records(batch((0..100).map(|_| (5, 1_000)))).unwrap();
+        let out = h.take_values();
+        assert_eq!(out.len(), 100, "the next batches pass through");
+        assert!(out.iter().all(|e| matches!(e, PreAggregated::Record((5, 1_000)))));
+    }
+
+    #[test]
+    fn records_of_windows_the_watermark_may_have_closed_go_unfolded() {
+        let mut h = harness();
+        h.watermark(70_000).unwrap();
+        h.process_records(batch([(1, 1_000), (1, 61_000)])).unwrap();
+        assert_eq!(
+            h.take_values(),
+            vec![
+                PreAggregated::Record((1, 1_000)),
+                PreAggregated::Partial { key: 1, window: TimeWindow::new(60_000, 120_000), acc: 1 }
+            ]
+        );
     }
 }
