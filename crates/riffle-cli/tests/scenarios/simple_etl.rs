@@ -76,3 +76,28 @@ fn bad_flags_fail_at_start_naming_the_flag() {
     let output = riffle_raw(&["demo", "etl", "--bad-records", "ignore"], dir.path());
     assert!(String::from_utf8_lossy(&output.stderr).contains("unknown bad-record policy `ignore`"));
 }
+
+#[test]
+fn ctrl_c_stops_an_unbounded_run_cleanly_with_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_riffle"))
+        .args(["demo", "etl", "--count", "0", "--rate", "20000", "--output", "out", "-p", "2"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let status = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "a clean stop exits 0: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("stopping: draining"));
+    let read: u64 = stdout.lines().find_map(|l| l.trim().strip_prefix("read")).unwrap().trim().parse().unwrap();
+    let written: u64 = stdout.lines().find_map(|l| l.trim().strip_prefix("written")).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    let bots: u64 = stdout.lines().find_map(|l| l.trim().strip_prefix("bots dropped")).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    assert!(read > 10_000, "it ran: {read}");
+    assert_eq!(read, written + bots, "nothing in flight was lost");
+    assert_eq!(sorted_lines(&dir.path().join("out")).len() as u64, written);
+}

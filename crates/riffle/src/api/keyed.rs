@@ -7,7 +7,8 @@ use crate::api::WindowedStream;
 use crate::api::stream::{DataStream, operator_node};
 use crate::window::Windows;
 use crate::graph::{Node, Ship, Slot};
-use crate::operators::{KeyedProcess, KeyedProcessFunction};
+use crate::aggregate::AggregateFunction;
+use crate::operators::{KeyedProcess, KeyedProcessFunction, Rolling, RollingAggregate, RollingCombine};
 use crate::record::Data;
 
 /// The key selector of a keyed stream.
@@ -58,6 +59,32 @@ where
     {
         let key = self.key.clone();
         self.add_keyed("KeyedProcess", move || KeyedProcess::new(key.clone(), function.clone()))
+    }
+
+    /// A rolling aggregate per key (as Flink's `keyBy(..).sum(..)`): emits `(key, result)` as
+    /// records arrive. Each upstream subtask first folds its batches per key (when they fold), so
+    /// a hot key costs its owner one update per batch; the last result per key is the total.
+    ///
+    /// ```
+    /// use riffle::{StreamEnv, aggregate::Count, sink::CollectSink};
+    /// let env = StreamEnv::new();
+    /// let (sink, out) = CollectSink::new();
+    /// env.from_iter(vec!["a".to_string(), "b".into(), "a".into()]).key_by(|w| w.clone()).aggregate(Count).sink(sink);
+    /// env.execute().unwrap();
+    /// let finals: std::collections::BTreeMap<String, u64> = out.values().into_iter().collect();
+    /// assert_eq!(finals, [("a".to_string(), 2), ("b".to_string(), 1)].into());
+    /// ```
+    pub fn aggregate<A: AggregateFunction<T> + Clone>(&self, aggregate: A) -> DataStream<(K, A::Out)> {
+        let key = self.key.clone();
+        let first = aggregate.clone();
+        let partials = self.input.forward().transform("Combine", move || RollingCombine::new(key.clone(), first.clone()));
+        let key = self.key.clone();
+        let keyed = partials.key_by(move |element: &Rolling<K, T, A::Acc>| match element {
+            Rolling::Record(record) => key(record),
+            Rolling::Partial { key, .. } => key.clone(),
+        });
+        let key_of = keyed.key_selector();
+        keyed.add_keyed("Aggregate", move || RollingAggregate::new(key_of.clone(), aggregate.clone()))
     }
 
     /// Cuts the stream into windows (per key): [`Tumbling`](crate::window::Tumbling),

@@ -9,6 +9,7 @@
 mod basic;
 mod decode;
 mod keyed;
+mod rolling;
 mod sink;
 
 use std::any::Any;
@@ -18,6 +19,8 @@ use std::sync::Arc;
 pub use basic::{Filter, FlatMap, Identity, Map, TryMap};
 pub use decode::ParseJson;
 pub use keyed::{KeyedContext, KeyedProcess, KeyedProcessFunction};
+pub use rolling::Rolling;
+pub(crate) use rolling::{RollingAggregate, RollingCombine};
 pub use sink::SinkOperator;
 
 use crate::error::Result;
