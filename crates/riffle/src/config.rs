@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::checkpoint::CheckpointConfig;
 use crate::error::{Error, Result};
 use crate::time::{Clock, SystemClock};
 
@@ -47,6 +48,8 @@ pub struct EnvConfig {
     pub watermark_interval: Duration,
     /// Processing time: the wall clock, or a manual clock in tests.
     pub clock: Arc<dyn Clock>,
+    /// Checkpoints, recovery and restore (off unless `checkpoints.interval` is set).
+    pub checkpoints: CheckpointConfig,
 }
 
 impl Default for EnvConfig {
@@ -61,6 +64,7 @@ impl Default for EnvConfig {
             dead_letter_dir: PathBuf::from("riffle-dead-letter"),
             watermark_interval: Duration::from_millis(200),
             clock: Arc::new(SystemClock),
+            checkpoints: CheckpointConfig::default(),
         }
     }
 }
@@ -90,6 +94,7 @@ impl EnvConfig {
         if self.watermark_interval.is_zero() {
             return Err(Error::config("watermark_interval", "must be greater than zero"));
         }
+        self.checkpoints.validate()?;
         Ok(())
     }
 }

@@ -68,6 +68,9 @@ pub enum Error {
     /// into [`Error::Operator`] with the operator's name.
     #[error(transparent)]
     User(BoxError),
+    /// A checkpoint or savepoint could not be written or read.
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
     /// The job was cancelled, or a task stopped because another one failed.
     #[error("job cancelled")]
     Cancelled,

@@ -16,7 +16,11 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 use serde::Serialize;
 
+use crate::checkpoint::RestoreState;
+use crate::checkpoint::coordinator::CheckpointHub;
+use crate::checkpoint::restore::RestoreAssignment;
 use crate::config::{EnvConfig, check_parallelism};
+use crate::sink::Finalizers;
 use crate::error::{Error, Result};
 use crate::keys::KeyGroupRange;
 use crate::metrics::MetricsRegistry;
@@ -30,8 +34,10 @@ use crate::source::task::{ErasedSource, SourceTaskSetup};
 
 /// A `Box<dyn Output<T>>` whose `T` the graph does not know.
 pub(crate) type AnyOutput = Box<dyn Any + Send>;
-/// Builds an operator instance in front of its output: `(context, output, side outputs) -> input`.
-pub(crate) type BuildFn = dyn Fn(OperatorContext, AnyOutput, SideOutputs) -> Result<AnyOutput> + Send + Sync;
+/// Builds an operator instance in front of its output:
+/// `(context, output, side outputs, state to restore) -> input`.
+pub(crate) type BuildFn =
+    dyn Fn(OperatorContext, AnyOutput, SideOutputs, Option<RestoreState>) -> Result<AnyOutput> + Send + Sync;
 /// Builds the key-group function of a hash edge for a number of key groups.
 pub(crate) type KeyGroupFactory = dyn Fn(usize) -> Box<dyn Any + Send> + Send + Sync;
 
@@ -211,6 +217,8 @@ pub struct PlanEdge {
 struct Layout {
     parallelism: Vec<usize>,
     names: Vec<String>,
+    /// Stable operator ids: the uid, or one derived from the operator's place and name.
+    ids: Vec<String>,
     /// Whether a node runs in its input's task.
     chained: Vec<bool>,
     /// Consumers of each node: (consumer, index of the edge in the consumer's inputs).
@@ -230,6 +238,14 @@ fn layout(nodes: &[Node], config: &EnvConfig) -> Result<Layout> {
         let count = seen.entry(node.name.clone()).or_insert(0);
         *count += 1;
         names.push(if *count == 1 { node.name.clone() } else { format!("{} ({})", node.name, count) });
+    }
+    let mut ids = Vec::with_capacity(nodes.len());
+    for (index, node) in nodes.iter().enumerate() {
+        let id = node.uid.clone().unwrap_or_else(|| format!("{index}:{}", node.name));
+        if node.uid.is_some() && ids.contains(&id) {
+            return Err(Error::Graph(format!("two operators have the uid `{id}`: uids must be unique")));
+        }
+        ids.push(id);
     }
     let mut consumers = vec![Vec::new(); nodes.len()];
     for (id, node) in nodes.iter().enumerate() {
@@ -266,7 +282,7 @@ fn layout(nodes: &[Node], config: &EnvConfig) -> Result<Layout> {
         }
         chains.push((head, members));
     }
-    Ok(Layout { parallelism, names, chained, consumers, chains })
+    Ok(Layout { parallelism, names, ids, chained, consumers, chains })
 }
 
 /// Channels of every network edge, by producer and consumer subtask.
@@ -302,6 +318,18 @@ fn create_channels(nodes: &[Node], layout: &Layout, config: &EnvConfig) -> Chann
     Channels { senders, receivers }
 }
 
+/// What a run of the job shares with its tasks.
+pub(crate) struct RunContext<'a> {
+    pub(crate) config: &'a EnvConfig,
+    pub(crate) registry: &'a MetricsRegistry,
+    pub(crate) control: &'a Arc<JobControl>,
+    pub(crate) checkpoints: Option<Arc<CheckpointHub>>,
+    pub(crate) restore: Option<&'a RestoreAssignment>,
+    /// Unique per run of the job (a restart is a new run).
+    pub(crate) run_id: String,
+    pub(crate) finalizers: Finalizers,
+}
+
 /// Assembles the tasks of one subtask index of every chain.
 struct Assembler<'a> {
     nodes: &'a [Node],
@@ -309,6 +337,8 @@ struct Assembler<'a> {
     config: &'a EnvConfig,
     registry: &'a MetricsRegistry,
     channels: Channels,
+    run: &'a RunContext<'a>,
+    tasks_built: usize,
 }
 
 impl Assembler<'_> {
@@ -379,11 +409,22 @@ impl Assembler<'_> {
         Ok(side)
     }
 
+    fn restore_state(&self, node: NodeId, op: &OperatorContext) -> Result<Option<RestoreState>> {
+        match self.run.restore {
+            Some(restore) => restore.state_for(&op.id, op.subtask, op.parallelism, op.key_groups),
+            None => Ok(None),
+        }
+        .map_err(|e| e.in_operator(&self.layout.names[node], op.subtask))
+    }
+
     fn operator_context(&self, node: NodeId, subtask: usize) -> OperatorContext {
         let parallelism = self.layout.parallelism[node];
         let name = self.layout.names[node].clone();
         OperatorContext {
             metrics: self.registry.operator(&name, subtask),
+            id: self.layout.ids[node].clone(),
+            run_id: self.run.run_id.clone(),
+            finalizers: Some(self.run.finalizers.clone()),
             name,
             subtask,
             parallelism,
@@ -403,25 +444,36 @@ impl Assembler<'_> {
         let out_type = self.nodes[node].out_type.clone();
         // Created before the operators after it, so metrics list operators in topological order.
         let op = self.operator_context(node, subtask);
+        let restore = self.restore_state(node, &op)?;
         let output = self.output(node, &Slot::Main, &out_type, subtask, ctx)?;
         let side = self.side_outputs(node, subtask, ctx)?;
-        build(op, output, side)
+        build(op, output, side, restore)
     }
 
-    fn task(&mut self, head: NodeId, chain_name: &str, subtask: usize, control: &Arc<JobControl>) -> Result<TaskSpec> {
+    fn task(&mut self, head: NodeId, chain_name: &str, subtask: usize) -> Result<TaskSpec> {
         let metrics = self.registry.task(chain_name, subtask);
-        let ctx = TaskContext { control: control.clone(), metrics: metrics.clone(), buffer_timeout: self.config.buffer_timeout };
+        let ctx = TaskContext {
+            control: self.run.control.clone(),
+            metrics: metrics.clone(),
+            buffer_timeout: self.config.buffer_timeout,
+            task_index: self.tasks_built,
+            checkpoints: self.run.checkpoints.clone(),
+        };
+        self.tasks_built += 1;
         let node = &self.nodes[head];
         let driver = match &node.kind {
             NodeKind::Source(source) => {
                 let source = source.clone();
                 let out_type = node.out_type.clone();
                 let op = self.operator_context(head, subtask);
+                let restore = self.restore_state(head, &op)?;
                 let output = self.output(head, &Slot::Main, &out_type, subtask, &ctx)?;
                 let dead_letter_type = TypeOf::<DeadLetter>::arc();
                 let slot = Slot::Side(crate::api::DEAD_LETTER_TAG.to_string());
                 let dead_letter = unpack(self.output(head, &slot, &dead_letter_type, subtask, &ctx)?);
                 source.task(SourceTaskSetup {
+                    operator_id: op.id,
+                    restore,
                     name: op.name,
                     subtask,
                     parallelism: op.parallelism,
@@ -445,13 +497,8 @@ impl Assembler<'_> {
     }
 }
 
-/// Checks the graph and its configuration, then builds every task of the job.
-pub(crate) fn plan(
-    nodes: &[Node],
-    config: &EnvConfig,
-    registry: &MetricsRegistry,
-    control: &Arc<JobControl>,
-) -> Result<(Vec<TaskSpec>, JobPlan)> {
+/// Checks the graph and its configuration (before a run starts).
+pub(crate) fn validate(nodes: &[Node], config: &EnvConfig) -> Result<()> {
     config.validate()?;
     if nodes.is_empty() {
         return Err(Error::Graph("the job has no operators; add a source and a sink".into()));
@@ -463,14 +510,38 @@ pub(crate) fn plan(
             NodeKind::Operator { .. } => {}
         }
     }
+    layout(nodes, config).map(drop)
+}
+
+/// The number of tasks a run of the job has.
+pub(crate) fn task_count(nodes: &[Node], config: &EnvConfig) -> Result<usize> {
+    let layout = layout(nodes, config)?;
+    Ok(layout.chains.iter().map(|(head, _)| layout.parallelism[*head]).sum())
+}
+
+/// Builds every task of one run of the job.
+pub(crate) fn plan(nodes: &[Node], run: &RunContext<'_>) -> Result<(Vec<TaskSpec>, JobPlan)> {
+    let config = run.config;
     let layout = layout(nodes, config)?;
     let described = describe(nodes, &layout);
     let channels = create_channels(nodes, &layout, config);
-    let mut assembler = Assembler { nodes, layout: &layout, config, registry, channels };
+    let mut assembler =
+        Assembler { nodes, layout: &layout, config, registry: run.registry, channels, run, tasks_built: 0 };
     let mut tasks = Vec::new();
     for (vertex, (head, _)) in layout.chains.iter().enumerate() {
         for subtask in 0..layout.parallelism[*head] {
-            tasks.push(assembler.task(*head, &described.vertices[vertex].name, subtask, control)?);
+            tasks.push(assembler.task(*head, &described.vertices[vertex].name, subtask)?);
+        }
+    }
+    if let Some(restore) = run.restore {
+        let unused = restore.unused();
+        if !unused.is_empty() && !config.checkpoints.allow_non_restored_state {
+            return Err(Error::Checkpoint(format!(
+                "{} holds state of operators this job does not have: {}; give operators the same `uid` \
+                 as before, or allow non-restored state to drop it",
+                restore.description,
+                unused.join(", ")
+            )));
         }
     }
     Ok((tasks, described))
@@ -478,7 +549,6 @@ pub(crate) fn plan(
 
 /// The user-facing description of the plan.
 pub(crate) fn describe_nodes(nodes: &[Node], config: &EnvConfig) -> Result<JobPlan> {
-    config.validate()?;
     Ok(describe(nodes, &layout(nodes, config)?))
 }
 

@@ -34,6 +34,7 @@
 
 pub mod aggregate;
 pub mod api;
+pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub(crate) mod graph;

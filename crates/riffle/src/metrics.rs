@@ -187,6 +187,12 @@ impl MetricsRegistry {
         metrics
     }
 
+    /// Forgets every counter (a restarted job counts again from zero).
+    pub(crate) fn reset(&self) {
+        self.operators.lock().expect("metrics lock").clear();
+        self.tasks.lock().expect("metrics lock").clear();
+    }
+
     /// The current value of every counter.
     pub fn snapshot(&self) -> MetricsSnapshot {
         MetricsSnapshot {

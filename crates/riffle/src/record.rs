@@ -64,6 +64,8 @@ pub struct CheckpointBarrier {
     pub id: u64,
     /// Wall-clock time (epoch ms) at which the coordinator triggered the checkpoint.
     pub timestamp: Timestamp,
+    /// The savepoint of a stop: sources end their input right after this barrier.
+    pub terminate: bool,
 }
 
 /// One element on a channel between two tasks.

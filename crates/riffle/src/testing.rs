@@ -65,7 +65,7 @@ impl<T: Send> Output<T> for Capture<T> {
     fn idle(&mut self, _: bool) -> Result<()> {
         Ok(())
     }
-    fn barrier(&mut self, _: CheckpointBarrier) -> Result<()> {
+    fn barrier(&mut self, _: CheckpointBarrier, _: &mut crate::checkpoint::TaskSnapshot) -> Result<()> {
         Ok(())
     }
     fn tick(&mut self) -> Result<()> {
@@ -130,6 +130,9 @@ impl<Op: Operator> HarnessBuilder<Op> {
         let registry = MetricsRegistry::default();
         let name = "operator under test";
         let ctx = OperatorContext {
+            id: name.to_string(),
+            run_id: "harness".to_string(),
+            finalizers: None,
             name: name.to_string(),
             subtask: self.subtask,
             parallelism: self.parallelism,

@@ -9,9 +9,8 @@ use crate::api::stream::{DataStream, sink_node};
 use crate::config::EnvConfig;
 use crate::error::{Error, Result};
 use crate::graph::{self, Edge, JobPlan, Node, NodeId, NodeKind, Ship, Slot, TypeOf};
-use crate::metrics::MetricsRegistry;
 use crate::record::Data;
-use crate::runtime::{JobControl, JobHandle, JobResult, launch};
+use crate::runtime::{JobHandle, JobResult, start};
 use crate::sink::FileSink;
 use crate::source::collection::CollectionSource;
 use crate::source::task::SourceSpec;
@@ -144,7 +143,9 @@ impl StreamEnv {
 
     /// The physical plan the job would run with: chains, parallelism, edges.
     pub fn plan(&self) -> Result<JobPlan> {
-        graph::describe_nodes(&self.job_nodes()?, &self.config())
+        let config = self.config();
+        config.validate()?;
+        graph::describe_nodes(&self.job_nodes()?, &config)
     }
 
     /// Runs the job to its end (for bounded sources) and returns its final metrics.
@@ -156,11 +157,8 @@ impl StreamEnv {
     pub fn execute_async(&self) -> Result<JobHandle> {
         let config = self.config();
         let nodes = self.job_nodes()?;
-        let registry = Arc::new(MetricsRegistry::default());
-        let control = Arc::new(JobControl::default());
-        let (tasks, plan) = graph::plan(&nodes, &config, &registry, &control)?;
-        tracing::info!(job = %config.job_name, tasks = tasks.len(), "starting job");
-        launch(config.job_name.clone(), tasks, control, registry, plan)
+        tracing::info!(job = %config.job_name, "starting job");
+        start(nodes, config)
     }
 
     /// The declared graph plus what the job adds by itself (default dead-letter files).

@@ -63,12 +63,12 @@ pub(crate) fn operator_node<Op: Operator>(
         out_type: TypeOf::<Op::Out>::arc(),
         kind: NodeKind::Operator {
             in_type: TypeOf::<Op::In>::arc(),
-            build: Arc::new(move |ctx, output: AnyOutput, side| {
+            build: Arc::new(move |ctx, output: AnyOutput, side, restore| {
                 let output = *output
                     .downcast::<Box<dyn Output<Op::Out>>>()
                     .map_err(|_| crate::Error::Graph(format!("`{}`: output of another type", ctx.name)))?;
                 let op = factory().map_err(|e| e.in_operator(&ctx.name, ctx.subtask))?;
-                let link: Box<dyn Output<Op::In>> = Box::new(ChainLink::new(op, ctx, output, side));
+                let link: Box<dyn Output<Op::In>> = Box::new(ChainLink::new(op, ctx, output, side).with_restore(restore));
                 Ok(Box::new(link))
             }),
             validate: None,
@@ -90,17 +90,18 @@ pub(crate) fn sink_node<T: Data, S: Sink<T>>(name: String, sink: S) -> Node {
         out_type: TypeOf::<()>::arc(),
         kind: NodeKind::Operator {
             in_type: TypeOf::<T>::arc(),
-            build: Arc::new(|_, _, _| unreachable!("replaced below")),
+            build: Arc::new(|_, _, _, _| unreachable!("replaced below")),
             validate: Some(Arc::new(move || for_validation.validate())),
         },
         start_new_chain: false,
         bad_records: None,
     };
     if let NodeKind::Operator { build, .. } = &mut node.kind {
-        *build = Arc::new(move |ctx, _output, side| {
+        *build = Arc::new(move |ctx, _output, side, restore| {
             let writer = sink.writer(&ctx).map_err(|e| e.in_operator(&ctx.name, ctx.subtask))?;
-            let link: Box<dyn Output<T>> =
-                Box::new(ChainLink::new(SinkOperator::new(writer), ctx, Box::new(crate::runtime::Discard), side));
+            let link: Box<dyn Output<T>> = Box::new(
+                ChainLink::new(SinkOperator::new(writer), ctx, Box::new(crate::runtime::Discard), side).with_restore(restore),
+            );
             Ok(Box::new(link))
         });
     }

@@ -1,11 +1,13 @@
 //! Keyed processing: a user function called for every record with a context that knows the
 //! record's key, its keyed state and its timers, as Flink's `KeyedProcessFunction`.
 
+use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::marker::PhantomData;
 
 use crate::aggregate::AggregateFunction;
 use crate::api::KeyFn;
+use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::{Error, Result};
 use crate::keys::{KeyGroup, key_group_of};
 use crate::operators::{Collector, Operator, OperatorContext, OutputTag};
@@ -177,6 +179,34 @@ impl<K: Data + Hash + Eq> KeyedRuntime<K> {
         Ok(key_group)
     }
 
+    /// Writes the state and timers of every key group with any.
+    pub(crate) fn snapshot(&self, writer: &mut SnapshotWriter) -> Result<()> {
+        let mut timers: BTreeMap<KeyGroup, Vec<(TimeDomain, Timestamp, &K)>> = BTreeMap::new();
+        for (domain, timestamp, key) in self.timers.all() {
+            timers.entry(key_group_of(key, self.ctx.max_parallelism)).or_default().push((domain, timestamp, key));
+        }
+        for key_group in self.ctx.key_groups.start..=self.ctx.key_groups.end {
+            let states = self.state.snapshot_group(key_group)?;
+            let group_timers = timers.remove(&key_group).unwrap_or_default();
+            if !states.is_empty() || !group_timers.is_empty() {
+                writer.write_keyed(key_group, &(states, group_timers))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Restores what [`snapshot`](KeyedRuntime::snapshot) wrote; timers are registered again.
+    pub(crate) fn restore(&mut self, restored: &RestoreState) -> Result<()> {
+        for group in restored.keyed::<(Vec<(String, Vec<u8>)>, Vec<(TimeDomain, Timestamp, K)>)>() {
+            let (key_group, (states, timers)) = group?;
+            self.state.restore_group(key_group, states)?;
+            for (domain, timestamp, key) in timers {
+                self.timers.register(domain, timestamp, key);
+            }
+        }
+        Ok(())
+    }
+
     /// Publishes the size of the state in the operator's metrics.
     pub(crate) fn report_size(&self, extra_entries: usize, extra_bytes: usize) {
         let (entries, bytes) = self.state.size();
@@ -257,6 +287,14 @@ where
         self.fire(TimeDomain::EventTime, watermark, out)?;
         self.runtime.as_ref().expect("opened").report_size(0, 0);
         Ok(())
+    }
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
+        self.runtime.as_ref().expect("opened").snapshot(snapshot)
+    }
+
+    fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
+        self.runtime.as_mut().expect("opened").restore(state)
     }
 
     fn on_tick(&mut self, out: &mut Collector<'_, Out>) -> Result<()> {

@@ -23,6 +23,7 @@ pub use rolling::Rolling;
 pub(crate) use rolling::{RollingAggregate, RollingCombine};
 pub use sink::SinkOperator;
 
+use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::Result;
 use crate::keys::KeyGroupRange;
 use crate::metrics::OperatorMetrics;
@@ -78,13 +79,16 @@ pub trait Operator: Send + 'static {
         Ok(())
     }
 
-    /// Synchronous part of a checkpoint: the operator's state as bytes, if it has any.
-    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<u8>>> {
-        Ok(None)
+    /// Synchronous part of a checkpoint: writes the operator's state (keyed state per key
+    /// group, non-keyed state as one blob). Called when the checkpoint's barrier reaches the
+    /// operator; what it writes is uploaded while processing goes on.
+    fn snapshot_state(&mut self, _checkpoint_id: u64, _snapshot: &mut SnapshotWriter) -> Result<()> {
+        Ok(())
     }
 
-    /// Restores state written by [`snapshot_state`](Operator::snapshot_state).
-    fn restore_state(&mut self, _state: &[u8]) -> Result<()> {
+    /// Restores what [`snapshot_state`](Operator::snapshot_state) wrote (called after `open`,
+    /// before the first record, when the job starts from a checkpoint or savepoint).
+    fn restore_state(&mut self, _state: &RestoreState) -> Result<()> {
         Ok(())
     }
 
@@ -105,6 +109,9 @@ pub trait Operator: Send + 'static {
 pub struct OperatorContext {
     /// Operator name.
     pub name: String,
+    /// Stable id of the operator: its `uid`, or one derived from its place in the job graph.
+    /// Checkpoints and savepoints store state under it.
+    pub id: String,
     /// Index of this parallel instance, `0..parallelism`.
     pub subtask: usize,
     /// Number of parallel instances of the operator.
@@ -119,6 +126,10 @@ pub struct OperatorContext {
     pub batch_size: usize,
     /// Processing time.
     pub clock: std::sync::Arc<dyn crate::time::Clock>,
+    /// Unique per run of the job (a restart is a new run): for names of files a run writes.
+    pub run_id: String,
+    /// Where a sink leaves what is to be committed once every task finished successfully.
+    pub(crate) finalizers: Option<crate::sink::Finalizers>,
 }
 
 /// Names a side output of an operator and the type of its records.
@@ -188,6 +199,8 @@ pub(crate) trait ErasedSideOutput: Send {
     fn open(&mut self) -> Result<()>;
     fn watermark(&mut self, watermark: Timestamp) -> Result<()>;
     fn idle(&mut self, idle: bool) -> Result<()>;
+    fn barrier(&mut self, barrier: crate::record::CheckpointBarrier, snapshot: &mut crate::checkpoint::TaskSnapshot) -> Result<()>;
+    fn notify_complete(&mut self, checkpoint_id: u64) -> Result<()>;
     fn tick(&mut self) -> Result<()>;
     fn finish(&mut self) -> Result<()>;
 }
@@ -207,6 +220,12 @@ impl<T: Data> ErasedSideOutput for TypedSideOutput<T> {
     }
     fn idle(&mut self, idle: bool) -> Result<()> {
         self.0.idle(idle)
+    }
+    fn barrier(&mut self, barrier: crate::record::CheckpointBarrier, snapshot: &mut crate::checkpoint::TaskSnapshot) -> Result<()> {
+        self.0.barrier(barrier, snapshot)
+    }
+    fn notify_complete(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.0.notify_complete(checkpoint_id)
     }
     fn tick(&mut self) -> Result<()> {
         self.0.tick()

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::aggregate::AggregateFunction;
 use crate::api::KeyFn;
+use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::Result;
 use crate::keys::KeyGroup;
 use crate::operators::keyed::KeyedRuntime;
@@ -119,6 +120,26 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
             out.emit(Record { value: (key, result), timestamp: record.timestamp })?;
         }
         runtime.report_size(table.len(), table.heap_bytes());
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
+        let (_, table) = self.state.as_ref().expect("opened");
+        for key_group in table.key_groups_with_entries() {
+            let entries: Vec<(&K, &A::Acc)> = table.group_entries(key_group).into_iter().map(|(_, k, v)| (k, v)).collect();
+            snapshot.write_keyed(key_group, &entries)?;
+        }
+        Ok(())
+    }
+
+    fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
+        let (_, table) = self.state.as_mut().expect("opened");
+        for group in state.keyed::<Vec<(K, A::Acc)>>() {
+            let (key_group, entries) = group?;
+            for (key, acc) in entries {
+                table.insert(key_group, key, (), acc);
+            }
+        }
         Ok(())
     }
 }

@@ -1,19 +1,32 @@
-//! The operator at the end of a stream: hands batches to a [`SinkWriter`].
+//! The operator at the end of a stream: hands batches to a [`SinkWriter`] and drives its
+//! two-phase commit with the job's checkpoints.
 
+use crate::checkpoint::{Redistribution, RestoreState, SnapshotWriter};
 use crate::error::Result;
-use crate::operators::{Collector, Operator};
+use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, Record};
 use crate::sink::SinkWriter;
 
-/// Writes every batch to a sink writer; flushes it on every tick and closes it at the end.
+/// Writes every batch to a sink writer; pre-commits at barriers, commits on completion, recovers
+/// on restore, and leaves the final commit of a bounded job to the job.
 pub struct SinkOperator<T> {
     writer: Box<dyn SinkWriter<T>>,
+    /// What the restored checkpoint says to commit; `None` once the writer recovered.
+    recover: Option<Vec<Vec<u8>>>,
+    ctx: Option<OperatorContext>,
 }
 
 impl<T> SinkOperator<T> {
     /// The operator around `writer`.
     pub fn new(writer: Box<dyn SinkWriter<T>>) -> Self {
-        SinkOperator { writer }
+        SinkOperator { writer, recover: Some(Vec::new()), ctx: None }
+    }
+
+    fn recovered(&mut self) -> Result<&mut Box<dyn SinkWriter<T>>> {
+        if let Some(committables) = self.recover.take() {
+            self.writer.recover(committables)?;
+        }
+        Ok(&mut self.writer)
     }
 }
 
@@ -21,15 +34,43 @@ impl<T: Data> Operator for SinkOperator<T> {
     type In = T;
     type Out = ();
 
+    fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
+        self.ctx = Some(ctx.clone());
+        Ok(())
+    }
+
+    fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
+        // Every pending commit of every old subtask: the writer commits what is its own and
+        // knows not to abort the others'.
+        self.recover = Some(state.operator::<Vec<u8>>().collect::<Result<Vec<_>>>()?);
+        Ok(())
+    }
+
     fn process(&mut self, batch: &mut Vec<Record<T>>, _out: &mut Collector<'_, ()>) -> Result<()> {
-        self.writer.write(batch)
+        self.recovered()?.write(batch)
     }
 
     fn on_tick(&mut self, _out: &mut Collector<'_, ()>) -> Result<()> {
-        self.writer.flush()
+        self.recovered()?.flush()
+    }
+
+    fn snapshot_state(&mut self, checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
+        if let Some(committable) = self.recovered()?.pre_commit(checkpoint_id)? {
+            snapshot.write_operator(Redistribution::Union, &committable)?;
+        }
+        Ok(())
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.recovered()?.commit(checkpoint_id)
     }
 
     fn close(&mut self, _out: &mut Collector<'_, ()>) -> Result<()> {
-        self.writer.close()
+        if let Some(finalizer) = self.recovered()?.close()?
+            && let Some(finalizers) = self.ctx.as_ref().and_then(|c| c.finalizers.as_ref())
+        {
+            finalizers.push(finalizer);
+        }
+        Ok(())
     }
 }

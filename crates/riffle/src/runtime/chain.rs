@@ -6,6 +6,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use crate::checkpoint::{OperatorSnapshot, RestoreState, SnapshotWriter, TaskSnapshot};
 use crate::error::{Error, Result, panic_message};
 use crate::operators::{Collector, INITIAL_WATERMARK, Operator, OperatorContext, SideOutputs};
 use crate::record::{CheckpointBarrier, Data, Record, Timestamp};
@@ -19,16 +20,23 @@ pub(crate) struct ChainLink<Op: Operator> {
     buffer: Vec<Record<Op::Out>>,
     ctx: OperatorContext,
     watermark: Timestamp,
+    restore: Option<RestoreState>,
 }
 
 impl<Op: Operator> ChainLink<Op> {
     pub(crate) fn new(op: Op, ctx: OperatorContext, next: Box<dyn Output<Op::Out>>, side: SideOutputs) -> Self {
-        ChainLink { op, next, side, buffer: Vec::with_capacity(ctx.batch_size), ctx, watermark: INITIAL_WATERMARK }
+        ChainLink { op, next, side, buffer: Vec::with_capacity(ctx.batch_size), ctx, watermark: INITIAL_WATERMARK, restore: None }
+    }
+
+    /// Restores `state` into the operator when it opens.
+    pub(crate) fn with_restore(mut self, state: Option<RestoreState>) -> Self {
+        self.restore = state;
+        self
     }
 
     /// Runs `f` on the operator with a collector, flushes what it emitted, and names any failure.
     fn call<R>(&mut self, f: impl FnOnce(&mut Op, &mut Collector<'_, Op::Out>) -> Result<R>) -> Result<R> {
-        let ChainLink { op, next, side, buffer, ctx, watermark } = self;
+        let ChainLink { op, next, side, buffer, ctx, watermark, .. } = self;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             let mut out = Collector::new(next.as_mut(), buffer, side, ctx.batch_size, *watermark);
             let result = f(op, &mut out).and_then(|r| out.flush().map(|()| r));
@@ -50,6 +58,9 @@ impl<Op: Operator> Output<Op::In> for ChainLink<Op> {
     fn open(&mut self) -> Result<()> {
         let ctx = self.ctx.clone();
         self.call(|op, _| op.open(&ctx))?;
+        if let Some(state) = self.restore.take() {
+            self.call(|op, _| op.restore_state(&state))?;
+        }
         self.side.for_each(|s| s.open())?;
         self.next.open()
     }
@@ -77,8 +88,24 @@ impl<Op: Operator> Output<Op::In> for ChainLink<Op> {
         self.next.idle(idle)
     }
 
-    fn barrier(&mut self, barrier: CheckpointBarrier) -> Result<()> {
-        self.next.barrier(barrier)
+    fn barrier(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        let mut writer = SnapshotWriter::default();
+        self.call(|op, _| op.snapshot_state(barrier.id, &mut writer))?;
+        snapshot.operators.push(OperatorSnapshot {
+            id: self.ctx.id.clone(),
+            name: self.ctx.name.clone(),
+            subtask: self.ctx.subtask,
+            parallelism: self.ctx.parallelism,
+            writer,
+        });
+        self.side.for_each(|s| s.barrier(barrier, snapshot))?;
+        self.next.barrier(barrier, snapshot)
+    }
+
+    fn notify_complete(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.call(|op, _| op.notify_checkpoint_complete(checkpoint_id))?;
+        self.side.for_each(|s| s.notify_complete(checkpoint_id))?;
+        self.next.notify_complete(checkpoint_id)
     }
 
     fn tick(&mut self) -> Result<()> {
@@ -128,8 +155,12 @@ impl<T: Data> Output<T> for Fanout<T> {
         self.outputs.iter_mut().try_for_each(|o| o.idle(idle))
     }
 
-    fn barrier(&mut self, barrier: CheckpointBarrier) -> Result<()> {
-        self.outputs.iter_mut().try_for_each(|o| o.barrier(barrier))
+    fn barrier(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.barrier(barrier, snapshot))
+    }
+
+    fn notify_complete(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|o| o.notify_complete(checkpoint_id))
     }
 
     fn tick(&mut self) -> Result<()> {
@@ -155,7 +186,7 @@ impl<T: Send> Output<T> for Discard {
     fn idle(&mut self, _: bool) -> Result<()> {
         Ok(())
     }
-    fn barrier(&mut self, _: CheckpointBarrier) -> Result<()> {
+    fn barrier(&mut self, _: CheckpointBarrier, _: &mut TaskSnapshot) -> Result<()> {
         Ok(())
     }
     fn tick(&mut self) -> Result<()> {

@@ -5,10 +5,11 @@
 //! never moves backwards), tracks idleness, aligns checkpoint barriers (a channel that delivered
 //! barrier N is held back until every channel has), and measures the time spent waiting for input.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, TryRecvError};
 
+use crate::checkpoint::TaskSnapshot;
 use crate::error::{Error, Result};
 use crate::record::{CheckpointBarrier, MIN_WATERMARK, Record, StreamElement, Timestamp};
 use crate::runtime::{CANCEL_POLL, Output, TaskContext, TaskDriver};
@@ -36,7 +37,8 @@ pub(crate) enum GateEvent<T> {
     Records(Vec<Record<T>>),
     Watermark(Timestamp),
     Idle(bool),
-    Barrier(CheckpointBarrier),
+    /// An aligned barrier, with how long the gate held channels back for it.
+    Barrier(CheckpointBarrier, Duration),
     End,
     Timeout,
 }
@@ -48,6 +50,7 @@ pub(crate) struct InputGate<T> {
     watermark: Timestamp,
     idle: bool,
     aligning: Option<CheckpointBarrier>,
+    alignment_started: Option<Instant>,
     pending: Option<GateEvent<T>>,
     ctx: TaskContext,
 }
@@ -70,6 +73,7 @@ impl<T> InputGate<T> {
             watermark: MIN_WATERMARK,
             idle: false,
             aligning: None,
+            alignment_started: None,
             pending: None,
             ctx,
         }
@@ -214,9 +218,13 @@ impl<T> InputGate<T> {
                 // The previous checkpoint was abandoned upstream: start over with the newer one.
                 self.channels.iter_mut().for_each(|c| c.blocked = false);
                 self.aligning = Some(barrier);
+                self.alignment_started = Some(Instant::now());
             }
             Some(_) => {}
-            None => self.aligning = Some(barrier),
+            None => {
+                self.aligning = Some(barrier);
+                self.alignment_started = Some(Instant::now());
+            }
         }
         self.channels[index].blocked = true;
         self.alignment_complete().then(|| self.release(barrier))
@@ -229,7 +237,8 @@ impl<T> InputGate<T> {
     fn release(&mut self, barrier: CheckpointBarrier) -> GateEvent<T> {
         self.channels.iter_mut().for_each(|c| c.blocked = false);
         self.aligning = None;
-        GateEvent::Barrier(barrier)
+        let alignment = self.alignment_started.take().map(|t| t.elapsed()).unwrap_or_default();
+        GateEvent::Barrier(barrier, alignment)
     }
 }
 
@@ -251,21 +260,30 @@ impl<T: Send> TaskDriver for InputTask<T> {
         let InputTask { mut gate, mut chain, ctx } = *self;
         chain.open()?;
         let mut next_tick = Instant::now() + ctx.buffer_timeout;
+        let mut notified = 0;
         loop {
             match gate.next(next_tick)? {
                 GateEvent::Records(mut batch) => chain.records(&mut batch)?,
                 GateEvent::Watermark(watermark) => chain.watermark(watermark)?,
                 GateEvent::Idle(idle) => chain.idle(idle)?,
-                GateEvent::Barrier(barrier) => chain.barrier(barrier)?,
+                GateEvent::Barrier(barrier, alignment) => {
+                    let mut snapshot = TaskSnapshot::new(barrier.id);
+                    chain.barrier(barrier, &mut snapshot)?;
+                    ctx.submit(snapshot, alignment);
+                }
                 GateEvent::End => break,
                 GateEvent::Timeout => {}
             }
             let now = Instant::now();
             if now >= next_tick {
+                if let Some(completed) = ctx.completed_checkpoint(&mut notified) {
+                    chain.notify_complete(completed)?;
+                }
                 chain.tick()?;
                 next_tick = now + ctx.buffer_timeout;
             }
         }
+        ctx.finished();
         chain.finish()
     }
 }
@@ -277,7 +295,6 @@ mod tests {
     use crate::runtime::JobControl;
     use crossbeam_channel::{Sender, bounded};
     use std::sync::Arc;
-    use std::time::Duration;
 
     fn gate(n: usize) -> (Vec<Sender<StreamElement<u32>>>, InputGate<u32>) {
         let (tx, rx): (Vec<_>, Vec<_>) = (0..n).map(|_| bounded(16)).unzip();
@@ -285,6 +302,8 @@ mod tests {
             control: Arc::new(JobControl::default()),
             metrics: Arc::new(TaskMetrics::new("t", 0)),
             buffer_timeout: Duration::from_millis(5),
+            task_index: 0,
+            checkpoints: None,
         };
         (tx, InputGate::new(rx, ctx))
     }
@@ -302,7 +321,7 @@ mod tests {
                 GateEvent::Records(b) => out.push(format!("{:?}", b.iter().map(|r| r.value).collect::<Vec<_>>())),
                 GateEvent::Watermark(w) => out.push(format!("wm:{w}")),
                 GateEvent::Idle(i) => out.push(format!("idle:{i}")),
-                GateEvent::Barrier(b) => out.push(format!("barrier:{}", b.id)),
+                GateEvent::Barrier(b, _) => out.push(format!("barrier:{}", b.id)),
             }
         }
     }
@@ -357,7 +376,7 @@ mod tests {
     #[test]
     fn barriers_are_aligned_across_channels() {
         let (tx, mut gate) = gate(2);
-        let barrier = CheckpointBarrier { id: 1, timestamp: 0 };
+        let barrier = CheckpointBarrier { id: 1, timestamp: 0, terminate: false };
         send(&tx[0], StreamElement::Barrier(barrier));
         send(&tx[0], StreamElement::Records(vec![Record::untimed(2)])); // after the barrier: held back
         send(&tx[1], StreamElement::Records(vec![Record::untimed(1)]));

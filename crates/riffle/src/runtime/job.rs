@@ -1,18 +1,30 @@
-//! A running job: one thread per task, a supervisor that waits for them, and the handle through
-//! which the caller stops, cancels, observes and waits for the job.
+//! A running job: one thread per task, a supervisor that runs the job's attempts, and the handle
+//! through which the caller stops, cancels, observes and waits for the job.
 //!
 //! The first task that fails cancels the others; the job's error is that first failure (the
-//! secondary "cancelled" errors of the other tasks are not reported).
+//! secondary "cancelled" errors of the other tasks are not reported). With a restart strategy,
+//! the supervisor then starts a new run of the job from the latest completed checkpoint: sources
+//! seek back to their positions, operators get their state back, sinks commit what that
+//! checkpoint covers and abort the rest.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Sender;
+
+use crate::checkpoint::coordinator::{self, CheckpointStats, SavepointRequest};
+use crate::checkpoint::restore::RestoreAssignment;
+use crate::checkpoint::storage::CHECKPOINT_PREFIX;
+use crate::checkpoint::{CheckpointStorage, RestartStrategy, RestoreFrom};
+use crate::config::EnvConfig;
 use crate::error::{Error, Result, panic_message};
-use crate::graph::JobPlan;
+use crate::graph::{self, JobPlan, Node, RunContext};
 use crate::metrics::{MetricsRegistry, MetricsSnapshot, TaskMetrics};
 use crate::runtime::{JobControl, TaskDriver};
+use crate::sink::Finalizers;
 
 /// A task ready to run.
 pub(crate) struct TaskSpec {
@@ -25,22 +37,19 @@ pub(crate) struct TaskSpec {
     pub(crate) metrics: Arc<TaskMetrics>,
 }
 
-/// Starts every task on its own thread and a supervisor that collects their outcomes.
-pub(crate) fn launch(
-    job_name: String,
-    tasks: Vec<TaskSpec>,
-    control: Arc<JobControl>,
-    registry: Arc<MetricsRegistry>,
-    plan: JobPlan,
-) -> Result<JobHandle> {
-    let started = Instant::now();
+/// Thread names are limited to 15 bytes on Linux: keep the start of the chain's name.
+fn short(name: &str) -> String {
+    name.chars().filter(|c| c.is_alphanumeric() || *c == '-').take(12).collect()
+}
+
+/// Runs the tasks of one attempt to their end; returns the first real failure.
+fn run_tasks(tasks: Vec<TaskSpec>, control: &Arc<JobControl>) -> Result<Option<Error>> {
     let (done_tx, done_rx) = crossbeam_channel::unbounded::<Result<()>>();
     let mut threads = Vec::with_capacity(tasks.len());
     for task in tasks {
         let done = done_tx.clone();
         let TaskSpec { name, head, subtask, driver, metrics } = task;
-        let thread_name = format!("{}#{}", short(&name), subtask);
-        let spawned = std::thread::Builder::new().name(thread_name).spawn(move || {
+        let spawned = std::thread::Builder::new().name(format!("{}#{}", short(&name), subtask)).spawn(move || {
             let outcome = catch_unwind(AssertUnwindSafe(|| driver.run()));
             metrics.mark_finished();
             let result = match outcome {
@@ -52,48 +61,243 @@ pub(crate) fn launch(
         match spawned {
             Ok(handle) => threads.push(handle),
             Err(e) => {
-                control.cancel();
+                control.fail_attempt();
                 return Err(Error::io("cannot start a task thread", e));
             }
         }
     }
     drop(done_tx);
-    let supervisor_control = control.clone();
-    let supervisor_registry = registry.clone();
-    let supervisor = std::thread::Builder::new()
-        .name("riffle-supervisor".into())
-        .spawn(move || {
-            let mut failure: Option<Error> = None;
-            for result in done_rx.iter() {
-                if let Err(error) = result {
-                    if !error.is_cancelled() && failure.is_none() {
-                        tracing::error!(%error, "task failed; cancelling the job");
-                        failure = Some(error);
-                    }
-                    supervisor_control.cancel();
-                }
+    let mut failure: Option<Error> = None;
+    for result in done_rx.iter() {
+        if let Err(error) = result {
+            if !error.is_cancelled() && failure.is_none() {
+                tracing::error!(%error, "task failed; cancelling the other tasks");
+                failure = Some(error);
             }
-            for thread in threads {
-                let _ = thread.join();
-            }
-            let result = JobResult {
-                job_name,
-                duration: started.elapsed(),
-                metrics: supervisor_registry.snapshot(),
-            };
-            match failure {
-                Some(error) => Err(error),
-                None if supervisor_control.is_cancelled() => Err(Error::Cancelled),
-                None => Ok(result),
-            }
-        })
-        .map_err(|e| Error::io("cannot start the job supervisor", e))?;
-    Ok(JobHandle { control, registry, plan, started, supervisor: Some(supervisor) })
+            control.fail_attempt();
+        }
+    }
+    for thread in threads {
+        let _ = thread.join();
+    }
+    Ok(failure)
 }
 
-/// Thread names are limited to 15 bytes on Linux: keep the start of the chain's name.
-fn short(name: &str) -> String {
-    name.chars().filter(|c| c.is_alphanumeric() || *c == '-').take(12).collect()
+/// What the supervisor owns.
+struct Supervisor {
+    nodes: Vec<Node>,
+    config: EnvConfig,
+    control: Arc<JobControl>,
+    registry: Arc<MetricsRegistry>,
+    stats: Arc<Mutex<Vec<CheckpointStats>>>,
+    storage: Option<Arc<CheckpointStorage>>,
+    savepoints: crossbeam_channel::Receiver<SavepointRequest>,
+    nonce: String,
+}
+
+/// Where the first run starts from.
+fn initial_restore(config: &EnvConfig, storage: Option<&CheckpointStorage>) -> Result<Option<RestoreAssignment>> {
+    let Some(from) = &config.checkpoints.restore else { return Ok(None) };
+    let restore = match from {
+        RestoreFrom::Latest => {
+            let storage = storage.ok_or_else(|| Error::config("restore", "`latest` needs checkpoint storage"))?;
+            RestoreAssignment::latest(storage)?
+        }
+        RestoreFrom::Checkpoint(id) => {
+            let storage = storage.ok_or_else(|| Error::config("restore", "a checkpoint id needs checkpoint storage"))?;
+            Some(RestoreAssignment::load(storage, &format!("{CHECKPOINT_PREFIX}{id}"))?)
+        }
+        RestoreFrom::Savepoint(location) => {
+            let storage = CheckpointStorage::open(location, &config.checkpoints.storage_options, "", "savepoint location")?;
+            Some(RestoreAssignment::load(&storage, "")?)
+        }
+    };
+    if let Some(restore) = &restore {
+        restore.check_max_parallelism(config.max_parallelism)?;
+        tracing::info!(from = %restore.description, "restoring");
+    }
+    Ok(restore)
+}
+
+impl Supervisor {
+    /// Plans and runs one attempt; `Ok(None)` when it succeeded.
+    fn attempt(&self, attempt: u32, restore: Option<&RestoreAssignment>, first: &mut Option<Sender<Result<JobPlan>>>) -> Result<Option<Error>> {
+        let tasks_total = graph::task_count(&self.nodes, &self.config)?;
+        let first_id = match (restore, &self.storage) {
+            (_, Some(storage)) => storage.checkpoint_directories()?.into_iter().max().unwrap_or(0) + 1,
+            (Some(restore), None) => restore.checkpoint_id() + 1,
+            (None, None) => 1,
+        }
+        .max(restore.map_or(0, |r| r.checkpoint_id() + 1));
+        let coordinator = coordinator::start(
+            self.storage.clone(),
+            self.config.checkpoints.clone(),
+            self.config.job_name.clone(),
+            self.config.max_parallelism,
+            tasks_total,
+            first_id,
+            self.control.clone(),
+            self.config.clock.clone(),
+            self.savepoints.clone(),
+            self.stats.clone(),
+        )?;
+        let finalizers = Finalizers::default();
+        let run = RunContext {
+            config: &self.config,
+            registry: &self.registry,
+            control: &self.control,
+            checkpoints: Some(coordinator.hub.clone()),
+            restore,
+            run_id: format!("{}r{attempt}", self.nonce),
+            finalizers: finalizers.clone(),
+        };
+        let planned = graph::plan(&self.nodes, &run);
+        let tasks = match (planned, first.take()) {
+            (Ok((tasks, plan)), Some(reply)) => {
+                let _ = reply.send(Ok(plan));
+                tasks
+            }
+            (Ok((tasks, _)), None) => tasks,
+            (Err(error), Some(reply)) => {
+                let _ = reply.send(Err(error));
+                return Err(Error::Cancelled);
+            }
+            (Err(error), None) => return Err(error),
+        };
+        let done = Arc::new(AtomicBool::new(false));
+        let coordinator_done = done.clone();
+        let coordinator_thread = std::thread::Builder::new()
+            .name("riffle-coordinator".into())
+            .spawn(move || coordinator.run(coordinator_done))
+            .map_err(|e| Error::io("cannot start the checkpoint coordinator", e))?;
+        let failure = run_tasks(tasks, &self.control);
+        done.store(true, Ordering::Release);
+        let _ = coordinator_thread.join();
+        let failure = failure?;
+        if failure.is_none() && !self.control.is_cancelled() {
+            // Every task finished: commit what sinks left for the end.
+            for finalize in finalizers.take() {
+                finalize()?;
+            }
+        }
+        Ok(failure)
+    }
+
+    fn run(self, first: Sender<Result<JobPlan>>) -> Result<JobResult> {
+        let started = Instant::now();
+        let mut first = Some(first);
+        let mut restore = initial_restore(&self.config, self.storage.as_deref());
+        let restored_from = restore.as_ref().ok().and_then(|r| r.as_ref().map(|r| r.description.clone()));
+        let mut attempt = 0u32;
+        let mut backoff = None;
+        loop {
+            let attempt_started = Instant::now();
+            let current = match restore {
+                Ok(r) => r,
+                Err(error) => {
+                    if let Some(reply) = first.take() {
+                        let _ = reply.send(Err(error));
+                        return Err(Error::Cancelled);
+                    }
+                    return Err(error);
+                }
+            };
+            let failure = match self.attempt(attempt, current.as_ref(), &mut first) {
+                Ok(None) if self.control.is_user_cancelled() => return Err(Error::Cancelled),
+                Ok(None) => {
+                    return Ok(JobResult {
+                        job_name: self.config.job_name.clone(),
+                        duration: started.elapsed(),
+                        metrics: self.registry.snapshot(),
+                        restarts: attempt,
+                        checkpoints: self.stats.lock().expect("stats lock").clone(),
+                        restored_from,
+                    });
+                }
+                Ok(Some(failure)) => failure,
+                Err(error) => return Err(error),
+            };
+            if self.control.is_user_cancelled() {
+                return Err(Error::Cancelled);
+            }
+            // Without checkpoints a restart would replay everything: the job fails (as in Flink).
+            let strategy = if self.config.checkpoints.enabled() { self.config.checkpoints.restart } else { RestartStrategy::None };
+            let Some(delay) = strategy.next_delay(attempt + 1, attempt_started.elapsed(), &mut backoff) else {
+                return Err(failure);
+            };
+            attempt += 1;
+            tracing::warn!(%failure, attempt, delay_ms = delay.as_millis() as u64, "restarting the job from its latest checkpoint");
+            let wake = Instant::now() + delay;
+            while Instant::now() < wake {
+                if self.control.is_user_cancelled() {
+                    return Err(Error::Cancelled);
+                }
+                std::thread::sleep(Duration::from_millis(5).min(wake.saturating_duration_since(Instant::now())));
+            }
+            self.control.new_attempt();
+            self.registry.reset();
+            restore = match &self.storage {
+                Some(storage) => RestoreAssignment::latest(storage),
+                None => Ok(None),
+            };
+            if let Ok(Some(r)) = &restore {
+                tracing::info!(from = %r.description, "restoring");
+            }
+        }
+    }
+}
+
+/// Validates the job, opens its checkpoint storage, and starts its supervisor.
+pub(crate) fn start(nodes: Vec<Node>, config: EnvConfig) -> Result<JobHandle> {
+    graph::validate(&nodes, &config)?;
+    let storage = if config.checkpoints.enabled() || matches!(config.checkpoints.restore, Some(RestoreFrom::Latest | RestoreFrom::Checkpoint(_))) {
+        let storage = match &config.checkpoints.object_store {
+            Some(store) => CheckpointStorage::from_store(
+                store.clone(),
+                object_store::path::Path::from(config.job_name.as_str()),
+                "a custom object store".into(),
+            )?,
+            None => CheckpointStorage::open(&config.checkpoints.storage, &config.checkpoints.storage_options, &config.job_name, "checkpoint storage")?,
+        };
+        Some(Arc::new(storage))
+    } else {
+        None
+    };
+    let control = Arc::new(JobControl::default());
+    let registry = Arc::new(MetricsRegistry::default());
+    let stats: Arc<Mutex<Vec<CheckpointStats>>> = Arc::default();
+    let (savepoint_tx, savepoint_rx) = crossbeam_channel::unbounded();
+    let nonce = format!(
+        "{:08x}",
+        xxhash_rust::xxh3::xxh3_64(format!("{:?}{}", std::time::SystemTime::now(), std::process::id()).as_bytes()) as u32
+    );
+    let supervisor = Supervisor {
+        nodes,
+        config,
+        control: control.clone(),
+        registry: registry.clone(),
+        stats: stats.clone(),
+        storage,
+        savepoints: savepoint_rx,
+        nonce,
+    };
+    let (first_tx, first_rx) = crossbeam_channel::bounded(1);
+    let handle = std::thread::Builder::new()
+        .name("riffle-supervisor".into())
+        .spawn(move || supervisor.run(first_tx))
+        .map_err(|e| Error::io("cannot start the job supervisor", e))?;
+    let plan = match first_rx.recv() {
+        Ok(Ok(plan)) => plan,
+        Ok(Err(error)) => {
+            let _ = handle.join();
+            return Err(error);
+        }
+        Err(_) => {
+            // The supervisor ended before planning: its result says why.
+            return Err(handle.join().unwrap_or_else(|_| Err(Error::Graph("the job supervisor panicked".into()))).err().unwrap_or(Error::Cancelled));
+        }
+    };
+    Ok(JobHandle { control, registry, plan, stats, savepoints: savepoint_tx, started: Instant::now(), supervisor: Some(handle) })
 }
 
 /// A job that runs in the background.
@@ -111,6 +315,8 @@ pub struct JobHandle {
     control: Arc<JobControl>,
     registry: Arc<MetricsRegistry>,
     plan: JobPlan,
+    stats: Arc<Mutex<Vec<CheckpointStats>>>,
+    savepoints: Sender<SavepointRequest>,
     started: Instant,
     supervisor: Option<JoinHandle<Result<JobResult>>>,
 }
@@ -127,9 +333,26 @@ impl JobHandle {
         self.control.cancel();
     }
 
-    /// Current value of every metric.
+    /// Takes a savepoint at `location` (a directory or `s3://` location) and waits for it; returns
+    /// the location. Restore it with `RestoreFrom::Savepoint`.
+    pub fn savepoint(&self, location: &str) -> Result<String> {
+        self.monitor().savepoint(location)
+    }
+
+    /// Takes a savepoint and stops the job right after it: sources end their input at its
+    /// barrier, so nothing is processed twice when a new job starts from it.
+    pub fn stop_with_savepoint(&self, location: &str) -> Result<String> {
+        self.monitor().request_savepoint(location, true)
+    }
+
+    /// Current value of every metric (of the current run, after a restart).
     pub fn metrics(&self) -> MetricsSnapshot {
         self.registry.snapshot()
+    }
+
+    /// Every checkpoint and savepoint so far.
+    pub fn checkpoints(&self) -> Vec<CheckpointStats> {
+        self.stats.lock().expect("stats lock").clone()
     }
 
     /// The physical plan: tasks (chains), parallelism and edges.
@@ -140,7 +363,12 @@ impl JobHandle {
     /// A handle to observe and stop the job from another thread (a progress display, a signal
     /// handler).
     pub fn monitor(&self) -> JobMonitor {
-        JobMonitor { control: self.control.clone(), registry: self.registry.clone() }
+        JobMonitor {
+            control: self.control.clone(),
+            registry: self.registry.clone(),
+            stats: self.stats.clone(),
+            savepoints: self.savepoints.clone(),
+        }
     }
 
     /// Time since the job started.
@@ -148,7 +376,7 @@ impl JobHandle {
         self.started.elapsed()
     }
 
-    /// Whether every task has ended.
+    /// Whether the job has ended.
     pub fn is_finished(&self) -> bool {
         self.supervisor.as_ref().is_none_or(|s| s.is_finished())
     }
@@ -171,16 +399,23 @@ impl Drop for JobHandle {
 }
 
 /// Observes and stops a running job; cheap to clone and to send to other threads.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct JobMonitor {
     control: Arc<JobControl>,
     registry: Arc<MetricsRegistry>,
+    stats: Arc<Mutex<Vec<CheckpointStats>>>,
+    savepoints: Sender<SavepointRequest>,
 }
 
 impl JobMonitor {
     /// Current value of every metric.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.registry.snapshot()
+    }
+
+    /// Every checkpoint and savepoint so far.
+    pub fn checkpoints(&self) -> Vec<CheckpointStats> {
+        self.stats.lock().expect("stats lock").clone()
     }
 
     /// Asks the sources to end their input (see [`JobHandle::stop`]).
@@ -197,6 +432,24 @@ impl JobMonitor {
     pub fn is_stopping(&self) -> bool {
         self.control.is_stop_requested()
     }
+
+    /// Takes a savepoint (see [`JobHandle::savepoint`]).
+    pub fn savepoint(&self, location: &str) -> Result<String> {
+        self.request_savepoint(location, false)
+    }
+
+    /// Takes a savepoint and stops the job after it (see [`JobHandle::stop_with_savepoint`]).
+    pub fn stop_with_savepoint(&self, location: &str) -> Result<String> {
+        self.request_savepoint(location, true)
+    }
+
+    fn request_savepoint(&self, location: &str, stop: bool) -> Result<String> {
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        self.savepoints
+            .send(SavepointRequest { location: location.to_string(), stop, reply })
+            .map_err(|_| Error::Checkpoint("the job has ended".into()))?;
+        answer.recv().map_err(|_| Error::Checkpoint("the job ended before the savepoint".into()))?
+    }
 }
 
 /// What a finished job reports.
@@ -206,8 +459,14 @@ pub struct JobResult {
     pub job_name: String,
     /// Wall-clock run time.
     pub duration: Duration,
-    /// Final value of every metric.
+    /// Final value of every metric (of the last run, after restarts).
     pub metrics: MetricsSnapshot,
+    /// How many times the job restarted after a failure.
+    pub restarts: u32,
+    /// Every checkpoint and savepoint taken.
+    pub checkpoints: Vec<CheckpointStats>,
+    /// The checkpoint or savepoint the job started from.
+    pub restored_from: Option<String>,
 }
 
 impl JobResult {
@@ -224,5 +483,10 @@ impl JobResult {
     /// Records that sources could not decode, over all sources.
     pub fn bad_records(&self) -> u64 {
         self.metrics.operators.iter().map(|o| o.bad_records).sum()
+    }
+
+    /// Checkpoints that completed.
+    pub fn completed_checkpoints(&self) -> usize {
+        self.checkpoints.iter().filter(|c| c.completed()).count()
     }
 }

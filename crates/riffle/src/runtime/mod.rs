@@ -18,10 +18,12 @@ use std::time::{Duration, Instant};
 pub(crate) use chain::{ChainLink, Discard, Fanout};
 pub(crate) use input::InputTask;
 pub use job::{JobHandle, JobMonitor, JobResult};
-pub(crate) use job::{TaskSpec, launch};
+pub(crate) use job::{TaskSpec, start};
 pub(crate) use task::TaskDriver;
 pub(crate) use writer::{KeyGroupFn, RecordWriter, ShipStrategy};
 
+use crate::checkpoint::TaskSnapshot;
+use crate::checkpoint::coordinator::CheckpointHub;
 use crate::error::Result;
 use crate::metrics::TaskMetrics;
 use crate::record::{CheckpointBarrier, Record, Timestamp};
@@ -41,8 +43,13 @@ pub(crate) trait Output<T>: Send {
     fn watermark(&mut self, watermark: Timestamp) -> Result<()>;
     /// The stream became idle (no data, must not hold back watermarks) or active again.
     fn idle(&mut self, idle: bool) -> Result<()>;
-    /// A checkpoint barrier: snapshot, then forward.
-    fn barrier(&mut self, barrier: CheckpointBarrier) -> Result<()>;
+    /// A checkpoint barrier: each operator writes its state into `snapshot`, then the barrier
+    /// goes on downstream.
+    fn barrier(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot) -> Result<()>;
+    /// Checkpoint `checkpoint_id` completed on every task: commit what it covers.
+    fn notify_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
     /// Periodic call (every buffer timeout): flush partial batches, processing-time work.
     fn tick(&mut self) -> Result<()>;
     /// The input ended: close operators in chain order, flush, signal the end downstream.
@@ -53,6 +60,7 @@ pub(crate) trait Output<T>: Send {
 #[derive(Debug, Default)]
 pub(crate) struct JobControl {
     cancelled: AtomicBool,
+    attempt_failed: AtomicBool,
     stop_requested: AtomicBool,
 }
 
@@ -62,7 +70,23 @@ impl JobControl {
         self.cancelled.store(true, Ordering::Release);
     }
 
+    /// A task of the current run failed: the other tasks stop.
+    pub(crate) fn fail_attempt(&self) {
+        self.attempt_failed.store(true, Ordering::Release);
+    }
+
+    /// A new run of the job starts.
+    pub(crate) fn new_attempt(&self) {
+        self.attempt_failed.store(false, Ordering::Release);
+    }
+
+    /// Whether tasks must stop now (the job was cancelled, or the run failed).
     pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire) || self.attempt_failed.load(Ordering::Acquire)
+    }
+
+    /// Whether the user cancelled the job.
+    pub(crate) fn is_user_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Acquire)
     }
 
@@ -77,11 +101,40 @@ impl JobControl {
 }
 
 /// What every part of one task shares: the job's switches, the task's time accounting, timing.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct TaskContext {
     pub(crate) control: Arc<JobControl>,
     pub(crate) metrics: Arc<TaskMetrics>,
     pub(crate) buffer_timeout: Duration,
+    /// Index of the task among all tasks of the job.
+    pub(crate) task_index: usize,
+    /// The checkpoint coordination, when the job takes checkpoints.
+    pub(crate) checkpoints: Option<Arc<CheckpointHub>>,
+}
+
+impl TaskContext {
+    /// Calls `notify` with the latest completed checkpoint if it is newer than `*last`.
+    pub(crate) fn completed_checkpoint(&self, last: &mut u64) -> Option<u64> {
+        let completed = self.checkpoints.as_ref()?.completed();
+        (completed > *last).then(|| {
+            *last = completed;
+            completed
+        })
+    }
+
+    /// Hands a snapshot to the uploader.
+    pub(crate) fn submit(&self, snapshot: TaskSnapshot, alignment: Duration) {
+        if let Some(hub) = &self.checkpoints {
+            hub.submit(self.task_index, snapshot, alignment);
+        }
+    }
+
+    /// Tells the coordinator this task ended.
+    pub(crate) fn finished(&self) {
+        if let Some(hub) = &self.checkpoints {
+            hub.task_finished();
+        }
+    }
 }
 
 /// How long a blocked task waits at most before it looks at the cancel switch again.

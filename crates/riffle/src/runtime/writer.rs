@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::Sender;
 
+use crate::checkpoint::TaskSnapshot;
 use crate::error::Result;
 use crate::keys::{KeyGroup, subtask_for_key_group};
 use crate::record::{CheckpointBarrier, Record, StreamElement, Timestamp};
@@ -155,7 +156,7 @@ impl<T: Clone + Send> Output<T> for RecordWriter<T> {
         self.broadcast_control(|| StreamElement::Idle(idle))
     }
 
-    fn barrier(&mut self, barrier: CheckpointBarrier) -> Result<()> {
+    fn barrier(&mut self, barrier: CheckpointBarrier, _snapshot: &mut TaskSnapshot) -> Result<()> {
         self.broadcast_control(|| StreamElement::Barrier(barrier))
     }
 
@@ -182,6 +183,8 @@ mod tests {
             control: Arc::new(JobControl::default()),
             metrics: Arc::new(TaskMetrics::new("test", 0)),
             buffer_timeout: Duration::from_millis(5),
+            task_index: 0,
+            checkpoints: None,
         }
     }
 

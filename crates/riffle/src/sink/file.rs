@@ -150,13 +150,13 @@ impl<T: Data> SinkWriter<T> for FileWriter {
         Ok(())
     }
 
-    fn close(&mut self) -> Result<()> {
+    fn close(&mut self) -> Result<Option<crate::sink::Finalizer>> {
         <Self as SinkWriter<T>>::flush(self)?;
         if let Some(file) = self.file.take() {
             let file = file.into_inner().map_err(|e| Error::io(format!("cannot write `{}`", self.path.display()), e.into_error()))?;
             file.sync_all().map_err(|e| Error::io(format!("cannot sync `{}`", self.path.display()), e))?;
         }
-        Ok(())
+        Ok(None)
     }
 }
 

@@ -5,13 +5,17 @@
 //! ([`BlackholeSink`]), an in-memory collector for tests ([`CollectSink`]), and a throttle that
 //! makes any sink slow ([`ThrottledSink`], the seed's back-pressure scenario).
 //!
-//! These sinks give at-least-once delivery: what they wrote before a failure stays written.
+//! These sinks give at-least-once delivery: what they wrote before a failure stays written, and
+//! what the job replays after a restore is written again. [`ExactlyOnceFileSink`] commits in
+//! two phases with the job's checkpoints: nothing is visible twice, nothing is lost.
 
 mod collect;
+mod exactly_once;
 mod file;
 mod simple;
 
 pub use collect::{CollectSink, Collected};
+pub use exactly_once::ExactlyOnceFileSink;
 pub use file::FileSink;
 pub use simple::{BlackholeSink, StdoutSink, ThrottledSink};
 
@@ -31,20 +35,82 @@ pub trait Sink<T: Data>: Send + Sync + 'static {
 
     /// The writer of one subtask.
     fn writer(&self, ctx: &OperatorContext) -> Result<Box<dyn SinkWriter<T>>>;
+
+    /// What the sink guarantees when the job takes checkpoints.
+    fn guarantee(&self) -> Guarantee {
+        Guarantee::AtLeastOnce
+    }
+}
+
+/// What a sink leaves to be done once every task of the job finished successfully (the commit
+/// of the last data of a bounded job).
+pub type Finalizer = Box<dyn FnOnce() -> Result<()> + Send>;
+
+/// The finalizers a run collects from its sinks.
+#[derive(Clone, Default)]
+pub(crate) struct Finalizers(pub(crate) std::sync::Arc<std::sync::Mutex<Vec<Finalizer>>>);
+
+impl std::fmt::Debug for Finalizers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Finalizers")
+    }
+}
+
+impl Finalizers {
+    pub(crate) fn push(&self, finalizer: Finalizer) {
+        self.0.lock().expect("finalizers lock").push(finalizer);
+    }
+
+    pub(crate) fn take(&self) -> Vec<Finalizer> {
+        std::mem::take(&mut *self.0.lock().expect("finalizers lock"))
+    }
+}
+
+/// Delivery guarantee of a sink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Guarantee {
+    /// After a failure, records replayed from the last checkpoint are written again.
+    AtLeastOnce,
+    /// Records become visible only with the checkpoint that covers them: none twice, none lost.
+    ExactlyOnce,
 }
 
 /// Writes the records of one sink subtask.
+///
+/// A sink that commits in two phases with checkpoints implements
+/// [`pre_commit`](SinkWriter::pre_commit), [`commit`](SinkWriter::commit) and
+/// [`recover`](SinkWriter::recover); the others only [`write`](SinkWriter::write).
 pub trait SinkWriter<T>: Send {
     /// Writes the records of `batch` (taking them out of it).
     fn write(&mut self, batch: &mut Vec<Record<T>>) -> Result<()>;
 
-    /// Makes what was written so far visible (called every buffer timeout).
+    /// Makes what was written so far visible or durable (called every buffer timeout).
     fn flush(&mut self) -> Result<()> {
         Ok(())
     }
 
-    /// The stream ended: flush and release resources.
-    fn close(&mut self) -> Result<()> {
-        self.flush()
+    /// At the barrier of `checkpoint_id`: makes what was written since the last barrier durable
+    /// and returns what is to be committed when the checkpoint completes (it is stored in the
+    /// checkpoint). At-least-once sinks flush and return nothing.
+    fn pre_commit(&mut self, _checkpoint_id: u64) -> Result<Option<Vec<u8>>> {
+        self.flush().map(|()| None)
+    }
+
+    /// Checkpoint `checkpoint_id` completed: makes what was pre-committed up to it visible.
+    fn commit(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+
+    /// Called once before anything else: `committables` are what `pre_commit` returned in the
+    /// checkpoint the job restored (commit them: it completed); whatever earlier runs left
+    /// uncommitted is aborted.
+    fn recover(&mut self, _committables: Vec<Vec<u8>>) -> Result<()> {
+        Ok(())
+    }
+
+    /// The stream ended: flush; returns what commits the rest once the whole job succeeded.
+    fn close(&mut self) -> Result<Option<Finalizer>> {
+        self.flush().map(|()| None)
     }
 }

@@ -120,6 +120,10 @@ impl<T: Data, S: Sink<T>> Sink<T> for ThrottledSink<S> {
         self.inner.validate()
     }
 
+    fn guarantee(&self) -> crate::sink::Guarantee {
+        self.inner.guarantee()
+    }
+
     fn writer(&self, ctx: &OperatorContext) -> Result<Box<dyn SinkWriter<T>>> {
         Ok(Box::new(ThrottledWriter {
             inner: self.inner.writer(ctx)?,
@@ -155,7 +159,19 @@ impl<T: Data> SinkWriter<T> for ThrottledWriter<T> {
         self.inner.flush()
     }
 
-    fn close(&mut self) -> Result<()> {
+    fn pre_commit(&mut self, checkpoint_id: u64) -> Result<Option<Vec<u8>>> {
+        self.inner.pre_commit(checkpoint_id)
+    }
+
+    fn commit(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.inner.commit(checkpoint_id)
+    }
+
+    fn recover(&mut self, committables: Vec<Vec<u8>>) -> Result<()> {
+        self.inner.recover(committables)
+    }
+
+    fn close(&mut self) -> Result<Option<crate::sink::Finalizer>> {
         self.inner.close()
     }
 }

@@ -6,9 +6,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::checkpoint::{OperatorSnapshot, Redistribution, RestoreState, SnapshotWriter, TaskSnapshot};
 use crate::error::{Error, Result};
 use crate::metrics::OperatorMetrics;
-use crate::record::{Data, MAX_WATERMARK};
+use crate::record::{CheckpointBarrier, Data, MAX_WATERMARK};
 use crate::runtime::{CANCEL_POLL, Output, TaskContext, TaskDriver};
 use crate::source::watermarks::{SourceWatermarks, WatermarkUpdate};
 use crate::source::{BadRecordHandler, Boundedness, DeadLetter, ReadStatus, Source, SourceOutput, SplitReader};
@@ -24,6 +25,8 @@ pub(crate) trait ErasedSource: Send + Sync {
 /// What the graph gives a source subtask.
 pub(crate) struct SourceTaskSetup {
     pub(crate) name: String,
+    pub(crate) operator_id: String,
+    pub(crate) restore: Option<RestoreState>,
     pub(crate) subtask: usize,
     pub(crate) parallelism: usize,
     /// A `Box<dyn Output<T>>`.
@@ -71,11 +74,28 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
             .map(|(_, split)| self.source.reader(split.clone()))
             .collect::<Result<Vec<_>>>()
             .map_err(|e| e.in_operator(&setup.name, setup.subtask))?;
+        let mut readers = readers;
+        if let Some(restore) = &setup.restore {
+            // Every old subtask's positions reach every new one: each seeks the splits it reads.
+            let mut positions = std::collections::HashMap::new();
+            for state in restore.operator::<Vec<(String, String)>>() {
+                positions.extend(state.map_err(|e| e.in_operator(&setup.name, setup.subtask))?);
+            }
+            for reader in &mut readers {
+                if let Some(position) = positions.get(&reader.split_id()) {
+                    let position: serde_json::Value = serde_json::from_str(position).map_err(Error::user)?;
+                    reader.seek(&position).map_err(|e| e.in_operator(&setup.name, setup.subtask))?;
+                }
+            }
+        }
         let output = *setup
             .output
             .downcast::<Box<dyn Output<T>>>()
             .map_err(|_| Error::Graph(format!("source `{}`: output of another type", setup.name)))?;
         Ok(Box::new(SourceTask {
+            operator_id: setup.operator_id,
+            parallelism: setup.parallelism,
+            last_barrier: 0,
             watermarks: SourceWatermarks::new(self.strategy.clone(), readers.len(), setup.clock),
             watermark_interval: setup.watermark_interval,
             splits: readers.into_iter().map(|reader| SplitSlot { reader, finished: false, retry_at: None }).collect(),
@@ -101,7 +121,11 @@ struct SplitSlot<T> {
 /// The driver of one source subtask.
 pub(crate) struct SourceTask<T> {
     name: String,
+    operator_id: String,
     subtask: usize,
+    parallelism: usize,
+    /// The last checkpoint barrier injected.
+    last_barrier: u64,
     splits: Vec<SplitSlot<T>>,
     watermarks: SourceWatermarks<T>,
     watermark_interval: Duration,
@@ -180,14 +204,43 @@ impl<T: Data> SourceTask<T> {
         Ok(())
     }
 
+    /// Writes the split positions, sends the barrier down the chain, hands the snapshot over.
+    fn inject(&mut self, barrier: CheckpointBarrier) -> Result<()> {
+        let positions: Vec<(String, String)> =
+            self.splits.iter().map(|s| (s.reader.split_id(), s.reader.position().to_string())).collect();
+        let mut writer = SnapshotWriter::default();
+        writer.write_operator(Redistribution::Union, &positions)?;
+        let mut snapshot = TaskSnapshot::new(barrier.id);
+        snapshot.operators.push(OperatorSnapshot {
+            id: self.operator_id.clone(),
+            name: self.name.clone(),
+            subtask: self.subtask,
+            parallelism: self.parallelism,
+            writer,
+        });
+        self.chain.barrier(barrier, &mut snapshot)?;
+        self.dead_letter.barrier(barrier, &mut snapshot)?;
+        self.ctx.submit(snapshot, Duration::ZERO);
+        self.last_barrier = barrier.id;
+        Ok(())
+    }
+
     /// Reads until the splits are exhausted (`true`) or the job is stopped (`false`).
     fn run_loop(&mut self) -> Result<bool> {
         let mut out = SourceOutput::with_capacity(self.batch_size);
         let mut next_tick = Instant::now() + self.ctx.buffer_timeout;
         let mut next_watermark = Instant::now();
+        let mut notified = 0;
         loop {
             if self.ctx.control.is_cancelled() {
                 return Err(Error::Cancelled);
+            }
+            if let Some(barrier) = self.ctx.checkpoints.as_ref().and_then(|hub| hub.barrier_after(self.last_barrier)) {
+                self.inject(barrier)?;
+                if barrier.terminate {
+                    // Stop with a savepoint: nothing after its barrier.
+                    return Ok(false);
+                }
             }
             if self.ctx.control.is_stop_requested() {
                 return Ok(false);
@@ -202,6 +255,10 @@ impl<T: Data> SourceTask<T> {
                 next_watermark = now + self.watermark_interval;
             }
             if now >= next_tick {
+                if let Some(completed) = self.ctx.completed_checkpoint(&mut notified) {
+                    self.chain.notify_complete(completed)?;
+                    self.dead_letter.notify_complete(completed)?;
+                }
                 self.chain.tick()?;
                 self.dead_letter.tick()?;
                 next_tick = now + self.ctx.buffer_timeout;
@@ -223,6 +280,7 @@ impl<T: Data> TaskDriver for SourceTask<T> {
         self.chain.open()?;
         self.dead_letter.open()?;
         let exhausted = self.run_loop().map_err(|e| e.in_operator(&self.name, self.subtask))?;
+        self.ctx.finished();
         if exhausted {
             // A bounded input is complete: every window can fire (batch is a special case of streaming).
             self.metrics.set_watermark(MAX_WATERMARK);

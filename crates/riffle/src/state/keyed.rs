@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::AggregateFunction;
+use crate::checkpoint::{decode, encode};
 use crate::error::{Error, Result};
 use crate::keys::{KeyGroup, KeyGroupRange};
 use crate::record::{Data, Timestamp};
@@ -39,6 +40,8 @@ struct Slot {
     ttl: Option<StateTtl>,
     expire: fn(&mut (dyn Any + Send), Timestamp, i64) -> usize,
     entries: fn(&(dyn Any + Send)) -> (usize, usize),
+    snapshot: fn(&(dyn Any + Send), KeyGroup) -> Result<Option<Vec<u8>>>,
+    restore: fn(&mut (dyn Any + Send), KeyGroup, &[u8]) -> Result<()>,
 }
 
 fn expire<K: Hash + Eq + 'static, X: 'static>(table: &mut (dyn Any + Send), now: Timestamp, ttl: i64) -> usize {
@@ -51,9 +54,29 @@ fn entries<K: Hash + Eq + 'static, X: 'static>(table: &(dyn Any + Send)) -> (usi
     (table.len(), table.heap_bytes())
 }
 
+fn snapshot_group<K: Data + Hash + Eq, X: Data>(table: &(dyn Any + Send), key_group: KeyGroup) -> Result<Option<Vec<u8>>> {
+    let table = table.downcast_ref::<StoredTable<K, X>>().expect("slot type");
+    let entries: Vec<(&K, &Timed<X>)> = table.group_entries(key_group).into_iter().map(|(_, k, v)| (k, v)).collect();
+    if entries.is_empty() { Ok(None) } else { encode(&entries).map(Some) }
+}
+
+fn restore_group<K: Data + Hash + Eq, X: Data>(table: &mut (dyn Any + Send), key_group: KeyGroup, bytes: &[u8]) -> Result<()> {
+    let table = table.downcast_mut::<StoredTable<K, X>>().expect("slot type");
+    for (key, value) in decode::<Vec<(K, Timed<X>)>>(bytes)? {
+        table.insert(key_group, key, (), value);
+    }
+    Ok(())
+}
+
+/// The keyed state of one key group in a checkpoint: each declared state's entries, by name.
+pub(crate) type StateGroupSnapshot = Vec<(String, Vec<u8>)>;
+
 /// The keyed state of one operator instance, by declared name.
 pub struct KeyedState<K> {
     slots: Vec<Slot>,
+    /// Restored entries of states the function has not declared yet (declared lazily, on first
+    /// access), by state name and key group.
+    pending: Vec<(String, KeyGroup, Vec<u8>)>,
     range: KeyGroupRange,
     clock: Arc<dyn Clock>,
     last_sweep: Timestamp,
@@ -67,7 +90,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
     /// Empty state for the key groups of `range`.
     pub fn new(range: KeyGroupRange, clock: Arc<dyn Clock>) -> Self {
         let now = clock.now();
-        KeyedState { slots: Vec::new(), range, clock, last_sweep: now, _key: std::marker::PhantomData }
+        KeyedState { slots: Vec::new(), pending: Vec::new(), range, clock, last_sweep: now, _key: std::marker::PhantomData }
     }
 
     /// The processing time now.
@@ -79,13 +102,22 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         let index = match self.slots.iter().position(|s| s.name == name) {
             Some(index) => index,
             None => {
+                let mut table = StoredTable::<K, X>::new(self.range);
+                let (restored, pending): (Vec<_>, Vec<_>) =
+                    std::mem::take(&mut self.pending).into_iter().partition(|(n, _, _)| n == name);
+                self.pending = pending;
+                for (_, key_group, bytes) in restored {
+                    restore_group::<K, X>(&mut table, key_group, &bytes).map_err(|e| format!("state `{name}`: {e}"))?;
+                }
                 self.slots.push(Slot {
                     name,
                     type_name: std::any::type_name::<X>(),
-                    table: Box::new(StoredTable::<K, X>::new(self.range)),
+                    table: Box::new(table),
                     ttl,
                     expire: expire::<K, X>,
                     entries: entries::<K, X>,
+                    snapshot: snapshot_group::<K, X>,
+                    restore: restore_group::<K, X>,
                 });
                 self.slots.len() - 1
             }
@@ -161,6 +193,33 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
             .iter_mut()
             .filter_map(|slot| slot.ttl.map(|ttl| (slot.expire)(slot.table.as_mut(), now, ttl.ttl.as_millis() as i64)))
             .sum()
+    }
+
+    /// The state of `key_group`, for a checkpoint.
+    pub(crate) fn snapshot_group(&self, key_group: KeyGroup) -> Result<StateGroupSnapshot> {
+        let mut states = Vec::new();
+        for slot in &self.slots {
+            if let Some(bytes) = (slot.snapshot)(slot.table.as_ref(), key_group)? {
+                states.push((slot.name.to_string(), bytes));
+            }
+        }
+        for (name, kg, bytes) in &self.pending {
+            if *kg == key_group {
+                states.push((name.clone(), bytes.clone()));
+            }
+        }
+        Ok(states)
+    }
+
+    /// Restores the state of `key_group` from a checkpoint.
+    pub(crate) fn restore_group(&mut self, key_group: KeyGroup, states: StateGroupSnapshot) -> Result<()> {
+        for (name, bytes) in states {
+            match self.slots.iter_mut().find(|s| s.name == name) {
+                Some(slot) => (slot.restore)(slot.table.as_mut(), key_group, &bytes)?,
+                None => self.pending.push((name, key_group, bytes)),
+            }
+        }
+        Ok(())
     }
 
     /// Number of entries and bytes of table slots over every declared state.

@@ -158,6 +158,35 @@ impl<K: Hash + Eq, N: Hash + Eq + Clone, V> Table<K, N, V> {
         before - self.len
     }
 
+    /// The entries of one key group (empty if it is not this table's).
+    pub fn group_entries(&self, key_group: KeyGroup) -> Vec<(&N, &K, &V)> {
+        if !self.range.contains(key_group) {
+            return Vec::new();
+        }
+        self.group(key_group).iter().flat_map(|(ns, keys)| keys.iter().map(move |(k, v)| (ns, k, v))).collect()
+    }
+
+    /// The key groups that hold entries.
+    pub fn key_groups_with_entries(&self) -> Vec<KeyGroup> {
+        (0..self.groups.len())
+            .filter(|&i| self.groups[i].values().any(|keys| !keys.is_empty()))
+            .map(|i| self.range.start + i as KeyGroup)
+            .collect()
+    }
+
+    /// The namespaces that hold entries, over all key groups.
+    pub fn namespaces(&self) -> Vec<N> {
+        let mut seen: Vec<N> = Vec::new();
+        for group in &self.groups {
+            for ns in group.keys() {
+                if !seen.contains(ns) {
+                    seen.push(ns.clone());
+                }
+            }
+        }
+        seen
+    }
+
     /// Number of (namespace, key) entries.
     pub fn len(&self) -> usize {
         self.len

@@ -96,6 +96,14 @@ impl<K: Hash + Eq + Clone> TimerService<K> {
         }
     }
 
+    /// Every timer, for a checkpoint.
+    pub fn all(&self) -> Vec<(TimeDomain, Timestamp, &K)> {
+        let event = self.event.iter().flat_map(|(ts, keys)| keys.keys().map(move |k| (TimeDomain::EventTime, *ts, k)));
+        let processing =
+            self.processing.iter().flat_map(|(ts, keys)| keys.keys().map(move |k| (TimeDomain::ProcessingTime, *ts, k)));
+        event.chain(processing).collect()
+    }
+
     /// Number of registered timers.
     pub fn len(&self) -> usize {
         self.len

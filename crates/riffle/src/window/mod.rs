@@ -454,6 +454,14 @@ where
     fn close(&mut self, out: &mut Collector<'_, F::Out>) -> Result<()> {
         delegate!(self, op => op.close(out))
     }
+
+    fn snapshot_state(&mut self, checkpoint_id: u64, snapshot: &mut crate::checkpoint::SnapshotWriter) -> Result<()> {
+        delegate!(self, op => op.snapshot_state(checkpoint_id, snapshot))
+    }
+
+    fn restore_state(&mut self, state: &crate::checkpoint::RestoreState) -> Result<()> {
+        delegate!(self, op => op.restore_state(state))
+    }
 }
 
 /// How a window operator treats late records and when it fires; shared by both window operators.

@@ -7,13 +7,14 @@
 //! A record whose every window is past the lateness is late: it goes to the late side output, or
 //! is counted and logged.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::hash::Hash;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::api::KeyFn;
+use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::{Error, Result};
 use crate::keys::{KeyGroup, key_group_of};
 use crate::operators::{Collector, Operator, OperatorContext};
@@ -26,9 +27,11 @@ use crate::window::{TimeDomain, TimeWindow, WindowFn, WindowSettings};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Slot<A> {
     pub(crate) acc: A,
-    /// A result for this key and window was emitted already.
+    /// A result for this key and window was emitted already (early or on time).
     pub(crate) emitted: bool,
-    /// Changed since the last emission (early firings emit only what changed).
+    /// The window fired for this key (on time); later changes are updates.
+    pub(crate) fired: bool,
+    /// Changed since the last emission.
     pub(crate) dirty: bool,
 }
 
@@ -137,8 +140,10 @@ pub(crate) struct WindowOperator<K, T, F: WindowFn<K, T>> {
     key: KeyFn<K, T>,
     function: F,
     core: WindowCore<F::Late>,
-    /// Windows holding state, and whether each has fired.
-    panes: BTreeMap<TimeWindow, bool>,
+    /// Windows holding state, in firing order.
+    panes: BTreeSet<TimeWindow>,
+    /// Windows ending at or before this time have fired (every slot of theirs).
+    fired_up_to: Timestamp,
     table: Option<Table<K, TimeWindow, Slot<F::Acc>>>,
     assigned: Vec<TimeWindow>,
 }
@@ -150,24 +155,29 @@ where
     F: WindowFn<K, T>,
 {
     pub(crate) fn new(key: KeyFn<K, T>, settings: WindowSettings<F::Late>, function: F) -> Self {
-        WindowOperator { key, function, core: WindowCore::new(settings), panes: BTreeMap::new(), table: None, assigned: Vec::new() }
+        WindowOperator {
+            key,
+            function,
+            core: WindowCore::new(settings),
+            panes: BTreeSet::new(),
+            fired_up_to: MIN_WATERMARK,
+            table: None,
+            assigned: Vec::new(),
+        }
     }
 
-    /// Fires `window` for all its keys; purges its state if `purge`.
-    fn fire_window(&mut self, window: TimeWindow, purge: bool, out: &mut Collector<'_, F::Out>) -> Result<()> {
-        let table = self.table.as_mut().expect("opened");
-        if purge {
-            for (_, key, slot) in table.drain_namespace(&window) {
-                self.function.fire(&key, window, &slot.acc, slot.emitted, out)?;
-            }
-            self.panes.remove(&window);
-        } else {
-            for (key, slot) in table.namespace_mut(&window) {
-                self.function.fire(key, window, &slot.acc, slot.emitted, out)?;
-                slot.emitted = true;
-                slot.dirty = false;
-            }
-            self.panes.insert(window, true);
+    /// The time up to which windows are due: the watermark, or in processing time the clock.
+    fn due_time(&self) -> Timestamp {
+        if self.core.event_time() { self.core.watermark } else { self.core.ctx().clock.now() }
+    }
+
+    /// Emits a slot's result if it has not fired, or changed since.
+    fn fire_slot(function: &mut F, key: &K, window: TimeWindow, slot: &mut Slot<F::Acc>, out: &mut Collector<'_, F::Out>) -> Result<()> {
+        if !slot.fired || slot.dirty {
+            function.fire(key, window, &slot.acc, slot.emitted, out)?;
+            slot.fired = true;
+            slot.emitted = true;
+            slot.dirty = false;
         }
         Ok(())
     }
@@ -175,31 +185,72 @@ where
     /// Fires every window that ended by `time` and drops the state of windows past the lateness.
     fn advance(&mut self, time: Timestamp, out: &mut Collector<'_, F::Out>) -> Result<()> {
         let lateness = if self.core.event_time() { self.core.settings.lateness } else { 0 };
-        let due: Vec<(TimeWindow, bool)> =
-            self.panes.iter().take_while(|(w, _)| w.max_timestamp() <= time).map(|(w, fired)| (*w, *fired)).collect();
-        for (window, fired) in due {
+        let due: Vec<TimeWindow> = self
+            .panes
+            .iter()
+            .take_while(|w| w.max_timestamp() <= time)
+            .filter(|w| w.max_timestamp() > self.fired_up_to || w.max_timestamp().saturating_add(lateness) <= time)
+            .copied()
+            .collect();
+        let table = self.table.as_mut().expect("opened");
+        for window in due {
             let purge = window.max_timestamp().saturating_add(lateness) <= time;
-            if !fired {
-                self.fire_window(window, purge, out)?;
-            } else if purge {
-                self.table.as_mut().expect("opened").drain_namespace(&window);
+            if purge {
+                for (_, key, mut slot) in table.drain_namespace(&window) {
+                    Self::fire_slot(&mut self.function, &key, window, &mut slot, out)?;
+                }
                 self.panes.remove(&window);
+            } else {
+                for (key, slot) in table.namespace_mut(&window) {
+                    Self::fire_slot(&mut self.function, key, window, slot, out)?;
+                }
             }
         }
+        self.fired_up_to = self.fired_up_to.max(time);
         Ok(())
     }
 
-    /// Emits the changed results of windows that have not fired yet.
+    /// Emits the changed results of windows that are not due yet.
     fn fire_early(&mut self, out: &mut Collector<'_, F::Out>) -> Result<()> {
         let table = self.table.as_mut().expect("opened");
-        for (window, _) in self.panes.iter().filter(|(_, fired)| !**fired) {
+        for window in &self.panes {
             for (key, slot) in table.namespace_mut(window) {
-                if slot.dirty {
+                if slot.dirty && !slot.fired {
                     self.function.fire(key, *window, &slot.acc, slot.emitted, out)?;
                     slot.emitted = true;
                     slot.dirty = false;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Adds a record to one window of its key; fires the key's result at once if the window is
+    /// already due (a late record within the lateness).
+    fn add(
+        &mut self,
+        key_group: KeyGroup,
+        key: &K,
+        window: TimeWindow,
+        value: Result<T, &T>,
+        out: &mut Collector<'_, F::Out>,
+    ) -> Result<()> {
+        let due = window.max_timestamp() <= self.due_time();
+        self.panes.insert(window);
+        let function = &mut self.function;
+        let slot = self.table.as_mut().expect("opened").entry(key_group, key.clone(), window).or_insert_with(|| Slot {
+            acc: function.create(),
+            emitted: false,
+            fired: false,
+            dirty: false,
+        });
+        match value {
+            Ok(owned) => function.add_owned(&mut slot.acc, owned),
+            Err(borrowed) => function.add(&mut slot.acc, borrowed),
+        }
+        slot.dirty = true;
+        if due {
+            Self::fire_slot(function, key, window, slot, out)?;
         }
         Ok(())
     }
@@ -238,56 +289,25 @@ where
                 }
                 None => self.core.settings.windows.assign(time, &mut self.assigned),
             }
-            if let [window] = self.assigned[..] {
-                // One window (tumbling, or a partial aggregate): the record moves in, no copy.
-                if self.core.is_expired(&window) {
+            let core = &self.core;
+            self.assigned.retain(|w| !core.is_expired(w));
+            match self.assigned.len() {
+                0 => {
                     let Record { value, timestamp } = record;
                     let late = self.function.late(value).map(|value| Record { value, timestamp });
                     self.core.late(late, timestamp, out)?;
-                    continue;
                 }
-                let fired = *self.panes.entry(window).or_insert(false);
-                let function = &mut self.function;
-                let slot = self.table.as_mut().expect("opened").entry(key_group, key.clone(), window).or_insert_with(|| Slot {
-                    acc: function.create(),
-                    emitted: false,
-                    dirty: false,
-                });
-                function.add_owned(&mut slot.acc, record.value);
-                slot.dirty = true;
-                if fired {
-                    function.fire(&key, window, &slot.acc, slot.emitted, out)?;
-                    slot.emitted = true;
-                    slot.dirty = false;
+                // One window (tumbling, or a partial aggregate): the record moves in, no copy.
+                1 => {
+                    let window = self.assigned[0];
+                    self.add(key_group, &key, window, Ok(record.value), out)?;
                 }
-                continue;
-            }
-            let mut counted = false;
-            for &window in &self.assigned {
-                if self.core.is_expired(&window) {
-                    continue;
+                n => {
+                    for i in 0..n {
+                        let window = self.assigned[i];
+                        self.add(key_group, &key, window, Err(&record.value), out)?;
+                    }
                 }
-                counted = true;
-                let fired = *self.panes.entry(window).or_insert(false);
-                let function = &mut self.function;
-                let slot = self.table.as_mut().expect("opened").entry(key_group, key.clone(), window).or_insert_with(|| Slot {
-                    acc: function.create(),
-                    emitted: false,
-                    dirty: false,
-                });
-                function.add(&mut slot.acc, &record.value);
-                slot.dirty = true;
-                if fired {
-                    // Late but within the allowed lateness: the key's result is updated now.
-                    function.fire(&key, window, &slot.acc, slot.emitted, out)?;
-                    slot.emitted = true;
-                    slot.dirty = false;
-                }
-            }
-            if !counted {
-                let Record { value, timestamp } = record;
-                let late = self.function.late(value).map(|value| Record { value, timestamp });
-                self.core.late(late, timestamp, out)?;
             }
         }
         self.report_size();
@@ -312,6 +332,29 @@ where
             self.fire_early(out)?;
         }
         self.report_size();
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
+        let table = self.table.as_ref().expect("opened");
+        for key_group in table.key_groups_with_entries() {
+            snapshot.write_keyed(key_group, &table.group_entries(key_group))?;
+        }
+        Ok(())
+    }
+
+    fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
+        let table = self.table.as_mut().expect("opened");
+        for group in state.keyed::<Vec<(TimeWindow, K, Slot<F::Acc>)>>() {
+            let (key_group, entries) = group?;
+            for (window, key, slot) in entries {
+                self.panes.insert(window);
+                table.insert(key_group, key, window, slot);
+            }
+        }
+        // The watermark starts again from nothing: windows due by then fire the slots that had
+        // not fired, or changed, and only those.
+        self.fired_up_to = MIN_WATERMARK;
         Ok(())
     }
 

@@ -8,6 +8,7 @@ use std::hash::Hash;
 use serde::{Deserialize, Serialize};
 
 use crate::api::KeyFn;
+use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::Result;
 use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, Record, Timestamp};
@@ -205,6 +206,33 @@ where
             self.fire_early(out)?;
         }
         self.report_size();
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
+        let sessions = self.sessions.as_ref().expect("opened");
+        for key_group in sessions.key_groups_with_entries() {
+            let entries: Vec<(&K, &Vec<SessionSlot<F::Acc>>)> =
+                sessions.group_entries(key_group).into_iter().map(|(_, k, v)| (k, v)).collect();
+            snapshot.write_keyed(key_group, &entries)?;
+        }
+        Ok(())
+    }
+
+    fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
+        let domain = self.domain();
+        let lateness = self.lateness();
+        for group in state.keyed::<Vec<(K, Vec<SessionSlot<F::Acc>>)>>() {
+            let (key_group, entries) = group?;
+            for (key, list) in entries {
+                // Timers are state too: each session's firing (or, once fired, its cleanup) again.
+                for slot in &list {
+                    let at = if slot.fired { slot.window.max_timestamp().saturating_add(lateness) } else { slot.window.max_timestamp() };
+                    self.timers.register(domain, at, key.clone());
+                }
+                self.sessions.as_mut().expect("opened").insert(key_group, key, (), list);
+            }
+        }
         Ok(())
     }
 

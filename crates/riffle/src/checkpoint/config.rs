@@ -1,0 +1,205 @@
+//! Checkpointing and recovery settings: how often to checkpoint, where to, how many to keep, how
+//! to restart after a failure, and what to restore at start.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Intervals below this are allowed but warned about (the seed's ADR-004: below 5 s the barrier
+/// coordination overhead starts to dominate).
+pub const SHORT_INTERVAL_WARNING: Duration = Duration::from_secs(5);
+
+/// What a job does after a task fails.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RestartStrategy {
+    /// Fail the job.
+    None,
+    /// Restart after `delay`, at most `attempts` times.
+    FixedDelay {
+        /// Restarts allowed over the job's life.
+        attempts: u32,
+        /// Wait before each restart.
+        delay: Duration,
+    },
+    /// Restart after a delay that doubles (times `multiplier`) up to `max`, back to `initial`
+    /// once the job ran `reset_after` without failing.
+    ExponentialBackoff {
+        /// First delay.
+        initial: Duration,
+        /// Largest delay.
+        max: Duration,
+        /// Growth factor of the delay.
+        multiplier: f64,
+        /// A run this long without failure resets the delay.
+        reset_after: Duration,
+    },
+}
+
+impl RestartStrategy {
+    /// The delay before restart number `attempt` (1-based) after a run that lasted `ran`;
+    /// `None` when the job must fail. `backoff` carries the current exponential delay.
+    pub(crate) fn next_delay(&self, attempt: u32, ran: Duration, backoff: &mut Option<Duration>) -> Option<Duration> {
+        match *self {
+            RestartStrategy::None => None,
+            RestartStrategy::FixedDelay { attempts, delay } => (attempt <= attempts).then_some(delay),
+            RestartStrategy::ExponentialBackoff { initial, max, multiplier, reset_after } => {
+                let delay = match *backoff {
+                    Some(previous) if ran < reset_after => previous.mul_f64(multiplier).min(max),
+                    _ => initial,
+                };
+                *backoff = Some(delay);
+                Some(delay)
+            }
+        }
+    }
+}
+
+/// Where a job starts from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RestoreFrom {
+    /// The latest completed checkpoint in the job's checkpoint storage (a fresh start if none).
+    Latest,
+    /// A given checkpoint of the job's checkpoint storage.
+    Checkpoint(u64),
+    /// A savepoint: a directory or `s3://` location written by `savepoint`.
+    Savepoint(String),
+}
+
+/// Checkpointing settings of a job.
+///
+/// ```
+/// use std::time::Duration;
+/// use riffle::checkpoint::{CheckpointConfig, RestartStrategy};
+/// let checkpoints = CheckpointConfig {
+///     interval: Some(Duration::from_secs(10)),
+///     storage: "/var/lib/riffle/checkpoints".into(),
+///     restart: RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_secs(1) },
+///     ..CheckpointConfig::default()
+/// };
+/// checkpoints.validate().unwrap();
+/// ```
+#[derive(Clone)]
+pub struct CheckpointConfig {
+    /// Time between checkpoints; `None` disables checkpointing.
+    pub interval: Option<Duration>,
+    /// Least time between the end of one checkpoint and the start of the next.
+    pub min_pause: Duration,
+    /// A checkpoint not complete after this long fails (the job goes on).
+    pub timeout: Duration,
+    /// Completed checkpoints kept; older ones are removed.
+    pub retained: usize,
+    /// Where checkpoints go: a directory, `file:///dir`, or `s3://bucket/prefix`.
+    pub storage: String,
+    /// S3 settings (`endpoint`, `region`, `access_key_id`, `secret_access_key`, `allow_http`);
+    /// the `AWS_*` environment is read too. Never logged.
+    pub storage_options: Vec<(String, String)>,
+    /// Storage to use instead of `storage` (tests inject failures with it).
+    pub object_store: Option<Arc<dyn object_store::ObjectStore>>,
+    /// What to do when a task fails (a job without checkpoints fails).
+    pub restart: RestartStrategy,
+    /// What to restore at start.
+    pub restore: Option<RestoreFrom>,
+    /// Restore even if some state belongs to no operator of the job (it is dropped).
+    pub allow_non_restored_state: bool,
+}
+
+impl std::fmt::Debug for CheckpointConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckpointConfig")
+            .field("interval", &self.interval)
+            .field("min_pause", &self.min_pause)
+            .field("timeout", &self.timeout)
+            .field("retained", &self.retained)
+            .field("storage", &self.storage)
+            .field("storage_options", &self.storage_options.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field("restart", &self.restart)
+            .field("restore", &self.restore)
+            .field("allow_non_restored_state", &self.allow_non_restored_state)
+            .finish()
+    }
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            interval: None,
+            min_pause: Duration::ZERO,
+            timeout: Duration::from_secs(600),
+            retained: 3,
+            storage: "riffle-checkpoints".into(),
+            storage_options: Vec::new(),
+            object_store: None,
+            restart: RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_secs(1) },
+            restore: None,
+            allow_non_restored_state: false,
+        }
+    }
+}
+
+impl CheckpointConfig {
+    /// Checks the settings; the error names the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(interval) = self.interval {
+            if interval.is_zero() {
+                return Err(Error::config("checkpoint interval", "must be greater than zero"));
+            }
+            if interval < SHORT_INTERVAL_WARNING {
+                tracing::warn!(
+                    interval_ms = interval.as_millis() as u64,
+                    "checkpoint interval under 5 s: barrier coordination and uploads may dominate (ADR-004 advises 10-60 s)"
+                );
+            }
+        }
+        if self.timeout.is_zero() {
+            return Err(Error::config("checkpoint timeout", "must be greater than zero"));
+        }
+        if self.retained == 0 {
+            return Err(Error::config("retained checkpoints", "must be at least 1"));
+        }
+        if self.storage.trim().is_empty() && self.object_store.is_none() {
+            return Err(Error::config("checkpoint storage", "must not be empty"));
+        }
+        if let RestartStrategy::ExponentialBackoff { multiplier, initial, max, .. } = self.restart
+            && (!(multiplier >= 1.0 && multiplier.is_finite()) || initial > max)
+        {
+            return Err(Error::config("restart strategy", "needs a multiplier >= 1 and initial <= max"));
+        }
+        Ok(())
+    }
+
+    /// Whether the job takes checkpoints.
+    pub fn enabled(&self) -> bool {
+        self.interval.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_strategies() {
+        let fixed = RestartStrategy::FixedDelay { attempts: 2, delay: Duration::from_millis(5) };
+        let mut b = None;
+        assert_eq!(fixed.next_delay(1, Duration::ZERO, &mut b), Some(Duration::from_millis(5)));
+        assert_eq!(fixed.next_delay(3, Duration::ZERO, &mut b), None);
+        let backoff = RestartStrategy::ExponentialBackoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_millis(300),
+            multiplier: 2.0,
+            reset_after: Duration::from_secs(60),
+        };
+        let mut b = None;
+        let delays: Vec<_> = (1..=4).map(|a| backoff.next_delay(a, Duration::from_secs(1), &mut b).unwrap().as_millis()).collect();
+        assert_eq!(delays, vec![100, 200, 300, 300]);
+        assert_eq!(backoff.next_delay(5, Duration::from_secs(120), &mut b), Some(Duration::from_millis(100)), "reset");
+        assert_eq!(RestartStrategy::None.next_delay(1, Duration::ZERO, &mut b), None);
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let bad = CheckpointConfig { retained: 0, ..CheckpointConfig::default() };
+        assert!(matches!(bad.validate(), Err(Error::Config { setting, .. }) if setting == "retained checkpoints"));
+    }
+}

@@ -1,0 +1,15 @@
+//! Fault tolerance: barrier checkpoints of every operator's state, their storage, and the restore
+//! of a job from one (Flink's asynchronous barrier snapshots).
+
+mod config;
+pub(crate) mod coordinator;
+mod manifest;
+pub(crate) mod restore;
+mod snapshot;
+pub(crate) mod storage;
+
+pub use coordinator::CheckpointStats;
+pub use config::{CheckpointConfig, RestartStrategy, RestoreFrom, SHORT_INTERVAL_WARNING};
+pub use manifest::{Extent, FileRef, MANIFEST_FILE, Manifest, OperatorState, SnapshotKind, SubtaskState};
+pub use storage::CheckpointStorage;
+pub use snapshot::{OperatorSnapshot, Redistribution, RestoreState, SnapshotWriter, TaskSnapshot, decode, encode};

@@ -1,0 +1,110 @@
+//! Restoring a job from a checkpoint or savepoint: finding the one to use (the latest that is
+//! whole: a damaged file makes the previous one the candidate), and handing every operator
+//! instance its state: the key groups it owns now, and its share of non-keyed state.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use crate::checkpoint::manifest::{Extent, Manifest};
+use crate::checkpoint::storage::CHECKPOINT_PREFIX;
+use crate::checkpoint::{CheckpointStorage, Redistribution, RestoreState};
+use crate::error::{Error, Result};
+use crate::keys::KeyGroupRange;
+
+/// A loaded checkpoint, ready to hand out state.
+pub(crate) struct RestoreAssignment {
+    manifest: Manifest,
+    files: HashMap<String, Vec<u8>>,
+    /// Where it came from, for messages.
+    pub(crate) description: String,
+    used: Mutex<BTreeSet<String>>,
+}
+
+fn slice(bytes: &[u8], extent: Extent) -> Result<Vec<u8>> {
+    let (start, end) = (extent.offset as usize, (extent.offset + extent.len) as usize);
+    bytes.get(start..end).map(<[u8]>::to_vec).ok_or_else(|| Error::Checkpoint("a state extent lies outside its file".into()))
+}
+
+impl RestoreAssignment {
+    /// Reads the manifest of `dir` and every file it references (checking their checksums).
+    pub(crate) fn load(storage: &CheckpointStorage, dir: &str) -> Result<Self> {
+        let manifest = storage.read_manifest(dir)?;
+        let mut files = HashMap::new();
+        for file in manifest.files() {
+            if !files.contains_key(&file.path) {
+                files.insert(file.path.clone(), storage.read(file)?);
+            }
+        }
+        let description = format!("{} {} of {}", kind_name(&manifest), manifest.checkpoint_id, storage.description());
+        Ok(RestoreAssignment { manifest, files, description, used: Mutex::new(BTreeSet::new()) })
+    }
+
+    /// The latest completed checkpoint of `storage` that reads back whole; `None` if there is none.
+    pub(crate) fn latest(storage: &CheckpointStorage) -> Result<Option<Self>> {
+        for id in storage.completed_checkpoints()?.into_iter().rev() {
+            match Self::load(storage, &format!("{CHECKPOINT_PREFIX}{id}")) {
+                Ok(assignment) => return Ok(Some(assignment)),
+                Err(error) => tracing::warn!(id, %error, "checkpoint unusable; trying the one before"),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The checkpoint's id (the next one gets a larger id).
+    pub(crate) fn checkpoint_id(&self) -> u64 {
+        self.manifest.checkpoint_id
+    }
+
+    /// Checks that the checkpoint was taken with the same number of key groups.
+    pub(crate) fn check_max_parallelism(&self, max_parallelism: usize) -> Result<()> {
+        if self.manifest.max_parallelism != max_parallelism {
+            return Err(Error::config(
+                "max_parallelism",
+                format!(
+                    "is {max_parallelism} but {} was taken with {}: key groups cannot change",
+                    self.description, self.manifest.max_parallelism
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The state of subtask `subtask` of `parallelism` of operator `operator_id`, owning `range`.
+    pub(crate) fn state_for(&self, operator_id: &str, subtask: usize, parallelism: usize, range: KeyGroupRange) -> Result<Option<RestoreState>> {
+        let Some(operator) = self.manifest.operators.get(operator_id) else { return Ok(None) };
+        self.used.lock().expect("used lock").insert(operator_id.to_string());
+        let mut state = RestoreState::default();
+        for old in &operator.subtasks {
+            let bytes = &self.files[&old.file.path];
+            for (key_group, extent) in &old.keyed {
+                if range.contains(*key_group) {
+                    state.keyed.push((*key_group, slice(bytes, *extent)?));
+                }
+            }
+            if let Some((mode, extent)) = old.operator {
+                let mine = match mode {
+                    Redistribution::Union => true,
+                    Redistribution::RoundRobin => old.subtask % parallelism == subtask,
+                };
+                if mine {
+                    state.operator.push(slice(bytes, extent)?);
+                }
+            }
+        }
+        state.keyed.sort_by_key(|(kg, _)| *kg);
+        Ok((!state.is_empty()).then_some(state))
+    }
+
+    /// Operators of the checkpoint that no operator of the job took state from.
+    pub(crate) fn unused(&self) -> Vec<String> {
+        let used = self.used.lock().expect("used lock");
+        self.manifest.operators.keys().filter(|id| !used.contains(*id)).cloned().collect()
+    }
+}
+
+fn kind_name(manifest: &Manifest) -> &'static str {
+    match manifest.kind {
+        crate::checkpoint::SnapshotKind::Checkpoint => "checkpoint",
+        crate::checkpoint::SnapshotKind::Savepoint => "savepoint",
+    }
+}

@@ -1,0 +1,364 @@
+//! The exactly-once file sink: JSON-lines part files committed in two phases with the job's
+//! checkpoints.
+//!
+//! Records go to in-progress files under `<dir>/.in-progress/`. At the barrier of checkpoint N
+//! the open file is closed and synced, and every file closed since the previous barrier becomes
+//! pending for N (the list is stored in the checkpoint). When N completes, its pending files are
+//! renamed to `<dir>/part-*.jsonl`: visible, atomically. On recovery, the files of the restored
+//! checkpoint are committed (it completed; the rename may not have happened before the failure),
+//! and every other in-progress file of an earlier run is deleted: data after the checkpoint is
+//! replayed, never duplicated. A bounded job commits its last files when every task finished.
+//!
+//! Part files roll by size and by age.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::{decode, encode};
+use crate::error::{Error, Result};
+use crate::operators::OperatorContext;
+use crate::record::{Data, Record};
+use crate::sink::file::check_writable_dir;
+use crate::sink::{Finalizer, Guarantee, Sink, SinkWriter};
+
+/// Sub-directory of the in-progress files.
+const IN_PROGRESS: &str = ".in-progress";
+
+/// Writes records as JSON lines, visible only once the checkpoint that covers them completed.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use riffle::sink::ExactlyOnceFileSink;
+/// let sink = ExactlyOnceFileSink::<u64>::new("out/counts").roll_size(64 << 20).roll_interval(Duration::from_secs(300));
+/// ```
+pub struct ExactlyOnceFileSink<T> {
+    dir: PathBuf,
+    setting: String,
+    roll_size: u64,
+    roll_interval: Duration,
+    _type: PhantomData<fn(T)>,
+}
+
+impl<T> ExactlyOnceFileSink<T> {
+    /// A sink writing part files into `dir` (rolling at 128 MB or 10 minutes).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        ExactlyOnceFileSink {
+            dir: dir.into(),
+            setting: "output".into(),
+            roll_size: 128 << 20,
+            roll_interval: Duration::from_secs(600),
+            _type: PhantomData,
+        }
+    }
+
+    /// Starts a new part file once the current one holds this many bytes.
+    pub fn roll_size(mut self, bytes: u64) -> Self {
+        self.roll_size = bytes;
+        self
+    }
+
+    /// Starts a new part file once the current one is this old.
+    pub fn roll_interval(mut self, interval: Duration) -> Self {
+        self.roll_interval = interval;
+        self
+    }
+
+    /// The name of the setting the directory came from, used in configuration errors.
+    pub fn setting_name(mut self, setting: &str) -> Self {
+        self.setting = setting.to_string();
+        self
+    }
+}
+
+impl<T: Data> Sink<T> for ExactlyOnceFileSink<T> {
+    fn name(&self) -> String {
+        format!("file {} (exactly-once)", self.dir.display())
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.roll_size == 0 || self.roll_interval.is_zero() {
+            return Err(Error::config(&self.setting, "part files need a positive roll size and interval"));
+        }
+        check_writable_dir(&self.dir, &self.setting)
+    }
+
+    fn guarantee(&self) -> Guarantee {
+        Guarantee::ExactlyOnce
+    }
+
+    fn writer(&self, ctx: &OperatorContext) -> Result<Box<dyn SinkWriter<T>>> {
+        let run: String = ctx.run_id.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+        Ok(Box::new(TransactionalWriter {
+            dir: self.dir.clone(),
+            subtask: ctx.subtask,
+            parallelism: ctx.parallelism,
+            run,
+            roll_size: self.roll_size,
+            roll_interval: self.roll_interval,
+            sequence: 0,
+            current: None,
+            closed: Vec::new(),
+            pending: BTreeMap::new(),
+            line: Vec::with_capacity(256),
+        }))
+    }
+}
+
+/// What a checkpoint stores for one sink subtask: the files to commit when it completes.
+#[derive(Debug, Serialize, Deserialize)]
+struct Committable {
+    subtask: usize,
+    files: Vec<String>,
+}
+
+struct OpenFile {
+    name: String,
+    writer: BufWriter<File>,
+    opened: Instant,
+    bytes: u64,
+}
+
+struct TransactionalWriter {
+    dir: PathBuf,
+    subtask: usize,
+    parallelism: usize,
+    run: String,
+    roll_size: u64,
+    roll_interval: Duration,
+    sequence: u64,
+    current: Option<OpenFile>,
+    /// Closed since the last barrier: pending for the next checkpoint.
+    closed: Vec<String>,
+    /// Pre-committed files by checkpoint, not yet visible.
+    pending: BTreeMap<u64, Vec<String>>,
+    line: Vec<u8>,
+}
+
+fn io(context: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::io(format!("{context} `{}`", path.display()), e)
+}
+
+/// Makes `file` visible: renames it from the in-progress directory. Idempotent.
+fn commit_file(dir: &Path, file: &str) -> Result<()> {
+    let from = dir.join(IN_PROGRESS).join(file);
+    let to = dir.join(file);
+    match std::fs::rename(&from, &to) {
+        Ok(()) => Ok(()),
+        Err(_) if to.exists() => Ok(()), // committed before the failure
+        Err(e) => Err(io("cannot commit", &from, e)),
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io("cannot sync", dir, e))
+}
+
+fn commit_files(dir: &Path, files: &[String]) -> Result<()> {
+    for file in files {
+        commit_file(dir, file)?;
+    }
+    if !files.is_empty() {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+impl TransactionalWriter {
+    fn open(&mut self) -> Result<&mut OpenFile> {
+        if self.current.is_none() {
+            let in_progress = self.dir.join(IN_PROGRESS);
+            std::fs::create_dir_all(&in_progress).map_err(|e| io("cannot create", &in_progress, e))?;
+            let name = format!("part-{}-{}-{}.jsonl", self.subtask, self.run, self.sequence);
+            self.sequence += 1;
+            let path = in_progress.join(&name);
+            let file = OpenOptions::new().create(true).write(true).truncate(true).open(&path).map_err(|e| io("cannot open", &path, e))?;
+            self.current = Some(OpenFile { name, writer: BufWriter::with_capacity(1 << 16, file), opened: Instant::now(), bytes: 0 });
+        }
+        Ok(self.current.as_mut().expect("opened above"))
+    }
+
+    /// Closes the open file (flushed and synced): it joins the files of the next checkpoint.
+    fn close_current(&mut self) -> Result<()> {
+        if let Some(open) = self.current.take() {
+            let path = self.dir.join(IN_PROGRESS).join(&open.name);
+            let file = open.writer.into_inner().map_err(|e| io("cannot write", &path, e.into_error()))?;
+            file.sync_all().map_err(|e| io("cannot sync", &path, e))?;
+            self.closed.push(open.name);
+        }
+        Ok(())
+    }
+}
+
+impl<T: Data> SinkWriter<T> for TransactionalWriter {
+    fn write(&mut self, batch: &mut Vec<Record<T>>) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut line = std::mem::take(&mut self.line);
+        let dir = self.dir.clone();
+        let (roll_size, roll_interval) = (self.roll_size, self.roll_interval);
+        let open = self.open()?;
+        for record in batch.drain(..) {
+            line.clear();
+            serde_json::to_writer(&mut line, &record.value).map_err(Error::user)?;
+            line.push(b'\n');
+            open.writer.write_all(&line).map_err(|e| io("cannot write", &dir.join(IN_PROGRESS).join(&open.name), e))?;
+            open.bytes += line.len() as u64;
+        }
+        let roll = open.bytes >= roll_size || open.opened.elapsed() >= roll_interval;
+        self.line = line;
+        if roll {
+            self.close_current()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let roll = self.current.as_ref().is_some_and(|open| open.opened.elapsed() >= self.roll_interval);
+        if roll {
+            self.close_current()?;
+        }
+        Ok(())
+    }
+
+    fn pre_commit(&mut self, checkpoint_id: u64) -> Result<Option<Vec<u8>>> {
+        self.close_current()?;
+        let closed = std::mem::take(&mut self.closed);
+        if !closed.is_empty() {
+            self.pending.entry(checkpoint_id).or_default().extend(closed);
+        }
+        let files: Vec<String> = self.pending.values().flatten().cloned().collect();
+        if files.is_empty() {
+            return Ok(None);
+        }
+        encode(&Committable { subtask: self.subtask, files }).map(Some)
+    }
+
+    fn commit(&mut self, checkpoint_id: u64) -> Result<()> {
+        let later = self.pending.split_off(&(checkpoint_id + 1));
+        let due = std::mem::replace(&mut self.pending, later);
+        let files: Vec<String> = due.into_values().flatten().collect();
+        commit_files(&self.dir, &files)
+    }
+
+    fn recover(&mut self, committables: Vec<Vec<u8>>) -> Result<()> {
+        let mut keep = HashSet::new();
+        for bytes in committables {
+            let committable: Committable = decode(&bytes)?;
+            if committable.subtask % self.parallelism == self.subtask {
+                commit_files(&self.dir, &committable.files)?;
+            }
+            keep.extend(committable.files);
+        }
+        // Abort what earlier runs left uncommitted (beyond the restored checkpoint).
+        let in_progress = self.dir.join(IN_PROGRESS);
+        let Ok(entries) = std::fs::read_dir(&in_progress) else { return Ok(()) };
+        let mine = format!("-{}-", self.run);
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !keep.contains(&name) && !name.contains(&mine) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) -> Result<Option<Finalizer>> {
+        self.close_current()?;
+        let mut files: Vec<String> = std::mem::take(&mut self.pending).into_values().flatten().collect();
+        files.append(&mut self.closed);
+        let dir = self.dir.clone();
+        Ok(Some(Box::new(move || commit_files(&dir, &files))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writer(dir: &Path, subtask: usize, run: &str) -> TransactionalWriter {
+        TransactionalWriter {
+            dir: dir.to_path_buf(),
+            subtask,
+            parallelism: 1,
+            run: run.into(),
+            roll_size: 1 << 20,
+            roll_interval: Duration::from_secs(3600),
+            sequence: 0,
+            current: None,
+            closed: Vec::new(),
+            pending: BTreeMap::new(),
+            line: Vec::new(),
+        }
+    }
+
+    fn write(w: &mut TransactionalWriter, values: &[u64]) {
+        let mut batch: Vec<Record<u64>> = values.iter().map(|v| Record::untimed(*v)).collect();
+        SinkWriter::<u64>::write(w, &mut batch).unwrap();
+    }
+
+    fn visible(dir: &Path) -> Vec<String> {
+        let mut lines: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_file())
+            .flat_map(|e| std::fs::read_to_string(e.path()).unwrap().lines().map(str::to_string).collect::<Vec<_>>())
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    #[test]
+    fn records_become_visible_when_their_checkpoint_completes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = writer(dir.path(), 0, "a");
+        write(&mut w, &[1, 2]);
+        let c1 = SinkWriter::<u64>::pre_commit(&mut w, 1).unwrap();
+        assert!(c1.is_some());
+        write(&mut w, &[3]);
+        assert!(visible(dir.path()).is_empty(), "nothing before the checkpoint completes");
+        SinkWriter::<u64>::commit(&mut w, 1).unwrap();
+        assert_eq!(visible(dir.path()), vec!["1", "2"]);
+        let finalizer = SinkWriter::<u64>::close(&mut w).unwrap().unwrap();
+        finalizer().unwrap();
+        assert_eq!(visible(dir.path()), vec!["1", "2", "3"]);
+    }
+
+    #[test]
+    fn recovery_commits_the_restored_checkpoint_and_aborts_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut failed = writer(dir.path(), 0, "run1");
+        write(&mut failed, &[1, 2]);
+        let committable = SinkWriter::<u64>::pre_commit(&mut failed, 7).unwrap().unwrap();
+        write(&mut failed, &[3]); // after the barrier: to be replayed
+        SinkWriter::<u64>::pre_commit(&mut failed, 8).unwrap(); // checkpoint 8 never completes
+        drop(failed); // the crash: neither checkpoint's files were renamed
+        let mut restored = writer(dir.path(), 0, "run2");
+        SinkWriter::<u64>::recover(&mut restored, vec![committable]).unwrap();
+        assert_eq!(visible(dir.path()), vec!["1", "2"]);
+        assert_eq!(std::fs::read_dir(dir.path().join(IN_PROGRESS)).unwrap().count(), 0, "the rest is gone");
+        write(&mut restored, &[3]);
+        SinkWriter::<u64>::close(&mut restored).unwrap().unwrap()().unwrap();
+        assert_eq!(visible(dir.path()), vec!["1", "2", "3"]);
+    }
+
+    #[test]
+    fn part_files_roll_by_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = writer(dir.path(), 0, "a");
+        w.roll_size = 4;
+        write(&mut w, &[10, 20]);
+        write(&mut w, &[30]);
+        SinkWriter::<u64>::pre_commit(&mut w, 1).unwrap();
+        SinkWriter::<u64>::commit(&mut w, 1).unwrap();
+        let files = std::fs::read_dir(dir.path()).unwrap().flatten().filter(|e| e.path().is_file()).count();
+        assert_eq!(files, 2);
+        assert_eq!(visible(dir.path()), vec!["10", "20", "30"]);
+    }
+}
