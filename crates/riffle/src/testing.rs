@@ -284,3 +284,26 @@ impl<K: Data + Hash + Eq, T: Data> WindowTest<K, T> {
         window_operator(self.key, self.settings, ProcessWindow { function, _types: PhantomData })
     }
 }
+
+/// A pass-through function that panics once, when the job has passed `after` records through it
+/// (over all subtasks and runs): a task failure at a chosen point, for recovery tests. The job
+/// restarted from a checkpoint passes through it again without failing.
+///
+/// ```
+/// use riffle::testing::fail_once_after;
+/// let crash = fail_once_after::<u64>(2);
+/// assert_eq!(crash(1), 1);
+/// assert!(std::panic::catch_unwind(|| crash(2)).is_err());
+/// assert_eq!(crash(3), 3, "only once");
+/// ```
+pub fn fail_once_after<T>(after: u64) -> impl Fn(T) -> T + Send + Sync + Clone + 'static {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let seen = Arc::new(AtomicU64::new(0));
+    let fired = Arc::new(AtomicBool::new(false));
+    move |value: T| {
+        if seen.fetch_add(1, Ordering::SeqCst) + 1 >= after && !fired.swap(true, Ordering::SeqCst) {
+            panic!("injected failure after {after} records");
+        }
+        value
+    }
+}

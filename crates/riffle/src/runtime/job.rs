@@ -190,6 +190,7 @@ impl Supervisor {
         let restored_from = restore.as_ref().ok().and_then(|r| r.as_ref().map(|r| r.description.clone()));
         let mut attempt = 0u32;
         let mut backoff = None;
+        let mut restores = Vec::new();
         loop {
             let attempt_started = Instant::now();
             let current = match restore {
@@ -212,6 +213,7 @@ impl Supervisor {
                         restarts: attempt,
                         checkpoints: self.stats.lock().expect("stats lock").clone(),
                         restored_from,
+                        restores,
                     });
                 }
                 Ok(Some(failure)) => failure,
@@ -240,8 +242,12 @@ impl Supervisor {
                 Some(storage) => RestoreAssignment::latest(storage),
                 None => Ok(None),
             };
-            if let Ok(Some(r)) = &restore {
-                tracing::info!(from = %r.description, "restoring");
+            match &restore {
+                Ok(Some(r)) => {
+                    tracing::info!(from = %r.description, "restoring");
+                    restores.push(r.checkpoint_id());
+                }
+                _ => restores.push(0),
             }
         }
     }
@@ -467,6 +473,8 @@ pub struct JobResult {
     pub checkpoints: Vec<CheckpointStats>,
     /// The checkpoint or savepoint the job started from.
     pub restored_from: Option<String>,
+    /// For each restart, the checkpoint it restored (0: none had completed, a fresh start).
+    pub restores: Vec<u64>,
 }
 
 impl JobResult {
