@@ -62,7 +62,8 @@ struct Target {
 pub(crate) enum CoordinatorEvent {
     Ack { id: u64, task: usize, states: Vec<(String, String, usize, SubtaskState)>, alignment: Duration },
     Decline { id: u64, reason: String },
-    TaskFinished,
+    /// A task ended after taking part in checkpoint `last` (0: none).
+    TaskFinished { last: u64 },
 }
 
 struct UploadJob {
@@ -100,10 +101,11 @@ impl CheckpointHub {
         self.completed.load(Ordering::Acquire)
     }
 
-    /// A task ended: checkpoints stop (a finished task cannot take part).
-    pub(crate) fn task_finished(&self) {
+    /// A task ended after taking part in checkpoint `last`: checkpoints stop (a finished task
+    /// cannot take part in later ones).
+    pub(crate) fn task_finished(&self, last: u64) {
         self.finished_tasks.fetch_add(1, Ordering::AcqRel);
-        let _ = self.events.send(CoordinatorEvent::TaskFinished);
+        let _ = self.events.send(CoordinatorEvent::TaskFinished { last });
     }
 
     fn target(&self, id: u64) -> Option<Target> {
@@ -151,7 +153,7 @@ fn upload(job: UploadJob, target: &Target) -> Result<Vec<(String, String, usize,
             operator.id,
             operator.name,
             operator.parallelism,
-            SubtaskState { subtask: operator.subtask, file, keyed, operator: operator_state },
+            SubtaskState { subtask: operator.subtask, file, keyed, operator: operator_state, watermark: operator.writer.watermark },
         ));
     }
     Ok(states)
@@ -345,7 +347,9 @@ impl Coordinator {
         let mut queued: Vec<SavepointRequest> = Vec::new();
         let mut next_trigger = interval.map(|i| Instant::now() + i);
         let mut finished = false;
-        while !done.load(Ordering::Acquire) && !self.control.is_cancelled() {
+        // When the tasks are done, the acknowledgements of what they submitted may still be on
+        // their way from the uploader: a pending checkpoint gets to complete.
+        while !(done.load(Ordering::Acquire) && pending.is_none()) && !self.control.is_cancelled() {
             crossbeam_channel::select! {
                 recv(self.events) -> event => match event {
                     Ok(CoordinatorEvent::Ack { id, task, states, alignment }) => {
@@ -365,9 +369,10 @@ impl Coordinator {
                             next_trigger = interval.map(|i| Instant::now() + self.config.min_pause.max(i));
                         }
                     }
-                    Ok(CoordinatorEvent::TaskFinished) => {
+                    Ok(CoordinatorEvent::TaskFinished { last }) => {
                         finished = true;
-                        if let Some(p) = pending.take() {
+                        if pending.as_ref().is_some_and(|p| p.id > last) {
+                            let p = pending.take().expect("pending");
                             self.finish(p, Err("a task finished before it took part".into()));
                         }
                     }
@@ -387,7 +392,7 @@ impl Coordinator {
             if pending.is_some() {
                 continue;
             }
-            if finished {
+            if finished || done.load(Ordering::Acquire) {
                 for request in queued.drain(..) {
                     let _ = request.reply.send(Err(Error::Checkpoint("the job's input has ended: no savepoint".into())));
                 }

@@ -56,6 +56,9 @@ pub struct SubtaskState {
     pub keyed: Vec<(KeyGroup, Extent)>,
     /// Non-keyed operator state.
     pub operator: Option<(Redistribution, Extent)>,
+    /// The operator's watermark at the barrier.
+    #[serde(default)]
+    pub watermark: Option<Timestamp>,
 }
 
 /// The state of one operator.

@@ -75,6 +75,9 @@ impl RestoreAssignment {
         self.used.lock().expect("used lock").insert(operator_id.to_string());
         let mut state = RestoreState::default();
         for old in &operator.subtasks {
+            if let Some(watermark) = old.watermark {
+                state.watermark = Some(state.watermark.map_or(watermark, |w| w.min(watermark)));
+            }
             let bytes = &self.files[&old.file.path];
             for (key_group, extent) in &old.keyed {
                 if range.contains(*key_group) {

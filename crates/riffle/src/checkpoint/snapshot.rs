@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::keys::KeyGroup;
+use crate::record::Timestamp;
 
 /// How non-keyed operator state is handed out on restore.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -38,6 +39,8 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
 pub struct SnapshotWriter {
     pub(crate) keyed: BTreeMap<KeyGroup, Vec<u8>>,
     pub(crate) operator: Option<(Redistribution, Vec<u8>)>,
+    /// The operator's watermark at the barrier (set by the runtime).
+    pub(crate) watermark: Option<Timestamp>,
 }
 
 impl SnapshotWriter {
@@ -54,7 +57,7 @@ impl SnapshotWriter {
         Ok(())
     }
 
-    /// Whether nothing was written.
+    /// Whether nothing was written (a watermark alone is not state worth a file).
     pub fn is_empty(&self) -> bool {
         self.keyed.is_empty() && self.operator.is_none()
     }
@@ -102,6 +105,7 @@ impl TaskSnapshot {
 pub struct RestoreState {
     pub(crate) keyed: Vec<(KeyGroup, Vec<u8>)>,
     pub(crate) operator: Vec<Vec<u8>>,
+    pub(crate) watermark: Option<Timestamp>,
 }
 
 impl RestoreState {
@@ -117,7 +121,13 @@ impl RestoreState {
 
     /// Whether there is nothing to restore.
     pub fn is_empty(&self) -> bool {
-        self.keyed.is_empty() && self.operator.is_empty()
+        self.keyed.is_empty() && self.operator.is_empty() && self.watermark.is_none()
+    }
+
+    /// The operator's watermark when the snapshot was taken (the lowest of its old subtasks):
+    /// lateness is judged after a restore as it would have been without the failure.
+    pub fn watermark(&self) -> Option<Timestamp> {
+        self.watermark
     }
 
     /// What a restore of `snapshot` by the same instance gets (same key groups, its own
@@ -126,6 +136,7 @@ impl RestoreState {
         RestoreState {
             keyed: snapshot.keyed.iter().map(|(kg, b)| (*kg, b.clone())).collect(),
             operator: snapshot.operator.iter().map(|(_, b)| b.clone()).collect(),
+            watermark: snapshot.watermark,
         }
     }
 }

@@ -59,6 +59,11 @@ impl<Op: Operator> Output<Op::In> for ChainLink<Op> {
         let ctx = self.ctx.clone();
         self.call(|op, _| op.open(&ctx))?;
         if let Some(state) = self.restore.take() {
+            if let Some(watermark) = state.watermark {
+                // Not forwarded: every operator restores its own.
+                self.watermark = self.watermark.max(watermark);
+                self.ctx.metrics.set_watermark(self.watermark);
+            }
             self.call(|op, _| op.restore_state(&state))?;
         }
         self.side.for_each(|s| s.open())?;
@@ -91,6 +96,7 @@ impl<Op: Operator> Output<Op::In> for ChainLink<Op> {
     fn barrier(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot) -> Result<()> {
         let mut writer = SnapshotWriter::default();
         self.call(|op, _| op.snapshot_state(barrier.id, &mut writer))?;
+        writer.watermark = Some(self.watermark);
         snapshot.operators.push(OperatorSnapshot {
             id: self.ctx.id.clone(),
             name: self.ctx.name.clone(),

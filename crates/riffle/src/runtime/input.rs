@@ -261,6 +261,7 @@ impl<T: Send> TaskDriver for InputTask<T> {
         chain.open()?;
         let mut next_tick = Instant::now() + ctx.buffer_timeout;
         let mut notified = 0;
+        let mut last_barrier = 0;
         loop {
             match gate.next(next_tick)? {
                 GateEvent::Records(mut batch) => chain.records(&mut batch)?,
@@ -270,6 +271,7 @@ impl<T: Send> TaskDriver for InputTask<T> {
                     let mut snapshot = TaskSnapshot::new(barrier.id);
                     chain.barrier(barrier, &mut snapshot)?;
                     ctx.submit(snapshot, alignment);
+                    last_barrier = barrier.id;
                 }
                 GateEvent::End => break,
                 GateEvent::Timeout => {}
@@ -283,7 +285,7 @@ impl<T: Send> TaskDriver for InputTask<T> {
                 next_tick = now + ctx.buffer_timeout;
             }
         }
-        ctx.finished();
+        ctx.finished(last_barrier);
         chain.finish()
     }
 }

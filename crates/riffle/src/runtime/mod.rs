@@ -129,10 +129,10 @@ impl TaskContext {
         }
     }
 
-    /// Tells the coordinator this task ended.
-    pub(crate) fn finished(&self) {
+    /// Tells the coordinator this task ended, after taking part in checkpoint `last`.
+    pub(crate) fn finished(&self, last: u64) {
         if let Some(hub) = &self.checkpoints {
-            hub.task_finished();
+            hub.task_finished(last);
         }
     }
 }

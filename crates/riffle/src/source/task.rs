@@ -280,7 +280,7 @@ impl<T: Data> TaskDriver for SourceTask<T> {
         self.chain.open()?;
         self.dead_letter.open()?;
         let exhausted = self.run_loop().map_err(|e| e.in_operator(&self.name, self.subtask))?;
-        self.ctx.finished();
+        self.ctx.finished(self.last_barrier);
         if exhausted {
             // A bounded input is complete: every window can fire (batch is a special case of streaming).
             self.metrics.set_watermark(MAX_WATERMARK);

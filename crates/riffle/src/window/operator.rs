@@ -352,8 +352,9 @@ where
                 table.insert(key_group, key, window, slot);
             }
         }
-        // The watermark starts again from nothing: windows due by then fire the slots that had
-        // not fired, or changed, and only those.
+        // Late records are judged against the watermark the snapshot had; windows due by the
+        // next watermark fire the slots that had not fired, or changed, and only those.
+        self.core.watermark = state.watermark().unwrap_or(MIN_WATERMARK);
         self.fired_up_to = MIN_WATERMARK;
         Ok(())
     }

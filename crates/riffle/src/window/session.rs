@@ -220,6 +220,7 @@ where
     }
 
     fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
+        self.core.watermark = state.watermark().unwrap_or(self.core.watermark);
         let domain = self.domain();
         let lateness = self.lateness();
         for group in state.keyed::<Vec<(K, Vec<SessionSlot<F::Acc>>)>>() {

@@ -15,7 +15,7 @@ static VISITS: ValueStateDescriptor<u64> =
 
 /// Reports a user who has been inactive for 30 s of event time; counts visits with a TTL.
 #[derive(Clone)]
-struct Inactivity;
+pub struct Inactivity;
 
 impl KeyedProcessFunction<u64, Click, String> for Inactivity {
     fn process_element(&mut self, user: &u64, click: Click, ctx: &mut KeyedContext<'_, '_, u64, String>) -> Result<()> {

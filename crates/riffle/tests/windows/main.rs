@@ -4,6 +4,7 @@
 
 mod keyed_process;
 mod properties;
+mod round_trips;
 mod sessions;
 mod tumbling_sliding;
 
