@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use riffle_cli::demos::backpressure::{self, BackpressureArgs};
+use riffle_cli::demos::checkpoint_recovery::{self, CheckpointRecoveryArgs};
 use riffle_cli::demos::etl::{self, EtlArgs};
 use riffle_cli::demos::late_events::{self, LateEventsArgs};
 use riffle_cli::demos::pipeline::{self, PipelineArgs};
@@ -47,6 +48,9 @@ enum Scenario {
     LateEvents(LateEventsArgs),
     /// Scenario 4, back-pressure: a slow sink stalls the pipeline; watch where and that memory stays flat.
     Backpressure(BackpressureArgs),
+    /// Scenario 5, checkpoint and recovery: a task dies, the job restores its latest checkpoint, and the
+    /// committed output is checked against a run without failure.
+    CheckpointRecovery(CheckpointRecoveryArgs),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +69,7 @@ fn main() -> ExitCode {
             Some(Scenario::WindowedCount(args)) => windowed_count::run(&args).map(drop),
             Some(Scenario::LateEvents(args)) => late_events::run(&args).map(drop),
             Some(Scenario::Backpressure(args)) => backpressure::run(&args).map(drop),
+            Some(Scenario::CheckpointRecovery(args)) => checkpoint_recovery::run(&args).map(drop),
             None => pipeline::run(&args).map(drop),
         },
     };

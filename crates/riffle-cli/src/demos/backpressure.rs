@@ -100,7 +100,7 @@ pub struct BackpressureSummary {
 
 /// Runs the scenario with the live table and prints its summary.
 pub fn run(args: &BackpressureArgs) -> riffle::Result<BackpressureSummary> {
-    let env = StreamEnv::with_config(args.engine.env_config("backpressure"));
+    let env = StreamEnv::with_config(args.engine.env_config("backpressure")?);
     let output = args.engine.output_dir("backpressure");
     let payloads = args.input.payloads(&env, None)?;
     let sink = ThrottledSink::new(FileSink::new(&output).setting_name("--output"), args.sink_rate);

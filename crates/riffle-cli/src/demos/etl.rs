@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use riffle::sink::{FileSink, Sink};
+use riffle::sink::Sink;
 use riffle::source::BadRecordPolicy;
 use riffle::source::datagen::Click;
 use riffle::{DataStream, StreamEnv};
@@ -69,10 +69,10 @@ pub struct EtlSummary {
 
 /// Runs the scenario with progress on the terminal and prints its summary.
 pub fn run(args: &EtlArgs) -> riffle::Result<EtlSummary> {
-    let env = StreamEnv::with_config(args.engine.env_config("etl"));
+    let env = StreamEnv::with_config(args.engine.env_config("etl")?);
     let output = args.engine.output_dir("etl");
     let payloads = args.input.payloads(&env, Some(DEFAULT_COUNT))?;
-    pipeline(&payloads, args.input.bad_records, FileSink::new(&output).setting_name("--output"));
+    pipeline(&payloads, args.input.bad_records, args.engine.json_sink(&output)?);
     let parallelism = env.config().parallelism;
     let (result, _) = run_with_progress(&env, &args.engine.run_options()?, |report| {
         let read = report.snapshot.operator_total(PARSE).map_or(0, |o| o.records_in);

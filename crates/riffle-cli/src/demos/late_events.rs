@@ -102,7 +102,7 @@ fn run_once(
     output: &Path,
 ) -> riffle::Result<LateRun> {
     let deterministic = matches!(clicks, Clicks::Scenario);
-    let mut config = engine.env_config("late-events");
+    let mut config = engine.env_config("late-events")?;
     if deterministic {
         config = EnvConfig { parallelism: 1, buffer_size: 1, ..config };
     }
@@ -180,6 +180,7 @@ pub fn run(args: &LateEventsArgs) -> riffle::Result<Vec<LateRun>> {
             users: 1,
             bot_share: 0.0,
             hot_key_share: 0.0,
+            late_share: 0.0,
             seed: 0,
             bad_records: riffle::source::BadRecordPolicy::DeadLetter,
         };

@@ -2,6 +2,7 @@
 //! built-in generator, or the user's files with `--input`) and writes to `--output`.
 
 pub mod backpressure;
+pub mod checkpoint_recovery;
 pub mod etl;
 pub mod late_events;
 pub mod pipeline;
@@ -11,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
+use riffle::checkpoint::{CheckpointConfig, RestoreFrom};
+use riffle::sink::{ExactlyOnceFileSink, FileSink, Sink};
 use riffle::source::BadRecordPolicy;
 use riffle::source::datagen::{Click, ClickGenerator, ClicksConfig, DatagenSource, JsonPayloads};
 use riffle::source::file::FileSource;
@@ -43,6 +46,9 @@ pub struct InputArgs {
     /// Share of generated clicks from one hot user (the seed's skewed key).
     #[arg(long, default_value_t = 0.0)]
     pub hot_key_share: f64,
+    /// Share of generated clicks that arrive 6 minutes late (a mobile user back from the subway).
+    #[arg(long, default_value_t = 0.001)]
+    pub late_share: f64,
     /// Seed of the generator: the same seed gives the same clicks.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -59,6 +65,7 @@ impl InputArgs {
             users: self.users,
             bot_share: self.bot_share,
             hot_key_share: self.hot_key_share,
+            late_share: self.late_share,
             ..ClicksConfig::default()
         };
         config.validate().map_err(|e| match e {
@@ -88,13 +95,45 @@ impl InputArgs {
         default_count: Option<u64>,
         strategy: WatermarkStrategy<Click>,
     ) -> riffle::Result<DataStream<Click>> {
+        self.clicks_with(env, default_count, strategy, |_| {})
+    }
+
+    /// As [`clicks`](InputArgs::clicks), with the generator's configuration adjusted by `tweak`.
+    pub fn clicks_with(
+        &self,
+        env: &StreamEnv,
+        default_count: Option<u64>,
+        strategy: WatermarkStrategy<Click>,
+        tweak: impl FnOnce(&mut ClicksConfig),
+    ) -> riffle::Result<DataStream<Click>> {
         if let Some(path) = &self.input {
             let source = FileSource::<Click>::json(path).setting_name("--input").bad_records(self.bad_records);
-            return Ok(env.from_source_with_watermarks(source, strategy));
+            return Ok(env.from_source_with_watermarks(source, strategy).uid("clicks"));
         }
         let count = self.count.map_or(default_count, |n| (n > 0).then_some(n));
-        let source = DatagenSource::clicks(self.clicks_config()?).limit(count).pace(self.rate);
-        Ok(env.from_source_with_watermarks(source, strategy))
+        let mut config = self.clicks_config()?;
+        tweak(&mut config);
+        let source = DatagenSource::clicks(config).limit(count).pace(self.rate);
+        Ok(env.from_source_with_watermarks(source, strategy).uid("clicks"))
+    }
+}
+
+/// A sink the demos write JSON lines with (boxed: plain or exactly-once).
+pub trait JsonSink<T: riffle::Data>: Sink<T> {}
+impl<T: riffle::Data, S: Sink<T>> JsonSink<T> for S {}
+
+impl<T: riffle::Data> Sink<T> for Box<dyn JsonSink<T>> {
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    fn validate(&self) -> riffle::Result<()> {
+        (**self).validate()
+    }
+    fn writer(&self, ctx: &riffle::operators::OperatorContext) -> riffle::Result<Box<dyn riffle::sink::SinkWriter<T>>> {
+        (**self).writer(ctx)
+    }
+    fn guarantee(&self) -> riffle::sink::Guarantee {
+        (**self).guarantee()
     }
 }
 
@@ -200,6 +239,17 @@ pub struct EngineArgs {
     /// Stop after this many seconds (drain and print the summary); 0 runs until Ctrl-C.
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
+    /// Take a checkpoint every this many milliseconds (outputs then become exactly-once).
+    #[arg(long, value_name = "MS")]
+    pub checkpoint_interval_ms: Option<u64>,
+    /// Where checkpoints go: a directory or s3://bucket/prefix (S3 settings from the AWS_*
+    /// environment: AWS_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ALLOW_HTTP).
+    #[arg(long, value_name = "LOCATION")]
+    pub checkpoint_dir: Option<String>,
+    /// Start from `latest` (the newest complete checkpoint in --checkpoint-dir), a checkpoint id,
+    /// or a savepoint directory.
+    #[arg(long, value_name = "latest|ID|PATH")]
+    pub restore: Option<String>,
 }
 
 impl EngineArgs {
@@ -208,10 +258,53 @@ impl EngineArgs {
         self.output.clone().unwrap_or_else(|| Path::new("riffle-out").join(demo))
     }
 
+    /// Whether the job takes checkpoints (or restores from one).
+    pub fn checkpointing(&self) -> bool {
+        self.checkpoint_interval_ms.is_some() || self.restore.is_some()
+    }
+
+    /// Checkpoint settings from the flags.
+    pub fn checkpoint_config(&self, demo: &str) -> riffle::Result<CheckpointConfig> {
+        let restore = match self.restore.as_deref() {
+            None => None,
+            Some("latest") => Some(RestoreFrom::Latest),
+            Some(id) if id.chars().all(|c| c.is_ascii_digit()) => {
+                Some(RestoreFrom::Checkpoint(id.parse().map_err(|_| Error::config("--restore", "bad checkpoint id"))?))
+            }
+            Some(path) => Some(RestoreFrom::Savepoint(path.to_string())),
+        };
+        let interval = match self.checkpoint_interval_ms {
+            Some(0) => return Err(Error::config("--checkpoint-interval-ms", "must be at least 1")),
+            Some(ms) => Some(Duration::from_millis(ms)),
+            // Restoring keeps checkpointing, at the default interval.
+            None if restore.is_some() => Some(Duration::from_secs(10)),
+            None => None,
+        };
+        Ok(CheckpointConfig {
+            interval,
+            storage: self.checkpoint_dir.clone().unwrap_or_else(|| self.output_dir(demo).join("checkpoints").display().to_string()),
+            restore,
+            ..CheckpointConfig::default()
+        })
+    }
+
+    /// A sink for JSON lines in `dir`: exactly-once when the job takes checkpoints. A fresh
+    /// (not restored) exactly-once run starts from an empty directory.
+    pub fn json_sink<T: riffle::Data>(&self, dir: &Path) -> riffle::Result<Box<dyn JsonSink<T>>> {
+        if self.checkpointing() {
+            if self.restore.is_none() && dir.exists() {
+                std::fs::remove_dir_all(dir).map_err(|e| Error::io(format!("cannot clear `{}`", dir.display()), e))?;
+            }
+            Ok(Box::new(ExactlyOnceFileSink::new(dir).setting_name("--output").roll_interval(Duration::from_secs(60))))
+        } else {
+            Ok(Box::new(FileSink::new(dir).setting_name("--output")))
+        }
+    }
+
     /// The engine configuration; dead letters go under the output directory.
-    pub fn env_config(&self, demo: &str) -> EnvConfig {
+    pub fn env_config(&self, demo: &str) -> riffle::Result<EnvConfig> {
         let defaults = EnvConfig::default();
-        EnvConfig {
+        Ok(EnvConfig {
             job_name: format!("demo-{demo}"),
             parallelism: self.parallelism.unwrap_or(defaults.parallelism),
             max_parallelism: self.max_parallelism,
@@ -219,8 +312,9 @@ impl EngineArgs {
             buffer_timeout: Duration::from_millis(self.buffer_timeout_ms),
             channel_capacity: self.channel_capacity,
             dead_letter_dir: self.output_dir(demo).join("dead-letter"),
+            checkpoints: self.checkpoint_config(demo)?,
             ..defaults
-        }
+        })
     }
 
     /// How long to run and how often to report.

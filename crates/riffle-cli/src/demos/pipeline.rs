@@ -5,7 +5,6 @@
 //! time and watermarks per split.
 
 use clap::Args;
-use riffle::sink::FileSink;
 use riffle::source::datagen::Click;
 use riffle::{DataStream, StreamEnv};
 
@@ -50,7 +49,8 @@ pub fn pipeline(
         .allowed_lateness(event_time.lateness()?)
         .side_output_late(&late)
         .aggregate(Count)
-        .name(crate::demos::windowed_count::WINDOW);
+        .name(crate::demos::windowed_count::WINDOW)
+        .uid("count-per-user");
     let late_clicks = windows.get_side_output(&late);
     Ok((windows.map(UserCount::from).name("format"), late_clicks))
 }
@@ -70,12 +70,12 @@ impl PipelineArgs {
 
 /// Runs the main job and prints its summary.
 pub fn run(args: &PipelineArgs) -> riffle::Result<WindowedSummary> {
-    let env = StreamEnv::with_config(args.engine.env_config("pipeline"));
+    let env = StreamEnv::with_config(args.engine.env_config("pipeline")?);
     let output = args.engine.output_dir("pipeline");
     let clicks = args.input.clicks(&env, Some(DEFAULT_COUNT), args.event_time.strategy()?)?;
     let (counts, late) = pipeline(&clicks, &args.event_time)?;
-    counts.sink(FileSink::new(output.join("agg-clicks")).setting_name("--output")).name("write counts");
-    late.sink(FileSink::new(output.join("late-clicks")).setting_name("--output")).name("write late clicks");
+    counts.sink(args.engine.json_sink(&output.join("agg-clicks"))?).name("write counts").uid("write-counts");
+    late.sink(args.engine.json_sink(&output.join("late-clicks"))?).name("write late clicks").uid("write-late-clicks");
     let summary = run_windowed(&env, &args.engine, "pipeline")?;
     println!(
         "riffle demo: {} clicks -> drop bots -> enrich -> key by user -> {} s windows (+{} s lateness)",
@@ -83,5 +83,6 @@ pub fn run(args: &PipelineArgs) -> riffle::Result<WindowedSummary> {
     );
     println!("  counts per user and window {:>10}  -> {}/agg-clicks/part-*.jsonl", summary.results, output.display());
     println!("  late clicks                {:>10}  -> {}/late-clicks/part-*.jsonl", summary.late, output.display());
+    crate::demos::windowed_count::print_checkpoints(&summary);
     Ok(summary)
 }

@@ -4,7 +4,6 @@
 
 use clap::Args;
 use riffle::aggregate::Count;
-use riffle::sink::FileSink;
 use riffle::source::datagen::Click;
 use riffle::window::Tumbling;
 use riffle::{DataStream, OutputTag, StreamEnv};
@@ -46,7 +45,8 @@ pub fn count_per_user(
         .allowed_lateness(event_time.lateness()?)
         .side_output_late(&late)
         .aggregate(Count)
-        .name(WINDOW);
+        .name(WINDOW)
+        .uid("count-per-user");
     let late_clicks = windows.get_side_output(&late);
     Ok((windows.map(UserCount::from).name("format"), late_clicks))
 }
@@ -76,7 +76,7 @@ pub fn live_line(demo: &str, report: &Report<'_>) -> String {
 }
 
 /// What a windowed run did.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct WindowedSummary {
     /// Clicks read.
     pub read: u64,
@@ -88,6 +88,8 @@ pub struct WindowedSummary {
     pub max_state_entries: u64,
     /// State bytes when the entries peaked.
     pub max_state_bytes: u64,
+    /// The job's result (checkpoints, restarts, metrics).
+    pub result: Option<riffle::JobResult>,
 }
 
 /// Runs a windowed job with live progress and returns its summary.
@@ -108,17 +110,37 @@ pub fn run_windowed(env: &StreamEnv, engine: &EngineArgs, demo: &str) -> riffle:
         late: window.late_records_side_output,
         max_state_entries: peak.0,
         max_state_bytes: peak.1,
+        result: Some(result),
     })
+}
+
+/// Prints the checkpoints a run took, and what it restored.
+pub fn print_checkpoints(summary: &WindowedSummary) {
+    let Some(result) = &summary.result else { return };
+    if let Some(from) = &result.restored_from {
+        println!("  started from {from}");
+    }
+    let completed: Vec<_> = result.checkpoints.iter().filter(|c| c.completed()).collect();
+    if let Some(last) = completed.last() {
+        println!(
+            "  checkpoints   {:>10} completed (last: {}, {} ms, {} bytes), {} failed",
+            completed.len(),
+            last.id,
+            last.duration_ms,
+            last.size_bytes,
+            result.checkpoints.len() - completed.len()
+        );
+    }
 }
 
 /// Runs the scenario and prints its summary.
 pub fn run(args: &WindowedCountArgs) -> riffle::Result<WindowedSummary> {
-    let env = StreamEnv::with_config(args.engine.env_config("windowed-count"));
+    let env = StreamEnv::with_config(args.engine.env_config("windowed-count")?);
     let output = args.engine.output_dir("windowed-count");
     let clicks = args.input.clicks(&env, Some(DEFAULT_COUNT), args.event_time.strategy()?)?;
     let (counts, late) = count_per_user(&clicks, &args.event_time)?;
-    counts.sink(FileSink::new(output.join("agg-clicks")).setting_name("--output")).name("write counts");
-    late.sink(FileSink::new(output.join("late-clicks")).setting_name("--output")).name("write late clicks");
+    counts.sink(args.engine.json_sink(&output.join("agg-clicks"))?).name("write counts").uid("write-counts");
+    late.sink(args.engine.json_sink(&output.join("late-clicks"))?).name("write late clicks").uid("write-late-clicks");
     let summary = run_windowed(&env, &args.engine, "windowed-count")?;
     println!("riffle demo windowed-count: {} clicks counted per user per {} s window", summary.read, args.event_time.window_secs);
     println!("  results     {:>12}  -> {}/agg-clicks/part-*.jsonl", summary.results, output.display());
@@ -131,5 +153,6 @@ pub fn run(args: &WindowedCountArgs) -> riffle::Result<WindowedSummary> {
             summary.max_state_bytes / summary.max_state_entries
         );
     }
+    print_checkpoints(&summary);
     Ok(summary)
 }

@@ -34,6 +34,9 @@ fn the_subway_click_is_late_then_updated_then_on_time() {
             buffer_timeout_ms: 5,
             channel_capacity: 8,
             duration: None,
+            checkpoint_interval_ms: None,
+            checkpoint_dir: None,
+            restore: None,
         },
     };
     let runs = run(&args).unwrap();

@@ -2,6 +2,7 @@
 //! checks the exact output, not just that something came out.
 
 mod backpressure;
+mod checkpoint_recovery;
 mod late_events;
 mod simple_etl;
 mod windowed_count;

@@ -134,6 +134,11 @@ fn upload(job: UploadJob, target: &Target) -> Result<Vec<(String, String, usize,
     let mut states = Vec::new();
     for operator in job.snapshot.operators {
         if operator.writer.is_empty() {
+            // No state, but the watermark: lateness after a restore is judged as before.
+            if let Some(watermark) = operator.writer.watermark {
+                let state = SubtaskState { subtask: operator.subtask, file: None, keyed: Vec::new(), operator: None, watermark: Some(watermark) };
+                states.push((operator.id, operator.name, operator.parallelism, state));
+            }
             continue;
         }
         let mut bytes = Vec::with_capacity(operator.writer.size());
@@ -153,7 +158,7 @@ fn upload(job: UploadJob, target: &Target) -> Result<Vec<(String, String, usize,
             operator.id,
             operator.name,
             operator.parallelism,
-            SubtaskState { subtask: operator.subtask, file, keyed, operator: operator_state, watermark: operator.writer.watermark },
+            SubtaskState { subtask: operator.subtask, file: Some(file), keyed, operator: operator_state, watermark: operator.writer.watermark },
         ));
     }
     Ok(states)
@@ -260,7 +265,7 @@ impl Coordinator {
     fn finish(&mut self, pending: Pending, outcome: std::result::Result<Manifest, String>) {
         let alignment = pending.acks.values().map(|(_, a)| *a).max().unwrap_or_default();
         let (status, size, subtasks) = match &outcome {
-            Ok(manifest) => ("completed".to_string(), manifest.size(), manifest.operators.values().map(|o| o.subtasks.len()).sum()),
+            Ok(manifest) => ("completed".to_string(), manifest.size(), manifest.files().count()),
             Err(reason) => (reason.clone(), 0, 0),
         };
         let stats = CheckpointStats {

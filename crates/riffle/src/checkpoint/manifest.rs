@@ -50,8 +50,8 @@ pub struct Extent {
 pub struct SubtaskState {
     /// Index of the subtask when the snapshot was taken.
     pub subtask: usize,
-    /// The file holding its state.
-    pub file: FileRef,
+    /// The file holding its state (`None`: the operator had only its watermark).
+    pub file: Option<FileRef>,
     /// Keyed state, per key group.
     pub keyed: Vec<(KeyGroup, Extent)>,
     /// Non-keyed operator state.
@@ -99,6 +99,6 @@ impl Manifest {
 
     /// Every file the checkpoint references.
     pub fn files(&self) -> impl Iterator<Item = &FileRef> {
-        self.operators.values().flat_map(|op| op.subtasks.iter().map(|s| &s.file))
+        self.operators.values().flat_map(|op| op.subtasks.iter().filter_map(|s| s.file.as_ref()))
     }
 }

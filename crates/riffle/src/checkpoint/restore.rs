@@ -78,7 +78,8 @@ impl RestoreAssignment {
             if let Some(watermark) = old.watermark {
                 state.watermark = Some(state.watermark.map_or(watermark, |w| w.min(watermark)));
             }
-            let bytes = &self.files[&old.file.path];
+            let Some(file) = &old.file else { continue };
+            let bytes = &self.files[&file.path];
             for (key_group, extent) in &old.keyed {
                 if range.contains(*key_group) {
                     state.keyed.push((*key_group, slice(bytes, *extent)?));
@@ -98,10 +99,16 @@ impl RestoreAssignment {
         Ok((!state.is_empty()).then_some(state))
     }
 
-    /// Operators of the checkpoint that no operator of the job took state from.
+    /// Operators of the checkpoint with state (not only a watermark) that no operator of the
+    /// job took.
     pub(crate) fn unused(&self) -> Vec<String> {
         let used = self.used.lock().expect("used lock");
-        self.manifest.operators.keys().filter(|id| !used.contains(*id)).cloned().collect()
+        self.manifest
+            .operators
+            .iter()
+            .filter(|(id, op)| !used.contains(*id) && op.subtasks.iter().any(|s| s.file.is_some()))
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 }
 

@@ -126,6 +126,12 @@ where
         self.watermark = watermark;
         Ok(())
     }
+
+    fn restore_state(&mut self, state: &crate::checkpoint::RestoreState) -> Result<()> {
+        // Which records may be late is judged as before the failure.
+        self.watermark = state.watermark().unwrap_or(self.watermark);
+        Ok(())
+    }
 }
 
 /// The downstream half: a window function over records and partials.
