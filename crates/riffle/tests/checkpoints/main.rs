@@ -5,6 +5,7 @@
 mod faults;
 mod faulty_store;
 mod recovery;
+mod s3;
 mod savepoints;
 
 use std::path::Path;
