@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::checkpoint::CheckpointConfig;
 use crate::error::{Error, Result};
+use crate::state::{HeapBackend, StateBackend};
 use crate::time::{Clock, SystemClock};
 
 /// The largest supported `max_parallelism` (number of key groups), as in Flink.
@@ -50,6 +51,12 @@ pub struct EnvConfig {
     pub clock: Arc<dyn Clock>,
     /// Checkpoints, recovery and restore (off unless `checkpoints.interval` is set).
     pub checkpoints: CheckpointConfig,
+    /// Where keyed state lives: the heap (default) or an embedded store such as RocksDB.
+    pub state_backend: Arc<dyn StateBackend>,
+    /// Local working directory of embedded state stores and their checkpoints before upload
+    /// (default: `riffle-state` under the system temporary directory). Ephemeral: a restart
+    /// restores from checkpoint storage, not from here.
+    pub local_state_dir: PathBuf,
 }
 
 impl Default for EnvConfig {
@@ -65,6 +72,8 @@ impl Default for EnvConfig {
             watermark_interval: Duration::from_millis(200),
             clock: Arc::new(SystemClock),
             checkpoints: CheckpointConfig::default(),
+            state_backend: Arc::new(HeapBackend),
+            local_state_dir: std::env::temp_dir().join("riffle-state"),
         }
     }
 }

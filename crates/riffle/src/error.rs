@@ -71,6 +71,9 @@ pub enum Error {
     /// A checkpoint or savepoint could not be written or read.
     #[error("checkpoint: {0}")]
     Checkpoint(String),
+    /// The state backend (an embedded store such as RocksDB) failed to read or write state.
+    #[error("state backend: {0}")]
+    State(String),
     /// The job was cancelled, or a task stopped because another one failed.
     #[error("job cancelled")]
     Cancelled,

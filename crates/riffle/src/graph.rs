@@ -26,8 +26,10 @@ use crate::keys::KeyGroupRange;
 use crate::metrics::MetricsRegistry;
 use crate::operators::{ErasedSideOutput, OperatorContext, SideOutputs, TypedSideOutput};
 use crate::record::{Data, StreamElement};
+use crate::state::TaskStore;
 use crate::runtime::{
     Discard, Fanout, InputTask, JobControl, Output, RecordWriter, ShipStrategy, TaskContext, TaskDriver, TaskSpec,
+    TaskStoreHandle,
 };
 use crate::source::DeadLetter;
 use crate::source::task::{ErasedSource, SourceTaskSetup};
@@ -106,6 +108,8 @@ pub(crate) struct Node {
     /// The policy of a node that decodes input (a source, a parser), whose dead letters go to a
     /// default file when the job does not consume them.
     pub(crate) bad_records: Option<crate::source::BadRecordPolicy>,
+    /// Keeps keyed state (in the task's store when the state backend has one).
+    pub(crate) keyed: bool,
 }
 
 /// Operations on a stream whose record type the graph does not know.
@@ -339,6 +343,8 @@ struct Assembler<'a> {
     channels: Channels,
     run: &'a RunContext<'a>,
     tasks_built: usize,
+    /// The store of the task being assembled.
+    store: Option<TaskStoreHandle>,
 }
 
 impl Assembler<'_> {
@@ -432,7 +438,34 @@ impl Assembler<'_> {
             key_groups: KeyGroupRange::for_subtask(subtask, parallelism, self.config.max_parallelism),
             batch_size: self.config.buffer_size,
             clock: self.config.clock.clone(),
+            store: self.store.as_ref().map(|s| s.store.clone()),
         }
+    }
+
+    /// Opens the store of task `task` (of chain `head`, instance `subtask`) when the state backend
+    /// has stores and the chain keeps keyed state, filling it from the checkpoint restored.
+    fn open_store(&self, head: NodeId, subtask: usize, task: usize) -> Result<Option<TaskStoreHandle>> {
+        let members = self.layout.chains.iter().find(|(h, _)| *h == head).map(|(_, m)| m.as_slice()).unwrap_or_default();
+        if !members.iter().any(|&m| self.nodes[m].keyed) {
+            return Ok(None);
+        }
+        let config = self.config;
+        let key_groups = KeyGroupRange::for_subtask(subtask, self.layout.parallelism[head], config.max_parallelism);
+        let id = format!("{}-task-{task}", self.run.run_id);
+        let spec = TaskStore {
+            job: config.job_name.clone(),
+            task,
+            run_id: self.run.run_id.clone(),
+            key_groups,
+            local_dir: config.local_state_dir.join(&config.job_name).join(&id),
+        };
+        let Some(store) = config.state_backend.open_store(&spec)? else { return Ok(None) };
+        if let Some(restore) = self.run.restore {
+            restore
+                .restore_store(store.as_ref(), key_groups, &spec.local_dir)
+                .map_err(|e| e.in_operator(&self.layout.names[head], subtask))?;
+        }
+        Ok(Some(TaskStoreHandle { store, id, key_groups, local_dir: spec.local_dir }))
     }
 
     /// The operator `node` of `subtask` with everything after it.
@@ -452,7 +485,9 @@ impl Assembler<'_> {
 
     fn task(&mut self, head: NodeId, chain_name: &str, subtask: usize) -> Result<TaskSpec> {
         let metrics = self.registry.task(chain_name, subtask);
+        self.store = self.open_store(head, subtask, self.tasks_built)?;
         let ctx = TaskContext {
+            store: self.store.clone(),
             control: self.run.control.clone(),
             metrics: metrics.clone(),
             buffer_timeout: self.config.buffer_timeout,
@@ -526,7 +561,7 @@ pub(crate) fn plan(nodes: &[Node], run: &RunContext<'_>) -> Result<(Vec<TaskSpec
     let described = describe(nodes, &layout);
     let channels = create_channels(nodes, &layout, config);
     let mut assembler =
-        Assembler { nodes, layout: &layout, config, registry: run.registry, channels, run, tasks_built: 0 };
+        Assembler { nodes, layout: &layout, config, registry: run.registry, channels, run, tasks_built: 0, store: None };
     let mut tasks = Vec::new();
     for (vertex, (head, _)) in layout.chains.iter().enumerate() {
         for subtask in 0..layout.parallelism[*head] {

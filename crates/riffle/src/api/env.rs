@@ -132,6 +132,7 @@ impl StreamEnv {
             out_type: TypeOf::<T>::arc(),
             kind: NodeKind::Source(Arc::new(SourceSpec::new(source, strategy))),
             start_new_chain: false,
+            keyed: false,
         });
         DataStream::new(self.inner.clone(), node, Slot::Main, Ship::Forward)
     }

@@ -103,7 +103,8 @@ where
         Op: crate::operators::Operator<In = T>,
         F: Fn() -> Op + Send + Sync + 'static,
     {
-        let node: Node = operator_node(name, vec![self.input.edge()], move || Ok(factory()));
+        let mut node: Node = operator_node(name, vec![self.input.edge()], move || Ok(factory()));
+        node.keyed = true;
         let id = self.input.env.add_node(node);
         DataStream::new(self.input.env.clone(), id, Slot::Main, Ship::Forward)
     }

@@ -75,6 +75,7 @@ pub(crate) fn operator_node<Op: Operator>(
         },
         start_new_chain: false,
         bad_records: None,
+        keyed: false,
     }
 }
 
@@ -95,6 +96,7 @@ pub(crate) fn sink_node<T: Data, S: Sink<T>>(name: String, sink: S) -> Node {
         },
         start_new_chain: false,
         bad_records: None,
+        keyed: false,
     };
     if let NodeKind::Operator { build, .. } = &mut node.kind {
         *build = Arc::new(move |ctx, _output, side, restore| {

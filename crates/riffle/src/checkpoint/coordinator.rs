@@ -16,8 +16,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use serde::Serialize;
 
-use crate::checkpoint::manifest::{Extent, MANIFEST_VERSION, Manifest, OperatorState, SnapshotKind, SubtaskState};
-use crate::checkpoint::{CheckpointConfig, CheckpointStorage, TaskSnapshot};
+use crate::checkpoint::manifest::{
+    Extent, FileRef, MANIFEST_VERSION, Manifest, OperatorState, SnapshotKind, StoreState, SubtaskState,
+};
+use crate::checkpoint::storage::SHARED_DIR;
+use crate::checkpoint::{CheckpointConfig, CheckpointStorage, StoreSnapshot, TaskSnapshot};
 use crate::error::{Error, Result};
 use crate::record::{CheckpointBarrier, Timestamp};
 use crate::runtime::JobControl;
@@ -60,7 +63,13 @@ struct Target {
 
 /// A task's share of a checkpoint, on its way to the coordinator.
 pub(crate) enum CoordinatorEvent {
-    Ack { id: u64, task: usize, states: Vec<(String, String, usize, SubtaskState)>, alignment: Duration },
+    Ack {
+        id: u64,
+        task: usize,
+        states: Vec<(String, String, usize, SubtaskState)>,
+        store: Option<StoreState>,
+        alignment: Duration,
+    },
     Decline { id: u64, reason: String },
     /// A task ended after taking part in checkpoint `last` (0: none).
     TaskFinished { last: u64 },
@@ -129,6 +138,43 @@ fn file_name_of(operator_id: &str) -> String {
     format!("{clean}-{:08x}", crate::keys::stable_hash(operator_id) as u32)
 }
 
+/// Store files already uploaded, by store and file name: immutable files are referenced again,
+/// not uploaded again (incremental checkpoints).
+type Uploaded = HashMap<(String, String), FileRef>;
+
+/// Uploads a store checkpoint: new immutable files to `shared/`, the others with the checkpoint.
+fn upload_store(snapshot: &StoreSnapshot, target: &Target, uploaded: &mut Uploaded) -> Result<StoreState> {
+    let mut files = Vec::new();
+    for path in &snapshot.files {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let immutable = name.ends_with(".sst");
+        let key = (snapshot.store_id.clone(), name.clone());
+        let file = match uploaded.get(&key) {
+            Some(file) if immutable => file.clone(),
+            _ => {
+                let bytes = std::fs::read(path).map_err(|e| Error::io(format!("cannot read `{}`", path.display()), e))?;
+                let stored = if immutable {
+                    format!("{SHARED_DIR}/{}/{name}", snapshot.store_id)
+                } else {
+                    format!("{}/store-{}/{name}", target.dir, snapshot.store_id)
+                };
+                let file = target.storage.write(stored.trim_start_matches('/'), bytes)?;
+                if immutable {
+                    uploaded.insert(key, file.clone());
+                }
+                file
+            }
+        };
+        files.push((name, file));
+    }
+    let _ = std::fs::remove_dir_all(&snapshot.dir);
+    Ok(StoreState {
+        store_id: snapshot.store_id.clone(),
+        key_groups: (snapshot.key_groups.start, snapshot.key_groups.end),
+        files,
+    })
+}
+
 /// Writes the task's operator states, one file per operator subtask.
 fn upload(job: UploadJob, target: &Target) -> Result<Vec<(String, String, usize, SubtaskState)>> {
     let mut states = Vec::new();
@@ -166,12 +212,20 @@ fn upload(job: UploadJob, target: &Target) -> Result<Vec<(String, String, usize,
 
 /// The uploader: writes snapshots in the background and acknowledges them.
 fn run_uploader(hub: Arc<CheckpointHub>, jobs: Receiver<UploadJob>) {
-    for job in jobs.iter() {
+    let mut uploaded = Uploaded::new();
+    for mut job in jobs.iter() {
         let id = job.snapshot.checkpoint_id;
-        let Some(target) = hub.target(id) else { continue }; // aborted meanwhile
+        let store = job.snapshot.store.take();
+        let Some(target) = hub.target(id) else {
+            if let Some(store) = store {
+                let _ = std::fs::remove_dir_all(&store.dir);
+            }
+            continue; // aborted meanwhile
+        };
         let (task, alignment) = (job.task, job.alignment);
-        let event = match upload(job, &target) {
-            Ok(states) => CoordinatorEvent::Ack { id, task, states, alignment },
+        let store = store.map(|s| upload_store(&s, &target, &mut uploaded)).transpose();
+        let event = match store.and_then(|store| upload(job, &target).map(|states| (states, store))) {
+            Ok((states, store)) => CoordinatorEvent::Ack { id, task, states, store, alignment },
             Err(error) => CoordinatorEvent::Decline { id, reason: error.to_string() },
         };
         let _ = hub.events.send(event);
@@ -184,7 +238,7 @@ struct Pending {
     target: Target,
     triggered: Instant,
     triggered_at: Timestamp,
-    acks: HashMap<usize, (Vec<(String, String, usize, SubtaskState)>, Duration)>,
+    acks: HashMap<usize, (Vec<(String, String, usize, SubtaskState)>, Option<StoreState>, Duration)>,
     savepoint: Option<SavepointRequest>,
 }
 
@@ -263,7 +317,7 @@ impl Coordinator {
     }
 
     fn finish(&mut self, pending: Pending, outcome: std::result::Result<Manifest, String>) {
-        let alignment = pending.acks.values().map(|(_, a)| *a).max().unwrap_or_default();
+        let alignment = pending.acks.values().map(|(_, _, a)| *a).max().unwrap_or_default();
         let (status, size, subtasks) = match &outcome {
             Ok(manifest) => ("completed".to_string(), manifest.size(), manifest.files().count()),
             Err(reason) => (reason.clone(), 0, 0),
@@ -312,7 +366,8 @@ impl Coordinator {
 
     fn manifest(&self, pending: &Pending) -> Manifest {
         let mut operators: BTreeMap<String, OperatorState> = BTreeMap::new();
-        for (states, _) in pending.acks.values() {
+        let stores = pending.acks.values().filter_map(|(_, store, _)| store.clone()).collect();
+        for (states, _, _) in pending.acks.values() {
             for (id, name, parallelism, state) in states {
                 let entry = operators
                     .entry(id.clone())
@@ -331,6 +386,7 @@ impl Coordinator {
             timestamp: pending.triggered_at,
             max_parallelism: self.max_parallelism,
             operators,
+            stores,
         }
     }
 
@@ -357,9 +413,9 @@ impl Coordinator {
         while !(done.load(Ordering::Acquire) && pending.is_none()) && !self.control.is_cancelled() {
             crossbeam_channel::select! {
                 recv(self.events) -> event => match event {
-                    Ok(CoordinatorEvent::Ack { id, task, states, alignment }) => {
+                    Ok(CoordinatorEvent::Ack { id, task, states, store, alignment }) => {
                         if let Some(p) = pending.as_mut().filter(|p| p.id == id) {
-                            p.acks.insert(task, (states, alignment));
+                            p.acks.insert(task, (states, store, alignment));
                             if p.acks.len() == self.tasks {
                                 let p = pending.take().expect("pending");
                                 self.complete(p);

@@ -72,6 +72,17 @@ pub struct OperatorState {
     pub subtasks: Vec<SubtaskState>,
 }
 
+/// A checkpoint of one task's key-value store (RocksDB): its files, by their name in the store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreState {
+    /// Identifies the store (its immutable files are shared between checkpoints).
+    pub store_id: String,
+    /// The key groups it holds.
+    pub key_groups: (KeyGroup, KeyGroup),
+    /// Its files: name in the store's directory, and where it is stored.
+    pub files: Vec<(String, FileRef)>,
+}
+
 /// Everything a completed checkpoint or savepoint holds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -89,16 +100,24 @@ pub struct Manifest {
     pub max_parallelism: usize,
     /// State by operator id.
     pub operators: BTreeMap<String, OperatorState>,
+    /// Checkpoints of the tasks' key-value stores.
+    #[serde(default)]
+    pub stores: Vec<StoreState>,
 }
 
 impl Manifest {
-    /// Total bytes of the checkpoint's files.
+    /// Total bytes of the checkpoint's files (store files included, shared ones too).
     pub fn size(&self) -> u64 {
-        self.files().map(|f| f.size).sum()
+        self.files().map(|f| f.size).sum::<u64>() + self.store_files().map(|f| f.size).sum::<u64>()
     }
 
-    /// Every file the checkpoint references.
+    /// The operators' state files.
     pub fn files(&self) -> impl Iterator<Item = &FileRef> {
         self.operators.values().flat_map(|op| op.subtasks.iter().filter_map(|s| s.file.as_ref()))
+    }
+
+    /// The store files (some shared with other checkpoints).
+    pub fn store_files(&self) -> impl Iterator<Item = &FileRef> {
+        self.stores.iter().flat_map(|s| s.files.iter().map(|(_, f)| f))
     }
 }

@@ -10,6 +10,6 @@ pub(crate) mod storage;
 
 pub use coordinator::CheckpointStats;
 pub use config::{CheckpointConfig, RestartStrategy, RestoreFrom, SHORT_INTERVAL_WARNING};
-pub use manifest::{Extent, FileRef, MANIFEST_FILE, Manifest, OperatorState, SnapshotKind, SubtaskState};
+pub use manifest::{Extent, FileRef, MANIFEST_FILE, Manifest, OperatorState, SnapshotKind, StoreState, SubtaskState};
 pub use storage::CheckpointStorage;
-pub use snapshot::{OperatorSnapshot, Redistribution, RestoreState, SnapshotWriter, TaskSnapshot, decode, encode};
+pub use snapshot::{OperatorSnapshot, Redistribution, RestoreState, SnapshotWriter, StoreSnapshot, TaskSnapshot, decode, encode};

@@ -3,18 +3,21 @@
 //! instance its state: the key groups it owns now, and its share of non-keyed state.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::manifest::{Extent, Manifest};
 use crate::checkpoint::storage::CHECKPOINT_PREFIX;
 use crate::checkpoint::{CheckpointStorage, Redistribution, RestoreState};
 use crate::error::{Error, Result};
 use crate::keys::KeyGroupRange;
+use crate::state::KvStore;
 
 /// A loaded checkpoint, ready to hand out state.
 pub(crate) struct RestoreAssignment {
     manifest: Manifest,
     files: HashMap<String, Vec<u8>>,
+    storage: Arc<CheckpointStorage>,
     /// Where it came from, for messages.
     pub(crate) description: String,
     used: Mutex<BTreeSet<String>>,
@@ -27,7 +30,7 @@ fn slice(bytes: &[u8], extent: Extent) -> Result<Vec<u8>> {
 
 impl RestoreAssignment {
     /// Reads the manifest of `dir` and every file it references (checking their checksums).
-    pub(crate) fn load(storage: &CheckpointStorage, dir: &str) -> Result<Self> {
+    pub(crate) fn load(storage: &Arc<CheckpointStorage>, dir: &str) -> Result<Self> {
         let manifest = storage.read_manifest(dir)?;
         let mut files = HashMap::new();
         for file in manifest.files() {
@@ -35,12 +38,13 @@ impl RestoreAssignment {
                 files.insert(file.path.clone(), storage.read(file)?);
             }
         }
+        // Store files are checked when a task downloads them.
         let description = format!("{} {} of {}", kind_name(&manifest), manifest.checkpoint_id, storage.description());
-        Ok(RestoreAssignment { manifest, files, description, used: Mutex::new(BTreeSet::new()) })
+        Ok(RestoreAssignment { manifest, files, storage: storage.clone(), description, used: Mutex::new(BTreeSet::new()) })
     }
 
     /// The latest completed checkpoint of `storage` that reads back whole; `None` if there is none.
-    pub(crate) fn latest(storage: &CheckpointStorage) -> Result<Option<Self>> {
+    pub(crate) fn latest(storage: &Arc<CheckpointStorage>) -> Result<Option<Self>> {
         for id in storage.completed_checkpoints()?.into_iter().rev() {
             match Self::load(storage, &format!("{CHECKPOINT_PREFIX}{id}")) {
                 Ok(assignment) => return Ok(Some(assignment)),
@@ -97,6 +101,26 @@ impl RestoreAssignment {
         }
         state.keyed.sort_by_key(|(kg, _)| *kg);
         Ok((!state.is_empty()).then_some(state))
+    }
+
+    /// Copies into `store` the entries of `range` from every store checkpoint that holds some of
+    /// them (downloaded to `local` first).
+    pub(crate) fn restore_store(&self, store: &dyn KvStore, range: KeyGroupRange, local: &Path) -> Result<()> {
+        for old in &self.manifest.stores {
+            let (start, end) = old.key_groups;
+            if end < range.start || start > range.end {
+                continue;
+            }
+            let dir = local.join(format!("restore-{}", old.store_id));
+            std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("cannot create `{}`", dir.display()), e))?;
+            for (name, file) in &old.files {
+                let bytes = self.storage.read(file)?;
+                std::fs::write(dir.join(name), bytes).map_err(|e| Error::io(format!("cannot write `{}`", dir.display()), e))?;
+            }
+            store.restore_from(&dir, range)?;
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Ok(())
     }
 
     /// Operators of the checkpoint with state (not only a watermark) that no operator of the

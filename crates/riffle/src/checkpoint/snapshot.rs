@@ -83,6 +83,19 @@ pub struct OperatorSnapshot {
     pub writer: SnapshotWriter,
 }
 
+/// A checkpoint of a task's key-value store, on local disk until uploaded.
+#[derive(Debug)]
+pub struct StoreSnapshot {
+    /// Identifies the store across checkpoints (its immutable files keep their names).
+    pub store_id: String,
+    /// The key groups the store holds.
+    pub key_groups: crate::keys::KeyGroupRange,
+    /// The checkpoint's directory.
+    pub dir: std::path::PathBuf,
+    /// Its files.
+    pub files: Vec<std::path::PathBuf>,
+}
+
 /// The snapshots of one task's operators at one barrier.
 #[derive(Debug, Default)]
 pub struct TaskSnapshot {
@@ -90,12 +103,14 @@ pub struct TaskSnapshot {
     pub checkpoint_id: u64,
     /// One entry per operator of the chain.
     pub operators: Vec<OperatorSnapshot>,
+    /// The task's key-value store, when the state backend has one.
+    pub store: Option<StoreSnapshot>,
 }
 
 impl TaskSnapshot {
     /// An empty snapshot for `checkpoint_id`.
     pub fn new(checkpoint_id: u64) -> Self {
-        TaskSnapshot { checkpoint_id, operators: Vec::new() }
+        TaskSnapshot { checkpoint_id, operators: Vec::new(), store: None }
     }
 }
 

@@ -33,6 +33,9 @@ impl std::fmt::Debug for CheckpointStorage {
 /// Prefix of checkpoint directories: `chk-<id>`.
 pub(crate) const CHECKPOINT_PREFIX: &str = "chk-";
 
+/// Directory of store files shared between checkpoints.
+pub(crate) const SHARED_DIR: &str = "shared";
+
 fn storage_error(context: impl std::fmt::Display, error: impl std::fmt::Display) -> Error {
     Error::Checkpoint(format!("{context}: {error}"))
 }
@@ -187,7 +190,31 @@ impl CheckpointStorage {
                 removed += 1;
             }
         }
+        self.remove_unreferenced_shared_files(&keep)?;
         Ok(removed)
+    }
+
+    /// Deletes the shared store files no kept checkpoint references.
+    fn remove_unreferenced_shared_files(&self, kept: &BTreeSet<u64>) -> Result<()> {
+        let mut referenced = BTreeSet::new();
+        for id in kept {
+            let manifest = self.read_manifest(&format!("{CHECKPOINT_PREFIX}{id}"))?;
+            referenced.extend(manifest.store_files().map(|f| f.path.clone()));
+        }
+        let prefix = self.path(SHARED_DIR);
+        let root = self.root.clone();
+        self.runtime
+            .block_on(async {
+                let objects: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
+                for object in objects {
+                    let relative: Vec<_> = object.location.prefix_match(&root).map(|parts| parts.map(|p| p.as_ref().to_string()).collect()).unwrap_or_default();
+                    if !referenced.contains(&relative.join("/")) {
+                        self.store.delete(&object.location).await?;
+                    }
+                }
+                Ok::<_, object_store::Error>(())
+            })
+            .map_err(|e| storage_error(format!("cannot clean `{prefix}` in {}", self.description), e))
     }
 }
 
@@ -241,6 +268,7 @@ mod tests {
             timestamp: 0,
             max_parallelism: 128,
             operators: Default::default(),
+            stores: Vec::new(),
         }
     }
 

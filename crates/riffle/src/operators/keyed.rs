@@ -163,7 +163,11 @@ pub(crate) struct KeyedRuntime<K> {
 
 impl<K: Data + Hash + Eq> KeyedRuntime<K> {
     pub(crate) fn new(ctx: &OperatorContext) -> Self {
-        KeyedRuntime { state: KeyedState::new(ctx.key_groups, ctx.clock.clone()), timers: TimerService::new(), ctx: ctx.clone() }
+        KeyedRuntime {
+            state: KeyedState::in_store(ctx.key_groups, ctx.clock.clone(), ctx.store.clone(), &ctx.id),
+            timers: TimerService::new(),
+            ctx: ctx.clone(),
+        }
     }
 
     /// The key group of `key`, checked against the ones this instance owns.

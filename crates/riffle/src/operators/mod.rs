@@ -130,6 +130,20 @@ pub struct OperatorContext {
     pub run_id: String,
     /// Where a sink leaves what is to be committed once every task finished successfully.
     pub(crate) finalizers: Option<crate::sink::Finalizers>,
+    /// The task's key-value store, when the job's state backend has one.
+    pub store: Option<std::sync::Arc<dyn crate::state::KvStore>>,
+}
+
+impl OperatorContext {
+    /// A state of this operator named `name`, in the job's state backend.
+    pub fn state_table<K, N, V>(&self, name: &str) -> crate::state::StateTable<K, N, V>
+    where
+        K: std::hash::Hash + Eq + Clone + serde::Serialize + serde::de::DeserializeOwned,
+        N: std::hash::Hash + Eq + Clone + serde::Serialize + serde::de::DeserializeOwned,
+        V: Clone + serde::Serialize + serde::de::DeserializeOwned,
+    {
+        crate::state::StateTable::new(self.store.as_ref(), &self.id, name, self.key_groups)
+    }
 }
 
 /// Names a side output of an operator and the type of its records.

@@ -20,7 +20,7 @@ use crate::keys::KeyGroup;
 use crate::operators::keyed::KeyedRuntime;
 use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, Record, Timestamp};
-use crate::state::Table;
+use crate::state::StateTable;
 use crate::state::table::FastMap;
 
 /// What crosses the shuffle of a rolling aggregate.
@@ -87,7 +87,7 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
 pub(crate) struct RollingAggregate<K, T, A: AggregateFunction<T>> {
     key: KeyFn<K, Rolling<K, T, A::Acc>>,
     aggregate: A,
-    state: Option<(KeyedRuntime<K>, Table<K, (), A::Acc>)>,
+    state: Option<(KeyedRuntime<K>, StateTable<K, (), A::Acc>)>,
     _type: PhantomData<fn(T)>,
 }
 
@@ -102,7 +102,7 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
     type Out = (K, A::Out);
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
-        self.state = Some((KeyedRuntime::new(ctx), Table::new(ctx.key_groups)));
+        self.state = Some((KeyedRuntime::new(ctx), ctx.state_table("rolling")));
         Ok(())
     }
 
@@ -111,20 +111,24 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
         for record in batch.drain(..) {
             let key = (self.key)(&record.value);
             let key_group: KeyGroup = runtime.key_group(&key)?;
-            let acc = table.entry(key_group, key.clone(), ()).or_insert_with(|| self.aggregate.create());
-            match record.value {
-                Rolling::Record(value) => self.aggregate.add(acc, &value),
-                Rolling::Partial { acc: partial, .. } => self.aggregate.merge(acc, partial),
-            }
-            let result = self.aggregate.result(acc);
+            let aggregate = &self.aggregate;
+            let result = table.update(key_group, &key, &(), || aggregate.create(), |acc| {
+                match record.value {
+                    Rolling::Record(value) => aggregate.add(acc, &value),
+                    Rolling::Partial { acc: partial, .. } => aggregate.merge(acc, partial),
+                }
+                Ok(aggregate.result(acc))
+            })?;
             out.emit(Record { value: (key, result), timestamp: record.timestamp })?;
         }
-        runtime.report_size(table.len(), table.heap_bytes());
+        let (entries, bytes) = table.size();
+        runtime.report_size(entries, bytes);
         Ok(())
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
         let (_, table) = self.state.as_ref().expect("opened");
+        let Some(table) = table.heap() else { return Ok(()) };
         for key_group in table.key_groups_with_entries() {
             let entries: Vec<(&K, &A::Acc)> = table.group_entries(key_group).into_iter().map(|(_, k, v)| (k, v)).collect();
             snapshot.write_keyed(key_group, &entries)?;
@@ -137,7 +141,7 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
         for group in state.keyed::<Vec<(K, A::Acc)>>() {
             let (key_group, entries) = group?;
             for (key, acc) in entries {
-                table.insert(key_group, key, (), acc);
+                table.put(key_group, key, (), acc)?;
             }
         }
         Ok(())

@@ -270,7 +270,7 @@ impl<T: Send> TaskDriver for InputTask<T> {
                 GateEvent::Barrier(barrier, alignment) => {
                     let mut snapshot = TaskSnapshot::new(barrier.id);
                     chain.barrier(barrier, &mut snapshot)?;
-                    ctx.submit(snapshot, alignment);
+                    ctx.submit(snapshot, alignment)?;
                     last_barrier = barrier.id;
                 }
                 GateEvent::End => break,
@@ -293,20 +293,11 @@ impl<T: Send> TaskDriver for InputTask<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::TaskMetrics;
-    use crate::runtime::JobControl;
     use crossbeam_channel::{Sender, bounded};
-    use std::sync::Arc;
 
     fn gate(n: usize) -> (Vec<Sender<StreamElement<u32>>>, InputGate<u32>) {
         let (tx, rx): (Vec<_>, Vec<_>) = (0..n).map(|_| bounded(16)).unzip();
-        let ctx = TaskContext {
-            control: Arc::new(JobControl::default()),
-            metrics: Arc::new(TaskMetrics::new("t", 0)),
-            buffer_timeout: Duration::from_millis(5),
-            task_index: 0,
-            checkpoints: None,
-        };
+        let ctx = TaskContext::detached("t");
         (tx, InputGate::new(rx, ctx))
     }
 

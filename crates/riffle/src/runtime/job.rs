@@ -96,7 +96,7 @@ struct Supervisor {
 }
 
 /// Where the first run starts from.
-fn initial_restore(config: &EnvConfig, storage: Option<&CheckpointStorage>) -> Result<Option<RestoreAssignment>> {
+fn initial_restore(config: &EnvConfig, storage: Option<&Arc<CheckpointStorage>>) -> Result<Option<RestoreAssignment>> {
     let Some(from) = &config.checkpoints.restore else { return Ok(None) };
     let restore = match from {
         RestoreFrom::Latest => {
@@ -109,7 +109,7 @@ fn initial_restore(config: &EnvConfig, storage: Option<&CheckpointStorage>) -> R
         }
         RestoreFrom::Savepoint(location) => {
             let storage = CheckpointStorage::open(location, &config.checkpoints.storage_options, "", "savepoint location")?;
-            Some(RestoreAssignment::load(&storage, "")?)
+            Some(RestoreAssignment::load(&Arc::new(storage), "")?)
         }
     };
     if let Some(restore) = &restore {
@@ -186,7 +186,7 @@ impl Supervisor {
     fn run(self, first: Sender<Result<JobPlan>>) -> Result<JobResult> {
         let started = Instant::now();
         let mut first = Some(first);
-        let mut restore = initial_restore(&self.config, self.storage.as_deref());
+        let mut restore = initial_restore(&self.config, self.storage.as_ref());
         let restored_from = restore.as_ref().ok().and_then(|r| r.as_ref().map(|r| r.description.clone()));
         let mut attempt = 0u32;
         let mut backoff = None;

@@ -110,6 +110,33 @@ pub(crate) struct TaskContext {
     pub(crate) task_index: usize,
     /// The checkpoint coordination, when the job takes checkpoints.
     pub(crate) checkpoints: Option<Arc<CheckpointHub>>,
+    /// The task's key-value store, when the state backend has one and the task keeps keyed state.
+    pub(crate) store: Option<TaskStoreHandle>,
+}
+
+#[cfg(test)]
+impl TaskContext {
+    /// A context for unit tests of one task part: no checkpoints, no store.
+    pub(crate) fn detached(name: &str) -> Self {
+        TaskContext {
+            control: Arc::new(JobControl::default()),
+            metrics: Arc::new(TaskMetrics::new(name, 0)),
+            buffer_timeout: Duration::from_millis(5),
+            task_index: 0,
+            checkpoints: None,
+            store: None,
+        }
+    }
+}
+
+/// A task's key-value store and what its checkpoints are filed under.
+#[derive(Clone)]
+pub(crate) struct TaskStoreHandle {
+    pub(crate) store: Arc<dyn crate::state::KvStore>,
+    /// Unique per store: its immutable files keep their names from one checkpoint to the next.
+    pub(crate) id: String,
+    pub(crate) key_groups: crate::keys::KeyGroupRange,
+    pub(crate) local_dir: std::path::PathBuf,
 }
 
 impl TaskContext {
@@ -122,11 +149,22 @@ impl TaskContext {
         })
     }
 
-    /// Hands a snapshot to the uploader.
-    pub(crate) fn submit(&self, snapshot: TaskSnapshot, alignment: Duration) {
-        if let Some(hub) = &self.checkpoints {
-            hub.submit(self.task_index, snapshot, alignment);
+    /// Hands a snapshot to the uploader, with a checkpoint of the task's store (the synchronous
+    /// part: the store flushes its memory and links its files; uploading happens elsewhere).
+    pub(crate) fn submit(&self, mut snapshot: TaskSnapshot, alignment: Duration) -> crate::Result<()> {
+        let Some(hub) = &self.checkpoints else { return Ok(()) };
+        if let Some(store) = &self.store {
+            let dir = store.local_dir.join(format!("chk-{}", snapshot.checkpoint_id));
+            let files = store.store.checkpoint(&dir)?;
+            snapshot.store = Some(crate::checkpoint::StoreSnapshot {
+                store_id: store.id.clone(),
+                key_groups: store.key_groups,
+                dir,
+                files,
+            });
         }
+        hub.submit(self.task_index, snapshot, alignment);
+        Ok(())
     }
 
     /// Tells the coordinator this task ended, after taking part in checkpoint `last`.

@@ -173,19 +173,11 @@ impl<T: Clone + Send> Output<T> for RecordWriter<T> {
 mod tests {
     use super::*;
     use crate::keys::key_group_of;
-    use crate::metrics::TaskMetrics;
-    use crate::runtime::JobControl;
     use crossbeam_channel::{Receiver, bounded};
     use std::time::Duration;
 
     fn ctx() -> TaskContext {
-        TaskContext {
-            control: Arc::new(JobControl::default()),
-            metrics: Arc::new(TaskMetrics::new("test", 0)),
-            buffer_timeout: Duration::from_millis(5),
-            task_index: 0,
-            checkpoints: None,
-        }
+        TaskContext::detached("test")
     }
 
     fn channels(n: usize) -> (Vec<Sender<StreamElement<u64>>>, Vec<Receiver<StreamElement<u64>>>) {

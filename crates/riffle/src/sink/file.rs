@@ -131,7 +131,7 @@ impl<T: Data> SinkWriter<T> for FileWriter {
         let file = self.file()?;
         for record in batch.drain(..) {
             line.clear();
-            serde_json::to_writer(&mut line, &record.value).map_err(|e| Error::user(e))?;
+            serde_json::to_writer(&mut line, &record.value).map_err(Error::user)?;
             line.push(b'\n');
             file.write_all(&line).map_err(|e| Error::io(format!("cannot write `{}`", path.display()), e))?;
         }

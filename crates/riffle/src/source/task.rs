@@ -220,7 +220,7 @@ impl<T: Data> SourceTask<T> {
         });
         self.chain.barrier(barrier, &mut snapshot)?;
         self.dead_letter.barrier(barrier, &mut snapshot)?;
-        self.ctx.submit(snapshot, Duration::ZERO);
+        self.ctx.submit(snapshot, Duration::ZERO)?;
         self.last_barrier = barrier.id;
         Ok(())
     }

@@ -20,7 +20,8 @@ use crate::state::descriptors::{
     AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, StateTtl,
     TtlUpdate, ValueStateDescriptor,
 };
-use crate::state::table::{FastMap, Table};
+use crate::state::table::FastMap;
+use crate::state::{KvStore, StateTable};
 use crate::time::Clock;
 
 /// A state value and the processing time of its last update.
@@ -30,7 +31,7 @@ pub(crate) struct Timed<X> {
     pub(crate) touched: Timestamp,
 }
 
-type StoredTable<K, X> = Table<K, (), Timed<X>>;
+type StoredTable<K, X> = StateTable<K, (), Timed<X>>;
 
 /// One declared state of the operator.
 struct Slot {
@@ -38,24 +39,24 @@ struct Slot {
     type_name: &'static str,
     table: Box<dyn Any + Send>,
     ttl: Option<StateTtl>,
-    expire: fn(&mut (dyn Any + Send), Timestamp, i64) -> usize,
+    expire: fn(&mut (dyn Any + Send), Timestamp, i64) -> Result<usize>,
     entries: fn(&(dyn Any + Send)) -> (usize, usize),
     snapshot: fn(&(dyn Any + Send), KeyGroup) -> Result<Option<Vec<u8>>>,
     restore: fn(&mut (dyn Any + Send), KeyGroup, &[u8]) -> Result<()>,
 }
 
-fn expire<K: Hash + Eq + 'static, X: 'static>(table: &mut (dyn Any + Send), now: Timestamp, ttl: i64) -> usize {
+fn expire<K: Data + Hash + Eq, X: Data>(table: &mut (dyn Any + Send), now: Timestamp, ttl: i64) -> Result<usize> {
     let table = table.downcast_mut::<StoredTable<K, X>>().expect("slot type");
     table.retain(|_, _, v| now - v.touched < ttl)
 }
 
-fn entries<K: Hash + Eq + 'static, X: 'static>(table: &(dyn Any + Send)) -> (usize, usize) {
-    let table = table.downcast_ref::<StoredTable<K, X>>().expect("slot type");
-    (table.len(), table.heap_bytes())
+fn entries<K: Data + Hash + Eq, X: Data>(table: &(dyn Any + Send)) -> (usize, usize) {
+    table.downcast_ref::<StoredTable<K, X>>().expect("slot type").size()
 }
 
+/// The entries of one key group of a heap state (a store's state is in the store's checkpoint).
 fn snapshot_group<K: Data + Hash + Eq, X: Data>(table: &(dyn Any + Send), key_group: KeyGroup) -> Result<Option<Vec<u8>>> {
-    let table = table.downcast_ref::<StoredTable<K, X>>().expect("slot type");
+    let Some(table) = table.downcast_ref::<StoredTable<K, X>>().expect("slot type").heap() else { return Ok(None) };
     let entries: Vec<(&K, &Timed<X>)> = table.group_entries(key_group).into_iter().map(|(_, k, v)| (k, v)).collect();
     if entries.is_empty() { Ok(None) } else { encode(&entries).map(Some) }
 }
@@ -63,7 +64,7 @@ fn snapshot_group<K: Data + Hash + Eq, X: Data>(table: &(dyn Any + Send), key_gr
 fn restore_group<K: Data + Hash + Eq, X: Data>(table: &mut (dyn Any + Send), key_group: KeyGroup, bytes: &[u8]) -> Result<()> {
     let table = table.downcast_mut::<StoredTable<K, X>>().expect("slot type");
     for (key, value) in decode::<Vec<(K, Timed<X>)>>(bytes)? {
-        table.insert(key_group, key, (), value);
+        table.put(key_group, key, (), value)?;
     }
     Ok(())
 }
@@ -74,6 +75,9 @@ pub(crate) type StateGroupSnapshot = Vec<(String, Vec<u8>)>;
 /// The keyed state of one operator instance, by declared name.
 pub struct KeyedState<K> {
     slots: Vec<Slot>,
+    /// The task's store (state goes there when the backend has one) and the operator's id.
+    store: Option<Arc<dyn KvStore>>,
+    operator_id: String,
     /// Restored entries of states the function has not declared yet (declared lazily, on first
     /// access), by state name and key group.
     pending: Vec<(String, KeyGroup, Vec<u8>)>,
@@ -87,10 +91,24 @@ pub struct KeyedState<K> {
 const SWEEP_INTERVAL_MS: i64 = 1_000;
 
 impl<K: Data + Hash + Eq> KeyedState<K> {
-    /// Empty state for the key groups of `range`.
+    /// Empty state on the heap for the key groups of `range`.
     pub fn new(range: KeyGroupRange, clock: Arc<dyn Clock>) -> Self {
         let now = clock.now();
-        KeyedState { slots: Vec::new(), pending: Vec::new(), range, clock, last_sweep: now, _key: std::marker::PhantomData }
+        KeyedState {
+            slots: Vec::new(),
+            store: None,
+            operator_id: String::new(),
+            pending: Vec::new(),
+            range,
+            clock,
+            last_sweep: now,
+            _key: std::marker::PhantomData,
+        }
+    }
+
+    /// Empty state of operator `operator_id` in `store` (the heap if `None`).
+    pub fn in_store(range: KeyGroupRange, clock: Arc<dyn Clock>, store: Option<Arc<dyn KvStore>>, operator_id: &str) -> Self {
+        KeyedState { store, operator_id: operator_id.to_string(), ..KeyedState::new(range, clock) }
     }
 
     /// The processing time now.
@@ -102,7 +120,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         let index = match self.slots.iter().position(|s| s.name == name) {
             Some(index) => index,
             None => {
-                let mut table = StoredTable::<K, X>::new(self.range);
+                let mut table = StoredTable::<K, X>::new(self.store.as_ref(), &self.operator_id, name, self.range);
                 let (restored, pending): (Vec<_>, Vec<_>) =
                     std::mem::take(&mut self.pending).into_iter().partition(|(n, _, _)| n == name);
                 self.pending = pending;
@@ -192,6 +210,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         self.slots
             .iter_mut()
             .filter_map(|slot| slot.ttl.map(|ttl| (slot.expire)(slot.table.as_mut(), now, ttl.ttl.as_millis() as i64)))
+            .map(|removed| removed.unwrap_or(0))
             .sum()
     }
 
@@ -242,54 +261,43 @@ impl<K: Data + Hash + Eq, X: Data> Access<'_, K, X> {
         self.table.as_deref_mut().map_err(|message| Error::Graph(message.clone()))
     }
 
-    /// The live entry, if any: an expired one is removed; a read refreshes it if the TTL says so.
-    fn live(&mut self) -> Result<Option<&mut X>> {
-        let (key_group, now, ttl) = (self.key_group, self.now, self.ttl);
-        let key = self.key;
-        let table = self.table()?;
-        let expired = match (table.get(key_group, key, &()), ttl) {
-            (None, _) => return Ok(None),
-            (Some(entry), Some(ttl)) => now - entry.touched >= ttl.ttl.as_millis() as i64,
-            (Some(_), None) => false,
-        };
-        if expired {
-            table.remove(key_group, key, &());
-            return Ok(None);
-        }
-        let entry = table.get_mut(key_group, key, &()).expect("present");
-        if ttl.is_some_and(|t| t.update == TtlUpdate::OnReadAndWrite) {
-            entry.touched = now;
-        }
-        Ok(Some(&mut entry.value))
-    }
-
+    /// The live value, if any: an expired one is removed; a read refreshes it if the TTL says so.
     fn read(&mut self) -> Result<Option<X>> {
-        Ok(self.live()?.cloned())
+        let (key_group, now, ttl, key) = (self.key_group, self.now, self.ttl, self.key);
+        let table = self.table()?;
+        let Some(mut entry) = table.get(key_group, key, &())? else { return Ok(None) };
+        if let Some(ttl) = ttl {
+            if now - entry.touched >= ttl.ttl.as_millis() as i64 {
+                table.remove(key_group, key, &())?;
+                return Ok(None);
+            }
+            if ttl.update == TtlUpdate::OnReadAndWrite {
+                entry.touched = now;
+                table.put(key_group, key.clone(), (), entry.clone())?;
+            }
+        }
+        Ok(Some(entry.value))
     }
 
     fn write(&mut self, value: X) -> Result<()> {
         let (key_group, now) = (self.key_group, self.now);
         let key = self.key.clone();
-        self.table()?.insert(key_group, key, (), Timed { value, touched: now });
-        Ok(())
+        self.table()?.put(key_group, key, (), Timed { value, touched: now })
     }
 
-    /// Changes the entry in place (creating it with `create` if absent) and marks it written.
+    /// Changes the value in place (creating it with `create` if absent or expired) and marks
+    /// it written.
     fn modify<R>(&mut self, create: impl FnOnce() -> X, change: impl FnOnce(&mut X) -> R) -> Result<R> {
-        let now = self.now;
-        if self.live()?.is_none() {
-            self.write(create())?;
-        }
-        let (key_group, key) = (self.key_group, self.key);
-        let entry = self.table()?.get_mut(key_group, key, &()).expect("present");
-        entry.touched = now;
-        Ok(change(&mut entry.value))
+        let current = self.read()?;
+        let mut value = current.unwrap_or_else(create);
+        let result = change(&mut value);
+        self.write(value)?;
+        Ok(result)
     }
 
     fn clear(&mut self) -> Result<()> {
         let (key_group, key) = (self.key_group, self.key);
-        self.table()?.remove(key_group, key, &());
-        Ok(())
+        self.table()?.remove(key_group, key, &())
     }
 }
 
@@ -344,7 +352,7 @@ pub struct MapState<'a, K, UK, UV>(Access<'a, K, FastMap<UK, UV>>);
 impl<K: Data + Hash + Eq, UK: Data + Hash + Eq, UV: Data> MapState<'_, K, UK, UV> {
     /// The value of `user_key`.
     pub fn get(&mut self, user_key: &UK) -> Result<Option<UV>> {
-        Ok(self.0.live()?.and_then(|map| map.get(user_key).cloned()))
+        Ok(self.0.read()?.and_then(|map| map.get(user_key).cloned()))
     }
 
     /// Sets the value of `user_key`.
@@ -356,29 +364,29 @@ impl<K: Data + Hash + Eq, UK: Data + Hash + Eq, UV: Data> MapState<'_, K, UK, UV
 
     /// Removes `user_key`; returns its value.
     pub fn remove(&mut self, user_key: &UK) -> Result<Option<UV>> {
-        let removed = match self.0.live()? {
-            Some(map) => map.remove(user_key),
-            None => None,
-        };
-        if self.0.live()?.is_some_and(|map| map.is_empty()) {
+        let Some(mut map) = self.0.read()? else { return Ok(None) };
+        let removed = map.remove(user_key);
+        if map.is_empty() {
             self.0.clear()?;
+        } else if removed.is_some() {
+            self.0.write(map)?;
         }
         Ok(removed)
     }
 
     /// Whether `user_key` has a value.
     pub fn contains(&mut self, user_key: &UK) -> Result<bool> {
-        Ok(self.0.live()?.is_some_and(|map| map.contains_key(user_key)))
+        Ok(self.0.read()?.is_some_and(|map| map.contains_key(user_key)))
     }
 
     /// Every entry (in no particular order).
     pub fn entries(&mut self) -> Result<Vec<(UK, UV)>> {
-        Ok(self.0.live()?.map(|map| map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default())
+        Ok(self.0.read()?.map(|map| map.into_iter().collect()).unwrap_or_default())
     }
 
     /// Number of entries.
     pub fn len(&mut self) -> Result<usize> {
-        Ok(self.0.live()?.map_or(0, |map| map.len()))
+        Ok(self.0.read()?.map_or(0, |map| map.len()))
     }
 
     /// Whether the map is empty.
@@ -430,7 +438,7 @@ impl<K: Data + Hash + Eq, In, A: AggregateFunction<In>> AggregatingState<'_, K, 
     /// The aggregate so far, if anything was added.
     pub fn get(&mut self) -> Result<Option<A::Out>> {
         let aggregate = self.aggregate;
-        Ok(self.access.live()?.map(|acc| aggregate.result(acc)))
+        Ok(self.access.read()?.map(|acc| aggregate.result(&acc)))
     }
 
     /// Adds a record.

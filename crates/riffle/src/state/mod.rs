@@ -29,12 +29,15 @@
 //! Where state lives is the job's [`StateBackend`]: the heap (typed hash tables, the default) in
 //! this version; an embedded RocksDB backend implements the same trait.
 
+mod backend;
 mod descriptors;
 mod keyed;
+mod kv_table;
 pub(crate) mod table;
 mod timers;
 
-use std::fmt::Debug;
+pub use backend::{HeapBackend, KvStore, StateBackend, TaskStore};
+pub use kv_table::{KvTable, StateTable, state_id};
 
 pub use descriptors::{
     AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, StateTtl,
@@ -44,19 +47,3 @@ pub use keyed::{AggregatingState, KeyedState, ListState, MapState, ReducingState
 pub use table::Table;
 pub use timers::{TimeDomain, TimerService};
 
-/// Where the keyed state of a job lives.
-pub trait StateBackend: Send + Sync + Debug {
-    /// A short name for logs and metrics (`heap`, `rocksdb`).
-    fn name(&self) -> &str;
-}
-
-/// Keyed state in typed hash tables on the heap: the fastest access (no serialization), bounded
-/// by memory. Right for state up to a few GB per process (the seed's ADR-003).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct HeapBackend;
-
-impl StateBackend for HeapBackend {
-    fn name(&self) -> &str {
-        "heap"
-    }
-}

@@ -14,12 +14,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::api::KeyFn;
-use crate::checkpoint::{RestoreState, SnapshotWriter};
+use crate::checkpoint::{Redistribution, RestoreState, SnapshotWriter};
 use crate::error::{Error, Result};
 use crate::keys::{KeyGroup, key_group_of};
 use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, MIN_WATERMARK, NO_TIMESTAMP, Record, Timestamp};
-use crate::state::Table;
+use crate::state::StateTable;
 use crate::util::RateLimitedLog;
 use crate::window::{TimeDomain, TimeWindow, WindowFn, WindowSettings};
 
@@ -144,7 +144,7 @@ pub(crate) struct WindowOperator<K, T, F: WindowFn<K, T>> {
     panes: BTreeSet<TimeWindow>,
     /// Windows ending at or before this time have fired (every slot of theirs).
     fired_up_to: Timestamp,
-    table: Option<Table<K, TimeWindow, Slot<F::Acc>>>,
+    table: Option<StateTable<K, TimeWindow, Slot<F::Acc>>>,
     assigned: Vec<TimeWindow>,
 }
 
@@ -193,17 +193,16 @@ where
             .copied()
             .collect();
         let table = self.table.as_mut().expect("opened");
+        let function = &mut self.function;
         for window in due {
             let purge = window.max_timestamp().saturating_add(lateness) <= time;
             if purge {
-                for (_, key, mut slot) in table.drain_namespace(&window) {
-                    Self::fire_slot(&mut self.function, &key, window, &mut slot, out)?;
+                for (_, key, mut slot) in table.drain_namespace(&window)? {
+                    Self::fire_slot(function, &key, window, &mut slot, out)?;
                 }
                 self.panes.remove(&window);
             } else {
-                for (key, slot) in table.namespace_mut(&window) {
-                    Self::fire_slot(&mut self.function, key, window, slot, out)?;
-                }
+                table.for_each_in_namespace(&window, |key, slot| Self::fire_slot(function, key, window, slot, out))?;
             }
         }
         self.fired_up_to = self.fired_up_to.max(time);
@@ -213,14 +212,16 @@ where
     /// Emits the changed results of windows that are not due yet.
     fn fire_early(&mut self, out: &mut Collector<'_, F::Out>) -> Result<()> {
         let table = self.table.as_mut().expect("opened");
-        for window in &self.panes {
-            for (key, slot) in table.namespace_mut(window) {
+        let function = &mut self.function;
+        for &window in &self.panes {
+            table.for_each_in_namespace(&window, |key, slot| {
                 if slot.dirty && !slot.fired {
-                    self.function.fire(key, *window, &slot.acc, slot.emitted, out)?;
+                    function.fire(key, window, &slot.acc, slot.emitted, out)?;
                     slot.emitted = true;
                     slot.dirty = false;
                 }
-            }
+                Ok(())
+            })?;
         }
         Ok(())
     }
@@ -232,32 +233,30 @@ where
         key_group: KeyGroup,
         key: &K,
         window: TimeWindow,
-        value: Result<T, &T>,
+        value: std::result::Result<T, &T>,
         out: &mut Collector<'_, F::Out>,
     ) -> Result<()> {
         let due = window.max_timestamp() <= self.due_time();
         self.panes.insert(window);
         let function = &mut self.function;
-        let slot = self.table.as_mut().expect("opened").entry(key_group, key.clone(), window).or_insert_with(|| Slot {
-            acc: function.create(),
-            emitted: false,
-            fired: false,
-            dirty: false,
-        });
-        match value {
-            Ok(owned) => function.add_owned(&mut slot.acc, owned),
-            Err(borrowed) => function.add(&mut slot.acc, borrowed),
-        }
-        slot.dirty = true;
-        if due {
-            Self::fire_slot(function, key, window, slot, out)?;
-        }
-        Ok(())
+        let create = || Slot { acc: function.create(), emitted: false, fired: false, dirty: false };
+        let initial = create();
+        self.table.as_mut().expect("opened").update(key_group, key, &window, || initial, |slot| {
+            match value {
+                Ok(owned) => function.add_owned(&mut slot.acc, owned),
+                Err(borrowed) => function.add(&mut slot.acc, borrowed),
+            }
+            slot.dirty = true;
+            if due {
+                Self::fire_slot(function, key, window, slot, out)?;
+            }
+            Ok(())
+        })
     }
 
     fn report_size(&self) {
-        let table = self.table.as_ref().expect("opened");
-        self.core.ctx().metrics.set_state(table.len() as u64, table.heap_bytes() as u64);
+        let (entries, bytes) = self.table.as_ref().expect("opened").size();
+        self.core.ctx().metrics.set_state(entries as u64, bytes as u64);
     }
 }
 
@@ -272,7 +271,7 @@ where
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.core.open(ctx);
-        self.table = Some(Table::new(ctx.key_groups));
+        self.table = Some(ctx.state_table("windows"));
         Ok(())
     }
 
@@ -336,20 +335,27 @@ where
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
-        let table = self.table.as_ref().expect("opened");
-        for key_group in table.key_groups_with_entries() {
-            snapshot.write_keyed(key_group, &table.group_entries(key_group))?;
+        // The windows that hold state (every old subtask's, on restore); the slots themselves
+        // are here when on the heap, in the task's store otherwise.
+        snapshot.write_operator(Redistribution::Union, &self.panes)?;
+        if let Some(table) = self.table.as_ref().expect("opened").heap() {
+            for key_group in table.key_groups_with_entries() {
+                snapshot.write_keyed(key_group, &table.group_entries(key_group))?;
+            }
         }
         Ok(())
     }
 
     fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
+        for panes in state.operator::<BTreeSet<TimeWindow>>() {
+            self.panes.extend(panes?);
+        }
         let table = self.table.as_mut().expect("opened");
         for group in state.keyed::<Vec<(TimeWindow, K, Slot<F::Acc>)>>() {
             let (key_group, entries) = group?;
             for (window, key, slot) in entries {
                 self.panes.insert(window);
-                table.insert(key_group, key, window, slot);
+                table.put(key_group, key, window, slot)?;
             }
         }
         // Late records are judged against the watermark the snapshot had; windows due by the

@@ -12,7 +12,8 @@ use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::Result;
 use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, Record, Timestamp};
-use crate::state::{Table, TimerService};
+use crate::keys::KeyGroup;
+use crate::state::{StateTable, TimerService};
 use crate::window::operator::WindowCore;
 use crate::window::{TimeDomain, TimeWindow, WindowFn, WindowSettings, Windows};
 
@@ -32,7 +33,7 @@ pub(crate) struct SessionWindowOperator<K, T, F: WindowFn<K, T>> {
     function: F,
     core: WindowCore<F::Late>,
     gap: i64,
-    sessions: Option<Table<K, (), Vec<SessionSlot<F::Acc>>>>,
+    sessions: Option<StateTable<K, (), Vec<SessionSlot<F::Acc>>>>,
     timers: TimerService<K>,
 }
 
@@ -72,14 +73,13 @@ where
         let domain = self.domain();
         let lateness = self.lateness();
         let sessions = self.sessions.as_mut().expect("opened");
-        let existing = sessions.get(key_group, &key, &()).map(Vec::as_slice).unwrap_or_default();
-        let merged = existing.iter().filter(|s| s.window.intersects(&fresh)).fold(fresh, |w, s| w.cover(&s.window));
+        let mut list = sessions.get(key_group, &key, &())?.unwrap_or_default();
+        let merged = list.iter().filter(|s| s.window.intersects(&fresh)).fold(fresh, |w, s| w.cover(&s.window));
         if self.core.is_expired(&merged) {
             let Record { value, timestamp } = record;
             let late = self.function.late(value).map(|value| Record { value, timestamp });
             return self.core.late(late, timestamp, out);
         }
-        let list = sessions.entry(key_group, key.clone(), ()).or_insert_with(Vec::new);
         let mut acc = self.function.create();
         self.function.add(&mut acc, &record.value);
         let mut emitted = false;
@@ -107,7 +107,7 @@ where
             self.timers.register(domain, merged.max_timestamp(), key.clone());
         }
         list.push(slot);
-        Ok(())
+        self.sessions.as_mut().expect("opened").put(key_group, key, (), list)
     }
 
     /// Fires the sessions whose timers are due at `time` and drops those past the lateness.
@@ -117,7 +117,7 @@ where
         for (_, key) in self.timers.pop_due(domain, time) {
             let key_group = self.core.key_group(&key)?;
             let sessions = self.sessions.as_mut().expect("opened");
-            let Some(list) = sessions.get_mut(key_group, &key, &()) else { continue };
+            let Some(mut list) = sessions.get(key_group, &key, &())? else { continue };
             for slot in list.iter_mut() {
                 if !slot.fired && slot.window.max_timestamp() <= time {
                     self.function.fire(&key, slot.window, &slot.acc, slot.emitted, out)?;
@@ -131,7 +131,9 @@ where
             }
             list.retain(|s| !(s.fired && s.window.max_timestamp().saturating_add(lateness) <= time));
             if list.is_empty() {
-                sessions.remove(key_group, &key, &());
+                sessions.remove(key_group, &key, &())?;
+            } else {
+                sessions.put(key_group, key, (), list)?;
             }
         }
         Ok(())
@@ -139,27 +141,39 @@ where
 
     fn fire_early(&mut self, out: &mut Collector<'_, F::Out>) -> Result<()> {
         let sessions = self.sessions.as_mut().expect("opened");
-        let mut dirty: Vec<(K, usize)> = Vec::new();
-        for (_, _, key, list) in sessions.iter() {
-            for (index, slot) in list.iter().enumerate() {
-                if slot.dirty && !slot.fired {
-                    dirty.push((key.clone(), index));
-                }
+        let mut dirty: Vec<(KeyGroup, K)> = Vec::new();
+        sessions.for_each(|key_group, _, key, list| {
+            if list.iter().any(|slot| slot.dirty && !slot.fired) {
+                dirty.push((key_group, key.clone()));
             }
-        }
-        for (key, index) in dirty {
-            let key_group = self.core.key_group(&key)?;
-            let slot = &mut self.sessions.as_mut().expect("opened").get_mut(key_group, &key, &()).expect("present")[index];
-            self.function.fire(&key, slot.window, &slot.acc, slot.emitted, out)?;
-            slot.emitted = true;
-            slot.dirty = false;
+            Ok(())
+        })?;
+        for (key_group, key) in dirty {
+            let function = &mut self.function;
+            sessions.update(key_group, &key, &(), Vec::new, |list| {
+                for slot in list.iter_mut().filter(|s| s.dirty && !s.fired) {
+                    function.fire(&key, slot.window, &slot.acc, slot.emitted, out)?;
+                    slot.emitted = true;
+                    slot.dirty = false;
+                }
+                Ok(())
+            })?;
         }
         Ok(())
     }
 
     fn report_size(&self) {
-        let sessions = self.sessions.as_ref().expect("opened");
-        self.core.ctx().metrics.set_state((sessions.len() + self.timers.len()) as u64, sessions.heap_bytes() as u64);
+        let (entries, bytes) = self.sessions.as_ref().expect("opened").size();
+        self.core.ctx().metrics.set_state((entries + self.timers.len()) as u64, bytes as u64);
+    }
+
+    /// Registers each session's timer: its firing, or once fired, its cleanup.
+    fn register_timers(&mut self, key: &K, list: &[SessionSlot<F::Acc>]) {
+        let (domain, lateness) = (self.domain(), self.lateness());
+        for slot in list {
+            let at = if slot.fired { slot.window.max_timestamp().saturating_add(lateness) } else { slot.window.max_timestamp() };
+            self.timers.register(domain, at, key.clone());
+        }
     }
 }
 
@@ -174,7 +188,7 @@ where
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.core.open(ctx);
-        self.sessions = Some(Table::new(ctx.key_groups));
+        self.sessions = Some(ctx.state_table("sessions"));
         Ok(())
     }
 
@@ -210,28 +224,34 @@ where
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
-        let sessions = self.sessions.as_ref().expect("opened");
-        for key_group in sessions.key_groups_with_entries() {
-            let entries: Vec<(&K, &Vec<SessionSlot<F::Acc>>)> =
-                sessions.group_entries(key_group).into_iter().map(|(_, k, v)| (k, v)).collect();
-            snapshot.write_keyed(key_group, &entries)?;
+        if let Some(sessions) = self.sessions.as_ref().expect("opened").heap() {
+            for key_group in sessions.key_groups_with_entries() {
+                let entries: Vec<(&K, &Vec<SessionSlot<F::Acc>>)> =
+                    sessions.group_entries(key_group).into_iter().map(|(_, k, v)| (k, v)).collect();
+                snapshot.write_keyed(key_group, &entries)?;
+            }
         }
         Ok(())
     }
 
     fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
         self.core.watermark = state.watermark().unwrap_or(self.core.watermark);
-        let domain = self.domain();
-        let lateness = self.lateness();
         for group in state.keyed::<Vec<(K, Vec<SessionSlot<F::Acc>>)>>() {
             let (key_group, entries) = group?;
             for (key, list) in entries {
-                // Timers are state too: each session's firing (or, once fired, its cleanup) again.
-                for slot in &list {
-                    let at = if slot.fired { slot.window.max_timestamp().saturating_add(lateness) } else { slot.window.max_timestamp() };
-                    self.timers.register(domain, at, key.clone());
-                }
-                self.sessions.as_mut().expect("opened").insert(key_group, key, (), list);
+                self.register_timers(&key, &list);
+                self.sessions.as_mut().expect("opened").put(key_group, key, (), list)?;
+            }
+        }
+        // Sessions restored into the task's store (not in the snapshot): their timers too.
+        if self.sessions.as_ref().expect("opened").heap().is_none() {
+            let mut restored: Vec<(K, Vec<SessionSlot<F::Acc>>)> = Vec::new();
+            self.sessions.as_mut().expect("opened").for_each(|_, _, key, list| {
+                restored.push((key.clone(), list.clone()));
+                Ok(())
+            })?;
+            for (key, list) in restored {
+                self.register_timers(&key, &list);
             }
         }
         Ok(())

@@ -2,6 +2,7 @@
 //! latest completed checkpoint, and what the exactly-once sink committed equals the output of a
 //! run without the failure: nothing missing, nothing twice.
 
+mod backends;
 mod faults;
 mod faulty_store;
 mod recovery;

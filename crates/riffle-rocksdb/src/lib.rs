@@ -1,0 +1,382 @@
+//! RocksDB state backend for Riffle: keyed state on local disk, bounded memory, incremental
+//! checkpoints.
+//!
+//! Each task that keeps keyed state gets its own RocksDB instance under the job's
+//! [`local_state_dir`](riffle::EnvConfig::local_state_dir). Keys start with the key group, so a
+//! rescaling restore copies a contiguous key range. Writes skip RocksDB's write-ahead log: the
+//! job's checkpoints are what make state durable, and a restart restores from them.
+//!
+//! A checkpoint flushes the memtables and hard-links the store's files into a directory
+//! (RocksDB's own checkpoint); SST files never change once written, so the uploader sends only
+//! the ones the previous checkpoint did not have: an incremental checkpoint.
+//!
+//! Memory: all stores of a backend share one block cache, and their memtables are charged to
+//! it, so the backend's `memory` bounds what RocksDB holds however many tasks run.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use riffle::{EnvConfig, StreamEnv};
+//! use riffle_rocksdb::RocksDbBackend;
+//!
+//! let config = EnvConfig {
+//!     state_backend: Arc::new(RocksDbBackend::new().memory(256 << 20)),
+//!     ..EnvConfig::default()
+//! };
+//! let env = StreamEnv::with_config(config);
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use riffle::keys::KeyGroupRange;
+use riffle::state::{KvStore, StateBackend, TaskStore};
+use riffle::{Error, Result};
+use rocksdb::{
+    BlockBasedOptions, Cache, DB, DBCompressionType, Direction, IteratorMode, Options, ReadOptions, WriteBatch,
+    WriteBufferManager, WriteOptions,
+};
+
+/// Default memory of a backend: block cache and memtables of all its stores together.
+pub const DEFAULT_MEMORY: usize = 128 << 20;
+
+/// Keyed state in RocksDB (the seed's ADR-003: state larger than memory, incremental
+/// checkpoints). See the [crate documentation](crate).
+#[derive(Clone)]
+pub struct RocksDbBackend {
+    memory: usize,
+    write_buffer: usize,
+    shared: Arc<std::sync::OnceLock<Shared>>,
+}
+
+/// What every store of a backend shares.
+struct Shared {
+    cache: Cache,
+    buffers: WriteBufferManager,
+}
+
+impl std::fmt::Debug for RocksDbBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksDbBackend").field("memory", &self.memory).field("write_buffer", &self.write_buffer).finish()
+    }
+}
+
+impl Default for RocksDbBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RocksDbBackend {
+    /// A backend with [`DEFAULT_MEMORY`] and 16 MB memtables.
+    pub fn new() -> Self {
+        RocksDbBackend { memory: DEFAULT_MEMORY, write_buffer: 16 << 20, shared: Arc::default() }
+    }
+
+    /// Bounds the block cache and memtables of all stores together to `bytes` (at least 8 MB).
+    pub fn memory(mut self, bytes: usize) -> Self {
+        self.memory = bytes;
+        self
+    }
+
+    /// Size of one memtable of one store (default 16 MB): larger buffers mean fewer, larger
+    /// SST files.
+    pub fn write_buffer(mut self, bytes: usize) -> Self {
+        self.write_buffer = bytes;
+        self
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.memory < 8 << 20 {
+            return Err(Error::config("rocksdb memory", format!("is {} bytes; give it at least 8 MB", self.memory)));
+        }
+        if self.write_buffer < 1 << 20 || self.write_buffer > self.memory / 2 {
+            return Err(Error::config(
+                "rocksdb write_buffer",
+                format!("is {} bytes; it must be at least 1 MB and at most half the memory ({})", self.write_buffer, self.memory),
+            ));
+        }
+        Ok(())
+    }
+
+    fn shared(&self) -> &Shared {
+        self.shared.get_or_init(|| {
+            let cache = Cache::new_lru_cache(self.memory);
+            // Memtables are charged to the cache: together they stay within `memory`.
+            let buffers = WriteBufferManager::new_write_buffer_manager_with_cache(self.memory / 2, false, cache.clone());
+            Shared { cache, buffers }
+        })
+    }
+
+    fn options(&self) -> Options {
+        let shared = self.shared();
+        let mut table = BlockBasedOptions::default();
+        table.set_block_cache(&shared.cache);
+        table.set_bloom_filter(10.0, false);
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_block_size(16 << 10);
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.set_block_based_table_factory(&table);
+        options.set_write_buffer_manager(&shared.buffers);
+        options.set_write_buffer_size(self.write_buffer);
+        options.set_max_write_buffer_number(2);
+        options.set_compression_type(DBCompressionType::Lz4);
+        options.set_max_background_jobs(2);
+        options.set_max_open_files(256);
+        options
+    }
+}
+
+impl StateBackend for RocksDbBackend {
+    fn name(&self) -> &str {
+        "rocksdb"
+    }
+
+    fn open_store(&self, task: &TaskStore) -> Result<Option<Arc<dyn KvStore>>> {
+        self.check()?;
+        let store = RocksDbStore::open(&task.local_dir, &self.options())?;
+        tracing::debug!(task = task.task, dir = %task.local_dir.display(), "opened a RocksDB store");
+        Ok(Some(Arc::new(store)))
+    }
+}
+
+/// Removes a store's directory when the store closes (after the database, declared before it).
+struct LocalDir(PathBuf);
+
+impl Drop for LocalDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The RocksDB instance of one task.
+pub struct RocksDbStore {
+    db: DB,
+    write: WriteOptions,
+    // Dropped after `db`: the directory goes once the database is closed.
+    _dir: LocalDir,
+}
+
+fn failed(what: &str, error: rocksdb::Error) -> Error {
+    Error::State(format!("RocksDB {what}: {error}"))
+}
+
+fn io(context: String) -> impl FnOnce(std::io::Error) -> Error {
+    move |e| Error::io(context, e)
+}
+
+/// The smallest key after every key starting with `prefix` (`None`: no bound).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+impl RocksDbStore {
+    /// Opens a new, empty store in `dir` (removed when the store is dropped).
+    fn open(dir: &Path, options: &Options) -> Result<Self> {
+        // A directory left by a crashed run of the same task id holds nothing we need.
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).map_err(io(format!("cannot create the state directory `{}`", dir.display())))?;
+        let guard = LocalDir(dir.to_path_buf());
+        let db = DB::open(options, dir.join("db")).map_err(|e| failed("open", e))?;
+        let mut write = WriteOptions::default();
+        write.disable_wal(true);
+        Ok(RocksDbStore { db, write, _dir: guard })
+    }
+
+    /// Calls `visit` for every entry with `start <= key < end` (no end: to the last key).
+    fn range(db: &DB, start: &[u8], end: Option<Vec<u8>>, visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
+        let mut read = ReadOptions::default();
+        if let Some(end) = end {
+            read.set_iterate_upper_bound(end);
+        }
+        read.fill_cache(false);
+        for entry in db.iterator_opt(IteratorMode::From(start, Direction::Forward), read) {
+            let (key, value) = entry.map_err(|e| failed("scan", e))?;
+            if !visit(&key, &value)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl KvStore for RocksDbStore {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get_pinned(key).map_err(|e| failed("get", e))?.map(|v| v.to_vec()))
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.db.put_opt(key, value, &self.write).map_err(|e| failed("put", e))
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<()> {
+        self.db.delete_opt(key, &self.write).map_err(|e| failed("delete", e))
+    }
+
+    fn scan(&self, prefix: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
+        Self::range(&self.db, prefix, prefix_end(prefix), visit)
+    }
+
+    fn estimate(&self) -> (u64, u64) {
+        let property = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
+        let entries = property("rocksdb.estimate-num-keys");
+        let bytes = property("rocksdb.total-sst-files-size") + property("rocksdb.cur-size-all-mem-tables");
+        (entries, bytes)
+    }
+
+    fn checkpoint(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        if let Some(parent) = dir.parent() {
+            std::fs::create_dir_all(parent).map_err(io(format!("cannot create `{}`", parent.display())))?;
+        }
+        // Flushes the memtables (the write-ahead log is off) and hard-links the files.
+        rocksdb::checkpoint::Checkpoint::new(&self.db)
+            .and_then(|c| c.create_checkpoint(dir))
+            .map_err(|e| failed("checkpoint", e))?;
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(io(format!("cannot list `{}`", dir.display())))? {
+            let entry = entry.map_err(io(format!("cannot list `{}`", dir.display())))?;
+            if entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
+                files.push(entry.path());
+            }
+        }
+        files.sort();
+        Ok(files)
+    }
+
+    fn restore_from(&self, dir: &Path, range: KeyGroupRange) -> Result<()> {
+        let old = DB::open_for_read_only(&Options::default(), dir, false).map_err(|e| failed("open a checkpoint", e))?;
+        let start = range.start.to_be_bytes();
+        let end = (range.end < u16::MAX).then(|| (range.end + 1).to_be_bytes().to_vec());
+        let mut batch = WriteBatch::default();
+        Self::range(&old, &start, end, &mut |key, value| {
+            batch.put(key, value);
+            if batch.size_in_bytes() >= 4 << 20 {
+                self.db.write_opt(std::mem::take(&mut batch), &self.write).map_err(|e| failed("restore", e))?;
+            }
+            Ok(true)
+        })?;
+        self.db.write_opt(batch, &self.write).map_err(|e| failed("restore", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(dir: &Path) -> Arc<dyn KvStore> {
+        let task = TaskStore {
+            job: "test".into(),
+            task: 0,
+            run_id: "r".into(),
+            key_groups: KeyGroupRange { start: 0, end: 127 },
+            local_dir: dir.to_path_buf(),
+        };
+        RocksDbBackend::new().memory(16 << 20).write_buffer(1 << 20).open_store(&task).unwrap().unwrap()
+    }
+
+    fn key(kg: u16, rest: &[u8]) -> Vec<u8> {
+        let mut key = kg.to_be_bytes().to_vec();
+        key.extend_from_slice(rest);
+        key
+    }
+
+    fn scan(store: &dyn KvStore, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        store
+            .scan(prefix, &mut |k, v| {
+                out.push((k.to_vec(), v.to_vec()));
+                Ok(true)
+            })
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn get_put_delete_and_prefix_scan() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = store(&tmp.path().join("s"));
+        store.put(&key(1, b"a"), b"1").unwrap();
+        store.put(&key(1, b"b"), b"2").unwrap();
+        store.put(&key(2, b"a"), b"3").unwrap();
+        store.put(&[0x01, 0xff, 0xff], b"edge").unwrap();
+        assert_eq!(store.get(&key(1, b"a")).unwrap(), Some(b"1".to_vec()));
+        store.delete(&key(1, b"a")).unwrap();
+        assert_eq!(store.get(&key(1, b"a")).unwrap(), None);
+        assert_eq!(scan(store.as_ref(), &key(1, b"")), vec![(key(1, b"b"), b"2".to_vec())]);
+        assert_eq!(scan(store.as_ref(), &[0x01, 0xff]), vec![(vec![0x01, 0xff, 0xff], b"edge".to_vec())]);
+        assert_eq!(scan(store.as_ref(), &[]).len(), 3);
+    }
+
+    #[test]
+    fn checkpoints_keep_unflushed_writes_and_restore_a_key_group_range() {
+        let tmp = tempfile::tempdir().unwrap();
+        let first = store(&tmp.path().join("first"));
+        for kg in 0..8u16 {
+            for i in 0..100u32 {
+                first.put(&key(kg, &i.to_be_bytes()), &[kg as u8; 10]).unwrap();
+            }
+        }
+        // Written without a write-ahead log and never flushed: the checkpoint must flush.
+        let files = first.checkpoint(&tmp.path().join("chk-1")).unwrap();
+        assert!(files.iter().any(|f| f.extension().is_some_and(|e| e == "sst")), "{files:?}");
+
+        let second = store(&tmp.path().join("second"));
+        second.restore_from(&tmp.path().join("chk-1"), KeyGroupRange { start: 2, end: 4 }).unwrap();
+        assert_eq!(scan(second.as_ref(), &[]).len(), 300);
+        assert_eq!(second.get(&key(3, &7u32.to_be_bytes())).unwrap(), Some(vec![3; 10]));
+        assert_eq!(second.get(&key(5, &7u32.to_be_bytes())).unwrap(), None);
+    }
+
+    #[test]
+    fn later_checkpoints_reuse_unchanged_sst_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = store(&tmp.path().join("s"));
+        for i in 0..1000u32 {
+            store.put(&key(0, &i.to_be_bytes()), b"v").unwrap();
+        }
+        let sst = |files: Vec<PathBuf>| -> Vec<String> {
+            files
+                .iter()
+                .filter(|f| f.extension().is_some_and(|e| e == "sst"))
+                .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+                .collect()
+        };
+        let first = sst(store.checkpoint(&tmp.path().join("chk-1")).unwrap());
+        store.put(&key(0, b"new"), b"v").unwrap();
+        let second = sst(store.checkpoint(&tmp.path().join("chk-2")).unwrap());
+        assert!(first.iter().all(|f| second.contains(f)), "{first:?} vs {second:?}");
+        assert_eq!(second.len(), first.len() + 1);
+    }
+
+    #[test]
+    fn the_directory_goes_with_the_store() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("s");
+        let store = store(&dir);
+        store.put(b"\0\0k", b"v").unwrap();
+        assert!(dir.exists());
+        drop(store);
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn too_little_memory_is_a_configuration_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let task = TaskStore {
+            job: "test".into(),
+            task: 0,
+            run_id: "r".into(),
+            key_groups: KeyGroupRange { start: 0, end: 127 },
+            local_dir: tmp.path().join("s"),
+        };
+        let error = RocksDbBackend::new().memory(1 << 20).open_store(&task).err().unwrap();
+        assert!(error.to_string().contains("rocksdb memory"), "{error}");
+    }
+}

@@ -1,0 +1,15 @@
+//! The state-backend conformance suite on RocksDB: windows, sessions, keyed process state and
+//! timers, rolling aggregates, recovery from a failure and a rescaling restore give exactly the
+//! heap backend's output.
+
+use std::sync::Arc;
+
+use riffle_rocksdb::RocksDbBackend;
+
+#[test]
+fn rocksdb_gives_the_heap_backends_output() {
+    let work = tempfile::tempdir().unwrap();
+    // Small memtables: the runs flush, compact and checkpoint several SST files.
+    let backend = RocksDbBackend::new().memory(32 << 20).write_buffer(1 << 20);
+    riffle::testing::conformance::check_backend(Arc::new(backend), work.path());
+}

@@ -1,0 +1,76 @@
+//! State backends: where keyed state lives. The heap backend keeps typed hash tables in memory;
+//! an embedded key-value store (RocksDB, in the `riffle-rocksdb` crate) implements [`KvStore`]
+//! and keeps state on disk, one store per task, keys prefixed by key group.
+
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::keys::KeyGroupRange;
+
+/// Where the keyed state of a job lives (the seed's ADR-003: heap or RocksDB).
+pub trait StateBackend: Send + Sync + Debug {
+    /// A short name for logs and metrics (`heap`, `rocksdb`).
+    fn name(&self) -> &str;
+
+    /// The store of one task, shared by the task's operators; `None` keeps state in typed heap
+    /// tables.
+    fn open_store(&self, task: &TaskStore) -> Result<Option<Arc<dyn KvStore>>>;
+}
+
+/// Which task a store is opened for.
+#[derive(Clone, Debug)]
+pub struct TaskStore {
+    /// Name of the job.
+    pub job: String,
+    /// Index of the task in the job.
+    pub task: usize,
+    /// Unique per run of the job.
+    pub run_id: String,
+    /// Key groups the task's keyed operators own.
+    pub key_groups: KeyGroupRange,
+    /// A directory of the task's own (does not exist yet) for the store's files.
+    pub local_dir: PathBuf,
+}
+
+/// Keyed state in typed hash tables on the heap: the fastest access (no serialization), bounded
+/// by memory. Right for state up to a few GB per process (the seed's ADR-003).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HeapBackend;
+
+impl StateBackend for HeapBackend {
+    fn name(&self) -> &str {
+        "heap"
+    }
+
+    fn open_store(&self, _task: &TaskStore) -> Result<Option<Arc<dyn KvStore>>> {
+        Ok(None)
+    }
+}
+
+/// An ordered key-value store holding the keyed state of one task.
+///
+/// Keys start with the key group (2 bytes, big endian), so the state of a key-group range is a
+/// contiguous key range that can be copied into another task's store on a rescaling restore.
+pub trait KvStore: Send + Sync + Debug {
+    /// The value of `key`.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Sets the value of `key`.
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// Removes `key`.
+    fn delete(&self, key: &[u8]) -> Result<()>;
+    /// Calls `visit` with every entry whose key starts with `prefix`, in key order, until it
+    /// returns `false`.
+    fn scan(&self, prefix: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()>;
+    /// Estimated number of entries and bytes on disk and in memory.
+    fn estimate(&self) -> (u64, u64);
+    /// Writes a consistent checkpoint of the store into the new directory `dir` (under the
+    /// task's `local_dir`); returns its
+    /// files. Immutable files (`*.sst`) keep their names from one checkpoint to the next, so
+    /// files uploaded before need not be uploaded again.
+    fn checkpoint(&self, dir: &Path) -> Result<Vec<PathBuf>>;
+    /// Copies the entries of key groups in `range` from a checkpoint of a store (its files in
+    /// `dir`) into this store.
+    fn restore_from(&self, dir: &Path, range: KeyGroupRange) -> Result<()>;
+}

@@ -1,0 +1,271 @@
+//! [`StateTable`]: one declared state of an operator, in the job's backend: a typed heap
+//! [`Table`], or a [`KvTable`] encoding keys and values into the task's [`KvStore`].
+//!
+//! A key in the store is `[key group: 2][state id: 4][namespace length: 2][namespace][key]`
+//! (big endian), values and namespaces and keys encoded with the state codec. The key group
+//! first makes a key-group range a contiguous key range; the namespace next makes "every key of
+//! a window" a prefix scan.
+
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::checkpoint::{decode, encode};
+use crate::error::Result;
+use crate::keys::{KeyGroup, KeyGroupRange, stable_hash};
+use crate::state::backend::KvStore;
+use crate::state::table::Table;
+
+/// The id of a state of an operator in the task's store.
+pub fn state_id(operator_id: &str, state: &str) -> u32 {
+    stable_hash(&(operator_id, state)) as u32
+}
+
+/// A state's entries in a key-value store.
+pub struct KvTable<K, N, V> {
+    store: Arc<dyn KvStore>,
+    state: u32,
+    range: KeyGroupRange,
+    key: Vec<u8>,
+    _types: PhantomData<fn(K, N) -> V>,
+}
+
+impl<K, N, V> KvTable<K, N, V>
+where
+    K: Serialize + DeserializeOwned,
+    N: Serialize + DeserializeOwned,
+    V: Serialize + DeserializeOwned,
+{
+    /// The state `state` (see [`state_id`]) in `store`, for the key groups of `range`.
+    pub fn new(store: Arc<dyn KvStore>, state: u32, range: KeyGroupRange) -> Self {
+        KvTable { store, state, range, key: Vec::with_capacity(64), _types: PhantomData }
+    }
+
+    fn namespace_prefix(&self, key_group: KeyGroup, namespace: &N) -> Result<Vec<u8>> {
+        let ns = encode(namespace)?;
+        let mut prefix = Vec::with_capacity(8 + ns.len());
+        prefix.extend_from_slice(&key_group.to_be_bytes());
+        prefix.extend_from_slice(&self.state.to_be_bytes());
+        prefix.extend_from_slice(&(ns.len() as u16).to_be_bytes());
+        prefix.extend_from_slice(&ns);
+        Ok(prefix)
+    }
+
+    fn encode_key(&mut self, key_group: KeyGroup, key: &K, namespace: &N) -> Result<()> {
+        let prefix = self.namespace_prefix(key_group, namespace)?;
+        self.key.clear();
+        self.key.extend_from_slice(&prefix);
+        self.key.extend_from_slice(&encode(key)?);
+        Ok(())
+    }
+
+    fn state_prefix(&self, key_group: KeyGroup) -> [u8; 6] {
+        let mut prefix = [0u8; 6];
+        prefix[..2].copy_from_slice(&key_group.to_be_bytes());
+        prefix[2..].copy_from_slice(&self.state.to_be_bytes());
+        prefix
+    }
+
+    /// Splits a stored key into (namespace, key).
+    fn decode_key(stored: &[u8]) -> Result<(N, K)> {
+        let len = u16::from_be_bytes([stored[6], stored[7]]) as usize;
+        Ok((decode(&stored[8..8 + len])?, decode(&stored[8 + len..])?))
+    }
+
+    fn get(&mut self, key_group: KeyGroup, key: &K, namespace: &N) -> Result<Option<V>> {
+        self.encode_key(key_group, key, namespace)?;
+        self.store.get(&self.key)?.map(|bytes| decode(&bytes)).transpose()
+    }
+
+    fn put(&mut self, key_group: KeyGroup, key: &K, namespace: &N, value: &V) -> Result<()> {
+        self.encode_key(key_group, key, namespace)?;
+        self.store.put(&self.key, &encode(value)?)
+    }
+
+    fn delete(&mut self, key_group: KeyGroup, key: &K, namespace: &N) -> Result<()> {
+        self.encode_key(key_group, key, namespace)?;
+        self.store.delete(&self.key)
+    }
+
+    /// Every entry under `prefix` in every key group, with its key group.
+    fn collect(&self, prefix: impl Fn(KeyGroup) -> Result<Vec<u8>>) -> Result<Vec<(KeyGroup, Vec<u8>, V)>> {
+        let mut entries = Vec::new();
+        for key_group in self.range.start..=self.range.end {
+            self.store.scan(&prefix(key_group)?, &mut |key, value| {
+                entries.push((key_group, key.to_vec(), decode(value)?));
+                Ok(true)
+            })?;
+        }
+        Ok(entries)
+    }
+}
+
+/// One declared state of an operator, in the heap or in the task's key-value store.
+pub enum StateTable<K, N, V> {
+    /// Typed hash tables.
+    Heap(Table<K, N, V>),
+    /// Encoded entries in the task's store.
+    Kv(KvTable<K, N, V>),
+}
+
+impl<K, N, V> StateTable<K, N, V>
+where
+    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
+    N: Hash + Eq + Clone + Serialize + DeserializeOwned,
+    V: Clone + Serialize + DeserializeOwned,
+{
+    /// The state `name` of operator `operator_id`: in `store` if the task has one, else on the heap.
+    pub fn new(store: Option<&Arc<dyn KvStore>>, operator_id: &str, name: &str, range: KeyGroupRange) -> Self {
+        match store {
+            Some(store) => StateTable::Kv(KvTable::new(store.clone(), state_id(operator_id, name), range)),
+            None => StateTable::Heap(Table::new(range)),
+        }
+    }
+
+    /// Whether the state is on the heap (and so in the operator's own snapshot).
+    pub fn heap(&self) -> Option<&Table<K, N, V>> {
+        match self {
+            StateTable::Heap(table) => Some(table),
+            StateTable::Kv(_) => None,
+        }
+    }
+
+    /// Changes the value of `key` in `namespace` in place (creating it with `create`).
+    pub fn update<R>(
+        &mut self,
+        key_group: KeyGroup,
+        key: &K,
+        namespace: &N,
+        create: impl FnOnce() -> V,
+        change: impl FnOnce(&mut V) -> Result<R>,
+    ) -> Result<R> {
+        match self {
+            StateTable::Heap(table) => change(table.entry(key_group, key.clone(), namespace.clone()).or_insert_with(create)),
+            StateTable::Kv(table) => {
+                let mut value = table.get(key_group, key, namespace)?.unwrap_or_else(create);
+                let result = change(&mut value)?;
+                table.put(key_group, key, namespace, &value)?;
+                Ok(result)
+            }
+        }
+    }
+
+    /// The value of `key` in `namespace`.
+    pub fn get(&mut self, key_group: KeyGroup, key: &K, namespace: &N) -> Result<Option<V>> {
+        match self {
+            StateTable::Heap(table) => Ok(table.get(key_group, key, namespace).cloned()),
+            StateTable::Kv(table) => table.get(key_group, key, namespace),
+        }
+    }
+
+    /// Sets the value of `key` in `namespace`.
+    pub fn put(&mut self, key_group: KeyGroup, key: K, namespace: N, value: V) -> Result<()> {
+        match self {
+            StateTable::Heap(table) => {
+                table.insert(key_group, key, namespace, value);
+                Ok(())
+            }
+            StateTable::Kv(table) => table.put(key_group, &key, &namespace, &value),
+        }
+    }
+
+    /// Removes the value of `key` in `namespace`.
+    pub fn remove(&mut self, key_group: KeyGroup, key: &K, namespace: &N) -> Result<()> {
+        match self {
+            StateTable::Heap(table) => {
+                table.remove(key_group, key, namespace);
+                Ok(())
+            }
+            StateTable::Kv(table) => table.delete(key_group, key, namespace),
+        }
+    }
+
+    /// Calls `visit` with every key and value of `namespace`; changes are kept.
+    pub fn for_each_in_namespace(&mut self, namespace: &N, mut visit: impl FnMut(&K, &mut V) -> Result<()>) -> Result<()> {
+        match self {
+            StateTable::Heap(table) => {
+                for (key, value) in table.namespace_mut(namespace) {
+                    visit(key, value)?;
+                }
+                Ok(())
+            }
+            StateTable::Kv(table) => {
+                for (_, stored, mut value) in table.collect(|kg| table.namespace_prefix(kg, namespace))? {
+                    let (_, key): (N, K) = KvTable::<K, N, V>::decode_key(&stored)?;
+                    visit(&key, &mut value)?;
+                    table.store.put(&stored, &encode(&value)?)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Removes and returns every value of `namespace`, with key group and key.
+    pub fn drain_namespace(&mut self, namespace: &N) -> Result<Vec<(KeyGroup, K, V)>> {
+        match self {
+            StateTable::Heap(table) => Ok(table.drain_namespace(namespace)),
+            StateTable::Kv(table) => {
+                let mut drained = Vec::new();
+                for (key_group, stored, value) in table.collect(|kg| table.namespace_prefix(kg, namespace))? {
+                    let (_, key): (N, K) = KvTable::<K, N, V>::decode_key(&stored)?;
+                    table.store.delete(&stored)?;
+                    drained.push((key_group, key, value));
+                }
+                Ok(drained)
+            }
+        }
+    }
+
+    /// Calls `visit` with every entry.
+    pub fn for_each(&mut self, mut visit: impl FnMut(KeyGroup, &N, &K, &V) -> Result<()>) -> Result<()> {
+        match self {
+            StateTable::Heap(table) => {
+                for (key_group, ns, key, value) in table.iter() {
+                    visit(key_group, ns, key, value)?;
+                }
+                Ok(())
+            }
+            StateTable::Kv(table) => {
+                for (key_group, stored, value) in table.collect(|kg| Ok(table.state_prefix(kg).to_vec()))? {
+                    let (ns, key): (N, K) = KvTable::<K, N, V>::decode_key(&stored)?;
+                    visit(key_group, &ns, &key, &value)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Keeps the entries for which `keep` is true (it may change them); returns how many went.
+    pub fn retain(&mut self, mut keep: impl FnMut(&N, &K, &mut V) -> bool) -> Result<usize> {
+        match self {
+            StateTable::Heap(table) => Ok(table.retain(keep)),
+            StateTable::Kv(table) => {
+                let mut removed = 0;
+                for (_, stored, mut value) in table.collect(|kg| Ok(table.state_prefix(kg).to_vec()))? {
+                    let (ns, key): (N, K) = KvTable::<K, N, V>::decode_key(&stored)?;
+                    if keep(&ns, &key, &mut value) {
+                        table.store.put(&stored, &encode(&value)?)?;
+                    } else {
+                        table.store.delete(&stored)?;
+                        removed += 1;
+                    }
+                }
+                Ok(removed)
+            }
+        }
+    }
+
+    /// Entries and bytes (for the store: its estimate, shared by the task's states).
+    pub fn size(&self) -> (usize, usize) {
+        match self {
+            StateTable::Heap(table) => (table.len(), table.heap_bytes()),
+            StateTable::Kv(table) => {
+                let (entries, bytes) = table.store.estimate();
+                (entries as usize, bytes as usize)
+            }
+        }
+    }
+}
