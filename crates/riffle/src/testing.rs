@@ -464,22 +464,35 @@ impl crate::state::KvStore for MemoryKvStore {
         (entries.len() as u64, entries.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum())
     }
 
+    /// One immutable file per key group, named by its content: key groups that did not change
+    /// keep their file, so later checkpoints reference it instead of uploading it again, as
+    /// RocksDB's SST files are.
     fn checkpoint(&self, dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>> {
         std::fs::create_dir_all(dir).map_err(|e| crate::Error::io("cannot create a store checkpoint", e))?;
-        let path = dir.join("entries.bin");
-        let entries: Vec<(Vec<u8>, Vec<u8>)> =
-            self.entries.lock().expect("store lock").iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        std::fs::write(&path, crate::checkpoint::encode(&entries)?).map_err(|e| crate::Error::io("cannot write a store checkpoint", e))?;
-        Ok(vec![path])
+        let mut groups: std::collections::BTreeMap<u16, Vec<(Vec<u8>, Vec<u8>)>> = Default::default();
+        for (key, value) in self.entries.lock().expect("store lock").iter() {
+            groups.entry(u16::from_be_bytes([key[0], key[1]])).or_default().push((key.clone(), value.clone()));
+        }
+        let mut files = Vec::new();
+        for (key_group, entries) in groups {
+            let bytes = crate::checkpoint::encode(&entries)?;
+            let path = dir.join(format!("kg{key_group:05}-{:016x}.sst", xxhash_rust::xxh3::xxh3_64(&bytes)));
+            std::fs::write(&path, bytes).map_err(|e| crate::Error::io("cannot write a store checkpoint", e))?;
+            files.push(path);
+        }
+        Ok(files)
     }
 
     fn restore_from(&self, dir: &std::path::Path, range: KeyGroupRange) -> Result<()> {
-        let bytes = std::fs::read(dir.join("entries.bin")).map_err(|e| crate::Error::io("cannot read a store checkpoint", e))?;
-        let entries: Vec<(Vec<u8>, Vec<u8>)> = crate::checkpoint::decode(&bytes)?;
+        let listing = std::fs::read_dir(dir).map_err(|e| crate::Error::io("cannot list a store checkpoint", e))?;
         let mut mine = self.entries.lock().expect("store lock");
-        for (key, value) in entries {
-            if range.contains(u16::from_be_bytes([key[0], key[1]])) {
-                mine.insert(key, value);
+        for entry in listing.flatten() {
+            let bytes = std::fs::read(entry.path()).map_err(|e| crate::Error::io("cannot read a store checkpoint", e))?;
+            let entries: Vec<(Vec<u8>, Vec<u8>)> = crate::checkpoint::decode(&bytes)?;
+            for (key, value) in entries {
+                if range.contains(u16::from_be_bytes([key[0], key[1]])) {
+                    mine.insert(key, value);
+                }
             }
         }
         Ok(())

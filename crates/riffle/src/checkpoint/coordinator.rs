@@ -59,6 +59,9 @@ impl CheckpointStats {
 struct Target {
     storage: Arc<CheckpointStorage>,
     dir: String,
+    /// Whether immutable store files go to the storage's shared directory and are referenced by
+    /// later snapshots (checkpoints); a savepoint holds all its files itself.
+    shared: bool,
 }
 
 /// A task's share of a checkpoint, on its way to the coordinator.
@@ -147,7 +150,7 @@ fn upload_store(snapshot: &StoreSnapshot, target: &Target, uploaded: &mut Upload
     let mut files = Vec::new();
     for path in &snapshot.files {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let immutable = name.ends_with(".sst");
+        let immutable = target.shared && name.ends_with(".sst");
         let key = (snapshot.store_id.clone(), name.clone());
         let file = match uploaded.get(&key) {
             Some(file) if immutable => file.clone(),
@@ -398,7 +401,7 @@ impl Coordinator {
 
     fn savepoint_target(&self, location: &str) -> Result<Target> {
         let storage = CheckpointStorage::open(location, &self.config.storage_options, "", "savepoint location")?;
-        Ok(Target { storage: Arc::new(storage), dir: String::new() })
+        Ok(Target { storage: Arc::new(storage), dir: String::new(), shared: false })
     }
 
     /// Runs until the job's tasks are done (`done` set) or the job is cancelled.
@@ -470,7 +473,7 @@ impl Coordinator {
                 && let Some(storage) = self.storage.clone()
             {
                 let dir = format!("{}{}", crate::checkpoint::storage::CHECKPOINT_PREFIX, self.next_id);
-                pending = Some(self.trigger(SnapshotKind::Checkpoint, Target { storage, dir }, None));
+                pending = Some(self.trigger(SnapshotKind::Checkpoint, Target { storage, dir, shared: true }, None));
             }
         }
         for request in queued {

@@ -19,4 +19,24 @@ fn the_heap_backend_passes_the_conformance_suite() {
 fn a_key_value_store_backend_passes_the_conformance_suite() {
     let work = tempfile::tempdir().unwrap();
     check_backend(Arc::new(MemoryKvBackend), work.path());
+    // The store's immutable files went to the shared directory, referenced by the checkpoints.
+    let shared = work.path().join("recovery/chk/conformance/shared");
+    let files = walk(&shared);
+    assert!(files.iter().any(|f| f.ends_with(".sst")), "no shared store files under {}", shared.display());
+    // A savepoint holds its store files itself.
+    let savepoint = walk(&work.path().join("rescale-2/savepoint"));
+    assert!(savepoint.iter().any(|f| f.ends_with(".sst")), "{savepoint:?}");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.path().is_dir() {
+            files.extend(walk(&entry.path()));
+        } else {
+            files.push(entry.path().to_string_lossy().into_owned());
+        }
+    }
+    files
 }
