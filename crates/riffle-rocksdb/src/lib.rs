@@ -10,8 +10,9 @@
 //! (RocksDB's own checkpoint); SST files never change once written, so the uploader sends only
 //! the ones the previous checkpoint did not have: an incremental checkpoint.
 //!
-//! Memory: all stores of a backend share one block cache, and their memtables are charged to
-//! it, so the backend's `memory` bounds what RocksDB holds however many tasks run.
+//! Memory: all stores of a backend share one block cache of `memory` bytes; each store has at
+//! most two memtables of `write_buffer` bytes. RocksDB holds at most
+//! `memory + 2 × write_buffer × stores`.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -33,7 +34,7 @@ use riffle::state::{KvStore, StateBackend, TaskStore};
 use riffle::{Error, Result};
 use rocksdb::{
     BlockBasedOptions, Cache, DB, DBCompressionType, Direction, IteratorMode, Options, ReadOptions, WriteBatch,
-    WriteBufferManager, WriteOptions,
+    WriteOptions,
 };
 
 /// Default memory of a backend: block cache and memtables of all its stores together.
@@ -45,13 +46,7 @@ pub const DEFAULT_MEMORY: usize = 128 << 20;
 pub struct RocksDbBackend {
     memory: usize,
     write_buffer: usize,
-    shared: Arc<std::sync::OnceLock<Shared>>,
-}
-
-/// What every store of a backend shares.
-struct Shared {
-    cache: Cache,
-    buffers: WriteBufferManager,
+    cache: Arc<std::sync::OnceLock<Cache>>,
 }
 
 impl std::fmt::Debug for RocksDbBackend {
@@ -69,10 +64,10 @@ impl Default for RocksDbBackend {
 impl RocksDbBackend {
     /// A backend with [`DEFAULT_MEMORY`] and 16 MB memtables.
     pub fn new() -> Self {
-        RocksDbBackend { memory: DEFAULT_MEMORY, write_buffer: 16 << 20, shared: Arc::default() }
+        RocksDbBackend { memory: DEFAULT_MEMORY, write_buffer: 16 << 20, cache: Arc::default() }
     }
 
-    /// Bounds the block cache and memtables of all stores together to `bytes` (at least 8 MB).
+    /// Size of the block cache all stores share (at least 8 MB).
     pub fn memory(mut self, bytes: usize) -> Self {
         self.memory = bytes;
         self
@@ -98,32 +93,30 @@ impl RocksDbBackend {
         Ok(())
     }
 
-    fn shared(&self) -> &Shared {
-        self.shared.get_or_init(|| {
-            let cache = Cache::new_lru_cache(self.memory);
-            // Memtables are charged to the cache: together they stay within `memory`.
-            let buffers = WriteBufferManager::new_write_buffer_manager_with_cache(self.memory / 2, false, cache.clone());
-            Shared { cache, buffers }
-        })
+    /// The block cache all stores of this backend share.
+    fn cache(&self) -> Result<&Cache> {
+        if let Some(cache) = self.cache.get() {
+            return Ok(cache);
+        }
+        let cache = Cache::new_lru_cache(self.memory).map_err(|e| failed("block cache", e))?;
+        Ok(self.cache.get_or_init(|| cache))
     }
 
-    fn options(&self) -> Options {
-        let shared = self.shared();
+    fn options(&self) -> Result<Options> {
         let mut table = BlockBasedOptions::default();
-        table.set_block_cache(&shared.cache);
+        table.set_block_cache(self.cache()?);
         table.set_bloom_filter(10.0, false);
         table.set_cache_index_and_filter_blocks(true);
         table.set_block_size(16 << 10);
         let mut options = Options::default();
         options.create_if_missing(true);
         options.set_block_based_table_factory(&table);
-        options.set_write_buffer_manager(&shared.buffers);
         options.set_write_buffer_size(self.write_buffer);
         options.set_max_write_buffer_number(2);
         options.set_compression_type(DBCompressionType::Lz4);
         options.set_max_background_jobs(2);
         options.set_max_open_files(256);
-        options
+        Ok(options)
     }
 }
 
@@ -134,18 +127,20 @@ impl StateBackend for RocksDbBackend {
 
     fn open_store(&self, task: &TaskStore) -> Result<Option<Arc<dyn KvStore>>> {
         self.check()?;
-        let store = RocksDbStore::open(&task.local_dir, &self.options())?;
+        let store = RocksDbStore::open(&task.local_dir, &self.options()?)?;
         tracing::debug!(task = task.task, dir = %task.local_dir.display(), "opened a RocksDB store");
         Ok(Some(Arc::new(store)))
     }
 }
 
-/// Removes a store's directory when the store closes (after the database, declared before it).
+/// Removes a store's database when the store closes, and its directory once no checkpoint
+/// waiting for upload is left in it (the uploader removes those).
 struct LocalDir(PathBuf);
 
 impl Drop for LocalDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_dir_all(self.0.join("db"));
+        let _ = std::fs::remove_dir(&self.0);
     }
 }
 
@@ -155,6 +150,12 @@ pub struct RocksDbStore {
     write: WriteOptions,
     // Dropped after `db`: the directory goes once the database is closed.
     _dir: LocalDir,
+}
+
+impl std::fmt::Debug for RocksDbStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksDbStore").field("dir", &self._dir.0).finish()
+    }
 }
 
 fn failed(what: &str, error: rocksdb::Error) -> Error {

@@ -171,6 +171,10 @@ fn upload_store(snapshot: &StoreSnapshot, target: &Target, uploaded: &mut Upload
         files.push((name, file));
     }
     let _ = std::fs::remove_dir_all(&snapshot.dir);
+    // The store's directory too, if its store has closed and this was its last checkpoint.
+    if let Some(parent) = snapshot.dir.parent() {
+        let _ = std::fs::remove_dir(parent);
+    }
     Ok(StoreState {
         store_id: snapshot.store_id.clone(),
         key_groups: (snapshot.key_groups.start, snapshot.key_groups.end),

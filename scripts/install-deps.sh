@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# System packages the build needs, installed from Debian's archive when missing:
+# RocksDB (the riffle-rocksdb state backend links the system library, ROCKSDB_LIB_DIR in
+# .cargo/config.toml, instead of compiling RocksDB from source, ~35 min on 2 cores) and libclang
+# (bindgen generates RocksDB's bindings).
+set -euo pipefail
+
+missing=()
+[ -e /usr/include/rocksdb/c.h ] && ls /usr/lib/x86_64-linux-gnu/librocksdb.so >/dev/null 2>&1 || missing+=(librocksdb-dev)
+ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || missing+=(libclang-dev)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-deps.sh: installing ${missing[*]}" >&2
+    command -v apt-get >/dev/null || { echo "install-deps.sh: need ${missing[*]} (Debian/Ubuntu packages)" >&2; exit 1; }
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
