@@ -30,6 +30,9 @@ pub struct KvTable<K, N, V> {
     state: u32,
     range: KeyGroupRange,
     key: Vec<u8>,
+    /// The store's last size estimate and when it was taken: operators report their size after
+    /// every batch, and asking the store (RocksDB properties) each time would cost on that path.
+    estimate: std::cell::Cell<Option<(std::time::Instant, (usize, usize))>>,
     _types: PhantomData<fn(K, N) -> V>,
 }
 
@@ -41,7 +44,7 @@ where
 {
     /// The state `state` (see [`state_id`]) in `store`, for the key groups of `range`.
     pub fn new(store: Arc<dyn KvStore>, state: u32, range: KeyGroupRange) -> Self {
-        KvTable { store, state, range, key: Vec::with_capacity(64), _types: PhantomData }
+        KvTable { store, state, range, key: Vec::with_capacity(64), estimate: Default::default(), _types: PhantomData }
     }
 
     fn namespace_prefix(&self, key_group: KeyGroup, namespace: &N) -> Result<Vec<u8>> {
@@ -263,8 +266,16 @@ where
         match self {
             StateTable::Heap(table) => (table.len(), table.heap_bytes()),
             StateTable::Kv(table) => {
-                let (entries, bytes) = table.store.estimate();
-                (entries as usize, bytes as usize)
+                let now = std::time::Instant::now();
+                match table.estimate.get() {
+                    Some((at, size)) if now.duration_since(at) < std::time::Duration::from_secs(1) => size,
+                    _ => {
+                        let (entries, bytes) = table.store.estimate();
+                        let size = (entries as usize, bytes as usize);
+                        table.estimate.set(Some((now, size)));
+                        size
+                    }
+                }
             }
         }
     }
