@@ -17,8 +17,10 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use riffle::operators::OperatorContext;
 use riffle::sink::{BlackholeSink, Sink, SinkWriter};
-use riffle::source::datagen::{ClickGenerator, ClicksConfig, DatagenSource, Generator, JsonPayloads};
 use riffle::source::BadRecordPolicy;
+use riffle::source::datagen::{
+    ClickGenerator, ClicksConfig, DatagenSource, Generator, JsonPayloads,
+};
 use riffle::{Data, EnvConfig, Record, Result, StreamEnv};
 use riffle_cli::clicks::EnrichedClick;
 use riffle_cli::demos::etl;
@@ -61,7 +63,10 @@ fn allocated() -> isize {
 }
 
 fn config(parallelism: usize) -> EnvConfig {
-    EnvConfig { parallelism, ..EnvConfig::default() }
+    EnvConfig {
+        parallelism,
+        ..EnvConfig::default()
+    }
 }
 
 /// Serializes every record to JSON (the cost of writing it out) and drops the bytes.
@@ -72,7 +77,9 @@ impl<T: Data + Serialize> Sink<T> for SerializeSink {
         "serialize".into()
     }
     fn writer(&self, _: &OperatorContext) -> Result<Box<dyn SinkWriter<T>>> {
-        Ok(Box::new(SerializeWriter { buffer: Vec::with_capacity(1 << 16) }))
+        Ok(Box::new(SerializeWriter {
+            buffer: Vec::with_capacity(1 << 16),
+        }))
     }
 }
 
@@ -106,14 +113,21 @@ fn scenario1_etl() -> Figure {
     let payloads: Vec<String> = (0..n).map(|i| generator.generate(i)).collect();
     let bytes: usize = payloads.iter().map(String::len).sum();
     let env = StreamEnv::with_config(config(1));
-    etl::pipeline(&env.from_iter(payloads), BadRecordPolicy::DeadLetter, SerializeSink);
+    etl::pipeline(
+        &env.from_iter(payloads),
+        BadRecordPolicy::DeadLetter,
+        SerializeSink,
+    );
     let result = env.execute().unwrap();
     let seconds = result.duration.as_secs_f64();
     Figure {
         name: "scenario 1 ETL, 1 core (parse, filter, enrich, serialize)",
         value: format!("{:.2}M events/s", n as f64 / seconds / 1e6),
         target: ">= 2M events/s",
-        detail: format!("{n} pre-generated payloads of {} bytes on average", bytes as u64 / n),
+        detail: format!(
+            "{n} pre-generated payloads of {} bytes on average",
+            bytes as u64 / n
+        ),
     }
 }
 
@@ -121,7 +135,10 @@ fn scenario1_etl() -> Figure {
 fn chained_filter_map() -> Figure {
     let n = 100_000_000u64;
     let env = StreamEnv::with_config(config(1));
-    env.from_iter(0..n).filter(|x| x % 3 != 0).map(|x| x.wrapping_mul(2_654_435_761)).sink(BlackholeSink::new());
+    env.from_iter(0..n)
+        .filter(|x| x % 3 != 0)
+        .map(|x| x.wrapping_mul(2_654_435_761))
+        .sink(BlackholeSink::new());
     let result = env.execute().unwrap();
     let seconds = result.duration.as_secs_f64();
     Figure {
@@ -138,7 +155,11 @@ fn key_by_shuffle() -> Figure {
     let env = StreamEnv::with_config(config(2));
     env.from_iter(0..n)
         .key_by(|x| x % 1_000_003)
-        .process(|_: &u64, x: u64, ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>| ctx.emit(x))
+        .process(
+            |_: &u64, x: u64, ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>| {
+                ctx.emit(x)
+            },
+        )
         .sink(BlackholeSink::new());
     let result = env.execute().unwrap();
     let seconds = result.duration.as_secs_f64();
@@ -168,7 +189,10 @@ impl Generator for ProbeGenerator {
     type Item = Probe;
     fn generate(&self, index: u64) -> Probe {
         self.origin.get_or_init(Instant::now);
-        Probe { due_us: (index as f64 * self.us_per_event) as u64, payload: self.clicks.generate(index) }
+        Probe {
+            due_us: (index as f64 * self.us_per_event) as u64,
+            payload: self.clicks.generate(index),
+        }
     }
 }
 
@@ -202,7 +226,12 @@ struct LatencyWriter {
 
 impl SinkWriter<(u64, EnrichedClick)> for LatencyWriter {
     fn write(&mut self, batch: &mut Vec<Record<(u64, EnrichedClick)>>) -> Result<()> {
-        let now = self.origin.get().expect("the source started").elapsed().as_micros() as u64;
+        let now = self
+            .origin
+            .get()
+            .expect("the source started")
+            .elapsed()
+            .as_micros() as u64;
         for record in batch.drain(..) {
             let due = record.value.0;
             if due >= self.warmup_us {
@@ -228,23 +257,37 @@ fn latency(rate: f64) -> Figure {
         us_per_event: 1e6 / rate,
         origin: origin.clone(),
     };
-    let histogram = Arc::new(Mutex::new(Histogram::new_with_bounds(1, 60_000_000, 3).unwrap()));
+    let histogram = Arc::new(Mutex::new(
+        Histogram::new_with_bounds(1, 60_000_000, 3).unwrap(),
+    ));
     let env = StreamEnv::with_config(config(2));
     let table = riffle_cli::clicks::IpCountryTable::embedded();
-    env.from_source(DatagenSource::new(generator).count((rate * seconds) as u64).rate(rate).splits(2))
-        .map(|probe: Probe| {
-            let click: riffle::source::datagen::Click = serde_json::from_str(&probe.payload).expect("valid");
-            (probe.due_us, click)
-        })
-        .filter(|(_, click)| !riffle_cli::clicks::is_bot(&click.user_agent))
-        .map(move |(due, click)| (due, riffle_cli::clicks::enrich(click, table)))
-        .key_by(|(_, click)| click.user_id)
-        .process(
-            |_: &u64, v: (u64, EnrichedClick), ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, (u64, EnrichedClick)>| {
-                ctx.emit(v)
-            },
-        )
-        .sink(LatencySink { origin, warmup_us: (warmup * 1e6) as u64, histogram: histogram.clone() });
+    env.from_source(
+        DatagenSource::new(generator)
+            .count((rate * seconds) as u64)
+            .rate(rate)
+            .splits(2),
+    )
+    .map(|probe: Probe| {
+        let click: riffle::source::datagen::Click =
+            serde_json::from_str(&probe.payload).expect("valid");
+        (probe.due_us, click)
+    })
+    .filter(|(_, click)| !riffle_cli::clicks::is_bot(&click.user_agent))
+    .map(move |(due, click)| (due, riffle_cli::clicks::enrich(click, table)))
+    .key_by(|(_, click)| click.user_id)
+    .process(
+        |_: &u64,
+         v: (u64, EnrichedClick),
+         ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, (u64, EnrichedClick)>| {
+            ctx.emit(v)
+        },
+    )
+    .sink(LatencySink {
+        origin,
+        warmup_us: (warmup * 1e6) as u64,
+        histogram: histogram.clone(),
+    });
     env.execute().unwrap();
     let h = histogram.lock().unwrap();
     let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
@@ -265,9 +308,20 @@ fn latency(rate: f64) -> Figure {
 /// CPU time (user + system) this process has used so far.
 fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
-        + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields
+        .get(11)
+        .and_then(|u| u.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        + fields
+            .get(12)
+            .and_then(|s| s.parse::<f64>().ok())
+            .unwrap_or(0.0);
     ticks / 100.0
 }
 
@@ -279,25 +333,36 @@ fn user_clicks(n: u64, users: u64, hot_share: f64) -> Vec<(u64, i64)> {
         late_share: 0.0,
         ..ClicksConfig::default()
     });
-    (0..n).map(|i| {
-        let click = generator.generate(i);
-        (click.user_id, click.event_time)
-    }).collect()
+    (0..n)
+        .map(|i| {
+            let click = generator.generate(i);
+            (click.user_id, click.event_time)
+        })
+        .collect()
 }
 
 /// Runs a windowed count per user over `clicks`; returns (wall seconds, CPU seconds, state entries, state bytes).
-fn windowed_count(clicks: Vec<(u64, i64)>, parallelism: usize, pre_aggregate: bool) -> (f64, f64, u64, u64) {
+fn windowed_count(
+    clicks: Vec<(u64, i64)>,
+    parallelism: usize,
+    pre_aggregate: bool,
+) -> (f64, f64, u64, u64) {
     windowed_count_on(clicks, config(parallelism), pre_aggregate)
 }
 
 /// [`windowed_count`] with a given configuration (the state backend).
-fn windowed_count_on(clicks: Vec<(u64, i64)>, config: EnvConfig, pre_aggregate: bool) -> (f64, f64, u64, u64) {
+fn windowed_count_on(
+    clicks: Vec<(u64, i64)>,
+    config: EnvConfig,
+    pre_aggregate: bool,
+) -> (f64, f64, u64, u64) {
     use riffle::time::WatermarkStrategy;
     use riffle::window::Tumbling;
     let env = StreamEnv::with_config(config);
     env.from_source_with_watermarks(
         riffle::source::collection::CollectionSource::new(clicks),
-        WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5)).with_timestamps(|c: &(u64, i64)| c.1),
+        WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5))
+            .with_timestamps(|c: &(u64, i64)| c.1),
     )
     .key_by(|c| c.0)
     .window(Tumbling::of(Duration::from_secs(60)))
@@ -317,7 +382,12 @@ fn windowed_count_on(clicks: Vec<(u64, i64)>, config: EnvConfig, pre_aggregate: 
         }
     }
     let result = job.wait().unwrap();
-    (result.duration.as_secs_f64(), cpu_seconds() - cpu_before, peak.0, peak.1)
+    (
+        result.duration.as_secs_f64(),
+        cpu_seconds() - cpu_before,
+        peak.0,
+        peak.1,
+    )
 }
 
 /// Scenario 2's windowed count over 1M users, heap state.
@@ -328,7 +398,11 @@ fn windowed() -> Figure {
     let (wall_pre, cpu_pre, _, _) = windowed_count(clicks, 1, true);
     Figure {
         name: "windowed count per user, 1-minute tumbling, 1M users, heap state",
-        value: format!("{:.2}M events per CPU-second ({:.2}M events/s wall)", n as f64 / cpu / 1e6, n as f64 / wall / 1e6),
+        value: format!(
+            "{:.2}M events per CPU-second ({:.2}M events/s wall)",
+            n as f64 / cpu / 1e6,
+            n as f64 / wall / 1e6
+        ),
         target: ">= 3M events/s per core",
         detail: format!(
             "{n} pre-generated (user, event time) records, parallelism 1 (source task + window task), without pre-aggregation; with pre-aggregation (the default, adaptive): {:.2}M events per CPU-second, {:.2}M/s wall; peak state {entries} entries, {} bytes per entry (table estimate)",
@@ -345,7 +419,11 @@ fn windowed_rocksdb() -> Figure {
     let clicks = user_clicks(n, 1_000_000, 0.0);
     let local = tempfile::tempdir().unwrap();
     let rocksdb = EnvConfig {
-        state_backend: std::sync::Arc::new(riffle_rocksdb::RocksDbBackend::new().memory(256 << 20).write_buffer(64 << 20)),
+        state_backend: std::sync::Arc::new(
+            riffle_rocksdb::RocksDbBackend::new()
+                .memory(256 << 20)
+                .write_buffer(64 << 20),
+        ),
         local_state_dir: local.path().to_path_buf(),
         ..config(1)
     };
@@ -354,7 +432,11 @@ fn windowed_rocksdb() -> Figure {
     let (_, heap_cpu, ..) = windowed_count(clicks, 1, false);
     Figure {
         name: "windowed count per user, 1-minute tumbling, 1M users, RocksDB state",
-        value: format!("{:.2}M events per CPU-second ({:.2}M events/s wall)", n as f64 / cpu / 1e6, n as f64 / wall / 1e6),
+        value: format!(
+            "{:.2}M events per CPU-second ({:.2}M events/s wall)",
+            n as f64 / cpu / 1e6,
+            n as f64 / wall / 1e6
+        ),
         target: ">= 1M events/s per core",
         detail: format!(
             "{n} records, parallelism 1, 256 MB block cache, 64 MB memtables, without pre-aggregation; with the default adaptive pre-aggregation {:.2}M per CPU-s ({:.2}M/s wall); heap state in the same run {:.2}M per CPU-s (RocksDB / heap = {:.2})",
@@ -374,9 +456,13 @@ fn state_memory() -> Figure {
     let window = riffle::window::TimeWindow::new(0, 60_000);
     COUNTING.store(true, std::sync::atomic::Ordering::SeqCst);
     let before = allocated();
-    let mut table: Table<u64, riffle::window::TimeWindow, (u64, bool, bool)> = Table::new(KeyGroupRange { start: 0, end: 127 });
+    let mut table: Table<u64, riffle::window::TimeWindow, (u64, bool, bool)> =
+        Table::new(KeyGroupRange { start: 0, end: 127 });
     for user in 0..keys {
-        table.entry(key_group_of(&user, 128), user, window).or_insert((0, false, false)).0 += 1;
+        table
+            .entry(key_group_of(&user, 128), user, window)
+            .or_insert((0, false, false))
+            .0 += 1;
     }
     let after = allocated();
     COUNTING.store(false, std::sync::atomic::Ordering::SeqCst);
@@ -404,7 +490,10 @@ fn skew() -> Figure {
     let (skewed_without, ..) = windowed_count(skewed, 2, false);
     Figure {
         name: "hot key (80% of events) vs uniform, parallelism 2, with pre-aggregation",
-        value: format!("skewed / uniform throughput = {:.2}", uniform_wall / skewed_wall),
+        value: format!(
+            "skewed / uniform throughput = {:.2}",
+            uniform_wall / skewed_wall
+        ),
         target: "within 1.5x of uniform (>= 0.67)",
         detail: format!(
             "{n} records; uniform {:.2}M/s, skewed {:.2}M/s; skewed without pre-aggregation {:.2}M/s (ratio {:.2})",
@@ -417,7 +506,10 @@ fn skew() -> Figure {
 }
 
 fn main() {
-    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let benches: Vec<(&str, Box<dyn Fn() -> Figure>)> = vec![
         ("scenario1", Box::new(scenario1_etl)),
         ("chained", Box::new(chained_filter_map)),
@@ -436,7 +528,10 @@ fn main() {
             continue;
         }
         let figure = bench();
-        println!("| {} | {} | {} | {} |", figure.name, figure.value, figure.target, figure.detail);
+        println!(
+            "| {} | {} | {} | {} |",
+            figure.name, figure.value, figure.target, figure.detail
+        );
         figures.insert(key, figure.value);
         std::thread::sleep(Duration::from_millis(500));
     }

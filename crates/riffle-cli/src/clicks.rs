@@ -10,7 +10,15 @@ use riffle::source::datagen::Click;
 use serde::{Deserialize, Serialize};
 
 /// Substrings of the User-Agent of automated clients (compared ignoring ASCII case).
-const BOT_MARKERS: &[&str] = &["bot", "spider", "crawl", "python-requests", "curl/", "wget", "headless"];
+const BOT_MARKERS: &[&str] = &[
+    "bot",
+    "spider",
+    "crawl",
+    "python-requests",
+    "curl/",
+    "wget",
+    "headless",
+];
 
 /// Whether a User-Agent belongs to a bot, crawler or script.
 ///
@@ -51,7 +59,10 @@ struct BotMarkers {
 impl BotMarkers {
     fn new() -> Self {
         BotMarkers {
-            packed: aho_corasick::packed::Config::new().builder().extend(BOT_MARKERS).build(),
+            packed: aho_corasick::packed::Config::new()
+                .builder()
+                .extend(BOT_MARKERS)
+                .build(),
             automaton: AhoCorasick::new(BOT_MARKERS).expect("valid markers"),
         }
     }
@@ -88,7 +99,8 @@ impl Serialize for Country {
 impl<'de> Deserialize<'de> for Country {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let code = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        Country::parse(&code).ok_or_else(|| serde::de::Error::custom(format!("not a country code: {code}")))
+        Country::parse(&code)
+            .ok_or_else(|| serde::de::Error::custom(format!("not a country code: {code}")))
     }
 }
 
@@ -108,7 +120,9 @@ impl IpCountryTable {
     /// The embedded table, parsed once.
     pub fn embedded() -> &'static IpCountryTable {
         static TABLE: OnceLock<IpCountryTable> = OnceLock::new();
-        TABLE.get_or_init(|| IpCountryTable::parse(EMBEDDED_TABLE).expect("the embedded table is valid"))
+        TABLE.get_or_init(|| {
+            IpCountryTable::parse(EMBEDDED_TABLE).expect("the embedded table is valid")
+        })
     }
 
     /// Parses `prefix,country` lines (a header line and `#` comments are skipped).
@@ -120,12 +134,22 @@ impl IpCountryTable {
                 continue;
             }
             let bad = |what: &str| format!("line {}: {what}: `{line}`", number + 1);
-            let (prefix, country) = line.split_once(',').ok_or_else(|| bad("expected prefix,country"))?;
-            let (address, length) = prefix.split_once('/').ok_or_else(|| bad("expected a.b.c.d/len"))?;
+            let (prefix, country) = line
+                .split_once(',')
+                .ok_or_else(|| bad("expected prefix,country"))?;
+            let (address, length) = prefix
+                .split_once('/')
+                .ok_or_else(|| bad("expected a.b.c.d/len"))?;
             let address: Ipv4Addr = address.parse().map_err(|_| bad("bad address"))?;
-            let length: u8 = length.parse().ok().filter(|l| *l <= 32).ok_or_else(|| bad("bad prefix length"))?;
+            let length: u8 = length
+                .parse()
+                .ok()
+                .filter(|l| *l <= 32)
+                .ok_or_else(|| bad("bad prefix length"))?;
             let country = Country::parse(country.trim()).ok_or_else(|| bad("bad country code"))?;
-            table.prefixes.insert((length, mask(u32::from(address), length)), country);
+            table
+                .prefixes
+                .insert((length, mask(u32::from(address), length)), country);
             if !table.lengths.contains(&length) {
                 table.lengths.push(length);
             }
@@ -137,7 +161,9 @@ impl IpCountryTable {
     /// The country of `ip` (dotted quad), if a prefix covers it.
     pub fn lookup(&self, ip: &str) -> Option<Country> {
         let address = u32::from(ip.parse::<Ipv4Addr>().ok()?);
-        self.lengths.iter().find_map(|&length| self.prefixes.get(&(length, mask(address, length))).copied())
+        self.lengths
+            .iter()
+            .find_map(|&length| self.prefixes.get(&(length, mask(address, length))).copied())
     }
 
     /// Number of prefixes.
@@ -152,7 +178,11 @@ impl IpCountryTable {
 }
 
 fn mask(address: u32, length: u8) -> u32 {
-    if length == 0 { 0 } else { address & (u32::MAX << (32 - length)) }
+    if length == 0 {
+        0
+    } else {
+        address & (u32::MAX << (32 - length))
+    }
 }
 
 /// A click of a person, with the country of its IP address: what the ETL pipeline writes.
@@ -173,7 +203,13 @@ pub struct EnrichedClick {
 /// Adds the country to a click.
 pub fn enrich(click: Click, table: &IpCountryTable) -> EnrichedClick {
     let country = table.lookup(&click.ip).unwrap_or(Country::UNKNOWN);
-    EnrichedClick { user_id: click.user_id, url: click.url, ip: click.ip, country, event_time: click.event_time }
+    EnrichedClick {
+        user_id: click.user_id,
+        url: click.url,
+        ip: click.ip,
+        country,
+        event_time: click.event_time,
+    }
 }
 
 #[cfg(test)]
@@ -199,7 +235,8 @@ mod tests {
 
     #[test]
     fn bad_tables_name_the_line() {
-        let err = IpCountryTable::parse("prefix,country\n1.2.3.0/24,DE\n1.2.3.0/40,DE\n").unwrap_err();
+        let err =
+            IpCountryTable::parse("prefix,country\n1.2.3.0/24,DE\n1.2.3.0/40,DE\n").unwrap_err();
         assert!(err.starts_with("line 3: bad prefix length"), "{err}");
     }
 
@@ -214,7 +251,13 @@ mod tests {
         };
         let enriched = enrich(click, IpCountryTable::embedded());
         let json = serde_json::to_string(&enriched).unwrap();
-        assert_eq!(json, r#"{"user_id":7,"url":"/cart","ip":"1.2.3.4","country":"US","event_time":5}"#);
-        assert_eq!(serde_json::from_str::<EnrichedClick>(&json).unwrap(), enriched);
+        assert_eq!(
+            json,
+            r#"{"user_id":7,"url":"/cart","ip":"1.2.3.4","country":"US","event_time":5}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<EnrichedClick>(&json).unwrap(),
+            enriched
+        );
     }
 }

@@ -64,7 +64,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     install_ctrlc_handler();
     let outcome = match cli.command {
-        Command::Demo { scenario, pipeline: args } => match scenario {
+        Command::Demo {
+            scenario,
+            pipeline: args,
+        } => match scenario {
             Some(Scenario::Etl(args)) => etl::run(&args).map(drop),
             Some(Scenario::WindowedCount(args)) => windowed_count::run(&args).map(drop),
             Some(Scenario::LateEvents(args)) => late_events::run(&args).map(drop),

@@ -86,7 +86,13 @@ pub fn run_with_progress(
             next_report += options.every;
             let snapshot = monitor.metrics();
             let rates = snapshot.rates_since(&previous);
-            let text = render(&Report { elapsed: started.elapsed(), snapshot: &snapshot, rates: &rates, rss_bytes: rss, stopping });
+            let text = render(&Report {
+                elapsed: started.elapsed(),
+                snapshot: &snapshot,
+                rates: &rates,
+                rss_bytes: rss,
+                stopping,
+            });
             match &bar {
                 Some(bar) => bar.set_message(text),
                 None => eprintln!("{text}"),

@@ -33,8 +33,8 @@ use riffle::keys::KeyGroupRange;
 use riffle::state::{KvStore, StateBackend, TaskStore};
 use riffle::{Error, Result};
 use rocksdb::{
-    BlockBasedOptions, Cache, DB, DBCompressionType, Direction, IteratorMode, Options, ReadOptions, WriteBatch,
-    WriteOptions,
+    BlockBasedOptions, Cache, DB, DBCompressionType, Direction, IteratorMode, Options, ReadOptions,
+    WriteBatch, WriteOptions,
 };
 
 /// Default memory of a backend: block cache and memtables of all its stores together.
@@ -51,7 +51,10 @@ pub struct RocksDbBackend {
 
 impl std::fmt::Debug for RocksDbBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RocksDbBackend").field("memory", &self.memory).field("write_buffer", &self.write_buffer).finish()
+        f.debug_struct("RocksDbBackend")
+            .field("memory", &self.memory)
+            .field("write_buffer", &self.write_buffer)
+            .finish()
     }
 }
 
@@ -64,7 +67,11 @@ impl Default for RocksDbBackend {
 impl RocksDbBackend {
     /// A backend with [`DEFAULT_MEMORY`] and 16 MB memtables.
     pub fn new() -> Self {
-        RocksDbBackend { memory: DEFAULT_MEMORY, write_buffer: 16 << 20, cache: Arc::default() }
+        RocksDbBackend {
+            memory: DEFAULT_MEMORY,
+            write_buffer: 16 << 20,
+            cache: Arc::default(),
+        }
     }
 
     /// Size of the block cache all stores share (at least 8 MB).
@@ -82,12 +89,18 @@ impl RocksDbBackend {
 
     fn check(&self) -> Result<()> {
         if self.memory < 8 << 20 {
-            return Err(Error::config("rocksdb memory", format!("is {} bytes; give it at least 8 MB", self.memory)));
+            return Err(Error::config(
+                "rocksdb memory",
+                format!("is {} bytes; give it at least 8 MB", self.memory),
+            ));
         }
         if self.write_buffer < 1 << 20 || self.write_buffer > self.memory / 2 {
             return Err(Error::config(
                 "rocksdb write_buffer",
-                format!("is {} bytes; it must be at least 1 MB and at most half the memory ({})", self.write_buffer, self.memory),
+                format!(
+                    "is {} bytes; it must be at least 1 MB and at most half the memory ({})",
+                    self.write_buffer, self.memory
+                ),
             ));
         }
         Ok(())
@@ -154,7 +167,9 @@ pub struct RocksDbStore {
 
 impl std::fmt::Debug for RocksDbStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RocksDbStore").field("dir", &self._dir.0).finish()
+        f.debug_struct("RocksDbStore")
+            .field("dir", &self._dir.0)
+            .finish()
     }
 }
 
@@ -183,16 +198,28 @@ impl RocksDbStore {
     fn open(dir: &Path, options: &Options) -> Result<Self> {
         // A directory left by a crashed run of the same task id holds nothing we need.
         let _ = std::fs::remove_dir_all(dir);
-        std::fs::create_dir_all(dir).map_err(io(format!("cannot create the state directory `{}`", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(io(format!(
+            "cannot create the state directory `{}`",
+            dir.display()
+        )))?;
         let guard = LocalDir(dir.to_path_buf());
         let db = DB::open(options, dir.join("db")).map_err(|e| failed("open", e))?;
         let mut write = WriteOptions::default();
         write.disable_wal(true);
-        Ok(RocksDbStore { db, write, _dir: guard })
+        Ok(RocksDbStore {
+            db,
+            write,
+            _dir: guard,
+        })
     }
 
     /// Calls `visit` for every entry with `start <= key < end` (no end: to the last key).
-    fn range(db: &DB, start: &[u8], end: Option<Vec<u8>>, visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
+    fn range(
+        db: &DB,
+        start: &[u8],
+        end: Option<Vec<u8>>,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
         let mut read = ReadOptions::default();
         if let Some(end) = end {
             read.set_iterate_upper_bound(end);
@@ -210,38 +237,54 @@ impl RocksDbStore {
 
 impl KvStore for RocksDbStore {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.db.get_pinned(key).map_err(|e| failed("get", e))?.map(|v| v.to_vec()))
+        Ok(self
+            .db
+            .get_pinned(key)
+            .map_err(|e| failed("get", e))?
+            .map(|v| v.to_vec()))
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.db.put_opt(key, value, &self.write).map_err(|e| failed("put", e))
+        self.db
+            .put_opt(key, value, &self.write)
+            .map_err(|e| failed("put", e))
     }
 
     fn delete(&self, key: &[u8]) -> Result<()> {
-        self.db.delete_opt(key, &self.write).map_err(|e| failed("delete", e))
+        self.db
+            .delete_opt(key, &self.write)
+            .map_err(|e| failed("delete", e))
     }
 
-    fn scan(&self, prefix: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
+    fn scan(
+        &self,
+        prefix: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
         Self::range(&self.db, prefix, prefix_end(prefix), visit)
     }
 
     fn estimate(&self) -> (u64, u64) {
         let property = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
         let entries = property("rocksdb.estimate-num-keys");
-        let bytes = property("rocksdb.total-sst-files-size") + property("rocksdb.cur-size-all-mem-tables");
+        let bytes =
+            property("rocksdb.total-sst-files-size") + property("rocksdb.cur-size-all-mem-tables");
         (entries, bytes)
     }
 
     fn checkpoint(&self, dir: &Path) -> Result<Vec<PathBuf>> {
         if let Some(parent) = dir.parent() {
-            std::fs::create_dir_all(parent).map_err(io(format!("cannot create `{}`", parent.display())))?;
+            std::fs::create_dir_all(parent)
+                .map_err(io(format!("cannot create `{}`", parent.display())))?;
         }
         // Flushes the memtables (the write-ahead log is off) and hard-links the files.
         rocksdb::checkpoint::Checkpoint::new(&self.db)
             .and_then(|c| c.create_checkpoint(dir))
             .map_err(|e| failed("checkpoint", e))?;
         let mut files = Vec::new();
-        for entry in std::fs::read_dir(dir).map_err(io(format!("cannot list `{}`", dir.display())))? {
+        for entry in
+            std::fs::read_dir(dir).map_err(io(format!("cannot list `{}`", dir.display())))?
+        {
             let entry = entry.map_err(io(format!("cannot list `{}`", dir.display())))?;
             if entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
                 files.push(entry.path());
@@ -252,18 +295,23 @@ impl KvStore for RocksDbStore {
     }
 
     fn restore_from(&self, dir: &Path, range: KeyGroupRange) -> Result<()> {
-        let old = DB::open_for_read_only(&Options::default(), dir, false).map_err(|e| failed("open a checkpoint", e))?;
+        let old = DB::open_for_read_only(&Options::default(), dir, false)
+            .map_err(|e| failed("open a checkpoint", e))?;
         let start = range.start.to_be_bytes();
         let end = (range.end < u16::MAX).then(|| (range.end + 1).to_be_bytes().to_vec());
         let mut batch = WriteBatch::default();
         Self::range(&old, &start, end, &mut |key, value| {
             batch.put(key, value);
             if batch.size_in_bytes() >= 4 << 20 {
-                self.db.write_opt(std::mem::take(&mut batch), &self.write).map_err(|e| failed("restore", e))?;
+                self.db
+                    .write_opt(std::mem::take(&mut batch), &self.write)
+                    .map_err(|e| failed("restore", e))?;
             }
             Ok(true)
         })?;
-        self.db.write_opt(batch, &self.write).map_err(|e| failed("restore", e))
+        self.db
+            .write_opt(batch, &self.write)
+            .map_err(|e| failed("restore", e))
     }
 }
 
@@ -279,7 +327,12 @@ mod tests {
             key_groups: KeyGroupRange { start: 0, end: 127 },
             local_dir: dir.to_path_buf(),
         };
-        RocksDbBackend::new().memory(16 << 20).write_buffer(1 << 20).open_store(&task).unwrap().unwrap()
+        RocksDbBackend::new()
+            .memory(16 << 20)
+            .write_buffer(1 << 20)
+            .open_store(&task)
+            .unwrap()
+            .unwrap()
     }
 
     fn key(kg: u16, rest: &[u8]) -> Vec<u8> {
@@ -310,8 +363,14 @@ mod tests {
         assert_eq!(store.get(&key(1, b"a")).unwrap(), Some(b"1".to_vec()));
         store.delete(&key(1, b"a")).unwrap();
         assert_eq!(store.get(&key(1, b"a")).unwrap(), None);
-        assert_eq!(scan(store.as_ref(), &key(1, b"")), vec![(key(1, b"b"), b"2".to_vec())]);
-        assert_eq!(scan(store.as_ref(), &[0x01, 0xff]), vec![(vec![0x01, 0xff, 0xff], b"edge".to_vec())]);
+        assert_eq!(
+            scan(store.as_ref(), &key(1, b"")),
+            vec![(key(1, b"b"), b"2".to_vec())]
+        );
+        assert_eq!(
+            scan(store.as_ref(), &[0x01, 0xff]),
+            vec![(vec![0x01, 0xff, 0xff], b"edge".to_vec())]
+        );
         assert_eq!(scan(store.as_ref(), &[]).len(), 3);
     }
 
@@ -321,17 +380,32 @@ mod tests {
         let first = store(&tmp.path().join("first"));
         for kg in 0..8u16 {
             for i in 0..100u32 {
-                first.put(&key(kg, &i.to_be_bytes()), &[kg as u8; 10]).unwrap();
+                first
+                    .put(&key(kg, &i.to_be_bytes()), &[kg as u8; 10])
+                    .unwrap();
             }
         }
         // Written without a write-ahead log and never flushed: the checkpoint must flush.
         let files = first.checkpoint(&tmp.path().join("chk-1")).unwrap();
-        assert!(files.iter().any(|f| f.extension().is_some_and(|e| e == "sst")), "{files:?}");
+        assert!(
+            files
+                .iter()
+                .any(|f| f.extension().is_some_and(|e| e == "sst")),
+            "{files:?}"
+        );
 
         let second = store(&tmp.path().join("second"));
-        second.restore_from(&tmp.path().join("chk-1"), KeyGroupRange { start: 2, end: 4 }).unwrap();
+        second
+            .restore_from(
+                &tmp.path().join("chk-1"),
+                KeyGroupRange { start: 2, end: 4 },
+            )
+            .unwrap();
         assert_eq!(scan(second.as_ref(), &[]).len(), 300);
-        assert_eq!(second.get(&key(3, &7u32.to_be_bytes())).unwrap(), Some(vec![3; 10]));
+        assert_eq!(
+            second.get(&key(3, &7u32.to_be_bytes())).unwrap(),
+            Some(vec![3; 10])
+        );
         assert_eq!(second.get(&key(5, &7u32.to_be_bytes())).unwrap(), None);
     }
 
@@ -352,7 +426,10 @@ mod tests {
         let first = sst(store.checkpoint(&tmp.path().join("chk-1")).unwrap());
         store.put(&key(0, b"new"), b"v").unwrap();
         let second = sst(store.checkpoint(&tmp.path().join("chk-2")).unwrap());
-        assert!(first.iter().all(|f| second.contains(f)), "{first:?} vs {second:?}");
+        assert!(
+            first.iter().all(|f| second.contains(f)),
+            "{first:?} vs {second:?}"
+        );
         assert_eq!(second.len(), first.len() + 1);
     }
 
@@ -377,7 +454,11 @@ mod tests {
             key_groups: KeyGroupRange { start: 0, end: 127 },
             local_dir: tmp.path().join("s"),
         };
-        let error = RocksDbBackend::new().memory(1 << 20).open_store(&task).err().unwrap();
+        let error = RocksDbBackend::new()
+            .memory(1 << 20)
+            .open_store(&task)
+            .err()
+            .unwrap();
         assert!(error.to_string().contains("rocksdb memory"), "{error}");
     }
 }

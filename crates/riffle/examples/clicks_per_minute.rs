@@ -7,7 +7,10 @@
 use std::time::Duration;
 
 use riffle::source::datagen::{Click, ClicksConfig, DatagenSource};
-use riffle::{OutputTag, StreamEnv, aggregate::Count, sink::FileSink, time::WatermarkStrategy, window::Tumbling};
+use riffle::{
+    OutputTag, StreamEnv, aggregate::Count, sink::FileSink, time::WatermarkStrategy,
+    window::Tumbling,
+};
 
 fn main() -> riffle::Result<()> {
     let env = StreamEnv::new();
@@ -15,7 +18,8 @@ fn main() -> riffle::Result<()> {
     let counts = env
         .from_source_with_watermarks(
             DatagenSource::clicks(ClicksConfig::default()).count(1_000_000),
-            WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5)).with_timestamps(|c: &Click| c.event_time),
+            WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5))
+                .with_timestamps(|c: &Click| c.event_time),
         )
         .filter(|click| !click.user_agent.contains("bot"))
         .key_by(|click| click.user_id)
@@ -24,13 +28,24 @@ fn main() -> riffle::Result<()> {
         .side_output_late(&late)
         .aggregate(Count);
     counts.sink(FileSink::new("out/agg-clicks"));
-    counts.get_side_output(&late).sink(FileSink::new("out/late-clicks"));
+    counts
+        .get_side_output(&late)
+        .sink(FileSink::new("out/late-clicks"));
     let result = env.execute()?;
     println!(
         "{} clicks in, {} counts per user and minute out ({} late) in {:.1} s",
-        result.metrics.operators.iter().filter(|o| o.name.starts_with("Source:")).map(|o| o.records_out).sum::<u64>(),
+        result
+            .metrics
+            .operators
+            .iter()
+            .filter(|o| o.name.starts_with("Source:"))
+            .map(|o| o.records_out)
+            .sum::<u64>(),
         result.records_out("Window"),
-        result.metrics.operator_total("Window").map_or(0, |w| w.late_records_side_output),
+        result
+            .metrics
+            .operator_total("Window")
+            .map_or(0, |w| w.late_records_side_output),
         result.duration.as_secs_f64()
     );
     Ok(())

@@ -63,7 +63,9 @@ impl Default for EnvConfig {
     fn default() -> Self {
         EnvConfig {
             job_name: "riffle-job".to_string(),
-            parallelism: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            parallelism: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             max_parallelism: 128,
             buffer_size: 1024,
             buffer_timeout: Duration::from_millis(5),
@@ -88,7 +90,10 @@ impl EnvConfig {
         if self.max_parallelism > MAX_KEY_GROUPS {
             return Err(Error::config(
                 "max_parallelism",
-                format!("must be at most {MAX_KEY_GROUPS}, got {}", self.max_parallelism),
+                format!(
+                    "must be at most {MAX_KEY_GROUPS}, got {}",
+                    self.max_parallelism
+                ),
             ));
         }
         if self.buffer_size == 0 {
@@ -98,10 +103,16 @@ impl EnvConfig {
             return Err(Error::config("buffer_timeout", "must be greater than zero"));
         }
         if self.channel_capacity == 0 {
-            return Err(Error::config("channel_capacity", "must be at least 1 batch"));
+            return Err(Error::config(
+                "channel_capacity",
+                "must be at least 1 batch",
+            ));
         }
         if self.watermark_interval.is_zero() {
-            return Err(Error::config("watermark_interval", "must be greater than zero"));
+            return Err(Error::config(
+                "watermark_interval",
+                "must be greater than zero",
+            ));
         }
         self.checkpoints.validate()?;
         Ok(())
@@ -109,7 +120,11 @@ impl EnvConfig {
 }
 
 /// Checks an operator's parallelism against the job's number of key groups.
-pub(crate) fn check_parallelism(setting: &str, parallelism: usize, max_parallelism: usize) -> Result<()> {
+pub(crate) fn check_parallelism(
+    setting: &str,
+    parallelism: usize,
+    max_parallelism: usize,
+) -> Result<()> {
     if parallelism == 0 {
         return Err(Error::config(setting, "must be at least 1, got 0"));
     }
@@ -140,22 +155,58 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_setting() {
-        let base = EnvConfig { parallelism: 2, ..EnvConfig::default() };
-        assert_eq!(setting_of(EnvConfig { parallelism: 0, ..base.clone() }), "parallelism");
+        let base = EnvConfig {
+            parallelism: 2,
+            ..EnvConfig::default()
+        };
         assert_eq!(
-            setting_of(EnvConfig { max_parallelism: 1, ..base.clone() }),
+            setting_of(EnvConfig {
+                parallelism: 0,
+                ..base.clone()
+            }),
+            "parallelism"
+        );
+        assert_eq!(
+            setting_of(EnvConfig {
+                max_parallelism: 1,
+                ..base.clone()
+            }),
             "max_parallelism"
         );
         assert_eq!(
-            setting_of(EnvConfig { max_parallelism: 100_000, ..base.clone() }),
+            setting_of(EnvConfig {
+                max_parallelism: 100_000,
+                ..base.clone()
+            }),
             "max_parallelism"
         );
-        assert_eq!(setting_of(EnvConfig { buffer_size: 0, ..base.clone() }), "buffer_size");
         assert_eq!(
-            setting_of(EnvConfig { buffer_timeout: Duration::ZERO, ..base.clone() }),
+            setting_of(EnvConfig {
+                buffer_size: 0,
+                ..base.clone()
+            }),
+            "buffer_size"
+        );
+        assert_eq!(
+            setting_of(EnvConfig {
+                buffer_timeout: Duration::ZERO,
+                ..base.clone()
+            }),
             "buffer_timeout"
         );
-        assert_eq!(setting_of(EnvConfig { channel_capacity: 0, ..base.clone() }), "channel_capacity");
-        assert_eq!(setting_of(EnvConfig { job_name: " ".into(), ..base }), "job_name");
+        assert_eq!(
+            setting_of(EnvConfig {
+                channel_capacity: 0,
+                ..base.clone()
+            }),
+            "channel_capacity"
+        );
+        assert_eq!(
+            setting_of(EnvConfig {
+                job_name: " ".into(),
+                ..base
+            }),
+            "job_name"
+        );
     }
 }

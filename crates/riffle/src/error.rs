@@ -82,12 +82,18 @@ pub enum Error {
 impl Error {
     /// A configuration error naming `setting`.
     pub fn config(setting: impl Into<String>, message: impl Into<String>) -> Self {
-        Error::Config { setting: setting.into(), message: message.into() }
+        Error::Config {
+            setting: setting.into(),
+            message: message.into(),
+        }
     }
 
     /// An I/O error with context (what was done, on which path).
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     /// A user error, attributed to an operator by the runtime.
@@ -98,10 +104,16 @@ impl Error {
     /// Attributes this error to `operator`/`subtask`, unless it already names one.
     pub(crate) fn in_operator(self, operator: &str, subtask: usize) -> Self {
         match self {
-            Error::User(source) => Error::Operator { operator: operator.to_string(), subtask, source },
-            Error::Io { .. } => {
-                Error::Operator { operator: operator.to_string(), subtask, source: Box::new(self) }
-            }
+            Error::User(source) => Error::Operator {
+                operator: operator.to_string(),
+                subtask,
+                source,
+            },
+            Error::Io { .. } => Error::Operator {
+                operator: operator.to_string(),
+                subtask,
+                source: Box::new(self),
+            },
             other => other,
         }
     }
@@ -136,7 +148,10 @@ mod tests {
     #[test]
     fn config_errors_name_the_setting() {
         let err = Error::config("parallelism", "must be at least 1, got 0");
-        assert_eq!(err.to_string(), "invalid configuration: `parallelism` must be at least 1, got 0");
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: `parallelism` must be at least 1, got 0"
+        );
     }
 
     #[test]

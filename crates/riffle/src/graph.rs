@@ -20,26 +20,27 @@ use crate::checkpoint::RestoreState;
 use crate::checkpoint::coordinator::CheckpointHub;
 use crate::checkpoint::restore::RestoreAssignment;
 use crate::config::{EnvConfig, check_parallelism};
-use crate::sink::Finalizers;
 use crate::error::{Error, Result};
 use crate::keys::KeyGroupRange;
 use crate::metrics::MetricsRegistry;
 use crate::operators::{ErasedSideOutput, OperatorContext, SideOutputs, TypedSideOutput};
 use crate::record::{Data, StreamElement};
-use crate::state::TaskStore;
 use crate::runtime::{
-    Discard, Fanout, InputTask, JobControl, Output, RecordWriter, ShipStrategy, TaskContext, TaskDriver, TaskSpec,
-    TaskStoreHandle,
+    Discard, Fanout, InputTask, JobControl, Output, RecordWriter, ShipStrategy, TaskContext,
+    TaskDriver, TaskSpec, TaskStoreHandle,
 };
+use crate::sink::Finalizers;
 use crate::source::DeadLetter;
 use crate::source::task::{ErasedSource, SourceTaskSetup};
+use crate::state::TaskStore;
 
 /// A `Box<dyn Output<T>>` whose `T` the graph does not know.
 pub(crate) type AnyOutput = Box<dyn Any + Send>;
 /// Builds an operator instance in front of its output:
 /// `(context, output, side outputs, state to restore) -> input`.
-pub(crate) type BuildFn =
-    dyn Fn(OperatorContext, AnyOutput, SideOutputs, Option<RestoreState>) -> Result<AnyOutput> + Send + Sync;
+pub(crate) type BuildFn = dyn Fn(OperatorContext, AnyOutput, SideOutputs, Option<RestoreState>) -> Result<AnyOutput>
+    + Send
+    + Sync;
 /// Builds the key-group function of a hash edge for a number of key groups.
 pub(crate) type KeyGroupFactory = dyn Fn(usize) -> Box<dyn Any + Send> + Send + Sync;
 
@@ -117,11 +118,22 @@ pub(crate) trait StreamType: Send + Sync {
     fn record_type(&self) -> TypeId;
     fn type_name(&self) -> &'static str;
     fn channel(&self, capacity: usize) -> (Box<dyn Any + Send>, Box<dyn Any + Send>);
-    fn writer(&self, senders: Vec<Box<dyn Any + Send>>, ship: &Ship, config: &EnvConfig, ctx: TaskContext) -> AnyOutput;
+    fn writer(
+        &self,
+        senders: Vec<Box<dyn Any + Send>>,
+        ship: &Ship,
+        config: &EnvConfig,
+        ctx: TaskContext,
+    ) -> AnyOutput;
     fn fanout(&self, outputs: Vec<AnyOutput>) -> AnyOutput;
     fn discard(&self) -> AnyOutput;
     fn side_output(&self, output: AnyOutput) -> Box<dyn ErasedSideOutput>;
-    fn input_task(&self, receivers: Vec<Box<dyn Any + Send>>, chain: AnyOutput, ctx: TaskContext) -> Box<dyn TaskDriver>;
+    fn input_task(
+        &self,
+        receivers: Vec<Box<dyn Any + Send>>,
+        chain: AnyOutput,
+        ctx: TaskContext,
+    ) -> Box<dyn TaskDriver>;
 }
 
 /// The [`StreamType`] of records of type `T`.
@@ -134,7 +146,12 @@ impl<T: Data> TypeOf<T> {
 }
 
 fn unpack<X: 'static>(any: Box<dyn Any + Send>) -> X {
-    *any.downcast::<X>().unwrap_or_else(|_| panic!("job graph type mix-up: expected {}", std::any::type_name::<X>()))
+    *any.downcast::<X>().unwrap_or_else(|_| {
+        panic!(
+            "job graph type mix-up: expected {}",
+            std::any::type_name::<X>()
+        )
+    })
 }
 
 impl<T: Data> StreamType for TypeOf<T> {
@@ -151,7 +168,13 @@ impl<T: Data> StreamType for TypeOf<T> {
         (Box::new(tx), Box::new(rx))
     }
 
-    fn writer(&self, senders: Vec<Box<dyn Any + Send>>, ship: &Ship, config: &EnvConfig, ctx: TaskContext) -> AnyOutput {
+    fn writer(
+        &self,
+        senders: Vec<Box<dyn Any + Send>>,
+        ship: &Ship,
+        config: &EnvConfig,
+        ctx: TaskContext,
+    ) -> AnyOutput {
         let senders: Vec<Sender<StreamElement<T>>> = senders.into_iter().map(unpack).collect();
         let strategy = match ship {
             Ship::Forward => ShipStrategy::Forward,
@@ -159,7 +182,13 @@ impl<T: Data> StreamType for TypeOf<T> {
             Ship::Broadcast => ShipStrategy::Broadcast,
             Ship::Hash(factory) => ShipStrategy::Hash(unpack(factory(config.max_parallelism))),
         };
-        let writer = RecordWriter::new(senders, strategy, config.max_parallelism, config.buffer_size, ctx);
+        let writer = RecordWriter::new(
+            senders,
+            strategy,
+            config.max_parallelism,
+            config.buffer_size,
+            ctx,
+        );
         Box::new(Box::new(writer) as Box<dyn Output<T>>)
     }
 
@@ -176,8 +205,14 @@ impl<T: Data> StreamType for TypeOf<T> {
         Box::new(TypedSideOutput::<T>(unpack(output)))
     }
 
-    fn input_task(&self, receivers: Vec<Box<dyn Any + Send>>, chain: AnyOutput, ctx: TaskContext) -> Box<dyn TaskDriver> {
-        let receivers: Vec<Receiver<StreamElement<T>>> = receivers.into_iter().map(unpack).collect();
+    fn input_task(
+        &self,
+        receivers: Vec<Box<dyn Any + Send>>,
+        chain: AnyOutput,
+        ctx: TaskContext,
+    ) -> Box<dyn TaskDriver> {
+        let receivers: Vec<Receiver<StreamElement<T>>> =
+            receivers.into_iter().map(unpack).collect();
         Box::new(InputTask::new(receivers, unpack(chain), ctx))
     }
 }
@@ -237,17 +272,30 @@ fn layout(nodes: &[Node], config: &EnvConfig) -> Result<Layout> {
     let mut seen: HashMap<String, usize> = HashMap::new();
     for node in nodes {
         let p = node.parallelism.unwrap_or(config.parallelism);
-        check_parallelism(&format!("parallelism of `{}`", node.name), p, config.max_parallelism)?;
+        check_parallelism(
+            &format!("parallelism of `{}`", node.name),
+            p,
+            config.max_parallelism,
+        )?;
         parallelism.push(p);
         let count = seen.entry(node.name.clone()).or_insert(0);
         *count += 1;
-        names.push(if *count == 1 { node.name.clone() } else { format!("{} ({})", node.name, count) });
+        names.push(if *count == 1 {
+            node.name.clone()
+        } else {
+            format!("{} ({})", node.name, count)
+        });
     }
     let mut ids = Vec::with_capacity(nodes.len());
     for (index, node) in nodes.iter().enumerate() {
-        let id = node.uid.clone().unwrap_or_else(|| format!("{index}:{}", node.name));
+        let id = node
+            .uid
+            .clone()
+            .unwrap_or_else(|| format!("{index}:{}", node.name));
         if node.uid.is_some() && ids.contains(&id) {
-            return Err(Error::Graph(format!("two operators have the uid `{id}`: uids must be unique")));
+            return Err(Error::Graph(format!(
+                "two operators have the uid `{id}`: uids must be unique"
+            )));
         }
         ids.push(id);
     }
@@ -255,7 +303,10 @@ fn layout(nodes: &[Node], config: &EnvConfig) -> Result<Layout> {
     for (id, node) in nodes.iter().enumerate() {
         for (index, edge) in node.inputs.iter().enumerate() {
             if edge.from >= id {
-                return Err(Error::Graph(format!("`{}` reads from an operator declared after it", node.name)));
+                return Err(Error::Graph(format!(
+                    "`{}` reads from an operator declared after it",
+                    node.name
+                )));
             }
             consumers[edge.from].push((id, index));
         }
@@ -286,7 +337,14 @@ fn layout(nodes: &[Node], config: &EnvConfig) -> Result<Layout> {
         }
         chains.push((head, members));
     }
-    Ok(Layout { parallelism, names, ids, chained, consumers, chains })
+    Ok(Layout {
+        parallelism,
+        names,
+        ids,
+        chained,
+        consumers,
+        chains,
+    })
 }
 
 /// Channels of every network edge, by producer and consumer subtask.
@@ -305,7 +363,8 @@ fn create_channels(nodes: &[Node], layout: &Layout, config: &EnvConfig) -> Chann
             continue;
         }
         for (index, edge) in node.inputs.iter().enumerate() {
-            let (producers, consumers) = (layout.parallelism[edge.from], layout.parallelism[consumer]);
+            let (producers, consumers) =
+                (layout.parallelism[edge.from], layout.parallelism[consumer]);
             let pointwise = matches!(edge.ship, Ship::Forward) && producers == consumers;
             for p in 0..producers {
                 for c in 0..consumers {
@@ -352,7 +411,11 @@ impl Assembler<'_> {
     /// becomes a rebalance, as in Flink).
     fn ship(&self, consumer: NodeId, edge: &Edge) -> Ship {
         match edge.ship {
-            Ship::Forward if self.layout.parallelism[edge.from] != self.layout.parallelism[consumer] => Ship::Rebalance,
+            Ship::Forward
+                if self.layout.parallelism[edge.from] != self.layout.parallelism[consumer] =>
+            {
+                Ship::Rebalance
+            }
             ref ship => ship.clone(),
         }
     }
@@ -384,7 +447,11 @@ impl Assembler<'_> {
             if self.layout.chained[consumer] {
                 outputs.push(self.operator_input(consumer, subtask, ctx)?);
             } else {
-                let senders = self.channels.senders.remove(&(consumer, index, subtask)).unwrap_or_default();
+                let senders = self
+                    .channels
+                    .senders
+                    .remove(&(consumer, index, subtask))
+                    .unwrap_or_default();
                 let ship = self.ship(consumer, edge);
                 outputs.push(ty.writer(senders, &ship, self.config, ctx.clone()));
             }
@@ -397,7 +464,12 @@ impl Assembler<'_> {
     }
 
     /// The side outputs of `node` that something consumes.
-    fn side_outputs(&mut self, node: NodeId, subtask: usize, ctx: &TaskContext) -> Result<SideOutputs> {
+    fn side_outputs(
+        &mut self,
+        node: NodeId,
+        subtask: usize,
+        ctx: &TaskContext,
+    ) -> Result<SideOutputs> {
         let mut tags: Vec<(String, Arc<dyn StreamType>)> = Vec::new();
         for &(consumer, index) in &self.layout.consumers[node] {
             let edge = &self.nodes[consumer].inputs[index];
@@ -435,7 +507,11 @@ impl Assembler<'_> {
             subtask,
             parallelism,
             max_parallelism: self.config.max_parallelism,
-            key_groups: KeyGroupRange::for_subtask(subtask, parallelism, self.config.max_parallelism),
+            key_groups: KeyGroupRange::for_subtask(
+                subtask,
+                parallelism,
+                self.config.max_parallelism,
+            ),
             batch_size: self.config.buffer_size,
             clock: self.config.clock.clone(),
             store: self.store.as_ref().map(|s| s.store.clone()),
@@ -444,13 +520,28 @@ impl Assembler<'_> {
 
     /// Opens the store of task `task` (of chain `head`, instance `subtask`) when the state backend
     /// has stores and the chain keeps keyed state, filling it from the checkpoint restored.
-    fn open_store(&self, head: NodeId, subtask: usize, task: usize) -> Result<Option<TaskStoreHandle>> {
-        let members = self.layout.chains.iter().find(|(h, _)| *h == head).map(|(_, m)| m.as_slice()).unwrap_or_default();
+    fn open_store(
+        &self,
+        head: NodeId,
+        subtask: usize,
+        task: usize,
+    ) -> Result<Option<TaskStoreHandle>> {
+        let members = self
+            .layout
+            .chains
+            .iter()
+            .find(|(h, _)| *h == head)
+            .map(|(_, m)| m.as_slice())
+            .unwrap_or_default();
         if !members.iter().any(|&m| self.nodes[m].keyed) {
             return Ok(None);
         }
         let config = self.config;
-        let key_groups = KeyGroupRange::for_subtask(subtask, self.layout.parallelism[head], config.max_parallelism);
+        let key_groups = KeyGroupRange::for_subtask(
+            subtask,
+            self.layout.parallelism[head],
+            config.max_parallelism,
+        );
         let id = format!("{}-task-{task}", self.run.run_id);
         let spec = TaskStore {
             job: config.job_name.clone(),
@@ -459,19 +550,34 @@ impl Assembler<'_> {
             key_groups,
             local_dir: config.local_state_dir.join(&config.job_name).join(&id),
         };
-        let Some(store) = config.state_backend.open_store(&spec)? else { return Ok(None) };
+        let Some(store) = config.state_backend.open_store(&spec)? else {
+            return Ok(None);
+        };
         if let Some(restore) = self.run.restore {
             restore
                 .restore_store(store.as_ref(), key_groups, &spec.local_dir)
                 .map_err(|e| e.in_operator(&self.layout.names[head], subtask))?;
         }
-        Ok(Some(TaskStoreHandle { store, id, key_groups, local_dir: spec.local_dir }))
+        Ok(Some(TaskStoreHandle {
+            store,
+            id,
+            key_groups,
+            local_dir: spec.local_dir,
+        }))
     }
 
     /// The operator `node` of `subtask` with everything after it.
-    fn operator_input(&mut self, node: NodeId, subtask: usize, ctx: &TaskContext) -> Result<AnyOutput> {
+    fn operator_input(
+        &mut self,
+        node: NodeId,
+        subtask: usize,
+        ctx: &TaskContext,
+    ) -> Result<AnyOutput> {
         let NodeKind::Operator { build, .. } = &self.nodes[node].kind else {
-            return Err(Error::Graph(format!("source `{}` cannot consume a stream", self.layout.names[node])));
+            return Err(Error::Graph(format!(
+                "source `{}` cannot consume a stream",
+                self.layout.names[node]
+            )));
         };
         let build = build.clone();
         let out_type = self.nodes[node].out_type.clone();
@@ -505,7 +611,8 @@ impl Assembler<'_> {
                 let output = self.output(head, &Slot::Main, &out_type, subtask, &ctx)?;
                 let dead_letter_type = TypeOf::<DeadLetter>::arc();
                 let slot = Slot::Side(crate::api::DEAD_LETTER_TAG.to_string());
-                let dead_letter = unpack(self.output(head, &slot, &dead_letter_type, subtask, &ctx)?);
+                let dead_letter =
+                    unpack(self.output(head, &slot, &dead_letter_type, subtask, &ctx)?);
                 source.task(SourceTaskSetup {
                     operator_id: op.id,
                     restore,
@@ -524,11 +631,21 @@ impl Assembler<'_> {
             NodeKind::Operator { in_type, .. } => {
                 let in_type = in_type.clone();
                 let chain = self.operator_input(head, subtask, &ctx)?;
-                let receivers = self.channels.receivers.remove(&(head, subtask)).unwrap_or_default();
+                let receivers = self
+                    .channels
+                    .receivers
+                    .remove(&(head, subtask))
+                    .unwrap_or_default();
                 in_type.input_task(receivers, chain, ctx)
             }
         };
-        Ok(TaskSpec { name: chain_name.to_string(), head: self.layout.names[head].clone(), subtask, driver, metrics })
+        Ok(TaskSpec {
+            name: chain_name.to_string(),
+            head: self.layout.names[head].clone(),
+            subtask,
+            driver,
+            metrics,
+        })
     }
 }
 
@@ -536,12 +653,17 @@ impl Assembler<'_> {
 pub(crate) fn validate(nodes: &[Node], config: &EnvConfig) -> Result<()> {
     config.validate()?;
     if nodes.is_empty() {
-        return Err(Error::Graph("the job has no operators; add a source and a sink".into()));
+        return Err(Error::Graph(
+            "the job has no operators; add a source and a sink".into(),
+        ));
     }
     for node in nodes {
         match &node.kind {
             NodeKind::Source(source) => source.validate()?,
-            NodeKind::Operator { validate: Some(validate), .. } => validate()?,
+            NodeKind::Operator {
+                validate: Some(validate),
+                ..
+            } => validate()?,
             NodeKind::Operator { .. } => {}
         }
     }
@@ -551,7 +673,11 @@ pub(crate) fn validate(nodes: &[Node], config: &EnvConfig) -> Result<()> {
 /// The number of tasks a run of the job has.
 pub(crate) fn task_count(nodes: &[Node], config: &EnvConfig) -> Result<usize> {
     let layout = layout(nodes, config)?;
-    Ok(layout.chains.iter().map(|(head, _)| layout.parallelism[*head]).sum())
+    Ok(layout
+        .chains
+        .iter()
+        .map(|(head, _)| layout.parallelism[*head])
+        .sum())
 }
 
 /// Builds every task of one run of the job.
@@ -560,8 +686,16 @@ pub(crate) fn plan(nodes: &[Node], run: &RunContext<'_>) -> Result<(Vec<TaskSpec
     let layout = layout(nodes, config)?;
     let described = describe(nodes, &layout);
     let channels = create_channels(nodes, &layout, config);
-    let mut assembler =
-        Assembler { nodes, layout: &layout, config, registry: run.registry, channels, run, tasks_built: 0, store: None };
+    let mut assembler = Assembler {
+        nodes,
+        layout: &layout,
+        config,
+        registry: run.registry,
+        channels,
+        run,
+        tasks_built: 0,
+        store: None,
+    };
     let mut tasks = Vec::new();
     for (vertex, (head, _)) in layout.chains.iter().enumerate() {
         for subtask in 0..layout.parallelism[*head] {
@@ -614,7 +748,9 @@ fn describe(nodes: &[Node], layout: &Layout) -> JobPlan {
         }
         for edge in &node.inputs {
             let ship = match edge.ship {
-                Ship::Forward if layout.parallelism[edge.from] != layout.parallelism[consumer] => "REBALANCE",
+                Ship::Forward if layout.parallelism[edge.from] != layout.parallelism[consumer] => {
+                    "REBALANCE"
+                }
                 ref ship => ship.label(),
             };
             edges.push(PlanEdge {

@@ -51,7 +51,11 @@ pub fn key_group_of<K: Hash + ?Sized>(key: &K, max_parallelism: usize) -> KeyGro
 }
 
 /// The subtask (of `parallelism`) that owns `key_group` (Flink's assignment).
-pub fn subtask_for_key_group(key_group: KeyGroup, max_parallelism: usize, parallelism: usize) -> usize {
+pub fn subtask_for_key_group(
+    key_group: KeyGroup,
+    max_parallelism: usize,
+    parallelism: usize,
+) -> usize {
     key_group as usize * parallelism / max_parallelism
 }
 
@@ -75,7 +79,10 @@ impl KeyGroupRange {
     pub fn for_subtask(subtask: usize, parallelism: usize, max_parallelism: usize) -> Self {
         let start = (subtask * max_parallelism).div_ceil(parallelism);
         let end = ((subtask + 1) * max_parallelism - 1) / parallelism;
-        KeyGroupRange { start: start as KeyGroup, end: end as KeyGroup }
+        KeyGroupRange {
+            start: start as KeyGroup,
+            end: end as KeyGroup,
+        }
     }
 
     /// Whether `key_group` is in the range.

@@ -66,7 +66,8 @@ impl OperatorMetrics {
 
     /// Counts late records sent to the late side output.
     pub fn add_late_side_output(&self, n: u64) {
-        self.late_records_side_output.fetch_add(n, Ordering::Relaxed);
+        self.late_records_side_output
+            .fetch_add(n, Ordering::Relaxed);
     }
 
     /// Publishes the size of the operator's keyed state (entries and estimated bytes).
@@ -132,12 +133,14 @@ impl TaskMetrics {
 
     /// Adds time spent waiting for input.
     pub(crate) fn add_idle(&self, d: Duration) {
-        self.idle_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        self.idle_ns
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// Adds time spent waiting for a full output channel.
     pub(crate) fn add_backpressured(&self, d: Duration) {
-        self.backpressured_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        self.backpressured_ns
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
     }
 
     #[cfg(test)]
@@ -152,7 +155,11 @@ impl TaskMetrics {
 
     fn snapshot(&self) -> TaskSnapshot {
         let finished = self.finished_ns.load(Ordering::Relaxed);
-        let elapsed = if finished > 0 { finished } else { self.started.elapsed().as_nanos() as u64 };
+        let elapsed = if finished > 0 {
+            finished
+        } else {
+            self.started.elapsed().as_nanos() as u64
+        };
         let idle = self.idle_ns.load(Ordering::Relaxed);
         let backpressured = self.backpressured_ns.load(Ordering::Relaxed);
         TaskSnapshot {
@@ -177,13 +184,19 @@ pub struct MetricsRegistry {
 impl MetricsRegistry {
     pub(crate) fn operator(&self, name: &str, subtask: usize) -> Arc<OperatorMetrics> {
         let metrics = Arc::new(OperatorMetrics::new(name, subtask));
-        self.operators.lock().expect("metrics lock").push(metrics.clone());
+        self.operators
+            .lock()
+            .expect("metrics lock")
+            .push(metrics.clone());
         metrics
     }
 
     pub(crate) fn task(&self, name: &str, subtask: usize) -> Arc<TaskMetrics> {
         let metrics = Arc::new(TaskMetrics::new(name, subtask));
-        self.tasks.lock().expect("metrics lock").push(metrics.clone());
+        self.tasks
+            .lock()
+            .expect("metrics lock")
+            .push(metrics.clone());
         metrics
     }
 
@@ -197,8 +210,20 @@ impl MetricsRegistry {
     pub fn snapshot(&self) -> MetricsSnapshot {
         MetricsSnapshot {
             taken_at: Instant::now(),
-            operators: self.operators.lock().expect("metrics lock").iter().map(|m| m.snapshot()).collect(),
-            tasks: self.tasks.lock().expect("metrics lock").iter().map(|m| m.snapshot()).collect(),
+            operators: self
+                .operators
+                .lock()
+                .expect("metrics lock")
+                .iter()
+                .map(|m| m.snapshot())
+                .collect(),
+            tasks: self
+                .tasks
+                .lock()
+                .expect("metrics lock")
+                .iter()
+                .map(|m| m.snapshot())
+                .collect(),
         }
     }
 }
@@ -290,17 +315,28 @@ impl MetricsSnapshot {
 
     /// Per-operator rates and task time ratios between `earlier` and this snapshot.
     pub fn rates_since(&self, earlier: &MetricsSnapshot) -> Vec<OperatorRates> {
-        let seconds = self.taken_at.duration_since(earlier.taken_at).as_secs_f64().max(1e-9);
+        let seconds = self
+            .taken_at
+            .duration_since(earlier.taken_at)
+            .as_secs_f64()
+            .max(1e-9);
         self.operator_names()
             .into_iter()
             .map(|name| {
                 let now = self.operator_total(&name).expect("name from this snapshot");
                 let before = earlier.operator_total(&name);
-                let (in_before, out_before) =
-                    before.map(|b| (b.records_in, b.records_out)).unwrap_or((0, 0));
+                let (in_before, out_before) = before
+                    .map(|b| (b.records_in, b.records_out))
+                    .unwrap_or((0, 0));
                 OperatorRates {
-                    task: self.tasks.iter().find(|t| chain_contains(&t.name, &name)).map(|t| t.name.clone()).unwrap_or_default(),
-                    records_in_per_sec: (now.records_in - in_before.min(now.records_in)) as f64 / seconds,
+                    task: self
+                        .tasks
+                        .iter()
+                        .find(|t| chain_contains(&t.name, &name))
+                        .map(|t| t.name.clone())
+                        .unwrap_or_default(),
+                    records_in_per_sec: (now.records_in - in_before.min(now.records_in)) as f64
+                        / seconds,
                     records_out_per_sec: (now.records_out - out_before.min(now.records_out)) as f64
                         / seconds,
                     time: self.task_time_of(&name, earlier),
@@ -315,9 +351,15 @@ impl MetricsSnapshot {
     fn task_time_of(&self, operator: &str, earlier: &MetricsSnapshot) -> TimeRatios {
         let mut sum = TimeRatios::default();
         let mut count = 0.0;
-        for task in self.tasks.iter().filter(|t| chain_contains(&t.name, operator)) {
-            let Some(before) =
-                earlier.tasks.iter().find(|b| b.name == task.name && b.subtask == task.subtask)
+        for task in self
+            .tasks
+            .iter()
+            .filter(|t| chain_contains(&t.name, operator))
+        {
+            let Some(before) = earlier
+                .tasks
+                .iter()
+                .find(|b| b.name == task.name && b.subtask == task.subtask)
             else {
                 continue;
             };
@@ -429,7 +471,10 @@ mod tests {
         let mut after = registry.snapshot();
         after.taken_at = before.taken_at + Duration::from_secs(1);
         let total = after.operator_total("map").unwrap();
-        assert_eq!((total.records_in, total.records_out, total.watermark), (15, 4, 50));
+        assert_eq!(
+            (total.records_in, total.records_out, total.watermark),
+            (15, 4, 50)
+        );
         let rates = after.rates_since(&before);
         assert_eq!(rates.len(), 1);
         assert_eq!(rates[0].records_in_per_sec, 15.0);
@@ -460,7 +505,11 @@ mod tests {
             task: task.into(),
             records_in_per_sec: 0.0,
             records_out_per_sec: 0.0,
-            time: TimeRatios { busy_ms_per_sec: busy, backpressured_ms_per_sec: bp, idle_ms_per_sec: 0.0 },
+            time: TimeRatios {
+                busy_ms_per_sec: busy,
+                backpressured_ms_per_sec: bp,
+                idle_ms_per_sec: 0.0,
+            },
         };
         let rates = vec![
             op("src", "src -> map", 900.0, 100.0),
@@ -475,8 +524,17 @@ mod tests {
 
     #[test]
     fn backpressure_levels_follow_flink() {
-        let level = |bp| TimeRatios { backpressured_ms_per_sec: bp, ..Default::default() }.backpressure_level();
-        assert_eq!((level(0.0), level(200.0), level(900.0)), ("OK", "LOW", "HIGH"));
+        let level = |bp| {
+            TimeRatios {
+                backpressured_ms_per_sec: bp,
+                ..Default::default()
+            }
+            .backpressure_level()
+        };
+        assert_eq!(
+            (level(0.0), level(200.0), level(900.0)),
+            ("OK", "LOW", "HIGH")
+        );
     }
 
     #[test]

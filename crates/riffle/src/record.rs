@@ -43,7 +43,10 @@ impl<T> Record<T> {
 
     /// A record without a timestamp.
     pub fn untimed(value: T) -> Self {
-        Record { value, timestamp: NO_TIMESTAMP }
+        Record {
+            value,
+            timestamp: NO_TIMESTAMP,
+        }
     }
 
     /// The event timestamp, if the record has one.
@@ -53,7 +56,10 @@ impl<T> Record<T> {
 
     /// The same timestamp on another value.
     pub fn with_value<U>(&self, value: U) -> Record<U> {
-        Record { value, timestamp: self.timestamp }
+        Record {
+            value,
+            timestamp: self.timestamp,
+        }
     }
 }
 

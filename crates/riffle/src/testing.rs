@@ -31,12 +31,15 @@ use crate::checkpoint::{RestoreState, TaskSnapshot};
 use crate::error::Result;
 use crate::keys::KeyGroupRange;
 use crate::metrics::{MetricsRegistry, OperatorSnapshot};
-use crate::operators::{ErasedSideOutput, Operator, OperatorContext, OutputTag, SideOutputs, TypedSideOutput};
+use crate::operators::{
+    ErasedSideOutput, Operator, OperatorContext, OutputTag, SideOutputs, TypedSideOutput,
+};
 use crate::record::{CheckpointBarrier, Data, Record, Timestamp};
 use crate::runtime::{ChainLink, Output};
 use crate::time::ManualClock;
 use crate::window::{
-    AggregateWindow, ProcessWindow, ProcessWindowFunction, WindowResult, WindowSettings, Windows, window_operator,
+    AggregateWindow, ProcessWindow, ProcessWindowFunction, WindowResult, WindowSettings, Windows,
+    window_operator,
 };
 
 pub mod conformance;
@@ -50,7 +53,11 @@ struct Captured<T> {
 
 impl<T> Default for Captured<T> {
     fn default() -> Self {
-        Captured { records: Vec::new(), watermarks: Vec::new(), finished: false }
+        Captured {
+            records: Vec::new(),
+            watermarks: Vec::new(),
+            finished: false,
+        }
     }
 }
 
@@ -62,13 +69,21 @@ impl<T: Send> Output<T> for Capture<T> {
         Ok(())
     }
     fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
-        self.0.lock().expect("capture lock").watermarks.push(watermark);
+        self.0
+            .lock()
+            .expect("capture lock")
+            .watermarks
+            .push(watermark);
         Ok(())
     }
     fn idle(&mut self, _: bool) -> Result<()> {
         Ok(())
     }
-    fn barrier(&mut self, _: CheckpointBarrier, _: &mut crate::checkpoint::TaskSnapshot) -> Result<()> {
+    fn barrier(
+        &mut self,
+        _: CheckpointBarrier,
+        _: &mut crate::checkpoint::TaskSnapshot,
+    ) -> Result<()> {
         Ok(())
     }
     fn tick(&mut self) -> Result<()> {
@@ -136,9 +151,11 @@ impl<Op: Operator> HarnessBuilder<Op> {
     /// Captures the side output `tag`.
     pub fn side_output<S: Data>(mut self, tag: &OutputTag<S>) -> Self {
         let captured: Arc<Mutex<Captured<S>>> = Arc::default();
-        let output: Box<dyn ErasedSideOutput> = Box::new(TypedSideOutput::<S>(Box::new(Capture(captured.clone()))));
+        let output: Box<dyn ErasedSideOutput> =
+            Box::new(TypedSideOutput::<S>(Box::new(Capture(captured.clone()))));
         self.side.insert(tag.id().to_string(), output);
-        self.side_captures.push((tag.id().to_string(), Box::new(captured)));
+        self.side_captures
+            .push((tag.id().to_string(), Box::new(captured)));
         self
     }
 
@@ -156,17 +173,34 @@ impl<Op: Operator> HarnessBuilder<Op> {
             subtask: self.subtask,
             parallelism: self.parallelism,
             max_parallelism: self.max_parallelism,
-            key_groups: KeyGroupRange::for_subtask(self.subtask, self.parallelism, self.max_parallelism),
+            key_groups: KeyGroupRange::for_subtask(
+                self.subtask,
+                self.parallelism,
+                self.max_parallelism,
+            ),
             metrics: registry.operator(name, self.subtask),
             batch_size: self.batch_size,
             clock: clock.clone(),
         };
         let captured: Arc<Mutex<Captured<Op::Out>>> = Arc::default();
         let mut chain: Box<dyn Output<Op::In>> = Box::new(
-            ChainLink::new(self.operator, ctx, Box::new(Capture(captured.clone())), self.side).with_restore(self.restore),
+            ChainLink::new(
+                self.operator,
+                ctx,
+                Box::new(Capture(captured.clone())),
+                self.side,
+            )
+            .with_restore(self.restore),
         );
         chain.open()?;
-        Ok(OperatorHarness { chain, captured, side_captures: self.side_captures, clock, registry, _types: PhantomData })
+        Ok(OperatorHarness {
+            chain,
+            captured,
+            side_captures: self.side_captures,
+            clock,
+            registry,
+            _types: PhantomData,
+        })
     }
 }
 
@@ -245,7 +279,11 @@ impl<In: Data, Out: Data> OperatorHarness<In, Out> {
 
     /// The watermarks the operator forwarded.
     pub fn watermarks(&self) -> Vec<Timestamp> {
-        self.captured.lock().expect("capture lock").watermarks.clone()
+        self.captured
+            .lock()
+            .expect("capture lock")
+            .watermarks
+            .clone()
     }
 
     /// Takes what the side output `tag` received (it must have been declared on the builder).
@@ -254,17 +292,28 @@ impl<In: Data, Out: Data> OperatorHarness<In, Out> {
             .side_captures
             .iter()
             .find(|(id, _)| id == tag.id())
-            .unwrap_or_else(|| panic!("side output `{}` was not declared on the harness", tag.id()));
-        let captured = any.downcast_ref::<Arc<Mutex<Captured<S>>>>().expect("side output type");
+            .unwrap_or_else(|| {
+                panic!("side output `{}` was not declared on the harness", tag.id())
+            });
+        let captured = any
+            .downcast_ref::<Arc<Mutex<Captured<S>>>>()
+            .expect("side output type");
         std::mem::take(&mut captured.lock().expect("capture lock").records)
     }
 
     /// Takes a checkpoint of the operator (what it would write at a barrier).
     pub fn snapshot(&mut self, checkpoint_id: u64) -> Result<RestoreState> {
         let mut snapshot = TaskSnapshot::new(checkpoint_id);
-        let barrier = CheckpointBarrier { id: checkpoint_id, timestamp: self.processing_time(), terminate: false };
+        let barrier = CheckpointBarrier {
+            id: checkpoint_id,
+            timestamp: self.processing_time(),
+            terminate: false,
+        };
         self.chain.barrier(barrier, &mut snapshot)?;
-        let operator = snapshot.operators.pop().expect("the operator wrote its snapshot");
+        let operator = snapshot
+            .operators
+            .pop()
+            .expect("the operator wrote its snapshot");
         Ok(RestoreState::from_snapshot(&operator.writer))
     }
 
@@ -275,7 +324,12 @@ impl<In: Data, Out: Data> OperatorHarness<In, Out> {
 
     /// The operator's counters: records in and out, late records, state entries and bytes.
     pub fn metrics(&self) -> OperatorSnapshot {
-        self.registry.snapshot().operators.into_iter().next().expect("one operator")
+        self.registry
+            .snapshot()
+            .operators
+            .into_iter()
+            .next()
+            .expect("one operator")
     }
 }
 
@@ -289,7 +343,15 @@ pub struct WindowTest<K, T> {
 impl<K: Data + Hash + Eq, T: Data> WindowTest<K, T> {
     /// Windows `windows` over records keyed by `key`.
     pub fn new(key: impl Fn(&T) -> K + Send + Sync + 'static, windows: Windows) -> Self {
-        WindowTest { key: Arc::new(key), settings: WindowSettings { windows, lateness: 0, late_tag: None, early_every: None } }
+        WindowTest {
+            key: Arc::new(key),
+            settings: WindowSettings {
+                windows,
+                lateness: 0,
+                late_tag: None,
+                early_every: None,
+            },
+        }
     }
 
     /// As [`WindowedStream::allowed_lateness`](crate::WindowedStream::allowed_lateness).
@@ -311,13 +373,26 @@ impl<K: Data + Hash + Eq, T: Data> WindowTest<K, T> {
     }
 
     /// The window operator with incremental aggregation.
-    pub fn aggregate<A: AggregateFunction<T>>(self, aggregate: A) -> impl Operator<In = T, Out = WindowResult<K, A::Out>> {
+    pub fn aggregate<A: AggregateFunction<T>>(
+        self,
+        aggregate: A,
+    ) -> impl Operator<In = T, Out = WindowResult<K, A::Out>> {
         window_operator(self.key, self.settings, AggregateWindow(aggregate))
     }
 
     /// The window operator with a full-window function.
-    pub fn process<Out: Data, P: ProcessWindowFunction<K, T, Out>>(self, function: P) -> impl Operator<In = T, Out = Out> {
-        window_operator(self.key, self.settings, ProcessWindow { function, _types: PhantomData })
+    pub fn process<Out: Data, P: ProcessWindowFunction<K, T, Out>>(
+        self,
+        function: P,
+    ) -> impl Operator<In = T, Out = Out> {
+        window_operator(
+            self.key,
+            self.settings,
+            ProcessWindow {
+                function,
+                _types: PhantomData,
+            },
+        )
     }
 }
 
@@ -355,7 +430,10 @@ pub enum Step<T> {
     Advance(Duration),
 }
 
-fn play<In: Data, Out: Data>(harness: &mut OperatorHarness<In, Out>, steps: &[Step<In>]) -> Result<()> {
+fn play<In: Data, Out: Data>(
+    harness: &mut OperatorHarness<In, Out>,
+    steps: &[Step<In>],
+) -> Result<()> {
     for step in steps {
         match step {
             Step::Record(value, timestamp) => harness.process(value.clone(), *timestamp)?,
@@ -377,7 +455,10 @@ where
     F: Fn() -> Op,
 {
     let sorted = |records: Vec<Record<Op::Out>>| {
-        let mut text: Vec<String> = records.iter().map(|r| format!("{:?} @{}", r.value, r.timestamp)).collect();
+        let mut text: Vec<String> = records
+            .iter()
+            .map(|r| format!("{:?} @{}", r.value, r.timestamp))
+            .collect();
         text.sort();
         text
     };
@@ -391,7 +472,10 @@ where
         play(&mut first, &steps[..cut])?;
         let state = first.snapshot(1)?;
         let mut output = first.take_output();
-        let mut second = OperatorHarness::builder(make()).processing_time(first.processing_time()).restore(state).build()?;
+        let mut second = OperatorHarness::builder(make())
+            .processing_time(first.processing_time())
+            .restore(state)
+            .build()?;
         play(&mut second, &steps[cut..])?;
         second.watermark(Timestamp::MAX)?;
         second.finish()?;
@@ -416,7 +500,10 @@ impl crate::state::StateBackend for MemoryKvBackend {
         "memory-kv"
     }
 
-    fn open_store(&self, _task: &crate::state::TaskStore) -> Result<Option<Arc<dyn crate::state::KvStore>>> {
+    fn open_store(
+        &self,
+        _task: &crate::state::TaskStore,
+    ) -> Result<Option<Arc<dyn crate::state::KvStore>>> {
         Ok(Some(Arc::new(MemoryKvStore::default())))
     }
 }
@@ -433,7 +520,10 @@ impl crate::state::KvStore for MemoryKvStore {
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.entries.lock().expect("store lock").insert(key.to_vec(), value.to_vec());
+        self.entries
+            .lock()
+            .expect("store lock")
+            .insert(key.to_vec(), value.to_vec());
         Ok(())
     }
 
@@ -442,7 +532,11 @@ impl crate::state::KvStore for MemoryKvStore {
         Ok(())
     }
 
-    fn scan(&self, prefix: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
+    fn scan(
+        &self,
+        prefix: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
         let entries: Vec<(Vec<u8>, Vec<u8>)> = self
             .entries
             .lock()
@@ -461,33 +555,50 @@ impl crate::state::KvStore for MemoryKvStore {
 
     fn estimate(&self) -> (u64, u64) {
         let entries = self.entries.lock().expect("store lock");
-        (entries.len() as u64, entries.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum())
+        (
+            entries.len() as u64,
+            entries
+                .iter()
+                .map(|(k, v)| (k.len() + v.len()) as u64)
+                .sum(),
+        )
     }
 
     /// One immutable file per key group, named by its content: key groups that did not change
     /// keep their file, so later checkpoints reference it instead of uploading it again, as
     /// RocksDB's SST files are.
     fn checkpoint(&self, dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>> {
-        std::fs::create_dir_all(dir).map_err(|e| crate::Error::io("cannot create a store checkpoint", e))?;
-        let mut groups: std::collections::BTreeMap<u16, Vec<(Vec<u8>, Vec<u8>)>> = Default::default();
+        std::fs::create_dir_all(dir)
+            .map_err(|e| crate::Error::io("cannot create a store checkpoint", e))?;
+        let mut groups: std::collections::BTreeMap<u16, Vec<(Vec<u8>, Vec<u8>)>> =
+            Default::default();
         for (key, value) in self.entries.lock().expect("store lock").iter() {
-            groups.entry(u16::from_be_bytes([key[0], key[1]])).or_default().push((key.clone(), value.clone()));
+            groups
+                .entry(u16::from_be_bytes([key[0], key[1]]))
+                .or_default()
+                .push((key.clone(), value.clone()));
         }
         let mut files = Vec::new();
         for (key_group, entries) in groups {
             let bytes = crate::checkpoint::encode(&entries)?;
-            let path = dir.join(format!("kg{key_group:05}-{:016x}.sst", xxhash_rust::xxh3::xxh3_64(&bytes)));
-            std::fs::write(&path, bytes).map_err(|e| crate::Error::io("cannot write a store checkpoint", e))?;
+            let path = dir.join(format!(
+                "kg{key_group:05}-{:016x}.sst",
+                xxhash_rust::xxh3::xxh3_64(&bytes)
+            ));
+            std::fs::write(&path, bytes)
+                .map_err(|e| crate::Error::io("cannot write a store checkpoint", e))?;
             files.push(path);
         }
         Ok(files)
     }
 
     fn restore_from(&self, dir: &std::path::Path, range: KeyGroupRange) -> Result<()> {
-        let listing = std::fs::read_dir(dir).map_err(|e| crate::Error::io("cannot list a store checkpoint", e))?;
+        let listing = std::fs::read_dir(dir)
+            .map_err(|e| crate::Error::io("cannot list a store checkpoint", e))?;
         let mut mine = self.entries.lock().expect("store lock");
         for entry in listing.flatten() {
-            let bytes = std::fs::read(entry.path()).map_err(|e| crate::Error::io("cannot read a store checkpoint", e))?;
+            let bytes = std::fs::read(entry.path())
+                .map_err(|e| crate::Error::io("cannot read a store checkpoint", e))?;
             let entries: Vec<(Vec<u8>, Vec<u8>)> = crate::checkpoint::decode(&bytes)?;
             for (key, value) in entries {
                 if range.contains(u16::from_be_bytes([key[0], key[1]])) {

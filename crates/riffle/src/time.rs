@@ -83,7 +83,10 @@ pub struct BoundedOutOfOrderness {
 impl BoundedOutOfOrderness {
     /// Records may arrive up to `bound` out of order.
     pub fn new(bound: Duration) -> Self {
-        BoundedOutOfOrderness { max_timestamp: MIN_WATERMARK, bound: bound.as_millis() as Timestamp }
+        BoundedOutOfOrderness {
+            max_timestamp: MIN_WATERMARK,
+            bound: bound.as_millis() as Timestamp,
+        }
     }
 }
 
@@ -142,7 +145,13 @@ pub const DEFAULT_MAX_FUTURE_SKEW: Duration = Duration::from_secs(3600);
 impl<T> WatermarkStrategy<T> {
     /// No watermarks (a bounded source still ends with the final one).
     pub fn no_watermarks() -> Self {
-        WatermarkStrategy { timestamps: None, generator: None, idleness: None, max_future_skew: None, every_batch: false }
+        WatermarkStrategy {
+            timestamps: None,
+            generator: None,
+            idleness: None,
+            max_future_skew: None,
+            every_batch: false,
+        }
     }
 
     /// Records arrive at most `bound` out of order: the default for business jobs.
@@ -156,7 +165,9 @@ impl<T> WatermarkStrategy<T> {
     }
 
     /// A watermark generator of your own, one instance per split.
-    pub fn custom<G: WatermarkGenerator + 'static>(factory: impl Fn() -> G + Send + Sync + 'static) -> Self {
+    pub fn custom<G: WatermarkGenerator + 'static>(
+        factory: impl Fn() -> G + Send + Sync + 'static,
+    ) -> Self {
         WatermarkStrategy {
             timestamps: None,
             generator: Some(Arc::new(move || Box::new(factory()))),
@@ -167,7 +178,10 @@ impl<T> WatermarkStrategy<T> {
     }
 
     /// Takes event time from the record (otherwise the timestamp the source gave it is used).
-    pub fn with_timestamps(mut self, extract: impl Fn(&T) -> Timestamp + Send + Sync + 'static) -> Self {
+    pub fn with_timestamps(
+        mut self,
+        extract: impl Fn(&T) -> Timestamp + Send + Sync + 'static,
+    ) -> Self {
         self.timestamps = Some(Arc::new(extract));
         self
     }

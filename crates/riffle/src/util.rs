@@ -13,7 +13,11 @@ pub(crate) struct RateLimitedLog {
 
 impl RateLimitedLog {
     pub(crate) fn new(interval: Duration) -> Self {
-        RateLimitedLog { interval, last: None, suppressed: 0 }
+        RateLimitedLog {
+            interval,
+            last: None,
+            suppressed: 0,
+        }
     }
 
     /// `Some(n)` if this occurrence should be logged, `n` being how many were held back since

@@ -17,7 +17,10 @@ const CAPACITY: usize = 4;
 const SINK_RATE: f64 = 5_000.0;
 
 fn in_flight(snapshot: &MetricsSnapshot) -> u64 {
-    let produced = snapshot.operator_total("Source: clicks").unwrap().records_out;
+    let produced = snapshot
+        .operator_total("Source: clicks")
+        .unwrap()
+        .records_out;
     let consumed = snapshot.operator_total("slow sink").unwrap().records_in;
     produced - consumed
 }
@@ -51,7 +54,11 @@ fn a_slow_sink_backpressures_the_source_and_memory_stays_bounded() {
     for _ in 0..6 {
         std::thread::sleep(Duration::from_millis(500));
         let now = job.metrics();
-        assert!(in_flight(&now) <= bound, "{} records in flight, bound {bound}", in_flight(&now));
+        assert!(
+            in_flight(&now) <= bound,
+            "{} records in flight, bound {bound}",
+            in_flight(&now)
+        );
         last_rates = Some(now.rates_since(&previous));
         previous = now;
     }
@@ -59,9 +66,20 @@ fn a_slow_sink_backpressures_the_source_and_memory_stays_bounded() {
     let rates = last_rates.unwrap();
     let source = rates.iter().find(|r| r.name == "Source: clicks").unwrap();
     let sink = rates.iter().find(|r| r.name == "slow sink").unwrap();
-    assert_eq!(source.time.backpressure_level(), "HIGH", "the source is back-pressured: {source:?}");
-    assert!(sink.time.busy_ms_per_sec > 500.0, "the sink is the busy one: {sink:?}");
-    assert_eq!(sink.time.backpressure_level(), "OK", "nothing back-pressures the sink: {sink:?}");
+    assert_eq!(
+        source.time.backpressure_level(),
+        "HIGH",
+        "the source is back-pressured: {source:?}"
+    );
+    assert!(
+        sink.time.busy_ms_per_sec > 500.0,
+        "the sink is the busy one: {sink:?}"
+    );
+    assert_eq!(
+        sink.time.backpressure_level(),
+        "OK",
+        "nothing back-pressures the sink: {sink:?}"
+    );
     assert!(
         rss_end < rss_start + 20 * 1024 * 1024,
         "memory stays flat: {} MB -> {} MB",
@@ -71,7 +89,11 @@ fn a_slow_sink_backpressures_the_source_and_memory_stays_bounded() {
 
     job.stop();
     let result = job.wait().unwrap();
-    assert_eq!(result.records_out("Source: clicks"), result.records_in("slow sink"), "stop drains everything");
+    assert_eq!(
+        result.records_out("Source: clicks"),
+        result.records_in("slow sink"),
+        "stop drains everything"
+    );
     let ran = result.duration.as_secs_f64();
     let produced = result.records_out("Source: clicks") as f64;
     assert!(

@@ -38,7 +38,11 @@ pub const KEYED: &str = "per-user";
 pub const SLOW_SINK: &str = "slow sink";
 
 /// The scenario's pipeline: parse, drop bots, enrich, shuffle by user, slow sink.
-pub fn pipeline(payloads: &DataStream<String>, policy: BadRecordPolicy, sink: impl Sink<EnrichedClick>) {
+pub fn pipeline(
+    payloads: &DataStream<String>,
+    policy: BadRecordPolicy,
+    sink: impl Sink<EnrichedClick>,
+) {
     let table = IpCountryTable::embedded();
     payloads
         .parse_json::<Click>(policy)
@@ -48,9 +52,12 @@ pub fn pipeline(payloads: &DataStream<String>, policy: BadRecordPolicy, sink: im
         .map(move |click| enrich(click, table))
         .name("enrich")
         .key_by(|click| click.user_id)
-        .process(|_: &u64, click: EnrichedClick, ctx: &mut KeyedContext<'_, '_, u64, EnrichedClick>| -> Result<()> {
-            ctx.emit(click)
-        })
+        .process(
+            |_: &u64,
+             click: EnrichedClick,
+             ctx: &mut KeyedContext<'_, '_, u64, EnrichedClick>|
+             -> Result<()> { ctx.emit(click) },
+        )
         .name(KEYED)
         .sink(sink)
         .name(SLOW_SINK);
@@ -59,14 +66,23 @@ pub fn pipeline(payloads: &DataStream<String>, policy: BadRecordPolicy, sink: im
 /// The live table: one line per operator.
 pub fn table(rates: &[OperatorRates]) -> String {
     let bottleneck = find_bottleneck(rates).map(|b| b.name.clone());
-    let width = rates.iter().map(|op| op.name.len()).max().unwrap_or(0).max(8);
+    let width = rates
+        .iter()
+        .map(|op| op.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
     let mut lines = vec![format!(
         "  {:<width$} {:>9} {:>9} {:>6} {:>15} {:>6}  {}",
         "operator", "in/s", "out/s", "busy", "back-pressured", "idle", "level"
     )];
     for op in rates {
         let rate = |r: f64| if r > 0.0 { human(r) } else { "-".into() };
-        let mark = if Some(&op.name) == bottleneck.as_ref() { "  <- bottleneck" } else { "" };
+        let mark = if Some(&op.name) == bottleneck.as_ref() {
+            "  <- bottleneck"
+        } else {
+            ""
+        };
         lines.push(format!(
             "  {:<width$} {:>9} {:>9} {:>5.0}% {:>14.0}% {:>5.0}%  {:<4}{mark}",
             op.name,
@@ -103,10 +119,15 @@ pub fn run(args: &BackpressureArgs) -> riffle::Result<BackpressureSummary> {
     let env = StreamEnv::with_config(args.engine.env_config("backpressure")?);
     let output = args.engine.output_dir("backpressure");
     let payloads = args.input.payloads(&env, None)?;
-    let sink = ThrottledSink::new(FileSink::new(&output).setting_name("--output"), args.sink_rate);
+    let sink = ThrottledSink::new(
+        FileSink::new(&output).setting_name("--output"),
+        args.sink_rate,
+    );
     pipeline(&payloads, args.input.bad_records, sink);
     let mut options = args.engine.run_options()?;
-    options.duration = options.duration.or(Some(std::time::Duration::from_secs_f64(DEFAULT_SECONDS)));
+    options.duration = options
+        .duration
+        .or(Some(std::time::Duration::from_secs_f64(DEFAULT_SECONDS)));
     let parallelism = env.config().parallelism;
     let mut steady: Vec<OperatorRates> = Vec::new();
     let mut rss_after_warmup = 0;
@@ -128,11 +149,21 @@ pub fn run(args: &BackpressureArgs) -> riffle::Result<BackpressureSummary> {
         )
     })?;
     let summary = BackpressureSummary {
-        emitted: result.metrics.operators.iter().filter(|o| o.name.starts_with("Source:")).map(|o| o.records_out).sum(),
+        emitted: result
+            .metrics
+            .operators
+            .iter()
+            .filter(|o| o.name.starts_with("Source:"))
+            .map(|o| o.records_out)
+            .sum(),
         written: result.records_in(SLOW_SINK),
         bottleneck: find_bottleneck(&steady).map(|b| b.name.clone()),
         rates: steady,
-        rss_after_warmup: if rss_after_warmup > 0 { rss_after_warmup } else { process_rss_bytes().unwrap_or(0) },
+        rss_after_warmup: if rss_after_warmup > 0 {
+            rss_after_warmup
+        } else {
+            process_rss_bytes().unwrap_or(0)
+        },
         rss_max,
     };
     let seconds = result.duration.as_secs_f64();
@@ -146,7 +177,11 @@ pub fn run(args: &BackpressureArgs) -> riffle::Result<BackpressureSummary> {
         summary.emitted,
         human(summary.emitted as f64 / seconds)
     );
-    println!("  the sink wrote {} clicks -> {}/part-*.jsonl", summary.written, output.display());
+    println!(
+        "  the sink wrote {} clicks -> {}/part-*.jsonl",
+        summary.written,
+        output.display()
+    );
     match &summary.bottleneck {
         Some(name) => println!(
             "  bottleneck: `{name}`; everything upstream waits for it. Raise its parallelism or batch size \

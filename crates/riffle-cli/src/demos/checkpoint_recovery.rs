@@ -51,7 +51,12 @@ struct MemoryGuard {
 }
 
 impl riffle::operators::KeyedProcessFunction<u64, Click, Click> for MemoryGuard {
-    fn process_element(&mut self, user: &u64, click: Click, ctx: &mut KeyedContext<'_, '_, u64, Click>) -> riffle::Result<()> {
+    fn process_element(
+        &mut self,
+        user: &u64,
+        click: Click,
+        ctx: &mut KeyedContext<'_, '_, u64, Click>,
+    ) -> riffle::Result<()> {
         if *user == HOT_USER
             && let Some(limit) = self.limit
             && self.seen.fetch_add(1, Ordering::SeqCst) + 1 >= limit
@@ -67,27 +72,53 @@ impl riffle::operators::KeyedProcessFunction<u64, Click, Click> for MemoryGuard 
 }
 
 /// One run of the job into `output`; `fail_after` makes the hot user's task fail once.
-fn run_once(args: &CheckpointRecoveryArgs, output: &Path, fail_after: Option<u64>, label: &str) -> riffle::Result<WindowedSummary> {
+fn run_once(
+    args: &CheckpointRecoveryArgs,
+    output: &Path,
+    fail_after: Option<u64>,
+    label: &str,
+) -> riffle::Result<WindowedSummary> {
     let mut engine = args.engine.clone();
     engine.output = Some(output.to_path_buf());
     engine.checkpoint_interval_ms = engine.checkpoint_interval_ms.or(Some(500));
     engine.checkpoint_dir = Some(output.join("checkpoints").display().to_string());
     engine.restore = None;
     let mut config = engine.env_config("checkpoint-recovery")?;
-    config.checkpoints.restart = riffle::checkpoint::RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(200) };
+    config.checkpoints.restart = riffle::checkpoint::RestartStrategy::FixedDelay {
+        attempts: 3,
+        delay: Duration::from_millis(200),
+    };
     let env = StreamEnv::with_config(config);
-    let clicks = args.input.clicks_with(&env, Some(DEFAULT_COUNT), args.event_time.strategy()?, |c| {
-        // Ten thousand clicks per second of event time: several windows close during the run.
-        // No very late clicks: what is late would depend on timing, and the runs are compared.
-        c.events_per_second = 10_000.0;
-        c.late_share = 0.0;
-        c.hot_user = HOT_USER;
-    })?;
-    let guard = MemoryGuard { seen: Arc::default(), limit: fail_after, failed: Arc::default() };
-    let guarded = clicks.key_by(|c| c.user_id).process(guard).name("memory guard").uid("memory-guard");
+    let clicks = args.input.clicks_with(
+        &env,
+        Some(DEFAULT_COUNT),
+        args.event_time.strategy()?,
+        |c| {
+            // Ten thousand clicks per second of event time: several windows close during the run.
+            // No very late clicks: what is late would depend on timing, and the runs are compared.
+            c.events_per_second = 10_000.0;
+            c.late_share = 0.0;
+            c.hot_user = HOT_USER;
+        },
+    )?;
+    let guard = MemoryGuard {
+        seen: Arc::default(),
+        limit: fail_after,
+        failed: Arc::default(),
+    };
+    let guarded = clicks
+        .key_by(|c| c.user_id)
+        .process(guard)
+        .name("memory guard")
+        .uid("memory-guard");
     let (counts, late) = count_per_user(&guarded, &args.event_time)?;
-    counts.sink(engine.json_sink(&output.join("agg-clicks"))?).name("write counts").uid("write-counts");
-    late.sink(engine.json_sink(&output.join("late-clicks"))?).name("write late clicks").uid("write-late-clicks");
+    counts
+        .sink(engine.json_sink(&output.join("agg-clicks"))?)
+        .name("write counts")
+        .uid("write-counts");
+    late.sink(engine.json_sink(&output.join("late-clicks"))?)
+        .name("write late clicks")
+        .uid("write-late-clicks");
     println!("{label}");
     run_windowed(&env, &engine, "checkpoint-recovery")
 }
@@ -95,10 +126,12 @@ fn run_once(args: &CheckpointRecoveryArgs, output: &Path, fail_after: Option<u64
 /// Every committed line of the part files in `dir`, counted.
 fn committed(dir: &Path) -> riffle::Result<BTreeMap<String, usize>> {
     let mut lines = BTreeMap::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(format!("cannot read `{}`", dir.display()), e))?;
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| Error::io(format!("cannot read `{}`", dir.display()), e))?;
     for entry in entries.flatten() {
         if entry.path().is_file() {
-            let text = std::fs::read_to_string(entry.path()).map_err(|e| Error::io("cannot read a part file", e))?;
+            let text = std::fs::read_to_string(entry.path())
+                .map_err(|e| Error::io("cannot read a part file", e))?;
             for line in text.lines() {
                 *lines.entry(line.to_string()).or_insert(0) += 1;
             }
@@ -123,7 +156,12 @@ pub struct RecoveryReport {
 /// Runs the scenario: a reference run, a run with a failure, and the comparison.
 pub fn run(args: &CheckpointRecoveryArgs) -> riffle::Result<RecoveryReport> {
     let output = args.engine.output_dir("checkpoint-recovery");
-    let reference = run_once(args, &output.join("reference"), None, "1) the reference run, without failure")?;
+    let reference = run_once(
+        args,
+        &output.join("reference"),
+        None,
+        "1) the reference run, without failure",
+    )?;
     let recovered = run_once(
         args,
         &output.join("recovered"),
@@ -132,11 +170,19 @@ pub fn run(args: &CheckpointRecoveryArgs) -> riffle::Result<RecoveryReport> {
     )?;
     let result = recovered.result.as_ref().expect("the run has a result");
     let restored_checkpoint = result.restores.first().copied().unwrap_or(0);
-    let completed: Vec<_> = result.checkpoints.iter().filter(|c| c.completed()).collect();
+    let completed: Vec<_> = result
+        .checkpoints
+        .iter()
+        .filter(|c| c.completed())
+        .collect();
     println!(
         "   checkpoints: {} completed ({}), barriers aligned in at most {} ms",
         completed.len(),
-        completed.iter().map(|c| format!("#{} {} ms {} KB", c.id, c.duration_ms, c.size_bytes / 1024)).collect::<Vec<_>>().join(", "),
+        completed
+            .iter()
+            .map(|c| format!("#{} {} ms {} KB", c.id, c.duration_ms, c.size_bytes / 1024))
+            .collect::<Vec<_>>()
+            .join(", "),
         completed.iter().map(|c| c.alignment_ms).max().unwrap_or(0)
     );
     match result.restarts {
@@ -163,9 +209,16 @@ pub fn run(args: &CheckpointRecoveryArgs) -> riffle::Result<RecoveryReport> {
     if identical && result.restarts > 0 {
         println!("   verified: exactly the output of the failure-free run (exactly-once)");
     }
-    let report = RecoveryReport { reference_lines, recovered_lines, restored_checkpoint, identical };
+    let report = RecoveryReport {
+        reference_lines,
+        recovered_lines,
+        restored_checkpoint,
+        identical,
+    };
     if !identical {
-        return Err(Error::Checkpoint("the recovered output differs from the failure-free run".into()));
+        return Err(Error::Checkpoint(
+            "the recovered output differs from the failure-free run".into(),
+        ));
     }
     Ok(report)
 }

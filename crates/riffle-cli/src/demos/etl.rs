@@ -39,7 +39,11 @@ pub const ENRICH: &str = "enrich";
 pub const WRITE: &str = "write";
 
 /// The scenario's pipeline from raw payloads to `sink`.
-pub fn pipeline(payloads: &DataStream<String>, policy: BadRecordPolicy, sink: impl Sink<EnrichedClick>) {
+pub fn pipeline(
+    payloads: &DataStream<String>,
+    policy: BadRecordPolicy,
+    sink: impl Sink<EnrichedClick>,
+) {
     let table = IpCountryTable::embedded();
     payloads
         .parse_json::<Click>(policy)
@@ -72,12 +76,34 @@ pub fn run(args: &EtlArgs) -> riffle::Result<EtlSummary> {
     let env = StreamEnv::with_config(args.engine.env_config("etl")?);
     let output = args.engine.output_dir("etl");
     let payloads = args.input.payloads(&env, Some(DEFAULT_COUNT))?;
-    pipeline(&payloads, args.input.bad_records, args.engine.json_sink(&output)?);
+    pipeline(
+        &payloads,
+        args.input.bad_records,
+        args.engine.json_sink(&output)?,
+    );
     let parallelism = env.config().parallelism;
     let (result, _) = run_with_progress(&env, &args.engine.run_options()?, |report| {
-        let read = report.snapshot.operator_total(PARSE).map_or(0, |o| o.records_in);
-        let rate = report.rates.iter().find(|r| r.name == PARSE).map_or(0.0, |r| r.records_in_per_sec);
-        format!("etl {:>5.1} s | {} clicks/s | read {} | written {}", report.elapsed.as_secs_f64(), human(rate), human(read as f64), human(report.snapshot.operator_total(WRITE).map_or(0, |o| o.records_in) as f64))
+        let read = report
+            .snapshot
+            .operator_total(PARSE)
+            .map_or(0, |o| o.records_in);
+        let rate = report
+            .rates
+            .iter()
+            .find(|r| r.name == PARSE)
+            .map_or(0.0, |r| r.records_in_per_sec);
+        format!(
+            "etl {:>5.1} s | {} clicks/s | read {} | written {}",
+            report.elapsed.as_secs_f64(),
+            human(rate),
+            human(read as f64),
+            human(
+                report
+                    .snapshot
+                    .operator_total(WRITE)
+                    .map_or(0, |o| o.records_in) as f64
+            )
+        )
     })?;
     let summary = EtlSummary {
         read: result.records_in(PARSE),
@@ -92,11 +118,29 @@ pub fn run(args: &EtlArgs) -> riffle::Result<EtlSummary> {
         summary.read,
         human(summary.read as f64 / seconds)
     );
-    let share = |n: u64| if summary.read == 0 { 0.0 } else { 100.0 * n as f64 / summary.read as f64 };
+    let share = |n: u64| {
+        if summary.read == 0 {
+            0.0
+        } else {
+            100.0 * n as f64 / summary.read as f64
+        }
+    };
     println!("  read          {:>12}", summary.read);
-    println!("  bots dropped  {:>12}  ({:.1}%)", summary.bots, share(summary.bots));
-    println!("  written       {:>12}  -> {}/part-*.jsonl", summary.written, summary.output.display());
-    println!("  bad records   {:>12}{}", summary.bad, bad_note(summary.bad, &summary.output, args.input.bad_records));
+    println!(
+        "  bots dropped  {:>12}  ({:.1}%)",
+        summary.bots,
+        share(summary.bots)
+    );
+    println!(
+        "  written       {:>12}  -> {}/part-*.jsonl",
+        summary.written,
+        summary.output.display()
+    );
+    println!(
+        "  bad records   {:>12}{}",
+        summary.bad,
+        bad_note(summary.bad, &summary.output, args.input.bad_records)
+    );
     Ok(summary)
 }
 

@@ -70,10 +70,18 @@ pub fn subway_clicks() -> Vec<Click> {
     let mut arrivals: Vec<(i64, Click)> = (0..6_000i64)
         .map(|i| {
             let arrival = at(40, 0) + i * 100;
-            (arrival, click(1 + (i as u64 * 7) % 50, arrival - (i * 37) % 3_000))
+            (
+                arrival,
+                click(1 + (i as u64 * 7) % 50, arrival - (i * 37) % 3_000),
+            )
         })
         .collect();
-    for (event, arrival) in [(at(42, 5), at(42, 5)), (at(44, 40), at(44, 40)), (at(44, 50), at(45, 15)), (at(42, 10), at(47, 50))] {
+    for (event, arrival) in [
+        (at(42, 5), at(42, 5)),
+        (at(44, 40), at(44, 40)),
+        (at(44, 50), at(45, 15)),
+        (at(42, 10), at(47, 50)),
+    ] {
         arrivals.push((arrival, click(SUBWAY_USER, event)));
     }
     arrivals.sort_by_key(|(arrival, _)| *arrival);
@@ -104,7 +112,11 @@ fn run_once(
     let deterministic = matches!(clicks, Clicks::Scenario);
     let mut config = engine.env_config("late-events")?;
     if deterministic {
-        config = EnvConfig { parallelism: 1, buffer_size: 1, ..config };
+        config = EnvConfig {
+            parallelism: 1,
+            buffer_size: 1,
+            ..config
+        };
     }
     let env = StreamEnv::with_config(config);
     let mut strategy = event_time.strategy()?;
@@ -112,18 +124,27 @@ fn run_once(
         strategy = strategy.with_watermark_after_every_batch();
     }
     let clicks = match clicks {
-        Clicks::Scenario => env.from_source_with_watermarks(riffle::source::collection::CollectionSource::new(subway_clicks()), strategy),
+        Clicks::Scenario => env.from_source_with_watermarks(
+            riffle::source::collection::CollectionSource::new(subway_clicks()),
+            strategy,
+        ),
         Clicks::Input(input) => input.clicks(&env, None, strategy)?,
     };
     let (counts, late) = count_per_user(&clicks, event_time)?;
     let (subway, subway_out) = CollectSink::new();
     let (late_sink, late_out) = CollectSink::new();
-    counts.sink(FileSink::new(output.join("agg-clicks")).setting_name("--output")).name("write counts");
+    counts
+        .sink(FileSink::new(output.join("agg-clicks")).setting_name("--output"))
+        .name("write counts");
     counts.filter(|c| c.user_id == SUBWAY_USER).sink(subway);
-    late.sink(FileSink::new(output.join("late-clicks")).setting_name("--output")).name("write late clicks");
+    late.sink(FileSink::new(output.join("late-clicks")).setting_name("--output"))
+        .name("write late clicks");
     late.sink(late_sink);
     let result = env.execute()?;
-    let window = result.metrics.operator_total(WINDOW).expect("the window operator runs");
+    let window = result
+        .metrics
+        .operator_total(WINDOW)
+        .expect("the window operator runs");
     Ok(LateRun {
         title,
         subway_counts: subway_out.values(),
@@ -144,7 +165,11 @@ fn print(run: &LateRun, number: usize) {
     }
     for count in &run.subway_counts {
         let plural = if count.count == 1 { "" } else { "s" };
-        let note = if count.update { "  (update: a late click arrived within the allowed lateness)" } else { "" };
+        let note = if count.update {
+            "  (update: a late click arrived within the allowed lateness)"
+        } else {
+            ""
+        };
         println!(
             "   user {} window {}-{}: {} click{plural}{note}",
             count.user_id,
@@ -153,10 +178,18 @@ fn print(run: &LateRun, number: usize) {
             count.count
         );
     }
-    let late: Vec<String> = run.late.iter().map(|c| format!("user {} at {}", c.user_id, clock_time(c.event_time))).collect();
+    let late: Vec<String> = run
+        .late
+        .iter()
+        .map(|c| format!("user {} at {}", c.user_id, clock_time(c.event_time)))
+        .collect();
     println!(
         "   late side output `late-clicks`: {}",
-        if late.is_empty() { "nothing".to_string() } else { late.join(", ") }
+        if late.is_empty() {
+            "nothing".to_string()
+        } else {
+            late.join(", ")
+        }
     );
     println!("   late counter: {}", run.late_counter);
 }
@@ -164,7 +197,9 @@ fn print(run: &LateRun, number: usize) {
 /// Runs the demo and prints what happened to the late clicks.
 pub fn run(args: &LateEventsArgs) -> riffle::Result<Vec<LateRun>> {
     let output = args.engine.output_dir("late-events");
-    let single = args.input.is_some() || args.out_of_orderness_secs.is_some() || args.lateness_secs.is_some();
+    let single = args.input.is_some()
+        || args.out_of_orderness_secs.is_some()
+        || args.lateness_secs.is_some();
     let event_time = |ooo: f64, lateness: f64| EventTimeArgs {
         out_of_orderness_secs: ooo,
         lateness_secs: lateness,
@@ -172,7 +207,10 @@ pub fn run(args: &LateEventsArgs) -> riffle::Result<Vec<LateRun>> {
         idleness_secs: None,
     };
     if single {
-        let settings = event_time(args.out_of_orderness_secs.unwrap_or(5.0), args.lateness_secs.unwrap_or(0.0));
+        let settings = event_time(
+            args.out_of_orderness_secs.unwrap_or(5.0),
+            args.lateness_secs.unwrap_or(0.0),
+        );
         let input = InputArgs {
             input: args.input.clone(),
             count: None,
@@ -184,14 +222,22 @@ pub fn run(args: &LateEventsArgs) -> riffle::Result<Vec<LateRun>> {
             seed: 0,
             bad_records: riffle::source::BadRecordPolicy::DeadLetter,
         };
-        let clicks = if args.input.is_some() { Clicks::Input(&input) } else { Clicks::Scenario };
+        let clicks = if args.input.is_some() {
+            Clicks::Input(&input)
+        } else {
+            Clicks::Scenario
+        };
         let title = format!(
             "out-of-orderness {} s, allowed lateness {} s",
             settings.out_of_orderness_secs, settings.lateness_secs
         );
         let run = run_once(title, clicks, &settings, &args.engine, &output)?;
         print(&run, 1);
-        println!("outputs: {}/agg-clicks, {}/late-clicks", output.display(), output.display());
+        println!(
+            "outputs: {}/agg-clicks, {}/late-clicks",
+            output.display(),
+            output.display()
+        );
         return Ok(vec![run]);
     }
     println!(
@@ -199,17 +245,34 @@ pub fn run(args: &LateEventsArgs) -> riffle::Result<Vec<LateRun>> {
          and one made at 15:44:50 arrives at 15:45:15. The same clicks, three settings:\n"
     );
     let settings = [
-        ("out-of-orderness 5 s, no allowed lateness (Flink's default drops the click silently; Riffle never does)", 5.0, 0.0),
+        (
+            "out-of-orderness 5 s, no allowed lateness (Flink's default drops the click silently; Riffle never does)",
+            5.0,
+            0.0,
+        ),
         ("out-of-orderness 5 s, allowed lateness 30 s", 5.0, 30.0),
-        ("out-of-orderness 5 min (the seed's advice for mobile), allowed lateness 30 s: results come 5 min later", 300.0, 30.0),
+        (
+            "out-of-orderness 5 min (the seed's advice for mobile), allowed lateness 30 s: results come 5 min later",
+            300.0,
+            30.0,
+        ),
     ];
     let mut runs = Vec::new();
     for (number, (title, ooo, lateness)) in settings.into_iter().enumerate() {
         let dir = output.join((number + 1).to_string());
-        let run = run_once(title.to_string(), Clicks::Scenario, &event_time(ooo, lateness), &args.engine, &dir)?;
+        let run = run_once(
+            title.to_string(),
+            Clicks::Scenario,
+            &event_time(ooo, lateness),
+            &args.engine,
+            &dir,
+        )?;
         print(&run, number + 1);
         runs.push(run);
     }
-    println!("\noutputs: {}/<1|2|3>/agg-clicks and late-clicks", output.display());
+    println!(
+        "\noutputs: {}/<1|2|3>/agg-clicks and late-clicks",
+        output.display()
+    );
     Ok(runs)
 }

@@ -69,7 +69,10 @@ impl InputArgs {
             ..ClicksConfig::default()
         };
         config.validate().map_err(|e| match e {
-            Error::Config { setting, message } => Error::Config { setting: format!("--{}", setting.replace('_', "-")), message },
+            Error::Config { setting, message } => Error::Config {
+                setting: format!("--{}", setting.replace('_', "-")),
+                message,
+            },
             other => other,
         })?;
         Ok(config)
@@ -77,9 +80,15 @@ impl InputArgs {
 
     /// The raw JSON payloads of the clicks: from `--input`, or generated (`default_count` when
     /// `--count` is not given; `None` for unbounded).
-    pub fn payloads(&self, env: &StreamEnv, default_count: Option<u64>) -> riffle::Result<DataStream<String>> {
+    pub fn payloads(
+        &self,
+        env: &StreamEnv,
+        default_count: Option<u64>,
+    ) -> riffle::Result<DataStream<String>> {
         if let Some(path) = &self.input {
-            let source = FileSource::lines(path).setting_name("--input").bad_records(self.bad_records);
+            let source = FileSource::lines(path)
+                .setting_name("--input")
+                .bad_records(self.bad_records);
             return Ok(env.from_source(source));
         }
         let count = self.count.map_or(default_count, |n| (n > 0).then_some(n));
@@ -107,14 +116,20 @@ impl InputArgs {
         tweak: impl FnOnce(&mut ClicksConfig),
     ) -> riffle::Result<DataStream<Click>> {
         if let Some(path) = &self.input {
-            let source = FileSource::<Click>::json(path).setting_name("--input").bad_records(self.bad_records);
-            return Ok(env.from_source_with_watermarks(source, strategy).uid("clicks"));
+            let source = FileSource::<Click>::json(path)
+                .setting_name("--input")
+                .bad_records(self.bad_records);
+            return Ok(env
+                .from_source_with_watermarks(source, strategy)
+                .uid("clicks"));
         }
         let count = self.count.map_or(default_count, |n| (n > 0).then_some(n));
         let mut config = self.clicks_config()?;
         tweak(&mut config);
         let source = DatagenSource::clicks(config).limit(count).pace(self.rate);
-        Ok(env.from_source_with_watermarks(source, strategy).uid("clicks"))
+        Ok(env
+            .from_source_with_watermarks(source, strategy)
+            .uid("clicks"))
     }
 }
 
@@ -129,7 +144,10 @@ impl<T: riffle::Data> Sink<T> for Box<dyn JsonSink<T>> {
     fn validate(&self) -> riffle::Result<()> {
         (**self).validate()
     }
-    fn writer(&self, ctx: &riffle::operators::OperatorContext) -> riffle::Result<Box<dyn riffle::sink::SinkWriter<T>>> {
+    fn writer(
+        &self,
+        ctx: &riffle::operators::OperatorContext,
+    ) -> riffle::Result<Box<dyn riffle::sink::SinkWriter<T>>> {
         (**self).writer(ctx)
     }
     fn guarantee(&self) -> riffle::sink::Guarantee {
@@ -157,7 +175,13 @@ pub struct EventTimeArgs {
 /// Seconds as a duration; the error names the flag.
 pub fn seconds(flag: &str, value: f64, allow_zero: bool) -> riffle::Result<Duration> {
     if !(value.is_finite() && (value > 0.0 || (allow_zero && value == 0.0))) {
-        return Err(Error::config(flag, format!("must be a {}number of seconds, got {value}", if allow_zero { "" } else { "positive " })));
+        return Err(Error::config(
+            flag,
+            format!(
+                "must be a {}number of seconds, got {value}",
+                if allow_zero { "" } else { "positive " }
+            ),
+        ));
     }
     Ok(Duration::from_secs_f64(value))
 }
@@ -166,7 +190,8 @@ impl EventTimeArgs {
     /// The watermark strategy for clicks.
     pub fn strategy(&self) -> riffle::Result<WatermarkStrategy<Click>> {
         let bound = seconds("--out-of-orderness-secs", self.out_of_orderness_secs, true)?;
-        let mut strategy = WatermarkStrategy::bounded_out_of_orderness(bound).with_timestamps(|c: &Click| c.event_time);
+        let mut strategy = WatermarkStrategy::bounded_out_of_orderness(bound)
+            .with_timestamps(|c: &Click| c.event_time);
         if let Some(idleness) = self.idleness_secs {
             strategy = strategy.with_idleness(seconds("--idleness-secs", idleness, false)?);
         }
@@ -202,17 +227,32 @@ pub struct UserCount {
 
 impl From<WindowResult<u64, u64>> for UserCount {
     fn from(r: WindowResult<u64, u64>) -> Self {
-        UserCount { user_id: r.key, window_start: r.window_start, window_end: r.window_end, count: r.value, update: r.update }
+        UserCount {
+            user_id: r.key,
+            window_start: r.window_start,
+            window_end: r.window_end,
+            count: r.value,
+            update: r.update,
+        }
     }
 }
 
 /// An event time as `HH:MM:SS` (UTC), or `-` before the first watermark.
 pub fn clock_time(timestamp: i64) -> String {
     if timestamp <= 0 || timestamp == i64::MAX {
-        return if timestamp == i64::MAX { "end".into() } else { "-".into() };
+        return if timestamp == i64::MAX {
+            "end".into()
+        } else {
+            "-".into()
+        };
     }
     let seconds = timestamp.div_euclid(1000).rem_euclid(86_400);
-    format!("{:02}:{:02}:{:02}", seconds / 3600, seconds / 60 % 60, seconds % 60)
+    format!(
+        "{:02}:{:02}:{:02}",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60
+    )
 }
 
 /// How the engine runs the demo.
@@ -255,7 +295,9 @@ pub struct EngineArgs {
 impl EngineArgs {
     /// The output directory, `riffle-out/<demo>` by default.
     pub fn output_dir(&self, demo: &str) -> PathBuf {
-        self.output.clone().unwrap_or_else(|| Path::new("riffle-out").join(demo))
+        self.output
+            .clone()
+            .unwrap_or_else(|| Path::new("riffle-out").join(demo))
     }
 
     /// Whether the job takes checkpoints (or restores from one).
@@ -269,12 +311,19 @@ impl EngineArgs {
             None => None,
             Some("latest") => Some(RestoreFrom::Latest),
             Some(id) if id.chars().all(|c| c.is_ascii_digit()) => {
-                Some(RestoreFrom::Checkpoint(id.parse().map_err(|_| Error::config("--restore", "bad checkpoint id"))?))
+                Some(RestoreFrom::Checkpoint(id.parse().map_err(|_| {
+                    Error::config("--restore", "bad checkpoint id")
+                })?))
             }
             Some(path) => Some(RestoreFrom::Savepoint(path.to_string())),
         };
         let interval = match self.checkpoint_interval_ms {
-            Some(0) => return Err(Error::config("--checkpoint-interval-ms", "must be at least 1")),
+            Some(0) => {
+                return Err(Error::config(
+                    "--checkpoint-interval-ms",
+                    "must be at least 1",
+                ));
+            }
             Some(ms) => Some(Duration::from_millis(ms)),
             // Restoring keeps checkpointing, at the default interval.
             None if restore.is_some() => Some(Duration::from_secs(10)),
@@ -282,7 +331,12 @@ impl EngineArgs {
         };
         Ok(CheckpointConfig {
             interval,
-            storage: self.checkpoint_dir.clone().unwrap_or_else(|| self.output_dir(demo).join("checkpoints").display().to_string()),
+            storage: self.checkpoint_dir.clone().unwrap_or_else(|| {
+                self.output_dir(demo)
+                    .join("checkpoints")
+                    .display()
+                    .to_string()
+            }),
             restore,
             ..CheckpointConfig::default()
         })
@@ -293,9 +347,14 @@ impl EngineArgs {
     pub fn json_sink<T: riffle::Data>(&self, dir: &Path) -> riffle::Result<Box<dyn JsonSink<T>>> {
         if self.checkpointing() {
             if self.restore.is_none() && dir.exists() {
-                std::fs::remove_dir_all(dir).map_err(|e| Error::io(format!("cannot clear `{}`", dir.display()), e))?;
+                std::fs::remove_dir_all(dir)
+                    .map_err(|e| Error::io(format!("cannot clear `{}`", dir.display()), e))?;
             }
-            Ok(Box::new(ExactlyOnceFileSink::new(dir).setting_name("--output").roll_interval(Duration::from_secs(60))))
+            Ok(Box::new(
+                ExactlyOnceFileSink::new(dir)
+                    .setting_name("--output")
+                    .roll_interval(Duration::from_secs(60)),
+            ))
         } else {
             Ok(Box::new(FileSink::new(dir).setting_name("--output")))
         }
@@ -321,13 +380,19 @@ impl EngineArgs {
     pub fn run_options(&self) -> riffle::Result<RunOptions> {
         let duration = match self.duration {
             Some(s) if !(s >= 0.0 && s.is_finite()) => {
-                return Err(Error::config("--duration", format!("must be a number of seconds, got {s}")));
+                return Err(Error::config(
+                    "--duration",
+                    format!("must be a number of seconds, got {s}"),
+                ));
             }
             // 0: no limit, run until Ctrl-C.
             Some(s) if s == 0.0 => Some(Duration::MAX),
             Some(s) => Some(Duration::from_secs_f64(s)),
             None => None,
         };
-        Ok(RunOptions { duration, every: Duration::from_secs(1) })
+        Ok(RunOptions {
+            duration,
+            every: Duration::from_secs(1),
+        })
     }
 }

@@ -11,9 +11,9 @@ use riffle::{DataStream, StreamEnv};
 use crate::clicks::{EnrichedClick, IpCountryTable, enrich, is_bot};
 use crate::demos::windowed_count::{WindowedSummary, run_windowed};
 use crate::demos::{EngineArgs, EventTimeArgs, InputArgs, UserCount};
+use riffle::OutputTag;
 use riffle::aggregate::Count;
 use riffle::window::Tumbling;
-use riffle::OutputTag;
 
 /// Options of `riffle demo`.
 #[derive(Args, Clone, Debug)]
@@ -72,17 +72,32 @@ impl PipelineArgs {
 pub fn run(args: &PipelineArgs) -> riffle::Result<WindowedSummary> {
     let env = StreamEnv::with_config(args.engine.env_config("pipeline")?);
     let output = args.engine.output_dir("pipeline");
-    let clicks = args.input.clicks(&env, Some(DEFAULT_COUNT), args.event_time.strategy()?)?;
+    let clicks = args
+        .input
+        .clicks(&env, Some(DEFAULT_COUNT), args.event_time.strategy()?)?;
     let (counts, late) = pipeline(&clicks, &args.event_time)?;
-    counts.sink(args.engine.json_sink(&output.join("agg-clicks"))?).name("write counts").uid("write-counts");
-    late.sink(args.engine.json_sink(&output.join("late-clicks"))?).name("write late clicks").uid("write-late-clicks");
+    counts
+        .sink(args.engine.json_sink(&output.join("agg-clicks"))?)
+        .name("write counts")
+        .uid("write-counts");
+    late.sink(args.engine.json_sink(&output.join("late-clicks"))?)
+        .name("write late clicks")
+        .uid("write-late-clicks");
     let summary = run_windowed(&env, &args.engine, "pipeline")?;
     println!(
         "riffle demo: {} clicks -> drop bots -> enrich -> key by user -> {} s windows (+{} s lateness)",
         summary.read, args.event_time.window_secs, args.event_time.lateness_secs
     );
-    println!("  counts per user and window {:>10}  -> {}/agg-clicks/part-*.jsonl", summary.results, output.display());
-    println!("  late clicks                {:>10}  -> {}/late-clicks/part-*.jsonl", summary.late, output.display());
+    println!(
+        "  counts per user and window {:>10}  -> {}/agg-clicks/part-*.jsonl",
+        summary.results,
+        output.display()
+    );
+    println!(
+        "  late clicks                {:>10}  -> {}/late-clicks/part-*.jsonl",
+        summary.late,
+        output.display()
+    );
     crate::demos::windowed_count::print_checkpoints(&summary);
     Ok(summary)
 }

@@ -53,12 +53,28 @@ pub fn count_per_user(
 
 /// The live line of a windowed job.
 pub fn live_line(demo: &str, report: &Report<'_>) -> String {
-    let source_rate: f64 =
-        report.rates.iter().filter(|r| r.name.starts_with(SOURCE_PREFIX)).map(|r| r.records_out_per_sec).sum();
-    let read: u64 = report.snapshot.operators.iter().filter(|o| o.name.starts_with(SOURCE_PREFIX)).map(|o| o.records_out).sum();
+    let source_rate: f64 = report
+        .rates
+        .iter()
+        .filter(|r| r.name.starts_with(SOURCE_PREFIX))
+        .map(|r| r.records_out_per_sec)
+        .sum();
+    let read: u64 = report
+        .snapshot
+        .operators
+        .iter()
+        .filter(|o| o.name.starts_with(SOURCE_PREFIX))
+        .map(|o| o.records_out)
+        .sum();
     let window = report.snapshot.operator_total(WINDOW);
     let (watermark, results, state, bytes, late) = window.map_or((0, 0, 0, 0, 0), |w| {
-        (w.watermark, w.records_out, w.state_entries, w.state_bytes, w.late_records_side_output + w.late_records_dropped)
+        (
+            w.watermark,
+            w.records_out,
+            w.state_entries,
+            w.state_bytes,
+            w.late_records_side_output + w.late_records_dropped,
+        )
     });
     format!(
         "{demo} {:>5.1} s | {} clicks/s | read {} | watermark {} | results {} | late {} | state {} entries, {} | RSS {}{}",
@@ -93,7 +109,11 @@ pub struct WindowedSummary {
 }
 
 /// Runs a windowed job with live progress and returns its summary.
-pub fn run_windowed(env: &StreamEnv, engine: &EngineArgs, demo: &str) -> riffle::Result<WindowedSummary> {
+pub fn run_windowed(
+    env: &StreamEnv,
+    engine: &EngineArgs,
+    demo: &str,
+) -> riffle::Result<WindowedSummary> {
     let mut peak = (0, 0);
     let (result, _) = run_with_progress(env, &engine.run_options()?, |report| {
         if let Some(w) = report.snapshot.operator_total(WINDOW)
@@ -103,9 +123,18 @@ pub fn run_windowed(env: &StreamEnv, engine: &EngineArgs, demo: &str) -> riffle:
         }
         live_line(demo, report)
     })?;
-    let window = result.metrics.operator_total(WINDOW).unwrap_or_else(|| panic!("the job has a `{WINDOW}` operator"));
+    let window = result
+        .metrics
+        .operator_total(WINDOW)
+        .unwrap_or_else(|| panic!("the job has a `{WINDOW}` operator"));
     Ok(WindowedSummary {
-        read: result.metrics.operators.iter().filter(|o| o.name.starts_with(SOURCE_PREFIX)).map(|o| o.records_out).sum(),
+        read: result
+            .metrics
+            .operators
+            .iter()
+            .filter(|o| o.name.starts_with(SOURCE_PREFIX))
+            .map(|o| o.records_out)
+            .sum(),
         results: window.records_out,
         late: window.late_records_side_output,
         max_state_entries: peak.0,
@@ -116,11 +145,17 @@ pub fn run_windowed(env: &StreamEnv, engine: &EngineArgs, demo: &str) -> riffle:
 
 /// Prints the checkpoints a run took, and what it restored.
 pub fn print_checkpoints(summary: &WindowedSummary) {
-    let Some(result) = &summary.result else { return };
+    let Some(result) = &summary.result else {
+        return;
+    };
     if let Some(from) = &result.restored_from {
         println!("  started from {from}");
     }
-    let completed: Vec<_> = result.checkpoints.iter().filter(|c| c.completed()).collect();
+    let completed: Vec<_> = result
+        .checkpoints
+        .iter()
+        .filter(|c| c.completed())
+        .collect();
     if let Some(last) = completed.last() {
         println!(
             "  checkpoints   {:>10} completed (last: {}, {} ms, {} bytes), {} failed",
@@ -137,14 +172,32 @@ pub fn print_checkpoints(summary: &WindowedSummary) {
 pub fn run(args: &WindowedCountArgs) -> riffle::Result<WindowedSummary> {
     let env = StreamEnv::with_config(args.engine.env_config("windowed-count")?);
     let output = args.engine.output_dir("windowed-count");
-    let clicks = args.input.clicks(&env, Some(DEFAULT_COUNT), args.event_time.strategy()?)?;
+    let clicks = args
+        .input
+        .clicks(&env, Some(DEFAULT_COUNT), args.event_time.strategy()?)?;
     let (counts, late) = count_per_user(&clicks, &args.event_time)?;
-    counts.sink(args.engine.json_sink(&output.join("agg-clicks"))?).name("write counts").uid("write-counts");
-    late.sink(args.engine.json_sink(&output.join("late-clicks"))?).name("write late clicks").uid("write-late-clicks");
+    counts
+        .sink(args.engine.json_sink(&output.join("agg-clicks"))?)
+        .name("write counts")
+        .uid("write-counts");
+    late.sink(args.engine.json_sink(&output.join("late-clicks"))?)
+        .name("write late clicks")
+        .uid("write-late-clicks");
     let summary = run_windowed(&env, &args.engine, "windowed-count")?;
-    println!("riffle demo windowed-count: {} clicks counted per user per {} s window", summary.read, args.event_time.window_secs);
-    println!("  results     {:>12}  -> {}/agg-clicks/part-*.jsonl", summary.results, output.display());
-    println!("  late clicks {:>12}  -> {}/late-clicks/part-*.jsonl", summary.late, output.display());
+    println!(
+        "riffle demo windowed-count: {} clicks counted per user per {} s window",
+        summary.read, args.event_time.window_secs
+    );
+    println!(
+        "  results     {:>12}  -> {}/agg-clicks/part-*.jsonl",
+        summary.results,
+        output.display()
+    );
+    println!(
+        "  late clicks {:>12}  -> {}/late-clicks/part-*.jsonl",
+        summary.late,
+        output.display()
+    );
     if summary.max_state_entries > 0 {
         println!(
             "  state       {:>12} entries at most, {} ({} bytes per entry)",

@@ -7,13 +7,33 @@ use crate::riffle;
 fn the_slow_sink_is_named_the_bottleneck_and_memory_stays_flat() {
     let dir = tempfile::tempdir().unwrap();
     let stdout = riffle(
-        &["demo", "backpressure", "--duration", "4", "--sink-rate", "2000", "-p", "2", "--output", "out"],
+        &[
+            "demo",
+            "backpressure",
+            "--duration",
+            "4",
+            "--sink-rate",
+            "2000",
+            "-p",
+            "2",
+            "--output",
+            "out",
+        ],
         dir.path(),
     );
     assert!(stdout.contains("bottleneck: `slow sink`"), "{stdout}");
-    let source_line = stdout.lines().find(|l| l.trim_start().starts_with("Source: clicks-json")).unwrap();
-    assert!(source_line.trim_end().ends_with("HIGH"), "the source is back-pressured: {source_line}");
-    let sink_line = stdout.lines().find(|l| l.trim_start().starts_with("slow sink")).unwrap();
+    let source_line = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("Source: clicks-json"))
+        .unwrap();
+    assert!(
+        source_line.trim_end().ends_with("HIGH"),
+        "the source is back-pressured: {source_line}"
+    );
+    let sink_line = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("slow sink"))
+        .unwrap();
     assert!(sink_line.contains("<- bottleneck"), "{sink_line}");
 
     let emitted: u64 = number_after(&stdout, "the source emitted ");
@@ -33,10 +53,18 @@ fn the_slow_sink_is_named_the_bottleneck_and_memory_stays_flat() {
 /// last number of the line).
 fn number_after(text: &str, prefix: &str) -> u64 {
     if prefix == ", " {
-        let line = text.lines().find(|l| l.contains("memory stayed flat")).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.contains("memory stayed flat"))
+            .unwrap();
         let at_most = line.rsplit(", ").next().unwrap();
         return at_most.split_whitespace().next().unwrap().parse().unwrap();
     }
     let start = text.find(prefix).unwrap() + prefix.len();
-    text[start..].split_whitespace().next().unwrap().parse().unwrap()
+    text[start..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
 }

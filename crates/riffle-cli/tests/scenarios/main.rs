@@ -24,7 +24,11 @@ pub fn riffle(args: &[&str], dir: &Path) -> String {
 
 /// Runs the `riffle` binary with `args` in `dir`, whatever its exit status.
 pub fn riffle_raw(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_riffle")).args(args).current_dir(dir).output().expect("riffle runs")
+    Command::new(env!("CARGO_BIN_EXE_riffle"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("riffle runs")
 }
 
 /// Every line of every file in `dir`, sorted.
@@ -33,7 +37,12 @@ pub fn sorted_lines(dir: &Path) -> Vec<String> {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_file() {
-            lines.extend(std::fs::read_to_string(path).unwrap().lines().map(str::to_string));
+            lines.extend(
+                std::fs::read_to_string(path)
+                    .unwrap()
+                    .lines()
+                    .map(str::to_string),
+            );
         }
     }
     lines.sort();

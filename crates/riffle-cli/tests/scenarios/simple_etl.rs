@@ -8,9 +8,17 @@ use crate::{riffle, riffle_raw, sorted_lines};
 #[test]
 fn generated_clicks_are_filtered_and_enriched_exactly() {
     let dir = tempfile::tempdir().unwrap();
-    let stdout = riffle(&["demo", "etl", "--count", "5000", "--users", "300", "--output", "out", "-p", "2"], dir.path());
+    let stdout = riffle(
+        &[
+            "demo", "etl", "--count", "5000", "--users", "300", "--output", "out", "-p", "2",
+        ],
+        dir.path(),
+    );
 
-    let generator = ClickGenerator::new(ClicksConfig { users: 300, ..ClicksConfig::default() });
+    let generator = ClickGenerator::new(ClicksConfig {
+        users: 300,
+        ..ClicksConfig::default()
+    });
     let mut expected: Vec<String> = (0..5000)
         .map(|i| generator.generate(i))
         .filter(|c| !is_bot(&c.user_agent))
@@ -21,9 +29,18 @@ fn generated_clicks_are_filtered_and_enriched_exactly() {
     assert!((1300..1700).contains(&bots), "about 30% bots, got {bots}");
 
     assert_eq!(sorted_lines(&dir.path().join("out")), expected);
-    assert!(stdout.contains(&format!("read          {:>12}", 5000)), "{stdout}");
-    assert!(stdout.contains(&format!("bots dropped  {bots:>12}")), "{stdout}");
-    assert!(stdout.contains(&format!("written       {:>12}", expected.len())), "{stdout}");
+    assert!(
+        stdout.contains(&format!("read          {:>12}", 5000)),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("bots dropped  {bots:>12}")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("written       {:>12}", expected.len())),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -44,7 +61,12 @@ fn user_files_with_a_bad_line_go_through_and_the_bad_line_is_dead_lettered() {
         ),
     )
     .unwrap();
-    let stdout = riffle(&["demo", "etl", "--input", "clicks", "--output", "out", "-p", "1"], dir.path());
+    let stdout = riffle(
+        &[
+            "demo", "etl", "--input", "clicks", "--output", "out", "-p", "1",
+        ],
+        dir.path(),
+    );
     assert_eq!(
         sorted_lines(&dir.path().join("out")),
         vec![
@@ -55,8 +77,14 @@ fn user_files_with_a_bad_line_go_through_and_the_bad_line_is_dead_lettered() {
     let dead = sorted_lines(&dir.path().join("out/dead-letter/parse"));
     assert_eq!(dead.len(), 1);
     let letter: riffle::source::DeadLetter = serde_json::from_str(&dead[0]).unwrap();
-    assert_eq!((letter.source.as_str(), letter.payload.as_str()), ("parse", "{\"user_id\":3, truncated"));
-    assert!(stdout.contains("bad records              1  -> out/dead-letter/"), "{stdout}");
+    assert_eq!(
+        (letter.source.as_str(), letter.payload.as_str()),
+        ("parse", "{\"user_id\":3, truncated")
+    );
+    assert!(
+        stdout.contains("bad records              1  -> out/dead-letter/"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -66,12 +94,18 @@ fn bad_flags_fail_at_start_naming_the_flag() {
         (vec!["demo", "etl", "--input", "missing.jsonl"], "`--input`"),
         (vec!["demo", "etl", "-p", "0"], "`parallelism`"),
         (vec!["demo", "etl", "--bot-share", "1.5"], "`--bot-share`"),
-        (vec!["demo", "etl", "--buffer-timeout-ms", "0"], "`buffer_timeout`"),
+        (
+            vec!["demo", "etl", "--buffer-timeout-ms", "0"],
+            "`buffer_timeout`",
+        ),
     ] {
         let output = riffle_raw(&args, dir.path());
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{args:?} should fail");
-        assert!(stderr.contains(&format!("invalid configuration: {flag}")), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("invalid configuration: {flag}")),
+            "{args:?}: {stderr}"
+        );
     }
     let output = riffle_raw(&["demo", "etl", "--bad-records", "ignore"], dir.path());
     assert!(String::from_utf8_lossy(&output.stderr).contains("unknown bad-record policy `ignore`"));
@@ -81,22 +115,53 @@ fn bad_flags_fail_at_start_naming_the_flag() {
 fn ctrl_c_stops_an_unbounded_run_cleanly_with_a_summary() {
     let dir = tempfile::tempdir().unwrap();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_riffle"))
-        .args(["demo", "etl", "--count", "0", "--rate", "20000", "--output", "out", "-p", "2"])
+        .args([
+            "demo", "etl", "--count", "0", "--rate", "20000", "--output", "out", "-p", "2",
+        ])
         .current_dir(dir.path())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let status = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let output = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "a clean stop exits 0: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "a clean stop exits 0: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(String::from_utf8_lossy(&output.stderr).contains("stopping: draining"));
-    let read: u64 = stdout.lines().find_map(|l| l.trim().strip_prefix("read")).unwrap().trim().parse().unwrap();
-    let written: u64 = stdout.lines().find_map(|l| l.trim().strip_prefix("written")).unwrap().split_whitespace().next().unwrap().parse().unwrap();
-    let bots: u64 = stdout.lines().find_map(|l| l.trim().strip_prefix("bots dropped")).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    let read: u64 = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("read"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let written: u64 = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("written"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let bots: u64 = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("bots dropped"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(read > 10_000, "it ran: {read}");
     assert_eq!(read, written + bots, "nothing in flight was lost");
     assert_eq!(sorted_lines(&dir.path().join("out")).len() as u64, written);

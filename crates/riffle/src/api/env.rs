@@ -174,12 +174,17 @@ impl StreamEnv {
                 continue;
             }
             let consumed = nodes.iter().any(|n| {
-                n.inputs.iter().any(|e| e.from == id && e.slot == Slot::Side(DEAD_LETTER_TAG.into()))
+                n.inputs
+                    .iter()
+                    .any(|e| e.from == id && e.slot == Slot::Side(DEAD_LETTER_TAG.into()))
             });
             if !consumed {
                 let name = nodes[id].name.clone();
                 let dir = config.dead_letter_dir.join(file_name_of(&name));
-                let mut node = sink_node(format!("Dead letters: {name}"), FileSink::<DeadLetter>::new(dir).append(true));
+                let mut node = sink_node(
+                    format!("Dead letters: {name}"),
+                    FileSink::<DeadLetter>::new(dir).append(true),
+                );
                 node.parallelism = nodes[id].parallelism;
                 node.inputs.push(Edge {
                     from: id,
@@ -196,5 +201,13 @@ impl StreamEnv {
 
 /// A name usable as a file name.
 fn file_name_of(name: &str) -> String {
-    name.chars().map(|c| if c.is_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+    name.chars()
+        .map(|c| {
+            if c.is_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }

@@ -3,13 +3,15 @@
 use std::hash::Hash;
 use std::sync::Arc;
 
+use crate::aggregate::AggregateFunction;
 use crate::api::WindowedStream;
 use crate::api::stream::{DataStream, operator_node};
-use crate::window::Windows;
 use crate::graph::{Node, Ship, Slot};
-use crate::aggregate::AggregateFunction;
-use crate::operators::{KeyedProcess, KeyedProcessFunction, Rolling, RollingAggregate, RollingCombine};
+use crate::operators::{
+    KeyedProcess, KeyedProcessFunction, Rolling, RollingAggregate, RollingCombine,
+};
 use crate::record::Data;
+use crate::window::Windows;
 
 /// The key selector of a keyed stream.
 pub type KeyFn<K, T> = Arc<dyn Fn(&T) -> K + Send + Sync>;
@@ -58,7 +60,9 @@ where
         P: KeyedProcessFunction<K, T, Out> + Clone + Sync,
     {
         let key = self.key.clone();
-        self.add_keyed("KeyedProcess", move || KeyedProcess::new(key.clone(), function.clone()))
+        self.add_keyed("KeyedProcess", move || {
+            KeyedProcess::new(key.clone(), function.clone())
+        })
     }
 
     /// A rolling aggregate per key (as Flink's `keyBy(..).sum(..)`): emits `(key, result)` as
@@ -74,23 +78,36 @@ where
     /// let finals: std::collections::BTreeMap<String, u64> = out.values().into_iter().collect();
     /// assert_eq!(finals, [("a".to_string(), 2), ("b".to_string(), 1)].into());
     /// ```
-    pub fn aggregate<A: AggregateFunction<T> + Clone>(&self, aggregate: A) -> DataStream<(K, A::Out)> {
+    pub fn aggregate<A: AggregateFunction<T> + Clone>(
+        &self,
+        aggregate: A,
+    ) -> DataStream<(K, A::Out)> {
         let key = self.key.clone();
         let first = aggregate.clone();
-        let partials = self.input.forward().transform("Combine", move || RollingCombine::new(key.clone(), first.clone()));
+        let partials = self.input.forward().transform("Combine", move || {
+            RollingCombine::new(key.clone(), first.clone())
+        });
         let key = self.key.clone();
         let keyed = partials.key_by(move |element: &Rolling<K, T, A::Acc>| match element {
             Rolling::Record(record) => key(record),
             Rolling::Partial { key, .. } => key.clone(),
         });
         let key_of = keyed.key_selector();
-        keyed.add_keyed("Aggregate", move || RollingAggregate::new(key_of.clone(), aggregate.clone()))
+        keyed.add_keyed("Aggregate", move || {
+            RollingAggregate::new(key_of.clone(), aggregate.clone())
+        })
     }
 
     /// Cuts the stream into windows (per key): [`Tumbling`](crate::window::Tumbling),
     /// [`Sliding`](crate::window::Sliding) or [`Session`](crate::window::Session).
     pub fn window(&self, windows: Windows) -> WindowedStream<K, T> {
-        WindowedStream::new(KeyedStream { input: self.input.clone(), key: self.key.clone() }, windows)
+        WindowedStream::new(
+            KeyedStream {
+                input: self.input.clone(),
+                key: self.key.clone(),
+            },
+            windows,
+        )
     }
 
     /// The keyed input stream.

@@ -11,7 +11,9 @@ use crate::api::keyed::KeyedStream;
 use crate::error::{BoxError, Result};
 use crate::graph::{AnyOutput, Edge, KeyGroupFactory, Node, NodeId, NodeKind, Ship, Slot, TypeOf};
 use crate::keys::key_group_of;
-use crate::operators::{Filter, FlatMap, Identity, Map, Operator, OutputTag, ParseJson, SinkOperator, TryMap};
+use crate::operators::{
+    Filter, FlatMap, Identity, Map, Operator, OutputTag, ParseJson, SinkOperator, TryMap,
+};
 use crate::record::Data;
 use crate::runtime::{ChainLink, Output};
 use crate::sink::{Sink, StdoutSink};
@@ -45,7 +47,13 @@ pub struct DataStream<T> {
 
 impl<T> Clone for DataStream<T> {
     fn clone(&self) -> Self {
-        DataStream { env: self.env.clone(), node: self.node, slot: self.slot.clone(), ship: self.ship.clone(), _type: PhantomData }
+        DataStream {
+            env: self.env.clone(),
+            node: self.node,
+            slot: self.slot.clone(),
+            ship: self.ship.clone(),
+            _type: PhantomData,
+        }
     }
 }
 
@@ -64,11 +72,12 @@ pub(crate) fn operator_node<Op: Operator>(
         kind: NodeKind::Operator {
             in_type: TypeOf::<Op::In>::arc(),
             build: Arc::new(move |ctx, output: AnyOutput, side, restore| {
-                let output = *output
-                    .downcast::<Box<dyn Output<Op::Out>>>()
-                    .map_err(|_| crate::Error::Graph(format!("`{}`: output of another type", ctx.name)))?;
+                let output = *output.downcast::<Box<dyn Output<Op::Out>>>().map_err(|_| {
+                    crate::Error::Graph(format!("`{}`: output of another type", ctx.name))
+                })?;
                 let op = factory().map_err(|e| e.in_operator(&ctx.name, ctx.subtask))?;
-                let link: Box<dyn Output<Op::In>> = Box::new(ChainLink::new(op, ctx, output, side).with_restore(restore));
+                let link: Box<dyn Output<Op::In>> =
+                    Box::new(ChainLink::new(op, ctx, output, side).with_restore(restore));
                 Ok(Box::new(link))
             }),
             validate: None,
@@ -100,9 +109,17 @@ pub(crate) fn sink_node<T: Data, S: Sink<T>>(name: String, sink: S) -> Node {
     };
     if let NodeKind::Operator { build, .. } = &mut node.kind {
         *build = Arc::new(move |ctx, _output, side, restore| {
-            let writer = sink.writer(&ctx).map_err(|e| e.in_operator(&ctx.name, ctx.subtask))?;
+            let writer = sink
+                .writer(&ctx)
+                .map_err(|e| e.in_operator(&ctx.name, ctx.subtask))?;
             let link: Box<dyn Output<T>> = Box::new(
-                ChainLink::new(SinkOperator::new(writer), ctx, Box::new(crate::runtime::Discard), side).with_restore(restore),
+                ChainLink::new(
+                    SinkOperator::new(writer),
+                    ctx,
+                    Box::new(crate::runtime::Discard),
+                    side,
+                )
+                .with_restore(restore),
             );
             Ok(Box::new(link))
         });
@@ -112,12 +129,23 @@ pub(crate) fn sink_node<T: Data, S: Sink<T>>(name: String, sink: S) -> Node {
 
 impl<T: Data> DataStream<T> {
     pub(crate) fn new(env: Rc<EnvInner>, node: NodeId, slot: Slot, ship: Ship) -> Self {
-        DataStream { env, node, slot, ship, _type: PhantomData }
+        DataStream {
+            env,
+            node,
+            slot,
+            ship,
+            _type: PhantomData,
+        }
     }
 
     /// The edge from this stream into a new consumer.
     pub(crate) fn edge(&self) -> Edge {
-        Edge { from: self.node, slot: self.slot.clone(), ship: self.ship.clone(), ty: TypeOf::<T>::arc() }
+        Edge {
+            from: self.node,
+            slot: self.slot.clone(),
+            ship: self.ship.clone(),
+            ty: TypeOf::<T>::arc(),
+        }
     }
 
     fn add<U: Data>(&self, node: Node) -> DataStream<U> {
@@ -131,7 +159,11 @@ impl<T: Data> DataStream<T> {
         Op: Operator<In = T>,
         F: Fn() -> Op + Send + Sync + 'static,
     {
-        self.add(operator_node(name, vec![self.edge()], move || Ok(factory())))
+        self.add(operator_node(
+            name,
+            vec![self.edge()],
+            move || Ok(factory()),
+        ))
     }
 
     /// Transforms every record.
@@ -183,29 +215,51 @@ impl<T: Data> DataStream<T> {
                 Arc::new(move |value: &T| key_group_of(&key(value), max_parallelism));
             Box::new(key_group)
         });
-        let input = DataStream::new(self.env.clone(), self.node, self.slot.clone(), Ship::Hash(factory));
+        let input = DataStream::new(
+            self.env.clone(),
+            self.node,
+            self.slot.clone(),
+            Ship::Hash(factory),
+        );
         KeyedStream::new(input, key)
     }
 
     /// Merges this stream with others of the same type.
     pub fn union(&self, others: &[&DataStream<T>]) -> DataStream<T> {
-        let inputs = std::iter::once(self.edge()).chain(others.iter().map(|o| o.edge())).collect();
+        let inputs = std::iter::once(self.edge())
+            .chain(others.iter().map(|o| o.edge()))
+            .collect();
         self.add(operator_node("Union", inputs, || Ok(Identity::<T>::new())))
     }
 
     /// The same stream with the default (forward) edge to its next operator.
     pub(crate) fn forward(&self) -> DataStream<T> {
-        DataStream::new(self.env.clone(), self.node, self.slot.clone(), Ship::Forward)
+        DataStream::new(
+            self.env.clone(),
+            self.node,
+            self.slot.clone(),
+            Ship::Forward,
+        )
     }
 
     /// Spreads the records round robin over the next operator's subtasks.
     pub fn rebalance(&self) -> DataStream<T> {
-        DataStream::new(self.env.clone(), self.node, self.slot.clone(), Ship::Rebalance)
+        DataStream::new(
+            self.env.clone(),
+            self.node,
+            self.slot.clone(),
+            Ship::Rebalance,
+        )
     }
 
     /// Sends every record to every subtask of the next operator.
     pub fn broadcast(&self) -> DataStream<T> {
-        DataStream::new(self.env.clone(), self.node, self.slot.clone(), Ship::Broadcast)
+        DataStream::new(
+            self.env.clone(),
+            self.node,
+            self.slot.clone(),
+            Ship::Broadcast,
+        )
     }
 
     /// Writes the stream to `sink`.
@@ -213,7 +267,10 @@ impl<T: Data> DataStream<T> {
         let mut node = sink_node(format!("Sink: {}", sink.name()), sink);
         node.inputs.push(self.edge());
         let id = self.env.add_node(node);
-        DataStreamSink { env: self.env.clone(), node: id }
+        DataStreamSink {
+            env: self.env.clone(),
+            node: id,
+        }
     }
 
     /// Prints the stream to standard output as JSON lines.
@@ -233,7 +290,12 @@ impl<T: Data> DataStream<T> {
     }
 
     fn side<S: Data>(&self, tag: &str) -> DataStream<S> {
-        DataStream::new(self.env.clone(), self.node, Slot::Side(tag.to_string()), Ship::Forward)
+        DataStream::new(
+            self.env.clone(),
+            self.node,
+            Slot::Side(tag.to_string()),
+            Ship::Forward,
+        )
     }
 
     fn with_node(self, setter: &str, change: impl FnOnce(&mut Node)) -> Self {
@@ -260,7 +322,9 @@ impl<T: Data> DataStream<T> {
 
     /// Sets the number of parallel subtasks of the operator that produces this stream.
     pub fn set_parallelism(self, parallelism: usize) -> Self {
-        self.with_node("set_parallelism", |node| node.parallelism = Some(parallelism))
+        self.with_node("set_parallelism", |node| {
+            node.parallelism = Some(parallelism)
+        })
     }
 
     /// Starts a new task chain at this operator instead of chaining it to its input.
@@ -286,7 +350,9 @@ impl<T: Data + AsRef<[u8]>> DataStream<T> {
     /// assert_eq!((numbers.values(), letters.len()), (vec![1], 1));
     /// ```
     pub fn parse_json<U: Data>(&self, policy: BadRecordPolicy) -> DataStream<U> {
-        let mut node = operator_node("ParseJson", vec![self.edge()], move || Ok(ParseJson::<T, U>::new(policy)));
+        let mut node = operator_node("ParseJson", vec![self.edge()], move || {
+            Ok(ParseJson::<T, U>::new(policy))
+        });
         node.bad_records = Some(policy);
         self.add(node)
     }

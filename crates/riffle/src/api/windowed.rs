@@ -10,8 +10,8 @@ use crate::api::stream::DataStream;
 use crate::operators::OutputTag;
 use crate::record::Data;
 use crate::window::{
-    AggregateWindow, MergePartials, PreAggregate, PreAggregated, ProcessWindow, ProcessWindowFunction, WindowFn,
-    WindowResult, WindowSettings, Windows, window_operator,
+    AggregateWindow, MergePartials, PreAggregate, PreAggregated, ProcessWindow,
+    ProcessWindowFunction, WindowFn, WindowResult, WindowSettings, Windows, window_operator,
 };
 
 /// A keyed stream cut into windows. Finish it with [`aggregate`](WindowedStream::aggregate) or
@@ -51,7 +51,12 @@ where
     pub(crate) fn new(keyed: KeyedStream<K, T>, windows: Windows) -> Self {
         WindowedStream {
             keyed,
-            settings: WindowSettings { windows, lateness: 0, late_tag: None, early_every: None },
+            settings: WindowSettings {
+                windows,
+                lateness: 0,
+                late_tag: None,
+                early_every: None,
+            },
             pre_aggregate: true,
         }
     }
@@ -88,9 +93,15 @@ where
     }
 
     /// Aggregates each window incrementally: one accumulator per key and window.
-    pub fn aggregate<A: AggregateFunction<T> + Clone>(self, aggregate: A) -> DataStream<WindowResult<K, A::Out>> {
+    pub fn aggregate<A: AggregateFunction<T> + Clone>(
+        self,
+        aggregate: A,
+    ) -> DataStream<WindowResult<K, A::Out>> {
         let windows = self.settings.windows;
-        if !(self.pre_aggregate && !windows.is_merging() && windows.time() == crate::window::TimeDomain::EventTime) {
+        if !(self.pre_aggregate
+            && !windows.is_merging()
+            && windows.time() == crate::window::TimeDomain::EventTime)
+        {
             return self.build("Window", move || AggregateWindow(aggregate.clone()));
         }
         if let Err(error) = windows.validate() {
@@ -98,10 +109,15 @@ where
         }
         // Phase one, chained before the shuffle; phase two, the window operator, merges partials.
         let key = self.keyed.key_selector();
-        let (for_partials, lateness, first) = (key.clone(), self.settings.lateness, aggregate.clone());
-        let partials = self.keyed.input().forward().transform("Pre-aggregate", move || {
-            PreAggregate::new(for_partials.clone(), windows, lateness, first.clone())
-        });
+        let (for_partials, lateness, first) =
+            (key.clone(), self.settings.lateness, aggregate.clone());
+        let partials = self
+            .keyed
+            .input()
+            .forward()
+            .transform("Pre-aggregate", move || {
+                PreAggregate::new(for_partials.clone(), windows, lateness, first.clone())
+            });
         let settings = self.settings;
         let keyed = partials.key_by(move |element: &PreAggregated<K, T, A::Acc>| match element {
             PreAggregated::Record(record) => key(record),
@@ -109,7 +125,11 @@ where
         });
         let key_of = keyed.key_selector();
         keyed.add_keyed("Window", move || {
-            window_operator(key_of.clone(), settings.clone(), MergePartials(AggregateWindow(aggregate.clone()), PhantomData))
+            window_operator(
+                key_of.clone(),
+                settings.clone(),
+                MergePartials(AggregateWindow(aggregate.clone()), PhantomData),
+            )
         })
     }
 
@@ -119,7 +139,10 @@ where
         Out: Data,
         P: ProcessWindowFunction<K, T, Out> + Clone + Sync,
     {
-        self.build("Window", move || ProcessWindow { function: function.clone(), _types: PhantomData })
+        self.build("Window", move || ProcessWindow {
+            function: function.clone(),
+            _types: PhantomData,
+        })
     }
 
     fn build<F, M>(self, name: &str, make: M) -> DataStream<F::Out>
@@ -132,6 +155,8 @@ where
             self.keyed.input().env.defer_error(error.to_string());
         }
         let key = self.keyed.key_selector();
-        self.keyed.add_keyed(name, move || window_operator(key.clone(), settings.clone(), make()))
+        self.keyed.add_keyed(name, move || {
+            window_operator(key.clone(), settings.clone(), make())
+        })
     }
 }

@@ -39,11 +39,23 @@ pub enum RestartStrategy {
 impl RestartStrategy {
     /// The delay before restart number `attempt` (1-based) after a run that lasted `ran`;
     /// `None` when the job must fail. `backoff` carries the current exponential delay.
-    pub(crate) fn next_delay(&self, attempt: u32, ran: Duration, backoff: &mut Option<Duration>) -> Option<Duration> {
+    pub(crate) fn next_delay(
+        &self,
+        attempt: u32,
+        ran: Duration,
+        backoff: &mut Option<Duration>,
+    ) -> Option<Duration> {
         match *self {
             RestartStrategy::None => None,
-            RestartStrategy::FixedDelay { attempts, delay } => (attempt <= attempts).then_some(delay),
-            RestartStrategy::ExponentialBackoff { initial, max, multiplier, reset_after } => {
+            RestartStrategy::FixedDelay { attempts, delay } => {
+                (attempt <= attempts).then_some(delay)
+            }
+            RestartStrategy::ExponentialBackoff {
+                initial,
+                max,
+                multiplier,
+                reset_after,
+            } => {
                 let delay = match *backoff {
                     Some(previous) if ran < reset_after => previous.mul_f64(multiplier).min(max),
                     _ => initial,
@@ -112,7 +124,14 @@ impl std::fmt::Debug for CheckpointConfig {
             .field("timeout", &self.timeout)
             .field("retained", &self.retained)
             .field("storage", &self.storage)
-            .field("storage_options", &self.storage_options.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field(
+                "storage_options",
+                &self
+                    .storage_options
+                    .iter()
+                    .map(|(k, _)| k)
+                    .collect::<Vec<_>>(),
+            )
             .field("restart", &self.restart)
             .field("restore", &self.restore)
             .field("allow_non_restored_state", &self.allow_non_restored_state)
@@ -130,7 +149,10 @@ impl Default for CheckpointConfig {
             storage: "riffle-checkpoints".into(),
             storage_options: Vec::new(),
             object_store: None,
-            restart: RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_secs(1) },
+            restart: RestartStrategy::FixedDelay {
+                attempts: 3,
+                delay: Duration::from_secs(1),
+            },
             restore: None,
             allow_non_restored_state: false,
         }
@@ -142,7 +164,10 @@ impl CheckpointConfig {
     pub fn validate(&self) -> Result<()> {
         if let Some(interval) = self.interval {
             if interval.is_zero() {
-                return Err(Error::config("checkpoint interval", "must be greater than zero"));
+                return Err(Error::config(
+                    "checkpoint interval",
+                    "must be greater than zero",
+                ));
             }
             if interval < SHORT_INTERVAL_WARNING {
                 tracing::warn!(
@@ -152,7 +177,10 @@ impl CheckpointConfig {
             }
         }
         if self.timeout.is_zero() {
-            return Err(Error::config("checkpoint timeout", "must be greater than zero"));
+            return Err(Error::config(
+                "checkpoint timeout",
+                "must be greater than zero",
+            ));
         }
         if self.retained == 0 {
             return Err(Error::config("retained checkpoints", "must be at least 1"));
@@ -160,10 +188,18 @@ impl CheckpointConfig {
         if self.storage.trim().is_empty() && self.object_store.is_none() {
             return Err(Error::config("checkpoint storage", "must not be empty"));
         }
-        if let RestartStrategy::ExponentialBackoff { multiplier, initial, max, .. } = self.restart
+        if let RestartStrategy::ExponentialBackoff {
+            multiplier,
+            initial,
+            max,
+            ..
+        } = self.restart
             && (!(multiplier >= 1.0 && multiplier.is_finite()) || initial > max)
         {
-            return Err(Error::config("restart strategy", "needs a multiplier >= 1 and initial <= max"));
+            return Err(Error::config(
+                "restart strategy",
+                "needs a multiplier >= 1 and initial <= max",
+            ));
         }
         Ok(())
     }
@@ -180,9 +216,15 @@ mod tests {
 
     #[test]
     fn restart_strategies() {
-        let fixed = RestartStrategy::FixedDelay { attempts: 2, delay: Duration::from_millis(5) };
+        let fixed = RestartStrategy::FixedDelay {
+            attempts: 2,
+            delay: Duration::from_millis(5),
+        };
         let mut b = None;
-        assert_eq!(fixed.next_delay(1, Duration::ZERO, &mut b), Some(Duration::from_millis(5)));
+        assert_eq!(
+            fixed.next_delay(1, Duration::ZERO, &mut b),
+            Some(Duration::from_millis(5))
+        );
         assert_eq!(fixed.next_delay(3, Duration::ZERO, &mut b), None);
         let backoff = RestartStrategy::ExponentialBackoff {
             initial: Duration::from_millis(100),
@@ -191,15 +233,34 @@ mod tests {
             reset_after: Duration::from_secs(60),
         };
         let mut b = None;
-        let delays: Vec<_> = (1..=4).map(|a| backoff.next_delay(a, Duration::from_secs(1), &mut b).unwrap().as_millis()).collect();
+        let delays: Vec<_> = (1..=4)
+            .map(|a| {
+                backoff
+                    .next_delay(a, Duration::from_secs(1), &mut b)
+                    .unwrap()
+                    .as_millis()
+            })
+            .collect();
         assert_eq!(delays, vec![100, 200, 300, 300]);
-        assert_eq!(backoff.next_delay(5, Duration::from_secs(120), &mut b), Some(Duration::from_millis(100)), "reset");
-        assert_eq!(RestartStrategy::None.next_delay(1, Duration::ZERO, &mut b), None);
+        assert_eq!(
+            backoff.next_delay(5, Duration::from_secs(120), &mut b),
+            Some(Duration::from_millis(100)),
+            "reset"
+        );
+        assert_eq!(
+            RestartStrategy::None.next_delay(1, Duration::ZERO, &mut b),
+            None
+        );
     }
 
     #[test]
     fn bad_settings_are_named() {
-        let bad = CheckpointConfig { retained: 0, ..CheckpointConfig::default() };
-        assert!(matches!(bad.validate(), Err(Error::Config { setting, .. }) if setting == "retained checkpoints"));
+        let bad = CheckpointConfig {
+            retained: 0,
+            ..CheckpointConfig::default()
+        };
+        assert!(
+            matches!(bad.validate(), Err(Error::Config { setting, .. }) if setting == "retained checkpoints")
+        );
     }
 }

@@ -17,7 +17,8 @@ use crossbeam_channel::{Receiver, Sender};
 use serde::Serialize;
 
 use crate::checkpoint::manifest::{
-    Extent, FileRef, MANIFEST_VERSION, Manifest, OperatorState, SnapshotKind, StoreState, SubtaskState,
+    Extent, FileRef, MANIFEST_VERSION, Manifest, OperatorState, SnapshotKind, StoreState,
+    SubtaskState,
 };
 use crate::checkpoint::storage::SHARED_DIR;
 use crate::checkpoint::{CheckpointConfig, CheckpointStorage, StoreSnapshot, TaskSnapshot};
@@ -73,9 +74,14 @@ pub(crate) enum CoordinatorEvent {
         store: Option<StoreState>,
         alignment: Duration,
     },
-    Decline { id: u64, reason: String },
+    Decline {
+        id: u64,
+        reason: String,
+    },
     /// A task ended after taking part in checkpoint `last` (0: none).
-    TaskFinished { last: u64 },
+    TaskFinished {
+        last: u64,
+    },
 }
 
 struct UploadJob {
@@ -100,12 +106,20 @@ impl CheckpointHub {
         if self.requested_id.load(Ordering::Acquire) <= last {
             return None;
         }
-        self.requested.lock().expect("hub lock").as_ref().map(|(barrier, _)| *barrier)
+        self.requested
+            .lock()
+            .expect("hub lock")
+            .as_ref()
+            .map(|(barrier, _)| *barrier)
     }
 
     /// Hands a task's snapshot to the uploader.
     pub(crate) fn submit(&self, task: usize, snapshot: TaskSnapshot, alignment: Duration) {
-        let _ = self.uploads.send(UploadJob { task, snapshot, alignment });
+        let _ = self.uploads.send(UploadJob {
+            task,
+            snapshot,
+            alignment,
+        });
     }
 
     /// The latest completed checkpoint (0: none yet).
@@ -137,8 +151,20 @@ pub(crate) struct SavepointRequest {
 
 /// A readable name for an operator id in a file path.
 fn file_name_of(operator_id: &str) -> String {
-    let clean: String = operator_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
-    format!("{clean}-{:08x}", crate::keys::stable_hash(operator_id) as u32)
+    let clean: String = operator_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!(
+        "{clean}-{:08x}",
+        crate::keys::stable_hash(operator_id) as u32
+    )
 }
 
 /// Store files already uploaded, by store and file name: immutable files are referenced again,
@@ -146,22 +172,32 @@ fn file_name_of(operator_id: &str) -> String {
 type Uploaded = HashMap<(String, String), FileRef>;
 
 /// Uploads a store checkpoint: new immutable files to `shared/`, the others with the checkpoint.
-fn upload_store(snapshot: &StoreSnapshot, target: &Target, uploaded: &mut Uploaded) -> Result<StoreState> {
+fn upload_store(
+    snapshot: &StoreSnapshot,
+    target: &Target,
+    uploaded: &mut Uploaded,
+) -> Result<StoreState> {
     let mut files = Vec::new();
     for path in &snapshot.files {
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let immutable = target.shared && name.ends_with(".sst");
         let key = (snapshot.store_id.clone(), name.clone());
         let file = match uploaded.get(&key) {
             Some(file) if immutable => file.clone(),
             _ => {
-                let bytes = std::fs::read(path).map_err(|e| Error::io(format!("cannot read `{}`", path.display()), e))?;
+                let bytes = std::fs::read(path)
+                    .map_err(|e| Error::io(format!("cannot read `{}`", path.display()), e))?;
                 let stored = if immutable {
                     format!("{SHARED_DIR}/{}/{name}", snapshot.store_id)
                 } else {
                     format!("{}/store-{}/{name}", target.dir, snapshot.store_id)
                 };
-                let file = target.storage.write(stored.trim_start_matches('/'), bytes)?;
+                let file = target
+                    .storage
+                    .write(stored.trim_start_matches('/'), bytes)?;
                 if immutable {
                     uploaded.insert(key, file.clone());
                 }
@@ -189,7 +225,13 @@ fn upload(job: UploadJob, target: &Target) -> Result<Vec<(String, String, usize,
         if operator.writer.is_empty() {
             // No state, but the watermark: lateness after a restore is judged as before.
             if let Some(watermark) = operator.writer.watermark {
-                let state = SubtaskState { subtask: operator.subtask, file: None, keyed: Vec::new(), operator: None, watermark: Some(watermark) };
+                let state = SubtaskState {
+                    subtask: operator.subtask,
+                    file: None,
+                    keyed: Vec::new(),
+                    operator: None,
+                    watermark: Some(watermark),
+                };
                 states.push((operator.id, operator.name, operator.parallelism, state));
             }
             continue;
@@ -197,21 +239,41 @@ fn upload(job: UploadJob, target: &Target) -> Result<Vec<(String, String, usize,
         let mut bytes = Vec::with_capacity(operator.writer.size());
         let mut keyed = Vec::with_capacity(operator.writer.keyed.len());
         for (key_group, blob) in &operator.writer.keyed {
-            keyed.push((*key_group, Extent { offset: bytes.len() as u64, len: blob.len() as u64 }));
+            keyed.push((
+                *key_group,
+                Extent {
+                    offset: bytes.len() as u64,
+                    len: blob.len() as u64,
+                },
+            ));
             bytes.extend_from_slice(blob);
         }
         let operator_state = operator.writer.operator.as_ref().map(|(mode, blob)| {
-            let extent = Extent { offset: bytes.len() as u64, len: blob.len() as u64 };
+            let extent = Extent {
+                offset: bytes.len() as u64,
+                len: blob.len() as u64,
+            };
             bytes.extend_from_slice(blob);
             (*mode, extent)
         });
-        let path = format!("{}/{}/{}.state", target.dir, file_name_of(&operator.id), operator.subtask);
+        let path = format!(
+            "{}/{}/{}.state",
+            target.dir,
+            file_name_of(&operator.id),
+            operator.subtask
+        );
         let file = target.storage.write(path.trim_start_matches('/'), bytes)?;
         states.push((
             operator.id,
             operator.name,
             operator.parallelism,
-            SubtaskState { subtask: operator.subtask, file: Some(file), keyed, operator: operator_state, watermark: operator.writer.watermark },
+            SubtaskState {
+                subtask: operator.subtask,
+                file: Some(file),
+                keyed,
+                operator: operator_state,
+                watermark: operator.writer.watermark,
+            },
         ));
     }
     Ok(states)
@@ -230,10 +292,22 @@ fn run_uploader(hub: Arc<CheckpointHub>, jobs: Receiver<UploadJob>) {
             continue; // aborted meanwhile
         };
         let (task, alignment) = (job.task, job.alignment);
-        let store = store.map(|s| upload_store(&s, &target, &mut uploaded)).transpose();
-        let event = match store.and_then(|store| upload(job, &target).map(|states| (states, store))) {
-            Ok((states, store)) => CoordinatorEvent::Ack { id, task, states, store, alignment },
-            Err(error) => CoordinatorEvent::Decline { id, reason: error.to_string() },
+        let store = store
+            .map(|s| upload_store(&s, &target, &mut uploaded))
+            .transpose();
+        let event = match store.and_then(|store| upload(job, &target).map(|states| (states, store)))
+        {
+            Ok((states, store)) => CoordinatorEvent::Ack {
+                id,
+                task,
+                states,
+                store,
+                alignment,
+            },
+            Err(error) => CoordinatorEvent::Decline {
+                id,
+                reason: error.to_string(),
+            },
         };
         let _ = hub.events.send(event);
     }
@@ -245,7 +319,14 @@ struct Pending {
     target: Target,
     triggered: Instant,
     triggered_at: Timestamp,
-    acks: HashMap<usize, (Vec<(String, String, usize, SubtaskState)>, Option<StoreState>, Duration)>,
+    acks: HashMap<
+        usize,
+        (
+            Vec<(String, String, usize, SubtaskState)>,
+            Option<StoreState>,
+            Duration,
+        ),
+    >,
     savepoint: Option<SavepointRequest>,
 }
 
@@ -311,22 +392,48 @@ pub(crate) fn start(
 }
 
 impl Coordinator {
-    fn trigger(&mut self, kind: SnapshotKind, target: Target, savepoint: Option<SavepointRequest>) -> Pending {
+    fn trigger(
+        &mut self,
+        kind: SnapshotKind,
+        target: Target,
+        savepoint: Option<SavepointRequest>,
+    ) -> Pending {
         let id = self.next_id;
         self.next_id += 1;
         let triggered_at = self.clock.now();
         let terminate = savepoint.as_ref().is_some_and(|s| s.stop);
-        let barrier = CheckpointBarrier { id, timestamp: triggered_at, terminate };
+        let barrier = CheckpointBarrier {
+            id,
+            timestamp: triggered_at,
+            terminate,
+        };
         *self.hub.requested.lock().expect("hub lock") = Some((barrier, target.clone()));
         self.hub.requested_id.store(id, Ordering::Release);
         tracing::debug!(id, ?kind, "checkpoint triggered");
-        Pending { id, kind, target, triggered: Instant::now(), triggered_at, acks: HashMap::new(), savepoint }
+        Pending {
+            id,
+            kind,
+            target,
+            triggered: Instant::now(),
+            triggered_at,
+            acks: HashMap::new(),
+            savepoint,
+        }
     }
 
     fn finish(&mut self, pending: Pending, outcome: std::result::Result<Manifest, String>) {
-        let alignment = pending.acks.values().map(|(_, _, a)| *a).max().unwrap_or_default();
+        let alignment = pending
+            .acks
+            .values()
+            .map(|(_, _, a)| *a)
+            .max()
+            .unwrap_or_default();
         let (status, size, subtasks) = match &outcome {
-            Ok(manifest) => ("completed".to_string(), manifest.size(), manifest.files().count()),
+            Ok(manifest) => (
+                "completed".to_string(),
+                manifest.size(),
+                manifest.files().count(),
+            ),
             Err(reason) => (reason.clone(), 0, 0),
         };
         let stats = CheckpointStats {
@@ -340,8 +447,12 @@ impl Coordinator {
             subtasks_with_state: subtasks,
         };
         match &outcome {
-            Ok(_) => tracing::info!(id = stats.id, kind = ?stats.kind, duration_ms = stats.duration_ms, size = stats.size_bytes, "checkpoint completed"),
-            Err(reason) => tracing::warn!(id = stats.id, reason, "checkpoint failed; the job goes on"),
+            Ok(_) => {
+                tracing::info!(id = stats.id, kind = ?stats.kind, duration_ms = stats.duration_ms, size = stats.size_bytes, "checkpoint completed")
+            }
+            Err(reason) => {
+                tracing::warn!(id = stats.id, reason, "checkpoint failed; the job goes on")
+            }
         }
         self.stats.lock().expect("stats lock").push(stats);
         match outcome {
@@ -365,7 +476,10 @@ impl Coordinator {
                     let _ = pending.target.storage.delete_dir(&pending.target.dir);
                 }
                 if let Some(request) = pending.savepoint {
-                    let _ = request.reply.send(Err(Error::Checkpoint(format!("savepoint {} failed: {reason}", pending.id))));
+                    let _ = request.reply.send(Err(Error::Checkpoint(format!(
+                        "savepoint {} failed: {reason}",
+                        pending.id
+                    ))));
                 }
             }
         }
@@ -373,12 +487,20 @@ impl Coordinator {
 
     fn manifest(&self, pending: &Pending) -> Manifest {
         let mut operators: BTreeMap<String, OperatorState> = BTreeMap::new();
-        let stores = pending.acks.values().filter_map(|(_, store, _)| store.clone()).collect();
+        let stores = pending
+            .acks
+            .values()
+            .filter_map(|(_, store, _)| store.clone())
+            .collect();
         for (states, _, _) in pending.acks.values() {
             for (id, name, parallelism, state) in states {
                 let entry = operators
                     .entry(id.clone())
-                    .or_insert_with(|| OperatorState { name: name.clone(), parallelism: *parallelism, subtasks: Vec::new() });
+                    .or_insert_with(|| OperatorState {
+                        name: name.clone(),
+                        parallelism: *parallelism,
+                        subtasks: Vec::new(),
+                    });
                 entry.subtasks.push(state.clone());
             }
         }
@@ -399,13 +521,26 @@ impl Coordinator {
 
     fn complete(&mut self, pending: Pending) {
         let manifest = self.manifest(&pending);
-        let outcome = pending.target.storage.write_manifest(&pending.target.dir, &manifest).map(|()| manifest);
+        let outcome = pending
+            .target
+            .storage
+            .write_manifest(&pending.target.dir, &manifest)
+            .map(|()| manifest);
         self.finish(pending, outcome.map_err(|e| e.to_string()));
     }
 
     fn savepoint_target(&self, location: &str) -> Result<Target> {
-        let storage = CheckpointStorage::open(location, &self.config.storage_options, "", "savepoint location")?;
-        Ok(Target { storage: Arc::new(storage), dir: String::new(), shared: false })
+        let storage = CheckpointStorage::open(
+            location,
+            &self.config.storage_options,
+            "",
+            "savepoint location",
+        )?;
+        Ok(Target {
+            storage: Arc::new(storage),
+            dir: String::new(),
+            shared: false,
+        })
     }
 
     /// Runs until the job's tasks are done (`done` set) or the job is cancelled.
@@ -462,13 +597,17 @@ impl Coordinator {
             }
             if finished || done.load(Ordering::Acquire) {
                 for request in queued.drain(..) {
-                    let _ = request.reply.send(Err(Error::Checkpoint("the job's input has ended: no savepoint".into())));
+                    let _ = request.reply.send(Err(Error::Checkpoint(
+                        "the job's input has ended: no savepoint".into(),
+                    )));
                 }
                 continue;
             }
             if let Some(request) = queued.pop() {
                 match self.savepoint_target(&request.location) {
-                    Ok(target) => pending = Some(self.trigger(SnapshotKind::Savepoint, target, Some(request))),
+                    Ok(target) => {
+                        pending = Some(self.trigger(SnapshotKind::Savepoint, target, Some(request)))
+                    }
                     Err(error) => {
                         let _ = request.reply.send(Err(error));
                     }
@@ -476,17 +615,33 @@ impl Coordinator {
             } else if next_trigger.is_some_and(|t| Instant::now() >= t)
                 && let Some(storage) = self.storage.clone()
             {
-                let dir = format!("{}{}", crate::checkpoint::storage::CHECKPOINT_PREFIX, self.next_id);
-                pending = Some(self.trigger(SnapshotKind::Checkpoint, Target { storage, dir, shared: true }, None));
+                let dir = format!(
+                    "{}{}",
+                    crate::checkpoint::storage::CHECKPOINT_PREFIX,
+                    self.next_id
+                );
+                pending = Some(self.trigger(
+                    SnapshotKind::Checkpoint,
+                    Target {
+                        storage,
+                        dir,
+                        shared: true,
+                    },
+                    None,
+                ));
             }
         }
         for request in queued {
-            let _ = request.reply.send(Err(Error::Checkpoint("the job ended before the savepoint".into())));
+            let _ = request.reply.send(Err(Error::Checkpoint(
+                "the job ended before the savepoint".into(),
+            )));
         }
         if let Some(p) = pending.take()
             && let Some(request) = p.savepoint
         {
-            let _ = request.reply.send(Err(Error::Checkpoint("the job ended before the savepoint completed".into())));
+            let _ = request.reply.send(Err(Error::Checkpoint(
+                "the job ended before the savepoint completed".into(),
+            )));
         }
     }
 }

@@ -113,11 +113,15 @@ impl Manifest {
 
     /// The operators' state files.
     pub fn files(&self) -> impl Iterator<Item = &FileRef> {
-        self.operators.values().flat_map(|op| op.subtasks.iter().filter_map(|s| s.file.as_ref()))
+        self.operators
+            .values()
+            .flat_map(|op| op.subtasks.iter().filter_map(|s| s.file.as_ref()))
     }
 
     /// The store files (some shared with other checkpoints).
     pub fn store_files(&self) -> impl Iterator<Item = &FileRef> {
-        self.stores.iter().flat_map(|s| s.files.iter().map(|(_, f)| f))
+        self.stores
+            .iter()
+            .flat_map(|s| s.files.iter().map(|(_, f)| f))
     }
 }

@@ -8,8 +8,13 @@ pub(crate) mod restore;
 mod snapshot;
 pub(crate) mod storage;
 
-pub use coordinator::CheckpointStats;
 pub use config::{CheckpointConfig, RestartStrategy, RestoreFrom, SHORT_INTERVAL_WARNING};
-pub use manifest::{Extent, FileRef, MANIFEST_FILE, Manifest, OperatorState, SnapshotKind, StoreState, SubtaskState};
+pub use coordinator::CheckpointStats;
+pub use manifest::{
+    Extent, FileRef, MANIFEST_FILE, Manifest, OperatorState, SnapshotKind, StoreState, SubtaskState,
+};
+pub use snapshot::{
+    OperatorSnapshot, Redistribution, RestoreState, SnapshotWriter, StoreSnapshot, TaskSnapshot,
+    decode, encode,
+};
 pub use storage::CheckpointStorage;
-pub use snapshot::{OperatorSnapshot, Redistribution, RestoreState, SnapshotWriter, StoreSnapshot, TaskSnapshot, decode, encode};

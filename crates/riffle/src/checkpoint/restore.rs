@@ -24,8 +24,14 @@ pub(crate) struct RestoreAssignment {
 }
 
 fn slice(bytes: &[u8], extent: Extent) -> Result<Vec<u8>> {
-    let (start, end) = (extent.offset as usize, (extent.offset + extent.len) as usize);
-    bytes.get(start..end).map(<[u8]>::to_vec).ok_or_else(|| Error::Checkpoint("a state extent lies outside its file".into()))
+    let (start, end) = (
+        extent.offset as usize,
+        (extent.offset + extent.len) as usize,
+    );
+    bytes
+        .get(start..end)
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| Error::Checkpoint("a state extent lies outside its file".into()))
 }
 
 impl RestoreAssignment {
@@ -39,8 +45,19 @@ impl RestoreAssignment {
             }
         }
         // Store files are checked when a task downloads them.
-        let description = format!("{} {} of {}", kind_name(&manifest), manifest.checkpoint_id, storage.description());
-        Ok(RestoreAssignment { manifest, files, storage: storage.clone(), description, used: Mutex::new(BTreeSet::new()) })
+        let description = format!(
+            "{} {} of {}",
+            kind_name(&manifest),
+            manifest.checkpoint_id,
+            storage.description()
+        );
+        Ok(RestoreAssignment {
+            manifest,
+            files,
+            storage: storage.clone(),
+            description,
+            used: Mutex::new(BTreeSet::new()),
+        })
     }
 
     /// The latest completed checkpoint of `storage` that reads back whole; `None` if there is none.
@@ -48,7 +65,9 @@ impl RestoreAssignment {
         for id in storage.completed_checkpoints()?.into_iter().rev() {
             match Self::load(storage, &format!("{CHECKPOINT_PREFIX}{id}")) {
                 Ok(assignment) => return Ok(Some(assignment)),
-                Err(error) => tracing::warn!(id, %error, "checkpoint unusable; trying the one before"),
+                Err(error) => {
+                    tracing::warn!(id, %error, "checkpoint unusable; trying the one before")
+                }
             }
         }
         Ok(None)
@@ -74,9 +93,20 @@ impl RestoreAssignment {
     }
 
     /// The state of subtask `subtask` of `parallelism` of operator `operator_id`, owning `range`.
-    pub(crate) fn state_for(&self, operator_id: &str, subtask: usize, parallelism: usize, range: KeyGroupRange) -> Result<Option<RestoreState>> {
-        let Some(operator) = self.manifest.operators.get(operator_id) else { return Ok(None) };
-        self.used.lock().expect("used lock").insert(operator_id.to_string());
+    pub(crate) fn state_for(
+        &self,
+        operator_id: &str,
+        subtask: usize,
+        parallelism: usize,
+        range: KeyGroupRange,
+    ) -> Result<Option<RestoreState>> {
+        let Some(operator) = self.manifest.operators.get(operator_id) else {
+            return Ok(None);
+        };
+        self.used
+            .lock()
+            .expect("used lock")
+            .insert(operator_id.to_string());
         let mut state = RestoreState::default();
         for old in &operator.subtasks {
             if let Some(watermark) = old.watermark {
@@ -105,17 +135,24 @@ impl RestoreAssignment {
 
     /// Copies into `store` the entries of `range` from every store checkpoint that holds some of
     /// them (downloaded to `local` first).
-    pub(crate) fn restore_store(&self, store: &dyn KvStore, range: KeyGroupRange, local: &Path) -> Result<()> {
+    pub(crate) fn restore_store(
+        &self,
+        store: &dyn KvStore,
+        range: KeyGroupRange,
+        local: &Path,
+    ) -> Result<()> {
         for old in &self.manifest.stores {
             let (start, end) = old.key_groups;
             if end < range.start || start > range.end {
                 continue;
             }
             let dir = local.join(format!("restore-{}", old.store_id));
-            std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("cannot create `{}`", dir.display()), e))?;
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| Error::io(format!("cannot create `{}`", dir.display()), e))?;
             for (name, file) in &old.files {
                 let bytes = self.storage.read(file)?;
-                std::fs::write(dir.join(name), bytes).map_err(|e| Error::io(format!("cannot write `{}`", dir.display()), e))?;
+                std::fs::write(dir.join(name), bytes)
+                    .map_err(|e| Error::io(format!("cannot write `{}`", dir.display()), e))?;
             }
             store.restore_from(&dir, range)?;
             let _ = std::fs::remove_dir_all(&dir);

@@ -46,13 +46,21 @@ pub struct SnapshotWriter {
 impl SnapshotWriter {
     /// Writes the state of key group `key_group` (one blob per key group; a second call replaces
     /// the first).
-    pub fn write_keyed<T: Serialize + ?Sized>(&mut self, key_group: KeyGroup, value: &T) -> Result<()> {
+    pub fn write_keyed<T: Serialize + ?Sized>(
+        &mut self,
+        key_group: KeyGroup,
+        value: &T,
+    ) -> Result<()> {
         self.keyed.insert(key_group, encode(value)?);
         Ok(())
     }
 
     /// Writes the operator's non-keyed state.
-    pub fn write_operator<T: Serialize + ?Sized>(&mut self, redistribution: Redistribution, value: &T) -> Result<()> {
+    pub fn write_operator<T: Serialize + ?Sized>(
+        &mut self,
+        redistribution: Redistribution,
+        value: &T,
+    ) -> Result<()> {
         self.operator = Some((redistribution, encode(value)?));
         Ok(())
     }
@@ -64,7 +72,8 @@ impl SnapshotWriter {
 
     /// Bytes written.
     pub fn size(&self) -> usize {
-        self.keyed.values().map(Vec::len).sum::<usize>() + self.operator.as_ref().map_or(0, |(_, b)| b.len())
+        self.keyed.values().map(Vec::len).sum::<usize>()
+            + self.operator.as_ref().map_or(0, |(_, b)| b.len())
     }
 }
 
@@ -110,7 +119,11 @@ pub struct TaskSnapshot {
 impl TaskSnapshot {
     /// An empty snapshot for `checkpoint_id`.
     pub fn new(checkpoint_id: u64) -> Self {
-        TaskSnapshot { checkpoint_id, operators: Vec::new(), store: None }
+        TaskSnapshot {
+            checkpoint_id,
+            operators: Vec::new(),
+            store: None,
+        }
     }
 }
 
@@ -126,7 +139,9 @@ pub struct RestoreState {
 impl RestoreState {
     /// The keyed state of every key group this instance owns (written by any old subtask).
     pub fn keyed<T: DeserializeOwned>(&self) -> impl Iterator<Item = Result<(KeyGroup, T)>> + '_ {
-        self.keyed.iter().map(|(kg, bytes)| decode(bytes).map(|value| (*kg, value)))
+        self.keyed
+            .iter()
+            .map(|(kg, bytes)| decode(bytes).map(|value| (*kg, value)))
     }
 
     /// The operator states handed to this instance.
@@ -149,7 +164,11 @@ impl RestoreState {
     /// operator state): for harnesses and tests.
     pub fn from_snapshot(snapshot: &SnapshotWriter) -> Self {
         RestoreState {
-            keyed: snapshot.keyed.iter().map(|(kg, b)| (*kg, b.clone())).collect(),
+            keyed: snapshot
+                .keyed
+                .iter()
+                .map(|(kg, b)| (*kg, b.clone()))
+                .collect(),
             operator: snapshot.operator.iter().map(|(_, b)| b.clone()).collect(),
             watermark: snapshot.watermark,
         }
@@ -163,13 +182,24 @@ mod tests {
     #[test]
     fn snapshots_round_trip() {
         let mut writer = SnapshotWriter::default();
-        writer.write_keyed(3, &vec![(7u64, "a".to_string())]).unwrap();
-        writer.write_operator(Redistribution::Union, &42u32).unwrap();
+        writer
+            .write_keyed(3, &vec![(7u64, "a".to_string())])
+            .unwrap();
+        writer
+            .write_operator(Redistribution::Union, &42u32)
+            .unwrap();
         assert!(writer.size() > 0);
         let restore = RestoreState::from_snapshot(&writer);
-        let keyed: Vec<(KeyGroup, Vec<(u64, String)>)> = restore.keyed().collect::<Result<_>>().unwrap();
+        let keyed: Vec<(KeyGroup, Vec<(u64, String)>)> =
+            restore.keyed().collect::<Result<_>>().unwrap();
         assert_eq!(keyed, vec![(3, vec![(7, "a".to_string())])]);
-        assert_eq!(restore.operator::<u32>().collect::<Result<Vec<_>>>().unwrap(), vec![42]);
+        assert_eq!(
+            restore
+                .operator::<u32>()
+                .collect::<Result<Vec<_>>>()
+                .unwrap(),
+            vec![42]
+        );
         assert!(decode::<u64>(&[0xff; 20]).is_err());
     }
 }

@@ -44,33 +44,54 @@ impl CheckpointStorage {
     /// Storage at `location` (a directory path, `file:///path`, or `s3://bucket/prefix`) under
     /// the sub-directory `job`. S3 settings (`endpoint`, `region`, `access_key_id`,
     /// `secret_access_key`, `allow_http`) come from `options` or from the `AWS_*` environment.
-    pub fn open(location: &str, options: &[(String, String)], job: &str, setting: &str) -> Result<Self> {
+    pub fn open(
+        location: &str,
+        options: &[(String, String)],
+        job: &str,
+        setting: &str,
+    ) -> Result<Self> {
         let mut local_root = None;
-        let (store, root, description): (Arc<dyn ObjectStore>, Path, String) = if location.starts_with("s3://") {
-            open_s3(location, options, setting)?
+        let (store, root, description): (Arc<dyn ObjectStore>, Path, String) =
+            if location.starts_with("s3://") {
+                open_s3(location, options, setting)?
+            } else {
+                let dir = location.strip_prefix("file://").unwrap_or(location);
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| Error::config(setting, format!("`{dir}`: {e}")))?;
+                let store = object_store::local::LocalFileSystem::new_with_prefix(dir)
+                    .map_err(|e| Error::config(setting, format!("`{dir}`: {e}")))?;
+                local_root = Some(std::path::Path::new(dir).join(job));
+                (Arc::new(store), Path::default(), format!("file://{dir}"))
+            };
+        let root = if job.is_empty() {
+            root
         } else {
-            let dir = location.strip_prefix("file://").unwrap_or(location);
-            std::fs::create_dir_all(dir).map_err(|e| Error::config(setting, format!("`{dir}`: {e}")))?;
-            let store = object_store::local::LocalFileSystem::new_with_prefix(dir)
-                .map_err(|e| Error::config(setting, format!("`{dir}`: {e}")))?;
-            local_root = Some(std::path::Path::new(dir).join(job));
-            (Arc::new(store), Path::default(), format!("file://{dir}"))
+            root.clone().join(job)
         };
-        let root = if job.is_empty() { root } else { root.clone().join(job) };
         let mut storage = Self::from_store(store, root, description)?;
         storage.local_root = local_root;
         Ok(storage)
     }
 
     /// Storage over any object store (tests wrap one to inject failures).
-    pub fn from_store(store: Arc<dyn ObjectStore>, root: Path, description: String) -> Result<Self> {
+    pub fn from_store(
+        store: Arc<dyn ObjectStore>,
+        root: Path,
+        description: String,
+    ) -> Result<Self> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("riffle-storage")
             .enable_all()
             .build()
             .map_err(|e| Error::io("cannot start the checkpoint storage runtime", e))?;
-        Ok(CheckpointStorage { store, root, description, runtime, local_root: None })
+        Ok(CheckpointStorage {
+            store,
+            root,
+            description,
+            runtime,
+            local_root: None,
+        })
     }
 
     /// The storage's location, without credentials.
@@ -79,16 +100,25 @@ impl CheckpointStorage {
     }
 
     fn path(&self, relative: &str) -> Path {
-        relative.split('/').filter(|p| !p.is_empty()).fold(self.root.clone(), |path, part| path.join(part))
+        relative
+            .split('/')
+            .filter(|p| !p.is_empty())
+            .fold(self.root.clone(), |path, part| path.join(part))
     }
 
     /// Writes `bytes` to `relative`; returns its reference with checksum.
     pub fn write(&self, relative: &str, bytes: Vec<u8>) -> Result<FileRef> {
-        let file = FileRef { path: relative.to_string(), size: bytes.len() as u64, checksum: xxh3_64(&bytes) };
+        let file = FileRef {
+            path: relative.to_string(),
+            size: bytes.len() as u64,
+            checksum: xxh3_64(&bytes),
+        };
         let path = self.path(relative);
         self.runtime
             .block_on(self.store.put(&path, PutPayload::from(bytes)))
-            .map_err(|e| storage_error(format!("cannot write `{path}` to {}", self.description), e))?;
+            .map_err(|e| {
+                storage_error(format!("cannot write `{path}` to {}", self.description), e)
+            })?;
         Ok(file)
     }
 
@@ -98,7 +128,9 @@ impl CheckpointStorage {
         let bytes = self
             .runtime
             .block_on(async { self.store.get(&path).await?.bytes().await })
-            .map_err(|e| storage_error(format!("cannot read `{path}` from {}", self.description), e))?;
+            .map_err(|e| {
+                storage_error(format!("cannot read `{path}` from {}", self.description), e)
+            })?;
         if bytes.len() as u64 != file.size || xxh3_64(&bytes) != file.checksum {
             return Err(Error::Checkpoint(format!(
                 "`{path}` is damaged: {} bytes with checksum {:x}, expected {} bytes with checksum {:x}",
@@ -114,7 +146,8 @@ impl CheckpointStorage {
     /// Writes the manifest into `dir` (last: it marks the checkpoint complete).
     pub fn write_manifest(&self, dir: &str, manifest: &Manifest) -> Result<()> {
         let json = serde_json::to_vec_pretty(manifest).map_err(Error::user)?;
-        self.write(&format!("{dir}/{MANIFEST_FILE}"), json).map(drop)
+        self.write(&format!("{dir}/{MANIFEST_FILE}"), json)
+            .map(drop)
     }
 
     /// Reads the manifest of `dir`.
@@ -123,8 +156,11 @@ impl CheckpointStorage {
         let bytes = self
             .runtime
             .block_on(async { self.store.get(&path).await?.bytes().await })
-            .map_err(|e| storage_error(format!("cannot read `{path}` from {}", self.description), e))?;
-        serde_json::from_slice(&bytes).map_err(|e| Error::Checkpoint(format!("`{path}` is not a manifest: {e}")))
+            .map_err(|e| {
+                storage_error(format!("cannot read `{path}` from {}", self.description), e)
+            })?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Error::Checkpoint(format!("`{path}` is not a manifest: {e}")))
     }
 
     /// The sub-directories of the root, by name.
@@ -133,7 +169,11 @@ impl CheckpointStorage {
             .runtime
             .block_on(self.store.list_with_delimiter(Some(&self.root)))
             .map_err(|e| storage_error(format!("cannot list {}", self.description), e))?;
-        Ok(listing.common_prefixes.iter().filter_map(|p| p.filename().map(str::to_string)).collect())
+        Ok(listing
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect())
     }
 
     /// Ids of the checkpoints that completed (have a manifest), ascending.
@@ -154,7 +194,10 @@ impl CheckpointStorage {
         Ok(self
             .directories()?
             .iter()
-            .filter_map(|name| name.strip_prefix(CHECKPOINT_PREFIX).and_then(|id| id.parse().ok()))
+            .filter_map(|name| {
+                name.strip_prefix(CHECKPOINT_PREFIX)
+                    .and_then(|id| id.parse().ok())
+            })
             .collect())
     }
 
@@ -169,7 +212,12 @@ impl CheckpointStorage {
                 }
                 Ok::<_, object_store::Error>(())
             })
-            .map_err(|e| storage_error(format!("cannot delete `{prefix}` in {}", self.description), e))?;
+            .map_err(|e| {
+                storage_error(
+                    format!("cannot delete `{prefix}` in {}", self.description),
+                    e,
+                )
+            })?;
         if let Some(local) = &self.local_root {
             // A local directory keeps its emptied sub-directories: remove them too.
             let _ = std::fs::remove_dir_all(local.join(dir));
@@ -181,8 +229,15 @@ impl CheckpointStorage {
     /// directories of checkpoints that never completed and are older than the newest complete.
     pub fn retain(&self, retained: usize) -> Result<usize> {
         let completed = self.completed_checkpoints()?;
-        let Some(&newest) = completed.last() else { return Ok(0) };
-        let keep: BTreeSet<u64> = completed.iter().rev().take(retained.max(1)).copied().collect();
+        let Some(&newest) = completed.last() else {
+            return Ok(0);
+        };
+        let keep: BTreeSet<u64> = completed
+            .iter()
+            .rev()
+            .take(retained.max(1))
+            .copied()
+            .collect();
         let mut removed = 0;
         for id in self.checkpoint_directories()? {
             if !keep.contains(&id) && id < newest {
@@ -207,24 +262,40 @@ impl CheckpointStorage {
             .block_on(async {
                 let objects: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
                 for object in objects {
-                    let relative: Vec<_> = object.location.prefix_match(&root).map(|parts| parts.map(|p| p.as_ref().to_string()).collect()).unwrap_or_default();
+                    let relative: Vec<_> = object
+                        .location
+                        .prefix_match(&root)
+                        .map(|parts| parts.map(|p| p.as_ref().to_string()).collect())
+                        .unwrap_or_default();
                     if !referenced.contains(&relative.join("/")) {
                         self.store.delete(&object.location).await?;
                     }
                 }
                 Ok::<_, object_store::Error>(())
             })
-            .map_err(|e| storage_error(format!("cannot clean `{prefix}` in {}", self.description), e))
+            .map_err(|e| {
+                storage_error(
+                    format!("cannot clean `{prefix}` in {}", self.description),
+                    e,
+                )
+            })
     }
 }
 
 #[cfg(feature = "s3")]
-fn open_s3(location: &str, options: &[(String, String)], setting: &str) -> Result<(Arc<dyn ObjectStore>, Path, String)> {
+fn open_s3(
+    location: &str,
+    options: &[(String, String)],
+    setting: &str,
+) -> Result<(Arc<dyn ObjectStore>, Path, String)> {
     use object_store::aws::AmazonS3Builder;
     let rest = location.trim_start_matches("s3://");
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.is_empty() {
-        return Err(Error::config(setting, format!("`{location}` names no bucket")));
+        return Err(Error::config(
+            setting,
+            format!("`{location}` names no bucket"),
+        ));
     }
     let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
     let mut endpoint = None;
@@ -232,16 +303,25 @@ fn open_s3(location: &str, options: &[(String, String)], setting: &str) -> Resul
         builder = match key.as_str() {
             "endpoint" => {
                 endpoint = Some(value.clone());
-                builder.with_endpoint(value).with_virtual_hosted_style_request(false)
+                builder
+                    .with_endpoint(value)
+                    .with_virtual_hosted_style_request(false)
             }
             "region" => builder.with_region(value),
             "access_key_id" => builder.with_access_key_id(value),
             "secret_access_key" => builder.with_secret_access_key(value),
             "allow_http" => builder.with_allow_http(value == "true"),
-            other => return Err(Error::config(setting, format!("unknown S3 option `{other}`"))),
+            other => {
+                return Err(Error::config(
+                    setting,
+                    format!("unknown S3 option `{other}`"),
+                ));
+            }
         };
     }
-    let store = builder.build().map_err(|e| Error::config(setting, format!("`{location}`: {e}")))?;
+    let store = builder
+        .build()
+        .map_err(|e| Error::config(setting, format!("`{location}`: {e}")))?;
     let description = match endpoint {
         Some(endpoint) => format!("s3://{bucket}/{prefix} at {endpoint}"),
         None => format!("s3://{bucket}/{prefix}"),
@@ -250,8 +330,15 @@ fn open_s3(location: &str, options: &[(String, String)], setting: &str) -> Resul
 }
 
 #[cfg(not(feature = "s3"))]
-fn open_s3(location: &str, _: &[(String, String)], setting: &str) -> Result<(Arc<dyn ObjectStore>, Path, String)> {
-    Err(Error::config(setting, format!("`{location}` needs Riffle built with the `s3` feature")))
+fn open_s3(
+    location: &str,
+    _: &[(String, String)],
+    setting: &str,
+) -> Result<(Arc<dyn ObjectStore>, Path, String)> {
+    Err(Error::config(
+        setting,
+        format!("`{location}` needs Riffle built with the `s3` feature"),
+    ))
 }
 
 #[cfg(test)]
@@ -275,8 +362,16 @@ mod tests {
     #[test]
     fn files_round_trip_and_damage_is_detected() {
         let dir = tempfile::tempdir().unwrap();
-        let storage = CheckpointStorage::open(dir.path().to_str().unwrap(), &[], "job", "checkpoint storage").unwrap();
-        let file = storage.write("chk-1/op/0.state", b"hello".to_vec()).unwrap();
+        let storage = CheckpointStorage::open(
+            dir.path().to_str().unwrap(),
+            &[],
+            "job",
+            "checkpoint storage",
+        )
+        .unwrap();
+        let file = storage
+            .write("chk-1/op/0.state", b"hello".to_vec())
+            .unwrap();
         assert_eq!(storage.read(&file).unwrap(), b"hello");
         std::fs::write(dir.path().join("job/chk-1/op/0.state"), b"hellO").unwrap();
         let err = storage.read(&file).unwrap_err();
@@ -286,17 +381,34 @@ mod tests {
     #[test]
     fn completed_checkpoints_have_manifests_and_old_ones_are_removed() {
         let dir = tempfile::tempdir().unwrap();
-        let storage = CheckpointStorage::open(dir.path().to_str().unwrap(), &[], "job", "checkpoint storage").unwrap();
+        let storage = CheckpointStorage::open(
+            dir.path().to_str().unwrap(),
+            &[],
+            "job",
+            "checkpoint storage",
+        )
+        .unwrap();
         for id in 1..=5 {
-            storage.write(&format!("chk-{id}/op/0.state"), vec![id as u8]).unwrap();
+            storage
+                .write(&format!("chk-{id}/op/0.state"), vec![id as u8])
+                .unwrap();
             if id != 4 {
-                storage.write_manifest(&format!("chk-{id}"), &manifest(id)).unwrap();
+                storage
+                    .write_manifest(&format!("chk-{id}"), &manifest(id))
+                    .unwrap();
             }
         }
         storage.write("chk-6/op/0.state", vec![6]).unwrap(); // in progress
         assert_eq!(storage.completed_checkpoints().unwrap(), vec![1, 2, 3, 5]);
         assert_eq!(storage.read_manifest("chk-5").unwrap(), manifest(5));
         assert_eq!(storage.retain(2).unwrap(), 3, "1, 2 and the incomplete 4");
-        assert_eq!(storage.checkpoint_directories().unwrap().into_iter().collect::<BTreeSet<_>>(), [3, 5, 6].into());
+        assert_eq!(
+            storage
+                .checkpoint_directories()
+                .unwrap()
+                .into_iter()
+                .collect::<BTreeSet<_>>(),
+            [3, 5, 6].into()
+        );
     }
 }

@@ -20,7 +20,11 @@ pub struct Map<In, Out, F> {
 impl<In, Out, F> Map<In, Out, F> {
     /// A map with the shared function `f`.
     pub fn new(f: Arc<F>) -> Self {
-        Map { f, buffer: Vec::new(), _types: PhantomData }
+        Map {
+            f,
+            buffer: Vec::new(),
+            _types: PhantomData,
+        }
     }
 }
 
@@ -30,7 +34,10 @@ impl<In: Data, Out: Data, F: Fn(In) -> Out + Send + Sync + 'static> Operator for
 
     fn process(&mut self, batch: &mut Vec<Record<In>>, out: &mut Collector<'_, Out>) -> Result<()> {
         let f = &*self.f;
-        self.buffer.extend(batch.drain(..).map(|r| Record { value: f(r.value), timestamp: r.timestamp }));
+        self.buffer.extend(batch.drain(..).map(|r| Record {
+            value: f(r.value),
+            timestamp: r.timestamp,
+        }));
         out.emit_batch(&mut self.buffer)
     }
 }
@@ -45,7 +52,11 @@ pub struct TryMap<In, Out, F> {
 impl<In, Out, F> TryMap<In, Out, F> {
     /// A fallible map with the shared function `f`.
     pub fn new(f: Arc<F>) -> Self {
-        TryMap { f, buffer: Vec::new(), _types: PhantomData }
+        TryMap {
+            f,
+            buffer: Vec::new(),
+            _types: PhantomData,
+        }
     }
 }
 
@@ -61,7 +72,10 @@ where
     fn process(&mut self, batch: &mut Vec<Record<In>>, out: &mut Collector<'_, Out>) -> Result<()> {
         for record in batch.drain(..) {
             let value = (self.f)(record.value).map_err(Error::User)?;
-            self.buffer.push(Record { value, timestamp: record.timestamp });
+            self.buffer.push(Record {
+                value,
+                timestamp: record.timestamp,
+            });
         }
         out.emit_batch(&mut self.buffer)
     }
@@ -76,7 +90,10 @@ pub struct Filter<T, F> {
 impl<T, F> Filter<T, F> {
     /// A filter with the shared predicate.
     pub fn new(predicate: Arc<F>) -> Self {
-        Filter { predicate, _type: PhantomData }
+        Filter {
+            predicate,
+            _type: PhantomData,
+        }
     }
 }
 
@@ -101,7 +118,11 @@ pub struct FlatMap<In, Out, I, F> {
 impl<In, Out, I, F> FlatMap<In, Out, I, F> {
     /// A flat map with the shared function `f`.
     pub fn new(f: Arc<F>) -> Self {
-        FlatMap { f, buffer: Vec::new(), _types: PhantomData }
+        FlatMap {
+            f,
+            buffer: Vec::new(),
+            _types: PhantomData,
+        }
     }
 }
 

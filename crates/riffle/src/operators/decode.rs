@@ -58,7 +58,10 @@ impl<In: Data + AsRef<[u8]>, Out: Data> Operator for ParseJson<In, Out> {
         for record in batch.drain(..) {
             self.seen += 1;
             match parse::<In, Out>(&record.value) {
-                Ok(value) => self.buffer.push(Record { value, timestamp: record.timestamp }),
+                Ok(value) => self.buffer.push(Record {
+                    value,
+                    timestamp: record.timestamp,
+                }),
                 Err(error) => {
                     let bad = BadInput {
                         position: format!("record {}", self.seen),

@@ -13,9 +13,9 @@ use crate::keys::{KeyGroup, key_group_of};
 use crate::operators::{Collector, Operator, OperatorContext, OutputTag};
 use crate::record::{Data, NO_TIMESTAMP, Record, Timestamp};
 use crate::state::{
-    AggregatingState, AggregatingStateDescriptor, KeyedState, ListState, ListStateDescriptor, MapState,
-    MapStateDescriptor, ReducingState, ReducingStateDescriptor, TimeDomain, TimerService, ValueState,
-    ValueStateDescriptor,
+    AggregatingState, AggregatingStateDescriptor, KeyedState, ListState, ListStateDescriptor,
+    MapState, MapStateDescriptor, ReducingState, ReducingStateDescriptor, TimeDomain, TimerService,
+    ValueState, ValueStateDescriptor,
 };
 
 /// The low-level keyed function, as Flink's `KeyedProcessFunction`.
@@ -24,7 +24,12 @@ use crate::state::{
 /// on a struct to also receive timers.
 pub trait KeyedProcessFunction<K, In, Out>: Send + 'static {
     /// Processes one record of key `key`.
-    fn process_element(&mut self, key: &K, value: In, ctx: &mut KeyedContext<'_, '_, K, Out>) -> Result<()>;
+    fn process_element(
+        &mut self,
+        key: &K,
+        value: In,
+        ctx: &mut KeyedContext<'_, '_, K, Out>,
+    ) -> Result<()>;
 
     /// A timer of `key` registered for `timestamp` fired (`ctx.timestamp()` is that time).
     fn on_timer(
@@ -42,7 +47,12 @@ impl<K, In, Out, F> KeyedProcessFunction<K, In, Out> for F
 where
     F: FnMut(&K, In, &mut KeyedContext<'_, '_, K, Out>) -> Result<()> + Send + 'static,
 {
-    fn process_element(&mut self, key: &K, value: In, ctx: &mut KeyedContext<'_, '_, K, Out>) -> Result<()> {
+    fn process_element(
+        &mut self,
+        key: &K,
+        value: In,
+        ctx: &mut KeyedContext<'_, '_, K, Out>,
+    ) -> Result<()> {
         self(key, value, ctx)
     }
 }
@@ -81,7 +91,10 @@ impl<K: Data + Hash + Eq, Out: Data> KeyedContext<'_, '_, K, Out> {
 
     /// Emits a value with the current record's timestamp.
     pub fn emit(&mut self, value: Out) -> Result<()> {
-        self.out.emit(Record { value, timestamp: self.timestamp })
+        self.out.emit(Record {
+            value,
+            timestamp: self.timestamp,
+        })
     }
 
     /// Emits a value with another timestamp.
@@ -91,7 +104,13 @@ impl<K: Data + Hash + Eq, Out: Data> KeyedContext<'_, '_, K, Out> {
 
     /// Sends a value to a side output; `false` if the job does not consume that side output.
     pub fn side_output<S: Data>(&mut self, tag: &OutputTag<S>, value: S) -> Result<bool> {
-        self.out.side_output(tag, Record { value, timestamp: self.timestamp })
+        self.out.side_output(
+            tag,
+            Record {
+                value,
+                timestamp: self.timestamp,
+            },
+        )
     }
 
     /// The current key's value state.
@@ -113,7 +132,10 @@ impl<K: Data + Hash + Eq, Out: Data> KeyedContext<'_, '_, K, Out> {
     }
 
     /// The current key's reducing state.
-    pub fn reducing<V: Data>(&mut self, descriptor: &ReducingStateDescriptor<V>) -> ReducingState<'_, K, V> {
+    pub fn reducing<V: Data>(
+        &mut self,
+        descriptor: &ReducingStateDescriptor<V>,
+    ) -> ReducingState<'_, K, V> {
         self.state.reducing(descriptor, self.key_group, self.key)
     }
 
@@ -127,22 +149,26 @@ impl<K: Data + Hash + Eq, Out: Data> KeyedContext<'_, '_, K, Out> {
 
     /// Calls `on_timer` for the current key when the watermark reaches `timestamp`.
     pub fn register_event_time_timer(&mut self, timestamp: Timestamp) {
-        self.timers.register(TimeDomain::EventTime, timestamp, self.key.clone());
+        self.timers
+            .register(TimeDomain::EventTime, timestamp, self.key.clone());
     }
 
     /// Calls `on_timer` for the current key when processing time reaches `timestamp`.
     pub fn register_processing_time_timer(&mut self, timestamp: Timestamp) {
-        self.timers.register(TimeDomain::ProcessingTime, timestamp, self.key.clone());
+        self.timers
+            .register(TimeDomain::ProcessingTime, timestamp, self.key.clone());
     }
 
     /// Deletes the current key's event-time timer at `timestamp`.
     pub fn delete_event_time_timer(&mut self, timestamp: Timestamp) {
-        self.timers.delete(TimeDomain::EventTime, timestamp, self.key);
+        self.timers
+            .delete(TimeDomain::EventTime, timestamp, self.key);
     }
 
     /// Deletes the current key's processing-time timer at `timestamp`.
     pub fn delete_processing_time_timer(&mut self, timestamp: Timestamp) {
-        self.timers.delete(TimeDomain::ProcessingTime, timestamp, self.key);
+        self.timers
+            .delete(TimeDomain::ProcessingTime, timestamp, self.key);
     }
 }
 
@@ -164,7 +190,12 @@ pub(crate) struct KeyedRuntime<K> {
 impl<K: Data + Hash + Eq> KeyedRuntime<K> {
     pub(crate) fn new(ctx: &OperatorContext) -> Self {
         KeyedRuntime {
-            state: KeyedState::in_store(ctx.key_groups, ctx.clock.clone(), ctx.store.clone(), &ctx.id),
+            state: KeyedState::in_store(
+                ctx.key_groups,
+                ctx.clock.clone(),
+                ctx.store.clone(),
+                &ctx.id,
+            ),
             timers: TimerService::new(),
             ctx: ctx.clone(),
         }
@@ -187,7 +218,10 @@ impl<K: Data + Hash + Eq> KeyedRuntime<K> {
     pub(crate) fn snapshot(&self, writer: &mut SnapshotWriter) -> Result<()> {
         let mut timers: BTreeMap<KeyGroup, Vec<(TimeDomain, Timestamp, &K)>> = BTreeMap::new();
         for (domain, timestamp, key) in self.timers.all() {
-            timers.entry(key_group_of(key, self.ctx.max_parallelism)).or_default().push((domain, timestamp, key));
+            timers
+                .entry(key_group_of(key, self.ctx.max_parallelism))
+                .or_default()
+                .push((domain, timestamp, key));
         }
         for key_group in self.ctx.key_groups.start..=self.ctx.key_groups.end {
             let states = self.state.snapshot_group(key_group)?;
@@ -224,7 +258,12 @@ impl<K: Data + Hash + Eq> KeyedRuntime<K> {
 impl<K, In, Out, P> KeyedProcess<K, In, Out, P> {
     /// The operator for `function`, keyed by `key`.
     pub fn new(key: KeyFn<K, In>, function: P) -> Self {
-        KeyedProcess { key, function, runtime: None, _types: PhantomData }
+        KeyedProcess {
+            key,
+            function,
+            runtime: None,
+            _types: PhantomData,
+        }
     }
 }
 
@@ -235,7 +274,12 @@ where
     Out: Data,
     P: KeyedProcessFunction<K, In, Out>,
 {
-    fn fire(&mut self, domain: TimeDomain, time: Timestamp, out: &mut Collector<'_, Out>) -> Result<()> {
+    fn fire(
+        &mut self,
+        domain: TimeDomain,
+        time: Timestamp,
+        out: &mut Collector<'_, Out>,
+    ) -> Result<()> {
         let runtime = self.runtime.as_mut().expect("opened");
         for (timestamp, key) in runtime.timers.pop_due(domain, time) {
             let key_group = runtime.key_group(&key)?;
@@ -281,7 +325,8 @@ where
                 state: &mut runtime.state,
                 timers: &mut runtime.timers,
             };
-            self.function.process_element(&key, record.value, &mut ctx)?;
+            self.function
+                .process_element(&key, record.value, &mut ctx)?;
         }
         runtime.report_size(0, 0);
         Ok(())

@@ -65,12 +65,20 @@ pub trait Operator: Send + 'static {
 
     /// Processes a batch of records; the operator takes them out of `batch` (the runtime clears
     /// whatever is left) and emits results through `out`.
-    fn process(&mut self, batch: &mut Vec<Record<Self::In>>, out: &mut Collector<'_, Self::Out>) -> Result<()>;
+    fn process(
+        &mut self,
+        batch: &mut Vec<Record<Self::In>>,
+        out: &mut Collector<'_, Self::Out>,
+    ) -> Result<()>;
 
     /// The event-time watermark advanced to `watermark`: no record with a smaller timestamp will
     /// arrive. Emit whatever this completes (fired windows); the runtime then forwards the
     /// watermark downstream.
-    fn on_watermark(&mut self, _watermark: Timestamp, _out: &mut Collector<'_, Self::Out>) -> Result<()> {
+    fn on_watermark(
+        &mut self,
+        _watermark: Timestamp,
+        _out: &mut Collector<'_, Self::Out>,
+    ) -> Result<()> {
         Ok(())
     }
 
@@ -82,7 +90,11 @@ pub trait Operator: Send + 'static {
     /// Synchronous part of a checkpoint: writes the operator's state (keyed state per key
     /// group, non-keyed state as one blob). Called when the checkpoint's barrier reaches the
     /// operator; what it writes is uploaded while processing goes on.
-    fn snapshot_state(&mut self, _checkpoint_id: u64, _snapshot: &mut SnapshotWriter) -> Result<()> {
+    fn snapshot_state(
+        &mut self,
+        _checkpoint_id: u64,
+        _snapshot: &mut SnapshotWriter,
+    ) -> Result<()> {
         Ok(())
     }
 
@@ -160,7 +172,10 @@ pub struct OutputTag<T> {
 impl<T> OutputTag<T> {
     /// A tag with a name that is unique among the side outputs of one operator.
     pub fn new(id: impl Into<String>) -> Self {
-        OutputTag { id: id.into(), _type: PhantomData }
+        OutputTag {
+            id: id.into(),
+            _type: PhantomData,
+        }
     }
 
     /// The tag's name.
@@ -194,11 +209,17 @@ impl SideOutputs {
 
     fn get<T: Data>(&mut self, tag: &str) -> Option<&mut Box<dyn Output<T>>> {
         let (_, output) = self.outputs.iter_mut().find(|(id, _)| id == tag)?;
-        output.as_any().downcast_mut::<TypedSideOutput<T>>().map(|typed| &mut typed.0)
+        output
+            .as_any()
+            .downcast_mut::<TypedSideOutput<T>>()
+            .map(|typed| &mut typed.0)
     }
 
     /// Forwards a control event to every side output.
-    pub(crate) fn for_each(&mut self, mut f: impl FnMut(&mut dyn ErasedSideOutput) -> Result<()>) -> Result<()> {
+    pub(crate) fn for_each(
+        &mut self,
+        mut f: impl FnMut(&mut dyn ErasedSideOutput) -> Result<()>,
+    ) -> Result<()> {
         for (_, output) in &mut self.outputs {
             f(output.as_mut())?;
         }
@@ -213,7 +234,11 @@ pub(crate) trait ErasedSideOutput: Send {
     fn open(&mut self) -> Result<()>;
     fn watermark(&mut self, watermark: Timestamp) -> Result<()>;
     fn idle(&mut self, idle: bool) -> Result<()>;
-    fn barrier(&mut self, barrier: crate::record::CheckpointBarrier, snapshot: &mut crate::checkpoint::TaskSnapshot) -> Result<()>;
+    fn barrier(
+        &mut self,
+        barrier: crate::record::CheckpointBarrier,
+        snapshot: &mut crate::checkpoint::TaskSnapshot,
+    ) -> Result<()>;
     fn notify_complete(&mut self, checkpoint_id: u64) -> Result<()>;
     fn tick(&mut self) -> Result<()>;
     fn finish(&mut self) -> Result<()>;
@@ -235,7 +260,11 @@ impl<T: Data> ErasedSideOutput for TypedSideOutput<T> {
     fn idle(&mut self, idle: bool) -> Result<()> {
         self.0.idle(idle)
     }
-    fn barrier(&mut self, barrier: crate::record::CheckpointBarrier, snapshot: &mut crate::checkpoint::TaskSnapshot) -> Result<()> {
+    fn barrier(
+        &mut self,
+        barrier: crate::record::CheckpointBarrier,
+        snapshot: &mut crate::checkpoint::TaskSnapshot,
+    ) -> Result<()> {
         self.0.barrier(barrier, snapshot)
     }
     fn notify_complete(&mut self, checkpoint_id: u64) -> Result<()> {
@@ -268,7 +297,14 @@ impl<'a, T: Data> Collector<'a, T> {
         batch_size: usize,
         watermark: Timestamp,
     ) -> Self {
-        Collector { next, buffer, side, batch_size, emitted: 0, watermark }
+        Collector {
+            next,
+            buffer,
+            side,
+            batch_size,
+            emitted: 0,
+            watermark,
+        }
     }
 
     /// Emits one record.

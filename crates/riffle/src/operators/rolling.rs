@@ -50,7 +50,12 @@ pub(crate) struct RollingCombine<K, T, A: AggregateFunction<T>> {
 
 impl<K, T, A: AggregateFunction<T>> RollingCombine<K, T, A> {
     pub(crate) fn new(key: KeyFn<K, T>, aggregate: A) -> Self {
-        RollingCombine { key, aggregate, partials: FastMap::default(), bypass: 0 }
+        RollingCombine {
+            key,
+            aggregate,
+            partials: FastMap::default(),
+            bypass: 0,
+        }
     }
 }
 
@@ -58,18 +63,28 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
     type In = T;
     type Out = Rolling<K, T, A::Acc>;
 
-    fn process(&mut self, batch: &mut Vec<Record<T>>, out: &mut Collector<'_, Self::Out>) -> Result<()> {
+    fn process(
+        &mut self,
+        batch: &mut Vec<Record<T>>,
+        out: &mut Collector<'_, Self::Out>,
+    ) -> Result<()> {
         if self.bypass > 0 {
             self.bypass -= 1;
             for record in batch.drain(..) {
-                out.emit(Record { timestamp: record.timestamp, value: Rolling::Record(record.value) })?;
+                out.emit(Record {
+                    timestamp: record.timestamp,
+                    value: Rolling::Record(record.value),
+                })?;
             }
             return Ok(());
         }
         let records = batch.len();
         for record in batch.drain(..) {
             let key = (self.key)(&record.value);
-            let (acc, timestamp) = self.partials.entry(key).or_insert_with(|| (self.aggregate.create(), record.timestamp));
+            let (acc, timestamp) = self
+                .partials
+                .entry(key)
+                .or_insert_with(|| (self.aggregate.create(), record.timestamp));
             self.aggregate.add(acc, &record.value);
             *timestamp = (*timestamp).max(record.timestamp);
         }
@@ -77,7 +92,10 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
             self.bypass = BYPASS_BATCHES;
         }
         for (key, (acc, timestamp)) in self.partials.drain() {
-            out.emit(Record { value: Rolling::Partial { key, acc }, timestamp })?;
+            out.emit(Record {
+                value: Rolling::Partial { key, acc },
+                timestamp,
+            })?;
         }
         Ok(())
     }
@@ -93,7 +111,12 @@ pub(crate) struct RollingAggregate<K, T, A: AggregateFunction<T>> {
 
 impl<K, T, A: AggregateFunction<T>> RollingAggregate<K, T, A> {
     pub(crate) fn new(key: KeyFn<K, Rolling<K, T, A::Acc>>, aggregate: A) -> Self {
-        RollingAggregate { key, aggregate, state: None, _type: PhantomData }
+        RollingAggregate {
+            key,
+            aggregate,
+            state: None,
+            _type: PhantomData,
+        }
     }
 }
 
@@ -106,20 +129,33 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
         Ok(())
     }
 
-    fn process(&mut self, batch: &mut Vec<Record<Self::In>>, out: &mut Collector<'_, Self::Out>) -> Result<()> {
+    fn process(
+        &mut self,
+        batch: &mut Vec<Record<Self::In>>,
+        out: &mut Collector<'_, Self::Out>,
+    ) -> Result<()> {
         let (runtime, table) = self.state.as_mut().expect("opened");
         for record in batch.drain(..) {
             let key = (self.key)(&record.value);
             let key_group: KeyGroup = runtime.key_group(&key)?;
             let aggregate = &self.aggregate;
-            let result = table.update(key_group, &key, &(), || aggregate.create(), |acc| {
-                match record.value {
-                    Rolling::Record(value) => aggregate.add(acc, &value),
-                    Rolling::Partial { acc: partial, .. } => aggregate.merge(acc, partial),
-                }
-                Ok(aggregate.result(acc))
+            let result = table.update(
+                key_group,
+                &key,
+                &(),
+                || aggregate.create(),
+                |acc| {
+                    match record.value {
+                        Rolling::Record(value) => aggregate.add(acc, &value),
+                        Rolling::Partial { acc: partial, .. } => aggregate.merge(acc, partial),
+                    }
+                    Ok(aggregate.result(acc))
+                },
+            )?;
+            out.emit(Record {
+                value: (key, result),
+                timestamp: record.timestamp,
             })?;
-            out.emit(Record { value: (key, result), timestamp: record.timestamp })?;
         }
         let (entries, bytes) = table.size();
         runtime.report_size(entries, bytes);
@@ -128,9 +164,15 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
         let (_, table) = self.state.as_ref().expect("opened");
-        let Some(table) = table.heap() else { return Ok(()) };
+        let Some(table) = table.heap() else {
+            return Ok(());
+        };
         for key_group in table.key_groups_with_entries() {
-            let entries: Vec<(&K, &A::Acc)> = table.group_entries(key_group).into_iter().map(|(_, k, v)| (k, v)).collect();
+            let entries: Vec<(&K, &A::Acc)> = table
+                .group_entries(key_group)
+                .into_iter()
+                .map(|(_, k, v)| (k, v))
+                .collect();
             snapshot.write_keyed(key_group, &entries)?;
         }
         Ok(())
@@ -169,7 +211,11 @@ mod tests {
             Rolling::Record((k, _)) => *k,
             Rolling::Partial { key, .. } => *key,
         });
-        assert_snapshot_round_trip(|| RollingAggregate::new(key.clone(), Sum::of(|v: &(u64, u64)| v.1)), &steps).unwrap();
+        assert_snapshot_round_trip(
+            || RollingAggregate::new(key.clone(), Sum::of(|v: &(u64, u64)| v.1)),
+            &steps,
+        )
+        .unwrap();
     }
     use crate::sink::CollectSink;
     use crate::{EnvConfig, StreamEnv};
@@ -178,10 +224,19 @@ mod tests {
     #[test]
     fn the_last_result_per_key_is_the_total_with_any_skew_and_parallelism() {
         for parallelism in [1, 3] {
-            let env = StreamEnv::with_config(EnvConfig { parallelism, buffer_size: 128, ..EnvConfig::default() });
+            let env = StreamEnv::with_config(EnvConfig {
+                parallelism,
+                buffer_size: 128,
+                ..EnvConfig::default()
+            });
             let (sink, out) = CollectSink::new();
-            let values: Vec<(u64, u64)> = (0..20_000u64).map(|i| (if i % 5 == 0 { i % 100 } else { 7 }, i)).collect();
-            env.from_iter(values.clone()).key_by(|v| v.0).aggregate(Sum::of(|v: &(u64, u64)| v.1)).sink(sink);
+            let values: Vec<(u64, u64)> = (0..20_000u64)
+                .map(|i| (if i % 5 == 0 { i % 100 } else { 7 }, i))
+                .collect();
+            env.from_iter(values.clone())
+                .key_by(|v| v.0)
+                .aggregate(Sum::of(|v: &(u64, u64)| v.1))
+                .sink(sink);
             env.execute().unwrap();
             let mut last = BTreeMap::new();
             let by_subtask = out.records_by_subtask();
@@ -196,7 +251,11 @@ mod tests {
                 *truth.entry(key).or_insert(0) += value;
             }
             assert_eq!(last, truth, "parallelism {parallelism}");
-            assert!(out.len() < 20_000, "the hot key's updates were folded: {}", out.len());
+            assert!(
+                out.len() < 20_000,
+                "the hot key's updates were folded: {}",
+                out.len()
+            );
         }
     }
 }

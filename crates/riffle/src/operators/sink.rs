@@ -19,7 +19,11 @@ pub struct SinkOperator<T> {
 impl<T> SinkOperator<T> {
     /// The operator around `writer`.
     pub fn new(writer: Box<dyn SinkWriter<T>>) -> Self {
-        SinkOperator { writer, recover: Some(Vec::new()), ctx: None }
+        SinkOperator {
+            writer,
+            recover: Some(Vec::new()),
+            ctx: None,
+        }
     }
 
     fn recovered(&mut self) -> Result<&mut Box<dyn SinkWriter<T>>> {

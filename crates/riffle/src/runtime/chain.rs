@@ -24,8 +24,21 @@ pub(crate) struct ChainLink<Op: Operator> {
 }
 
 impl<Op: Operator> ChainLink<Op> {
-    pub(crate) fn new(op: Op, ctx: OperatorContext, next: Box<dyn Output<Op::Out>>, side: SideOutputs) -> Self {
-        ChainLink { op, next, side, buffer: Vec::with_capacity(ctx.batch_size), ctx, watermark: INITIAL_WATERMARK, restore: None }
+    pub(crate) fn new(
+        op: Op,
+        ctx: OperatorContext,
+        next: Box<dyn Output<Op::Out>>,
+        side: SideOutputs,
+    ) -> Self {
+        ChainLink {
+            op,
+            next,
+            side,
+            buffer: Vec::with_capacity(ctx.batch_size),
+            ctx,
+            watermark: INITIAL_WATERMARK,
+            restore: None,
+        }
     }
 
     /// Restores `state` into the operator when it opens.
@@ -35,8 +48,19 @@ impl<Op: Operator> ChainLink<Op> {
     }
 
     /// Runs `f` on the operator with a collector, flushes what it emitted, and names any failure.
-    fn call<R>(&mut self, f: impl FnOnce(&mut Op, &mut Collector<'_, Op::Out>) -> Result<R>) -> Result<R> {
-        let ChainLink { op, next, side, buffer, ctx, watermark, .. } = self;
+    fn call<R>(
+        &mut self,
+        f: impl FnOnce(&mut Op, &mut Collector<'_, Op::Out>) -> Result<R>,
+    ) -> Result<R> {
+        let ChainLink {
+            op,
+            next,
+            side,
+            buffer,
+            ctx,
+            watermark,
+            ..
+        } = self;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             let mut out = Collector::new(next.as_mut(), buffer, side, ctx.batch_size, *watermark);
             let result = f(op, &mut out).and_then(|r| out.flush().map(|()| r));
@@ -135,7 +159,10 @@ pub(crate) struct Fanout<T> {
 
 impl<T: Data> Fanout<T> {
     pub(crate) fn new(outputs: Vec<Box<dyn Output<T>>>) -> Self {
-        Fanout { outputs, copy: Vec::new() }
+        Fanout {
+            outputs,
+            copy: Vec::new(),
+        }
     }
 }
 
@@ -145,7 +172,10 @@ impl<T: Data> Output<T> for Fanout<T> {
     }
 
     fn records(&mut self, batch: &mut Vec<Record<T>>) -> Result<()> {
-        let (last, rest) = self.outputs.split_last_mut().expect("a fan-out has outputs");
+        let (last, rest) = self
+            .outputs
+            .split_last_mut()
+            .expect("a fan-out has outputs");
         for output in rest {
             self.copy.clone_from(batch);
             output.records(&mut self.copy)?;
@@ -154,7 +184,9 @@ impl<T: Data> Output<T> for Fanout<T> {
     }
 
     fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
-        self.outputs.iter_mut().try_for_each(|o| o.watermark(watermark))
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.watermark(watermark))
     }
 
     fn idle(&mut self, idle: bool) -> Result<()> {
@@ -162,11 +194,15 @@ impl<T: Data> Output<T> for Fanout<T> {
     }
 
     fn barrier(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot) -> Result<()> {
-        self.outputs.iter_mut().try_for_each(|o| o.barrier(barrier, snapshot))
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.barrier(barrier, snapshot))
     }
 
     fn notify_complete(&mut self, checkpoint_id: u64) -> Result<()> {
-        self.outputs.iter_mut().try_for_each(|o| o.notify_complete(checkpoint_id))
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.notify_complete(checkpoint_id))
     }
 
     fn tick(&mut self) -> Result<()> {

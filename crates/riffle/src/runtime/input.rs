@@ -1,8 +1,9 @@
 //! The input side of a task: an input gate over the channels from every upstream subtask, and the
 //! task loop that feeds what the gate yields into the task's chain.
 //!
-//! The gate merges watermarks (the minimum over channels that are neither idle nor finished; it
-//! never moves backwards), tracks idleness, aligns checkpoint barriers (a channel that delivered
+//! The gate merges watermarks (the minimum over channels that are not idle; it never moves
+//! backwards; a finished channel holds its last watermark — +infinity after a drained input, but
+//! a source stopped with a savepoint ends where it stopped, so nothing fires after the barrier), tracks idleness, aligns checkpoint barriers (a channel that delivered
 //! barrier N is held back until every channel has), and measures the time spent waiting for input.
 
 use std::time::{Duration, Instant};
@@ -27,7 +28,7 @@ struct InputChannel<T> {
 
 impl<T> InputChannel<T> {
     fn counts_for_watermark(&self) -> bool {
-        !self.ended && !self.idle && self.aligned
+        !self.idle && self.aligned
     }
 }
 
@@ -145,7 +146,9 @@ impl<T> InputGate<T> {
         let received = match ready {
             Ok(operation) => {
                 let index = indices[operation.index()];
-                let element = operation.recv(&self.channels[index].rx).map_err(|_| Error::Cancelled)?;
+                let element = operation
+                    .recv(&self.channels[index].rx)
+                    .map_err(|_| Error::Cancelled)?;
                 Some((index, element))
             }
             Err(_) => None,
@@ -198,7 +201,12 @@ impl<T> InputGate<T> {
             self.idle = all_idle;
             events.push(GateEvent::Idle(all_idle));
         }
-        let min = self.channels.iter().filter(|c| c.counts_for_watermark()).map(|c| c.watermark).min();
+        let min = self
+            .channels
+            .iter()
+            .filter(|c| c.counts_for_watermark())
+            .map(|c| c.watermark)
+            .min();
         if let Some(min) = min
             && min > self.watermark
         {
@@ -237,7 +245,11 @@ impl<T> InputGate<T> {
     fn release(&mut self, barrier: CheckpointBarrier) -> GateEvent<T> {
         self.channels.iter_mut().for_each(|c| c.blocked = false);
         self.aligning = None;
-        let alignment = self.alignment_started.take().map(|t| t.elapsed()).unwrap_or_default();
+        let alignment = self
+            .alignment_started
+            .take()
+            .map(|t| t.elapsed())
+            .unwrap_or_default();
         GateEvent::Barrier(barrier, alignment)
     }
 }
@@ -250,14 +262,26 @@ pub(crate) struct InputTask<T> {
 }
 
 impl<T> InputTask<T> {
-    pub(crate) fn new(receivers: Vec<Receiver<StreamElement<T>>>, chain: Box<dyn Output<T>>, ctx: TaskContext) -> Self {
-        InputTask { gate: InputGate::new(receivers, ctx.clone()), chain, ctx }
+    pub(crate) fn new(
+        receivers: Vec<Receiver<StreamElement<T>>>,
+        chain: Box<dyn Output<T>>,
+        ctx: TaskContext,
+    ) -> Self {
+        InputTask {
+            gate: InputGate::new(receivers, ctx.clone()),
+            chain,
+            ctx,
+        }
     }
 }
 
 impl<T: Send> TaskDriver for InputTask<T> {
     fn run(self: Box<Self>) -> Result<()> {
-        let InputTask { mut gate, mut chain, ctx } = *self;
+        let InputTask {
+            mut gate,
+            mut chain,
+            ctx,
+        } = *self;
         chain.open()?;
         let mut next_tick = Instant::now() + ctx.buffer_timeout;
         let mut notified = 0;
@@ -293,6 +317,7 @@ impl<T: Send> TaskDriver for InputTask<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::MAX_WATERMARK;
     use crossbeam_channel::{Sender, bounded};
 
     fn gate(n: usize) -> (Vec<Sender<StreamElement<u32>>>, InputGate<u32>) {
@@ -305,13 +330,19 @@ mod tests {
     fn events(gate: &mut InputGate<u32>) -> Vec<String> {
         let mut out = Vec::new();
         loop {
-            match gate.next(Instant::now() + Duration::from_millis(5)).unwrap() {
+            match gate
+                .next(Instant::now() + Duration::from_millis(5))
+                .unwrap()
+            {
                 GateEvent::Timeout => return out,
                 GateEvent::End => {
                     out.push("end".into());
                     return out;
                 }
-                GateEvent::Records(b) => out.push(format!("{:?}", b.iter().map(|r| r.value).collect::<Vec<_>>())),
+                GateEvent::Records(b) => out.push(format!(
+                    "{:?}",
+                    b.iter().map(|r| r.value).collect::<Vec<_>>()
+                )),
                 GateEvent::Watermark(w) => out.push(format!("wm:{w}")),
                 GateEvent::Idle(i) => out.push(format!("idle:{i}")),
                 GateEvent::Barrier(b, _) => out.push(format!("barrier:{}", b.id)),
@@ -356,10 +387,11 @@ mod tests {
     }
 
     #[test]
-    fn finished_channels_stop_counting_and_the_gate_ends_with_the_last() {
+    fn a_drained_channel_stops_counting_and_the_gate_ends_with_the_last() {
         let (tx, mut gate) = gate(2);
         send(&tx[0], StreamElement::Watermark(10));
         send(&tx[1], StreamElement::Records(vec![Record::untimed(1)]));
+        send(&tx[1], StreamElement::Watermark(MAX_WATERMARK));
         send(&tx[1], StreamElement::EndOfInput);
         assert_eq!(events(&mut gate), vec!["[1]", "wm:10"]);
         send(&tx[0], StreamElement::EndOfInput);
@@ -367,9 +399,33 @@ mod tests {
     }
 
     #[test]
+    fn a_channel_stopped_with_a_savepoint_holds_the_watermark_where_it_stopped() {
+        let (tx, mut gate) = gate(2);
+        let barrier = CheckpointBarrier {
+            id: 1,
+            timestamp: 0,
+            terminate: true,
+        };
+        send(&tx[0], StreamElement::Watermark(5));
+        send(&tx[1], StreamElement::Watermark(20));
+        assert_eq!(events(&mut gate), vec!["wm:5"]);
+        send(&tx[0], StreamElement::Barrier(barrier));
+        send(&tx[0], StreamElement::EndOfInput);
+        send(&tx[1], StreamElement::Barrier(barrier));
+        send(&tx[1], StreamElement::EndOfInput);
+        // Nothing moves after the savepoint's barrier: its windows would fire into output no
+        // checkpoint covers.
+        assert_eq!(events(&mut gate), vec!["barrier:1", "end"]);
+    }
+
+    #[test]
     fn barriers_are_aligned_across_channels() {
         let (tx, mut gate) = gate(2);
-        let barrier = CheckpointBarrier { id: 1, timestamp: 0, terminate: false };
+        let barrier = CheckpointBarrier {
+            id: 1,
+            timestamp: 0,
+            terminate: false,
+        };
         send(&tx[0], StreamElement::Barrier(barrier));
         send(&tx[0], StreamElement::Records(vec![Record::untimed(2)])); // after the barrier: held back
         send(&tx[1], StreamElement::Records(vec![Record::untimed(1)]));
@@ -382,6 +438,10 @@ mod tests {
     fn a_vanished_upstream_cancels_the_task() {
         let (tx, mut gate) = gate(1);
         drop(tx);
-        assert!(gate.next(Instant::now() + Duration::from_millis(5)).unwrap_err().is_cancelled());
+        assert!(
+            gate.next(Instant::now() + Duration::from_millis(5))
+                .unwrap_err()
+                .is_cancelled()
+        );
     }
 }

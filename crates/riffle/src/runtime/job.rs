@@ -24,7 +24,7 @@ use crate::error::{Error, Result, panic_message};
 use crate::graph::{self, JobPlan, Node, RunContext};
 use crate::metrics::{MetricsRegistry, MetricsSnapshot, TaskMetrics};
 use crate::runtime::{JobControl, TaskDriver};
-use crate::sink::Finalizers;
+use crate::sink::{Ending, Finalizers};
 
 /// A task ready to run.
 pub(crate) struct TaskSpec {
@@ -39,7 +39,10 @@ pub(crate) struct TaskSpec {
 
 /// Thread names are limited to 15 bytes on Linux: keep the start of the chain's name.
 fn short(name: &str) -> String {
-    name.chars().filter(|c| c.is_alphanumeric() || *c == '-').take(12).collect()
+    name.chars()
+        .filter(|c| c.is_alphanumeric() || *c == '-')
+        .take(12)
+        .collect()
 }
 
 /// Runs the tasks of one attempt to their end; returns the first real failure.
@@ -48,16 +51,28 @@ fn run_tasks(tasks: Vec<TaskSpec>, control: &Arc<JobControl>) -> Result<Option<E
     let mut threads = Vec::with_capacity(tasks.len());
     for task in tasks {
         let done = done_tx.clone();
-        let TaskSpec { name, head, subtask, driver, metrics } = task;
-        let spawned = std::thread::Builder::new().name(format!("{}#{}", short(&name), subtask)).spawn(move || {
-            let outcome = catch_unwind(AssertUnwindSafe(|| driver.run()));
-            metrics.mark_finished();
-            let result = match outcome {
-                Ok(result) => result,
-                Err(payload) => Err(Error::Panic { operator: head, subtask, message: panic_message(payload.as_ref()) }),
-            };
-            let _ = done.send(result);
-        });
+        let TaskSpec {
+            name,
+            head,
+            subtask,
+            driver,
+            metrics,
+        } = task;
+        let spawned = std::thread::Builder::new()
+            .name(format!("{}#{}", short(&name), subtask))
+            .spawn(move || {
+                let outcome = catch_unwind(AssertUnwindSafe(|| driver.run()));
+                metrics.mark_finished();
+                let result = match outcome {
+                    Ok(result) => result,
+                    Err(payload) => Err(Error::Panic {
+                        operator: head,
+                        subtask,
+                        message: panic_message(payload.as_ref()),
+                    }),
+                };
+                let _ = done.send(result);
+            });
         match spawned {
             Ok(handle) => threads.push(handle),
             Err(e) => {
@@ -96,19 +111,35 @@ struct Supervisor {
 }
 
 /// Where the first run starts from.
-fn initial_restore(config: &EnvConfig, storage: Option<&Arc<CheckpointStorage>>) -> Result<Option<RestoreAssignment>> {
-    let Some(from) = &config.checkpoints.restore else { return Ok(None) };
+fn initial_restore(
+    config: &EnvConfig,
+    storage: Option<&Arc<CheckpointStorage>>,
+) -> Result<Option<RestoreAssignment>> {
+    let Some(from) = &config.checkpoints.restore else {
+        return Ok(None);
+    };
     let restore = match from {
         RestoreFrom::Latest => {
-            let storage = storage.ok_or_else(|| Error::config("restore", "`latest` needs checkpoint storage"))?;
+            let storage = storage
+                .ok_or_else(|| Error::config("restore", "`latest` needs checkpoint storage"))?;
             RestoreAssignment::latest(storage)?
         }
         RestoreFrom::Checkpoint(id) => {
-            let storage = storage.ok_or_else(|| Error::config("restore", "a checkpoint id needs checkpoint storage"))?;
-            Some(RestoreAssignment::load(storage, &format!("{CHECKPOINT_PREFIX}{id}"))?)
+            let storage = storage.ok_or_else(|| {
+                Error::config("restore", "a checkpoint id needs checkpoint storage")
+            })?;
+            Some(RestoreAssignment::load(
+                storage,
+                &format!("{CHECKPOINT_PREFIX}{id}"),
+            )?)
         }
         RestoreFrom::Savepoint(location) => {
-            let storage = CheckpointStorage::open(location, &config.checkpoints.storage_options, "", "savepoint location")?;
+            let storage = CheckpointStorage::open(
+                location,
+                &config.checkpoints.storage_options,
+                "",
+                "savepoint location",
+            )?;
             Some(RestoreAssignment::load(&Arc::new(storage), "")?)
         }
     };
@@ -121,10 +152,22 @@ fn initial_restore(config: &EnvConfig, storage: Option<&Arc<CheckpointStorage>>)
 
 impl Supervisor {
     /// Plans and runs one attempt; `Ok(None)` when it succeeded.
-    fn attempt(&self, attempt: u32, restore: Option<&RestoreAssignment>, first: &mut Option<Sender<Result<JobPlan>>>) -> Result<Option<Error>> {
+    fn attempt(
+        &self,
+        attempt: u32,
+        restore: Option<&RestoreAssignment>,
+        first: &mut Option<Sender<Result<JobPlan>>>,
+    ) -> Result<Option<Error>> {
         let tasks_total = graph::task_count(&self.nodes, &self.config)?;
         let first_id = match (restore, &self.storage) {
-            (_, Some(storage)) => storage.checkpoint_directories()?.into_iter().max().unwrap_or(0) + 1,
+            (_, Some(storage)) => {
+                storage
+                    .checkpoint_directories()?
+                    .into_iter()
+                    .max()
+                    .unwrap_or(0)
+                    + 1
+            }
             (Some(restore), None) => restore.checkpoint_id() + 1,
             (None, None) => 1,
         }
@@ -175,9 +218,23 @@ impl Supervisor {
         let _ = coordinator_thread.join();
         let failure = failure?;
         if failure.is_none() && !self.control.is_cancelled() {
-            // Every task finished: commit what sinks left for the end.
+            // Every task finished: commit what sinks left for the end (after a stop with a
+            // savepoint, only what its barrier or an earlier one pre-committed).
+            let ending = if self.control.is_stopped_at_savepoint() {
+                let stats = self.stats.lock().expect("stats lock");
+                Ending::Stopped {
+                    up_to: stats
+                        .iter()
+                        .filter(|c| c.completed())
+                        .map(|c| c.id)
+                        .max()
+                        .unwrap_or(0),
+                }
+            } else {
+                Ending::Drained
+            };
             for finalize in finalizers.take() {
-                finalize()?;
+                finalize(ending)?;
             }
         }
         Ok(failure)
@@ -187,7 +244,10 @@ impl Supervisor {
         let started = Instant::now();
         let mut first = Some(first);
         let mut restore = initial_restore(&self.config, self.storage.as_ref());
-        let restored_from = restore.as_ref().ok().and_then(|r| r.as_ref().map(|r| r.description.clone()));
+        let restored_from = restore
+            .as_ref()
+            .ok()
+            .and_then(|r| r.as_ref().map(|r| r.description.clone()));
         let mut attempt = 0u32;
         let mut backoff = None;
         let mut restores = Vec::new();
@@ -223,8 +283,14 @@ impl Supervisor {
                 return Err(Error::Cancelled);
             }
             // Without checkpoints a restart would replay everything: the job fails (as in Flink).
-            let strategy = if self.config.checkpoints.enabled() { self.config.checkpoints.restart } else { RestartStrategy::None };
-            let Some(delay) = strategy.next_delay(attempt + 1, attempt_started.elapsed(), &mut backoff) else {
+            let strategy = if self.config.checkpoints.enabled() {
+                self.config.checkpoints.restart
+            } else {
+                RestartStrategy::None
+            };
+            let Some(delay) =
+                strategy.next_delay(attempt + 1, attempt_started.elapsed(), &mut backoff)
+            else {
                 return Err(failure);
             };
             attempt += 1;
@@ -234,7 +300,9 @@ impl Supervisor {
                 if self.control.is_user_cancelled() {
                     return Err(Error::Cancelled);
                 }
-                std::thread::sleep(Duration::from_millis(5).min(wake.saturating_duration_since(Instant::now())));
+                std::thread::sleep(
+                    Duration::from_millis(5).min(wake.saturating_duration_since(Instant::now())),
+                );
             }
             self.control.new_attempt();
             self.registry.reset();
@@ -256,14 +324,23 @@ impl Supervisor {
 /// Validates the job, opens its checkpoint storage, and starts its supervisor.
 pub(crate) fn start(nodes: Vec<Node>, config: EnvConfig) -> Result<JobHandle> {
     graph::validate(&nodes, &config)?;
-    let storage = if config.checkpoints.enabled() || matches!(config.checkpoints.restore, Some(RestoreFrom::Latest | RestoreFrom::Checkpoint(_))) {
+    let storage = if config.checkpoints.enabled()
+        || matches!(
+            config.checkpoints.restore,
+            Some(RestoreFrom::Latest | RestoreFrom::Checkpoint(_))
+        ) {
         let storage = match &config.checkpoints.object_store {
             Some(store) => CheckpointStorage::from_store(
                 store.clone(),
                 object_store::path::Path::from(config.job_name.as_str()),
                 "a custom object store".into(),
             )?,
-            None => CheckpointStorage::open(&config.checkpoints.storage, &config.checkpoints.storage_options, &config.job_name, "checkpoint storage")?,
+            None => CheckpointStorage::open(
+                &config.checkpoints.storage,
+                &config.checkpoints.storage_options,
+                &config.job_name,
+                "checkpoint storage",
+            )?,
         };
         Some(Arc::new(storage))
     } else {
@@ -275,7 +352,9 @@ pub(crate) fn start(nodes: Vec<Node>, config: EnvConfig) -> Result<JobHandle> {
     let (savepoint_tx, savepoint_rx) = crossbeam_channel::unbounded();
     let nonce = format!(
         "{:08x}",
-        xxhash_rust::xxh3::xxh3_64(format!("{:?}{}", std::time::SystemTime::now(), std::process::id()).as_bytes()) as u32
+        xxhash_rust::xxh3::xxh3_64(
+            format!("{:?}{}", std::time::SystemTime::now(), std::process::id()).as_bytes()
+        ) as u32
     );
     let supervisor = Supervisor {
         nodes,
@@ -300,10 +379,22 @@ pub(crate) fn start(nodes: Vec<Node>, config: EnvConfig) -> Result<JobHandle> {
         }
         Err(_) => {
             // The supervisor ended before planning: its result says why.
-            return Err(handle.join().unwrap_or_else(|_| Err(Error::Graph("the job supervisor panicked".into()))).err().unwrap_or(Error::Cancelled));
+            return Err(handle
+                .join()
+                .unwrap_or_else(|_| Err(Error::Graph("the job supervisor panicked".into())))
+                .err()
+                .unwrap_or(Error::Cancelled));
         }
     };
-    Ok(JobHandle { control, registry, plan, stats, savepoints: savepoint_tx, started: Instant::now(), supervisor: Some(handle) })
+    Ok(JobHandle {
+        control,
+        registry,
+        plan,
+        stats,
+        savepoints: savepoint_tx,
+        started: Instant::now(),
+        supervisor: Some(handle),
+    })
 }
 
 /// A job that runs in the background.
@@ -390,7 +481,9 @@ impl JobHandle {
     /// Waits for the job to end.
     pub fn wait(mut self) -> Result<JobResult> {
         let supervisor = self.supervisor.take().expect("waited once");
-        supervisor.join().unwrap_or_else(|_| Err(Error::Graph("the job supervisor panicked".into())))
+        supervisor
+            .join()
+            .unwrap_or_else(|_| Err(Error::Graph("the job supervisor panicked".into())))
     }
 }
 
@@ -452,9 +545,15 @@ impl JobMonitor {
     fn request_savepoint(&self, location: &str, stop: bool) -> Result<String> {
         let (reply, answer) = crossbeam_channel::bounded(1);
         self.savepoints
-            .send(SavepointRequest { location: location.to_string(), stop, reply })
+            .send(SavepointRequest {
+                location: location.to_string(),
+                stop,
+                reply,
+            })
             .map_err(|_| Error::Checkpoint("the job has ended".into()))?;
-        answer.recv().map_err(|_| Error::Checkpoint("the job ended before the savepoint".into()))?
+        answer
+            .recv()
+            .map_err(|_| Error::Checkpoint("the job ended before the savepoint".into()))?
     }
 }
 
@@ -480,12 +579,16 @@ pub struct JobResult {
 impl JobResult {
     /// Records emitted by the operator `name` (all subtasks); 0 if there is no such operator.
     pub fn records_out(&self, name: &str) -> u64 {
-        self.metrics.operator_total(name).map_or(0, |o| o.records_out)
+        self.metrics
+            .operator_total(name)
+            .map_or(0, |o| o.records_out)
     }
 
     /// Records received by the operator `name` (all subtasks); 0 if there is no such operator.
     pub fn records_in(&self, name: &str) -> u64 {
-        self.metrics.operator_total(name).map_or(0, |o| o.records_in)
+        self.metrics
+            .operator_total(name)
+            .map_or(0, |o| o.records_in)
     }
 
     /// Records that sources could not decode, over all sources.

@@ -62,6 +62,8 @@ pub(crate) struct JobControl {
     cancelled: AtomicBool,
     attempt_failed: AtomicBool,
     stop_requested: AtomicBool,
+    /// A source stopped at the barrier of a stop-with-savepoint in the current run.
+    stopped_at_savepoint: AtomicBool,
 }
 
 impl JobControl {
@@ -78,6 +80,17 @@ impl JobControl {
     /// A new run of the job starts.
     pub(crate) fn new_attempt(&self) {
         self.attempt_failed.store(false, Ordering::Release);
+        self.stopped_at_savepoint.store(false, Ordering::Release);
+    }
+
+    /// A source ended its input at the barrier of a stop-with-savepoint.
+    pub(crate) fn stopped_at_savepoint(&self) {
+        self.stopped_at_savepoint.store(true, Ordering::Release);
+    }
+
+    /// Whether the current run was stopped with a savepoint (nothing after it may be committed).
+    pub(crate) fn is_stopped_at_savepoint(&self) -> bool {
+        self.stopped_at_savepoint.load(Ordering::Acquire)
     }
 
     /// Whether tasks must stop now (the job was cancelled, or the run failed).
@@ -151,10 +164,18 @@ impl TaskContext {
 
     /// Hands a snapshot to the uploader, with a checkpoint of the task's store (the synchronous
     /// part: the store flushes its memory and links its files; uploading happens elsewhere).
-    pub(crate) fn submit(&self, mut snapshot: TaskSnapshot, alignment: Duration) -> crate::Result<()> {
-        let Some(hub) = &self.checkpoints else { return Ok(()) };
+    pub(crate) fn submit(
+        &self,
+        mut snapshot: TaskSnapshot,
+        alignment: Duration,
+    ) -> crate::Result<()> {
+        let Some(hub) = &self.checkpoints else {
+            return Ok(());
+        };
         if let Some(store) = &self.store {
-            let dir = store.local_dir.join(format!("chk-{}", snapshot.checkpoint_id));
+            let dir = store
+                .local_dir
+                .join(format!("chk-{}", snapshot.checkpoint_id));
             let files = store.store.checkpoint(&dir)?;
             snapshot.store = Some(crate::checkpoint::StoreSnapshot {
                 store_id: store.id.clone(),

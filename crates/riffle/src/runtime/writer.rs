@@ -29,9 +29,14 @@ pub(crate) enum ShipStrategy<T> {
 
 enum Partitioner<T> {
     Single,
-    RoundRobin { next: usize },
+    RoundRobin {
+        next: usize,
+    },
     Broadcast,
-    KeyGroups { key_group: KeyGroupFn<T>, channel_of: Vec<u32> },
+    KeyGroups {
+        key_group: KeyGroupFn<T>,
+        channel_of: Vec<u32>,
+    },
 }
 
 /// Writes a stream to the channels of its consumer task.
@@ -74,8 +79,12 @@ impl<T: Clone + Send> RecordWriter<T> {
     }
 
     fn send_buffer(&mut self, channel: usize) -> Result<()> {
-        let full = std::mem::replace(&mut self.buffers[channel], Vec::with_capacity(self.batch_size));
-        self.ctx.send(&self.channels[channel], StreamElement::Records(full))
+        let full = std::mem::replace(
+            &mut self.buffers[channel],
+            Vec::with_capacity(self.batch_size),
+        );
+        self.ctx
+            .send(&self.channels[channel], StreamElement::Records(full))
     }
 
     fn flush_all(&mut self) -> Result<()> {
@@ -102,7 +111,9 @@ impl<T: Clone + Send> Output<T> for RecordWriter<T> {
             Partitioner::Single => {
                 if self.buffers[0].is_empty() && batch.len() >= self.batch_size {
                     let full = std::mem::replace(batch, Vec::with_capacity(self.batch_size));
-                    return self.ctx.send(&self.channels[0], StreamElement::Records(full));
+                    return self
+                        .ctx
+                        .send(&self.channels[0], StreamElement::Records(full));
                 }
                 self.buffers[0].append(batch);
                 if self.buffers[0].len() >= self.batch_size {
@@ -115,8 +126,12 @@ impl<T: Clone + Send> Output<T> for RecordWriter<T> {
                 for record in batch.drain(..) {
                     self.buffers[channel].push(record);
                     if self.buffers[channel].len() >= self.batch_size {
-                        let full = std::mem::replace(&mut self.buffers[channel], Vec::with_capacity(self.batch_size));
-                        self.ctx.send(&self.channels[channel], StreamElement::Records(full))?;
+                        let full = std::mem::replace(
+                            &mut self.buffers[channel],
+                            Vec::with_capacity(self.batch_size),
+                        );
+                        self.ctx
+                            .send(&self.channels[channel], StreamElement::Records(full))?;
                     }
                     channel = if channel + 1 == n { 0 } else { channel + 1 };
                 }
@@ -124,14 +139,18 @@ impl<T: Clone + Send> Output<T> for RecordWriter<T> {
                     *next = channel;
                 }
             }
-            Partitioner::KeyGroups { key_group, channel_of } => {
+            Partitioner::KeyGroups {
+                key_group,
+                channel_of,
+            } => {
                 for record in batch.drain(..) {
                     let channel = channel_of[key_group(&record.value) as usize] as usize;
                     let buffer = &mut self.buffers[channel];
                     buffer.push(record);
                     if buffer.len() >= self.batch_size {
                         let full = std::mem::replace(buffer, Vec::with_capacity(self.batch_size));
-                        self.ctx.send(&self.channels[channel], StreamElement::Records(full))?;
+                        self.ctx
+                            .send(&self.channels[channel], StreamElement::Records(full))?;
                     }
                 }
             }
@@ -180,7 +199,12 @@ mod tests {
         TaskContext::detached("test")
     }
 
-    fn channels(n: usize) -> (Vec<Sender<StreamElement<u64>>>, Vec<Receiver<StreamElement<u64>>>) {
+    fn channels(
+        n: usize,
+    ) -> (
+        Vec<Sender<StreamElement<u64>>>,
+        Vec<Receiver<StreamElement<u64>>>,
+    ) {
         (0..n).map(|_| bounded(64)).unzip()
     }
 
@@ -216,7 +240,10 @@ mod tests {
             let (values, control) = drain(rx);
             assert_eq!(control, vec!["end"]);
             for v in &values {
-                assert_eq!(subtask_for_key_group(key_group_of(&(v % 10), 128), 128, 3), subtask);
+                assert_eq!(
+                    subtask_for_key_group(key_group_of(&(v % 10), 128), 128, 3),
+                    subtask
+                );
             }
             // Order within a channel is preserved.
             assert!(values.windows(2).all(|w| w[0] < w[1]));

@@ -33,7 +33,12 @@ impl<T: Data> CollectSink<T> {
     /// A sink and the handle to read what it collects.
     pub fn new() -> (CollectSink<T>, Collected<T>) {
         let shared: Shared<T> = Arc::default();
-        (CollectSink { shared: shared.clone() }, Collected { shared })
+        (
+            CollectSink {
+                shared: shared.clone(),
+            },
+            Collected { shared },
+        )
     }
 }
 
@@ -45,7 +50,10 @@ impl<T: Data> Collected<T> {
 
     /// Every record, in arrival order (interleaved across subtasks).
     pub fn records(&self) -> Vec<Record<T>> {
-        self.records_by_subtask().into_iter().map(|(_, r)| r).collect()
+        self.records_by_subtask()
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect()
     }
 
     /// Every value, in arrival order.
@@ -80,7 +88,10 @@ impl<T: Data> Sink<T> for CollectSink<T> {
     }
 
     fn writer(&self, ctx: &OperatorContext) -> Result<Box<dyn SinkWriter<T>>> {
-        Ok(Box::new(CollectWriter { shared: self.shared.clone(), subtask: ctx.subtask }))
+        Ok(Box::new(CollectWriter {
+            shared: self.shared.clone(),
+            subtask: ctx.subtask,
+        }))
     }
 }
 

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::operators::OperatorContext;
 use crate::record::{Data, Record};
 use crate::sink::file::check_writable_dir;
-use crate::sink::{Finalizer, Guarantee, Sink, SinkWriter};
+use crate::sink::{Ending, Finalizer, Guarantee, Sink, SinkWriter};
 
 /// Sub-directory of the in-progress files.
 const IN_PROGRESS: &str = ".in-progress";
@@ -83,7 +83,10 @@ impl<T: Data> Sink<T> for ExactlyOnceFileSink<T> {
 
     fn validate(&self) -> Result<()> {
         if self.roll_size == 0 || self.roll_interval.is_zero() {
-            return Err(Error::config(&self.setting, "part files need a positive roll size and interval"));
+            return Err(Error::config(
+                &self.setting,
+                "part files need a positive roll size and interval",
+            ));
         }
         check_writable_dir(&self.dir, &self.setting)
     }
@@ -93,7 +96,11 @@ impl<T: Data> Sink<T> for ExactlyOnceFileSink<T> {
     }
 
     fn writer(&self, ctx: &OperatorContext) -> Result<Box<dyn SinkWriter<T>>> {
-        let run: String = ctx.run_id.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+        let run: String = ctx
+            .run_id
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect();
         Ok(Box::new(TransactionalWriter {
             dir: self.dir.clone(),
             subtask: ctx.subtask,
@@ -156,7 +163,9 @@ fn commit_file(dir: &Path, file: &str) -> Result<()> {
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io("cannot sync", dir, e))
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io("cannot sync", dir, e))
 }
 
 fn commit_files(dir: &Path, files: &[String]) -> Result<()> {
@@ -173,12 +182,23 @@ impl TransactionalWriter {
     fn open(&mut self) -> Result<&mut OpenFile> {
         if self.current.is_none() {
             let in_progress = self.dir.join(IN_PROGRESS);
-            std::fs::create_dir_all(&in_progress).map_err(|e| io("cannot create", &in_progress, e))?;
+            std::fs::create_dir_all(&in_progress)
+                .map_err(|e| io("cannot create", &in_progress, e))?;
             let name = format!("part-{}-{}-{}.jsonl", self.subtask, self.run, self.sequence);
             self.sequence += 1;
             let path = in_progress.join(&name);
-            let file = OpenOptions::new().create(true).write(true).truncate(true).open(&path).map_err(|e| io("cannot open", &path, e))?;
-            self.current = Some(OpenFile { name, writer: BufWriter::with_capacity(1 << 16, file), opened: Instant::now(), bytes: 0 });
+            let file = OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(&path)
+                .map_err(|e| io("cannot open", &path, e))?;
+            self.current = Some(OpenFile {
+                name,
+                writer: BufWriter::with_capacity(1 << 16, file),
+                opened: Instant::now(),
+                bytes: 0,
+            });
         }
         Ok(self.current.as_mut().expect("opened above"))
     }
@@ -187,7 +207,10 @@ impl TransactionalWriter {
     fn close_current(&mut self) -> Result<()> {
         if let Some(open) = self.current.take() {
             let path = self.dir.join(IN_PROGRESS).join(&open.name);
-            let file = open.writer.into_inner().map_err(|e| io("cannot write", &path, e.into_error()))?;
+            let file = open
+                .writer
+                .into_inner()
+                .map_err(|e| io("cannot write", &path, e.into_error()))?;
             file.sync_all().map_err(|e| io("cannot sync", &path, e))?;
             self.closed.push(open.name);
         }
@@ -208,7 +231,9 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter {
             line.clear();
             serde_json::to_writer(&mut line, &record.value).map_err(Error::user)?;
             line.push(b'\n');
-            open.writer.write_all(&line).map_err(|e| io("cannot write", &dir.join(IN_PROGRESS).join(&open.name), e))?;
+            open.writer
+                .write_all(&line)
+                .map_err(|e| io("cannot write", &dir.join(IN_PROGRESS).join(&open.name), e))?;
             open.bytes += line.len() as u64;
         }
         let roll = open.bytes >= roll_size || open.opened.elapsed() >= roll_interval;
@@ -220,7 +245,10 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter {
     }
 
     fn flush(&mut self) -> Result<()> {
-        let roll = self.current.as_ref().is_some_and(|open| open.opened.elapsed() >= self.roll_interval);
+        let roll = self
+            .current
+            .as_ref()
+            .is_some_and(|open| open.opened.elapsed() >= self.roll_interval);
         if roll {
             self.close_current()?;
         }
@@ -231,13 +259,20 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter {
         self.close_current()?;
         let closed = std::mem::take(&mut self.closed);
         if !closed.is_empty() {
-            self.pending.entry(checkpoint_id).or_default().extend(closed);
+            self.pending
+                .entry(checkpoint_id)
+                .or_default()
+                .extend(closed);
         }
         let files: Vec<String> = self.pending.values().flatten().cloned().collect();
         if files.is_empty() {
             return Ok(None);
         }
-        encode(&Committable { subtask: self.subtask, files }).map(Some)
+        encode(&Committable {
+            subtask: self.subtask,
+            files,
+        })
+        .map(Some)
     }
 
     fn commit(&mut self, checkpoint_id: u64) -> Result<()> {
@@ -258,7 +293,9 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter {
         }
         // Abort what earlier runs left uncommitted (beyond the restored checkpoint).
         let in_progress = self.dir.join(IN_PROGRESS);
-        let Ok(entries) = std::fs::read_dir(&in_progress) else { return Ok(()) };
+        let Ok(entries) = std::fs::read_dir(&in_progress) else {
+            return Ok(());
+        };
         let mine = format!("-{}-", self.run);
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -271,10 +308,20 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter {
 
     fn close(&mut self) -> Result<Option<Finalizer>> {
         self.close_current()?;
-        let mut files: Vec<String> = std::mem::take(&mut self.pending).into_values().flatten().collect();
-        files.append(&mut self.closed);
+        let pending = std::mem::take(&mut self.pending);
+        let closed = std::mem::take(&mut self.closed);
         let dir = self.dir.clone();
-        Ok(Some(Box::new(move || commit_files(&dir, &files))))
+        Ok(Some(Box::new(move |ending| {
+            let files: Vec<String> = match ending {
+                Ending::Drained => pending.into_values().flatten().chain(closed).collect(),
+                // What came after the savepoint stays in progress: the restored job aborts it.
+                Ending::Stopped { up_to } => pending
+                    .range(..=up_to)
+                    .flat_map(|(_, files)| files.iter().cloned())
+                    .collect(),
+            };
+            commit_files(&dir, &files)
+        })))
     }
 }
 
@@ -308,7 +355,13 @@ mod tests {
             .unwrap()
             .flatten()
             .filter(|e| e.path().is_file())
-            .flat_map(|e| std::fs::read_to_string(e.path()).unwrap().lines().map(str::to_string).collect::<Vec<_>>())
+            .flat_map(|e| {
+                std::fs::read_to_string(e.path())
+                    .unwrap()
+                    .lines()
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
             .collect();
         lines.sort();
         lines
@@ -322,11 +375,14 @@ mod tests {
         let c1 = SinkWriter::<u64>::pre_commit(&mut w, 1).unwrap();
         assert!(c1.is_some());
         write(&mut w, &[3]);
-        assert!(visible(dir.path()).is_empty(), "nothing before the checkpoint completes");
+        assert!(
+            visible(dir.path()).is_empty(),
+            "nothing before the checkpoint completes"
+        );
         SinkWriter::<u64>::commit(&mut w, 1).unwrap();
         assert_eq!(visible(dir.path()), vec!["1", "2"]);
         let finalizer = SinkWriter::<u64>::close(&mut w).unwrap().unwrap();
-        finalizer().unwrap();
+        finalizer(Ending::Drained).unwrap();
         assert_eq!(visible(dir.path()), vec!["1", "2", "3"]);
     }
 
@@ -335,17 +391,46 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut failed = writer(dir.path(), 0, "run1");
         write(&mut failed, &[1, 2]);
-        let committable = SinkWriter::<u64>::pre_commit(&mut failed, 7).unwrap().unwrap();
+        let committable = SinkWriter::<u64>::pre_commit(&mut failed, 7)
+            .unwrap()
+            .unwrap();
         write(&mut failed, &[3]); // after the barrier: to be replayed
         SinkWriter::<u64>::pre_commit(&mut failed, 8).unwrap(); // checkpoint 8 never completes
         drop(failed); // the crash: neither checkpoint's files were renamed
         let mut restored = writer(dir.path(), 0, "run2");
         SinkWriter::<u64>::recover(&mut restored, vec![committable]).unwrap();
         assert_eq!(visible(dir.path()), vec!["1", "2"]);
-        assert_eq!(std::fs::read_dir(dir.path().join(IN_PROGRESS)).unwrap().count(), 0, "the rest is gone");
+        assert_eq!(
+            std::fs::read_dir(dir.path().join(IN_PROGRESS))
+                .unwrap()
+                .count(),
+            0,
+            "the rest is gone"
+        );
         write(&mut restored, &[3]);
-        SinkWriter::<u64>::close(&mut restored).unwrap().unwrap()().unwrap();
+        SinkWriter::<u64>::close(&mut restored).unwrap().unwrap()(Ending::Drained).unwrap();
         assert_eq!(visible(dir.path()), vec!["1", "2", "3"]);
+    }
+
+    #[test]
+    fn a_stop_with_savepoint_commits_up_to_the_savepoint_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = writer(dir.path(), 0, "a");
+        write(&mut w, &[1]);
+        SinkWriter::<u64>::pre_commit(&mut w, 4).unwrap();
+        write(&mut w, &[2]);
+        SinkWriter::<u64>::pre_commit(&mut w, 5).unwrap(); // the savepoint
+        write(&mut w, &[3]); // after its barrier
+        let finalizer = SinkWriter::<u64>::close(&mut w).unwrap().unwrap();
+        finalizer(Ending::Stopped { up_to: 5 }).unwrap();
+        assert_eq!(visible(dir.path()), vec!["1", "2"]);
+        assert_eq!(
+            std::fs::read_dir(dir.path().join(IN_PROGRESS))
+                .unwrap()
+                .count(),
+            1,
+            "left for the restore to abort"
+        );
     }
 
     #[test]
@@ -357,7 +442,11 @@ mod tests {
         write(&mut w, &[30]);
         SinkWriter::<u64>::pre_commit(&mut w, 1).unwrap();
         SinkWriter::<u64>::commit(&mut w, 1).unwrap();
-        let files = std::fs::read_dir(dir.path()).unwrap().flatten().filter(|e| e.path().is_file()).count();
+        let files = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_file())
+            .count();
         assert_eq!(files, 2);
         assert_eq!(visible(dir.path()), vec!["10", "20", "30"]);
     }

@@ -32,7 +32,12 @@ pub struct FileSink<T> {
 impl<T> FileSink<T> {
     /// A sink writing part files into `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        FileSink { dir: dir.into(), setting: "output".into(), append: false, _type: PhantomData }
+        FileSink {
+            dir: dir.into(),
+            setting: "output".into(),
+            append: false,
+            _type: PhantomData,
+        }
     }
 
     /// The name of the setting the directory came from, used in configuration errors.
@@ -60,12 +65,18 @@ pub(crate) fn check_writable_dir(dir: &Path, setting: &str) -> Result<()> {
         match std::fs::metadata(path) {
             Ok(meta) if meta.is_dir() => {
                 if meta.permissions().readonly() {
-                    return Err(Error::config(setting, format!("`{}`: directory is not writable", path.display())));
+                    return Err(Error::config(
+                        setting,
+                        format!("`{}`: directory is not writable", path.display()),
+                    ));
                 }
                 return Ok(());
             }
             Ok(_) => {
-                return Err(Error::config(setting, format!("`{}` exists and is not a directory", path.display())));
+                return Err(Error::config(
+                    setting,
+                    format!("`{}` exists and is not a directory", path.display()),
+                ));
             }
             Err(_) => existing = path.parent().filter(|p| !p.as_os_str().is_empty()),
         }
@@ -105,8 +116,9 @@ impl FileWriter {
     fn file(&mut self) -> Result<&mut BufWriter<File>> {
         if self.file.is_none() {
             if let Some(dir) = self.path.parent() {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| Error::io(format!("cannot create directory `{}`", dir.display()), e))?;
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    Error::io(format!("cannot create directory `{}`", dir.display()), e)
+                })?;
             }
             let file = OpenOptions::new()
                 .create(true)
@@ -133,7 +145,8 @@ impl<T: Data> SinkWriter<T> for FileWriter {
             line.clear();
             serde_json::to_writer(&mut line, &record.value).map_err(Error::user)?;
             line.push(b'\n');
-            file.write_all(&line).map_err(|e| Error::io(format!("cannot write `{}`", path.display()), e))?;
+            file.write_all(&line)
+                .map_err(|e| Error::io(format!("cannot write `{}`", path.display()), e))?;
         }
         self.line = line;
         self.dirty = true;
@@ -144,7 +157,8 @@ impl<T: Data> SinkWriter<T> for FileWriter {
         if self.dirty
             && let Some(file) = &mut self.file
         {
-            file.flush().map_err(|e| Error::io(format!("cannot write `{}`", self.path.display()), e))?;
+            file.flush()
+                .map_err(|e| Error::io(format!("cannot write `{}`", self.path.display()), e))?;
             self.dirty = false;
         }
         Ok(())
@@ -153,8 +167,14 @@ impl<T: Data> SinkWriter<T> for FileWriter {
     fn close(&mut self) -> Result<Option<crate::sink::Finalizer>> {
         <Self as SinkWriter<T>>::flush(self)?;
         if let Some(file) = self.file.take() {
-            let file = file.into_inner().map_err(|e| Error::io(format!("cannot write `{}`", self.path.display()), e.into_error()))?;
-            file.sync_all().map_err(|e| Error::io(format!("cannot sync `{}`", self.path.display()), e))?;
+            let file = file.into_inner().map_err(|e| {
+                Error::io(
+                    format!("cannot write `{}`", self.path.display()),
+                    e.into_error(),
+                )
+            })?;
+            file.sync_all()
+                .map_err(|e| Error::io(format!("cannot sync `{}`", self.path.display()), e))?;
         }
         Ok(None)
     }
@@ -170,7 +190,10 @@ mod tests {
         let file = dir.path().join("file");
         std::fs::write(&file, b"x").unwrap();
         let err = check_writable_dir(&file.join("out"), "output").unwrap_err();
-        assert!(matches!(err, Error::Config { ref setting, .. } if setting == "output"), "{err}");
+        assert!(
+            matches!(err, Error::Config { ref setting, .. } if setting == "output"),
+            "{err}"
+        );
         check_writable_dir(&dir.path().join("new/deeper"), "output").unwrap();
     }
 }

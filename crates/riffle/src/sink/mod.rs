@@ -42,9 +42,23 @@ pub trait Sink<T: Data>: Send + Sync + 'static {
     }
 }
 
+/// How a run whose every task finished successfully ended, told to the sinks' finalizers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// The input was drained (a bounded job, or a stop without savepoint): commit everything.
+    Drained,
+    /// Stopped with a savepoint: nothing after its barrier may become visible. Commit what was
+    /// pre-committed up to checkpoint `up_to` (the savepoint when it completed, else the last
+    /// completed checkpoint; 0 for none) and leave the rest to be aborted when the job restores.
+    Stopped {
+        /// The last completed checkpoint or savepoint of the job.
+        up_to: u64,
+    },
+}
+
 /// What a sink leaves to be done once every task of the job finished successfully (the commit
 /// of the last data of a bounded job).
-pub type Finalizer = Box<dyn FnOnce() -> Result<()> + Send>;
+pub type Finalizer = Box<dyn FnOnce(Ending) -> Result<()> + Send>;
 
 /// The finalizers a run collects from its sinks.
 #[derive(Clone, Default)]

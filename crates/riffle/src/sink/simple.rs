@@ -46,11 +46,16 @@ impl<T: Data> SinkWriter<T> for StdoutWriter {
             serde_json::to_writer(&mut self.line, &record.value).map_err(Error::user)?;
             self.line.push(b'\n');
         }
-        std::io::stdout().lock().write_all(&self.line).map_err(|e| Error::io("cannot write to stdout", e))
+        std::io::stdout()
+            .lock()
+            .write_all(&self.line)
+            .map_err(|e| Error::io("cannot write to stdout", e))
     }
 
     fn flush(&mut self) -> Result<()> {
-        std::io::stdout().flush().map_err(|e| Error::io("cannot write to stdout", e))
+        std::io::stdout()
+            .flush()
+            .map_err(|e| Error::io("cannot write to stdout", e))
     }
 }
 
@@ -104,18 +109,28 @@ pub struct ThrottledSink<S> {
 impl<S> ThrottledSink<S> {
     /// `inner`, taking at most `records_per_second` records per second in each subtask.
     pub fn new(inner: S, records_per_second: f64) -> Self {
-        ThrottledSink { inner, records_per_second }
+        ThrottledSink {
+            inner,
+            records_per_second,
+        }
     }
 }
 
 impl<T: Data, S: Sink<T>> Sink<T> for ThrottledSink<S> {
     fn name(&self) -> String {
-        format!("{} (throttled to {}/s)", self.inner.name(), self.records_per_second)
+        format!(
+            "{} (throttled to {}/s)",
+            self.inner.name(),
+            self.records_per_second
+        )
     }
 
     fn validate(&self) -> Result<()> {
         if !(self.records_per_second > 0.0 && self.records_per_second.is_finite()) {
-            return Err(Error::config("sink rate", format!("must be a positive number, got {}", self.records_per_second)));
+            return Err(Error::config(
+                "sink rate",
+                format!("must be a positive number, got {}", self.records_per_second),
+            ));
         }
         self.inner.validate()
     }
@@ -144,7 +159,9 @@ impl<T: Data> SinkWriter<T> for ThrottledWriter<T> {
     fn write(&mut self, batch: &mut Vec<Record<T>>) -> Result<()> {
         let now = Instant::now();
         // Never bank more than a short burst of idle time.
-        let start = self.next_free.map_or(now, |t| t.max(now - self.per_record.min(Duration::from_millis(10))));
+        let start = self.next_free.map_or(now, |t| {
+            t.max(now - self.per_record.min(Duration::from_millis(10)))
+        });
         let due = start + self.per_record * batch.len() as u32;
         self.next_free = Some(due);
         self.inner.write(batch)?;

@@ -19,7 +19,11 @@ pub(crate) struct BadRecordHandler {
 
 impl BadRecordHandler {
     pub(crate) fn new(policy: BadRecordPolicy, operator: &str) -> Self {
-        BadRecordHandler { policy, operator: operator.to_string(), log: RateLimitedLog::new(Duration::from_secs(10)) }
+        BadRecordHandler {
+            policy,
+            operator: operator.to_string(),
+            log: RateLimitedLog::new(Duration::from_secs(10)),
+        }
     }
 
     /// Handles the bad records of `split`; `dead_letter` receives the dead letters.

@@ -14,7 +14,9 @@ pub struct CollectionSource<T> {
 impl<T> CollectionSource<T> {
     /// A source emitting `values`.
     pub fn new(values: Vec<T>) -> Self {
-        CollectionSource { values: Arc::new(values) }
+        CollectionSource {
+            values: Arc::new(values),
+        }
     }
 }
 
@@ -31,7 +33,9 @@ impl<T: Data + Sync> Source<T> for CollectionSource<T> {
 
     fn splits(&self, parallelism: usize) -> Result<Vec<(usize, usize)>> {
         let n = self.values.len();
-        Ok((0..parallelism).map(|i| (i * n / parallelism, (i + 1) * n / parallelism)).collect())
+        Ok((0..parallelism)
+            .map(|i| (i * n / parallelism, (i + 1) * n / parallelism))
+            .collect())
     }
 
     fn bad_record_policy(&self) -> crate::source::BadRecordPolicy {
@@ -40,7 +44,12 @@ impl<T: Data + Sync> Source<T> for CollectionSource<T> {
     }
 
     fn reader(&self, (start, end): (usize, usize)) -> Result<Box<dyn SplitReader<T>>> {
-        Ok(Box::new(CollectionReader { values: self.values.clone(), start, next: start, end }))
+        Ok(Box::new(CollectionReader {
+            values: self.values.clone(),
+            start,
+            next: start,
+            end,
+        }))
     }
 }
 
@@ -62,7 +71,11 @@ impl<T: Data + Sync> SplitReader<T> for CollectionReader<T> {
             out.emit(value.clone());
         }
         self.next = stop;
-        Ok(if self.next == self.end { ReadStatus::Finished } else { ReadStatus::Ready })
+        Ok(if self.next == self.end {
+            ReadStatus::Finished
+        } else {
+            ReadStatus::Ready
+        })
     }
 
     fn position(&self) -> serde_json::Value {
@@ -70,7 +83,9 @@ impl<T: Data + Sync> SplitReader<T> for CollectionReader<T> {
     }
 
     fn seek(&mut self, position: &serde_json::Value) -> Result<()> {
-        let next = position.as_u64().ok_or_else(|| crate::Error::user(format!("bad position {position}")))?;
+        let next = position
+            .as_u64()
+            .ok_or_else(|| crate::Error::user(format!("bad position {position}")))?;
         self.next = (next as usize).clamp(self.start, self.end);
         Ok(())
     }

@@ -45,7 +45,13 @@ pub struct DatagenSource<G> {
 impl<G: Generator> DatagenSource<G> {
     /// An unbounded, unpaced source over `generator`, with 8 splits (the seed's 8 partitions).
     pub fn new(generator: G) -> Self {
-        DatagenSource { generator: Arc::new(generator), count: None, rate: None, splits: 8, origin: Mutex::default() }
+        DatagenSource {
+            generator: Arc::new(generator),
+            count: None,
+            rate: None,
+            splits: 8,
+            origin: Mutex::default(),
+        }
     }
 
     /// Stops after `count` records in total (a bounded source).
@@ -99,7 +105,11 @@ impl<G: Generator> Source<G::Item> for DatagenSource<G> {
     }
 
     fn boundedness(&self) -> Boundedness {
-        if self.count.is_some() { Boundedness::Bounded } else { Boundedness::Unbounded }
+        if self.count.is_some() {
+            Boundedness::Bounded
+        } else {
+            Boundedness::Unbounded
+        }
     }
 
     fn validate(&self) -> Result<()> {
@@ -109,7 +119,10 @@ impl<G: Generator> Source<G::Item> for DatagenSource<G> {
         if let Some(rate) = self.rate
             && !(rate > 0.0 && rate.is_finite())
         {
-            return Err(Error::config("rate", format!("must be a positive number of events per second, got {rate}")));
+            return Err(Error::config(
+                "rate",
+                format!("must be a positive number of events per second, got {rate}"),
+            ));
         }
         Ok(())
     }
@@ -128,7 +141,13 @@ impl<G: Generator> Source<G::Item> for DatagenSource<G> {
     fn reader(&self, split: usize) -> Result<Box<dyn SplitReader<G::Item>>> {
         let splits = self.splits as u64;
         let split_u64 = split as u64;
-        let total = self.count.map(|count| if count > split_u64 { (count - split_u64).div_ceil(splits) } else { 0 });
+        let total = self.count.map(|count| {
+            if count > split_u64 {
+                (count - split_u64).div_ceil(splits)
+            } else {
+                0
+            }
+        });
         Ok(Box::new(DatagenReader {
             generator: self.generator.clone(),
             split: split_u64,
@@ -164,7 +183,9 @@ impl<G: Generator> SplitReader<G::Item> for DatagenReader<G> {
     }
 
     fn read(&mut self, out: &mut SourceOutput<G::Item>, max: usize) -> Result<ReadStatus> {
-        let remaining = self.total.map_or(u64::MAX, |t| t.saturating_sub(self.produced));
+        let remaining = self
+            .total
+            .map_or(u64::MAX, |t| t.saturating_sub(self.produced));
         if remaining == 0 {
             return Ok(ReadStatus::Finished);
         }
@@ -175,15 +196,23 @@ impl<G: Generator> SplitReader<G::Item> for DatagenReader<G> {
             let due = base + (since.elapsed().as_secs_f64() * rate) as u64;
             n = n.min(due.saturating_sub(self.produced));
             if n == 0 {
-                let next = since + Duration::from_secs_f64((self.produced + 1 - base) as f64 / rate);
+                let next =
+                    since + Duration::from_secs_f64((self.produced + 1 - base) as f64 / rate);
                 return Ok(ReadStatus::Pending(Some(next)));
             }
         }
         for _ in 0..n {
-            out.emit(self.generator.generate(self.split + self.produced * self.splits));
+            out.emit(
+                self.generator
+                    .generate(self.split + self.produced * self.splits),
+            );
             self.produced += 1;
         }
-        Ok(if self.total == Some(self.produced) { ReadStatus::Finished } else { ReadStatus::Ready })
+        Ok(if self.total == Some(self.produced) {
+            ReadStatus::Finished
+        } else {
+            ReadStatus::Ready
+        })
     }
 
     fn position(&self) -> serde_json::Value {
@@ -191,7 +220,9 @@ impl<G: Generator> SplitReader<G::Item> for DatagenReader<G> {
     }
 
     fn seek(&mut self, position: &serde_json::Value) -> Result<()> {
-        self.produced = position.as_u64().ok_or_else(|| Error::user(format!("bad datagen position {position}")))?;
+        self.produced = position
+            .as_u64()
+            .ok_or_else(|| Error::user(format!("bad datagen position {position}")))?;
         self.paced_from = None;
         Ok(())
     }
@@ -260,21 +291,32 @@ impl Default for ClicksConfig {
 impl ClicksConfig {
     /// Checks the shares and counts; the error names the field.
     pub fn validate(&self) -> Result<()> {
-        for (name, share) in
-            [("bot_share", self.bot_share), ("hot_key_share", self.hot_key_share), ("late_share", self.late_share)]
-        {
+        for (name, share) in [
+            ("bot_share", self.bot_share),
+            ("hot_key_share", self.hot_key_share),
+            ("late_share", self.late_share),
+        ] {
             if !(0.0..=1.0).contains(&share) {
-                return Err(Error::config(name, format!("must be between 0 and 1, got {share}")));
+                return Err(Error::config(
+                    name,
+                    format!("must be between 0 and 1, got {share}"),
+                ));
             }
         }
         if self.users == 0 {
             return Err(Error::config("users", "must be at least 1"));
         }
         if !(self.events_per_second > 0.0 && self.events_per_second.is_finite()) {
-            return Err(Error::config("events_per_second", "must be a positive number"));
+            return Err(Error::config(
+                "events_per_second",
+                "must be a positive number",
+            ));
         }
         if self.max_out_of_orderness_ms < 0 || self.late_delay_ms < 0 {
-            return Err(Error::config("max_out_of_orderness_ms", "delays must not be negative"));
+            return Err(Error::config(
+                "max_out_of_orderness_ms",
+                "delays must not be negative",
+            ));
         }
         Ok(())
     }
@@ -296,7 +338,15 @@ const BOTS: &[&str] = &[
     "curl/8.11.0",
 ];
 
-const PAGES: &[&str] = &["/", "/search", "/product", "/cart", "/checkout", "/article", "/profile"];
+const PAGES: &[&str] = &[
+    "/",
+    "/search",
+    "/product",
+    "/cart",
+    "/checkout",
+    "/article",
+    "/profile",
+];
 
 /// Generates the seed's clicks.
 #[derive(Clone, Debug)]
@@ -307,7 +357,9 @@ pub struct ClickGenerator {
 
 /// SplitMix64: a well-mixed 64-bit value for each (seed, index, stream) triple.
 fn mix(seed: u64, index: u64, stream: u64) -> u64 {
-    let mut z = seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03);
+    let mut z = seed
+        ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -322,7 +374,10 @@ impl ClickGenerator {
     /// A generator for `config`.
     pub fn new(config: ClicksConfig) -> Self {
         let ms_per_event = 1000.0 / config.events_per_second;
-        ClickGenerator { config, ms_per_event }
+        ClickGenerator {
+            config,
+            ms_per_event,
+        }
     }
 
     /// The configuration.
@@ -337,7 +392,13 @@ impl ClickGenerator {
         if first == 127 || first == 10 {
             first += 1;
         }
-        format!("{}.{}.{}.{}", first, (bits >> 8) as u8, (bits >> 16) as u8, (bits >> 24) as u8)
+        format!(
+            "{}.{}.{}.{}",
+            first,
+            (bits >> 8) as u8,
+            (bits >> 16) as u8,
+            (bits >> 24) as u8
+        )
     }
 
     /// The event time click `index` would have if it arrived on time.
@@ -362,7 +423,11 @@ impl Generator for ClickGenerator {
         let user_agent = agents[(mix(seed, index, 4) % agents.len() as u64) as usize].to_string();
         let page_bits = mix(seed, index, 5);
         let page = PAGES[(page_bits % PAGES.len() as u64) as usize];
-        let url = if page == "/" { page.to_string() } else { format!("{page}/{}", (page_bits >> 8) % 10_000) };
+        let url = if page == "/" {
+            page.to_string()
+        } else {
+            format!("{page}/{}", (page_bits >> 8) % 10_000)
+        };
         let mut event_time = self.on_time_event_time(index);
         if c.max_out_of_orderness_ms > 0 {
             event_time -= (mix(seed, index, 6) % (c.max_out_of_orderness_ms as u64 + 1)) as i64;
@@ -370,7 +435,13 @@ impl Generator for ClickGenerator {
         if unit(mix(seed, index, 8)) < c.late_share {
             event_time -= c.late_delay_ms;
         }
-        Click { user_id, url, user_agent, ip: self.ip_of(user_id), event_time }
+        Click {
+            user_id,
+            url,
+            user_agent,
+            ip: self.ip_of(user_id),
+            event_time,
+        }
     }
 
     fn name(&self) -> String {
@@ -418,32 +489,60 @@ mod tests {
 
     #[test]
     fn clicks_are_deterministic_and_match_the_configured_shares() {
-        let generator = ClickGenerator::new(ClicksConfig { users: 1000, ..ClicksConfig::default() });
+        let generator = ClickGenerator::new(ClicksConfig {
+            users: 1000,
+            ..ClicksConfig::default()
+        });
         assert_eq!(generator.generate(12345), generator.generate(12345));
         let clicks: Vec<Click> = (0..20_000).map(|i| generator.generate(i)).collect();
-        let bots = clicks.iter().filter(|c| BOTS.contains(&c.user_agent.as_str())).count();
+        let bots = clicks
+            .iter()
+            .filter(|c| BOTS.contains(&c.user_agent.as_str()))
+            .count();
         assert!((5_400..6_600).contains(&bots), "about 30% bots, got {bots}");
         assert!(clicks.iter().all(|c| (1..=1000).contains(&c.user_id)));
-        let ip_of_7: Vec<_> = clicks.iter().filter(|c| c.user_id == 7).map(|c| c.ip.clone()).collect();
-        assert!(ip_of_7.windows(2).all(|w| w[0] == w[1]), "a user keeps one address");
-        let late = clicks.iter().enumerate().filter(|(i, c)| {
-            generator.on_time_event_time(*i as u64) - c.event_time > 2_000
-        });
+        let ip_of_7: Vec<_> = clicks
+            .iter()
+            .filter(|c| c.user_id == 7)
+            .map(|c| c.ip.clone())
+            .collect();
+        assert!(
+            ip_of_7.windows(2).all(|w| w[0] == w[1]),
+            "a user keeps one address"
+        );
+        let late = clicks
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| generator.on_time_event_time(*i as u64) - c.event_time > 2_000);
         assert!((5..50).contains(&late.count()), "about 0.1% very late");
     }
 
     #[test]
     fn the_hot_key_takes_its_share() {
-        let generator = ClickGenerator::new(ClicksConfig { hot_key_share: 0.8, ..ClicksConfig::default() });
-        let hot = (0..10_000).filter(|&i| generator.generate(i).user_id == 42).count();
+        let generator = ClickGenerator::new(ClicksConfig {
+            hot_key_share: 0.8,
+            ..ClicksConfig::default()
+        });
+        let hot = (0..10_000)
+            .filter(|&i| generator.generate(i).user_id == 42)
+            .count();
         assert!((7_700..8_300).contains(&hot), "got {hot}");
     }
 
     #[test]
     fn the_union_of_splits_is_the_same_stream_for_any_split_count() {
-        let config = ClicksConfig { users: 50, ..ClicksConfig::default() };
-        let mut a = read_all(&DatagenSource::clicks(config.clone()).count(1001).splits(3), 2);
-        let mut b = read_all(&DatagenSource::clicks(config.clone()).count(1001).splits(8), 4);
+        let config = ClicksConfig {
+            users: 50,
+            ..ClicksConfig::default()
+        };
+        let mut a = read_all(
+            &DatagenSource::clicks(config.clone()).count(1001).splits(3),
+            2,
+        );
+        let mut b = read_all(
+            &DatagenSource::clicks(config.clone()).count(1001).splits(8),
+            4,
+        );
         let generator = ClickGenerator::new(config);
         let mut expected: Vec<Click> = (0..1001).map(|i| generator.generate(i)).collect();
         for v in [&mut a, &mut b, &mut expected] {
@@ -455,7 +554,9 @@ mod tests {
 
     #[test]
     fn a_reader_resumes_from_its_position() {
-        let source = DatagenSource::clicks(ClicksConfig::default()).count(100).splits(1);
+        let source = DatagenSource::clicks(ClicksConfig::default())
+            .count(100)
+            .splits(1);
         let mut reader = source.reader(0).unwrap();
         let mut out = SourceOutput::with_capacity(10);
         reader.read(&mut out, 30).unwrap();
@@ -476,7 +577,9 @@ mod tests {
 
     #[test]
     fn pacing_holds_records_back_until_they_are_due() {
-        let source = DatagenSource::new(JsonPayloads(ClickGenerator::new(ClicksConfig::default()))).rate(100.0).splits(1);
+        let source = DatagenSource::new(JsonPayloads(ClickGenerator::new(ClicksConfig::default())))
+            .rate(100.0)
+            .splits(1);
         let mut reader = source.reader(0).unwrap();
         let mut out = SourceOutput::with_capacity(10);
         match reader.read(&mut out, 10).unwrap() {
@@ -485,8 +588,15 @@ mod tests {
         }
         std::thread::sleep(Duration::from_millis(55));
         reader.read(&mut out, 10).unwrap();
-        assert!((4..=7).contains(&out.len()), "about 5 records after 50 ms at 100/s, got {}", out.len());
+        assert!(
+            (4..=7).contains(&out.len()),
+            "about 5 records after 50 ms at 100/s, got {}",
+            out.len()
+        );
         let click: Click = serde_json::from_str(&out.records[0].value).unwrap();
-        assert!(click.event_time <= DEFAULT_START_TIME, "the first clicks happen at the start time or before");
+        assert!(
+            click.event_time <= DEFAULT_START_TIME,
+            "the first clicks happen at the start time or before"
+        );
     }
 }

@@ -48,7 +48,13 @@ impl<T> FileSource<T> {
     }
 
     fn new(path: PathBuf, format: FileFormat) -> Self {
-        FileSource { path, format, policy: BadRecordPolicy::default(), setting: "input".into(), _type: PhantomData }
+        FileSource {
+            path,
+            format,
+            policy: BadRecordPolicy::default(),
+            setting: "input".into(),
+            _type: PhantomData,
+        }
     }
 
     /// What to do with lines that cannot be decoded (default: dead-letter).
@@ -74,7 +80,8 @@ impl<T> FileSource<T> {
             .map_err(|e| Error::config(&self.setting, format!("`{}`: {e}", self.path.display())))?;
         let mut files = Vec::new();
         for entry in entries {
-            let entry = entry.map_err(|e| Error::io(format!("cannot list `{}`", self.path.display()), e))?;
+            let entry = entry
+                .map_err(|e| Error::io(format!("cannot list `{}`", self.path.display()), e))?;
             let hidden = entry.file_name().to_string_lossy().starts_with('.');
             if !hidden && entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
                 files.push(entry.path());
@@ -106,7 +113,8 @@ impl<T: Data> Source<T> for FileSource<T> {
 
     fn validate(&self) -> Result<()> {
         for file in self.files()? {
-            File::open(&file).map_err(|e| Error::config(&self.setting, format!("`{}`: {e}", file.display())))?;
+            File::open(&file)
+                .map_err(|e| Error::config(&self.setting, format!("`{}`: {e}", file.display())))?;
         }
         Ok(())
     }
@@ -116,7 +124,8 @@ impl<T: Data> Source<T> for FileSource<T> {
     }
 
     fn reader(&self, path: PathBuf) -> Result<Box<dyn SplitReader<T>>> {
-        let file = File::open(&path).map_err(|e| Error::io(format!("cannot open `{}`", path.display()), e))?;
+        let file = File::open(&path)
+            .map_err(|e| Error::io(format!("cannot open `{}`", path.display()), e))?;
         Ok(Box::new(FileReader {
             reader: BufReader::with_capacity(1 << 16, file),
             path,
@@ -154,7 +163,10 @@ impl<T: Data> FileReader<T> {
     /// Reads one line into `self.line` (without its end); false at the end of the file.
     fn next_line(&mut self) -> Result<bool> {
         self.line.clear();
-        let n = self.reader.read_until(b'\n', &mut self.line).map_err(|e| self.io_error(e))?;
+        let n = self
+            .reader
+            .read_until(b'\n', &mut self.line)
+            .map_err(|e| self.io_error(e))?;
         if n == 0 {
             return Ok(false);
         }
@@ -172,24 +184,30 @@ impl<T: Data> FileReader<T> {
             FileFormat::Lines => match std::str::from_utf8(&self.line) {
                 Ok(text) => {
                     let text: Box<dyn std::any::Any> = Box::new(text.to_string());
-                    Ok(*text.downcast::<T>().expect("`lines` is only built for strings"))
+                    Ok(*text
+                        .downcast::<T>()
+                        .expect("`lines` is only built for strings"))
                 }
                 Err(e) => Err(format!("not UTF-8: {e}")),
             },
-            FileFormat::JsonLines => serde_json::from_slice::<T>(&self.line).map_err(|e| e.to_string()),
+            FileFormat::JsonLines => {
+                serde_json::from_slice::<T>(&self.line).map_err(|e| e.to_string())
+            }
             FileFormat::Csv => {
                 let Some(header) = &self.header else {
-                    self.header = Some(parse_csv_line(&self.line).map_err(|e| {
-                        Error::BadRecord {
+                    self.header =
+                        Some(parse_csv_line(&self.line).map_err(|e| Error::BadRecord {
                             source_name: self.path.display().to_string(),
                             position: "line 1".into(),
                             message: format!("cannot read the CSV header: {e}"),
-                        }
-                    })?);
+                        })?);
                     return Ok(false);
                 };
-                parse_csv_line(&self.line)
-                    .and_then(|fields| fields.deserialize::<T>(Some(header)).map_err(|e| e.to_string()))
+                parse_csv_line(&self.line).and_then(|fields| {
+                    fields
+                        .deserialize::<T>(Some(header))
+                        .map_err(|e| e.to_string())
+                })
             }
         };
         match decoded {
@@ -201,7 +219,9 @@ impl<T: Data> FileReader<T> {
 }
 
 fn parse_csv_line(line: &[u8]) -> std::result::Result<csv::StringRecord, String> {
-    let mut reader = csv::ReaderBuilder::new().has_headers(false).from_reader(line);
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .from_reader(line);
     let mut record = csv::StringRecord::new();
     match reader.read_record(&mut record) {
         Ok(true) => Ok(record),
@@ -243,7 +263,9 @@ impl<T: Data> SplitReader<T> for FileReader<T> {
         };
         if self.format == FileFormat::Csv && self.header.is_none() && offset > 0 {
             // The header is needed to decode what follows: read it again first.
-            self.reader.seek(SeekFrom::Start(0)).map_err(|e| self.io_error(e))?;
+            self.reader
+                .seek(SeekFrom::Start(0))
+                .map_err(|e| self.io_error(e))?;
             self.offset = 0;
             self.line_number = 0;
             if self.next_line()? {
@@ -251,7 +273,9 @@ impl<T: Data> SplitReader<T> for FileReader<T> {
                 self.decode(&mut ignored)?;
             }
         }
-        self.reader.seek(SeekFrom::Start(offset)).map_err(|e| self.io_error(e))?;
+        self.reader
+            .seek(SeekFrom::Start(offset))
+            .map_err(|e| self.io_error(e))?;
         self.offset = offset;
         self.line_number = line;
         Ok(())
@@ -282,7 +306,11 @@ mod tests {
             let mut out = SourceOutput::with_capacity(10);
             while reader.read(&mut out, 2).unwrap() != ReadStatus::Finished {}
             rows.extend(out.records.drain(..).map(|r| r.value));
-            bad.extend(out.bad.drain(..).map(|b| format!("{}: {}", b.position, b.payload)));
+            bad.extend(
+                out.bad
+                    .drain(..)
+                    .map(|b| format!("{}: {}", b.position, b.payload)),
+            );
         }
         (rows, bad)
     }
@@ -290,8 +318,11 @@ mod tests {
     #[test]
     fn json_lines_with_bad_lines_reported_by_line() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("a.jsonl"), "{\"id\":1,\"name\":\"x\"}\n\nnot json\n{\"id\":2,\"name\":\"y\"}\r\n")
-            .unwrap();
+        std::fs::write(
+            dir.path().join("a.jsonl"),
+            "{\"id\":1,\"name\":\"x\"}\n\nnot json\n{\"id\":2,\"name\":\"y\"}\r\n",
+        )
+        .unwrap();
         std::fs::write(dir.path().join("b.jsonl"), "{\"id\":3,\"name\":\"z\"}").unwrap();
         std::fs::write(dir.path().join(".hidden"), "ignored").unwrap();
         let (rows, bad) = read_all(&FileSource::json(dir.path()));
@@ -305,7 +336,19 @@ mod tests {
         let path = dir.path().join("rows.csv");
         std::fs::write(&path, "name,id\n\"a, quoted\",1\nb,not-a-number\nc,3\n").unwrap();
         let (rows, bad) = read_all(&FileSource::csv(&path));
-        assert_eq!(rows, vec![Row { id: 1, name: "a, quoted".into() }, Row { id: 3, name: "c".into() }]);
+        assert_eq!(
+            rows,
+            vec![
+                Row {
+                    id: 1,
+                    name: "a, quoted".into()
+                },
+                Row {
+                    id: 3,
+                    name: "c".into()
+                }
+            ]
+        );
         assert_eq!(bad, vec!["line 3: b,not-a-number"]);
     }
 
@@ -338,12 +381,21 @@ mod tests {
         resumed.seek(&position).unwrap();
         let mut out = SourceOutput::with_capacity(10);
         while resumed.read(&mut out, 10).unwrap() != ReadStatus::Finished {}
-        assert_eq!(out.records.iter().map(|r| r.value.id).collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(
+            out.records.iter().map(|r| r.value.id).collect::<Vec<_>>(),
+            vec![2, 3]
+        );
     }
 
     #[test]
     fn a_missing_path_is_a_configuration_error_naming_the_setting() {
-        let err = Source::<Row>::validate(&FileSource::<Row>::json("/no/such/path").setting_name("--input")).unwrap_err();
-        assert!(matches!(&err, Error::Config { setting, .. } if setting == "--input"), "{err}");
+        let err = Source::<Row>::validate(
+            &FileSource::<Row>::json("/no/such/path").setting_name("--input"),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, Error::Config { setting, .. } if setting == "--input"),
+            "{err}"
+        );
     }
 }

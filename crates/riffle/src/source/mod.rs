@@ -19,7 +19,6 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) use bad_records::BadRecordHandler;
 
-
 use crate::error::Result;
 use crate::record::{Data, NO_TIMESTAMP, Record, Timestamp};
 
@@ -53,7 +52,9 @@ impl std::str::FromStr for BadRecordPolicy {
             "fail" => Ok(BadRecordPolicy::Fail),
             "skip" => Ok(BadRecordPolicy::Skip),
             "dead-letter" => Ok(BadRecordPolicy::DeadLetter),
-            other => Err(format!("unknown bad-record policy `{other}` (expected fail, skip or dead-letter)")),
+            other => Err(format!(
+                "unknown bad-record policy `{other}` (expected fail, skip or dead-letter)"
+            )),
         }
     }
 }
@@ -147,12 +148,18 @@ pub(crate) struct BadInput {
 
 impl<T> SourceOutput<T> {
     pub(crate) fn with_capacity(capacity: usize) -> Self {
-        SourceOutput { records: Vec::with_capacity(capacity), bad: Vec::new() }
+        SourceOutput {
+            records: Vec::with_capacity(capacity),
+            bad: Vec::new(),
+        }
     }
 
     /// Emits a record without an event timestamp (the job's watermark strategy assigns one).
     pub fn emit(&mut self, value: T) {
-        self.records.push(Record { value, timestamp: NO_TIMESTAMP });
+        self.records.push(Record {
+            value,
+            timestamp: NO_TIMESTAMP,
+        });
     }
 
     /// Emits a record with the timestamp the source knows (a Kafka record's timestamp).
@@ -161,7 +168,12 @@ impl<T> SourceOutput<T> {
     }
 
     /// Reports a record that could not be decoded at `position`.
-    pub fn bad_record(&mut self, position: impl Into<String>, error: impl std::fmt::Display, payload: &[u8]) {
+    pub fn bad_record(
+        &mut self,
+        position: impl Into<String>,
+        error: impl std::fmt::Display,
+        payload: &[u8],
+    ) {
         self.bad.push(BadInput {
             position: position.into(),
             error: error.to_string(),

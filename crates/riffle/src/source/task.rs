@@ -6,13 +6,17 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::{OperatorSnapshot, Redistribution, RestoreState, SnapshotWriter, TaskSnapshot};
+use crate::checkpoint::{
+    OperatorSnapshot, Redistribution, RestoreState, SnapshotWriter, TaskSnapshot,
+};
 use crate::error::{Error, Result};
 use crate::metrics::OperatorMetrics;
 use crate::record::{CheckpointBarrier, Data, MAX_WATERMARK};
 use crate::runtime::{CANCEL_POLL, Output, TaskContext, TaskDriver};
 use crate::source::watermarks::{SourceWatermarks, WatermarkUpdate};
-use crate::source::{BadRecordHandler, Boundedness, DeadLetter, ReadStatus, Source, SourceOutput, SplitReader};
+use crate::source::{
+    BadRecordHandler, Boundedness, DeadLetter, ReadStatus, Source, SourceOutput, SplitReader,
+};
 use crate::time::{Clock, WatermarkStrategy};
 
 /// A source in the job graph, with its type hidden from the graph.
@@ -49,7 +53,11 @@ pub(crate) struct SourceSpec<T: Data, S: Source<T>> {
 
 impl<T: Data, S: Source<T>> SourceSpec<T, S> {
     pub(crate) fn new(source: S, strategy: WatermarkStrategy<T>) -> Self {
-        SourceSpec { source, strategy, splits: Mutex::new(None) }
+        SourceSpec {
+            source,
+            strategy,
+            splits: Mutex::new(None),
+        }
     }
 }
 
@@ -83,22 +91,31 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
             }
             for reader in &mut readers {
                 if let Some(position) = positions.get(&reader.split_id()) {
-                    let position: serde_json::Value = serde_json::from_str(position).map_err(Error::user)?;
-                    reader.seek(&position).map_err(|e| e.in_operator(&setup.name, setup.subtask))?;
+                    let position: serde_json::Value =
+                        serde_json::from_str(position).map_err(Error::user)?;
+                    reader
+                        .seek(&position)
+                        .map_err(|e| e.in_operator(&setup.name, setup.subtask))?;
                 }
             }
         }
-        let output = *setup
-            .output
-            .downcast::<Box<dyn Output<T>>>()
-            .map_err(|_| Error::Graph(format!("source `{}`: output of another type", setup.name)))?;
+        let output = *setup.output.downcast::<Box<dyn Output<T>>>().map_err(|_| {
+            Error::Graph(format!("source `{}`: output of another type", setup.name))
+        })?;
         Ok(Box::new(SourceTask {
             operator_id: setup.operator_id,
             parallelism: setup.parallelism,
             last_barrier: 0,
             watermarks: SourceWatermarks::new(self.strategy.clone(), readers.len(), setup.clock),
             watermark_interval: setup.watermark_interval,
-            splits: readers.into_iter().map(|reader| SplitSlot { reader, finished: false, retry_at: None }).collect(),
+            splits: readers
+                .into_iter()
+                .map(|reader| SplitSlot {
+                    reader,
+                    finished: false,
+                    retry_at: None,
+                })
+                .collect(),
             chain: output,
             dead_letter: setup.dead_letter,
             bad_records: BadRecordHandler::new(self.source.bad_record_policy(), &setup.name),
@@ -170,13 +187,15 @@ impl<T: Data> SourceTask<T> {
                     earliest = Some(earliest.map_or(at, |e| e.min(at)));
                 }
             }
-            self.watermarks.on_records(index, &mut out.records, &mut out.bad);
+            self.watermarks
+                .on_records(index, &mut out.records, &mut out.bad);
             if !out.bad.is_empty() {
                 let split = self.splits[index].reader.split_id();
                 let dead_letter = &mut self.dead_letter;
-                self.bad_records.handle(out.bad.drain(..), &split, &self.metrics, |letter| {
-                    dead_letter.records(&mut vec![letter])
-                })?;
+                self.bad_records
+                    .handle(out.bad.drain(..), &split, &self.metrics, |letter| {
+                        dead_letter.records(&mut vec![letter])
+                    })?;
             }
             if !out.records.is_empty() {
                 progressed = true;
@@ -206,8 +225,11 @@ impl<T: Data> SourceTask<T> {
 
     /// Writes the split positions, sends the barrier down the chain, hands the snapshot over.
     fn inject(&mut self, barrier: CheckpointBarrier) -> Result<()> {
-        let positions: Vec<(String, String)> =
-            self.splits.iter().map(|s| (s.reader.split_id(), s.reader.position().to_string())).collect();
+        let positions: Vec<(String, String)> = self
+            .splits
+            .iter()
+            .map(|s| (s.reader.split_id(), s.reader.position().to_string()))
+            .collect();
         let mut writer = SnapshotWriter::default();
         writer.write_operator(Redistribution::Union, &positions)?;
         let mut snapshot = TaskSnapshot::new(barrier.id);
@@ -235,10 +257,16 @@ impl<T: Data> SourceTask<T> {
             if self.ctx.control.is_cancelled() {
                 return Err(Error::Cancelled);
             }
-            if let Some(barrier) = self.ctx.checkpoints.as_ref().and_then(|hub| hub.barrier_after(self.last_barrier)) {
+            if let Some(barrier) = self
+                .ctx
+                .checkpoints
+                .as_ref()
+                .and_then(|hub| hub.barrier_after(self.last_barrier))
+            {
                 self.inject(barrier)?;
                 if barrier.terminate {
                     // Stop with a savepoint: nothing after its barrier.
+                    self.ctx.control.stopped_at_savepoint();
                     return Ok(false);
                 }
             }
@@ -264,7 +292,10 @@ impl<T: Data> SourceTask<T> {
                 next_tick = now + self.ctx.buffer_timeout;
             }
             if !progressed {
-                let wake = earliest.unwrap_or(next_tick).min(next_tick).min(next_watermark);
+                let wake = earliest
+                    .unwrap_or(next_tick)
+                    .min(next_tick)
+                    .min(next_watermark);
                 let sleep = wake.saturating_duration_since(now).min(CANCEL_POLL);
                 if !sleep.is_zero() {
                     std::thread::sleep(sleep);
@@ -279,7 +310,9 @@ impl<T: Data> TaskDriver for SourceTask<T> {
     fn run(mut self: Box<Self>) -> Result<()> {
         self.chain.open()?;
         self.dead_letter.open()?;
-        let exhausted = self.run_loop().map_err(|e| e.in_operator(&self.name, self.subtask))?;
+        let exhausted = self
+            .run_loop()
+            .map_err(|e| e.in_operator(&self.name, self.subtask))?;
         self.ctx.finished(self.last_barrier);
         if exhausted {
             // A bounded input is complete: every window can fire (batch is a special case of streaming).

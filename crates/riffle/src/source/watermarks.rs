@@ -36,7 +36,11 @@ pub(crate) struct SourceWatermarks<T> {
 }
 
 impl<T: Serialize> SourceWatermarks<T> {
-    pub(crate) fn new(strategy: WatermarkStrategy<T>, splits: usize, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn new(
+        strategy: WatermarkStrategy<T>,
+        splits: usize,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let now = clock.now();
         SourceWatermarks {
             splits: (0..splits)
@@ -55,7 +59,12 @@ impl<T: Serialize> SourceWatermarks<T> {
 
     /// Assigns event time to the records just read from `split`, moves those too far ahead of
     /// the wall clock to `bad`, and feeds the others to the split's generator.
-    pub(crate) fn on_records(&mut self, split: usize, records: &mut Vec<Record<T>>, bad: &mut Vec<BadInput>) {
+    pub(crate) fn on_records(
+        &mut self,
+        split: usize,
+        records: &mut Vec<Record<T>>,
+        bad: &mut Vec<BadInput>,
+    ) {
         if records.is_empty() {
             return;
         }
@@ -124,7 +133,11 @@ impl<T: Serialize> SourceWatermarks<T> {
             self.idle = idle;
             updates.push(WatermarkUpdate::Idle(idle));
         }
-        let watermark = active.iter().filter_map(|s| s.generator.as_ref()).map(|g| g.current_watermark()).min();
+        let watermark = active
+            .iter()
+            .filter_map(|s| s.generator.as_ref())
+            .map(|g| g.current_watermark())
+            .min();
         if let Some(watermark) = watermark
             && watermark > self.emitted
         {
@@ -148,8 +161,15 @@ mod tests {
         SourceWatermarks::new(strategy, splits, clock.clone())
     }
 
-    fn read(t: &mut SourceWatermarks<(u32, Timestamp)>, split: usize, timestamps: &[Timestamp]) -> Vec<BadInput> {
-        let mut records: Vec<Record<(u32, Timestamp)>> = timestamps.iter().map(|&ts| Record::untimed((7, ts))).collect();
+    fn read(
+        t: &mut SourceWatermarks<(u32, Timestamp)>,
+        split: usize,
+        timestamps: &[Timestamp],
+    ) -> Vec<BadInput> {
+        let mut records: Vec<Record<(u32, Timestamp)>> = timestamps
+            .iter()
+            .map(|&ts| Record::untimed((7, ts)))
+            .collect();
         let mut bad = Vec::new();
         t.on_records(split, &mut records, &mut bad);
         assert!(records.iter().all(|r| r.timestamp == r.value.1));
@@ -183,7 +203,13 @@ mod tests {
         clock.advance(Duration::from_secs(6));
         assert_eq!(t.poll(), vec![WatermarkUpdate::Idle(true)]);
         read(&mut t, 1, &[30_000]);
-        assert_eq!(t.poll(), vec![WatermarkUpdate::Idle(false), WatermarkUpdate::Watermark(29_899)]);
+        assert_eq!(
+            t.poll(),
+            vec![
+                WatermarkUpdate::Idle(false),
+                WatermarkUpdate::Watermark(29_899)
+            ]
+        );
     }
 
     #[test]

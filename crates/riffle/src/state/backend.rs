@@ -62,7 +62,11 @@ pub trait KvStore: Send + Sync + Debug {
     fn delete(&self, key: &[u8]) -> Result<()>;
     /// Calls `visit` with every entry whose key starts with `prefix`, in key order, until it
     /// returns `false`.
-    fn scan(&self, prefix: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()>;
+    fn scan(
+        &self,
+        prefix: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()>;
     /// Estimated number of entries and bytes on disk and in memory.
     fn estimate(&self) -> (u64, u64);
     /// Writes a consistent checkpoint of the store into the new directory `dir` (under the

@@ -26,12 +26,18 @@ pub struct StateTtl {
 impl StateTtl {
     /// Entries expire `ttl` after their last write.
     pub const fn after_write(ttl: Duration) -> Self {
-        StateTtl { ttl, update: TtlUpdate::OnWrite }
+        StateTtl {
+            ttl,
+            update: TtlUpdate::OnWrite,
+        }
     }
 
     /// Entries expire `ttl` after their last read or write.
     pub const fn after_access(ttl: Duration) -> Self {
-        StateTtl { ttl, update: TtlUpdate::OnReadAndWrite }
+        StateTtl {
+            ttl,
+            update: TtlUpdate::OnReadAndWrite,
+        }
     }
 }
 
@@ -87,7 +93,11 @@ pub struct ReducingStateDescriptor<V> {
 impl<V> ReducingStateDescriptor<V> {
     /// A descriptor named `name` combining values with `reduce`.
     pub const fn new(name: &'static str, reduce: fn(V, V) -> V) -> Self {
-        ReducingStateDescriptor { name, ttl: None, reduce }
+        ReducingStateDescriptor {
+            name,
+            ttl: None,
+            reduce,
+        }
     }
 
     /// Gives entries a time-to-live.
@@ -108,7 +118,12 @@ pub struct AggregatingStateDescriptor<In, A> {
 impl<In, A> AggregatingStateDescriptor<In, A> {
     /// A descriptor named `name` aggregating with `aggregate`.
     pub const fn new(name: &'static str, aggregate: A) -> Self {
-        AggregatingStateDescriptor { name, ttl: None, aggregate, _type: PhantomData }
+        AggregatingStateDescriptor {
+            name,
+            ttl: None,
+            aggregate,
+            _type: PhantomData,
+        }
     }
 
     /// Gives entries a time-to-live.

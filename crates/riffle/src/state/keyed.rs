@@ -17,8 +17,8 @@ use crate::error::{Error, Result};
 use crate::keys::{KeyGroup, KeyGroupRange};
 use crate::record::{Data, Timestamp};
 use crate::state::descriptors::{
-    AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, StateTtl,
-    TtlUpdate, ValueStateDescriptor,
+    AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
+    StateTtl, TtlUpdate, ValueStateDescriptor,
 };
 use crate::state::table::FastMap;
 use crate::state::{KvStore, StateTable};
@@ -45,24 +45,56 @@ struct Slot {
     restore: fn(&mut (dyn Any + Send), KeyGroup, &[u8]) -> Result<()>,
 }
 
-fn expire<K: Data + Hash + Eq, X: Data>(table: &mut (dyn Any + Send), now: Timestamp, ttl: i64) -> Result<usize> {
-    let table = table.downcast_mut::<StoredTable<K, X>>().expect("slot type");
+fn expire<K: Data + Hash + Eq, X: Data>(
+    table: &mut (dyn Any + Send),
+    now: Timestamp,
+    ttl: i64,
+) -> Result<usize> {
+    let table = table
+        .downcast_mut::<StoredTable<K, X>>()
+        .expect("slot type");
     table.retain(|_, _, v| now - v.touched < ttl)
 }
 
 fn entries<K: Data + Hash + Eq, X: Data>(table: &(dyn Any + Send)) -> (usize, usize) {
-    table.downcast_ref::<StoredTable<K, X>>().expect("slot type").size()
+    table
+        .downcast_ref::<StoredTable<K, X>>()
+        .expect("slot type")
+        .size()
 }
 
 /// The entries of one key group of a heap state (a store's state is in the store's checkpoint).
-fn snapshot_group<K: Data + Hash + Eq, X: Data>(table: &(dyn Any + Send), key_group: KeyGroup) -> Result<Option<Vec<u8>>> {
-    let Some(table) = table.downcast_ref::<StoredTable<K, X>>().expect("slot type").heap() else { return Ok(None) };
-    let entries: Vec<(&K, &Timed<X>)> = table.group_entries(key_group).into_iter().map(|(_, k, v)| (k, v)).collect();
-    if entries.is_empty() { Ok(None) } else { encode(&entries).map(Some) }
+fn snapshot_group<K: Data + Hash + Eq, X: Data>(
+    table: &(dyn Any + Send),
+    key_group: KeyGroup,
+) -> Result<Option<Vec<u8>>> {
+    let Some(table) = table
+        .downcast_ref::<StoredTable<K, X>>()
+        .expect("slot type")
+        .heap()
+    else {
+        return Ok(None);
+    };
+    let entries: Vec<(&K, &Timed<X>)> = table
+        .group_entries(key_group)
+        .into_iter()
+        .map(|(_, k, v)| (k, v))
+        .collect();
+    if entries.is_empty() {
+        Ok(None)
+    } else {
+        encode(&entries).map(Some)
+    }
 }
 
-fn restore_group<K: Data + Hash + Eq, X: Data>(table: &mut (dyn Any + Send), key_group: KeyGroup, bytes: &[u8]) -> Result<()> {
-    let table = table.downcast_mut::<StoredTable<K, X>>().expect("slot type");
+fn restore_group<K: Data + Hash + Eq, X: Data>(
+    table: &mut (dyn Any + Send),
+    key_group: KeyGroup,
+    bytes: &[u8],
+) -> Result<()> {
+    let table = table
+        .downcast_mut::<StoredTable<K, X>>()
+        .expect("slot type");
     for (key, value) in decode::<Vec<(K, Timed<X>)>>(bytes)? {
         table.put(key_group, key, (), value)?;
     }
@@ -107,8 +139,17 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
     }
 
     /// Empty state of operator `operator_id` in `store` (the heap if `None`).
-    pub fn in_store(range: KeyGroupRange, clock: Arc<dyn Clock>, store: Option<Arc<dyn KvStore>>, operator_id: &str) -> Self {
-        KeyedState { store, operator_id: operator_id.to_string(), ..KeyedState::new(range, clock) }
+    pub fn in_store(
+        range: KeyGroupRange,
+        clock: Arc<dyn Clock>,
+        store: Option<Arc<dyn KvStore>>,
+        operator_id: &str,
+    ) -> Self {
+        KeyedState {
+            store,
+            operator_id: operator_id.to_string(),
+            ..KeyedState::new(range, clock)
+        }
     }
 
     /// The processing time now.
@@ -116,16 +157,27 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         self.clock.now()
     }
 
-    fn table<X: Data>(&mut self, name: &'static str, ttl: Option<StateTtl>) -> Result<&mut StoredTable<K, X>, String> {
+    fn table<X: Data>(
+        &mut self,
+        name: &'static str,
+        ttl: Option<StateTtl>,
+    ) -> Result<&mut StoredTable<K, X>, String> {
         let index = match self.slots.iter().position(|s| s.name == name) {
             Some(index) => index,
             None => {
-                let mut table = StoredTable::<K, X>::new(self.store.as_ref(), &self.operator_id, name, self.range);
-                let (restored, pending): (Vec<_>, Vec<_>) =
-                    std::mem::take(&mut self.pending).into_iter().partition(|(n, _, _)| n == name);
+                let mut table = StoredTable::<K, X>::new(
+                    self.store.as_ref(),
+                    &self.operator_id,
+                    name,
+                    self.range,
+                );
+                let (restored, pending): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+                    .into_iter()
+                    .partition(|(n, _, _)| n == name);
                 self.pending = pending;
                 for (_, key_group, bytes) in restored {
-                    restore_group::<K, X>(&mut table, key_group, &bytes).map_err(|e| format!("state `{name}`: {e}"))?;
+                    restore_group::<K, X>(&mut table, key_group, &bytes)
+                        .map_err(|e| format!("state `{name}`: {e}"))?;
                 }
                 self.slots.push(Slot {
                     name,
@@ -142,12 +194,14 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         };
         let slot = &mut self.slots[index];
         let type_name = slot.type_name;
-        slot.table.downcast_mut::<StoredTable<K, X>>().ok_or_else(|| {
-            format!(
-                "state `{name}` is used as {} here but was declared as {type_name}",
-                std::any::type_name::<X>()
-            )
-        })
+        slot.table
+            .downcast_mut::<StoredTable<K, X>>()
+            .ok_or_else(|| {
+                format!(
+                    "state `{name}` is used as {} here but was declared as {type_name}",
+                    std::any::type_name::<X>()
+                )
+            })
     }
 
     fn access<'a, X: Data>(
@@ -158,21 +212,42 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         key: &'a K,
     ) -> Access<'a, K, X> {
         let now = if ttl.is_some() { self.clock.now() } else { 0 };
-        Access { table: self.table(name, ttl), key_group, key, now, ttl }
+        Access {
+            table: self.table(name, ttl),
+            key_group,
+            key,
+            now,
+            ttl,
+        }
     }
 
     /// The value state `descriptor` of `key`.
-    pub fn value<'a, V: Data>(&'a mut self, d: &ValueStateDescriptor<V>, key_group: KeyGroup, key: &'a K) -> ValueState<'a, K, V> {
+    pub fn value<'a, V: Data>(
+        &'a mut self,
+        d: &ValueStateDescriptor<V>,
+        key_group: KeyGroup,
+        key: &'a K,
+    ) -> ValueState<'a, K, V> {
         ValueState(self.access(d.name, d.ttl, key_group, key))
     }
 
     /// The list state `descriptor` of `key`.
-    pub fn list<'a, V: Data>(&'a mut self, d: &ListStateDescriptor<V>, key_group: KeyGroup, key: &'a K) -> ListState<'a, K, V> {
+    pub fn list<'a, V: Data>(
+        &'a mut self,
+        d: &ListStateDescriptor<V>,
+        key_group: KeyGroup,
+        key: &'a K,
+    ) -> ListState<'a, K, V> {
         ListState(self.access(d.name, d.ttl, key_group, key))
     }
 
     /// The map state `descriptor` of `key`.
-    pub fn map<'a, UK, UV>(&'a mut self, d: &MapStateDescriptor<UK, UV>, key_group: KeyGroup, key: &'a K) -> MapState<'a, K, UK, UV>
+    pub fn map<'a, UK, UV>(
+        &'a mut self,
+        d: &MapStateDescriptor<UK, UV>,
+        key_group: KeyGroup,
+        key: &'a K,
+    ) -> MapState<'a, K, UK, UV>
     where
         UK: Data + Hash + Eq,
         UV: Data,
@@ -187,7 +262,10 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         key_group: KeyGroup,
         key: &'a K,
     ) -> ReducingState<'a, K, V> {
-        ReducingState { access: self.access(d.name, d.ttl, key_group, key), reduce: d.reduce }
+        ReducingState {
+            access: self.access(d.name, d.ttl, key_group, key),
+            reduce: d.reduce,
+        }
     }
 
     /// The aggregating state `descriptor` of `key`.
@@ -197,7 +275,11 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         key_group: KeyGroup,
         key: &'a K,
     ) -> AggregatingState<'a, K, In, A> {
-        AggregatingState { access: self.access(d.name, d.ttl, key_group, key), aggregate: &d.aggregate, _in: std::marker::PhantomData }
+        AggregatingState {
+            access: self.access(d.name, d.ttl, key_group, key),
+            aggregate: &d.aggregate,
+            _in: std::marker::PhantomData,
+        }
     }
 
     /// Removes expired entries (at most once a second); returns how many.
@@ -209,7 +291,10 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         self.last_sweep = now;
         self.slots
             .iter_mut()
-            .filter_map(|slot| slot.ttl.map(|ttl| (slot.expire)(slot.table.as_mut(), now, ttl.ttl.as_millis() as i64)))
+            .filter_map(|slot| {
+                slot.ttl
+                    .map(|ttl| (slot.expire)(slot.table.as_mut(), now, ttl.ttl.as_millis() as i64))
+            })
             .map(|removed| removed.unwrap_or(0))
             .sum()
     }
@@ -231,7 +316,11 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
     }
 
     /// Restores the state of `key_group` from a checkpoint.
-    pub(crate) fn restore_group(&mut self, key_group: KeyGroup, states: StateGroupSnapshot) -> Result<()> {
+    pub(crate) fn restore_group(
+        &mut self,
+        key_group: KeyGroup,
+        states: StateGroupSnapshot,
+    ) -> Result<()> {
         for (name, bytes) in states {
             match self.slots.iter_mut().find(|s| s.name == name) {
                 Some(slot) => (slot.restore)(slot.table.as_mut(), key_group, &bytes)?,
@@ -243,7 +332,10 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
 
     /// Number of entries and bytes of table slots over every declared state.
     pub fn size(&self) -> (usize, usize) {
-        self.slots.iter().map(|slot| (slot.entries)(slot.table.as_ref())).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+        self.slots
+            .iter()
+            .map(|slot| (slot.entries)(slot.table.as_ref()))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
     }
 }
 
@@ -258,14 +350,18 @@ struct Access<'a, K, X> {
 
 impl<K: Data + Hash + Eq, X: Data> Access<'_, K, X> {
     fn table(&mut self) -> Result<&mut StoredTable<K, X>> {
-        self.table.as_deref_mut().map_err(|message| Error::Graph(message.clone()))
+        self.table
+            .as_deref_mut()
+            .map_err(|message| Error::Graph(message.clone()))
     }
 
     /// The live value, if any: an expired one is removed; a read refreshes it if the TTL says so.
     fn read(&mut self) -> Result<Option<X>> {
         let (key_group, now, ttl, key) = (self.key_group, self.now, self.ttl, self.key);
         let table = self.table()?;
-        let Some(mut entry) = table.get(key_group, key, &())? else { return Ok(None) };
+        let Some(mut entry) = table.get(key_group, key, &())? else {
+            return Ok(None);
+        };
         if let Some(ttl) = ttl {
             if now - entry.touched >= ttl.ttl.as_millis() as i64 {
                 table.remove(key_group, key, &())?;
@@ -282,12 +378,24 @@ impl<K: Data + Hash + Eq, X: Data> Access<'_, K, X> {
     fn write(&mut self, value: X) -> Result<()> {
         let (key_group, now) = (self.key_group, self.now);
         let key = self.key.clone();
-        self.table()?.put(key_group, key, (), Timed { value, touched: now })
+        self.table()?.put(
+            key_group,
+            key,
+            (),
+            Timed {
+                value,
+                touched: now,
+            },
+        )
     }
 
     /// Changes the value in place (creating it with `create` if absent or expired) and marks
     /// it written.
-    fn modify<R>(&mut self, create: impl FnOnce() -> X, change: impl FnOnce(&mut X) -> R) -> Result<R> {
+    fn modify<R>(
+        &mut self,
+        create: impl FnOnce() -> X,
+        change: impl FnOnce(&mut X) -> R,
+    ) -> Result<R> {
         let current = self.read()?;
         let mut value = current.unwrap_or_else(create);
         let result = change(&mut value);
@@ -364,7 +472,9 @@ impl<K: Data + Hash + Eq, UK: Data + Hash + Eq, UV: Data> MapState<'_, K, UK, UV
 
     /// Removes `user_key`; returns its value.
     pub fn remove(&mut self, user_key: &UK) -> Result<Option<UV>> {
-        let Some(mut map) = self.0.read()? else { return Ok(None) };
+        let Some(mut map) = self.0.read()? else {
+            return Ok(None);
+        };
         let removed = map.remove(user_key);
         if map.is_empty() {
             self.0.clear()?;
@@ -381,7 +491,11 @@ impl<K: Data + Hash + Eq, UK: Data + Hash + Eq, UV: Data> MapState<'_, K, UK, UV
 
     /// Every entry (in no particular order).
     pub fn entries(&mut self) -> Result<Vec<(UK, UV)>> {
-        Ok(self.0.read()?.map(|map| map.into_iter().collect()).unwrap_or_default())
+        Ok(self
+            .0
+            .read()?
+            .map(|map| map.into_iter().collect())
+            .unwrap_or_default())
     }
 
     /// Number of entries.
@@ -444,7 +558,8 @@ impl<K: Data + Hash + Eq, In, A: AggregateFunction<In>> AggregatingState<'_, K, 
     /// Adds a record.
     pub fn add(&mut self, value: &In) -> Result<()> {
         let aggregate = self.aggregate;
-        self.access.modify(|| aggregate.create(), |acc| aggregate.add(acc, value))
+        self.access
+            .modify(|| aggregate.create(), |acc| aggregate.add(acc, value))
     }
 
     /// Removes the accumulator.
@@ -467,10 +582,10 @@ mod tests {
     static PAGES: MapStateDescriptor<String, u32> = MapStateDescriptor::new("pages");
     static LONGEST: ReducingStateDescriptor<String> =
         ReducingStateDescriptor::new("longest", |a, b| if b.len() > a.len() { b } else { a });
-    static SESSION: ValueStateDescriptor<u64> =
-        ValueStateDescriptor::new("session").with_ttl(StateTtl::after_write(Duration::from_secs(10)));
-    static RECENT: ValueStateDescriptor<u64> =
-        ValueStateDescriptor::new("recent").with_ttl(StateTtl::after_access(Duration::from_secs(10)));
+    static SESSION: ValueStateDescriptor<u64> = ValueStateDescriptor::new("session")
+        .with_ttl(StateTtl::after_write(Duration::from_secs(10)));
+    static RECENT: ValueStateDescriptor<u64> = ValueStateDescriptor::new("recent")
+        .with_ttl(StateTtl::after_access(Duration::from_secs(10)));
 
     fn state() -> (KeyedState<u64>, Arc<ManualClock>) {
         let clock = Arc::new(ManualClock::new(1_000_000));
@@ -491,13 +606,19 @@ mod tests {
         s.map(&PAGES, 1, &10).put("/x".into(), 1)?;
         s.map(&PAGES, 1, &10).put("/y".into(), 2)?;
         assert_eq!(s.map(&PAGES, 1, &10).remove(&"/x".to_string())?, Some(1));
-        assert_eq!(s.map(&PAGES, 1, &10).entries()?, vec![("/y".to_string(), 2)]);
+        assert_eq!(
+            s.map(&PAGES, 1, &10).entries()?,
+            vec![("/y".to_string(), 2)]
+        );
         assert!(s.map(&PAGES, 2, &11).is_empty()?);
 
         s.reducing(&LONGEST, 1, &10).add("ab".into())?;
         s.reducing(&LONGEST, 1, &10).add("abcd".into())?;
         s.reducing(&LONGEST, 1, &10).add("abc".into())?;
-        assert_eq!(s.reducing(&LONGEST, 1, &10).get()?, Some("abcd".to_string()));
+        assert_eq!(
+            s.reducing(&LONGEST, 1, &10).get()?,
+            Some("abcd".to_string())
+        );
 
         let avg = AggregatingStateDescriptor::new("avg", Avg::of(|v: &u64| *v));
         for v in [2, 4, 9] {
@@ -520,10 +641,22 @@ mod tests {
         s.value(&RECENT, 0, &1).set(1)?;
         clock.advance(Duration::from_secs(8));
         assert_eq!(s.value(&SESSION, 0, &1).get()?, Some(1));
-        assert_eq!(s.value(&RECENT, 0, &1).get()?, Some(1), "a read refreshes `recent`");
+        assert_eq!(
+            s.value(&RECENT, 0, &1).get()?,
+            Some(1),
+            "a read refreshes `recent`"
+        );
         clock.advance(Duration::from_secs(3));
-        assert_eq!(s.value(&SESSION, 0, &1).get()?, None, "11 s after its write");
-        assert_eq!(s.value(&RECENT, 0, &1).get()?, Some(1), "3 s after its last read");
+        assert_eq!(
+            s.value(&SESSION, 0, &1).get()?,
+            None,
+            "11 s after its write"
+        );
+        assert_eq!(
+            s.value(&RECENT, 0, &1).get()?,
+            Some(1),
+            "3 s after its last read"
+        );
         Ok(())
     }
 
@@ -547,6 +680,10 @@ mod tests {
         static AS_STRING: ValueStateDescriptor<String> = ValueStateDescriptor::new("count");
         s.value(&COUNT, 0, &1).set(1).unwrap();
         let err = s.value(&AS_STRING, 0, &1).get().unwrap_err();
-        assert!(err.to_string().contains("state `count` is used as alloc::string::String"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("state `count` is used as alloc::string::String"),
+            "{err}"
+        );
     }
 }

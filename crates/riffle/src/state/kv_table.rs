@@ -44,7 +44,14 @@ where
 {
     /// The state `state` (see [`state_id`]) in `store`, for the key groups of `range`.
     pub fn new(store: Arc<dyn KvStore>, state: u32, range: KeyGroupRange) -> Self {
-        KvTable { store, state, range, key: Vec::with_capacity(64), estimate: Default::default(), _types: PhantomData }
+        KvTable {
+            store,
+            state,
+            range,
+            key: Vec::with_capacity(64),
+            estimate: Default::default(),
+            _types: PhantomData,
+        }
     }
 
     fn namespace_prefix(&self, key_group: KeyGroup, namespace: &N) -> Result<Vec<u8>> {
@@ -80,7 +87,10 @@ where
 
     fn get(&mut self, key_group: KeyGroup, key: &K, namespace: &N) -> Result<Option<V>> {
         self.encode_key(key_group, key, namespace)?;
-        self.store.get(&self.key)?.map(|bytes| decode(&bytes)).transpose()
+        self.store
+            .get(&self.key)?
+            .map(|bytes| decode(&bytes))
+            .transpose()
     }
 
     fn put(&mut self, key_group: KeyGroup, key: &K, namespace: &N, value: &V) -> Result<()> {
@@ -94,7 +104,10 @@ where
     }
 
     /// Every entry under `prefix` in every key group, with its key group.
-    fn collect(&self, prefix: impl Fn(KeyGroup) -> Result<Vec<u8>>) -> Result<Vec<(KeyGroup, Vec<u8>, V)>> {
+    fn collect(
+        &self,
+        prefix: impl Fn(KeyGroup) -> Result<Vec<u8>>,
+    ) -> Result<Vec<(KeyGroup, Vec<u8>, V)>> {
         let mut entries = Vec::new();
         for key_group in self.range.start..=self.range.end {
             self.store.scan(&prefix(key_group)?, &mut |key, value| {
@@ -121,9 +134,18 @@ where
     V: Clone + Serialize + DeserializeOwned,
 {
     /// The state `name` of operator `operator_id`: in `store` if the task has one, else on the heap.
-    pub fn new(store: Option<&Arc<dyn KvStore>>, operator_id: &str, name: &str, range: KeyGroupRange) -> Self {
+    pub fn new(
+        store: Option<&Arc<dyn KvStore>>,
+        operator_id: &str,
+        name: &str,
+        range: KeyGroupRange,
+    ) -> Self {
         match store {
-            Some(store) => StateTable::Kv(KvTable::new(store.clone(), state_id(operator_id, name), range)),
+            Some(store) => StateTable::Kv(KvTable::new(
+                store.clone(),
+                state_id(operator_id, name),
+                range,
+            )),
             None => StateTable::Heap(Table::new(range)),
         }
     }
@@ -146,7 +168,11 @@ where
         change: impl FnOnce(&mut V) -> Result<R>,
     ) -> Result<R> {
         match self {
-            StateTable::Heap(table) => change(table.entry(key_group, key.clone(), namespace.clone()).or_insert_with(create)),
+            StateTable::Heap(table) => change(
+                table
+                    .entry(key_group, key.clone(), namespace.clone())
+                    .or_insert_with(create),
+            ),
             StateTable::Kv(table) => {
                 let mut value = table.get(key_group, key, namespace)?.unwrap_or_else(create);
                 let result = change(&mut value)?;
@@ -187,7 +213,11 @@ where
     }
 
     /// Calls `visit` with every key and value of `namespace`; changes are kept.
-    pub fn for_each_in_namespace(&mut self, namespace: &N, mut visit: impl FnMut(&K, &mut V) -> Result<()>) -> Result<()> {
+    pub fn for_each_in_namespace(
+        &mut self,
+        namespace: &N,
+        mut visit: impl FnMut(&K, &mut V) -> Result<()>,
+    ) -> Result<()> {
         match self {
             StateTable::Heap(table) => {
                 for (key, value) in table.namespace_mut(namespace) {
@@ -196,7 +226,9 @@ where
                 Ok(())
             }
             StateTable::Kv(table) => {
-                for (_, stored, mut value) in table.collect(|kg| table.namespace_prefix(kg, namespace))? {
+                for (_, stored, mut value) in
+                    table.collect(|kg| table.namespace_prefix(kg, namespace))?
+                {
                     let (_, key): (N, K) = KvTable::<K, N, V>::decode_key(&stored)?;
                     visit(&key, &mut value)?;
                     table.store.put(&stored, &encode(&value)?)?;
@@ -212,7 +244,9 @@ where
             StateTable::Heap(table) => Ok(table.drain_namespace(namespace)),
             StateTable::Kv(table) => {
                 let mut drained = Vec::new();
-                for (key_group, stored, value) in table.collect(|kg| table.namespace_prefix(kg, namespace))? {
+                for (key_group, stored, value) in
+                    table.collect(|kg| table.namespace_prefix(kg, namespace))?
+                {
                     let (_, key): (N, K) = KvTable::<K, N, V>::decode_key(&stored)?;
                     table.store.delete(&stored)?;
                     drained.push((key_group, key, value));
@@ -223,7 +257,10 @@ where
     }
 
     /// Calls `visit` with every entry.
-    pub fn for_each(&mut self, mut visit: impl FnMut(KeyGroup, &N, &K, &V) -> Result<()>) -> Result<()> {
+    pub fn for_each(
+        &mut self,
+        mut visit: impl FnMut(KeyGroup, &N, &K, &V) -> Result<()>,
+    ) -> Result<()> {
         match self {
             StateTable::Heap(table) => {
                 for (key_group, ns, key, value) in table.iter() {
@@ -232,7 +269,9 @@ where
                 Ok(())
             }
             StateTable::Kv(table) => {
-                for (key_group, stored, value) in table.collect(|kg| Ok(table.state_prefix(kg).to_vec()))? {
+                for (key_group, stored, value) in
+                    table.collect(|kg| Ok(table.state_prefix(kg).to_vec()))?
+                {
                     let (ns, key): (N, K) = KvTable::<K, N, V>::decode_key(&stored)?;
                     visit(key_group, &ns, &key, &value)?;
                 }
@@ -247,7 +286,9 @@ where
             StateTable::Heap(table) => Ok(table.retain(keep)),
             StateTable::Kv(table) => {
                 let mut removed = 0;
-                for (_, stored, mut value) in table.collect(|kg| Ok(table.state_prefix(kg).to_vec()))? {
+                for (_, stored, mut value) in
+                    table.collect(|kg| Ok(table.state_prefix(kg).to_vec()))?
+                {
                     let (ns, key): (N, K) = KvTable::<K, N, V>::decode_key(&stored)?;
                     if keep(&ns, &key, &mut value) {
                         table.store.put(&stored, &encode(&value)?)?;
@@ -268,7 +309,11 @@ where
             StateTable::Kv(table) => {
                 let now = std::time::Instant::now();
                 match table.estimate.get() {
-                    Some((at, size)) if now.duration_since(at) < std::time::Duration::from_secs(1) => size,
+                    Some((at, size))
+                        if now.duration_since(at) < std::time::Duration::from_secs(1) =>
+                    {
+                        size
+                    }
                     _ => {
                         let (entries, bytes) = table.store.estimate();
                         let size = (entries as usize, bytes as usize);

@@ -40,10 +40,9 @@ pub use backend::{HeapBackend, KvStore, StateBackend, TaskStore};
 pub use kv_table::{KvTable, StateTable, state_id};
 
 pub use descriptors::{
-    AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor, StateTtl,
-    TtlUpdate, ValueStateDescriptor,
+    AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
+    StateTtl, TtlUpdate, ValueStateDescriptor,
 };
 pub use keyed::{AggregatingState, KeyedState, ListState, MapState, ReducingState, ValueState};
 pub use table::Table;
 pub use timers::{TimeDomain, TimerService};
-

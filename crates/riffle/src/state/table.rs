@@ -60,7 +60,11 @@ impl<'a, K, V> TableEntry<'a, K, V> {
 impl<K: Hash + Eq, N: Hash + Eq + Clone, V> Table<K, N, V> {
     /// An empty table for the key groups of `range`.
     pub fn new(range: KeyGroupRange) -> Self {
-        Table { range, groups: (0..range.len()).map(|_| FastMap::default()).collect(), len: 0 }
+        Table {
+            range,
+            groups: (0..range.len()).map(|_| FastMap::default()).collect(),
+            len: 0,
+        }
     }
 
     /// The key groups the table holds.
@@ -73,7 +77,11 @@ impl<K: Hash + Eq, N: Hash + Eq + Clone, V> Table<K, N, V> {
     }
 
     fn index(&self, key_group: KeyGroup) -> usize {
-        debug_assert!(self.range.contains(key_group), "key group {key_group} outside {:?}", self.range);
+        debug_assert!(
+            self.range.contains(key_group),
+            "key group {key_group} outside {:?}",
+            self.range
+        );
         (key_group - self.range.start) as usize
     }
 
@@ -92,13 +100,19 @@ impl<K: Hash + Eq, N: Hash + Eq + Clone, V> Table<K, N, V> {
     pub fn entry(&mut self, key_group: KeyGroup, key: K, namespace: N) -> TableEntry<'_, K, V> {
         let index = self.index(key_group);
         let keys = self.groups[index].entry(namespace).or_default();
-        TableEntry { table_len: &mut self.len, entry: keys.entry(key) }
+        TableEntry {
+            table_len: &mut self.len,
+            entry: keys.entry(key),
+        }
     }
 
     /// Sets the value of `key` in `namespace`; returns the previous one.
     pub fn insert(&mut self, key_group: KeyGroup, key: K, namespace: N, value: V) -> Option<V> {
         let index = self.index(key_group);
-        let previous = self.groups[index].entry(namespace).or_default().insert(key, value);
+        let previous = self.groups[index]
+            .entry(namespace)
+            .or_default()
+            .insert(key, value);
         if previous.is_none() {
             self.len += 1;
         }
@@ -134,15 +148,23 @@ impl<K: Hash + Eq, N: Hash + Eq + Clone, V> Table<K, N, V> {
 
     /// Every key and value of `namespace`, to change in place.
     pub fn namespace_mut(&mut self, namespace: &N) -> impl Iterator<Item = (&K, &mut V)> {
-        self.groups.iter_mut().filter_map(move |group| group.get_mut(namespace)).flat_map(|keys| keys.iter_mut())
+        self.groups
+            .iter_mut()
+            .filter_map(move |group| group.get_mut(namespace))
+            .flat_map(|keys| keys.iter_mut())
     }
 
     /// Every (key group, namespace, key, value).
     pub fn iter(&self) -> impl Iterator<Item = (KeyGroup, &N, &K, &V)> {
-        self.groups.iter().enumerate().flat_map(move |(index, group)| {
-            let key_group = self.range.start + index as KeyGroup;
-            group.iter().flat_map(move |(ns, keys)| keys.iter().map(move |(k, v)| (key_group, ns, k, v)))
-        })
+        self.groups
+            .iter()
+            .enumerate()
+            .flat_map(move |(index, group)| {
+                let key_group = self.range.start + index as KeyGroup;
+                group.iter().flat_map(move |(ns, keys)| {
+                    keys.iter().map(move |(k, v)| (key_group, ns, k, v))
+                })
+            })
     }
 
     /// Keeps the entries for which `keep` is true; returns how many were removed.
@@ -154,7 +176,12 @@ impl<K: Hash + Eq, N: Hash + Eq + Clone, V> Table<K, N, V> {
                 !keys.is_empty()
             });
         }
-        self.len = self.groups.iter().flat_map(|g| g.values()).map(|keys| keys.len()).sum();
+        self.len = self
+            .groups
+            .iter()
+            .flat_map(|g| g.values())
+            .map(|keys| keys.len())
+            .sum();
         before - self.len
     }
 
@@ -163,7 +190,10 @@ impl<K: Hash + Eq, N: Hash + Eq + Clone, V> Table<K, N, V> {
         if !self.range.contains(key_group) {
             return Vec::new();
         }
-        self.group(key_group).iter().flat_map(|(ns, keys)| keys.iter().map(move |(k, v)| (ns, k, v))).collect()
+        self.group(key_group)
+            .iter()
+            .flat_map(|(ns, keys)| keys.iter().map(move |(k, v)| (ns, k, v)))
+            .collect()
     }
 
     /// The key groups that hold entries.
@@ -204,7 +234,11 @@ impl<K: Hash + Eq, N: Hash + Eq + Clone, V> Table<K, N, V> {
         self.groups
             .iter()
             .map(|group| {
-                group.values().map(|keys| keys.capacity() * slot).sum::<usize>() + group.capacity() * outer
+                group
+                    .values()
+                    .map(|keys| keys.capacity() * slot)
+                    .sum::<usize>()
+                    + group.capacity() * outer
             })
             .sum()
     }
@@ -225,7 +259,10 @@ mod tests {
         assert_eq!(table.remove(10, &"a", &1), Some(10));
         assert_eq!(table.retain(|_, _, v| *v > 15), 1);
         assert_eq!(table.len(), 1);
-        let rest: Vec<_> = table.iter().map(|(kg, ns, k, v)| (kg, *ns, *k, *v)).collect();
+        let rest: Vec<_> = table
+            .iter()
+            .map(|(kg, ns, k, v)| (kg, *ns, *k, *v))
+            .collect();
         assert_eq!(rest, vec![(13, 1, "b", 20)]);
         assert!(table.heap_bytes() > 0);
         assert_eq!(table.drain_namespace(&1), vec![(13, "b", 20)]);

@@ -37,7 +37,11 @@ pub struct TimerService<K> {
 
 impl<K> Default for TimerService<K> {
     fn default() -> Self {
-        TimerService { event: BTreeMap::new(), processing: BTreeMap::new(), len: 0 }
+        TimerService {
+            event: BTreeMap::new(),
+            processing: BTreeMap::new(),
+            len: 0,
+        }
     }
 }
 
@@ -56,7 +60,13 @@ impl<K: Hash + Eq + Clone> TimerService<K> {
 
     /// Registers a timer for `key` at `timestamp` (again: no effect).
     pub fn register(&mut self, domain: TimeDomain, timestamp: Timestamp, key: K) {
-        if self.timers(domain).entry(timestamp).or_default().insert(key, ()).is_none() {
+        if self
+            .timers(domain)
+            .entry(timestamp)
+            .or_default()
+            .insert(key, ())
+            .is_none()
+        {
             self.len += 1;
         }
     }
@@ -82,8 +92,10 @@ impl<K: Hash + Eq + Clone> TimerService<K> {
             None => BTreeMap::new(),
         };
         let due = std::mem::replace(timers, later);
-        let fired: Vec<(Timestamp, K)> =
-            due.into_iter().flat_map(|(ts, keys)| keys.into_keys().map(move |k| (ts, k))).collect();
+        let fired: Vec<(Timestamp, K)> = due
+            .into_iter()
+            .flat_map(|(ts, keys)| keys.into_keys().map(move |k| (ts, k)))
+            .collect();
         self.len -= fired.len();
         fired
     }
@@ -98,9 +110,14 @@ impl<K: Hash + Eq + Clone> TimerService<K> {
 
     /// Every timer, for a checkpoint.
     pub fn all(&self) -> Vec<(TimeDomain, Timestamp, &K)> {
-        let event = self.event.iter().flat_map(|(ts, keys)| keys.keys().map(move |k| (TimeDomain::EventTime, *ts, k)));
-        let processing =
-            self.processing.iter().flat_map(|(ts, keys)| keys.keys().map(move |k| (TimeDomain::ProcessingTime, *ts, k)));
+        let event = self
+            .event
+            .iter()
+            .flat_map(|(ts, keys)| keys.keys().map(move |k| (TimeDomain::EventTime, *ts, k)));
+        let processing = self.processing.iter().flat_map(|(ts, keys)| {
+            keys.keys()
+                .map(move |k| (TimeDomain::ProcessingTime, *ts, k))
+        });
         event.chain(processing).collect()
     }
 

@@ -20,7 +20,10 @@ use crate::checkpoint::{CheckpointConfig, RestartStrategy, RestoreFrom};
 use crate::operators::{KeyedContext, KeyedProcessFunction};
 use crate::sink::ExactlyOnceFileSink;
 use crate::source::datagen::{Click, ClicksConfig, DatagenSource};
-use crate::state::{HeapBackend, ListStateDescriptor, MapStateDescriptor, StateBackend, TimeDomain, ValueStateDescriptor};
+use crate::state::{
+    HeapBackend, ListStateDescriptor, MapStateDescriptor, StateBackend, TimeDomain,
+    ValueStateDescriptor,
+};
 use crate::time::WatermarkStrategy;
 use crate::window::{Session, Tumbling};
 use crate::{EnvConfig, JobResult, Result, StreamEnv, Timestamp};
@@ -31,7 +34,8 @@ const COUNT: u64 = 40_000;
 const BUCKET: Timestamp = 10_000;
 
 static BUCKET_COUNTS: MapStateDescriptor<Timestamp, u64> = MapStateDescriptor::new("bucket-counts");
-static BUCKET_PAGES: ListStateDescriptor<(Timestamp, String)> = ListStateDescriptor::new("bucket-pages");
+static BUCKET_PAGES: ListStateDescriptor<(Timestamp, String)> =
+    ListStateDescriptor::new("bucket-pages");
 static FIRED: ValueStateDescriptor<u64> = ValueStateDescriptor::new("fired");
 
 /// Counts each user's clicks per 10-second bucket of event time (map state), remembers the
@@ -41,7 +45,12 @@ static FIRED: ValueStateDescriptor<u64> = ValueStateDescriptor::new("fired");
 struct Buckets;
 
 impl KeyedProcessFunction<u64, Click, String> for Buckets {
-    fn process_element(&mut self, _: &u64, click: Click, ctx: &mut KeyedContext<'_, '_, u64, String>) -> Result<()> {
+    fn process_element(
+        &mut self,
+        _: &u64,
+        click: Click,
+        ctx: &mut KeyedContext<'_, '_, u64, String>,
+    ) -> Result<()> {
         let bucket = click.event_time - click.event_time.rem_euclid(BUCKET);
         let count = ctx.map(&BUCKET_COUNTS).get(&bucket)?.unwrap_or(0);
         ctx.map(&BUCKET_COUNTS).put(bucket, count + 1)?;
@@ -50,17 +59,30 @@ impl KeyedProcessFunction<u64, Click, String> for Buckets {
         Ok(())
     }
 
-    fn on_timer(&mut self, user: &u64, timestamp: Timestamp, _: TimeDomain, ctx: &mut KeyedContext<'_, '_, u64, String>) -> Result<()> {
+    fn on_timer(
+        &mut self,
+        user: &u64,
+        timestamp: Timestamp,
+        _: TimeDomain,
+        ctx: &mut KeyedContext<'_, '_, u64, String>,
+    ) -> Result<()> {
         let bucket = timestamp + 1 - BUCKET;
         let count = ctx.map(&BUCKET_COUNTS).remove(&bucket)?.unwrap_or(0);
-        let (mine, rest): (Vec<_>, Vec<_>) = ctx.list(&BUCKET_PAGES).get()?.into_iter().partition(|(b, _)| *b == bucket);
+        let (mine, rest): (Vec<_>, Vec<_>) = ctx
+            .list(&BUCKET_PAGES)
+            .get()?
+            .into_iter()
+            .partition(|(b, _)| *b == bucket);
         ctx.list(&BUCKET_PAGES).update(rest)?;
         let mut pages: Vec<String> = mine.into_iter().map(|(_, page)| page).collect();
         pages.sort();
         pages.dedup();
         let before = ctx.value(&FIRED).get()?.unwrap_or(0);
         ctx.value(&FIRED).set(before + 1)?;
-        ctx.emit(format!("bucket {user} {bucket} clicks={count} pages={} before={before}", pages.len()))
+        ctx.emit(format!(
+            "bucket {user} {bucket} clicks={count} pages={} before={before}",
+            pages.len()
+        ))
     }
 }
 
@@ -80,7 +102,10 @@ fn job(
         checkpoints: CheckpointConfig {
             interval: Some(Duration::from_millis(100)),
             storage: work.join("chk").to_string_lossy().into_owned(),
-            restart: RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(50) },
+            restart: RestartStrategy::FixedDelay {
+                attempts: 3,
+                delay: Duration::from_millis(50),
+            },
             ..CheckpointConfig::default()
         },
         state_backend: backend.clone(),
@@ -88,10 +113,23 @@ fn job(
         ..EnvConfig::default()
     });
     // Nothing late: every run has one exact answer.
-    let config = ClicksConfig { users: 200, late_share: 0.0, events_per_second: 2_000.0, ..ClicksConfig::default() };
-    let source = DatagenSource::clicks(config).count(COUNT).rate(40_000.0).splits(4);
-    let strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5)).with_timestamps(|c: &Click| c.event_time);
-    let clicks = env.from_source_with_watermarks(source, strategy).uid("clicks").map(crash).uid("crash");
+    let config = ClicksConfig {
+        users: 200,
+        late_share: 0.0,
+        events_per_second: 2_000.0,
+        ..ClicksConfig::default()
+    };
+    let source = DatagenSource::clicks(config)
+        .count(COUNT)
+        .rate(40_000.0)
+        .splits(4);
+    let strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5))
+        .with_timestamps(|c: &Click| c.event_time);
+    let clicks = env
+        .from_source_with_watermarks(source, strategy)
+        .uid("clicks")
+        .map(crash)
+        .uid("crash");
     let keyed = clicks.key_by(|c| c.user_id);
     let tumbling = keyed
         .window(Tumbling::of(Duration::from_secs(5)))
@@ -102,10 +140,21 @@ fn job(
         .window(Session::with_gap(Duration::from_secs(3)))
         .aggregate(Count)
         .uid("sessions")
-        .map(|r| format!("session {} {}..{} {}", r.key, r.window_start, r.window_end, r.value));
+        .map(|r| {
+            format!(
+                "session {} {}..{} {}",
+                r.key, r.window_start, r.window_end, r.value
+            )
+        });
     let buckets = keyed.process(Buckets).uid("buckets");
-    let rolling = keyed.aggregate(Count).uid("rolling").map(|(user, n)| format!("rolling {user} {n}"));
-    tumbling.union(&[&sessions, &buckets, &rolling]).sink(ExactlyOnceFileSink::new(work.join("out"))).uid("sink");
+    let rolling = keyed
+        .aggregate(Count)
+        .uid("rolling")
+        .map(|(user, n)| format!("rolling {user} {n}"));
+    tumbling
+        .union(&[&sessions, &buckets, &rolling])
+        .sink(ExactlyOnceFileSink::new(work.join("out")))
+        .uid("sink");
     env
 }
 
@@ -116,7 +165,8 @@ fn run(env: &StreamEnv) -> Result<JobResult> {
     std::thread::spawn(move || {
         let _ = tx.send(handle.wait());
     });
-    rx.recv_timeout(Duration::from_secs(180)).expect("the conformance job did not end within 180 s")
+    rx.recv_timeout(Duration::from_secs(180))
+        .expect("the conformance job did not end within 180 s")
 }
 
 /// Every committed line under `dir`, sorted; of the rolling counts only each user's last
@@ -126,9 +176,15 @@ fn committed(dir: &Path) -> Vec<String> {
     let mut rolling = std::collections::BTreeMap::<String, u64>::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         if entry.path().is_file() && !entry.file_name().to_string_lossy().starts_with('.') {
-            for line in std::fs::read_to_string(entry.path()).unwrap_or_default().lines() {
+            for line in std::fs::read_to_string(entry.path())
+                .unwrap_or_default()
+                .lines()
+            {
                 let text = line.trim_matches('"');
-                match text.strip_prefix("rolling ").and_then(|rest| rest.split_once(' ')) {
+                match text
+                    .strip_prefix("rolling ")
+                    .and_then(|rest| rest.split_once(' '))
+                {
                     Some((user, n)) => {
                         let n = n.parse().expect("a rolling count");
                         let last = rolling.entry(user.to_string()).or_default();
@@ -139,7 +195,11 @@ fn committed(dir: &Path) -> Vec<String> {
             }
         }
     }
-    lines.extend(rolling.into_iter().map(|(user, n)| format!("rolling {user} {n}")));
+    lines.extend(
+        rolling
+            .into_iter()
+            .map(|(user, n)| format!("rolling {user} {n}")),
+    );
     lines.sort();
     lines
 }
@@ -197,7 +257,10 @@ pub fn check_backend(backend: Arc<dyn StateBackend>, work: &Path) {
     let expected = committed(&reference.join("out"));
     let kinds = ["tumbling ", "session ", "bucket ", "rolling "];
     for kind in kinds {
-        assert!(expected.iter().any(|l| l.starts_with(kind)), "the reference output has no `{kind}` lines");
+        assert!(
+            expected.iter().any(|l| l.starts_with(kind)),
+            "the reference output has no `{kind}` lines"
+        );
     }
     same_output(&backend, work, &expected);
     recovers_exactly(&backend, work, &expected);
@@ -209,38 +272,81 @@ fn same_output(backend: &Arc<dyn StateBackend>, work: &Path, expected: &[String]
     let dir = fresh(work.join("same"));
     let result = run(&job(backend, &dir, 2, |c| c)).expect("the run on the backend");
     assert_eq!(result.restarts, 0);
-    assert_same(&committed(&dir.join("out")), expected, &format!("{} gave other output than the heap", backend.name()));
+    assert_same(
+        &committed(&dir.join("out")),
+        expected,
+        &format!("{} gave other output than the heap", backend.name()),
+    );
 }
 
 /// A failure mid-stream is recovered from the backend's checkpoint with exactly the heap's output.
 fn recovers_exactly(backend: &Arc<dyn StateBackend>, work: &Path, expected: &[String]) {
     let dir = fresh(work.join("recovery"));
-    let result = run(&job(backend, &dir, 2, super::fail_once_after(COUNT * 3 / 5))).expect("the run with a failure");
+    let result = run(&job(
+        backend,
+        &dir,
+        2,
+        super::fail_once_after(COUNT * 3 / 5),
+    ))
+    .expect("the run with a failure");
     assert_eq!(result.restarts, 1, "one failure, one restart");
-    assert!(result.restores[0] > 0, "restored from a checkpoint, not from scratch: {:?}", result.restores);
-    assert_same(&committed(&dir.join("out")), expected, &format!("{} after a failure", backend.name()));
+    assert!(
+        result.restores[0] > 0,
+        "restored from a checkpoint, not from scratch: {:?}",
+        result.restores
+    );
+    assert_same(
+        &committed(&dir.join("out")),
+        expected,
+        &format!("{} after a failure", backend.name()),
+    );
 }
 
 /// Stopped with a savepoint at parallelism 2, the job continues at 1 and at 3 (key groups move
 /// between stores) with exactly the heap's output.
 fn rescales_through_a_savepoint(backend: &Arc<dyn StateBackend>, work: &Path, expected: &[String]) {
     let first = fresh(work.join("rescale-2"));
-    let handle = job(backend, &first, 2, |c| c).execute_async().expect("start the first half");
+    let handle = job(backend, &first, 2, |c| c)
+        .execute_async()
+        .expect("start the first half");
     // Stop once a checkpoint holds state: part-way through the input.
     let started = Instant::now();
-    while handle.checkpoints().iter().filter(|c| c.completed()).count() < 2 && started.elapsed() < Duration::from_secs(60) {
+    while handle
+        .checkpoints()
+        .iter()
+        .filter(|c| c.completed())
+        .count()
+        < 2
+        && started.elapsed() < Duration::from_secs(60)
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let savepoint = handle.stop_with_savepoint(first.join("savepoint").to_str().expect("a UTF-8 path")).expect("a savepoint");
-    let read = handle.wait().expect("the first half").metrics.operator_total("Source: clicks").map_or(0, |m| m.records_out);
-    assert!(read > 0 && read < COUNT, "stopped part-way: {read} of {COUNT} read");
+    let savepoint = handle
+        .stop_with_savepoint(first.join("savepoint").to_str().expect("a UTF-8 path"))
+        .expect("a savepoint");
+    let read = handle
+        .wait()
+        .expect("the first half")
+        .metrics
+        .operator_total("Source: clicks")
+        .map_or(0, |m| m.records_out);
+    assert!(
+        read > 0 && read < COUNT,
+        "stopped part-way: {read} of {COUNT} read"
+    );
     for parallelism in [1, 3] {
         let dir = fresh(work.join(format!("rescale-{parallelism}")));
         copy_dir(&first.join("out"), &dir.join("out"));
         let env = job(backend, &dir, parallelism, |c| c);
-        env.configure(|c: &mut EnvConfig| c.checkpoints.restore = Some(RestoreFrom::Savepoint(savepoint.clone())));
+        env.configure(|c: &mut EnvConfig| {
+            c.checkpoints.restore = Some(RestoreFrom::Savepoint(savepoint.clone()))
+        });
         let result = run(&env).expect("the restored run");
         assert!(result.restored_from.is_some());
-        assert_same(&committed(&dir.join("out")), expected, &format!("{} restored at parallelism {parallelism}", backend.name()));
+        assert_same(
+            &committed(&dir.join("out")),
+            expected,
+            &format!("{} restored at parallelism {parallelism}", backend.name()),
+        );
     }
 }

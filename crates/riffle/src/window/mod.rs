@@ -70,7 +70,10 @@ impl TimeWindow {
 
     /// The smallest window covering both.
     pub fn cover(&self, other: &TimeWindow) -> TimeWindow {
-        TimeWindow { start: self.start.min(other.start), end: self.end.max(other.end) }
+        TimeWindow {
+            start: self.start.min(other.start),
+            end: self.end.max(other.end),
+        }
     }
 }
 
@@ -135,12 +138,20 @@ pub struct Tumbling;
 impl Tumbling {
     /// Event-time tumbling windows of `size`.
     pub fn of(size: Duration) -> Windows {
-        Windows::Tumbling { size: millis(size), offset: 0, time: TimeDomain::EventTime }
+        Windows::Tumbling {
+            size: millis(size),
+            offset: 0,
+            time: TimeDomain::EventTime,
+        }
     }
 
     /// Processing-time tumbling windows of `size`.
     pub fn processing_time(size: Duration) -> Windows {
-        Windows::Tumbling { size: millis(size), offset: 0, time: TimeDomain::ProcessingTime }
+        Windows::Tumbling {
+            size: millis(size),
+            offset: 0,
+            time: TimeDomain::ProcessingTime,
+        }
     }
 }
 
@@ -150,12 +161,22 @@ pub struct Sliding;
 impl Sliding {
     /// Event-time windows of `size` starting every `slide`.
     pub fn of(size: Duration, slide: Duration) -> Windows {
-        Windows::Sliding { size: millis(size), slide: millis(slide), offset: 0, time: TimeDomain::EventTime }
+        Windows::Sliding {
+            size: millis(size),
+            slide: millis(slide),
+            offset: 0,
+            time: TimeDomain::EventTime,
+        }
     }
 
     /// Processing-time windows of `size` starting every `slide`.
     pub fn processing_time(size: Duration, slide: Duration) -> Windows {
-        Windows::Sliding { size: millis(size), slide: millis(slide), offset: 0, time: TimeDomain::ProcessingTime }
+        Windows::Sliding {
+            size: millis(size),
+            slide: millis(slide),
+            offset: 0,
+            time: TimeDomain::ProcessingTime,
+        }
     }
 }
 
@@ -165,12 +186,18 @@ pub struct Session;
 impl Session {
     /// Event-time sessions closed by `gap` of inactivity.
     pub fn with_gap(gap: Duration) -> Windows {
-        Windows::Session { gap: millis(gap), time: TimeDomain::EventTime }
+        Windows::Session {
+            gap: millis(gap),
+            time: TimeDomain::EventTime,
+        }
     }
 
     /// Processing-time sessions closed by `gap` of inactivity.
     pub fn processing_time(gap: Duration) -> Windows {
-        Windows::Session { gap: millis(gap), time: TimeDomain::ProcessingTime }
+        Windows::Session {
+            gap: millis(gap),
+            time: TimeDomain::ProcessingTime,
+        }
     }
 }
 
@@ -178,8 +205,19 @@ impl Windows {
     /// Shifts the window boundaries by `offset` (e.g. to align days to a time zone).
     pub fn with_offset(self, offset: Duration) -> Windows {
         match self {
-            Windows::Tumbling { size, time, .. } => Windows::Tumbling { size, offset: millis(offset), time },
-            Windows::Sliding { size, slide, time, .. } => Windows::Sliding { size, slide, offset: millis(offset), time },
+            Windows::Tumbling { size, time, .. } => Windows::Tumbling {
+                size,
+                offset: millis(offset),
+                time,
+            },
+            Windows::Sliding {
+                size, slide, time, ..
+            } => Windows::Sliding {
+                size,
+                slide,
+                offset: millis(offset),
+                time,
+            },
             session => session,
         }
     }
@@ -187,7 +225,9 @@ impl Windows {
     /// Event or processing time.
     pub fn time(&self) -> TimeDomain {
         match *self {
-            Windows::Tumbling { time, .. } | Windows::Sliding { time, .. } | Windows::Session { time, .. } => time,
+            Windows::Tumbling { time, .. }
+            | Windows::Sliding { time, .. }
+            | Windows::Session { time, .. } => time,
         }
     }
 
@@ -200,14 +240,20 @@ impl Windows {
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |setting: &str, message: String| Err(crate::Error::config(setting, message));
         match *self {
-            Windows::Tumbling { size, .. } if size <= 0 => bad("window size", format!("must be positive, got {size} ms")),
-            Windows::Sliding { size, slide, .. } if size <= 0 || slide <= 0 => {
-                bad("window size", format!("size and slide must be positive, got {size} and {slide} ms"))
+            Windows::Tumbling { size, .. } if size <= 0 => {
+                bad("window size", format!("must be positive, got {size} ms"))
             }
-            Windows::Sliding { size, slide, .. } if slide > size => {
-                bad("window slide", format!("({slide} ms) must not exceed the size ({size} ms)"))
+            Windows::Sliding { size, slide, .. } if size <= 0 || slide <= 0 => bad(
+                "window size",
+                format!("size and slide must be positive, got {size} and {slide} ms"),
+            ),
+            Windows::Sliding { size, slide, .. } if slide > size => bad(
+                "window slide",
+                format!("({slide} ms) must not exceed the size ({size} ms)"),
+            ),
+            Windows::Session { gap, .. } if gap <= 0 => {
+                bad("session gap", format!("must be positive, got {gap} ms"))
             }
-            Windows::Session { gap, .. } if gap <= 0 => bad("session gap", format!("must be positive, got {gap} ms")),
             _ => Ok(()),
         }
     }
@@ -220,7 +266,12 @@ impl Windows {
                 let start = timestamp - (timestamp - offset).rem_euclid(size);
                 windows.push(TimeWindow::new(start, start + size));
             }
-            Windows::Sliding { size, slide, offset, .. } => {
+            Windows::Sliding {
+                size,
+                slide,
+                offset,
+                ..
+            } => {
                 let last_start = timestamp - (timestamp - offset).rem_euclid(slide);
                 let mut start = last_start;
                 while start > timestamp - size {
@@ -228,7 +279,9 @@ impl Windows {
                     start -= slide;
                 }
             }
-            Windows::Session { gap, .. } => windows.push(TimeWindow::new(timestamp, timestamp + gap)),
+            Windows::Session { gap, .. } => {
+                windows.push(TimeWindow::new(timestamp, timestamp + gap))
+            }
         }
     }
 }
@@ -259,14 +312,28 @@ pub struct WindowResult<K, R> {
 /// Closures `FnMut(&K, TimeWindow, &[T], &mut WindowCollector<Out>) -> Result<()>` implement it.
 pub trait ProcessWindowFunction<K, T, Out>: Send + 'static {
     /// Called when the window fires (again, with every record, when a late record updates it).
-    fn process(&mut self, key: &K, window: TimeWindow, records: &[T], out: &mut WindowCollector<'_, '_, Out>) -> Result<()>;
+    fn process(
+        &mut self,
+        key: &K,
+        window: TimeWindow,
+        records: &[T],
+        out: &mut WindowCollector<'_, '_, Out>,
+    ) -> Result<()>;
 }
 
 impl<K, T, Out, F> ProcessWindowFunction<K, T, Out> for F
 where
-    F: FnMut(&K, TimeWindow, &[T], &mut WindowCollector<'_, '_, Out>) -> Result<()> + Send + 'static,
+    F: FnMut(&K, TimeWindow, &[T], &mut WindowCollector<'_, '_, Out>) -> Result<()>
+        + Send
+        + 'static,
 {
-    fn process(&mut self, key: &K, window: TimeWindow, records: &[T], out: &mut WindowCollector<'_, '_, Out>) -> Result<()> {
+    fn process(
+        &mut self,
+        key: &K,
+        window: TimeWindow,
+        records: &[T],
+        out: &mut WindowCollector<'_, '_, Out>,
+    ) -> Result<()> {
         self(key, window, records, out)
     }
 }
@@ -281,7 +348,10 @@ pub struct WindowCollector<'c, 'o, Out> {
 impl<Out: Data> WindowCollector<'_, '_, Out> {
     /// Emits a result of the window.
     pub fn emit(&mut self, value: Out) -> Result<()> {
-        self.out.emit(Record { value, timestamp: self.window.max_timestamp() })
+        self.out.emit(Record {
+            value,
+            timestamp: self.window.max_timestamp(),
+        })
     }
 
     /// Whether the window was emitted before (this firing is an update).
@@ -328,7 +398,9 @@ pub(crate) trait WindowFn<K, T>: Send + 'static {
 /// Incremental aggregation: emits [`WindowResult`]s.
 pub(crate) struct AggregateWindow<A>(pub(crate) A);
 
-impl<K: Data, T: Data, A: crate::aggregate::AggregateFunction<T>> WindowFn<K, T> for AggregateWindow<A> {
+impl<K: Data, T: Data, A: crate::aggregate::AggregateFunction<T>> WindowFn<K, T>
+    for AggregateWindow<A>
+{
     type Acc = A::Acc;
     type Out = WindowResult<K, A::Out>;
     type Late = T;
@@ -344,7 +416,14 @@ impl<K: Data, T: Data, A: crate::aggregate::AggregateFunction<T>> WindowFn<K, T>
     fn merge(&self, acc: &mut A::Acc, other: A::Acc) {
         self.0.merge(acc, other)
     }
-    fn fire(&mut self, key: &K, window: TimeWindow, acc: &A::Acc, update: bool, out: &mut Collector<'_, Self::Out>) -> Result<()> {
+    fn fire(
+        &mut self,
+        key: &K,
+        window: TimeWindow,
+        acc: &A::Acc,
+        update: bool,
+        out: &mut Collector<'_, Self::Out>,
+    ) -> Result<()> {
         let value = WindowResult {
             key: key.clone(),
             window_start: window.start,
@@ -352,7 +431,10 @@ impl<K: Data, T: Data, A: crate::aggregate::AggregateFunction<T>> WindowFn<K, T>
             value: self.0.result(acc),
             update,
         };
-        out.emit(Record { value, timestamp: window.max_timestamp() })
+        out.emit(Record {
+            value,
+            timestamp: window.max_timestamp(),
+        })
     }
 }
 
@@ -387,8 +469,19 @@ where
     fn merge(&self, acc: &mut Vec<T>, other: Vec<T>) {
         acc.extend(other);
     }
-    fn fire(&mut self, key: &K, window: TimeWindow, acc: &Vec<T>, update: bool, out: &mut Collector<'_, Out>) -> Result<()> {
-        let mut collector = WindowCollector { out, window, update };
+    fn fire(
+        &mut self,
+        key: &K,
+        window: TimeWindow,
+        acc: &Vec<T>,
+        update: bool,
+        out: &mut Collector<'_, Out>,
+    ) -> Result<()> {
+        let mut collector = WindowCollector {
+            out,
+            window,
+            update,
+        };
         self.function.process(key, window, acc, &mut collector)
     }
 }
@@ -439,11 +532,19 @@ where
         delegate!(self, op => op.open(ctx))
     }
 
-    fn process(&mut self, batch: &mut Vec<Record<T>>, out: &mut Collector<'_, F::Out>) -> Result<()> {
+    fn process(
+        &mut self,
+        batch: &mut Vec<Record<T>>,
+        out: &mut Collector<'_, F::Out>,
+    ) -> Result<()> {
         delegate!(self, op => op.process(batch, out))
     }
 
-    fn on_watermark(&mut self, watermark: Timestamp, out: &mut Collector<'_, F::Out>) -> Result<()> {
+    fn on_watermark(
+        &mut self,
+        watermark: Timestamp,
+        out: &mut Collector<'_, F::Out>,
+    ) -> Result<()> {
         delegate!(self, op => op.on_watermark(watermark, out))
     }
 
@@ -455,7 +556,11 @@ where
         delegate!(self, op => op.close(out))
     }
 
-    fn snapshot_state(&mut self, checkpoint_id: u64, snapshot: &mut crate::checkpoint::SnapshotWriter) -> Result<()> {
+    fn snapshot_state(
+        &mut self,
+        checkpoint_id: u64,
+        snapshot: &mut crate::checkpoint::SnapshotWriter,
+    ) -> Result<()> {
         delegate!(self, op => op.snapshot_state(checkpoint_id, snapshot))
     }
 
@@ -489,14 +594,26 @@ mod tests {
     #[test]
     fn assigners_cut_time_like_flink() {
         let minute = Duration::from_secs(60);
-        assert_eq!(assign(Tumbling::of(minute), 61_000), vec![(60_000, 120_000)]);
+        assert_eq!(
+            assign(Tumbling::of(minute), 61_000),
+            vec![(60_000, 120_000)]
+        );
         assert_eq!(assign(Tumbling::of(minute), -1), vec![(-60_000, 0)]);
-        assert_eq!(assign(Tumbling::of(minute).with_offset(Duration::from_secs(15)), 10_000), vec![(-45_000, 15_000)]);
+        assert_eq!(
+            assign(
+                Tumbling::of(minute).with_offset(Duration::from_secs(15)),
+                10_000
+            ),
+            vec![(-45_000, 15_000)]
+        );
         assert_eq!(
             assign(Sliding::of(minute, Duration::from_secs(20)), 61_000),
             vec![(60_000, 120_000), (40_000, 100_000), (20_000, 80_000)]
         );
-        assert_eq!(assign(Session::with_gap(Duration::from_secs(5)), 7), vec![(7, 5_007)]);
+        assert_eq!(
+            assign(Session::with_gap(Duration::from_secs(5)), 7),
+            vec![(7, 5_007)]
+        );
     }
 
     #[test]
@@ -512,16 +629,36 @@ mod tests {
 
     #[test]
     fn bad_sizes_name_their_setting() {
-        let err = Sliding::of(Duration::from_secs(1), Duration::from_secs(2)).validate().unwrap_err();
-        assert!(matches!(err, crate::Error::Config { ref setting, .. } if setting == "window slide"));
+        let err = Sliding::of(Duration::from_secs(1), Duration::from_secs(2))
+            .validate()
+            .unwrap_err();
+        assert!(
+            matches!(err, crate::Error::Config { ref setting, .. } if setting == "window slide")
+        );
         assert!(Session::with_gap(Duration::ZERO).validate().is_err());
     }
 
     #[test]
     fn updates_are_marked_only_when_they_are_updates() {
-        let result = WindowResult { key: 7u64, window_start: 0, window_end: 60_000, value: 3u64, update: false };
-        assert_eq!(serde_json::to_string(&result).unwrap(), r#"{"key":7,"window_start":0,"window_end":60000,"value":3}"#);
-        let update = WindowResult { update: true, ..result };
-        assert!(serde_json::to_string(&update).unwrap().ends_with(r#""value":3,"update":true}"#));
+        let result = WindowResult {
+            key: 7u64,
+            window_start: 0,
+            window_end: 60_000,
+            value: 3u64,
+            update: false,
+        };
+        assert_eq!(
+            serde_json::to_string(&result).unwrap(),
+            r#"{"key":7,"window_start":0,"window_end":60000,"value":3}"#
+        );
+        let update = WindowResult {
+            update: true,
+            ..result
+        };
+        assert!(
+            serde_json::to_string(&update)
+                .unwrap()
+                .ends_with(r#""value":3,"update":true}"#)
+        );
     }
 }

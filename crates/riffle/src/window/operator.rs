@@ -56,7 +56,10 @@ impl<T: Data> WindowCore<T> {
     }
 
     pub(crate) fn open(&mut self, ctx: &OperatorContext) {
-        self.next_early = self.settings.early_every.map(|every| ctx.clock.now() + every);
+        self.next_early = self
+            .settings
+            .early_every
+            .map(|every| ctx.clock.now() + every);
         self.ctx = Some(ctx.clone());
     }
 
@@ -97,12 +100,21 @@ impl<T: Data> WindowCore<T> {
 
     /// Whether a window's state is gone (event time: the watermark passed it plus the lateness).
     pub(crate) fn is_expired(&self, window: &TimeWindow) -> bool {
-        self.event_time() && window.max_timestamp().saturating_add(self.settings.lateness) <= self.watermark
+        self.event_time()
+            && window
+                .max_timestamp()
+                .saturating_add(self.settings.lateness)
+                <= self.watermark
     }
 
     /// A record too late for every window it belongs to: side output, or counted and logged.
     /// `record` is `None` for a late input that is no record (a partial aggregate).
-    pub(crate) fn late<Out: Data>(&mut self, record: Option<Record<T>>, timestamp: Timestamp, out: &mut Collector<'_, Out>) -> Result<()> {
+    pub(crate) fn late<Out: Data>(
+        &mut self,
+        record: Option<Record<T>>,
+        timestamp: Timestamp,
+        out: &mut Collector<'_, Out>,
+    ) -> Result<()> {
         let metrics = &self.ctx.as_ref().expect("opened").metrics;
         if let (Some(tag), Some(record)) = (&self.settings.late_tag, record)
             && out.side_output(tag, record)?
@@ -168,11 +180,21 @@ where
 
     /// The time up to which windows are due: the watermark, or in processing time the clock.
     fn due_time(&self) -> Timestamp {
-        if self.core.event_time() { self.core.watermark } else { self.core.ctx().clock.now() }
+        if self.core.event_time() {
+            self.core.watermark
+        } else {
+            self.core.ctx().clock.now()
+        }
     }
 
     /// Emits a slot's result if it has not fired, or changed since.
-    fn fire_slot(function: &mut F, key: &K, window: TimeWindow, slot: &mut Slot<F::Acc>, out: &mut Collector<'_, F::Out>) -> Result<()> {
+    fn fire_slot(
+        function: &mut F,
+        key: &K,
+        window: TimeWindow,
+        slot: &mut Slot<F::Acc>,
+        out: &mut Collector<'_, F::Out>,
+    ) -> Result<()> {
         if !slot.fired || slot.dirty {
             function.fire(key, window, &slot.acc, slot.emitted, out)?;
             slot.fired = true;
@@ -184,12 +206,19 @@ where
 
     /// Fires every window that ended by `time` and drops the state of windows past the lateness.
     fn advance(&mut self, time: Timestamp, out: &mut Collector<'_, F::Out>) -> Result<()> {
-        let lateness = if self.core.event_time() { self.core.settings.lateness } else { 0 };
+        let lateness = if self.core.event_time() {
+            self.core.settings.lateness
+        } else {
+            0
+        };
         let due: Vec<TimeWindow> = self
             .panes
             .iter()
             .take_while(|w| w.max_timestamp() <= time)
-            .filter(|w| w.max_timestamp() > self.fired_up_to || w.max_timestamp().saturating_add(lateness) <= time)
+            .filter(|w| {
+                w.max_timestamp() > self.fired_up_to
+                    || w.max_timestamp().saturating_add(lateness) <= time
+            })
             .copied()
             .collect();
         let table = self.table.as_mut().expect("opened");
@@ -202,7 +231,9 @@ where
                 }
                 self.panes.remove(&window);
             } else {
-                table.for_each_in_namespace(&window, |key, slot| Self::fire_slot(function, key, window, slot, out))?;
+                table.for_each_in_namespace(&window, |key, slot| {
+                    Self::fire_slot(function, key, window, slot, out)
+                })?;
             }
         }
         self.fired_up_to = self.fired_up_to.max(time);
@@ -239,24 +270,38 @@ where
         let due = window.max_timestamp() <= self.due_time();
         self.panes.insert(window);
         let function = &mut self.function;
-        let create = || Slot { acc: function.create(), emitted: false, fired: false, dirty: false };
+        let create = || Slot {
+            acc: function.create(),
+            emitted: false,
+            fired: false,
+            dirty: false,
+        };
         let initial = create();
-        self.table.as_mut().expect("opened").update(key_group, key, &window, || initial, |slot| {
-            match value {
-                Ok(owned) => function.add_owned(&mut slot.acc, owned),
-                Err(borrowed) => function.add(&mut slot.acc, borrowed),
-            }
-            slot.dirty = true;
-            if due {
-                Self::fire_slot(function, key, window, slot, out)?;
-            }
-            Ok(())
-        })
+        self.table.as_mut().expect("opened").update(
+            key_group,
+            key,
+            &window,
+            || initial,
+            |slot| {
+                match value {
+                    Ok(owned) => function.add_owned(&mut slot.acc, owned),
+                    Err(borrowed) => function.add(&mut slot.acc, borrowed),
+                }
+                slot.dirty = true;
+                if due {
+                    Self::fire_slot(function, key, window, slot, out)?;
+                }
+                Ok(())
+            },
+        )
     }
 
     fn report_size(&self) {
         let (entries, bytes) = self.table.as_ref().expect("opened").size();
-        self.core.ctx().metrics.set_state(entries as u64, bytes as u64);
+        self.core
+            .ctx()
+            .metrics
+            .set_state(entries as u64, bytes as u64);
     }
 }
 
@@ -275,8 +320,16 @@ where
         Ok(())
     }
 
-    fn process(&mut self, batch: &mut Vec<Record<T>>, out: &mut Collector<'_, F::Out>) -> Result<()> {
-        let now = if self.core.event_time() { 0 } else { self.core.ctx().clock.now() };
+    fn process(
+        &mut self,
+        batch: &mut Vec<Record<T>>,
+        out: &mut Collector<'_, F::Out>,
+    ) -> Result<()> {
+        let now = if self.core.event_time() {
+            0
+        } else {
+            self.core.ctx().clock.now()
+        };
         for record in batch.drain(..) {
             let time = self.core.time_of(&record, now)?;
             let key = (self.key)(&record.value);
@@ -293,7 +346,10 @@ where
             match self.assigned.len() {
                 0 => {
                     let Record { value, timestamp } = record;
-                    let late = self.function.late(value).map(|value| Record { value, timestamp });
+                    let late = self
+                        .function
+                        .late(value)
+                        .map(|value| Record { value, timestamp });
                     self.core.late(late, timestamp, out)?;
                 }
                 // One window (tumbling, or a partial aggregate): the record moves in, no copy.
@@ -313,7 +369,11 @@ where
         Ok(())
     }
 
-    fn on_watermark(&mut self, watermark: Timestamp, out: &mut Collector<'_, F::Out>) -> Result<()> {
+    fn on_watermark(
+        &mut self,
+        watermark: Timestamp,
+        out: &mut Collector<'_, F::Out>,
+    ) -> Result<()> {
         self.core.watermark = watermark;
         if self.core.event_time() {
             self.advance(watermark, out)?;

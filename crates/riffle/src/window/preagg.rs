@@ -82,11 +82,18 @@ where
     type In = T;
     type Out = PreAggregated<K, T, A::Acc>;
 
-    fn process(&mut self, batch: &mut Vec<Record<T>>, out: &mut Collector<'_, Self::Out>) -> Result<()> {
+    fn process(
+        &mut self,
+        batch: &mut Vec<Record<T>>,
+        out: &mut Collector<'_, Self::Out>,
+    ) -> Result<()> {
         if self.bypass > 0 {
             self.bypass -= 1;
             for record in batch.drain(..) {
-                out.emit(Record { timestamp: record.timestamp, value: PreAggregated::Record(record.value) })?;
+                out.emit(Record {
+                    timestamp: record.timestamp,
+                    value: PreAggregated::Record(record.value),
+                })?;
             }
             return Ok(());
         }
@@ -104,12 +111,18 @@ where
                 .iter()
                 .any(|w| w.max_timestamp().saturating_add(self.lateness) <= self.watermark);
             if closing {
-                out.emit(Record { timestamp: record.timestamp, value: PreAggregated::Record(record.value) })?;
+                out.emit(Record {
+                    timestamp: record.timestamp,
+                    value: PreAggregated::Record(record.value),
+                })?;
                 continue;
             }
             let key = (self.key)(&record.value);
             for &window in &self.assigned {
-                let acc = self.partials.entry((key.clone(), window)).or_insert_with(|| self.aggregate.create());
+                let acc = self
+                    .partials
+                    .entry((key.clone(), window))
+                    .or_insert_with(|| self.aggregate.create());
                 self.aggregate.add(acc, &record.value);
             }
         }
@@ -117,12 +130,19 @@ where
             self.bypass = BYPASS_BATCHES;
         }
         for ((key, window), acc) in self.partials.drain() {
-            out.emit(Record::new(PreAggregated::Partial { key, window, acc }, window.max_timestamp()))?;
+            out.emit(Record::new(
+                PreAggregated::Partial { key, window, acc },
+                window.max_timestamp(),
+            ))?;
         }
         Ok(())
     }
 
-    fn on_watermark(&mut self, watermark: Timestamp, _out: &mut Collector<'_, Self::Out>) -> Result<()> {
+    fn on_watermark(
+        &mut self,
+        watermark: Timestamp,
+        _out: &mut Collector<'_, Self::Out>,
+    ) -> Result<()> {
         self.watermark = watermark;
         Ok(())
     }
@@ -207,7 +227,12 @@ mod tests {
     type Element = PreAggregated<u64, (u64, i64), u64>;
 
     fn harness() -> OperatorHarness<(u64, i64), Element> {
-        let op = PreAggregate::new(Arc::new(|r: &(u64, i64)| r.0), Tumbling::of(Duration::from_secs(60)), 0, Count);
+        let op = PreAggregate::new(
+            Arc::new(|r: &(u64, i64)| r.0),
+            Tumbling::of(Duration::from_secs(60)),
+            0,
+            Count,
+        );
         OperatorHarness::builder(op).build().unwrap()
     }
 
@@ -218,7 +243,9 @@ mod tests {
     #[test]
     fn a_skewed_batch_folds_into_one_partial_per_key_and_window() {
         let mut h = harness();
-        let records: Vec<(u64, i64)> = (0..100).map(|i| (if i % 10 == 0 { i } else { 7 }, 1_000 + i as i64)).collect();
+        let records: Vec<(u64, i64)> = (0..100)
+            .map(|i| (if i % 10 == 0 { i } else { 7 }, 1_000 + i as i64))
+            .collect();
         h.process_records(batch(records)).unwrap();
         let mut out = h.take_values();
         out.sort_by_key(|e| match e {
@@ -226,18 +253,31 @@ mod tests {
             PreAggregated::Record(_) => u64::MAX,
         });
         assert_eq!(out.len(), 11, "key 7 and ten others");
-        assert!(out.contains(&PreAggregated::Partial { key: 7, window: TimeWindow::new(0, 60_000), acc: 90 }));
+        assert!(out.contains(&PreAggregated::Partial {
+            key: 7,
+            window: TimeWindow::new(0, 60_000),
+            acc: 90
+        }));
     }
 
     #[test]
     fn uniform_batches_pass_through_for_a_while() {
         let mut h = harness();
-        h.process_records(batch((0..100).map(|i| (i, 1_000)))).unwrap();
-        assert_eq!(h.take_values().len(), 100, "one partial per key: nothing folded");
-        h.process_records(batch((0..100).map(|_| (5, 1_000)))).unwrap();
+        h.process_records(batch((0..100).map(|i| (i, 1_000))))
+            .unwrap();
+        assert_eq!(
+            h.take_values().len(),
+            100,
+            "one partial per key: nothing folded"
+        );
+        h.process_records(batch((0..100).map(|_| (5, 1_000))))
+            .unwrap();
         let out = h.take_values();
         assert_eq!(out.len(), 100, "the next batches pass through");
-        assert!(out.iter().all(|e| matches!(e, PreAggregated::Record((5, 1_000)))));
+        assert!(
+            out.iter()
+                .all(|e| matches!(e, PreAggregated::Record((5, 1_000))))
+        );
     }
 
     #[test]
@@ -249,7 +289,11 @@ mod tests {
             h.take_values(),
             vec![
                 PreAggregated::Record((1, 1_000)),
-                PreAggregated::Partial { key: 1, window: TimeWindow::new(60_000, 120_000), acc: 1 }
+                PreAggregated::Partial {
+                    key: 1,
+                    window: TimeWindow::new(60_000, 120_000),
+                    acc: 1
+                }
             ]
         );
     }

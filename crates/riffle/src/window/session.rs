@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 use crate::api::KeyFn;
 use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::Result;
+use crate::keys::KeyGroup;
 use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, Record, Timestamp};
-use crate::keys::KeyGroup;
 use crate::state::{StateTable, TimerService};
 use crate::window::operator::WindowCore;
 use crate::window::{TimeDomain, TimeWindow, WindowFn, WindowSettings, Windows};
@@ -62,11 +62,20 @@ where
     }
 
     fn lateness(&self) -> i64 {
-        if self.core.event_time() { self.core.settings.lateness } else { 0 }
+        if self.core.event_time() {
+            self.core.settings.lateness
+        } else {
+            0
+        }
     }
 
     /// Adds one record to its key's sessions, merging those it bridges.
-    fn add(&mut self, record: Record<T>, time: Timestamp, out: &mut Collector<'_, F::Out>) -> Result<()> {
+    fn add(
+        &mut self,
+        record: Record<T>,
+        time: Timestamp,
+        out: &mut Collector<'_, F::Out>,
+    ) -> Result<()> {
         let key = (self.key)(&record.value);
         let key_group = self.core.key_group(&key)?;
         let fresh = TimeWindow::new(time, time + self.gap);
@@ -74,10 +83,16 @@ where
         let lateness = self.lateness();
         let sessions = self.sessions.as_mut().expect("opened");
         let mut list = sessions.get(key_group, &key, &())?.unwrap_or_default();
-        let merged = list.iter().filter(|s| s.window.intersects(&fresh)).fold(fresh, |w, s| w.cover(&s.window));
+        let merged = list
+            .iter()
+            .filter(|s| s.window.intersects(&fresh))
+            .fold(fresh, |w, s| w.cover(&s.window));
         if self.core.is_expired(&merged) {
             let Record { value, timestamp } = record;
-            let late = self.function.late(value).map(|value| Record { value, timestamp });
+            let late = self
+                .function
+                .late(value)
+                .map(|value| Record { value, timestamp });
             return self.core.late(late, timestamp, out);
         }
         let mut acc = self.function.create();
@@ -88,26 +103,45 @@ where
             if list[index].window.intersects(&merged) {
                 let old = list.swap_remove(index);
                 self.timers.delete(domain, old.window.max_timestamp(), &key);
-                self.timers.delete(domain, old.window.max_timestamp().saturating_add(lateness), &key);
+                self.timers.delete(
+                    domain,
+                    old.window.max_timestamp().saturating_add(lateness),
+                    &key,
+                );
                 self.function.merge(&mut acc, old.acc);
                 emitted |= old.emitted;
             } else {
                 index += 1;
             }
         }
-        let mut slot = SessionSlot { window: merged, acc, emitted, fired: false, dirty: true };
+        let mut slot = SessionSlot {
+            window: merged,
+            acc,
+            emitted,
+            fired: false,
+            dirty: true,
+        };
         if self.core.event_time() && merged.max_timestamp() <= self.core.watermark {
             // Late within the allowed lateness: the merged session's result is updated now.
-            self.function.fire(&key, merged, &slot.acc, slot.emitted, out)?;
+            self.function
+                .fire(&key, merged, &slot.acc, slot.emitted, out)?;
             slot.emitted = true;
             slot.fired = true;
             slot.dirty = false;
-            self.timers.register(domain, merged.max_timestamp().saturating_add(lateness), key.clone());
+            self.timers.register(
+                domain,
+                merged.max_timestamp().saturating_add(lateness),
+                key.clone(),
+            );
         } else {
-            self.timers.register(domain, merged.max_timestamp(), key.clone());
+            self.timers
+                .register(domain, merged.max_timestamp(), key.clone());
         }
         list.push(slot);
-        self.sessions.as_mut().expect("opened").put(key_group, key, (), list)
+        self.sessions
+            .as_mut()
+            .expect("opened")
+            .put(key_group, key, (), list)
     }
 
     /// Fires the sessions whose timers are due at `time` and drops those past the lateness.
@@ -117,19 +151,28 @@ where
         for (_, key) in self.timers.pop_due(domain, time) {
             let key_group = self.core.key_group(&key)?;
             let sessions = self.sessions.as_mut().expect("opened");
-            let Some(mut list) = sessions.get(key_group, &key, &())? else { continue };
+            let Some(mut list) = sessions.get(key_group, &key, &())? else {
+                continue;
+            };
             for slot in list.iter_mut() {
                 if !slot.fired && slot.window.max_timestamp() <= time {
-                    self.function.fire(&key, slot.window, &slot.acc, slot.emitted, out)?;
+                    self.function
+                        .fire(&key, slot.window, &slot.acc, slot.emitted, out)?;
                     slot.emitted = true;
                     slot.fired = true;
                     slot.dirty = false;
                     if lateness > 0 {
-                        self.timers.register(domain, slot.window.max_timestamp().saturating_add(lateness), key.clone());
+                        self.timers.register(
+                            domain,
+                            slot.window.max_timestamp().saturating_add(lateness),
+                            key.clone(),
+                        );
                     }
                 }
             }
-            list.retain(|s| !(s.fired && s.window.max_timestamp().saturating_add(lateness) <= time));
+            list.retain(|s| {
+                !(s.fired && s.window.max_timestamp().saturating_add(lateness) <= time)
+            });
             if list.is_empty() {
                 sessions.remove(key_group, &key, &())?;
             } else {
@@ -164,14 +207,21 @@ where
 
     fn report_size(&self) {
         let (entries, bytes) = self.sessions.as_ref().expect("opened").size();
-        self.core.ctx().metrics.set_state((entries + self.timers.len()) as u64, bytes as u64);
+        self.core
+            .ctx()
+            .metrics
+            .set_state((entries + self.timers.len()) as u64, bytes as u64);
     }
 
     /// Registers each session's timer: its firing, or once fired, its cleanup.
     fn register_timers(&mut self, key: &K, list: &[SessionSlot<F::Acc>]) {
         let (domain, lateness) = (self.domain(), self.lateness());
         for slot in list {
-            let at = if slot.fired { slot.window.max_timestamp().saturating_add(lateness) } else { slot.window.max_timestamp() };
+            let at = if slot.fired {
+                slot.window.max_timestamp().saturating_add(lateness)
+            } else {
+                slot.window.max_timestamp()
+            };
             self.timers.register(domain, at, key.clone());
         }
     }
@@ -192,8 +242,16 @@ where
         Ok(())
     }
 
-    fn process(&mut self, batch: &mut Vec<Record<T>>, out: &mut Collector<'_, F::Out>) -> Result<()> {
-        let now = if self.core.event_time() { 0 } else { self.core.ctx().clock.now() };
+    fn process(
+        &mut self,
+        batch: &mut Vec<Record<T>>,
+        out: &mut Collector<'_, F::Out>,
+    ) -> Result<()> {
+        let now = if self.core.event_time() {
+            0
+        } else {
+            self.core.ctx().clock.now()
+        };
         for record in batch.drain(..) {
             let time = self.core.time_of(&record, now)?;
             self.add(record, time, out)?;
@@ -202,7 +260,11 @@ where
         Ok(())
     }
 
-    fn on_watermark(&mut self, watermark: Timestamp, out: &mut Collector<'_, F::Out>) -> Result<()> {
+    fn on_watermark(
+        &mut self,
+        watermark: Timestamp,
+        out: &mut Collector<'_, F::Out>,
+    ) -> Result<()> {
         self.core.watermark = watermark;
         if self.core.event_time() {
             self.advance(watermark, out)?;
@@ -226,8 +288,11 @@ where
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
         if let Some(sessions) = self.sessions.as_ref().expect("opened").heap() {
             for key_group in sessions.key_groups_with_entries() {
-                let entries: Vec<(&K, &Vec<SessionSlot<F::Acc>>)> =
-                    sessions.group_entries(key_group).into_iter().map(|(_, k, v)| (k, v)).collect();
+                let entries: Vec<(&K, &Vec<SessionSlot<F::Acc>>)> = sessions
+                    .group_entries(key_group)
+                    .into_iter()
+                    .map(|(_, k, v)| (k, v))
+                    .collect();
                 snapshot.write_keyed(key_group, &entries)?;
             }
         }
@@ -240,16 +305,22 @@ where
             let (key_group, entries) = group?;
             for (key, list) in entries {
                 self.register_timers(&key, &list);
-                self.sessions.as_mut().expect("opened").put(key_group, key, (), list)?;
+                self.sessions
+                    .as_mut()
+                    .expect("opened")
+                    .put(key_group, key, (), list)?;
             }
         }
         // Sessions restored into the task's store (not in the snapshot): their timers too.
         if self.sessions.as_ref().expect("opened").heap().is_none() {
             let mut restored: Vec<(K, Vec<SessionSlot<F::Acc>>)> = Vec::new();
-            self.sessions.as_mut().expect("opened").for_each(|_, _, key, list| {
-                restored.push((key.clone(), list.clone()));
-                Ok(())
-            })?;
+            self.sessions
+                .as_mut()
+                .expect("opened")
+                .for_each(|_, _, key, list| {
+                    restored.push((key.clone(), list.clone()));
+                    Ok(())
+                })?;
             for (key, list) in restored {
                 self.register_timers(&key, &list);
             }

@@ -22,10 +22,17 @@ fn a_key_value_store_backend_passes_the_conformance_suite() {
     // The store's immutable files went to the shared directory, referenced by the checkpoints.
     let shared = work.path().join("recovery/chk/conformance/shared");
     let files = walk(&shared);
-    assert!(files.iter().any(|f| f.ends_with(".sst")), "no shared store files under {}", shared.display());
+    assert!(
+        files.iter().any(|f| f.ends_with(".sst")),
+        "no shared store files under {}",
+        shared.display()
+    );
     // A savepoint holds its store files itself.
     let savepoint = walk(&work.path().join("rescale-2/savepoint"));
-    assert!(savepoint.iter().any(|f| f.ends_with(".sst")), "{savepoint:?}");
+    assert!(
+        savepoint.iter().any(|f| f.ends_with(".sst")),
+        "{savepoint:?}"
+    );
 }
 
 /// Every file under `dir`.

@@ -25,15 +25,27 @@ fn failures_at_many_points_are_recovered_exactly() {
     let mut seed = 0x9E37_79B9u64;
     let mut points = vec![500, 20_000, 59_500];
     for _ in 0..3 {
-        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
         points.push(1 + (seed >> 33) % COUNT);
     }
     for after in points {
         let dir = tempfile::tempdir().unwrap();
-        let env = windowed_job(&dir.path().join("out"), &dir.path().join("chk"), 2, COUNT, fail_once_after(after));
+        let env = windowed_job(
+            &dir.path().join("out"),
+            &dir.path().join("chk"),
+            2,
+            COUNT,
+            fail_once_after(after),
+        );
         let result = run(&env).unwrap();
         assert_eq!(result.restarts, 1, "failure after {after} records");
-        assert_eq!(committed(&dir.path().join("out")), expected, "failure after {after} records");
+        assert_eq!(
+            committed(&dir.path().join("out")),
+            expected,
+            "failure after {after} records"
+        );
     }
 }
 
@@ -47,7 +59,11 @@ struct CrashInSnapshot {
 impl Operator for CrashInSnapshot {
     type In = Click;
     type Out = Click;
-    fn process(&mut self, batch: &mut Vec<Record<Click>>, out: &mut Collector<'_, Click>) -> Result<()> {
+    fn process(
+        &mut self,
+        batch: &mut Vec<Record<Click>>,
+        out: &mut Collector<'_, Click>,
+    ) -> Result<()> {
         out.emit_batch(batch)
     }
     fn snapshot_state(&mut self, checkpoint_id: u64, _: &mut SnapshotWriter) -> Result<()> {
@@ -62,16 +78,27 @@ impl Operator for CrashInSnapshot {
 fn a_failure_while_a_snapshot_is_taken_is_recovered_exactly() {
     let expected = expected(COUNT);
     let dir = tempfile::tempdir().unwrap();
-    let crash = CrashInSnapshot { at: 4, fired: Arc::new(AtomicBool::new(false)) };
+    let crash = CrashInSnapshot {
+        at: 4,
+        fired: Arc::new(AtomicBool::new(false)),
+    };
     let crashing = windowed_job_with(&dir.path().join("out"), &dir.path().join("chk"), crash);
     let result = run(&crashing).unwrap();
     assert_eq!(result.restarts, 1);
-    assert!(result.restores[0] >= 3, "checkpoints before the 4th restored: {:?}", result.restores);
+    assert!(
+        result.restores[0] >= 3,
+        "checkpoints before the 4th restored: {:?}",
+        result.restores
+    );
     assert_eq!(committed(&dir.path().join("out")), expected);
 }
 
 /// The windowed job with a custom operator after the source.
-fn windowed_job_with(out: &std::path::Path, checkpoints: &std::path::Path, op: CrashInSnapshot) -> StreamEnv {
+fn windowed_job_with(
+    out: &std::path::Path,
+    checkpoints: &std::path::Path,
+    op: CrashInSnapshot,
+) -> StreamEnv {
     use riffle::aggregate::Count;
     use riffle::sink::ExactlyOnceFileSink;
     use riffle::time::WatermarkStrategy;
@@ -80,7 +107,8 @@ fn windowed_job_with(out: &std::path::Path, checkpoints: &std::path::Path, op: C
     let env = StreamEnv::with_config(env.config());
     env.from_source_with_watermarks(
         crate::clicks(COUNT),
-        WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5)).with_timestamps(|c: &Click| c.event_time),
+        WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5))
+            .with_timestamps(|c: &Click| c.event_time),
     )
     .transform("crash in snapshot", move || op.clone())
     .key_by(|c| c.user_id)
@@ -95,14 +123,35 @@ fn windowed_job_with(out: &std::path::Path, checkpoints: &std::path::Path, op: C
 fn a_failed_upload_fails_its_checkpoint_not_the_job() {
     let expected = expected(COUNT);
     let dir = tempfile::tempdir().unwrap();
-    let env = windowed_job(&dir.path().join("out"), &dir.path().join("chk"), 2, COUNT, |c| c);
-    let store = Arc::new(FaultyStore::new(&dir.path().join("chk"), [6, 7], Duration::ZERO));
+    let env = windowed_job(
+        &dir.path().join("out"),
+        &dir.path().join("chk"),
+        2,
+        COUNT,
+        |c| c,
+    );
+    let store = Arc::new(FaultyStore::new(
+        &dir.path().join("chk"),
+        [6, 7],
+        Duration::ZERO,
+    ));
     with_checkpoints(&env, |c| c.object_store = Some(store));
     let result = run(&env).unwrap();
-    assert_eq!(result.restarts, 0, "a failed checkpoint does not stop the job");
-    let failed: Vec<_> = result.checkpoints.iter().filter(|c| !c.completed()).collect();
+    assert_eq!(
+        result.restarts, 0,
+        "a failed checkpoint does not stop the job"
+    );
+    let failed: Vec<_> = result
+        .checkpoints
+        .iter()
+        .filter(|c| !c.completed())
+        .collect();
     assert!(!failed.is_empty(), "{:?}", result.checkpoints);
-    assert!(failed[0].status.contains("injected failure"), "{}", failed[0].status);
+    assert!(
+        failed[0].status.contains("injected failure"),
+        "{}",
+        failed[0].status
+    );
     assert!(result.completed_checkpoints() > 0);
     assert_eq!(committed(&dir.path().join("out")), expected);
 }
@@ -111,9 +160,19 @@ fn a_failed_upload_fails_its_checkpoint_not_the_job() {
 fn a_task_failure_while_uploads_are_in_flight_is_recovered_exactly() {
     let expected = expected(COUNT);
     let dir = tempfile::tempdir().unwrap();
-    let env = windowed_job(&dir.path().join("out"), &dir.path().join("chk"), 2, COUNT, fail_once_after(40_000));
+    let env = windowed_job(
+        &dir.path().join("out"),
+        &dir.path().join("chk"),
+        2,
+        COUNT,
+        fail_once_after(40_000),
+    );
     // Every write takes 40 ms: a checkpoint's upload spans several batches of records.
-    let store = Arc::new(FaultyStore::new(&dir.path().join("chk"), [], Duration::from_millis(40)));
+    let store = Arc::new(FaultyStore::new(
+        &dir.path().join("chk"),
+        [],
+        Duration::from_millis(40),
+    ));
     with_checkpoints(&env, |c| c.object_store = Some(store));
     let result = run(&env).unwrap();
     assert_eq!(result.restarts, 1);
@@ -126,12 +185,23 @@ fn a_damaged_checkpoint_is_detected_and_the_previous_one_used() {
     let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
     // A first run dies for good half-way (no restart).
     let env = windowed_job(&out, &chk, 2, COUNT, fail_once_after(30_000));
-    with_checkpoints(&env, |c| c.restart = riffle::checkpoint::RestartStrategy::None);
+    with_checkpoints(&env, |c| {
+        c.restart = riffle::checkpoint::RestartStrategy::None
+    });
     assert!(run(&env).is_err());
-    let storage = riffle::checkpoint::CheckpointStorage::open(chk.to_str().unwrap(), &[], "riffle-job", "test").unwrap();
+    let storage = riffle::checkpoint::CheckpointStorage::open(
+        chk.to_str().unwrap(),
+        &[],
+        "riffle-job",
+        "test",
+    )
+    .unwrap();
     let completed = storage.completed_checkpoints().unwrap();
     assert!(completed.len() >= 2, "{completed:?}");
-    let (previous, latest) = (completed[completed.len() - 2], completed[completed.len() - 1]);
+    let (previous, latest) = (
+        completed[completed.len() - 2],
+        completed[completed.len() - 1],
+    );
     // Damage one state file of the latest checkpoint.
     let manifest = storage.read_manifest(&format!("chk-{latest}")).unwrap();
     let file = manifest.files().next().unwrap().path.clone();
@@ -144,7 +214,10 @@ fn a_damaged_checkpoint_is_detected_and_the_previous_one_used() {
     with_checkpoints(&env, |c| c.restore = Some(RestoreFrom::Latest));
     let result = run(&env).unwrap();
     let from = result.restored_from.unwrap();
-    assert!(from.starts_with(&format!("checkpoint {previous} ")), "{from}");
+    assert!(
+        from.starts_with(&format!("checkpoint {previous} ")),
+        "{from}"
+    );
     // Windows committed after `previous` in the first run are counted again: each line is
     // right, some are there twice (the price of falling back past a committed checkpoint).
     let mut lines = committed(&out);
@@ -167,19 +240,30 @@ fn checkpoints_complete_under_heavy_backpressure() {
         },
         ..EnvConfig::default()
     });
-    env.from_source(riffle::source::datagen::DatagenSource::clicks(Default::default()))
-        .map(|c| c.user_id)
-        .key_by(|u| *u)
-        .process(|_: &u64, u: u64, ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>| ctx.emit(u))
-        .sink(ThrottledSink::new(BlackholeSink::new(), 5_000.0));
+    env.from_source(riffle::source::datagen::DatagenSource::clicks(
+        Default::default(),
+    ))
+    .map(|c| c.user_id)
+    .key_by(|u| *u)
+    .process(
+        |_: &u64, u: u64, ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>| ctx.emit(u),
+    )
+    .sink(ThrottledSink::new(BlackholeSink::new(), 5_000.0));
     let job = env.execute_async().unwrap();
     std::thread::sleep(Duration::from_secs(3));
     let before = job.metrics();
     std::thread::sleep(Duration::from_millis(500));
     let level = job.metrics().rates_since(&before);
-    let completed = job.checkpoints().into_iter().filter(|c| c.completed()).count();
+    let completed = job
+        .checkpoints()
+        .into_iter()
+        .filter(|c| c.completed())
+        .count();
     job.cancel();
     let _ = job.wait();
-    assert!(level.iter().any(|r| r.time.backpressure_level() == "HIGH"), "the pipeline is back-pressured");
+    assert!(
+        level.iter().any(|r| r.time.backpressure_level() == "HIGH"),
+        "the pipeline is back-pressured"
+    );
     assert!(completed >= 3, "checkpoints keep completing: {completed}");
 }

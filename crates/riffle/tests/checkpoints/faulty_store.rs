@@ -11,8 +11,8 @@ use futures_util::stream::BoxStream;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions,
-    PutOptions, PutPayload, PutResult, Result,
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
 
 /// Local files, with the n-th writes failing and every write delayed.
@@ -26,7 +26,11 @@ pub struct FaultyStore {
 
 impl FaultyStore {
     /// Files under `dir`; the writes numbered in `failing` (from 0) fail; each write waits `delay`.
-    pub fn new(dir: &std::path::Path, failing: impl IntoIterator<Item = u64>, delay: Duration) -> Self {
+    pub fn new(
+        dir: &std::path::Path,
+        failing: impl IntoIterator<Item = u64>,
+        delay: Duration,
+    ) -> Self {
         std::fs::create_dir_all(dir).unwrap();
         FaultyStore {
             inner: LocalFileSystem::new_with_prefix(dir).unwrap(),
@@ -45,16 +49,28 @@ impl fmt::Display for FaultyStore {
 
 #[async_trait]
 impl ObjectStore for FaultyStore {
-    async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
         let n = self.puts.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(self.delay);
         if self.failing.lock().unwrap().remove(&n) {
-            return Err(object_store::Error::Generic { store: "faulty", source: format!("injected failure of write {n}").into() });
+            return Err(object_store::Error::Generic {
+                store: "faulty",
+                source: format!("injected failure of write {n}").into(),
+            });
         }
         self.inner.put_opts(location, payload, opts).await
     }
 
-    async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
         self.inner.put_multipart_opts(location, opts).await
     }
 
@@ -62,7 +78,10 @@ impl ObjectStore for FaultyStore {
         self.inner.get_opts(location, options).await
     }
 
-    fn delete_stream(&self, locations: BoxStream<'static, Result<Path>>) -> BoxStream<'static, Result<Path>> {
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
         self.inner.delete_stream(locations)
     }
 

@@ -22,8 +22,16 @@ use riffle::{EnvConfig, JobResult, Result, StreamEnv};
 
 /// Clicks within the watermark bound (nothing late: every run has one exact answer).
 pub fn clicks(count: u64) -> DatagenSource<riffle::source::datagen::ClickGenerator> {
-    let config = ClicksConfig { users: 300, late_share: 0.0, events_per_second: 2_000.0, ..ClicksConfig::default() };
-    DatagenSource::clicks(config).count(count).rate(40_000.0).splits(4)
+    let config = ClicksConfig {
+        users: 300,
+        late_share: 0.0,
+        events_per_second: 2_000.0,
+        ..ClicksConfig::default()
+    };
+    DatagenSource::clicks(config)
+        .count(count)
+        .rate(40_000.0)
+        .splits(4)
 }
 
 /// A job counting clicks per user in 5-second windows into an exactly-once file sink at `out`,
@@ -42,14 +50,18 @@ pub fn windowed_job(
         checkpoints: CheckpointConfig {
             interval: Some(Duration::from_millis(100)),
             storage: checkpoints.to_str().unwrap().to_string(),
-            restart: RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_millis(50) },
+            restart: RestartStrategy::FixedDelay {
+                attempts: 3,
+                delay: Duration::from_millis(50),
+            },
             ..CheckpointConfig::default()
         },
         ..EnvConfig::default()
     });
     env.from_source_with_watermarks(
         clicks(count),
-        WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5)).with_timestamps(|c: &Click| c.event_time),
+        WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5))
+            .with_timestamps(|c: &Click| c.event_time),
     )
     .uid("clicks")
     .map(crash)
@@ -71,7 +83,8 @@ pub fn run(env: &StreamEnv) -> Result<JobResult> {
     std::thread::spawn(move || {
         let _ = tx.send(handle.wait());
     });
-    rx.recv_timeout(Duration::from_secs(120)).expect("the job did not end within 120 s")
+    rx.recv_timeout(Duration::from_secs(120))
+        .expect("the job did not end within 120 s")
 }
 
 /// Every committed line (visible part files), sorted; asserts no in-progress file is left.
@@ -79,7 +92,12 @@ pub fn committed(dir: &Path) -> Vec<String> {
     let mut lines = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         if entry.path().is_file() {
-            lines.extend(std::fs::read_to_string(entry.path()).unwrap().lines().map(str::to_string));
+            lines.extend(
+                std::fs::read_to_string(entry.path())
+                    .unwrap()
+                    .lines()
+                    .map(str::to_string),
+            );
         }
     }
     lines.sort();
@@ -89,7 +107,13 @@ pub fn committed(dir: &Path) -> Vec<String> {
 /// The failure-free output, computed once.
 pub fn expected(count: u64) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
-    let env = windowed_job(&dir.path().join("out"), &dir.path().join("chk"), 2, count, |c| c);
+    let env = windowed_job(
+        &dir.path().join("out"),
+        &dir.path().join("chk"),
+        2,
+        count,
+        |c| c,
+    );
     let result = run(&env).unwrap();
     assert_eq!(result.restarts, 0);
     committed(&dir.path().join("out"))
@@ -100,5 +124,15 @@ pub const COUNT: u64 = 60_000;
 
 #[allow(dead_code)]
 fn counted(lines: &[String]) -> u64 {
-    lines.iter().map(|l| l.trim_matches('"').rsplit(' ').next().unwrap().parse::<u64>().unwrap()).sum()
+    lines
+        .iter()
+        .map(|l| {
+            l.trim_matches('"')
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum()
 }

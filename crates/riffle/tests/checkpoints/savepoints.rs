@@ -28,9 +28,15 @@ fn first_half(dir: &Path) -> String {
     let env = windowed_job(&dir.join("out"), &dir.join("chk"), 2, COUNT, |c| c);
     let job = env.execute_async().unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let location = job.stop_with_savepoint(dir.join("savepoint").to_str().unwrap()).unwrap();
+    let location = job
+        .stop_with_savepoint(dir.join("savepoint").to_str().unwrap())
+        .unwrap();
     let result = job.wait().unwrap();
-    let read = result.metrics.operator_total("Source: clicks").unwrap().records_out;
+    let read = result
+        .metrics
+        .operator_total("Source: clicks")
+        .unwrap()
+        .records_out;
     assert!(read > 0 && read < COUNT, "stopped part-way: {read}");
     location
 }
@@ -44,12 +50,38 @@ fn a_savepoint_at_parallelism_2_restores_at_1_and_4() {
     for parallelism in [1, 4] {
         let dir = tempfile::tempdir().unwrap();
         copy_dir(&base.path().join("out"), &dir.path().join("out"));
-        let env = windowed_job(&dir.path().join("out"), &dir.path().join("chk"), parallelism, COUNT, |c| c);
-        env.configure(|c: &mut EnvConfig| c.checkpoints.restore = Some(RestoreFrom::Savepoint(savepoint.clone())));
+        let env = windowed_job(
+            &dir.path().join("out"),
+            &dir.path().join("chk"),
+            parallelism,
+            COUNT,
+            |c| c,
+        );
+        env.configure(|c: &mut EnvConfig| {
+            c.checkpoints.restore = Some(RestoreFrom::Savepoint(savepoint.clone()))
+        });
         let result = run(&env).unwrap();
-        assert!(result.restored_from.as_deref().unwrap().starts_with("savepoint"));
-        assert!(result.metrics.operator_total("Source: clicks").unwrap().records_out < COUNT, "resumed, not re-read");
-        assert_eq!(committed(&dir.path().join("out")), expected, "restored at parallelism {parallelism}");
+        assert!(
+            result
+                .restored_from
+                .as_deref()
+                .unwrap()
+                .starts_with("savepoint")
+        );
+        assert!(
+            result
+                .metrics
+                .operator_total("Source: clicks")
+                .unwrap()
+                .records_out
+                < COUNT,
+            "resumed, not re-read"
+        );
+        assert_eq!(
+            committed(&dir.path().join("out")),
+            expected,
+            "restored at parallelism {parallelism}"
+        );
     }
 }
 
@@ -61,7 +93,14 @@ fn state_that_maps_to_no_operator_fails_the_restore_unless_allowed() {
     let job = |allow: bool| {
         let env = StreamEnv::with_config(EnvConfig {
             parallelism: 2,
-            ..windowed_job(&base.path().join("out2"), &base.path().join("chk2"), 2, COUNT, |c| c).config()
+            ..windowed_job(
+                &base.path().join("out2"),
+                &base.path().join("chk2"),
+                2,
+                COUNT,
+                |c| c,
+            )
+            .config()
         });
         env.configure(|c| {
             c.checkpoints.restore = Some(RestoreFrom::Savepoint(savepoint.clone()));
@@ -70,7 +109,13 @@ fn state_that_maps_to_no_operator_fails_the_restore_unless_allowed() {
         env.from_source(crate::clicks(1_000))
             .uid("clicks")
             .key_by(|c| c.user_id)
-            .process(|_: &u64, c: riffle::source::datagen::Click, ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>| ctx.emit(c.user_id))
+            .process(
+                |_: &u64,
+                 c: riffle::source::datagen::Click,
+                 ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>| {
+                    ctx.emit(c.user_id)
+                },
+            )
             .uid("renamed-window")
             .sink(riffle::sink::BlackholeSink::new());
         env

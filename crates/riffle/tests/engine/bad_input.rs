@@ -1,9 +1,9 @@
 //! Malformed input lines follow the source's policy: dead-letter (default), skip, or fail. Nothing
 //! else is lost and every bad line is counted.
 
+use riffle::sink::CollectSink;
 use riffle::source::file::FileSource;
 use riffle::source::{BadRecordPolicy, DeadLetter};
-use riffle::sink::CollectSink;
 use riffle::{EnvConfig, Error, StreamEnv};
 use serde::{Deserialize, Serialize};
 
@@ -42,20 +42,38 @@ fn malformed_lines_go_to_the_dead_letter_files_by_default() {
     let dir = tempfile::tempdir().unwrap();
     let env = env(dir.path());
     let (sink, out) = CollectSink::new();
-    env.from_source(FileSource::<Event>::json(input(dir.path()))).sink(sink);
+    env.from_source(FileSource::<Event>::json(input(dir.path())))
+        .sink(sink);
     let result = run(&env).unwrap();
-    assert_eq!(out.sorted(), (0..100).map(|id| Event { id }).collect::<Vec<_>>());
+    assert_eq!(
+        out.sorted(),
+        (0..100).map(|id| Event { id }).collect::<Vec<_>>()
+    );
     assert_eq!(result.bad_records(), 3);
-    let dead_dir = std::fs::read_dir(dir.path().join("dead")).unwrap().next().unwrap().unwrap().path();
+    let dead_dir = std::fs::read_dir(dir.path().join("dead"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     let mut letters: Vec<DeadLetter> = Vec::new();
     for part in std::fs::read_dir(&dead_dir).unwrap() {
         let text = std::fs::read_to_string(part.unwrap().path()).unwrap();
-        letters.extend(text.lines().map(|l| serde_json::from_str::<DeadLetter>(l).unwrap()));
+        letters.extend(
+            text.lines()
+                .map(|l| serde_json::from_str::<DeadLetter>(l).unwrap()),
+        );
     }
     letters.sort_by(|a, b| (&a.split, &a.position).cmp(&(&b.split, &b.position)));
     let found: Vec<(String, String, String)> = letters
         .iter()
-        .map(|l| (l.split.rsplit('/').next().unwrap().to_string(), l.position.clone(), l.payload.clone()))
+        .map(|l| {
+            (
+                l.split.rsplit('/').next().unwrap().to_string(),
+                l.position.clone(),
+                l.payload.clone(),
+            )
+        })
         .collect();
     assert_eq!(
         found,
@@ -65,7 +83,11 @@ fn malformed_lines_go_to_the_dead_letter_files_by_default() {
             ("b.jsonl".into(), "line 6".into(), "\u{1}binary".into()),
         ]
     );
-    assert!(letters.iter().all(|l| !l.error.is_empty() && l.source.starts_with("Source: file")));
+    assert!(
+        letters
+            .iter()
+            .all(|l| !l.error.is_empty() && l.source.starts_with("Source: file"))
+    );
 }
 
 #[test]
@@ -76,11 +98,17 @@ fn the_dead_letter_output_can_be_consumed_by_the_job() {
     let (dead, dead_out) = CollectSink::new();
     let events = env.from_source(FileSource::<Event>::json(input(dir.path())));
     events.sink(sink);
-    events.dead_letters().map(|l: DeadLetter| l.position).sink(dead);
+    events
+        .dead_letters()
+        .map(|l: DeadLetter| l.position)
+        .sink(dead);
     run(&env).unwrap();
     assert_eq!(out.len(), 100);
     assert_eq!(dead_out.sorted(), vec!["line 11", "line 31", "line 6"]);
-    assert!(!dir.path().join("dead").exists(), "no file when the job takes the dead letters itself");
+    assert!(
+        !dir.path().join("dead").exists(),
+        "no file when the job takes the dead letters itself"
+    );
 }
 
 #[test]
@@ -88,17 +116,25 @@ fn skip_counts_and_fail_names_the_position() {
     let dir = tempfile::tempdir().unwrap();
     let env = env(dir.path());
     let (sink, out) = CollectSink::new();
-    env.from_source(FileSource::<Event>::json(input(dir.path())).bad_records(BadRecordPolicy::Skip)).sink(sink);
+    env.from_source(
+        FileSource::<Event>::json(input(dir.path())).bad_records(BadRecordPolicy::Skip),
+    )
+    .sink(sink);
     let result = run(&env).unwrap();
     assert_eq!((out.len(), result.bad_records()), (100, 3));
     assert!(!dir.path().join("dead").exists());
 
     let env = self::env(dir.path());
     let (sink, _) = CollectSink::new();
-    env.from_source(FileSource::<Event>::json(input(dir.path()).join("a.jsonl")).bad_records(BadRecordPolicy::Fail))
-        .sink(sink);
+    env.from_source(
+        FileSource::<Event>::json(input(dir.path()).join("a.jsonl"))
+            .bad_records(BadRecordPolicy::Fail),
+    )
+    .sink(sink);
     match run(&env) {
-        Err(Error::BadRecord { position, message, .. }) => {
+        Err(Error::BadRecord {
+            position, message, ..
+        }) => {
             assert!(position.ends_with("a.jsonl line 11"), "{position}");
             assert!(message.contains("expected value"), "{message}");
         }

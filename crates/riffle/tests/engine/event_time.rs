@@ -32,7 +32,10 @@ fn strategy(bound: Duration) -> WatermarkStrategy<Click> {
 
 /// The last result per (user, window start): the final values.
 fn finals(results: Vec<WindowResult<u64, u64>>) -> BTreeMap<(u64, i64), u64> {
-    results.into_iter().map(|r| ((r.key, r.window_start), r.value)).collect()
+    results
+        .into_iter()
+        .map(|r| ((r.key, r.window_start), r.value))
+        .collect()
 }
 
 /// The truth: a batch group-by over the generated clicks.
@@ -41,7 +44,12 @@ fn batch(config: &ClicksConfig, count: u64) -> BTreeMap<(u64, i64), u64> {
     let mut counts = BTreeMap::new();
     for i in 0..count {
         let click = generator.generate(i);
-        *counts.entry((click.user_id, click.event_time - click.event_time.rem_euclid(60_000))).or_insert(0) += 1;
+        *counts
+            .entry((
+                click.user_id,
+                click.event_time - click.event_time.rem_euclid(60_000),
+            ))
+            .or_insert(0) += 1;
     }
     counts
 }
@@ -62,21 +70,32 @@ fn windowed_counts_equal_the_batch_truth_with_and_without_pre_aggregation_at_any
         for pre_aggregate in [true, false] {
             let env = env(parallelism);
             let (sink, out) = CollectSink::new();
-            env.from_source_with_watermarks(DatagenSource::clicks(config.clone()).count(count), strategy(Duration::from_secs(5)))
-                .key_by(|c| c.user_id)
-                .window(Tumbling::of(MINUTE))
-                .pre_aggregate(pre_aggregate)
-                .aggregate(Count)
-                .sink(sink);
+            env.from_source_with_watermarks(
+                DatagenSource::clicks(config.clone()).count(count),
+                strategy(Duration::from_secs(5)),
+            )
+            .key_by(|c| c.user_id)
+            .window(Tumbling::of(MINUTE))
+            .pre_aggregate(pre_aggregate)
+            .aggregate(Count)
+            .sink(sink);
             run(&env).unwrap();
-            assert_eq!(finals(out.values()), truth, "parallelism {parallelism}, pre-aggregation {pre_aggregate}");
+            assert_eq!(
+                finals(out.values()),
+                truth,
+                "parallelism {parallelism}, pre-aggregation {pre_aggregate}"
+            );
         }
     }
 }
 
 #[test]
 fn late_clicks_reach_the_side_output_unchanged_and_nothing_is_lost() {
-    let config = ClicksConfig { users: 100, late_share: 0.01, ..ClicksConfig::default() };
+    let config = ClicksConfig {
+        users: 100,
+        late_share: 0.01,
+        ..ClicksConfig::default()
+    };
     let count = 30_000;
     for pre_aggregate in [true, false] {
         let env = env(2);
@@ -84,7 +103,12 @@ fn late_clicks_reach_the_side_output_unchanged_and_nothing_is_lost() {
         let (sink, out) = CollectSink::new();
         let (late_sink, late_out) = CollectSink::new();
         let counts = env
-            .from_source_with_watermarks(DatagenSource::clicks(config.clone()).count(count).rate(20_000.0), strategy(Duration::from_secs(5)))
+            .from_source_with_watermarks(
+                DatagenSource::clicks(config.clone())
+                    .count(count)
+                    .rate(20_000.0),
+                strategy(Duration::from_secs(5)),
+            )
             .key_by(|c| c.user_id)
             .window(Tumbling::of(MINUTE))
             .allowed_lateness(Duration::from_secs(30))
@@ -96,8 +120,16 @@ fn late_clicks_reach_the_side_output_unchanged_and_nothing_is_lost() {
         let result = run(&env).unwrap();
         let counted: u64 = finals(out.values()).values().sum();
         let late_clicks = late_out.values();
-        assert_eq!(counted + late_clicks.len() as u64, count, "pre-aggregation {pre_aggregate}");
-        assert!(late_clicks.len() > 200, "about 300 clicks are 6 minutes late: {}", late_clicks.len());
+        assert_eq!(
+            counted + late_clicks.len() as u64,
+            count,
+            "pre-aggregation {pre_aggregate}"
+        );
+        assert!(
+            late_clicks.len() > 200,
+            "about 300 clicks are 6 minutes late: {}",
+            late_clicks.len()
+        );
         let generator = ClickGenerator::new(config.clone());
         let very_late: Vec<Click> = (0..count)
             .map(|i| (i, generator.generate(i)))
@@ -105,9 +137,19 @@ fn late_clicks_reach_the_side_output_unchanged_and_nothing_is_lost() {
             .map(|(_, c)| c)
             .collect();
         for click in &late_clicks {
-            assert!(very_late.contains(click), "only very late clicks are late, unchanged: {click:?}");
+            assert!(
+                very_late.contains(click),
+                "only very late clicks are late, unchanged: {click:?}"
+            );
         }
-        assert_eq!(result.metrics.operator_total("Window").unwrap().late_records_side_output, late_clicks.len() as u64);
+        assert_eq!(
+            result
+                .metrics
+                .operator_total("Window")
+                .unwrap()
+                .late_records_side_output,
+            late_clicks.len() as u64
+        );
     }
 }
 
@@ -134,7 +176,14 @@ impl Source<(u64, i64)> for OneSilentSplit {
         Ok(vec![0, 1])
     }
     fn reader(&self, split: usize) -> riffle::Result<Box<dyn SplitReader<(u64, i64)>>> {
-        Ok(if split == 0 { Box::new(Ticking { next: 0, started: Instant::now() }) } else { Box::new(Silent) })
+        Ok(if split == 0 {
+            Box::new(Ticking {
+                next: 0,
+                started: Instant::now(),
+            })
+        } else {
+            Box::new(Silent)
+        })
     }
 }
 
@@ -163,7 +212,9 @@ impl SplitReader<(u64, i64)> for Silent {
         "silent".into()
     }
     fn read(&mut self, _: &mut SourceOutput<(u64, i64)>, _: usize) -> riffle::Result<ReadStatus> {
-        Ok(ReadStatus::Pending(Some(Instant::now() + Duration::from_millis(20))))
+        Ok(ReadStatus::Pending(Some(
+            Instant::now() + Duration::from_millis(20),
+        )))
     }
     fn position(&self) -> serde_json::Value {
         serde_json::Value::Null
@@ -195,8 +246,15 @@ fn windows_fired_with(idleness: Option<Duration>) -> usize {
 
 #[test]
 fn a_silent_split_does_not_stall_the_windows_once_idle() {
-    assert_eq!(windows_fired_with(None), 0, "without idleness the silent split holds the watermark");
-    assert!(windows_fired_with(Some(Duration::from_millis(100))) >= 3, "with idleness the windows fire");
+    assert_eq!(
+        windows_fired_with(None),
+        0,
+        "without idleness the silent split holds the watermark"
+    );
+    assert!(
+        windows_fired_with(Some(Duration::from_millis(100))) >= 3,
+        "with idleness the windows fire"
+    );
 }
 
 #[test]
@@ -207,44 +265,78 @@ fn clicks_from_the_future_are_quarantined_as_bad_input() {
         .iter()
         .enumerate()
         .map(|(i, ts)| {
-            serde_json::to_string(&Click { user_id: 1, url: format!("/{i}"), user_agent: "x".into(), ip: "1.1.1.1".into(), event_time: *ts })
-                .unwrap()
+            serde_json::to_string(&Click {
+                user_id: 1,
+                url: format!("/{i}"),
+                user_agent: "x".into(),
+                ip: "1.1.1.1".into(),
+                event_time: *ts,
+            })
+            .unwrap()
         })
         .collect();
     std::fs::write(dir.path().join("clicks.jsonl"), clicks.join("\n")).unwrap();
-    let env = StreamEnv::with_config(EnvConfig { parallelism: 1, dead_letter_dir: dir.path().join("dead"), ..EnvConfig::default() });
+    let env = StreamEnv::with_config(EnvConfig {
+        parallelism: 1,
+        dead_letter_dir: dir.path().join("dead"),
+        ..EnvConfig::default()
+    });
     let (sink, out) = CollectSink::new();
     let (dead, letters) = CollectSink::new();
-    let clicks = env.from_source_with_watermarks(FileSource::<Click>::json(dir.path().join("clicks.jsonl")), strategy(Duration::from_secs(5)));
+    let clicks = env.from_source_with_watermarks(
+        FileSource::<Click>::json(dir.path().join("clicks.jsonl")),
+        strategy(Duration::from_secs(5)),
+    );
     clicks.dead_letters().sink(dead);
-    clicks.key_by(|c| c.user_id).window(Tumbling::of(Duration::from_secs(3600 * 24))).aggregate(Count).sink(sink);
+    clicks
+        .key_by(|c| c.user_id)
+        .window(Tumbling::of(Duration::from_secs(3600 * 24)))
+        .aggregate(Count)
+        .sink(sink);
     let result = run(&env).unwrap();
     let total: u64 = out.values().iter().map(|r| r.value).sum();
     assert_eq!(total, 3, "the future click does not count");
     let letters: Vec<DeadLetter> = letters.values();
     assert_eq!(letters.len(), 1);
-    assert!(letters[0].error.contains("ahead of the wall clock"), "{}", letters[0].error);
+    assert!(
+        letters[0].error.contains("ahead of the wall clock"),
+        "{}",
+        letters[0].error
+    );
     assert!(letters[0].payload.contains("\"url\":\"/2\""));
     assert_eq!(result.bad_records(), 1);
 }
 
 #[test]
 fn a_bounded_run_gives_the_same_answer_as_the_streaming_run() {
-    let config = ClicksConfig { users: 500, late_share: 0.0, events_per_second: 2_000.0, ..ClicksConfig::default() };
+    let config = ClicksConfig {
+        users: 500,
+        late_share: 0.0,
+        events_per_second: 2_000.0,
+        ..ClicksConfig::default()
+    };
     let count = 50_000;
     let run_with = |strategy: WatermarkStrategy<Click>, rate: Option<f64>| {
         let env = env(2);
         let (sink, out) = CollectSink::new();
-        env.from_source_with_watermarks(DatagenSource::clicks(config.clone()).count(count).pace(rate), strategy)
-            .key_by(|c| c.user_id)
-            .window(Tumbling::of(MINUTE))
-            .aggregate(Count)
-            .sink(sink);
+        env.from_source_with_watermarks(
+            DatagenSource::clicks(config.clone())
+                .count(count)
+                .pace(rate),
+            strategy,
+        )
+        .key_by(|c| c.user_id)
+        .window(Tumbling::of(MINUTE))
+        .aggregate(Count)
+        .sink(sink);
         run(&env).unwrap();
         out.values()
     };
     // Batch: no watermarks until the input ends.
-    let batch_results = run_with(WatermarkStrategy::no_watermarks().with_timestamps(|c: &Click| c.event_time), None);
+    let batch_results = run_with(
+        WatermarkStrategy::no_watermarks().with_timestamps(|c: &Click| c.event_time),
+        None,
+    );
     // Stream: paced input, windows fire one after another as the watermark advances.
     let stream_results = run_with(strategy(Duration::from_secs(5)), Some(50_000.0));
     assert!(batch_results.iter().all(|r| !r.update));

@@ -2,8 +2,8 @@
 //! subtask; nothing hangs.
 
 use riffle::Error;
-use riffle::source::datagen::{ClicksConfig, DatagenSource};
 use riffle::sink::CollectSink;
+use riffle::source::datagen::{ClicksConfig, DatagenSource};
 
 use crate::{env, run};
 
@@ -16,7 +16,11 @@ fn an_error_in_a_user_function_names_the_operator_and_subtask() {
         .name("parse")
         .sink(sink);
     match run(&env) {
-        Err(Error::Operator { operator, subtask, source }) => {
+        Err(Error::Operator {
+            operator,
+            subtask,
+            source,
+        }) => {
             assert_eq!((operator.as_str(), subtask), ("parse", 0));
             assert_eq!(source.to_string(), "invalid digit found in string");
         }
@@ -30,16 +34,23 @@ fn a_panic_in_a_user_function_fails_the_job_downstream_of_a_shuffle() {
     let (sink, _) = CollectSink::new();
     env.from_iter(0..1000u64)
         .key_by(|x| *x)
-        .process(|_: &u64, x: u64, ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>| -> riffle::Result<()> {
-            if x == 777 {
-                panic!("record 777 is cursed");
-            }
-            ctx.emit(x)
-        })
+        .process(
+            |_: &u64,
+             x: u64,
+             ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>|
+             -> riffle::Result<()> {
+                if x == 777 {
+                    panic!("record 777 is cursed");
+                }
+                ctx.emit(x)
+            },
+        )
         .name("cursed")
         .sink(sink);
     match run(&env) {
-        Err(Error::Panic { operator, message, .. }) => {
+        Err(Error::Panic {
+            operator, message, ..
+        }) => {
             assert_eq!(operator, "cursed");
             assert_eq!(message, "record 777 is cursed");
         }
@@ -54,11 +65,19 @@ fn a_failure_in_a_sink_stops_an_unbounded_job() {
     env.from_source(DatagenSource::clicks(ClicksConfig::default()))
         .map(|c| c.user_id)
         .rebalance()
-        .try_map(|id| if id % 1000 == 7 { Err(format!("user {id} rejected")) } else { Ok(id) })
+        .try_map(|id| {
+            if id % 1000 == 7 {
+                Err(format!("user {id} rejected"))
+            } else {
+                Ok(id)
+            }
+        })
         .name("validate")
         .sink(sink);
     match run(&env) {
-        Err(Error::Operator { operator, source, .. }) => {
+        Err(Error::Operator {
+            operator, source, ..
+        }) => {
             assert_eq!(operator, "validate");
             assert!(source.to_string().ends_with("rejected"));
         }

@@ -15,9 +15,12 @@ fn stop_drains_an_unbounded_job_and_loses_nothing_in_flight() {
     env.from_source(DatagenSource::clicks(ClicksConfig::default()).rate(20_000.0))
         .map(|c| c.user_id)
         .key_by(|u| *u)
-        .process(|_: &u64, u: u64, ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>| -> riffle::Result<()> {
-            ctx.emit(u)
-        })
+        .process(
+            |_: &u64,
+             u: u64,
+             ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>|
+             -> riffle::Result<()> { ctx.emit(u) },
+        )
         .sink(sink);
     let job = env.execute_async().unwrap();
     std::thread::sleep(Duration::from_millis(500));
@@ -25,7 +28,11 @@ fn stop_drains_an_unbounded_job_and_loses_nothing_in_flight() {
     let result = job.wait().unwrap();
     let produced = result.records_out("Source: clicks");
     assert!(produced > 1_000, "the source ran ({produced})");
-    assert_eq!(out.len() as u64, produced, "everything the source emitted reached the sink");
+    assert_eq!(
+        out.len() as u64,
+        produced,
+        "everything the source emitted reached the sink"
+    );
 }
 
 #[test]

@@ -32,5 +32,6 @@ pub fn run(env: &StreamEnv) -> Result<JobResult> {
     std::thread::spawn(move || {
         let _ = tx.send(handle.wait());
     });
-    rx.recv_timeout(Duration::from_secs(60)).expect("the job did not end within 60 s")
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the job did not end within 60 s")
 }

@@ -17,7 +17,12 @@ fn map_filter_flat_map_give_exact_output() {
         .sink(sink);
     let result = run(&env).unwrap();
     // Within one subtask the order is the input order.
-    assert_eq!(out.values(), vec![20, 21, 40, 41, 80, 81, 100, 101, 140, 141, 160, 161, 200, 201]);
+    assert_eq!(
+        out.values(),
+        vec![
+            20, 21, 40, 41, 80, 81, 100, 101, 140, 141, 160, 161, 200, 201
+        ]
+    );
     assert_eq!(result.records_in("Filter"), 20);
     assert_eq!(result.records_out("Filter"), 14);
     assert_eq!(result.records_out("FlatMap"), 14);
@@ -50,23 +55,46 @@ fn union_merges_streams() {
 fn broadcast_reaches_every_subtask_and_rebalance_spreads() {
     let env = env(1);
     let (sink, out) = CollectSink::new();
-    env.from_iter(vec![1u64, 2]).broadcast().map(|x| x).set_parallelism(3).sink(sink).set_parallelism(3);
+    env.from_iter(vec![1u64, 2])
+        .broadcast()
+        .map(|x| x)
+        .set_parallelism(3)
+        .sink(sink)
+        .set_parallelism(3);
     run(&env).unwrap();
     let by_subtask = out.records_by_subtask();
     for subtask in 0..3 {
-        let mut got: Vec<u64> = by_subtask.iter().filter(|(s, _)| *s == subtask).map(|(_, r)| r.value).collect();
+        let mut got: Vec<u64> = by_subtask
+            .iter()
+            .filter(|(s, _)| *s == subtask)
+            .map(|(_, r)| r.value)
+            .collect();
         got.sort();
         assert_eq!(got, vec![1, 2], "subtask {subtask}");
     }
 
     let env = crate::env(1);
     let (sink, out) = CollectSink::new();
-    env.from_iter(0..90u64).rebalance().map(|x| x).set_parallelism(3).sink(sink).set_parallelism(3);
+    env.from_iter(0..90u64)
+        .rebalance()
+        .map(|x| x)
+        .set_parallelism(3)
+        .sink(sink)
+        .set_parallelism(3);
     run(&env).unwrap();
     let by_subtask = out.records_by_subtask();
     for subtask in 0..3 {
-        let got: Vec<u64> = by_subtask.iter().filter(|(s, _)| *s == subtask).map(|(_, r)| r.value).collect();
-        assert_eq!(got, (0..90).filter(|x| x % 3 == subtask as u64).collect::<Vec<_>>());
+        let got: Vec<u64> = by_subtask
+            .iter()
+            .filter(|(s, _)| *s == subtask)
+            .map(|(_, r)| r.value)
+            .collect();
+        assert_eq!(
+            got,
+            (0..90)
+                .filter(|x| x % 3 == subtask as u64)
+                .collect::<Vec<_>>()
+        );
     }
 }
 
@@ -79,7 +107,11 @@ struct SplitOdd {
 impl Operator for SplitOdd {
     type In = u64;
     type Out = u64;
-    fn process(&mut self, batch: &mut Vec<Record<u64>>, out: &mut Collector<'_, u64>) -> Result<()> {
+    fn process(
+        &mut self,
+        batch: &mut Vec<Record<u64>>,
+        out: &mut Collector<'_, u64>,
+    ) -> Result<()> {
         for record in batch.drain(..) {
             if record.value % 2 == 0 {
                 out.emit(record)?;
@@ -98,9 +130,18 @@ fn side_outputs_reach_their_consumers() {
     let (evens, even_out) = CollectSink::new();
     let (odds, odd_out) = CollectSink::new();
     let tag = odd.clone();
-    let split = env.from_iter(0..10u64).transform("split", move || SplitOdd { odd: tag.clone(), dropped: 0 });
+    let split = env
+        .from_iter(0..10u64)
+        .transform("split", move || SplitOdd {
+            odd: tag.clone(),
+            dropped: 0,
+        });
     split.sink(evens);
-    split.get_side_output(&odd).map(|x| x * 100).set_parallelism(1).sink(odds);
+    split
+        .get_side_output(&odd)
+        .map(|x| x * 100)
+        .set_parallelism(1)
+        .sink(odds);
     run(&env).unwrap();
     assert_eq!(even_out.sorted(), vec![0, 2, 4, 6, 8]);
     assert_eq!(odd_out.sorted(), vec![100, 300, 500, 700, 900]);
@@ -125,7 +166,11 @@ fn timestamps_travel_with_records() {
     impl Operator for Stamp {
         type In = u64;
         type Out = u64;
-        fn process(&mut self, batch: &mut Vec<Record<u64>>, out: &mut Collector<'_, u64>) -> Result<()> {
+        fn process(
+            &mut self,
+            batch: &mut Vec<Record<u64>>,
+            out: &mut Collector<'_, u64>,
+        ) -> Result<()> {
             for r in batch.drain(..) {
                 out.emit_value(r.value, r.value as i64 * 1000)?;
             }
@@ -134,19 +179,29 @@ fn timestamps_travel_with_records() {
     }
     let env = env(2);
     let (sink, out) = CollectSink::new();
-    env.from_iter(1..=5u64).transform("stamp", || Stamp).key_by(|x| *x).process(
-        |_: &u64, x: u64, ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, (u64, i64)>| -> Result<()> {
-            let ts = ctx.timestamp().unwrap();
-            ctx.emit((x, ts))
-        },
-    )
-    .map(|pair| pair)
-    .sink(sink);
+    env.from_iter(1..=5u64)
+        .transform("stamp", || Stamp)
+        .key_by(|x| *x)
+        .process(
+            |_: &u64,
+             x: u64,
+             ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, (u64, i64)>|
+             -> Result<()> {
+                let ts = ctx.timestamp().unwrap();
+                ctx.emit((x, ts))
+            },
+        )
+        .map(|pair| pair)
+        .sink(sink);
     run(&env).unwrap();
     let mut records = out.records();
     records.sort_by_key(|r| r.value);
     for r in records {
-        assert_eq!(r.timestamp(), Some(r.value.1), "the map keeps the timestamp");
+        assert_eq!(
+            r.timestamp(),
+            Some(r.value.1),
+            "the map keeps the timestamp"
+        );
         assert_eq!(r.value.1, r.value.0 as i64 * 1000);
     }
 }

@@ -1,10 +1,10 @@
 //! key_by sends every record of a key to the subtask that owns the key's group, whatever the
 //! parallelism; the output multiset does not depend on the parallelism.
 
+use riffle::Result;
 use riffle::keys::{key_group_of, subtask_for_key_group};
 use riffle::operators::KeyedContext;
 use riffle::sink::CollectSink;
-use riffle::Result;
 
 use crate::{env, run};
 
@@ -15,9 +15,12 @@ fn every_record_of_a_key_reaches_one_subtask_for_any_parallelism() {
         let (sink, out) = CollectSink::new();
         env.from_iter((0..500u64).collect::<Vec<_>>())
             .key_by(|x| x % 37)
-            .process(|key: &u64, x: u64, ctx: &mut KeyedContext<'_, '_, u64, (u64, u64)>| -> Result<()> {
-                ctx.emit((*key, x))
-            })
+            .process(
+                |key: &u64,
+                 x: u64,
+                 ctx: &mut KeyedContext<'_, '_, u64, (u64, u64)>|
+                 -> Result<()> { ctx.emit((*key, x)) },
+            )
             .set_parallelism(parallelism)
             .sink(sink)
             .set_parallelism(parallelism);
@@ -36,14 +39,19 @@ fn every_record_of_a_key_reaches_one_subtask_for_any_parallelism() {
 fn word_pipeline(parallelism: usize) -> Vec<(String, u64)> {
     let env = env(parallelism);
     let (sink, out) = CollectSink::new();
-    let lines: Vec<String> = (0..300).map(|i| format!("w{} w{} x{}", i % 7, i % 11, i % 3)).collect();
+    let lines: Vec<String> = (0..300)
+        .map(|i| format!("w{} w{} x{}", i % 7, i % 11, i % 3))
+        .collect();
     env.from_iter(lines)
         .flat_map(|line: String| line.split(' ').map(str::to_string).collect::<Vec<_>>())
         .filter(|w| !w.starts_with('x'))
         .key_by(|w| w.clone())
-        .process(|word: &String, _w: String, ctx: &mut KeyedContext<'_, '_, String, (String, u64)>| -> Result<()> {
-            ctx.emit((word.clone(), word.len() as u64))
-        })
+        .process(
+            |word: &String,
+             _w: String,
+             ctx: &mut KeyedContext<'_, '_, String, (String, u64)>|
+             -> Result<()> { ctx.emit((word.clone(), word.len() as u64)) },
+        )
         .rebalance()
         .map(|p| p)
         .sink(sink);

@@ -18,7 +18,12 @@ static VISITS: ValueStateDescriptor<u64> =
 pub struct Inactivity;
 
 impl KeyedProcessFunction<u64, Click, String> for Inactivity {
-    fn process_element(&mut self, user: &u64, click: Click, ctx: &mut KeyedContext<'_, '_, u64, String>) -> Result<()> {
+    fn process_element(
+        &mut self,
+        user: &u64,
+        click: Click,
+        ctx: &mut KeyedContext<'_, '_, u64, String>,
+    ) -> Result<()> {
         if let Some(previous) = ctx.value(&LAST_SEEN).get()? {
             ctx.delete_event_time_timer(previous + 30_000);
         }
@@ -33,9 +38,17 @@ impl KeyedProcessFunction<u64, Click, String> for Inactivity {
         ctx.emit(format!("user {user} visit {visits}"))
     }
 
-    fn on_timer(&mut self, user: &u64, timestamp: Timestamp, domain: TimeDomain, ctx: &mut KeyedContext<'_, '_, u64, String>) -> Result<()> {
+    fn on_timer(
+        &mut self,
+        user: &u64,
+        timestamp: Timestamp,
+        domain: TimeDomain,
+        ctx: &mut KeyedContext<'_, '_, u64, String>,
+    ) -> Result<()> {
         match domain {
-            TimeDomain::EventTime => ctx.emit(format!("user {user} inactive since {}", timestamp - 30_000)),
+            TimeDomain::EventTime => {
+                ctx.emit(format!("user {user} inactive since {}", timestamp - 30_000))
+            }
             TimeDomain::ProcessingTime => ctx.emit(format!("user {user} first seen 10 s ago")),
         }
     }
@@ -43,7 +56,10 @@ impl KeyedProcessFunction<u64, Click, String> for Inactivity {
 
 fn harness() -> OperatorHarness<Click, String> {
     let op = KeyedProcess::new(std::sync::Arc::new(|c: &Click| c.0), Inactivity);
-    OperatorHarness::builder(op).processing_time(1_000_000).build().unwrap()
+    OperatorHarness::builder(op)
+        .processing_time(1_000_000)
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -52,13 +68,22 @@ fn event_time_timers_fire_on_the_watermark_and_can_be_deleted() -> Result<()> {
     h.process((1, 1_000), 1_000)?;
     h.process((1, 20_000), 20_000)?; // moves the inactivity timer to 50 000
     h.process((2, 5_000), 5_000)?;
-    assert_eq!(h.take_values(), vec!["user 1 visit 1", "user 1 visit 2", "user 2 visit 1"]);
+    assert_eq!(
+        h.take_values(),
+        vec!["user 1 visit 1", "user 1 visit 2", "user 2 visit 1"]
+    );
     h.watermark(35_000)?;
     assert_eq!(h.take_values(), vec!["user 2 inactive since 5000"]);
     h.watermark(50_000)?;
     let fired = h.take_output();
-    assert_eq!(fired.iter().map(|r| r.value.as_str()).collect::<Vec<_>>(), vec!["user 1 inactive since 20000"]);
-    assert_eq!(fired[0].timestamp, 50_000, "a timer's output carries the timer's time");
+    assert_eq!(
+        fired.iter().map(|r| r.value.as_str()).collect::<Vec<_>>(),
+        vec!["user 1 inactive since 20000"]
+    );
+    assert_eq!(
+        fired[0].timestamp, 50_000,
+        "a timer's output carries the timer's time"
+    );
     Ok(())
 }
 
@@ -89,13 +114,24 @@ fn state_with_a_ttl_expires_and_is_swept() -> Result<()> {
     );
     h.advance_processing_time(Duration::from_secs(61))?;
     h.process((4, 4_000), 4_000)?;
-    assert_eq!(h.take_values(), vec!["user 4 visit 1"], "61 s later it had expired");
+    assert_eq!(
+        h.take_values(),
+        vec!["user 4 visit 1"],
+        "61 s later it had expired"
+    );
     // Another key's expired count is swept without being read.
     h.process((5, 1_000), 1_000)?;
     h.advance_processing_time(Duration::ZERO)?;
     let before = h.metrics().state_entries;
-    assert_eq!(before, 8, "2 last-seen, 2 visit counts, 2 event-time and 2 processing-time timers");
+    assert_eq!(
+        before, 8,
+        "2 last-seen, 2 visit counts, 2 event-time and 2 processing-time timers"
+    );
     h.advance_processing_time(Duration::from_secs(61))?;
-    assert_eq!(h.metrics().state_entries, 4, "the visit counts expired, the processing-time timers fired");
+    assert_eq!(
+        h.metrics().state_entries,
+        4,
+        "the visit counts expired, the processing-time timers fired"
+    );
     Ok(())
 }

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use riffle::OutputTag;
 use riffle::aggregate::Count;
 use riffle::testing::{OperatorHarness, WindowTest};
-use riffle::window::{Sliding, Tumbling, TimeWindow, Windows};
+use riffle::window::{Sliding, TimeWindow, Tumbling, Windows};
 
 use crate::{Click, user};
 
@@ -40,10 +40,21 @@ fn arrivals(sorted: Vec<Click>, disorder: i64, seeds: Vec<u32>) -> Vec<Click> {
 
 /// Feeds `arrivals` with a bounded-out-of-orderness watermark after each record; returns the
 /// final count per (key, window) and the number of late records.
-fn run(windows: Windows, arrivals: &[Click], lateness: Duration) -> (BTreeMap<(u64, i64, i64), u64>, usize) {
+fn run(
+    windows: Windows,
+    arrivals: &[Click],
+    lateness: Duration,
+) -> (BTreeMap<(u64, i64, i64), u64>, usize) {
     let late = OutputTag::<Click>::new("late");
-    let op = WindowTest::new(user, windows).allowed_lateness(lateness).side_output_late(&late).aggregate(Count);
-    let mut h = OperatorHarness::builder(op).side_output(&late).batch_size(3).build().unwrap();
+    let op = WindowTest::new(user, windows)
+        .allowed_lateness(lateness)
+        .side_output_late(&late)
+        .aggregate(Count);
+    let mut h = OperatorHarness::builder(op)
+        .side_output(&late)
+        .batch_size(3)
+        .build()
+        .unwrap();
     let mut max_seen = i64::MIN;
     for &click in arrivals {
         h.process(click, click.1).unwrap();
@@ -54,7 +65,10 @@ fn run(windows: Windows, arrivals: &[Click], lateness: Duration) -> (BTreeMap<(u
     let mut last = BTreeMap::new();
     for result in h.take_values() {
         // The last result for a key and window is its final value.
-        last.insert((result.key, result.window_start, result.window_end), result.value);
+        last.insert(
+            (result.key, result.window_start, result.window_end),
+            result.value,
+        );
     }
     (last, h.take_side_output(&late).len())
 }

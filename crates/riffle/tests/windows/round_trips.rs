@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use riffle::Result;
 use riffle::aggregate::{Count, Sum};
 use riffle::operators::KeyedProcess;
 use riffle::testing::{Step, WindowTest, assert_snapshot_round_trip};
 use riffle::window::{Session, Sliding, TimeWindow, Tumbling, WindowCollector};
-use riffle::Result;
 
 use crate::{Click, user};
 
@@ -24,7 +24,7 @@ fn script() -> Vec<Step<Click>> {
         Record((2, 62_000), 62_000),
         Record((3, 63_000), 63_000),
         Advance(Duration::from_secs(1)),
-        Watermark(95_000), // the first window's state is dropped
+        Watermark(95_000),           // the first window's state is dropped
         Record((1, 10_000), 10_000), // too late
         Record((3, 121_000), 121_000),
         Watermark(130_000),
@@ -49,9 +49,12 @@ fn tumbling_windows_with_lateness_and_early_firings() -> Result<()> {
 fn sliding_windows() -> Result<()> {
     assert_snapshot_round_trip(
         || {
-            WindowTest::new(user, Sliding::of(Duration::from_secs(60), Duration::from_secs(20)))
-                .allowed_lateness(Duration::from_secs(10))
-                .aggregate(Sum::of(|c: &Click| c.1 / 1000))
+            WindowTest::new(
+                user,
+                Sliding::of(Duration::from_secs(60), Duration::from_secs(20)),
+            )
+            .allowed_lateness(Duration::from_secs(10))
+            .aggregate(Sum::of(|c: &Click| c.1 / 1000))
         },
         &script(),
     )
@@ -71,20 +74,39 @@ fn session_windows_with_merging_and_lateness() -> Result<()> {
 
 #[test]
 fn processing_time_windows() -> Result<()> {
-    assert_snapshot_round_trip(|| WindowTest::new(user, Tumbling::processing_time(Duration::from_millis(1_500))).aggregate(Count), &script())
+    assert_snapshot_round_trip(
+        || {
+            WindowTest::new(
+                user,
+                Tumbling::processing_time(Duration::from_millis(1_500)),
+            )
+            .aggregate(Count)
+        },
+        &script(),
+    )
 }
 
 #[test]
 fn full_window_functions() -> Result<()> {
     assert_snapshot_round_trip(
         || {
-            WindowTest::new(user, Tumbling::of(Duration::from_secs(60))).allowed_lateness(Duration::from_secs(30)).process(
-                |user: &u64, window: TimeWindow, clicks: &[Click], out: &mut WindowCollector<'_, '_, String>| -> Result<()> {
-                    let mut times: Vec<i64> = clicks.iter().map(|c| c.1).collect();
-                    times.sort();
-                    out.emit(format!("{user} {} {times:?} {}", window.start, out.is_update()))
-                },
-            )
+            WindowTest::new(user, Tumbling::of(Duration::from_secs(60)))
+                .allowed_lateness(Duration::from_secs(30))
+                .process(
+                    |user: &u64,
+                     window: TimeWindow,
+                     clicks: &[Click],
+                     out: &mut WindowCollector<'_, '_, String>|
+                     -> Result<()> {
+                        let mut times: Vec<i64> = clicks.iter().map(|c| c.1).collect();
+                        times.sort();
+                        out.emit(format!(
+                            "{user} {} {times:?} {}",
+                            window.start,
+                            out.is_update()
+                        ))
+                    },
+                )
         },
         &script(),
     )
@@ -92,5 +114,8 @@ fn full_window_functions() -> Result<()> {
 
 #[test]
 fn keyed_process_functions_with_state_ttl_and_timers() -> Result<()> {
-    assert_snapshot_round_trip(|| KeyedProcess::new(Arc::new(|c: &Click| c.0), crate::keyed_process::Inactivity), &script())
+    assert_snapshot_round_trip(
+        || KeyedProcess::new(Arc::new(|c: &Click| c.0), crate::keyed_process::Inactivity),
+        &script(),
+    )
 }

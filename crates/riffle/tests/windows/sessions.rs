@@ -11,7 +11,13 @@ use riffle::{OutputTag, Result};
 use crate::{Click, user};
 
 fn session(key: u64, start: i64, end: i64, value: u64, update: bool) -> WindowResult<u64, u64> {
-    WindowResult { key, window_start: start, window_end: end, value, update }
+    WindowResult {
+        key,
+        window_start: start,
+        window_end: end,
+        value,
+        update,
+    }
 }
 
 #[test]
@@ -22,7 +28,11 @@ fn records_closer_than_the_gap_form_one_session_and_a_bridge_merges_two() -> Res
     h.process((1, 3_000), 3_000)?; // [1 000, 8 000)
     h.process((1, 12_000), 12_000)?; // [12 000, 17 000): a second session
     h.process((2, 2_000), 2_000)?;
-    assert_eq!(h.metrics().state_entries, 2 + 3, "two keys with sessions, three timers");
+    assert_eq!(
+        h.metrics().state_entries,
+        2 + 3,
+        "two keys with sessions, three timers"
+    );
     h.process((1, 7_500), 7_500)?; // [7 500, 12 500) touches both: one session [1 000, 17 000)
     h.watermark(16_998)?;
     assert_eq!(h.take_values(), vec![session(2, 2_000, 7_000, 1, false)]);
@@ -55,14 +65,20 @@ fn a_late_record_merging_into_a_fired_session_updates_it() -> Result<()> {
 
 #[test]
 fn processing_time_sessions_close_when_the_clock_passes_the_gap() -> Result<()> {
-    let op = WindowTest::new(user, Session::processing_time(Duration::from_secs(5))).aggregate(Count);
-    let mut h = OperatorHarness::builder(op).processing_time(100_000).build()?;
+    let op =
+        WindowTest::new(user, Session::processing_time(Duration::from_secs(5))).aggregate(Count);
+    let mut h = OperatorHarness::builder(op)
+        .processing_time(100_000)
+        .build()?;
     h.process((1, 0), riffle::record::NO_TIMESTAMP)?;
     h.advance_processing_time(Duration::from_secs(3))?;
     h.process((1, 0), riffle::record::NO_TIMESTAMP)?;
     h.advance_processing_time(Duration::from_secs(4))?;
     assert_eq!(h.take_values(), vec![]);
     h.advance_processing_time(Duration::from_secs(1))?;
-    assert_eq!(h.take_values(), vec![session(1, 100_000, 108_000, 2, false)]);
+    assert_eq!(
+        h.take_values(),
+        vec![session(1, 100_000, 108_000, 2, false)]
+    );
     Ok(())
 }

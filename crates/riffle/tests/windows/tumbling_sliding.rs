@@ -13,7 +13,13 @@ use crate::{Click, user};
 const MINUTE: Duration = Duration::from_secs(60);
 
 fn result(key: u64, start: i64, value: u64, update: bool) -> WindowResult<u64, u64> {
-    WindowResult { key, window_start: start, window_end: start + 60_000, value, update }
+    WindowResult {
+        key,
+        window_start: start,
+        window_end: start + 60_000,
+        value,
+        update,
+    }
 }
 
 fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
@@ -23,25 +29,52 @@ fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
 
 #[test]
 fn tumbling_windows_fire_when_the_watermark_passes_their_end() -> Result<()> {
-    let mut h = OperatorHarness::builder(WindowTest::new(user, Tumbling::of(MINUTE)).aggregate(Count)).build()?;
-    for (u, ts) in [(1, 1_000), (2, 5_000), (1, 59_999), (1, 60_000), (2, 30_000)] {
+    let mut h =
+        OperatorHarness::builder(WindowTest::new(user, Tumbling::of(MINUTE)).aggregate(Count))
+            .build()?;
+    for (u, ts) in [
+        (1, 1_000),
+        (2, 5_000),
+        (1, 59_999),
+        (1, 60_000),
+        (2, 30_000),
+    ] {
         h.process((u, ts), ts)?;
     }
     h.watermark(59_998)?;
-    assert_eq!(h.take_output(), vec![], "the window [0, 60s) ends at 59 999");
+    assert_eq!(
+        h.take_output(),
+        vec![],
+        "the window [0, 60s) ends at 59 999"
+    );
     h.watermark(59_999)?;
     let fired = h.take_output();
-    assert!(fired.iter().all(|r| r.timestamp == 59_999), "results carry the window's last millisecond");
-    assert_eq!(sorted(fired.into_iter().map(|r| r.value).collect()), vec![result(1, 0, 2, false), result(2, 0, 2, false)]);
+    assert!(
+        fired.iter().all(|r| r.timestamp == 59_999),
+        "results carry the window's last millisecond"
+    );
+    assert_eq!(
+        sorted(fired.into_iter().map(|r| r.value).collect()),
+        vec![result(1, 0, 2, false), result(2, 0, 2, false)]
+    );
     h.watermark(i64::MAX)?;
     assert_eq!(h.take_values(), vec![result(1, 60_000, 1, false)]);
-    assert_eq!(h.watermarks(), vec![59_998, 59_999, i64::MAX], "watermarks are forwarded");
-    assert_eq!(h.metrics().state_entries, 0, "fired windows without lateness leave no state");
+    assert_eq!(
+        h.watermarks(),
+        vec![59_998, 59_999, i64::MAX],
+        "watermarks are forwarded"
+    );
+    assert_eq!(
+        h.metrics().state_entries,
+        0,
+        "fired windows without lateness leave no state"
+    );
     Ok(())
 }
 
 #[test]
-fn a_late_record_within_the_lateness_updates_its_window_and_beyond_goes_to_the_side_output() -> Result<()> {
+fn a_late_record_within_the_lateness_updates_its_window_and_beyond_goes_to_the_side_output()
+-> Result<()> {
     let late = OutputTag::<Click>::new("late-clicks");
     let op = WindowTest::new(user, Tumbling::of(MINUTE))
         .allowed_lateness(Duration::from_secs(30))
@@ -54,20 +87,39 @@ fn a_late_record_within_the_lateness_updates_its_window_and_beyond_goes_to_the_s
     // 25 s after the window's end: within the lateness, the result is updated at once.
     h.process((7, 20_000), 20_000)?;
     assert_eq!(h.take_values(), vec![result(7, 0, 2, true)]);
-    assert!(h.metrics().state_entries > 0, "the window's state is kept for the lateness");
+    assert!(
+        h.metrics().state_entries > 0,
+        "the window's state is kept for the lateness"
+    );
     h.watermark(89_999)?;
-    assert_eq!(h.metrics().state_entries, 0, "and dropped when the watermark passes end + lateness");
+    assert_eq!(
+        h.metrics().state_entries,
+        0,
+        "and dropped when the watermark passes end + lateness"
+    );
     h.process((7, 30_000), 30_000)?;
     assert_eq!(h.take_values(), vec![]);
-    assert_eq!(h.take_side_output(&late), vec![Record::new((7, 30_000), 30_000)], "the late record, unchanged");
+    assert_eq!(
+        h.take_side_output(&late),
+        vec![Record::new((7, 30_000), 30_000)],
+        "the late record, unchanged"
+    );
     let metrics = h.metrics();
-    assert_eq!((metrics.late_records_side_output, metrics.late_records_dropped), (1, 0));
+    assert_eq!(
+        (
+            metrics.late_records_side_output,
+            metrics.late_records_dropped
+        ),
+        (1, 0)
+    );
     Ok(())
 }
 
 #[test]
 fn without_a_side_output_late_records_are_counted() -> Result<()> {
-    let mut h = OperatorHarness::builder(WindowTest::new(user, Tumbling::of(MINUTE)).aggregate(Count)).build()?;
+    let mut h =
+        OperatorHarness::builder(WindowTest::new(user, Tumbling::of(MINUTE)).aggregate(Count))
+            .build()?;
     h.watermark(120_000)?;
     h.process((1, 5_000), 5_000)?;
     h.process((1, 65_000), 65_000)?;
@@ -78,13 +130,18 @@ fn without_a_side_output_late_records_are_counted() -> Result<()> {
 
 #[test]
 fn sliding_windows_count_a_record_in_every_window_it_falls_in() -> Result<()> {
-    let op = WindowTest::new(user, Sliding::of(MINUTE, Duration::from_secs(20))).aggregate(Sum::of(|c: &Click| c.1 / 1000));
+    let op = WindowTest::new(user, Sliding::of(MINUTE, Duration::from_secs(20)))
+        .aggregate(Sum::of(|c: &Click| c.1 / 1000));
     let mut h = OperatorHarness::builder(op).build()?;
     h.process((1, 10_000), 10_000)?;
     h.process((1, 50_000), 50_000)?;
     h.watermark(i64::MAX)?;
-    let got: Vec<(i64, i64, i64)> =
-        sorted(h.take_values().into_iter().map(|r| (r.window_start, r.window_end, r.value)).collect());
+    let got: Vec<(i64, i64, i64)> = sorted(
+        h.take_values()
+            .into_iter()
+            .map(|r| (r.window_start, r.window_end, r.value))
+            .collect(),
+    );
     assert_eq!(
         got,
         vec![
@@ -100,8 +157,11 @@ fn sliding_windows_count_a_record_in_every_window_it_falls_in() -> Result<()> {
 
 #[test]
 fn processing_time_windows_follow_the_clock() -> Result<()> {
-    let op = WindowTest::new(user, Tumbling::processing_time(Duration::from_secs(10))).aggregate(Count);
-    let mut h = OperatorHarness::builder(op).processing_time(1_000).build()?;
+    let op =
+        WindowTest::new(user, Tumbling::processing_time(Duration::from_secs(10))).aggregate(Count);
+    let mut h = OperatorHarness::builder(op)
+        .processing_time(1_000)
+        .build()?;
     h.process((1, 0), riffle::record::NO_TIMESTAMP)?;
     h.process((1, 0), riffle::record::NO_TIMESTAMP)?;
     h.advance_processing_time(Duration::from_secs(5))?;
@@ -110,17 +170,29 @@ fn processing_time_windows_follow_the_clock() -> Result<()> {
     h.advance_processing_time(Duration::from_secs(4))?; // 10 000: the window [0, 10 000) ended at 9 999
     assert_eq!(
         h.take_values(),
-        vec![WindowResult { key: 1, window_start: 0, window_end: 10_000, value: 3, update: false }]
+        vec![WindowResult {
+            key: 1,
+            window_start: 0,
+            window_end: 10_000,
+            value: 3,
+            update: false
+        }]
     );
     h.process((1, 0), riffle::record::NO_TIMESTAMP)?;
     h.finish()?;
-    assert_eq!(h.take_values().len(), 1, "the end of a bounded input fires what is open");
+    assert_eq!(
+        h.take_values().len(),
+        1,
+        "the end of a bounded input fires what is open"
+    );
     Ok(())
 }
 
 #[test]
 fn early_firings_emit_changes_before_the_end_and_the_final_result_is_an_update() -> Result<()> {
-    let op = WindowTest::new(user, Tumbling::of(MINUTE)).early_firing(Duration::from_secs(1)).aggregate(Count);
+    let op = WindowTest::new(user, Tumbling::of(MINUTE))
+        .early_firing(Duration::from_secs(1))
+        .aggregate(Count);
     let mut h = OperatorHarness::builder(op).build()?;
     h.process((1, 1_000), 1_000)?;
     h.advance_processing_time(Duration::from_secs(1))?;
@@ -130,33 +202,56 @@ fn early_firings_emit_changes_before_the_end_and_the_final_result_is_an_update()
     h.process((1, 2_000), 2_000)?;
     h.process((2, 3_000), 3_000)?;
     h.advance_processing_time(Duration::from_secs(1))?;
-    assert_eq!(sorted(h.take_values()), vec![result(1, 0, 2, true), result(2, 0, 1, false)]);
+    assert_eq!(
+        sorted(h.take_values()),
+        vec![result(1, 0, 2, true), result(2, 0, 1, false)]
+    );
     h.watermark(59_999)?;
-    assert_eq!(sorted(h.take_values()), vec![result(1, 0, 2, true), result(2, 0, 1, true)]);
+    assert_eq!(
+        sorted(h.take_values()),
+        vec![result(1, 0, 2, true), result(2, 0, 1, true)]
+    );
     Ok(())
 }
 
 #[test]
 fn a_full_window_function_sees_every_record_and_its_window() -> Result<()> {
-    let op = WindowTest::new(user, Tumbling::of(MINUTE)).allowed_lateness(MINUTE).process(
-        |user: &u64, window: TimeWindow, clicks: &[Click], out: &mut WindowCollector<'_, '_, String>| -> Result<()> {
-            let times: Vec<String> = clicks.iter().map(|c| (c.1 / 1000).to_string()).collect();
-            let kind = if out.is_update() { "update" } else { "first" };
-            out.emit(format!("{kind} {user} [{}, {}) {}", window.start, window.end, times.join(",")))
-        },
-    );
+    let op = WindowTest::new(user, Tumbling::of(MINUTE))
+        .allowed_lateness(MINUTE)
+        .process(
+            |user: &u64,
+             window: TimeWindow,
+             clicks: &[Click],
+             out: &mut WindowCollector<'_, '_, String>|
+             -> Result<()> {
+                let times: Vec<String> = clicks.iter().map(|c| (c.1 / 1000).to_string()).collect();
+                let kind = if out.is_update() { "update" } else { "first" };
+                out.emit(format!(
+                    "{kind} {user} [{}, {}) {}",
+                    window.start,
+                    window.end,
+                    times.join(",")
+                ))
+            },
+        );
     let mut h = OperatorHarness::builder(op).build()?;
     h.process((3, 5_000), 5_000)?;
     h.process((3, 7_000), 7_000)?;
     h.watermark(60_000)?;
     h.process((3, 1_000), 1_000)?;
-    assert_eq!(h.take_values(), vec!["first 3 [0, 60000) 5,7", "update 3 [0, 60000) 5,7,1"]);
+    assert_eq!(
+        h.take_values(),
+        vec!["first 3 [0, 60000) 5,7", "update 3 [0, 60000) 5,7,1"]
+    );
     Ok(())
 }
 
 #[test]
 fn an_event_time_window_needs_timestamps() {
-    let mut h = OperatorHarness::builder(WindowTest::new(user, Tumbling::of(MINUTE)).aggregate(Count)).build().unwrap();
+    let mut h =
+        OperatorHarness::builder(WindowTest::new(user, Tumbling::of(MINUTE)).aggregate(Count))
+            .build()
+            .unwrap();
     let err = h.process((1, 1), riffle::record::NO_TIMESTAMP).unwrap_err();
     assert!(err.to_string().contains("without a timestamp"), "{err}");
 }
