@@ -10,9 +10,14 @@
 //! (RocksDB's own checkpoint); SST files never change once written, so the uploader sends only
 //! the ones the previous checkpoint did not have: an incremental checkpoint.
 //!
+//! Reads and writes go through a [state cache](cache) of each store (`state_cache` bytes, 64 MB
+//! by default): the entries a task works on stay decoded-free in a hash table and only their
+//! last values reach RocksDB, in sorted batches, when the cache fills, before a scan and at a
+//! checkpoint.
+//!
 //! Memory: all stores of a backend share one block cache of `memory` bytes; each store has at
-//! most two memtables of `write_buffer` bytes. RocksDB holds at most
-//! `memory + 2 × write_buffer × stores`.
+//! most two memtables of `write_buffer` bytes and a state cache. The backend holds at most
+//! `memory + (2 × write_buffer + state_cache) × stores`.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -26,8 +31,12 @@
 //! let env = StreamEnv::with_config(config);
 //! ```
 
+mod cache;
+
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cache::{Cached, StateCache};
 
 use riffle::keys::KeyGroupRange;
 use riffle::state::{KvStore, StateBackend, TaskStore};
@@ -37,8 +46,11 @@ use rocksdb::{
     WriteBatch, WriteOptions,
 };
 
-/// Default memory of a backend: block cache and memtables of all its stores together.
+/// Default memory of a backend: the block cache all its stores share.
 pub const DEFAULT_MEMORY: usize = 128 << 20;
+
+/// Default size of each store's state cache.
+pub const DEFAULT_STATE_CACHE: usize = 64 << 20;
 
 /// Keyed state in RocksDB (the seed's ADR-003: state larger than memory, incremental
 /// checkpoints). See the [crate documentation](crate).
@@ -46,6 +58,7 @@ pub const DEFAULT_MEMORY: usize = 128 << 20;
 pub struct RocksDbBackend {
     memory: usize,
     write_buffer: usize,
+    state_cache: usize,
     cache: Arc<std::sync::OnceLock<Cache>>,
 }
 
@@ -54,6 +67,7 @@ impl std::fmt::Debug for RocksDbBackend {
         f.debug_struct("RocksDbBackend")
             .field("memory", &self.memory)
             .field("write_buffer", &self.write_buffer)
+            .field("state_cache", &self.state_cache)
             .finish()
     }
 }
@@ -65,11 +79,12 @@ impl Default for RocksDbBackend {
 }
 
 impl RocksDbBackend {
-    /// A backend with [`DEFAULT_MEMORY`] and 16 MB memtables.
+    /// A backend with [`DEFAULT_MEMORY`], 16 MB memtables and a [`DEFAULT_STATE_CACHE`].
     pub fn new() -> Self {
         RocksDbBackend {
             memory: DEFAULT_MEMORY,
             write_buffer: 16 << 20,
+            state_cache: DEFAULT_STATE_CACHE,
             cache: Arc::default(),
         }
     }
@@ -84,6 +99,14 @@ impl RocksDbBackend {
     /// SST files.
     pub fn write_buffer(mut self, bytes: usize) -> Self {
         self.write_buffer = bytes;
+        self
+    }
+
+    /// Size of each store's [state cache](cache) (default 64 MB; 0 turns it off). Entries cost
+    /// their key and value plus about 64 bytes: a cache that holds the keys a task updates
+    /// between checkpoints writes each of them once.
+    pub fn state_cache(mut self, bytes: usize) -> Self {
+        self.state_cache = bytes;
         self
     }
 
@@ -140,7 +163,7 @@ impl StateBackend for RocksDbBackend {
 
     fn open_store(&self, task: &TaskStore) -> Result<Option<Arc<dyn KvStore>>> {
         self.check()?;
-        let store = RocksDbStore::open(&task.local_dir, &self.options()?)?;
+        let store = RocksDbStore::open(&task.local_dir, &self.options()?, self.state_cache)?;
         tracing::debug!(task = task.task, dir = %task.local_dir.display(), "opened a RocksDB store");
         Ok(Some(Arc::new(store)))
     }
@@ -161,6 +184,7 @@ impl Drop for LocalDir {
 pub struct RocksDbStore {
     db: DB,
     write: WriteOptions,
+    cache: Mutex<StateCache>,
     // Dropped after `db`: the directory goes once the database is closed.
     _dir: LocalDir,
 }
@@ -181,6 +205,28 @@ fn io(context: String) -> impl FnOnce(std::io::Error) -> Error {
     move |e| Error::io(context, e)
 }
 
+/// Visits the cached entries under `prefix` that sort before `before` (all with `None`),
+/// skipping removals; returns whether to go on.
+fn visit_cached(
+    cached: &mut std::iter::Peekable<std::vec::IntoIter<cache::Write>>,
+    prefix: &[u8],
+    before: Option<&[u8]>,
+    visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
+) -> Result<bool> {
+    while let Some((key, _)) = cached.peek() {
+        if !key.starts_with(prefix) || before.is_some_and(|b| key.as_ref() >= b) {
+            break;
+        }
+        let (key, value) = cached.next().expect("peeked");
+        if let Some(value) = value
+            && !visit(&key, &value)?
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// The smallest key after every key starting with `prefix` (`None`: no bound).
 fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut end = prefix.to_vec();
@@ -195,7 +241,7 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
 
 impl RocksDbStore {
     /// Opens a new, empty store in `dir` (removed when the store is dropped).
-    fn open(dir: &Path, options: &Options) -> Result<Self> {
+    fn open(dir: &Path, options: &Options, cache: usize) -> Result<Self> {
         // A directory left by a crashed run of the same task id holds nothing we need.
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).map_err(io(format!(
@@ -209,8 +255,90 @@ impl RocksDbStore {
         Ok(RocksDbStore {
             db,
             write,
+            cache: Mutex::new(StateCache::new(cache)),
             _dir: guard,
         })
+    }
+
+    fn cache(&self) -> MutexGuard<'_, StateCache> {
+        // A panic while the lock was held left the cache as it was: still usable.
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes the cache's changes to RocksDB; keeps its entries (clean) or empties it.
+    fn flush(&self, cache: &mut StateCache, keep: bool) -> Result<()> {
+        let writes = cache.take_writes(keep);
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::default();
+        for (key, value) in writes {
+            match value {
+                Some(value) => batch.put(key, value),
+                None => batch.delete(key),
+            }
+        }
+        self.db
+            .write_opt(batch, &self.write)
+            .map_err(|e| failed("write", e))
+    }
+
+    /// Visits, prefix after prefix in key order, RocksDB's entries under `prefixes` merged with
+    /// `cached` (sorted; its values stand for RocksDB's, its removals hide them) until `visit`
+    /// returns `false`. Returns the prefixes under which RocksDB holds entries.
+    fn merged<'p>(
+        &self,
+        cached: Vec<cache::Write>,
+        prefixes: &'p [Vec<u8>],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<Vec<&'p Vec<u8>>> {
+        let mut cached = cached.into_iter().peekable();
+        let mut prefixes: Vec<&Vec<u8>> = prefixes.iter().collect();
+        prefixes.sort();
+        prefixes.dedup();
+        let mut stored = Vec::new();
+        for prefix in prefixes {
+            let (mut go_on, mut any) = (true, false);
+            Self::range(&self.db, prefix, prefix_end(prefix), &mut |key, value| {
+                any = true;
+                go_on = visit_cached(&mut cached, prefix, Some(key), visit)?;
+                if go_on {
+                    if cached.peek().is_some_and(|(k, _)| k.as_ref() == key) {
+                        let (k, v) = cached.next().expect("peeked");
+                        go_on = match v {
+                            Some(v) => visit(&k, &v)?,
+                            None => true,
+                        };
+                    } else {
+                        go_on = visit(key, value)?;
+                    }
+                }
+                Ok(go_on)
+            })?;
+            if any {
+                stored.push(prefix);
+            }
+            if !go_on || !visit_cached(&mut cached, prefix, None, visit)? {
+                break;
+            }
+        }
+        Ok(stored)
+    }
+
+    /// Sets or removes (`None`) `key`, through the cache when there is one.
+    fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
+        let mut cache = self.cache();
+        if cache.disabled() {
+            return match value {
+                Some(value) => self.db.put_opt(key, value, &self.write),
+                None => self.db.delete_opt(key, &self.write),
+            }
+            .map_err(|e| failed("write", e));
+        }
+        if cache.write(key, value) {
+            self.flush(&mut cache, false)?;
+        }
+        Ok(())
     }
 
     /// Calls `visit` for every entry with `start <= key < end` (no end: to the last key).
@@ -237,38 +365,97 @@ impl RocksDbStore {
 
 impl KvStore for RocksDbStore {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self
-            .db
-            .get_pinned(key)
-            .map_err(|e| failed("get", e))?
-            .map(|v| v.to_vec()))
+        let mut cache = self.cache();
+        if let Cached::Known(value) = cache.get(key) {
+            return Ok(value.map(<[u8]>::to_vec));
+        }
+        let value = self.db.get_pinned(key).map_err(|e| failed("get", e))?;
+        if !cache.disabled() && cache.loaded(key, value.as_deref()) {
+            self.flush(&mut cache, false)?;
+        }
+        Ok(value.map(|v| v.to_vec()))
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.db
-            .put_opt(key, value, &self.write)
-            .map_err(|e| failed("put", e))
+        self.write(key, Some(value))
+    }
+
+    fn update(
+        &self,
+        key: &[u8],
+        change: &mut dyn FnMut(Option<&[u8]>, &mut Vec<u8>) -> Result<()>,
+    ) -> Result<()> {
+        let mut cache = self.cache();
+        if cache.disabled() {
+            let old = self.db.get_pinned(key).map_err(|e| failed("get", e))?;
+            let mut new = Vec::new();
+            change(old.as_deref(), &mut new)?;
+            return self
+                .db
+                .put_opt(key, &new, &self.write)
+                .map_err(|e| failed("put", e));
+        }
+        let full = match cache.update(key, change)? {
+            Some(full) => full,
+            None => {
+                let old = self.db.get_pinned(key).map_err(|e| failed("get", e))?;
+                cache.loaded(key, old.as_deref());
+                cache.update(key, change)?.expect("just loaded")
+            }
+        };
+        if full {
+            self.flush(&mut cache, false)?;
+        }
+        Ok(())
     }
 
     fn delete(&self, key: &[u8]) -> Result<()> {
-        self.db
-            .delete_opt(key, &self.write)
-            .map_err(|e| failed("delete", e))
+        self.write(key, None)
     }
 
     fn scan(
         &self,
-        prefix: &[u8],
+        prefixes: &[Vec<u8>],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
-        Self::range(&self.db, prefix, prefix_end(prefix), visit)
+        // The cached entries are copied first, so `visit` may write.
+        let cached = self.cache().matching(prefixes);
+        self.merged(cached, prefixes, visit).map(drop)
+    }
+
+    fn drain(
+        &self,
+        prefixes: &[Vec<u8>],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let cached = self.cache().extract(prefixes);
+        let stored = self.merged(cached, prefixes, &mut |key, value| {
+            visit(key, value)?;
+            Ok(true)
+        })?;
+        // What RocksDB holds goes as one range deletion per prefix.
+        let mut batch = WriteBatch::default();
+        for prefix in stored {
+            match prefix_end(prefix) {
+                Some(end) => batch.delete_range(prefix.as_slice(), end.as_slice()),
+                None => Self::range(&self.db, prefix, None, &mut |key, _| {
+                    batch.delete(key);
+                    Ok(true)
+                })?,
+            }
+        }
+        self.db
+            .write_opt(batch, &self.write)
+            .map_err(|e| failed("drain", e))
     }
 
     fn estimate(&self) -> (u64, u64) {
         let property = |name: &str| self.db.property_int_value(name).ok().flatten().unwrap_or(0);
-        let entries = property("rocksdb.estimate-num-keys");
-        let bytes =
-            property("rocksdb.total-sst-files-size") + property("rocksdb.cur-size-all-mem-tables");
+        let cache = self.cache();
+        let entries = property("rocksdb.estimate-num-keys") + cache.new_entries() as u64;
+        let bytes = property("rocksdb.total-sst-files-size")
+            + property("rocksdb.cur-size-all-mem-tables")
+            + cache.bytes() as u64;
         (entries, bytes)
     }
 
@@ -277,7 +464,9 @@ impl KvStore for RocksDbStore {
             std::fs::create_dir_all(parent)
                 .map_err(io(format!("cannot create `{}`", parent.display())))?;
         }
-        // Flushes the memtables (the write-ahead log is off) and hard-links the files.
+        // Writes the cached changes, flushes the memtables (the write-ahead log is off) and
+        // hard-links the files.
+        self.flush(&mut self.cache(), true)?;
         rocksdb::checkpoint::Checkpoint::new(&self.db)
             .and_then(|c| c.create_checkpoint(dir))
             .map_err(|e| failed("checkpoint", e))?;
@@ -295,6 +484,8 @@ impl KvStore for RocksDbStore {
     }
 
     fn restore_from(&self, dir: &Path, range: KeyGroupRange) -> Result<()> {
+        // Restored entries go straight to RocksDB: nothing cached may shadow them.
+        self.flush(&mut self.cache(), false)?;
         let old = DB::open_for_read_only(&Options::default(), dir, false)
             .map_err(|e| failed("open a checkpoint", e))?;
         let start = range.start.to_be_bytes();
@@ -320,6 +511,10 @@ mod tests {
     use super::*;
 
     fn store(dir: &Path) -> Arc<dyn KvStore> {
+        store_with(dir, RocksDbBackend::new())
+    }
+
+    fn store_with(dir: &Path, backend: RocksDbBackend) -> Arc<dyn KvStore> {
         let task = TaskStore {
             job: "test".into(),
             task: 0,
@@ -327,12 +522,116 @@ mod tests {
             key_groups: KeyGroupRange { start: 0, end: 127 },
             local_dir: dir.to_path_buf(),
         };
-        RocksDbBackend::new()
+        backend
             .memory(16 << 20)
             .write_buffer(1 << 20)
             .open_store(&task)
             .unwrap()
             .unwrap()
+    }
+
+    #[test]
+    fn a_scan_merges_the_cache_over_rocksdb() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = store(&tmp.path().join("s"));
+        for kg in [1u16, 2, 3] {
+            for k in [b"a", b"c", b"e"] {
+                store.put(&key(kg, k), b"old").unwrap();
+            }
+        }
+        store.checkpoint(&tmp.path().join("chk-1")).unwrap(); // now in RocksDB
+        store.put(&key(1, b"c"), b"new").unwrap();
+        store.delete(&key(1, b"e")).unwrap();
+        store.put(&key(1, b"b"), b"new").unwrap();
+        store.put(&key(3, b"f"), b"new").unwrap();
+        store.delete(&key(3, b"a")).unwrap();
+        let mut seen = Vec::new();
+        store
+            .scan(&[key(3, b""), key(1, b"")], &mut |k, v| {
+                seen.push(format!(
+                    "{}{} {}",
+                    k[1],
+                    k[2] as char,
+                    String::from_utf8_lossy(v)
+                ));
+                Ok(true)
+            })
+            .unwrap();
+        assert_eq!(
+            seen,
+            ["1a old", "1b new", "1c new", "3c old", "3e old", "3f new"]
+        );
+        let mut first = Vec::new();
+        store
+            .scan(&[key(1, b"")], &mut |k, _| {
+                first.push(k[2]);
+                Ok(first.len() < 2)
+            })
+            .unwrap();
+        assert_eq!(first, b"ab", "stops when asked");
+
+        let mut drained = Vec::new();
+        store
+            .drain(&[key(1, b"")], &mut |k, v| {
+                drained.push(format!(
+                    "{}{} {}",
+                    k[1],
+                    k[2] as char,
+                    String::from_utf8_lossy(v)
+                ));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(drained, ["1a old", "1b new", "1c new"]);
+        assert!(
+            scan(store.as_ref(), &key(1, b"")).is_empty(),
+            "drained from cache and RocksDB"
+        );
+        assert_eq!(
+            scan(store.as_ref(), &key(2, b"")).len(),
+            3,
+            "other prefixes stay"
+        );
+        store.checkpoint(&tmp.path().join("chk-2")).unwrap();
+        assert!(
+            scan(store.as_ref(), &key(1, b"")).is_empty(),
+            "and stay drained once written"
+        );
+    }
+
+    #[test]
+    fn a_small_state_cache_spills_to_rocksdb_and_loses_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        for cache in [0, 4 << 10] {
+            let store = store_with(
+                &tmp.path().join(format!("s{cache}")),
+                RocksDbBackend::new().state_cache(cache),
+            );
+            for round in 0..3u32 {
+                for i in 0..2000u32 {
+                    if round == 2 && i % 2 == 0 {
+                        store.delete(&key(0, &i.to_be_bytes())).unwrap();
+                    } else {
+                        store
+                            .put(&key(0, &i.to_be_bytes()), &(i + round).to_be_bytes())
+                            .unwrap();
+                    }
+                }
+            }
+            for i in 0..2000u32 {
+                let expected = (i % 2 == 1).then(|| (i + 2).to_be_bytes().to_vec());
+                assert_eq!(
+                    store.get(&key(0, &i.to_be_bytes())).unwrap(),
+                    expected,
+                    "cache {cache}, key {i}"
+                );
+            }
+            assert_eq!(
+                scan(store.as_ref(), &key(0, b"")).len(),
+                1000,
+                "cache {cache}"
+            );
+        }
     }
 
     fn key(kg: u16, rest: &[u8]) -> Vec<u8> {
@@ -344,7 +643,7 @@ mod tests {
     fn scan(store: &dyn KvStore, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut out = Vec::new();
         store
-            .scan(prefix, &mut |k, v| {
+            .scan(&[prefix.to_vec()], &mut |k, v| {
                 out.push((k.to_vec(), v.to_vec()));
                 Ok(true)
             })

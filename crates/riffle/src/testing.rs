@@ -534,20 +534,22 @@ impl crate::state::KvStore for MemoryKvStore {
 
     fn scan(
         &self,
-        prefix: &[u8],
+        prefixes: &[Vec<u8>],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
-        let entries: Vec<(Vec<u8>, Vec<u8>)> = self
-            .entries
-            .lock()
-            .expect("store lock")
-            .range(prefix.to_vec()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        for (key, value) in entries {
-            if !visit(&key, &value)? {
-                break;
+        for prefix in prefixes {
+            let entries: Vec<(Vec<u8>, Vec<u8>)> = self
+                .entries
+                .lock()
+                .expect("store lock")
+                .range(prefix.clone()..)
+                .take_while(|(k, _)| k.starts_with(prefix))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            for (key, value) in entries {
+                if !visit(&key, &value)? {
+                    return Ok(());
+                }
             }
         }
         Ok(())

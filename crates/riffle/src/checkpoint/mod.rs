@@ -15,6 +15,6 @@ pub use manifest::{
 };
 pub use snapshot::{
     OperatorSnapshot, Redistribution, RestoreState, SnapshotWriter, StoreSnapshot, TaskSnapshot,
-    decode, encode,
+    decode, encode, encode_into,
 };
 pub use storage::CheckpointStorage;

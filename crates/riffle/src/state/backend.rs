@@ -60,13 +60,43 @@ pub trait KvStore: Send + Sync + Debug {
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()>;
     /// Removes `key`.
     fn delete(&self, key: &[u8]) -> Result<()>;
-    /// Calls `visit` with every entry whose key starts with `prefix`, in key order, until it
-    /// returns `false`.
+    /// Reads and rewrites `key` in one step: `change` gets the current value and writes the new
+    /// one into the (empty) buffer. The default is a [`get`](KvStore::get) and a
+    /// [`put`](KvStore::put); a store with a cache changes the value in place.
+    fn update(
+        &self,
+        key: &[u8],
+        change: &mut dyn FnMut(Option<&[u8]>, &mut Vec<u8>) -> Result<()>,
+    ) -> Result<()> {
+        let old = self.get(key)?;
+        let mut new = Vec::new();
+        change(old.as_deref(), &mut new)?;
+        self.put(key, &new)
+    }
+    /// Calls `visit` with every entry whose key starts with one of `prefixes` (prefix after
+    /// prefix, in key order within each), until it returns `false`. One call for many prefixes
+    /// (a window's namespace in every key group) lets a store with a cache look through it once.
     fn scan(
         &self,
-        prefix: &[u8],
+        prefixes: &[Vec<u8>],
         visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()>;
+    /// Removes every entry whose key starts with one of `prefixes`, calling `visit` with each
+    /// (as [`scan`](KvStore::scan) would). The default scans and deletes key by key; a store
+    /// may drop whole ranges.
+    fn drain(
+        &self,
+        prefixes: &[Vec<u8>],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mut keys = Vec::new();
+        self.scan(prefixes, &mut |key, value| {
+            visit(key, value)?;
+            keys.push(key.to_vec());
+            Ok(true)
+        })?;
+        keys.iter().try_for_each(|key| self.delete(key))
+    }
     /// Estimated number of entries and bytes on disk and in memory.
     fn estimate(&self) -> (u64, u64);
     /// Writes a consistent checkpoint of the store into the new directory `dir` (under the

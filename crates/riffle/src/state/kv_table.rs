@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::checkpoint::{decode, encode};
+use crate::checkpoint::{decode, encode, encode_into};
 use crate::error::Result;
 use crate::keys::{KeyGroup, KeyGroupRange, stable_hash};
 use crate::state::backend::KvStore;
@@ -30,6 +30,7 @@ pub struct KvTable<K, N, V> {
     state: u32,
     range: KeyGroupRange,
     key: Vec<u8>,
+    value: Vec<u8>,
     /// The store's last size estimate and when it was taken: operators report their size after
     /// every batch, and asking the store (RocksDB properties) each time would cost on that path.
     estimate: std::cell::Cell<Option<(std::time::Instant, (usize, usize))>>,
@@ -49,6 +50,7 @@ where
             state,
             range,
             key: Vec::with_capacity(64),
+            value: Vec::with_capacity(64),
             estimate: Default::default(),
             _types: PhantomData,
         }
@@ -64,12 +66,16 @@ where
         Ok(prefix)
     }
 
+    /// Encodes `key` in `namespace` into `self.key`.
     fn encode_key(&mut self, key_group: KeyGroup, key: &K, namespace: &N) -> Result<()> {
-        let prefix = self.namespace_prefix(key_group, namespace)?;
         self.key.clear();
-        self.key.extend_from_slice(&prefix);
-        self.key.extend_from_slice(&encode(key)?);
-        Ok(())
+        self.key.extend_from_slice(&key_group.to_be_bytes());
+        self.key.extend_from_slice(&self.state.to_be_bytes());
+        self.key.extend_from_slice(&[0, 0]);
+        encode_into(namespace, &mut self.key)?;
+        let ns = (self.key.len() - 8) as u16;
+        self.key[6..8].copy_from_slice(&ns.to_be_bytes());
+        encode_into(key, &mut self.key)
     }
 
     fn state_prefix(&self, key_group: KeyGroup) -> [u8; 6] {
@@ -95,7 +101,9 @@ where
 
     fn put(&mut self, key_group: KeyGroup, key: &K, namespace: &N, value: &V) -> Result<()> {
         self.encode_key(key_group, key, namespace)?;
-        self.store.put(&self.key, &encode(value)?)
+        self.value.clear();
+        encode_into(value, &mut self.value)?;
+        self.store.put(&self.key, &self.value)
     }
 
     fn delete(&mut self, key_group: KeyGroup, key: &K, namespace: &N) -> Result<()> {
@@ -108,13 +116,18 @@ where
         &self,
         prefix: impl Fn(KeyGroup) -> Result<Vec<u8>>,
     ) -> Result<Vec<(KeyGroup, Vec<u8>, V)>> {
+        let prefixes = (self.range.start..=self.range.end)
+            .map(prefix)
+            .collect::<Result<Vec<_>>>()?;
         let mut entries = Vec::new();
-        for key_group in self.range.start..=self.range.end {
-            self.store.scan(&prefix(key_group)?, &mut |key, value| {
-                entries.push((key_group, key.to_vec(), decode(value)?));
-                Ok(true)
-            })?;
-        }
+        self.store.scan(&prefixes, &mut |key, value| {
+            entries.push((
+                u16::from_be_bytes([key[0], key[1]]),
+                key.to_vec(),
+                decode(value)?,
+            ));
+            Ok(true)
+        })?;
         Ok(entries)
     }
 }
@@ -174,10 +187,17 @@ where
                     .or_insert_with(create),
             ),
             StateTable::Kv(table) => {
-                let mut value = table.get(key_group, key, namespace)?.unwrap_or_else(create);
-                let result = change(&mut value)?;
-                table.put(key_group, key, namespace, &value)?;
-                Ok(result)
+                table.encode_key(key_group, key, namespace)?;
+                let (mut create, mut change, mut result) = (Some(create), Some(change), None);
+                table.store.update(&table.key, &mut |old, new| {
+                    let mut value = match old {
+                        Some(bytes) => decode(bytes)?,
+                        None => create.take().expect("called once")(),
+                    };
+                    result = Some(change.take().expect("called once")(&mut value)?);
+                    encode_into(&value, new)
+                })?;
+                Ok(result.expect("the store called `change`"))
             }
         }
     }
@@ -243,14 +263,19 @@ where
         match self {
             StateTable::Heap(table) => Ok(table.drain_namespace(namespace)),
             StateTable::Kv(table) => {
+                let prefixes = (table.range.start..=table.range.end)
+                    .map(|kg| table.namespace_prefix(kg, namespace))
+                    .collect::<Result<Vec<_>>>()?;
                 let mut drained = Vec::new();
-                for (key_group, stored, value) in
-                    table.collect(|kg| table.namespace_prefix(kg, namespace))?
-                {
-                    let (_, key): (N, K) = KvTable::<K, N, V>::decode_key(&stored)?;
-                    table.store.delete(&stored)?;
-                    drained.push((key_group, key, value));
-                }
+                table.store.drain(&prefixes, &mut |stored, value| {
+                    let (_, key): (N, K) = KvTable::<K, N, V>::decode_key(stored)?;
+                    drained.push((
+                        u16::from_be_bytes([stored[0], stored[1]]),
+                        key,
+                        decode(value)?,
+                    ));
+                    Ok(())
+                })?;
                 Ok(drained)
             }
         }
