@@ -460,6 +460,145 @@ fn windowed_rocksdb() -> Figure {
     }
 }
 
+/// Record `index` of the checkpoint benchmark: the first `keys` records write every key once
+/// (the state); after them, writes go to 1% of the keys.
+struct KeyUpdates {
+    keys: u64,
+}
+
+impl Generator for KeyUpdates {
+    type Item = (u64, u64);
+    fn generate(&self, index: u64) -> (u64, u64) {
+        let key = if index < self.keys {
+            index
+        } else {
+            index.wrapping_mul(0x9E37_79B9_7F4A_7C15) % (self.keys / 100)
+        };
+        (key, index)
+    }
+}
+
+static PAYLOAD: riffle::state::ValueStateDescriptor<Vec<u64>> =
+    riffle::state::ValueStateDescriptor::new("payload");
+
+/// Keeps ~100 bytes per key (twelve numbers that do not compress), rewritten by every record.
+#[derive(Clone)]
+struct Payload;
+
+impl riffle::operators::KeyedProcessFunction<u64, (u64, u64), u64> for Payload {
+    fn process_element(
+        &mut self,
+        _: &u64,
+        (_, index): (u64, u64),
+        ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>,
+    ) -> Result<()> {
+        let mut payload = ctx.value(&PAYLOAD).get()?.unwrap_or_default();
+        payload.clear();
+        payload.extend((0..12u64).map(|j| (index ^ j).wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+        ctx.value(&PAYLOAD).set(payload)
+    }
+}
+
+/// Runs `records` updates over `keys` keys on `config`; returns the wall seconds and the stats of
+/// the checkpoints taken.
+fn keyed_updates(
+    config: EnvConfig,
+    keys: u64,
+    records: u64,
+) -> (f64, Vec<riffle::checkpoint::CheckpointStats>) {
+    let env = StreamEnv::with_config(config);
+    env.from_source(DatagenSource::new(KeyUpdates { keys }).count(records))
+        .key_by(|r| r.0)
+        .process(Payload)
+        .uid("payload")
+        .sink(BlackholeSink::new());
+    let result = env.execute().unwrap();
+    (result.duration.as_secs_f64(), result.checkpoints)
+}
+
+/// Issue 4's checkpoint targets: the throughput cost of a checkpoint every 10 s with ~100 MB of
+/// state, and the share of the state an incremental checkpoint uploads after 1% of the keys
+/// changed.
+fn checkpoints() -> Figure {
+    let keys = 1_000_000u64;
+    let run = |backend: std::sync::Arc<dyn riffle::state::StateBackend>,
+               records: u64,
+               interval: Option<Duration>| {
+        let dir = tempfile::tempdir().unwrap();
+        let config = EnvConfig {
+            state_backend: backend,
+            local_state_dir: dir.path().join("local"),
+            checkpoints: riffle::checkpoint::CheckpointConfig {
+                interval,
+                storage: dir.path().join("chk").to_string_lossy().into_owned(),
+                ..Default::default()
+            },
+            ..config(1)
+        };
+        keyed_updates(config, keys, records)
+    };
+    // Each run lasts about 30 s (three checkpoint intervals); runs with and without
+    // checkpoints alternate, twice, and the faster of each kind counts.
+    let compare = |backend: &dyn Fn() -> std::sync::Arc<dyn riffle::state::StateBackend>,
+                   records: u64| {
+        let (mut bare, mut with, mut stats) = (f64::MAX, f64::MAX, Vec::new());
+        for _ in 0..2 {
+            bare = bare.min(run(backend(), records, None).0);
+            let (seconds, s) = run(backend(), records, Some(Duration::from_secs(10)));
+            if seconds < with {
+                (with, stats) = (seconds, s);
+            }
+        }
+        let drop = 100.0 * (1.0 - bare / with);
+        (
+            drop,
+            records as f64 / with / 1e6,
+            records as f64 / bare / 1e6,
+            stats,
+        )
+    };
+    let rocksdb = || -> std::sync::Arc<dyn riffle::state::StateBackend> {
+        std::sync::Arc::new(
+            riffle_rocksdb::RocksDbBackend::new()
+                .memory(256 << 20)
+                .state_cache(256 << 20),
+        )
+    };
+    let heap = || -> std::sync::Arc<dyn riffle::state::StateBackend> {
+        std::sync::Arc::new(riffle::state::HeapBackend)
+    };
+    let (drop, with, bare, stats) = compare(&rocksdb, 40_000_000);
+    let (heap_drop, heap_with, heap_bare, heap_stats) = compare(&heap, 120_000_000);
+    let describe = |stats: &[riffle::checkpoint::CheckpointStats]| -> String {
+        let completed: Vec<String> = stats
+            .iter()
+            .filter(|c| c.completed())
+            .map(|c| {
+                format!(
+                    "#{} wrote {:.1}% of {} MB in {} ms",
+                    c.id,
+                    100.0 * c.size_bytes as f64 / c.state_size_bytes.max(1) as f64,
+                    c.state_size_bytes >> 20,
+                    c.duration_ms
+                )
+            })
+            .collect();
+        completed.join(", ")
+    };
+    Figure {
+        name: "checkpoint every 10 s, 1M keys x ~100 bytes of keyed state",
+        value: format!(
+            "RocksDB: {drop:.1}% throughput drop ({with:.2}M vs {bare:.2}M records/s); heap: {heap_drop:.1}% ({heap_with:.2}M vs {heap_bare:.2}M)"
+        ),
+        target: "<= 5% drop; incremental checkpoint after 1% of keys changed uploads <= 5% of the state",
+        detail: format!(
+            "parallelism 1 (source + keyed task); the first 1M records write every key, the rest 1% of the keys; RocksDB (40M records, 256 MB state cache): {}; heap (120M records, full snapshots): {}",
+            describe(&stats),
+            describe(&heap_stats)
+        ),
+    }
+}
+
 /// Memory of window state per active key, measured as the bytes allocated for it.
 fn state_memory() -> Figure {
     use riffle::keys::{KeyGroupRange, key_group_of};
@@ -531,6 +670,7 @@ fn main() {
         ("windowed_rocksdb", Box::new(windowed_rocksdb)),
         ("state", Box::new(state_memory)),
         ("skew", Box::new(skew)),
+        ("checkpoints", Box::new(checkpoints)),
     ];
     let mut figures = HashMap::new();
     println!("| benchmark | measured | target | detail |");

@@ -158,11 +158,12 @@ pub fn print_checkpoints(summary: &WindowedSummary) {
         .collect();
     if let Some(last) = completed.last() {
         println!(
-            "  checkpoints   {:>10} completed (last: {}, {} ms, {} bytes), {} failed",
+            "  checkpoints   {:>10} completed (last: {}, {} ms, {} bytes written, state {} bytes), {} failed",
             completed.len(),
             last.id,
             last.duration_ms,
             last.size_bytes,
+            last.state_size_bytes,
             result.checkpoints.len() - completed.len()
         );
     }

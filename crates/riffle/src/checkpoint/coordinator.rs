@@ -42,8 +42,11 @@ pub struct CheckpointStats {
     pub duration_ms: u64,
     /// Longest barrier alignment of a task.
     pub alignment_ms: u64,
-    /// Bytes written to storage.
+    /// Bytes this checkpoint wrote to storage (store files uploaded by an earlier checkpoint
+    /// are referenced, not written again: incremental).
     pub size_bytes: u64,
+    /// Bytes of the whole state the checkpoint holds (written now or referenced).
+    pub state_size_bytes: u64,
     /// Operator subtasks that wrote state.
     pub subtasks_with_state: usize,
 }
@@ -73,6 +76,8 @@ pub(crate) enum CoordinatorEvent {
         states: Vec<(String, String, usize, SubtaskState)>,
         store: Option<StoreState>,
         alignment: Duration,
+        /// Bytes the upload wrote.
+        written: u64,
     },
     Decline {
         id: u64,
@@ -176,8 +181,9 @@ fn upload_store(
     snapshot: &StoreSnapshot,
     target: &Target,
     uploaded: &mut Uploaded,
-) -> Result<StoreState> {
+) -> Result<(StoreState, u64)> {
     let mut files = Vec::new();
+    let mut written = 0;
     for path in &snapshot.files {
         let name = path
             .file_name()
@@ -198,6 +204,7 @@ fn upload_store(
                 let file = target
                     .storage
                     .write(stored.trim_start_matches('/'), bytes)?;
+                written += file.size;
                 if immutable {
                     uploaded.insert(key, file.clone());
                 }
@@ -211,11 +218,12 @@ fn upload_store(
     if let Some(parent) = snapshot.dir.parent() {
         let _ = std::fs::remove_dir(parent);
     }
-    Ok(StoreState {
+    let state = StoreState {
         store_id: snapshot.store_id.clone(),
         key_groups: (snapshot.key_groups.start, snapshot.key_groups.end),
         files,
-    })
+    };
+    Ok((state, written))
 }
 
 /// Writes the task's operator states, one file per operator subtask.
@@ -297,13 +305,23 @@ fn run_uploader(hub: Arc<CheckpointHub>, jobs: Receiver<UploadJob>) {
             .transpose();
         let event = match store.and_then(|store| upload(job, &target).map(|states| (states, store)))
         {
-            Ok((states, store)) => CoordinatorEvent::Ack {
-                id,
-                task,
-                states,
-                store,
-                alignment,
-            },
+            Ok((states, store)) => {
+                let (store, store_written) = store.unzip();
+                let written = store_written.unwrap_or(0)
+                    + states
+                        .iter()
+                        .filter_map(|(.., s)| s.file.as_ref())
+                        .map(|f| f.size)
+                        .sum::<u64>();
+                CoordinatorEvent::Ack {
+                    id,
+                    task,
+                    states,
+                    store,
+                    alignment,
+                    written,
+                }
+            }
             Err(error) => CoordinatorEvent::Decline {
                 id,
                 reason: error.to_string(),
@@ -328,6 +346,8 @@ struct Pending {
         ),
     >,
     savepoint: Option<SavepointRequest>,
+    /// Bytes the acknowledged uploads wrote.
+    written: u64,
 }
 
 /// Everything the coordinator needs.
@@ -417,6 +437,7 @@ impl Coordinator {
             triggered: Instant::now(),
             triggered_at,
             acks: HashMap::new(),
+            written: 0,
             savepoint,
         }
     }
@@ -428,7 +449,7 @@ impl Coordinator {
             .map(|(_, _, a)| *a)
             .max()
             .unwrap_or_default();
-        let (status, size, subtasks) = match &outcome {
+        let (status, state_size, subtasks) = match &outcome {
             Ok(manifest) => (
                 "completed".to_string(),
                 manifest.size(),
@@ -443,12 +464,13 @@ impl Coordinator {
             triggered_at: pending.triggered_at,
             duration_ms: pending.triggered.elapsed().as_millis() as u64,
             alignment_ms: alignment.as_millis() as u64,
-            size_bytes: size,
+            size_bytes: pending.written,
+            state_size_bytes: state_size,
             subtasks_with_state: subtasks,
         };
         match &outcome {
             Ok(_) => {
-                tracing::info!(id = stats.id, kind = ?stats.kind, duration_ms = stats.duration_ms, size = stats.size_bytes, "checkpoint completed")
+                tracing::info!(id = stats.id, kind = ?stats.kind, duration_ms = stats.duration_ms, size = stats.size_bytes, state_size = stats.state_size_bytes, "checkpoint completed")
             }
             Err(reason) => {
                 tracing::warn!(id = stats.id, reason, "checkpoint failed; the job goes on")
@@ -555,9 +577,10 @@ impl Coordinator {
         while !(done.load(Ordering::Acquire) && pending.is_none()) && !self.control.is_cancelled() {
             crossbeam_channel::select! {
                 recv(self.events) -> event => match event {
-                    Ok(CoordinatorEvent::Ack { id, task, states, store, alignment }) => {
+                    Ok(CoordinatorEvent::Ack { id, task, states, store, alignment, written }) => {
                         if let Some(p) = pending.as_mut().filter(|p| p.id == id) {
                             p.acks.insert(task, (states, store, alignment));
+                            p.written += written;
                             if p.acks.len() == self.tasks {
                                 let p = pending.take().expect("pending");
                                 self.complete(p);
