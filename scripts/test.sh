@@ -15,4 +15,4 @@ command -v cargo >/dev/null || { echo "test.sh: cargo is required (https://rustu
 trap './scripts/s3-server.sh stop' EXIT
 eval "$(./scripts/s3-server.sh env)"
 
-cargo test --workspace --locked "$@"
+cargo test --workspace --all-features --locked "$@"

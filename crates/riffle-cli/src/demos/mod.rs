@@ -290,6 +290,41 @@ pub struct EngineArgs {
     /// or a savepoint directory.
     #[arg(long, value_name = "latest|ID|PATH")]
     pub restore: Option<String>,
+    /// Where keyed state lives: `heap` (fastest, bounded by memory) or `rocksdb` (local disk,
+    /// incremental checkpoints; needs a riffle built with `--features rocksdb`).
+    #[arg(long, value_enum, default_value_t = StateBackendArg::Heap)]
+    pub state_backend: StateBackendArg,
+    /// Local directory of the RocksDB stores (default: $TMPDIR/riffle-state).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// RocksDB block cache shared by all stores, in MB.
+    #[arg(long, value_name = "MB", default_value_t = 128)]
+    pub state_memory_mb: usize,
+    /// RocksDB state cache of each store, in MB (0 turns it off).
+    #[arg(long, value_name = "MB", default_value_t = 64)]
+    pub state_cache_mb: usize,
+}
+
+impl Default for EngineArgs {
+    /// The options without flags.
+    fn default() -> Self {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            args: EngineArgs,
+        }
+        Wrapper::parse_from(["riffle"]).args
+    }
+}
+
+/// The choices of `--state-backend`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateBackendArg {
+    /// Typed hash tables in memory.
+    Heap,
+    /// RocksDB on local disk.
+    Rocksdb,
 }
 
 impl EngineArgs {
@@ -372,8 +407,31 @@ impl EngineArgs {
             channel_capacity: self.channel_capacity,
             dead_letter_dir: self.output_dir(demo).join("dead-letter"),
             checkpoints: self.checkpoint_config(demo)?,
+            state_backend: self.state_backend()?,
+            local_state_dir: self
+                .state_dir
+                .clone()
+                .unwrap_or(defaults.local_state_dir.clone()),
             ..defaults
         })
+    }
+
+    /// The state backend from `--state-backend` and its settings.
+    fn state_backend(&self) -> riffle::Result<std::sync::Arc<dyn riffle::state::StateBackend>> {
+        match self.state_backend {
+            StateBackendArg::Heap => Ok(std::sync::Arc::new(riffle::state::HeapBackend)),
+            #[cfg(feature = "rocksdb")]
+            StateBackendArg::Rocksdb => Ok(std::sync::Arc::new(
+                riffle_rocksdb::RocksDbBackend::new()
+                    .memory(self.state_memory_mb << 20)
+                    .state_cache(self.state_cache_mb << 20),
+            )),
+            #[cfg(not(feature = "rocksdb"))]
+            StateBackendArg::Rocksdb => Err(Error::config(
+                "--state-backend",
+                "this riffle was built without RocksDB: build it with `cargo build --release -p riffle-cli --features rocksdb` (needs librocksdb-dev, see scripts/install-deps.sh)",
+            )),
+        }
     }
 
     /// How long to run and how often to report.

@@ -8,30 +8,29 @@ use std::time::Duration;
 
 use crate::riffle;
 
-#[test]
-fn the_demo_recovers_and_verifies_exactly_once() {
+/// Runs `riffle demo checkpoint-recovery` with `extra` flags and checks its verification.
+fn demo_recovers_exactly_once(extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let stdout = riffle(
-        &[
-            "demo",
-            "checkpoint-recovery",
-            "--count",
-            "400000",
-            "--users",
-            "5000",
-            "--hot-key-share",
-            "0.8",
-            "--rate",
-            "200000",
-            "--fail-after",
-            "150000",
-            "-p",
-            "2",
-            "--output",
-            "out",
-        ],
-        dir.path(),
-    );
+    let mut args = vec![
+        "demo",
+        "checkpoint-recovery",
+        "--count",
+        "400000",
+        "--users",
+        "5000",
+        "--hot-key-share",
+        "0.8",
+        "--rate",
+        "200000",
+        "--fail-after",
+        "150000",
+        "-p",
+        "2",
+        "--output",
+        "out",
+    ];
+    args.extend_from_slice(extra);
+    let stdout = riffle(&args, dir.path());
     assert!(
         stdout.contains("the job restarted 1 time(s) from checkpoint"),
         "{stdout}"
@@ -44,6 +43,18 @@ fn the_demo_recovers_and_verifies_exactly_once() {
         stdout.contains("verified: exactly the output of the failure-free run"),
         "{stdout}"
     );
+}
+
+#[test]
+fn the_demo_recovers_and_verifies_exactly_once() {
+    demo_recovers_exactly_once(&[]);
+}
+
+/// The same with RocksDB state (`scripts/test.sh` builds with every feature).
+#[cfg(feature = "rocksdb")]
+#[test]
+fn the_demo_recovers_exactly_once_on_rocksdb_state() {
+    demo_recovers_exactly_once(&["--state-backend", "rocksdb", "--state-dir", "state"]);
 }
 
 /// Committed lines of every part file under `dir` (its `agg-clicks` and `late-clicks`), counted.

@@ -34,15 +34,7 @@ fn the_subway_click_is_late_then_updated_then_on_time() {
         window_secs: 60.0,
         engine: EngineArgs {
             output: Some(dir.path().join("out")),
-            parallelism: None,
-            max_parallelism: 128,
-            buffer_size: 1024,
-            buffer_timeout_ms: 5,
-            channel_capacity: 8,
-            duration: None,
-            checkpoint_interval_ms: None,
-            checkpoint_dir: None,
-            restore: None,
+            ..EngineArgs::default()
         },
     };
     let runs = run(&args).unwrap();
