@@ -447,13 +447,54 @@ fn play<In: Data, Out: Data>(
 /// Checks that an operator survives a checkpoint: for every cut point, a run that snapshots
 /// there and continues in a fresh instance restored from the snapshot emits exactly what an
 /// uninterrupted run emits (compared as multisets of records, since emission order within one
-/// firing is not specified). `make` builds a fresh operator.
+/// firing is not specified). `make` builds a fresh operator. State is on the heap; see
+/// [`assert_snapshot_round_trip_on`] for other backends.
 pub fn assert_snapshot_round_trip<Op, F>(make: F, steps: &[Step<Op::In>]) -> Result<()>
 where
     Op: Operator,
     Op::Out: std::fmt::Debug,
     F: Fn() -> Op,
 {
+    assert_snapshot_round_trip_on(&crate::state::HeapBackend, make, steps)
+}
+
+/// [`assert_snapshot_round_trip`] with the keyed state in `backend`: when it gives stores, each
+/// run gets its own, the snapshot checkpoints it and the restored instance's store is filled
+/// from that checkpoint (what a job's recovery does). Store files go to a fresh directory under
+/// the system's temporary directory, removed at the end.
+pub fn assert_snapshot_round_trip_on<Op, F>(
+    backend: &dyn crate::state::StateBackend,
+    make: F,
+    steps: &[Step<Op::In>],
+) -> Result<()>
+where
+    Op: Operator,
+    Op::Out: std::fmt::Debug,
+    F: Fn() -> Op,
+{
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let work = std::env::temp_dir().join(format!(
+        "riffle-harness-{}-{}",
+        std::process::id(),
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let key_groups = KeyGroupRange::for_subtask(0, 1, 128);
+    let open = |name: &str| {
+        backend.open_store(&crate::state::TaskStore {
+            job: "harness".into(),
+            task: 0,
+            run_id: name.into(),
+            key_groups,
+            local_dir: work.join(name),
+        })
+    };
+    let harness = |op: Op, store: Option<Arc<dyn crate::state::KvStore>>| {
+        let builder = OperatorHarness::builder(op);
+        match store {
+            Some(store) => builder.store(store),
+            None => builder,
+        }
+    };
     let sorted = |records: Vec<Record<Op::Out>>| {
         let mut text: Vec<String> = records
             .iter()
@@ -462,32 +503,44 @@ where
         text.sort();
         text
     };
-    let mut whole = OperatorHarness::builder(make()).build()?;
-    play(&mut whole, steps)?;
-    whole.watermark(Timestamp::MAX)?;
-    whole.finish()?;
-    let expected = sorted(whole.take_output());
-    for cut in 0..=steps.len() {
-        let mut first = OperatorHarness::builder(make()).build()?;
-        play(&mut first, &steps[..cut])?;
-        let state = first.snapshot(1)?;
-        let mut output = first.take_output();
-        let mut second = OperatorHarness::builder(make())
-            .processing_time(first.processing_time())
-            .restore(state)
-            .build()?;
-        play(&mut second, &steps[cut..])?;
-        second.watermark(Timestamp::MAX)?;
-        second.finish()?;
-        output.extend(second.take_output());
-        let got = sorted(output);
-        if got != expected {
-            return Err(crate::Error::Checkpoint(format!(
-                "restoring after step {cut} changed the output:\n  uninterrupted: {expected:?}\n  restored: {got:?}"
-            )));
+    let result = (|| {
+        let mut whole = harness(make(), open("whole")?).build()?;
+        play(&mut whole, steps)?;
+        whole.watermark(Timestamp::MAX)?;
+        whole.finish()?;
+        let expected = sorted(whole.take_output());
+        for cut in 0..=steps.len() {
+            let first_store = open(&format!("cut-{cut}-first"))?;
+            let mut first = harness(make(), first_store.clone()).build()?;
+            play(&mut first, &steps[..cut])?;
+            let state = first.snapshot(1)?;
+            let mut output = first.take_output();
+            let second_store = open(&format!("cut-{cut}-second"))?;
+            if let (Some(from), Some(to)) = (&first_store, &second_store) {
+                let checkpoint = work.join(format!("cut-{cut}-first")).join("chk-1");
+                from.checkpoint(&checkpoint)?;
+                to.restore_from(&checkpoint, key_groups)?;
+            }
+            let mut second = harness(make(), second_store)
+                .processing_time(first.processing_time())
+                .restore(state)
+                .build()?;
+            play(&mut second, &steps[cut..])?;
+            second.watermark(Timestamp::MAX)?;
+            second.finish()?;
+            output.extend(second.take_output());
+            let got = sorted(output);
+            if got != expected {
+                return Err(crate::Error::Checkpoint(format!(
+                    "{}: restoring after step {cut} changed the output:\n  uninterrupted: {expected:?}\n  restored: {got:?}",
+                    backend.name()
+                )));
+            }
         }
-    }
-    Ok(())
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&work);
+    result
 }
 
 /// An ordered in-memory [`KvStore`](crate::state::KvStore), and a backend handing one to every

@@ -194,29 +194,7 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
 mod tests {
     use super::*;
     use crate::aggregate::Sum;
-    use crate::testing::{Step, assert_snapshot_round_trip};
-    use std::sync::Arc;
 
-    #[test]
-    fn rolling_aggregates_survive_a_checkpoint() {
-        type In = Rolling<u64, (u64, u64), u64>;
-        let steps: Vec<Step<In>> = vec![
-            Step::Record(Rolling::Record((1, 5)), 1),
-            Step::Record(Rolling::Partial { key: 2, acc: 10 }, 2),
-            Step::Record(Rolling::Record((1, 7)), 3),
-            Step::Record(Rolling::Partial { key: 1, acc: 100 }, 4),
-            Step::Record(Rolling::Record((2, 1)), 5),
-        ];
-        let key: KeyFn<u64, In> = Arc::new(|e: &In| match e {
-            Rolling::Record((k, _)) => *k,
-            Rolling::Partial { key, .. } => *key,
-        });
-        assert_snapshot_round_trip(
-            || RollingAggregate::new(key.clone(), Sum::of(|v: &(u64, u64)| v.1)),
-            &steps,
-        )
-        .unwrap();
-    }
     use crate::sink::CollectSink;
     use crate::{EnvConfig, StreamEnv};
     use std::collections::BTreeMap;

@@ -1,14 +1,17 @@
 //! A conformance suite for [`StateBackend`]s: what any backend must do for a job to give the
 //! same answer on it as on the heap — through windows, sessions, keyed process functions with
 //! value, list and map state and timers, rolling aggregates, a failure and recovery, and a
-//! rescaling restore from a savepoint.
+//! rescaling restore from a savepoint ([`check_backend`]); and every stateful operator's
+//! snapshot -> restore -> continue round trip in the operator harness
+//! ([`operator_round_trips`]).
 //!
-//! A backend crate runs it from a test:
+//! A backend crate runs them from a test:
 //!
 //! ```no_run
 //! # use std::sync::Arc;
 //! let work = std::env::temp_dir().join("conformance");
 //! riffle::testing::conformance::check_backend(Arc::new(riffle::state::HeapBackend), &work);
+//! riffle::testing::conformance::operator_round_trips(&riffle::state::HeapBackend).unwrap();
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -21,9 +24,10 @@ use crate::operators::{KeyedContext, KeyedProcessFunction};
 use crate::sink::ExactlyOnceFileSink;
 use crate::source::datagen::{Click, ClicksConfig, DatagenSource};
 use crate::state::{
-    HeapBackend, ListStateDescriptor, MapStateDescriptor, StateBackend, TimeDomain,
+    HeapBackend, ListStateDescriptor, MapStateDescriptor, StateBackend, StateTtl, TimeDomain,
     ValueStateDescriptor,
 };
+use crate::testing::{Step, assert_snapshot_round_trip_on};
 use crate::time::WatermarkStrategy;
 use crate::window::{Session, Tumbling};
 use crate::{EnvConfig, JobResult, Result, StreamEnv, Timestamp};
@@ -349,4 +353,185 @@ fn rescales_through_a_savepoint(backend: &Arc<dyn StateBackend>, work: &Path, ex
             &format!("{} restored at parallelism {parallelism}", backend.name()),
         );
     }
+}
+
+/// Input of the operator round trips: (user, event time).
+type Visit = (u64, Timestamp);
+
+static LAST_SEEN: ValueStateDescriptor<Timestamp> = ValueStateDescriptor::new("last-seen");
+static VISITS: ValueStateDescriptor<u64> =
+    ValueStateDescriptor::new("visits").with_ttl(StateTtl::after_write(Duration::from_secs(60)));
+
+/// Reports a user inactive for 30 s of event time (an event-time timer moved by each visit),
+/// counts visits in state with a TTL, and says when a user was first seen 10 s of processing
+/// time ago (a processing-time timer).
+#[derive(Clone)]
+struct Inactivity;
+
+impl KeyedProcessFunction<u64, Visit, String> for Inactivity {
+    fn process_element(
+        &mut self,
+        user: &u64,
+        visit: Visit,
+        ctx: &mut KeyedContext<'_, '_, u64, String>,
+    ) -> Result<()> {
+        if let Some(previous) = ctx.value(&LAST_SEEN).get()? {
+            ctx.delete_event_time_timer(previous + 30_000);
+        }
+        ctx.value(&LAST_SEEN).set(visit.1)?;
+        ctx.register_event_time_timer(visit.1 + 30_000);
+        let visits = ctx.value(&VISITS).get()?.unwrap_or(0) + 1;
+        ctx.value(&VISITS).set(visits)?;
+        if visits == 1 {
+            let at = ctx.current_processing_time() + 10_000;
+            ctx.register_processing_time_timer(at);
+        }
+        ctx.emit(format!("user {user} visit {visits}"))
+    }
+
+    fn on_timer(
+        &mut self,
+        user: &u64,
+        timestamp: Timestamp,
+        domain: TimeDomain,
+        ctx: &mut KeyedContext<'_, '_, u64, String>,
+    ) -> Result<()> {
+        match domain {
+            TimeDomain::EventTime => {
+                ctx.emit(format!("user {user} inactive since {}", timestamp - 30_000))
+            }
+            TimeDomain::ProcessingTime => ctx.emit(format!("user {user} first seen 10 s ago")),
+        }
+    }
+}
+
+/// Visits, watermarks and processing time: on-time records, a late update within the lateness,
+/// state dropped past it, a record too late, windows and timers firing.
+fn script() -> Vec<Step<Visit>> {
+    use super::Step::*;
+    vec![
+        Record((1, 1_000), 1_000),
+        Record((2, 2_000), 2_000),
+        Record((1, 61_000), 61_000),
+        Advance(Duration::from_secs(1)),
+        Watermark(59_999),
+        Record((1, 5_000), 5_000), // late, within 30 s of lateness: an update
+        Record((2, 62_000), 62_000),
+        Record((3, 63_000), 63_000),
+        Advance(Duration::from_secs(1)),
+        Watermark(95_000),           // the first window's state is dropped
+        Record((1, 10_000), 10_000), // too late
+        Record((3, 121_000), 121_000),
+        Advance(Duration::from_secs(10)),
+        Watermark(130_000),
+        Record((3, 125_000), 125_000),
+    ]
+}
+
+/// Every stateful operator survives a checkpoint at any point of a scripted run with its keyed
+/// state in `backend`: tumbling windows with lateness and early firings, sliding windows,
+/// merging session windows, processing-time windows, a full-window function, a keyed process
+/// function with state TTL and both kinds of timers, and a rolling aggregate. See
+/// [`assert_snapshot_round_trip_on`].
+pub fn operator_round_trips(backend: &dyn StateBackend) -> Result<()> {
+    use crate::aggregate::Sum;
+    use crate::operators::KeyedProcess;
+    use crate::testing::WindowTest;
+    use crate::window::{Sliding, TimeWindow, WindowCollector};
+    let user = |v: &Visit| v.0;
+    let script = script();
+    assert_snapshot_round_trip_on(
+        backend,
+        || {
+            WindowTest::new(user, Tumbling::of(Duration::from_secs(60)))
+                .allowed_lateness(Duration::from_secs(30))
+                .early_firing(Duration::from_millis(700))
+                .aggregate(Count)
+        },
+        &script,
+    )?;
+    assert_snapshot_round_trip_on(
+        backend,
+        || {
+            WindowTest::new(
+                user,
+                Sliding::of(Duration::from_secs(60), Duration::from_secs(20)),
+            )
+            .allowed_lateness(Duration::from_secs(10))
+            .aggregate(Sum::of(|v: &Visit| v.1 as u64 / 1000))
+        },
+        &script,
+    )?;
+    assert_snapshot_round_trip_on(
+        backend,
+        || {
+            WindowTest::new(user, Session::with_gap(Duration::from_secs(30)))
+                .allowed_lateness(Duration::from_secs(20))
+                .aggregate(Count)
+        },
+        &script,
+    )?;
+    assert_snapshot_round_trip_on(
+        backend,
+        || {
+            WindowTest::new(
+                user,
+                Tumbling::processing_time(Duration::from_millis(1_500)),
+            )
+            .aggregate(Count)
+        },
+        &script,
+    )?;
+    assert_snapshot_round_trip_on(
+        backend,
+        || {
+            WindowTest::new(user, Tumbling::of(Duration::from_secs(60)))
+                .allowed_lateness(Duration::from_secs(30))
+                .process(
+                    |user: &u64,
+                     window: TimeWindow,
+                     visits: &[Visit],
+                     out: &mut WindowCollector<'_, '_, String>|
+                     -> Result<()> {
+                        let mut times: Vec<i64> = visits.iter().map(|v| v.1).collect();
+                        times.sort();
+                        out.emit(format!(
+                            "{user} {} {times:?} {}",
+                            window.start,
+                            out.is_update()
+                        ))
+                    },
+                )
+        },
+        &script,
+    )?;
+    assert_snapshot_round_trip_on(
+        backend,
+        || KeyedProcess::new(Arc::new(user), Inactivity),
+        &script,
+    )?;
+    rolling_round_trip(backend)
+}
+
+/// The rolling aggregate (with partial aggregates from a pre-aggregation) round trip.
+fn rolling_round_trip(backend: &dyn StateBackend) -> Result<()> {
+    use crate::aggregate::Sum;
+    use crate::operators::{Rolling, RollingAggregate};
+    type In = Rolling<u64, (u64, u64), u64>;
+    let steps: Vec<Step<In>> = vec![
+        Step::Record(Rolling::Record((1, 5)), 1),
+        Step::Record(Rolling::Partial { key: 2, acc: 10 }, 2),
+        Step::Record(Rolling::Record((1, 7)), 3),
+        Step::Record(Rolling::Partial { key: 1, acc: 100 }, 4),
+        Step::Record(Rolling::Record((2, 1)), 5),
+    ];
+    let key: crate::api::KeyFn<u64, In> = Arc::new(|e: &In| match e {
+        Rolling::Record((k, _)) => *k,
+        Rolling::Partial { key, .. } => *key,
+    });
+    assert_snapshot_round_trip_on(
+        backend,
+        || RollingAggregate::new(key.clone(), Sum::of(|v: &(u64, u64)| v.1)),
+        &steps,
+    )
 }
