@@ -42,12 +42,15 @@ use riffle::keys::KeyGroupRange;
 use riffle::state::{KvStore, StateBackend, TaskStore};
 use riffle::{Error, Result};
 use rocksdb::{
-    BlockBasedOptions, Cache, DB, DBCompressionType, Direction, IteratorMode, Options, ReadOptions,
-    WriteBatch, WriteOptions,
+    BlockBasedOptions, Cache, DB, DBCompressionType, Direction, IngestExternalFileOptions,
+    IteratorMode, Options, ReadOptions, SstFileWriter, WriteBatch, WriteOptions,
 };
 
 /// Default memory of a backend: the block cache all its stores share.
 pub const DEFAULT_MEMORY: usize = 128 << 20;
+
+/// Cache flushes of at least this many changes go to RocksDB as an ingested SST file.
+const INGEST_FROM: usize = 50_000;
 
 /// Default size of each store's state cache.
 pub const DEFAULT_STATE_CACHE: usize = 64 << 20;
@@ -184,6 +187,8 @@ impl Drop for LocalDir {
 pub struct RocksDbStore {
     db: DB,
     write: WriteOptions,
+    /// The database's options (SST files for ingestion are written with them).
+    options: Options,
     cache: Mutex<StateCache>,
     // Dropped after `db`: the directory goes once the database is closed.
     _dir: LocalDir,
@@ -255,6 +260,7 @@ impl RocksDbStore {
         Ok(RocksDbStore {
             db,
             write,
+            options: options.clone(),
             cache: Mutex::new(StateCache::new(cache)),
             _dir: guard,
         })
@@ -271,6 +277,9 @@ impl RocksDbStore {
         if writes.is_empty() {
             return Ok(());
         }
+        if writes.len() >= INGEST_FROM {
+            return self.ingest(writes);
+        }
         let mut batch = WriteBatch::default();
         for (key, value) in writes {
             match value {
@@ -281,6 +290,32 @@ impl RocksDbStore {
         self.db
             .write_opt(batch, &self.write)
             .map_err(|e| failed("write", e))
+    }
+
+    /// Writes many sorted changes as one SST file that RocksDB takes in whole, instead of
+    /// through the memtables (which would fill, flush and stall the task at a checkpoint).
+    fn ingest(&self, writes: Vec<cache::Write>) -> Result<()> {
+        static FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = self._dir.0.join(format!("ingest-{n}.sst"));
+        let mut writer = SstFileWriter::create(&self.options);
+        writer.open(&path).map_err(|e| failed("ingest", e))?;
+        for (key, value) in &writes {
+            match value {
+                Some(value) => writer.put(key, value),
+                None => writer.delete(key),
+            }
+            .map_err(|e| failed("ingest", e))?;
+        }
+        writer.finish().map_err(|e| failed("ingest", e))?;
+        let mut options = IngestExternalFileOptions::default();
+        options.set_move_files(true);
+        let result = self
+            .db
+            .ingest_external_file_opts(&options, vec![&path])
+            .map_err(|e| failed("ingest", e));
+        let _ = std::fs::remove_file(&path);
+        result
     }
 
     /// Visits, prefix after prefix in key order, RocksDB's entries under `prefixes` merged with
@@ -596,6 +631,46 @@ mod tests {
         assert!(
             scan(store.as_ref(), &key(1, b"")).is_empty(),
             "and stay drained once written"
+        );
+    }
+
+    #[test]
+    fn large_flushes_are_ingested_as_sst_files_with_their_removals() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = store(&tmp.path().join("s"));
+        let n = INGEST_FROM as u32 + 10_000;
+        for i in 0..n {
+            store.put(&key(0, &i.to_be_bytes()), b"first").unwrap();
+        }
+        store.checkpoint(&tmp.path().join("chk-1")).unwrap();
+        for i in 0..n {
+            if i % 2 == 0 {
+                store.delete(&key(0, &i.to_be_bytes())).unwrap();
+            } else {
+                store.put(&key(0, &i.to_be_bytes()), b"second").unwrap();
+            }
+        }
+        store.checkpoint(&tmp.path().join("chk-2")).unwrap();
+        let restored = store_with(&tmp.path().join("r"), RocksDbBackend::new().state_cache(0));
+        restored
+            .restore_from(
+                &tmp.path().join("chk-2"),
+                KeyGroupRange { start: 0, end: 0 },
+            )
+            .unwrap();
+        let entries = scan(restored.as_ref(), &key(0, b""));
+        assert_eq!(entries.len(), n as usize / 2);
+        assert!(entries.iter().all(|(_, v)| v == b"second"));
+        assert_eq!(restored.get(&key(0, &2u32.to_be_bytes())).unwrap(), None);
+        let left: Vec<_> = std::fs::read_dir(tmp.path().join("s"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(
+            left.iter()
+                .all(|f| !f.to_string_lossy().starts_with("ingest-")),
+            "{left:?}"
         );
     }
 

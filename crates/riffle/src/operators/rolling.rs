@@ -192,9 +192,7 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::aggregate::Sum;
-
     use crate::sink::CollectSink;
     use crate::{EnvConfig, StreamEnv};
     use std::collections::BTreeMap;

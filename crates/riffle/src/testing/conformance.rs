@@ -356,17 +356,18 @@ fn rescales_through_a_savepoint(backend: &Arc<dyn StateBackend>, work: &Path, ex
 }
 
 /// Input of the operator round trips: (user, event time).
-type Visit = (u64, Timestamp);
+pub type Visit = (u64, Timestamp);
 
 static LAST_SEEN: ValueStateDescriptor<Timestamp> = ValueStateDescriptor::new("last-seen");
 static VISITS: ValueStateDescriptor<u64> =
     ValueStateDescriptor::new("visits").with_ttl(StateTtl::after_write(Duration::from_secs(60)));
 
 /// Reports a user inactive for 30 s of event time (an event-time timer moved by each visit),
-/// counts visits in state with a TTL, and says when a user was first seen 10 s of processing
-/// time ago (a processing-time timer).
-#[derive(Clone)]
-struct Inactivity;
+/// counts visits in state with a 60 s TTL after write, and says when a user was first seen 10 s
+/// of processing time ago (a processing-time timer): a keyed process function using every kind
+/// of timer and TTL, for tests.
+#[derive(Clone, Debug)]
+pub struct Inactivity;
 
 impl KeyedProcessFunction<u64, Visit, String> for Inactivity {
     fn process_element(

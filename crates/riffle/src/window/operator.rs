@@ -71,6 +71,28 @@ impl<T: Data> WindowCore<T> {
         self.settings.windows.time() == TimeDomain::EventTime
     }
 
+    /// The processing time a batch is windowed at (event time: unused, 0).
+    pub(crate) fn batch_time(&self) -> Timestamp {
+        if self.event_time() {
+            0
+        } else {
+            self.ctx().clock.now()
+        }
+    }
+
+    /// Publishes the operator's state size: a table's entries plus `extra` (timers).
+    pub(crate) fn report_size<K, N, V>(&self, table: Option<&StateTable<K, N, V>>, extra: usize)
+    where
+        K: Hash + Eq + Clone + Serialize + serde::de::DeserializeOwned,
+        N: Hash + Eq + Clone + Serialize + serde::de::DeserializeOwned,
+        V: Clone + Serialize + serde::de::DeserializeOwned,
+    {
+        let (entries, bytes) = table.expect("opened").size();
+        self.ctx()
+            .metrics
+            .set_state((entries + extra) as u64, bytes as u64);
+    }
+
     /// The time a record is windowed by: its event time, or the processing time now.
     pub(crate) fn time_of<I>(&self, record: &Record<I>, now: Timestamp) -> Result<Timestamp> {
         if !self.event_time() {
@@ -297,11 +319,7 @@ where
     }
 
     fn report_size(&self) {
-        let (entries, bytes) = self.table.as_ref().expect("opened").size();
-        self.core
-            .ctx()
-            .metrics
-            .set_state(entries as u64, bytes as u64);
+        self.core.report_size(self.table.as_ref(), 0);
     }
 }
 
@@ -325,11 +343,7 @@ where
         batch: &mut Vec<Record<T>>,
         out: &mut Collector<'_, F::Out>,
     ) -> Result<()> {
-        let now = if self.core.event_time() {
-            0
-        } else {
-            self.core.ctx().clock.now()
-        };
+        let now = self.core.batch_time();
         for record in batch.drain(..) {
             let time = self.core.time_of(&record, now)?;
             let key = (self.key)(&record.value);

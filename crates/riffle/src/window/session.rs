@@ -206,11 +206,8 @@ where
     }
 
     fn report_size(&self) {
-        let (entries, bytes) = self.sessions.as_ref().expect("opened").size();
         self.core
-            .ctx()
-            .metrics
-            .set_state((entries + self.timers.len()) as u64, bytes as u64);
+            .report_size(self.sessions.as_ref(), self.timers.len());
     }
 
     /// Registers each session's timer: its firing, or once fired, its cleanup.
@@ -247,11 +244,7 @@ where
         batch: &mut Vec<Record<T>>,
         out: &mut Collector<'_, F::Out>,
     ) -> Result<()> {
-        let now = if self.core.event_time() {
-            0
-        } else {
-            self.core.ctx().clock.now()
-        };
+        let now = self.core.batch_time();
         for record in batch.drain(..) {
             let time = self.core.time_of(&record, now)?;
             self.add(record, time, out)?;

@@ -2,57 +2,12 @@
 
 use std::time::Duration;
 
-use riffle::operators::{KeyedContext, KeyedProcess, KeyedProcessFunction};
-use riffle::state::{StateTtl, TimeDomain, ValueStateDescriptor};
+use riffle::Result;
+use riffle::operators::KeyedProcess;
 use riffle::testing::OperatorHarness;
-use riffle::{Result, Timestamp};
+use riffle::testing::conformance::Inactivity;
 
 use crate::Click;
-
-static LAST_SEEN: ValueStateDescriptor<i64> = ValueStateDescriptor::new("last-seen");
-static VISITS: ValueStateDescriptor<u64> =
-    ValueStateDescriptor::new("visits").with_ttl(StateTtl::after_write(Duration::from_secs(60)));
-
-/// Reports a user who has been inactive for 30 s of event time; counts visits with a TTL.
-#[derive(Clone)]
-pub struct Inactivity;
-
-impl KeyedProcessFunction<u64, Click, String> for Inactivity {
-    fn process_element(
-        &mut self,
-        user: &u64,
-        click: Click,
-        ctx: &mut KeyedContext<'_, '_, u64, String>,
-    ) -> Result<()> {
-        if let Some(previous) = ctx.value(&LAST_SEEN).get()? {
-            ctx.delete_event_time_timer(previous + 30_000);
-        }
-        ctx.value(&LAST_SEEN).set(click.1)?;
-        ctx.register_event_time_timer(click.1 + 30_000);
-        let visits = ctx.value(&VISITS).get()?.unwrap_or(0) + 1;
-        ctx.value(&VISITS).set(visits)?;
-        if visits == 1 {
-            let at = ctx.current_processing_time() + 10_000;
-            ctx.register_processing_time_timer(at);
-        }
-        ctx.emit(format!("user {user} visit {visits}"))
-    }
-
-    fn on_timer(
-        &mut self,
-        user: &u64,
-        timestamp: Timestamp,
-        domain: TimeDomain,
-        ctx: &mut KeyedContext<'_, '_, u64, String>,
-    ) -> Result<()> {
-        match domain {
-            TimeDomain::EventTime => {
-                ctx.emit(format!("user {user} inactive since {}", timestamp - 30_000))
-            }
-            TimeDomain::ProcessingTime => ctx.emit(format!("user {user} first seen 10 s ago")),
-        }
-    }
-}
 
 fn harness() -> OperatorHarness<Click, String> {
     let op = KeyedProcess::new(std::sync::Arc::new(|c: &Click| c.0), Inactivity);
