@@ -72,12 +72,9 @@ impl StateCache {
         self.bytes
     }
 
-    /// Keys with a value that RocksDB does not have yet.
-    pub(crate) fn new_entries(&self) -> usize {
-        self.slots
-            .values()
-            .filter(|s| s.dirty && !s.in_db && s.value.is_some())
-            .count()
+    /// Keys the cache holds (with a value or a removal).
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
     }
 
     fn cost(key: &[u8], value: &Option<Box<[u8]>>) -> usize {
