@@ -18,7 +18,7 @@ use riffle::Result;
 /// What one cached key holds.
 struct Slot {
     /// The current value (`None`: absent or removed).
-    value: Option<Box<[u8]>>,
+    value: Option<Bytes>,
     /// Changed since it was read from (or last written to) RocksDB.
     dirty: bool,
     /// RocksDB may hold a value for the key (so removing it needs a tombstone).
@@ -28,12 +28,16 @@ struct Slot {
 /// Bytes an entry costs beyond its key and value: the table slot and two allocations.
 const ENTRY_OVERHEAD: usize = 64;
 
+/// Keys and values: up to 24 bytes (a window count's key and accumulator) inline in the table,
+/// saving two pointer chases per lookup; longer ones on the heap.
+pub(crate) type Bytes = smallvec::SmallVec<[u8; 24]>;
+
 /// One write that a flush sends to RocksDB: a put, or a delete (`None`).
-pub(crate) type Write = (Box<[u8]>, Option<Box<[u8]>>);
+pub(crate) type Write = (Bytes, Option<Bytes>);
 
 /// A bounded cache of a store's entries; see the [module documentation](self).
 pub(crate) struct StateCache {
-    slots: HashMap<Box<[u8]>, Slot, foldhash::fast::FixedState>,
+    slots: HashMap<Bytes, Slot, foldhash::fast::FixedState>,
     bytes: usize,
     capacity: usize,
     /// Slots changed since the last flush.
@@ -77,7 +81,7 @@ impl StateCache {
         self.slots.len()
     }
 
-    fn cost(key: &[u8], value: &Option<Box<[u8]>>) -> usize {
+    fn cost(key: &[u8], value: &Option<Bytes>) -> usize {
         key.len() + value.as_ref().map_or(0, |v| v.len()) + ENTRY_OVERHEAD
     }
 
@@ -92,11 +96,11 @@ impl StateCache {
     /// Remembers what RocksDB returned for `key` (after [`Cached::Unknown`]). Returns whether
     /// the cache is now over its capacity.
     pub(crate) fn loaded(&mut self, key: &[u8], value: Option<&[u8]>) -> bool {
-        let value: Option<Box<[u8]>> = value.map(Box::from);
+        let value: Option<Bytes> = value.map(Bytes::from_slice);
         self.bytes += Self::cost(key, &value);
         let in_db = value.is_some();
         self.slots.insert(
-            Box::from(key),
+            Bytes::from_slice(key),
             Slot {
                 value,
                 dirty: false,
@@ -126,18 +130,18 @@ impl StateCache {
                 match (&mut slot.value, value) {
                     // Same length: reuse the allocation (a counter going up).
                     (Some(old), Some(new)) if old.len() == new.len() => old.copy_from_slice(new),
-                    (old, new) => *old = new.map(Box::from),
+                    (old, new) => *old = new.map(Bytes::from_slice),
                 }
                 slot.dirty = true;
                 self.bytes += Self::cost(key, &slot.value);
             }
             None => {
                 // Unknown to the cache: RocksDB may have it.
-                let value: Option<Box<[u8]>> = value.map(Box::from);
+                let value: Option<Bytes> = value.map(Bytes::from_slice);
                 self.bytes += Self::cost(key, &value);
                 self.dirty += 1;
                 self.slots.insert(
-                    Box::from(key),
+                    Bytes::from_slice(key),
                     Slot {
                         value,
                         dirty: true,
@@ -167,7 +171,7 @@ impl StateCache {
             self.bytes -= Self::cost(key, &slot.value);
             match &mut slot.value {
                 Some(old) if old.len() == new.len() => old.copy_from_slice(&new),
-                old => *old = Some(Box::from(new.as_slice())),
+                old => *old = Some(Bytes::from_slice(&new)),
             }
             self.bytes += Self::cost(key, &slot.value);
             if !slot.dirty {
@@ -303,8 +307,8 @@ mod tests {
         assert_eq!(
             writes,
             vec![
-                (Box::from(&b"a"[..]), Some(Box::from(&b"x"[..]))),
-                (Box::from(&b"b"[..]), Some(Box::from(&[99u8][..])))
+                (Bytes::from_slice(b"a"), Some(Bytes::from_slice(b"x"))),
+                (Bytes::from_slice(b"b"), Some(Bytes::from_slice(&[99u8])))
             ]
         );
         assert!(cache.take_writes(true).is_empty(), "clean after a flush");
@@ -336,7 +340,10 @@ mod tests {
         let writes = cache.take_writes(true);
         assert_eq!(
             writes,
-            vec![(Box::from(&b"j"[..]), None), (Box::from(&b"k"[..]), None)]
+            vec![
+                (Bytes::from_slice(b"j"), None),
+                (Bytes::from_slice(b"k"), None)
+            ]
         );
         assert!(
             value(&cache, b"k").is_none(),
@@ -386,7 +393,7 @@ mod tests {
         assert_eq!(value(&cache, b"k"), Some(Some(vec![42])));
         assert_eq!(
             cache.take_writes(true),
-            vec![(Box::from(&b"k"[..]), Some(Box::from(&[42u8][..])))]
+            vec![(Bytes::from_slice(b"k"), Some(Bytes::from_slice(&[42u8])))]
         );
     }
 
