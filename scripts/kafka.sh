@@ -58,17 +58,13 @@ EOF
   touch "$LIBS/.complete"
 }
 
-running() {
-  [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
-}
-
-answers() {
-  (exec 3<>/dev/tcp/127.0.0.1/"$PORT") 2>/dev/null
-}
+NAME=kafka
+# shellcheck source=scripts/service.sh
+. "$ROOT/scripts/service.sh"
 
 # Started: the port answers and the server says so (the port opens a moment before).
 ready() {
-  answers && grep -q "Kafka Server started" "$LOG" 2>/dev/null
+  port_answers "$PORT" && grep -q "Kafka Server started" "$LOG" 2>/dev/null
 }
 
 kafka_java() {
@@ -114,7 +110,7 @@ case "${1:-}" in
     fetch
     mkdir -p "$TOOLS"
     configure
-    if running && answers; then
+    if running && ready; then
       echo "kafka: already running on 127.0.0.1:$PORT" >&2
       exit 0
     fi
@@ -123,32 +119,12 @@ case "${1:-}" in
       kafka_java kafka.tools.StorageTool format --config "$CONFIG" \
         --cluster-id "$(kafka_java kafka.tools.StorageTool random-uuid)" >&2
     fi
-    nohup java -Xms256m -Xmx768m -XX:+UseG1GC -Dlog4j2.configurationFile="$TOOLS/kafka-log4j2.properties" \
-      -cp "$LIBS/*" kafka.Kafka "$CONFIG" >"$LOG" 2>&1 &
-    echo $! >"$PIDFILE"
-    for _ in $(seq 1 600); do
-      if ready; then
-        echo "kafka: Kafka $VERSION listening on 127.0.0.1:$PORT (KRaft, one node)" >&2
-        exit 0
-      fi
-      if ! running; then break; fi
-      sleep 0.1
-    done
-    echo "kafka: the broker did not start; its log:" >&2
-    cat "$LOG" >&2
-    exit 1
+    start_and_wait 600 java -Xms256m -Xmx768m -XX:+UseG1GC \
+      -Dlog4j2.configurationFile="$TOOLS/kafka-log4j2.properties" -cp "$LIBS/*" kafka.Kafka "$CONFIG"
+    echo "kafka: Kafka $VERSION listening on 127.0.0.1:$PORT (KRaft, one node)" >&2
     ;;
   stop)
-    if running; then
-      kill "$(cat "$PIDFILE")"
-      for _ in $(seq 1 200); do
-        running || break
-        sleep 0.1
-      done
-      if running; then kill -9 "$(cat "$PIDFILE")"; fi
-      echo "kafka: stopped" >&2
-    fi
-    rm -f "$PIDFILE"
+    stop_service
     ;;
   env)
     echo "export RIFFLE_KAFKA_BOOTSTRAP=127.0.0.1:$PORT"

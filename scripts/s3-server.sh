@@ -29,39 +29,27 @@ install() {
   fi
 }
 
-running() {
-  [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
-}
+NAME=s3-server
+# shellcheck source=scripts/service.sh
+. "$ROOT/scripts/service.sh"
 
-answers() {
-  (exec 3<>/dev/tcp/127.0.0.1/"$PORT") 2>/dev/null
+ready() {
+  port_answers "$PORT"
 }
 
 case "${1:-}" in
   start)
     install
     mkdir -p "$DATA/$BUCKET"
-    if running && answers; then
+    if running && ready; then
       echo "s3-server: already running on 127.0.0.1:$PORT" >&2
       exit 0
     fi
-    nohup "$BIN" --host 127.0.0.1 --port "$PORT" --access-key "$ACCESS_KEY" --secret-key "$SECRET_KEY" "$DATA" >"$LOG" 2>&1 &
-    echo $! >"$PIDFILE"
-    for _ in $(seq 1 100); do
-      if answers; then
-        echo "s3-server: s3s-fs listening on 127.0.0.1:$PORT, bucket $BUCKET" >&2
-        exit 0
-      fi
-      if ! running; then break; fi
-      sleep 0.1
-    done
-    echo "s3-server: s3s-fs did not start; its log:" >&2
-    cat "$LOG" >&2
-    exit 1
+    start_and_wait 100 "$BIN" --host 127.0.0.1 --port "$PORT" --access-key "$ACCESS_KEY" --secret-key "$SECRET_KEY" "$DATA"
+    echo "s3-server: s3s-fs listening on 127.0.0.1:$PORT, bucket $BUCKET" >&2
     ;;
   stop)
-    if running; then kill "$(cat "$PIDFILE")"; fi
-    rm -f "$PIDFILE"
+    stop_service
     ;;
   env)
     echo "export AWS_ENDPOINT=http://127.0.0.1:$PORT AWS_ALLOW_HTTP=true AWS_REGION=us-east-1"
