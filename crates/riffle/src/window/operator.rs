@@ -169,6 +169,48 @@ impl<T: Data> WindowCore<T> {
     }
 }
 
+/// How a window operator fires, and what both do with it on a watermark and on a tick.
+pub(crate) trait Firing {
+    /// What goes to the late side output.
+    type Late: Data;
+    /// The operator's output.
+    type Out: Data;
+    fn core(&mut self) -> &mut WindowCore<Self::Late>;
+    /// Fires what is due by `time` and drops the state past the lateness.
+    fn advance(&mut self, time: Timestamp, out: &mut Collector<'_, Self::Out>) -> Result<()>;
+    /// Emits the changed results of windows not due yet.
+    fn fire_early(&mut self, out: &mut Collector<'_, Self::Out>) -> Result<()>;
+    /// Publishes the state size.
+    fn report_size(&self);
+
+    /// An event-time watermark: fires what it makes due.
+    fn watermark_reached(
+        &mut self,
+        watermark: Timestamp,
+        out: &mut Collector<'_, Self::Out>,
+    ) -> Result<()> {
+        self.core().watermark = watermark;
+        if self.core().event_time() {
+            self.advance(watermark, out)?;
+        }
+        self.report_size();
+        Ok(())
+    }
+
+    /// Processing time moved: fires processing-time windows and early results when due.
+    fn ticked(&mut self, out: &mut Collector<'_, Self::Out>) -> Result<()> {
+        let now = self.core().ctx().clock.now();
+        if !self.core().event_time() {
+            self.advance(now, out)?;
+        }
+        if self.core().early_firing_due(now) {
+            self.fire_early(out)?;
+        }
+        self.report_size();
+        Ok(())
+    }
+}
+
 /// Tumbling and sliding windows.
 pub(crate) struct WindowOperator<K, T, F: WindowFn<K, T>> {
     key: KeyFn<K, T>,
@@ -226,6 +268,59 @@ where
         Ok(())
     }
 
+    /// Adds a record to one window of its key; fires the key's result at once if the window is
+    /// already due (a late record within the lateness).
+    fn add(
+        &mut self,
+        key_group: KeyGroup,
+        key: &K,
+        window: TimeWindow,
+        value: std::result::Result<T, &T>,
+        out: &mut Collector<'_, F::Out>,
+    ) -> Result<()> {
+        let due = window.max_timestamp() <= self.due_time();
+        self.panes.insert(window);
+        let function = &mut self.function;
+        let create = || Slot {
+            acc: function.create(),
+            emitted: false,
+            fired: false,
+            dirty: false,
+        };
+        let initial = create();
+        self.table.as_mut().expect("opened").update(
+            key_group,
+            key,
+            &window,
+            || initial,
+            |slot| {
+                match value {
+                    Ok(owned) => function.add_owned(&mut slot.acc, owned),
+                    Err(borrowed) => function.add(&mut slot.acc, borrowed),
+                }
+                slot.dirty = true;
+                if due {
+                    Self::fire_slot(function, key, window, slot, out)?;
+                }
+                Ok(())
+            },
+        )
+    }
+}
+
+impl<K, T, F> Firing for WindowOperator<K, T, F>
+where
+    K: Data + Hash + Eq,
+    T: Data,
+    F: WindowFn<K, T>,
+{
+    type Late = F::Late;
+    type Out = F::Out;
+
+    fn core(&mut self) -> &mut WindowCore<F::Late> {
+        &mut self.core
+    }
+
     /// Fires every window that ended by `time` and drops the state of windows past the lateness.
     fn advance(&mut self, time: Timestamp, out: &mut Collector<'_, F::Out>) -> Result<()> {
         let lateness = if self.core.event_time() {
@@ -277,45 +372,6 @@ where
             })?;
         }
         Ok(())
-    }
-
-    /// Adds a record to one window of its key; fires the key's result at once if the window is
-    /// already due (a late record within the lateness).
-    fn add(
-        &mut self,
-        key_group: KeyGroup,
-        key: &K,
-        window: TimeWindow,
-        value: std::result::Result<T, &T>,
-        out: &mut Collector<'_, F::Out>,
-    ) -> Result<()> {
-        let due = window.max_timestamp() <= self.due_time();
-        self.panes.insert(window);
-        let function = &mut self.function;
-        let create = || Slot {
-            acc: function.create(),
-            emitted: false,
-            fired: false,
-            dirty: false,
-        };
-        let initial = create();
-        self.table.as_mut().expect("opened").update(
-            key_group,
-            key,
-            &window,
-            || initial,
-            |slot| {
-                match value {
-                    Ok(owned) => function.add_owned(&mut slot.acc, owned),
-                    Err(borrowed) => function.add(&mut slot.acc, borrowed),
-                }
-                slot.dirty = true;
-                if due {
-                    Self::fire_slot(function, key, window, slot, out)?;
-                }
-                Ok(())
-            },
-        )
     }
 
     fn report_size(&self) {
@@ -388,24 +444,11 @@ where
         watermark: Timestamp,
         out: &mut Collector<'_, F::Out>,
     ) -> Result<()> {
-        self.core.watermark = watermark;
-        if self.core.event_time() {
-            self.advance(watermark, out)?;
-        }
-        self.report_size();
-        Ok(())
+        self.watermark_reached(watermark, out)
     }
 
     fn on_tick(&mut self, out: &mut Collector<'_, F::Out>) -> Result<()> {
-        let now = self.core.ctx().clock.now();
-        if !self.core.event_time() {
-            self.advance(now, out)?;
-        }
-        if self.core.early_firing_due(now) {
-            self.fire_early(out)?;
-        }
-        self.report_size();
-        Ok(())
+        self.ticked(out)
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {

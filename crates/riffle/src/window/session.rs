@@ -14,7 +14,7 @@ use crate::keys::KeyGroup;
 use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, Record, Timestamp};
 use crate::state::{StateTable, TimerService};
-use crate::window::operator::WindowCore;
+use crate::window::operator::{Firing, WindowCore};
 use crate::window::{TimeDomain, TimeWindow, WindowFn, WindowSettings, Windows};
 
 /// One session of one key.
@@ -144,6 +144,33 @@ where
             .put(key_group, key, (), list)
     }
 
+    /// Registers each session's timer: its firing, or once fired, its cleanup.
+    fn register_timers(&mut self, key: &K, list: &[SessionSlot<F::Acc>]) {
+        let (domain, lateness) = (self.domain(), self.lateness());
+        for slot in list {
+            let at = if slot.fired {
+                slot.window.max_timestamp().saturating_add(lateness)
+            } else {
+                slot.window.max_timestamp()
+            };
+            self.timers.register(domain, at, key.clone());
+        }
+    }
+}
+
+impl<K, T, F> Firing for SessionWindowOperator<K, T, F>
+where
+    K: Data + Hash + Eq,
+    T: Data,
+    F: WindowFn<K, T>,
+{
+    type Late = F::Late;
+    type Out = F::Out;
+
+    fn core(&mut self) -> &mut WindowCore<F::Late> {
+        &mut self.core
+    }
+
     /// Fires the sessions whose timers are due at `time` and drops those past the lateness.
     fn advance(&mut self, time: Timestamp, out: &mut Collector<'_, F::Out>) -> Result<()> {
         let domain = self.domain();
@@ -209,19 +236,6 @@ where
         self.core
             .report_size(self.sessions.as_ref(), self.timers.len());
     }
-
-    /// Registers each session's timer: its firing, or once fired, its cleanup.
-    fn register_timers(&mut self, key: &K, list: &[SessionSlot<F::Acc>]) {
-        let (domain, lateness) = (self.domain(), self.lateness());
-        for slot in list {
-            let at = if slot.fired {
-                slot.window.max_timestamp().saturating_add(lateness)
-            } else {
-                slot.window.max_timestamp()
-            };
-            self.timers.register(domain, at, key.clone());
-        }
-    }
 }
 
 impl<K, T, F> Operator for SessionWindowOperator<K, T, F>
@@ -258,24 +272,11 @@ where
         watermark: Timestamp,
         out: &mut Collector<'_, F::Out>,
     ) -> Result<()> {
-        self.core.watermark = watermark;
-        if self.core.event_time() {
-            self.advance(watermark, out)?;
-        }
-        self.report_size();
-        Ok(())
+        self.watermark_reached(watermark, out)
     }
 
     fn on_tick(&mut self, out: &mut Collector<'_, F::Out>) -> Result<()> {
-        let now = self.core.ctx().clock.now();
-        if !self.core.event_time() {
-            self.advance(now, out)?;
-        }
-        if self.core.early_firing_due(now) {
-            self.fire_early(out)?;
-        }
-        self.report_size();
-        Ok(())
+        self.ticked(out)
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
