@@ -345,30 +345,25 @@ impl<K: Data + Hash + Eq, T: Data> WindowTest<K, T> {
     pub fn new(key: impl Fn(&T) -> K + Send + Sync + 'static, windows: Windows) -> Self {
         WindowTest {
             key: Arc::new(key),
-            settings: WindowSettings {
-                windows,
-                lateness: 0,
-                late_tag: None,
-                early_every: None,
-            },
+            settings: WindowSettings::new(windows),
         }
     }
 
     /// As [`WindowedStream::allowed_lateness`](crate::WindowedStream::allowed_lateness).
     pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
-        self.settings.lateness = lateness.as_millis() as i64;
+        self.settings.allowed_lateness(lateness);
         self
     }
 
     /// As [`WindowedStream::side_output_late`](crate::WindowedStream::side_output_late).
     pub fn side_output_late(mut self, tag: &OutputTag<T>) -> Self {
-        self.settings.late_tag = Some(tag.clone());
+        self.settings.side_output_late(tag);
         self
     }
 
     /// As [`WindowedStream::early_firing`](crate::WindowedStream::early_firing).
     pub fn early_firing(mut self, every: Duration) -> Self {
-        self.settings.early_every = Some(every.as_millis().max(1) as i64);
+        self.settings.early_firing(every);
         self
     }
 

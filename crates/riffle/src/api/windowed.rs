@@ -51,12 +51,7 @@ where
     pub(crate) fn new(keyed: KeyedStream<K, T>, windows: Windows) -> Self {
         WindowedStream {
             keyed,
-            settings: WindowSettings {
-                windows,
-                lateness: 0,
-                late_tag: None,
-                early_every: None,
-            },
+            settings: WindowSettings::new(windows),
             pre_aggregate: true,
         }
     }
@@ -64,7 +59,7 @@ where
     /// Keeps each window's state for `lateness` after it fired: a late record within it updates
     /// the window's result (marked as an update). Event time only.
     pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
-        self.settings.lateness = lateness.as_millis() as i64;
+        self.settings.allowed_lateness(lateness);
         self
     }
 
@@ -72,14 +67,14 @@ where
     /// with `get_side_output(&tag)` on the result). Without it they are counted in
     /// `late_records_dropped` and logged.
     pub fn side_output_late(mut self, tag: &OutputTag<T>) -> Self {
-        self.settings.late_tag = Some(tag.clone());
+        self.settings.side_output_late(tag);
         self
     }
 
     /// Also emits the current results of open windows every `every` of processing time (only
     /// those that changed); the final result follows when the window ends, marked as an update.
     pub fn early_firing(mut self, every: Duration) -> Self {
-        self.settings.early_every = Some(every.as_millis().max(1) as i64);
+        self.settings.early_firing(every);
         self
     }
 

@@ -359,16 +359,15 @@ mod tests {
         }
     }
 
+    /// Storage in a local directory, for job `job`.
+    fn local(dir: &std::path::Path) -> CheckpointStorage {
+        CheckpointStorage::open(dir.to_str().unwrap(), &[], "job", "checkpoint storage").unwrap()
+    }
+
     #[test]
     fn files_round_trip_and_damage_is_detected() {
         let dir = tempfile::tempdir().unwrap();
-        let storage = CheckpointStorage::open(
-            dir.path().to_str().unwrap(),
-            &[],
-            "job",
-            "checkpoint storage",
-        )
-        .unwrap();
+        let storage = local(dir.path());
         let file = storage
             .write("chk-1/op/0.state", b"hello".to_vec())
             .unwrap();
@@ -381,13 +380,7 @@ mod tests {
     #[test]
     fn completed_checkpoints_have_manifests_and_old_ones_are_removed() {
         let dir = tempfile::tempdir().unwrap();
-        let storage = CheckpointStorage::open(
-            dir.path().to_str().unwrap(),
-            &[],
-            "job",
-            "checkpoint storage",
-        )
-        .unwrap();
+        let storage = local(dir.path());
         for id in 1..=5 {
             storage
                 .write(&format!("chk-{id}/op/0.state"), vec![id as u8])

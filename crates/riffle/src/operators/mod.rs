@@ -6,6 +6,7 @@
 //! checkpoints and the end of input default to doing nothing. Operators of a chain call each other
 //! directly through their [`Collector`]: no channel, no copy, no serialization.
 
+pub(crate) mod adaptive;
 mod basic;
 mod decode;
 mod keyed;

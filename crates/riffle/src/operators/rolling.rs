@@ -17,6 +17,7 @@ use crate::api::KeyFn;
 use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::Result;
 use crate::keys::KeyGroup;
+use crate::operators::adaptive::AdaptiveFold;
 use crate::operators::keyed::KeyedRuntime;
 use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, Record, Timestamp};
@@ -37,15 +38,12 @@ pub enum Rolling<K, T, A> {
     },
 }
 
-/// Batches passed through after a batch that did not fold.
-const BYPASS_BATCHES: u32 = 64;
-
 /// The upstream half: folds each batch into one partial per key.
 pub(crate) struct RollingCombine<K, T, A: AggregateFunction<T>> {
     key: KeyFn<K, T>,
     aggregate: A,
     partials: FastMap<K, (A::Acc, Timestamp)>,
-    bypass: u32,
+    adaptive: AdaptiveFold,
 }
 
 impl<K, T, A: AggregateFunction<T>> RollingCombine<K, T, A> {
@@ -54,7 +52,7 @@ impl<K, T, A: AggregateFunction<T>> RollingCombine<K, T, A> {
             key,
             aggregate,
             partials: FastMap::default(),
-            bypass: 0,
+            adaptive: AdaptiveFold::default(),
         }
     }
 }
@@ -68,14 +66,7 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
         batch: &mut Vec<Record<T>>,
         out: &mut Collector<'_, Self::Out>,
     ) -> Result<()> {
-        if self.bypass > 0 {
-            self.bypass -= 1;
-            for record in batch.drain(..) {
-                out.emit(Record {
-                    timestamp: record.timestamp,
-                    value: Rolling::Record(record.value),
-                })?;
-            }
+        if self.adaptive.pass_through(batch, out, Rolling::Record)? {
             return Ok(());
         }
         let records = batch.len();
@@ -88,9 +79,7 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
             self.aggregate.add(acc, &record.value);
             *timestamp = (*timestamp).max(record.timestamp);
         }
-        if self.partials.len() * 2 >= records && records >= 64 {
-            self.bypass = BYPASS_BATCHES;
-        }
+        self.adaptive.folded(records, self.partials.len());
         for (key, (acc, timestamp)) in self.partials.drain() {
             out.emit(Record {
                 value: Rolling::Partial { key, acc },

@@ -581,6 +581,30 @@ pub(crate) struct WindowSettings<T> {
     pub(crate) early_every: Option<i64>,
 }
 
+impl<T> WindowSettings<T> {
+    /// `windows` with no lateness, late records counted, no early firings.
+    pub(crate) fn new(windows: Windows) -> Self {
+        WindowSettings {
+            windows,
+            lateness: 0,
+            late_tag: None,
+            early_every: None,
+        }
+    }
+
+    pub(crate) fn allowed_lateness(&mut self, lateness: std::time::Duration) {
+        self.lateness = lateness.as_millis() as i64;
+    }
+
+    pub(crate) fn side_output_late(&mut self, tag: &crate::OutputTag<T>) {
+        self.late_tag = Some(tag.clone());
+    }
+
+    pub(crate) fn early_firing(&mut self, every: std::time::Duration) {
+        self.early_every = Some(every.as_millis().max(1) as i64);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

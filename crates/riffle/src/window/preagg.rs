@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::aggregate::AggregateFunction;
 use crate::api::KeyFn;
 use crate::error::{Error, Result};
+use crate::operators::adaptive::AdaptiveFold;
 use crate::operators::{Collector, Operator};
 use crate::record::{Data, MIN_WATERMARK, NO_TIMESTAMP, Record, Timestamp};
 use crate::state::table::FastMap;
@@ -51,12 +52,8 @@ pub(crate) struct PreAggregate<K, T, A: AggregateFunction<T>> {
     partials: FastMap<(K, TimeWindow), A::Acc>,
     assigned: Vec<TimeWindow>,
     watermark: Timestamp,
-    /// Batches left to pass through before sampling again.
-    bypass: u32,
+    adaptive: AdaptiveFold,
 }
-
-/// Batches passed through after a batch that did not fold.
-const BYPASS_BATCHES: u32 = 64;
 
 impl<K, T, A: AggregateFunction<T>> PreAggregate<K, T, A> {
     pub(crate) fn new(key: KeyFn<K, T>, windows: Windows, lateness: i64, aggregate: A) -> Self {
@@ -68,7 +65,7 @@ impl<K, T, A: AggregateFunction<T>> PreAggregate<K, T, A> {
             partials: FastMap::default(),
             assigned: Vec::new(),
             watermark: MIN_WATERMARK,
-            bypass: 0,
+            adaptive: AdaptiveFold::default(),
         }
     }
 }
@@ -87,14 +84,10 @@ where
         batch: &mut Vec<Record<T>>,
         out: &mut Collector<'_, Self::Out>,
     ) -> Result<()> {
-        if self.bypass > 0 {
-            self.bypass -= 1;
-            for record in batch.drain(..) {
-                out.emit(Record {
-                    timestamp: record.timestamp,
-                    value: PreAggregated::Record(record.value),
-                })?;
-            }
+        if self
+            .adaptive
+            .pass_through(batch, out, PreAggregated::Record)?
+        {
             return Ok(());
         }
         let records = batch.len();
@@ -126,9 +119,7 @@ where
                 self.aggregate.add(acc, &record.value);
             }
         }
-        if self.partials.len() * 2 >= records && records >= 64 {
-            self.bypass = BYPASS_BATCHES;
-        }
+        self.adaptive.folded(records, self.partials.len());
         for ((key, window), acc) in self.partials.drain() {
             out.emit(Record::new(
                 PreAggregated::Partial { key, window, acc },
