@@ -175,8 +175,15 @@ pub fn run(args: &CheckpointRecoveryArgs) -> riffle::Result<RecoveryReport> {
         .iter()
         .filter(|c| c.completed())
         .collect();
+    // The backend the runs' configuration holds (what `--state-backend` became).
+    let backend = args
+        .engine
+        .env_config("checkpoint-recovery")?
+        .state_backend
+        .name()
+        .to_string();
     println!(
-        "   checkpoints: {} completed ({}), barriers aligned in at most {} ms",
+        "   checkpoints: {} completed ({}) of {backend} state, barriers aligned in at most {} ms",
         completed.len(),
         completed
             .iter()

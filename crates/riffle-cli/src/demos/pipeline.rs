@@ -76,13 +76,7 @@ pub fn run(args: &PipelineArgs) -> riffle::Result<WindowedSummary> {
         .input
         .clicks(&env, Some(DEFAULT_COUNT), args.event_time.strategy()?)?;
     let (counts, late) = pipeline(&clicks, &args.event_time)?;
-    counts
-        .sink(args.engine.json_sink(&output.join("agg-clicks"))?)
-        .name("write counts")
-        .uid("write-counts");
-    late.sink(args.engine.json_sink(&output.join("late-clicks"))?)
-        .name("write late clicks")
-        .uid("write-late-clicks");
+    crate::demos::windowed_count::write_counts_and_late(&args.engine, &output, &counts, &late)?;
     let summary = run_windowed(&env, &args.engine, "pipeline")?;
     println!(
         "riffle demo: {} clicks -> drop bots -> enrich -> key by user -> {} s windows (+{} s lateness)",

@@ -108,6 +108,24 @@ pub struct WindowedSummary {
     pub result: Option<riffle::JobResult>,
 }
 
+/// Writes the counts to `output/agg-clicks` and the late clicks to `output/late-clicks` (JSON
+/// lines; exactly-once when the job checkpoints).
+pub fn write_counts_and_late<L: riffle::Data + serde::Serialize>(
+    engine: &EngineArgs,
+    output: &std::path::Path,
+    counts: &DataStream<UserCount>,
+    late: &DataStream<L>,
+) -> riffle::Result<()> {
+    counts
+        .sink(engine.json_sink(&output.join("agg-clicks"))?)
+        .name("write counts")
+        .uid("write-counts");
+    late.sink(engine.json_sink(&output.join("late-clicks"))?)
+        .name("write late clicks")
+        .uid("write-late-clicks");
+    Ok(())
+}
+
 /// Runs a windowed job with live progress and returns its summary.
 pub fn run_windowed(
     env: &StreamEnv,
@@ -177,13 +195,7 @@ pub fn run(args: &WindowedCountArgs) -> riffle::Result<WindowedSummary> {
         .input
         .clicks(&env, Some(DEFAULT_COUNT), args.event_time.strategy()?)?;
     let (counts, late) = count_per_user(&clicks, &args.event_time)?;
-    counts
-        .sink(args.engine.json_sink(&output.join("agg-clicks"))?)
-        .name("write counts")
-        .uid("write-counts");
-    late.sink(args.engine.json_sink(&output.join("late-clicks"))?)
-        .name("write late clicks")
-        .uid("write-late-clicks");
+    write_counts_and_late(&args.engine, &output, &counts, &late)?;
     let summary = run_windowed(&env, &args.engine, "windowed-count")?;
     println!(
         "riffle demo windowed-count: {} clicks counted per user per {} s window",

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use crate::riffle;
 
-/// Runs `riffle demo checkpoint-recovery` with `extra` flags and checks its verification.
-fn demo_recovers_exactly_once(extra: &[&str]) {
+/// Runs `riffle demo checkpoint-recovery` with `extra` flags and checks its verification and
+/// that the state was in `backend`.
+fn demo_recovers_exactly_once(backend: &str, extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let mut args = vec![
         "demo",
@@ -32,6 +33,10 @@ fn demo_recovers_exactly_once(extra: &[&str]) {
     args.extend_from_slice(extra);
     let stdout = riffle(&args, dir.path());
     assert!(
+        stdout.contains(&format!(") of {backend} state,")),
+        "{stdout}"
+    );
+    assert!(
         stdout.contains("the job restarted 1 time(s) from checkpoint"),
         "{stdout}"
     );
@@ -47,14 +52,17 @@ fn demo_recovers_exactly_once(extra: &[&str]) {
 
 #[test]
 fn the_demo_recovers_and_verifies_exactly_once() {
-    demo_recovers_exactly_once(&[]);
+    demo_recovers_exactly_once("heap", &[]);
 }
 
 /// The same with RocksDB state (`scripts/test.sh` builds with every feature).
 #[cfg(feature = "rocksdb")]
 #[test]
 fn the_demo_recovers_exactly_once_on_rocksdb_state() {
-    demo_recovers_exactly_once(&["--state-backend", "rocksdb", "--state-dir", "state"]);
+    demo_recovers_exactly_once(
+        "rocksdb",
+        &["--state-backend", "rocksdb", "--state-dir", "state"],
+    );
 }
 
 /// Committed lines of every part file under `dir` (its `agg-clicks` and `late-clicks`), counted.
