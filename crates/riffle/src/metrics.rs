@@ -28,6 +28,8 @@ pub struct OperatorMetrics {
     watermark: AtomicU64,
     state_entries: AtomicU64,
     state_bytes: AtomicU64,
+    /// Records behind the end of each split (Kafka consumer lag per partition), sources only.
+    split_lag: std::sync::Mutex<std::collections::BTreeMap<String, i64>>,
 }
 
 impl OperatorMetrics {
@@ -43,6 +45,7 @@ impl OperatorMetrics {
             watermark: AtomicU64::new(MIN_WATERMARK as u64),
             state_entries: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
+            split_lag: Default::default(),
         }
     }
 
@@ -76,6 +79,17 @@ impl OperatorMetrics {
         self.state_bytes.store(bytes, Ordering::Relaxed);
     }
 
+    /// Publishes how many records a source split is behind its end (a partition's consumer lag).
+    pub fn set_split_lag(&self, split: &str, lag: i64) {
+        let mut lags = self.split_lag.lock().expect("metrics lock");
+        match lags.get_mut(split) {
+            Some(value) => *value = lag,
+            None => {
+                lags.insert(split.to_string(), lag);
+            }
+        }
+    }
+
     pub(crate) fn set_watermark(&self, watermark: Timestamp) {
         self.watermark.store(watermark as u64, Ordering::Relaxed);
     }
@@ -102,6 +116,7 @@ impl OperatorMetrics {
             watermark: self.watermark.load(Ordering::Relaxed) as i64,
             state_entries: self.state_entries.load(Ordering::Relaxed),
             state_bytes: self.state_bytes.load(Ordering::Relaxed),
+            split_lag: self.split_lag.lock().expect("metrics lock").clone(),
         }
     }
 }
@@ -251,6 +266,8 @@ pub struct OperatorSnapshot {
     pub state_entries: u64,
     /// Estimated bytes of keyed state.
     pub state_bytes: u64,
+    /// Records each split of a source is behind its end (Kafka consumer lag per partition).
+    pub split_lag: std::collections::BTreeMap<String, i64>,
 }
 
 /// Time accounting of one task at one instant.
@@ -298,6 +315,7 @@ impl MetricsSnapshot {
             total.watermark = total.watermark.min(part.watermark);
             total.state_entries += part.state_entries;
             total.state_bytes += part.state_bytes;
+            total.split_lag.extend(part.split_lag.clone());
         }
         Some(total)
     }

@@ -44,6 +44,36 @@ use crate::window::{
 
 pub mod conformance;
 
+/// The context of subtask `subtask` of `parallelism` of an operator `id`, for driving an operator
+/// or a sink writer by hand (a sink writer's two-phase commit across simulated failures).
+///
+/// ```
+/// let ctx = riffle::testing::operator_context("sink", "run-1", 0, 2);
+/// assert_eq!((ctx.subtask, ctx.parallelism), (0, 2));
+/// ```
+pub fn operator_context(
+    id: &str,
+    run_id: &str,
+    subtask: usize,
+    parallelism: usize,
+) -> OperatorContext {
+    let max_parallelism = parallelism.max(128);
+    OperatorContext {
+        id: id.to_string(),
+        run_id: run_id.to_string(),
+        finalizers: None,
+        store: None,
+        name: id.to_string(),
+        subtask,
+        parallelism,
+        max_parallelism,
+        key_groups: KeyGroupRange::for_subtask(subtask, parallelism, max_parallelism),
+        metrics: MetricsRegistry::default().operator(id, subtask),
+        batch_size: 1024,
+        clock: Arc::new(ManualClock::new(0)),
+    }
+}
+
 /// What an operator emitted on one output.
 struct Captured<T> {
     records: Vec<Record<T>>,
@@ -162,26 +192,20 @@ impl<Op: Operator> HarnessBuilder<Op> {
     /// Builds and opens the operator.
     pub fn build(self) -> Result<OperatorHarness<Op::In, Op::Out>> {
         let clock = Arc::new(ManualClock::new(self.processing_time));
+        let mut ctx = operator_context(
+            "operator under test",
+            "harness",
+            self.subtask,
+            self.parallelism,
+        );
+        ctx.store = self.store;
+        ctx.max_parallelism = self.max_parallelism;
+        ctx.key_groups =
+            KeyGroupRange::for_subtask(self.subtask, self.parallelism, self.max_parallelism);
+        ctx.batch_size = self.batch_size;
+        ctx.clock = clock.clone();
         let registry = MetricsRegistry::default();
-        let name = "operator under test";
-        let ctx = OperatorContext {
-            id: name.to_string(),
-            run_id: "harness".to_string(),
-            finalizers: None,
-            store: self.store,
-            name: name.to_string(),
-            subtask: self.subtask,
-            parallelism: self.parallelism,
-            max_parallelism: self.max_parallelism,
-            key_groups: KeyGroupRange::for_subtask(
-                self.subtask,
-                self.parallelism,
-                self.max_parallelism,
-            ),
-            metrics: registry.operator(name, self.subtask),
-            batch_size: self.batch_size,
-            clock: clock.clone(),
-        };
+        ctx.metrics = registry.operator(&ctx.name, self.subtask);
         let captured: Arc<Mutex<Captured<Op::Out>>> = Arc::default();
         let mut chain: Box<dyn Output<Op::In>> = Box::new(
             ChainLink::new(

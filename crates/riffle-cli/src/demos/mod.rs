@@ -4,6 +4,9 @@
 pub mod backpressure;
 pub mod checkpoint_recovery;
 pub mod etl;
+#[cfg(feature = "kafka")]
+pub mod kafka;
+pub mod kafka_args;
 pub mod late_events;
 pub mod pipeline;
 pub mod windowed_count;

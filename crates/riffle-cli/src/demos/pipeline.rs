@@ -27,6 +27,9 @@ pub struct PipelineArgs {
     /// How the engine runs.
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// Between Kafka topics instead of files (`--kafka <bootstrap>`).
+    #[command(flatten)]
+    pub kafka: crate::demos::kafka_args::KafkaArgs,
 }
 
 /// Clicks generated when neither `--count` nor `--input` is given.
@@ -70,6 +73,17 @@ impl PipelineArgs {
 
 /// Runs the main job and prints its summary.
 pub fn run(args: &PipelineArgs) -> riffle::Result<WindowedSummary> {
+    if let Some(bootstrap) = &args.kafka.kafka {
+        #[cfg(feature = "kafka")]
+        return crate::demos::kafka::run(args, bootstrap);
+        #[cfg(not(feature = "kafka"))]
+        return Err(riffle::Error::config(
+            "--kafka",
+            format!(
+                "needs riffle built with Kafka support (cargo build --features kafka); cannot reach {bootstrap}"
+            ),
+        ));
+    }
     let env = StreamEnv::with_config(args.engine.env_config("pipeline")?);
     let output = args.engine.output_dir("pipeline");
     let clicks = args

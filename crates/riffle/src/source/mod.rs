@@ -103,6 +103,19 @@ pub trait Source<T: Data>: Send + Sync + 'static {
     fn bad_record_policy(&self) -> BadRecordPolicy {
         BadRecordPolicy::DeadLetter
     }
+
+    /// The subtask that reads `split`, the `index`-th of [`splits`](Source::splits). Override it
+    /// when splits can appear while the job runs, so that an old split keeps its subtask
+    /// whatever is added (Kafka partitions hash their topic and number).
+    fn owner(&self, _split: &Self::Split, index: usize, parallelism: usize) -> usize {
+        index % parallelism
+    }
+
+    /// How often to ask [`splits`](Source::splits) again for splits that appeared while the job
+    /// runs (new Kafka partitions); `None` (the default) enumerates them once.
+    fn discovery_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// Reads one split.
@@ -118,6 +131,17 @@ pub trait SplitReader<T>: Send {
 
     /// Continues reading after `position` (a value returned by [`position`](SplitReader::position)).
     fn seek(&mut self, position: &serde_json::Value) -> Result<()>;
+
+    /// The checkpoint that stored `position` for this split completed (a Kafka reader commits
+    /// the offset to its consumer group, so that lag tools see the job's progress).
+    fn checkpoint_complete(&mut self, _position: &serde_json::Value) -> Result<()> {
+        Ok(())
+    }
+
+    /// How many records the split is behind its end, when the reader knows (Kafka consumer lag).
+    fn lag(&self) -> Option<i64> {
+        None
+    }
 }
 
 /// What a [`SplitReader::read`] call found.

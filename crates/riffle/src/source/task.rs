@@ -3,6 +3,7 @@
 //! watermark interval, sleeps when there is nothing to read, and ends the input when the splits
 //! are exhausted (with the final watermark) or when the job is stopped.
 
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,7 +47,7 @@ pub(crate) struct SourceTaskSetup {
 /// A typed [`Source`] with its watermark strategy, as the job graph holds it; enumerates the
 /// splits once per run of the job.
 pub(crate) struct SourceSpec<T: Data, S: Source<T>> {
-    source: S,
+    source: Arc<S>,
     strategy: WatermarkStrategy<T>,
     splits: Mutex<Option<Vec<S::Split>>>,
 }
@@ -54,7 +55,7 @@ pub(crate) struct SourceSpec<T: Data, S: Source<T>> {
 impl<T: Data, S: Source<T>> SourceSpec<T, S> {
     pub(crate) fn new(source: S, strategy: WatermarkStrategy<T>) -> Self {
         SourceSpec {
-            source,
+            source: Arc::new(source),
             strategy,
             splits: Mutex::new(None),
         }
@@ -69,53 +70,49 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
     }
 
     fn task(&self, setup: SourceTaskSetup) -> Result<Box<dyn TaskDriver>> {
+        let in_operator = |e: Error| e.in_operator(&setup.name, setup.subtask);
         let mut splits = self.splits.lock().expect("splits lock");
         if splits.is_none() {
             *splits = Some(self.source.splits(setup.parallelism)?);
         }
-        let readers = splits
-            .as_ref()
-            .expect("splits enumerated")
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| i % setup.parallelism == setup.subtask)
-            .map(|(_, split)| self.source.reader(split.clone()))
-            .collect::<Result<Vec<_>>>()
-            .map_err(|e| e.in_operator(&setup.name, setup.subtask))?;
-        let mut readers = readers;
+        let mut discovery = Discovery {
+            source: self.source.clone(),
+            subtask: setup.subtask,
+            parallelism: setup.parallelism,
+            known: HashSet::new(),
+            interval: self.source.discovery_interval(),
+            next: Instant::now(),
+            _records: std::marker::PhantomData,
+        };
+        let readers = discovery
+            .readers_for(splits.as_ref().expect("splits enumerated"))
+            .map_err(in_operator)?;
+        if let Some(interval) = discovery.interval {
+            discovery.next = Instant::now() + interval;
+        }
+        // Every old subtask's positions reach every new one: each seeks the splits it reads.
+        let mut restored = HashMap::new();
         if let Some(restore) = &setup.restore {
-            // Every old subtask's positions reach every new one: each seeks the splits it reads.
-            let mut positions = std::collections::HashMap::new();
             for state in restore.operator::<Vec<(String, String)>>() {
-                positions.extend(state.map_err(|e| e.in_operator(&setup.name, setup.subtask))?);
-            }
-            for reader in &mut readers {
-                if let Some(position) = positions.get(&reader.split_id()) {
-                    let position: serde_json::Value =
-                        serde_json::from_str(position).map_err(Error::user)?;
-                    reader
-                        .seek(&position)
-                        .map_err(|e| e.in_operator(&setup.name, setup.subtask))?;
-                }
+                restored.extend(state.map_err(in_operator)?);
             }
         }
         let output = *setup.output.downcast::<Box<dyn Output<T>>>().map_err(|_| {
             Error::Graph(format!("source `{}`: output of another type", setup.name))
         })?;
-        Ok(Box::new(SourceTask {
+        let mut task = SourceTask {
             operator_id: setup.operator_id,
             parallelism: setup.parallelism,
             last_barrier: 0,
-            watermarks: SourceWatermarks::new(self.strategy.clone(), readers.len(), setup.clock),
+            watermarks: SourceWatermarks::new(self.strategy.clone(), 0, setup.clock),
             watermark_interval: setup.watermark_interval,
-            splits: readers
-                .into_iter()
-                .map(|reader| SplitSlot {
-                    reader,
-                    finished: false,
-                    retry_at: None,
-                })
-                .collect(),
+            splits: Vec::new(),
+            restored,
+            discovery: match discovery.interval {
+                Some(_) => Some(Box::new(discovery)),
+                None => None,
+            },
+            positions_in_flight: VecDeque::new(),
             chain: output,
             dead_letter: setup.dead_letter,
             bad_records: BadRecordHandler::new(self.source.bad_record_policy(), &setup.name),
@@ -125,7 +122,59 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
             metrics: setup.metrics,
             ctx: setup.ctx,
             batch_size: setup.batch_size,
-        }))
+        };
+        for reader in readers {
+            task.add_split(reader)?;
+        }
+        Ok(Box::new(task))
+    }
+}
+
+/// Asks a source for its splits again and opens readers for the new ones this subtask owns.
+struct Discovery<T: Data, S: Source<T>> {
+    source: Arc<S>,
+    subtask: usize,
+    parallelism: usize,
+    /// The splits already read, by their debug form.
+    known: HashSet<String>,
+    interval: Option<Duration>,
+    next: Instant,
+    _records: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T: Data, S: Source<T>> Discovery<T, S> {
+    fn readers_for(&mut self, splits: &[S::Split]) -> Result<Vec<Box<dyn SplitReader<T>>>> {
+        let mut readers = Vec::new();
+        for (index, split) in splits.iter().enumerate() {
+            if self.source.owner(split, index, self.parallelism) % self.parallelism != self.subtask
+            {
+                continue;
+            }
+            if self.known.insert(format!("{split:?}")) {
+                readers.push(self.source.reader(split.clone())?);
+            }
+        }
+        Ok(readers)
+    }
+}
+
+/// Split discovery with the source's type hidden from the task.
+trait DiscoverSplits<T>: Send {
+    /// Readers of the splits that appeared since the last call, once the interval elapsed.
+    fn poll(&mut self, now: Instant) -> Result<Vec<Box<dyn SplitReader<T>>>>;
+}
+
+impl<T: Data, S: Source<T>> DiscoverSplits<T> for Discovery<T, S> {
+    fn poll(&mut self, now: Instant) -> Result<Vec<Box<dyn SplitReader<T>>>> {
+        let Some(interval) = self.interval else {
+            return Ok(Vec::new());
+        };
+        if now < self.next {
+            return Ok(Vec::new());
+        }
+        self.next = now + interval;
+        let splits = self.source.splits(self.parallelism)?;
+        self.readers_for(&splits)
     }
 }
 
@@ -144,6 +193,12 @@ pub(crate) struct SourceTask<T> {
     /// The last checkpoint barrier injected.
     last_barrier: u64,
     splits: Vec<SplitSlot<T>>,
+    /// Split positions of the restored checkpoint, by split id.
+    restored: HashMap<String, String>,
+    /// Looks for new splits while the job runs, when the source asks for it.
+    discovery: Option<Box<dyn DiscoverSplits<T>>>,
+    /// The positions each checkpoint stored (one per split, in split order), until it completes.
+    positions_in_flight: VecDeque<(u64, Vec<serde_json::Value>)>,
     watermarks: SourceWatermarks<T>,
     watermark_interval: Duration,
     chain: Box<dyn Output<T>>,
@@ -156,6 +211,60 @@ pub(crate) struct SourceTask<T> {
 }
 
 impl<T: Data> SourceTask<T> {
+    /// Starts reading a split, from its restored position if the checkpoint has one.
+    fn add_split(&mut self, mut reader: Box<dyn SplitReader<T>>) -> Result<()> {
+        if let Some(position) = self.restored.get(&reader.split_id()) {
+            let position: serde_json::Value =
+                serde_json::from_str(position).map_err(Error::user)?;
+            reader.seek(&position)?;
+        }
+        self.watermarks.add_split();
+        self.splits.push(SplitSlot {
+            reader,
+            finished: false,
+            retry_at: None,
+        });
+        Ok(())
+    }
+
+    /// Picks up the splits that appeared since the last look (new Kafka partitions).
+    fn discover(&mut self, now: Instant) -> Result<()> {
+        let Some(discovery) = &mut self.discovery else {
+            return Ok(());
+        };
+        for reader in discovery.poll(now)? {
+            tracing::info!(operator = %self.name, subtask = self.subtask, split = %reader.split_id(), "reading a new split");
+            self.add_split(reader)?;
+        }
+        Ok(())
+    }
+
+    /// A checkpoint completed: tells each reader the position it stored (the latest completed).
+    fn checkpoint_complete(&mut self, completed: u64) -> Result<()> {
+        let mut latest = None;
+        while self
+            .positions_in_flight
+            .front()
+            .is_some_and(|(id, _)| *id <= completed)
+        {
+            latest = self.positions_in_flight.pop_front();
+        }
+        if let Some((_, positions)) = latest {
+            for (slot, position) in self.splits.iter_mut().zip(&positions) {
+                slot.reader.checkpoint_complete(position)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes each split's lag behind its end, for the readers that know it.
+    fn report_lag(&self) {
+        for slot in &self.splits {
+            if let Some(lag) = slot.reader.lag() {
+                self.metrics.set_split_lag(&slot.reader.split_id(), lag);
+            }
+        }
+    }
     /// One pass over the splits that can be read now. Returns whether anything was read and the
     /// earliest instant a pending split wants to be asked again.
     fn read_round(&mut self, out: &mut SourceOutput<T>) -> Result<(bool, Option<Instant>)> {
@@ -225,11 +334,15 @@ impl<T: Data> SourceTask<T> {
 
     /// Writes the split positions, sends the barrier down the chain, hands the snapshot over.
     fn inject(&mut self, barrier: CheckpointBarrier) -> Result<()> {
+        let values: Vec<serde_json::Value> =
+            self.splits.iter().map(|s| s.reader.position()).collect();
         let positions: Vec<(String, String)> = self
             .splits
             .iter()
-            .map(|s| (s.reader.split_id(), s.reader.position().to_string()))
+            .zip(&values)
+            .map(|(s, position)| (s.reader.split_id(), position.to_string()))
             .collect();
+        self.positions_in_flight.push_back((barrier.id, values));
         let mut writer = SnapshotWriter::default();
         writer.write_operator(Redistribution::Union, &positions)?;
         let mut snapshot = TaskSnapshot::new(barrier.id);
@@ -280,10 +393,13 @@ impl<T: Data> SourceTask<T> {
             let now = Instant::now();
             if now >= next_watermark {
                 self.emit_watermarks()?;
+                self.report_lag();
+                self.discover(now)?;
                 next_watermark = now + self.watermark_interval;
             }
             if now >= next_tick {
                 if let Some(completed) = self.ctx.completed_checkpoint(&mut notified) {
+                    self.checkpoint_complete(completed)?;
                     self.chain.notify_complete(completed)?;
                     self.dead_letter.notify_complete(completed)?;
                 }

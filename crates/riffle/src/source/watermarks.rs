@@ -110,6 +110,16 @@ impl<T: Serialize> SourceWatermarks<T> {
         self.strategy.every_batch
     }
 
+    /// A split that appeared while the job runs; it holds the watermark back once it has records
+    /// (until then it is idle when the strategy has an idleness timeout).
+    pub(crate) fn add_split(&mut self) {
+        self.splits.push(SplitState {
+            generator: self.strategy.generator.as_ref().map(|factory| factory()),
+            last_record_at: self.clock.now(),
+            finished: false,
+        });
+    }
+
     /// The split has no more records: it no longer holds the watermark back.
     pub(crate) fn split_finished(&mut self, split: usize) {
         self.splits[split].finished = true;

@@ -1,0 +1,86 @@
+//! Topic administration the connectors and demos need: create topics that do not exist yet, add
+//! partitions.
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::types::RDKafkaErrorCode;
+
+use crate::{KafkaConnection, kafka_error};
+
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn admin(kafka: &KafkaConnection) -> riffle::Result<AdminClient<DefaultClientContext>> {
+    kafka
+        .client_config()
+        .create()
+        .map_err(|e| kafka_error("cannot create an admin client", e))
+}
+
+/// Runs an admin future to completion (rdkafka's background thread resolves it).
+fn wait<F: std::future::Future>(future: F) -> riffle::Result<F::Output> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| riffle::Error::io("cannot start a runtime for Kafka admin calls", e))?;
+    Ok(runtime.block_on(future))
+}
+
+/// Creates the topics of `topics` (name, partitions) that do not exist yet, with the given
+/// replication factor. Existing topics are left as they are.
+///
+/// ```no_run
+/// use riffle_kafka::{ensure_topics, KafkaConnection};
+/// ensure_topics(&KafkaConnection::new("127.0.0.1:9092"), &[("clicks", 8), ("agg-clicks", 4)], 1)?;
+/// # Ok::<(), riffle::Error>(())
+/// ```
+pub fn ensure_topics(
+    kafka: &KafkaConnection,
+    topics: &[(&str, i32)],
+    replication: i32,
+) -> riffle::Result<()> {
+    let admin = admin(kafka)?;
+    let new: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|(name, partitions)| {
+            NewTopic::new(name, *partitions, TopicReplication::Fixed(replication))
+        })
+        .collect();
+    let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
+    let results = wait(admin.create_topics(&new, &options))?
+        .map_err(|e| kafka_error("cannot create topics", e))?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => {
+                return Err(riffle::Error::user(format!(
+                    "kafka: cannot create topic `{topic}`: {code}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Grows `topic` to `partitions` partitions (a running [`KafkaSource`](crate::KafkaSource)
+/// picks the new ones up at its next discovery).
+pub fn create_partitions(
+    kafka: &KafkaConnection,
+    topic: &str,
+    partitions: usize,
+) -> riffle::Result<()> {
+    let admin = admin(kafka)?;
+    let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
+    let results =
+        wait(admin.create_partitions(&[NewPartitions::new(topic, partitions)], &options))?
+            .map_err(|e| kafka_error("cannot add partitions", e))?;
+    for result in results {
+        if let Err((topic, code)) = result {
+            return Err(riffle::Error::user(format!(
+                "kafka: cannot add partitions to `{topic}`: {code}"
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,820 @@
+//! The Kafka sink: JSON values (key from a field or a function) written with librdkafka's
+//! producer, at-least-once or exactly-once.
+//!
+//! **At-least-once**: the producer is idempotent (`acks=all`); at every checkpoint barrier it is
+//! flushed and every delivery checked, so what a completed checkpoint covers is in Kafka. After a
+//! failure, records replayed from the checkpoint are written again.
+//!
+//! **Exactly-once**: the records between two barriers are written in one Kafka transaction. At
+//! barrier N the transaction is flushed (pre-committed, its partitions and offset ranges stored in
+//! checkpoint N) and the next records go to the next transaction, on another producer of a small
+//! pool; when checkpoint N completes, its transaction is committed. Transactional ids are
+//! `<prefix>-<subtask>-<slot>` (the prefix defaults to `riffle-<topic>-<operator id>`), so a
+//! restarted job re-initialises the same ids: Kafka fences the old producers and aborts what they
+//! left open. A failure between the completion of checkpoint N and the commit of its transaction
+//! is repaired on restore: the transaction's records are still in the log (aborted records are
+//! kept), found by the `riffle.txn` header every record carries, and written again in a new
+//! transaction — unless a `read_committed` read shows the commit happened. Readers of the topic
+//! must use `isolation.level=read_committed`.
+
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Header, Headers, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use riffle::operators::OperatorContext;
+use riffle::record::{Data, Record};
+use riffle::sink::{Ending, Finalizer, Guarantee, Sink, SinkWriter};
+use serde::{Deserialize, Serialize};
+
+use crate::{KafkaConnection, kafka_error};
+
+/// The header naming the transaction a record was written in (exactly-once mode).
+const TXN_HEADER: &str = "riffle.txn";
+/// Time allowed to flushes, transaction commits and recovery reads.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+type KeyFn<T> = Arc<dyn Fn(&T) -> Option<Vec<u8>> + Send + Sync>;
+type SerializeFn<T> = Arc<dyn Fn(&T, &mut Vec<u8>) -> riffle::Result<()> + Send + Sync>;
+
+/// Writes a stream to a Kafka topic as JSON.
+///
+/// ```no_run
+/// use riffle_kafka::{KafkaConnection, KafkaSink};
+/// #[derive(Clone, serde::Serialize, serde::Deserialize)]
+/// struct Count { user_id: String, count: u64 }
+/// let sink = KafkaSink::<Count>::json(KafkaConnection::new("127.0.0.1:9092"), "agg-clicks")
+///     .key_field("user_id")
+///     .exactly_once()
+///     .transactional_id_prefix("clicks-job");
+/// ```
+pub struct KafkaSink<T> {
+    kafka: KafkaConnection,
+    topic: String,
+    guarantee: Guarantee,
+    key: Option<KeyFn<T>>,
+    key_field: Option<String>,
+    serialize: SerializeFn<T>,
+    prefix: Option<String>,
+    pool: usize,
+    _type: PhantomData<fn(T)>,
+}
+
+impl KafkaSink<String> {
+    /// A sink writing each string as it is (already encoded records, such as JSON lines).
+    pub fn raw(kafka: KafkaConnection, topic: impl Into<String>) -> Self {
+        Self::with_serializer(kafka, topic, |value: &String, out| {
+            out.extend_from_slice(value.as_bytes());
+            Ok(())
+        })
+    }
+}
+
+impl<T: Data> KafkaSink<T> {
+    /// A sink writing JSON values to `topic`, at-least-once, without keys.
+    pub fn json(kafka: KafkaConnection, topic: impl Into<String>) -> Self {
+        Self::with_serializer(kafka, topic, |value, out| {
+            serde_json::to_writer(out, value).map_err(riffle::Error::user)
+        })
+    }
+
+    /// A sink writing values serialized by `serialize` (appending to the buffer it is given).
+    pub fn with_serializer(
+        kafka: KafkaConnection,
+        topic: impl Into<String>,
+        serialize: impl Fn(&T, &mut Vec<u8>) -> riffle::Result<()> + Send + Sync + 'static,
+    ) -> Self {
+        KafkaSink {
+            kafka,
+            topic: topic.into(),
+            guarantee: Guarantee::AtLeastOnce,
+            key: None,
+            key_field: None,
+            serialize: Arc::new(serialize),
+            prefix: None,
+            pool: 4,
+            _type: PhantomData,
+        }
+    }
+
+    /// The record key is this function of the value (Kafka partitions by key).
+    pub fn key<K: AsRef<[u8]>>(mut self, key: impl Fn(&T) -> K + Send + Sync + 'static) -> Self {
+        self.key = Some(Arc::new(move |value| Some(key(value).as_ref().to_vec())));
+        self
+    }
+
+    /// The record key is this field of the JSON value (a string as is, anything else as JSON);
+    /// JSON sinks only.
+    pub fn key_field(mut self, field: impl Into<String>) -> Self {
+        self.key_field = Some(field.into());
+        self
+    }
+
+    /// A Kafka transaction per checkpoint: records are visible to `read_committed` readers once
+    /// the checkpoint that covers them completed, none twice, none lost.
+    pub fn exactly_once(mut self) -> Self {
+        self.guarantee = Guarantee::ExactlyOnce;
+        self
+    }
+
+    /// Flush at every checkpoint; records replayed after a failure are written again (default).
+    pub fn at_least_once(mut self) -> Self {
+        self.guarantee = Guarantee::AtLeastOnce;
+        self
+    }
+
+    /// The prefix of the transactional ids (default `riffle-<topic>-<operator id>`): give every
+    /// job writing exactly-once its own, and keep it across restarts of the same job.
+    pub fn transactional_id_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// Producers per subtask in exactly-once mode (default 4): one for the open transaction, the
+    /// others for transactions waiting for their checkpoint to complete. More checkpoints failing
+    /// in a row than this fail the job (which restores and carries on).
+    pub fn transaction_pool(mut self, producers: usize) -> Self {
+        self.pool = producers;
+        self
+    }
+
+    fn encoder(&self) -> Encoder<T> {
+        Encoder {
+            key: self.key.clone(),
+            key_field: self.key_field.clone(),
+            serialize: self.serialize.clone(),
+            value: Vec::with_capacity(256),
+            key_bytes: Vec::new(),
+        }
+    }
+}
+
+impl<T: Data> Sink<T> for KafkaSink<T> {
+    fn name(&self) -> String {
+        let guarantee = match self.guarantee {
+            Guarantee::AtLeastOnce => "at-least-once",
+            Guarantee::ExactlyOnce => "exactly-once",
+        };
+        format!("kafka {} ({guarantee})", self.topic)
+    }
+
+    fn validate(&self) -> riffle::Result<()> {
+        if self.topic.trim().is_empty() {
+            return Err(riffle::Error::config(
+                "topic",
+                "a Kafka sink needs a topic name",
+            ));
+        }
+        if self.guarantee == Guarantee::ExactlyOnce && self.pool < 2 {
+            return Err(riffle::Error::config(
+                "transaction_pool",
+                "needs at least 2 producers",
+            ));
+        }
+        self.kafka.validate("kafka")
+    }
+
+    fn guarantee(&self) -> Guarantee {
+        self.guarantee
+    }
+
+    fn writer(&self, ctx: &OperatorContext) -> riffle::Result<Box<dyn SinkWriter<T>>> {
+        let target = Target {
+            kafka: self.kafka.clone(),
+            topic: self.topic.clone(),
+        };
+        Ok(match self.guarantee {
+            Guarantee::AtLeastOnce => Box::new(AtLeastOnceWriter {
+                producer: target.producer(None)?,
+                encoder: self.encoder(),
+            }),
+            Guarantee::ExactlyOnce => {
+                let prefix = self
+                    .prefix
+                    .clone()
+                    .unwrap_or_else(|| format!("riffle-{}-{}", self.topic, ctx.id));
+                Box::new(TransactionalWriter {
+                    target,
+                    prefix,
+                    subtask: ctx.subtask,
+                    parallelism: ctx.parallelism,
+                    run: ctx.run_id.clone(),
+                    pool_size: self.pool,
+                    free: Vec::new(),
+                    ready: false,
+                    open: None,
+                    pending: BTreeMap::new(),
+                    sequence: 0,
+                    encoder: self.encoder(),
+                })
+            }
+        })
+    }
+}
+
+/// Turns values into record keys and JSON payloads.
+struct Encoder<T> {
+    key: Option<KeyFn<T>>,
+    key_field: Option<String>,
+    serialize: SerializeFn<T>,
+    value: Vec<u8>,
+    key_bytes: Vec<u8>,
+}
+
+impl<T: Data> Encoder<T> {
+    /// Encodes `value`; returns whether it has a key (in `self.key_bytes`).
+    fn encode(&mut self, value: &T) -> riffle::Result<bool> {
+        self.value.clear();
+        if let Some(field) = &self.key_field {
+            let json = serde_json::to_value(value).map_err(riffle::Error::user)?;
+            self.key_bytes.clear();
+            let has_key = match json.get(field) {
+                None | Some(serde_json::Value::Null) => false,
+                Some(serde_json::Value::String(s)) => {
+                    self.key_bytes.extend_from_slice(s.as_bytes());
+                    true
+                }
+                Some(other) => {
+                    serde_json::to_writer(&mut self.key_bytes, other)
+                        .map_err(riffle::Error::user)?;
+                    true
+                }
+            };
+            serde_json::to_writer(&mut self.value, &json).map_err(riffle::Error::user)?;
+            return Ok(has_key);
+        }
+        (self.serialize)(value, &mut self.value)?;
+        match self.key.as_ref().and_then(|key| key(value)) {
+            Some(key) => {
+                self.key_bytes = key;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+}
+
+/// Collects delivery reports: the first failure, and (in a transaction) the offset range written
+/// in each partition.
+#[derive(Default)]
+struct Deliveries {
+    failed: Mutex<Option<String>>,
+    ranges: Mutex<BTreeMap<i32, (i64, i64)>>,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(message) => {
+                let (partition, offset) = (message.partition(), message.offset());
+                let mut ranges = self.ranges.lock().expect("ranges lock");
+                let range = ranges.entry(partition).or_insert((offset, offset));
+                range.0 = range.0.min(offset);
+                range.1 = range.1.max(offset);
+            }
+            Err((error, _)) => {
+                let mut failed = self.failed.lock().expect("failed lock");
+                if failed.is_none() {
+                    *failed = Some(error.to_string());
+                }
+            }
+        }
+    }
+}
+
+/// Where a sink writes.
+#[derive(Clone)]
+struct Target {
+    kafka: KafkaConnection,
+    topic: String,
+}
+
+impl Target {
+    /// A producer, transactional when `transactional_id` is given (its transactions initialised:
+    /// whatever an earlier producer with the same id left open is aborted).
+    fn producer(&self, transactional_id: Option<&str>) -> riffle::Result<KafkaProducer> {
+        let mut config = self.kafka.client_config_with(&[
+            ("enable.idempotence", "true"),
+            ("acks", "all"),
+            ("linger.ms", "5"),
+            ("transaction.timeout.ms", "900000"),
+        ]);
+        if let Some(id) = transactional_id {
+            config.set("transactional.id", id);
+        }
+        let producer: BaseProducer<Deliveries> = config
+            .create_with_context(Deliveries::default())
+            .map_err(|e| kafka_error("cannot create a producer", e))?;
+        if let Some(id) = transactional_id {
+            producer
+                .init_transactions(TIMEOUT)
+                .map_err(|e| kafka_error(format!("cannot initialise transactions of `{id}`"), e))?;
+        }
+        Ok(KafkaProducer {
+            producer,
+            topic: self.topic.clone(),
+        })
+    }
+
+    /// A consumer of the topic for the recovery of an interrupted commit.
+    fn consumer(&self, isolation: &str) -> riffle::Result<BaseConsumer> {
+        self.kafka
+            .client_config()
+            .set("group.id", "riffle-sink-recovery")
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true")
+            .set("isolation.level", isolation)
+            .create()
+            .map_err(|e| kafka_error("cannot create a consumer", e))
+    }
+}
+
+struct KafkaProducer {
+    producer: BaseProducer<Deliveries>,
+    topic: String,
+}
+
+impl KafkaProducer {
+    /// Queues one record, waiting for room in the producer's queue (back-pressure).
+    fn send(
+        &self,
+        key: Option<&[u8]>,
+        payload: &[u8],
+        partition: Option<i32>,
+        headers: Option<OwnedHeaders>,
+    ) -> riffle::Result<()> {
+        let mut record = BaseRecord::to(&self.topic).payload(payload);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        if let Some(partition) = partition {
+            record = record.partition(partition);
+        }
+        if let Some(headers) = headers {
+            record = record.headers(headers);
+        }
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    self.producer.poll(Duration::from_millis(5));
+                    self.check()?;
+                }
+                Err((e, _)) => {
+                    return Err(kafka_error(format!("cannot write to `{}`", self.topic), e));
+                }
+            }
+        }
+    }
+
+    /// Fails if a delivery failed.
+    fn check(&self) -> riffle::Result<()> {
+        match self
+            .producer
+            .context()
+            .failed
+            .lock()
+            .expect("failed lock")
+            .as_ref()
+        {
+            Some(error) => Err(riffle::Error::user(format!(
+                "kafka: a record could not be written to `{}`: {error}",
+                self.topic
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits until every queued record is delivered.
+    fn flush(&self) -> riffle::Result<()> {
+        self.producer
+            .flush(TIMEOUT)
+            .map_err(|e| kafka_error(format!("cannot flush to `{}`", self.topic), e))?;
+        self.check()
+    }
+
+    /// Serves delivery reports without waiting.
+    fn serve(&self) -> riffle::Result<()> {
+        self.producer.poll(Duration::ZERO);
+        self.check()
+    }
+}
+
+struct AtLeastOnceWriter<T> {
+    producer: KafkaProducer,
+    encoder: Encoder<T>,
+}
+
+impl<T: Data> SinkWriter<T> for AtLeastOnceWriter<T> {
+    fn write(&mut self, batch: &mut Vec<Record<T>>) -> riffle::Result<()> {
+        for record in batch.drain(..) {
+            let has_key = self.encoder.encode(&record.value)?;
+            let key = has_key.then_some(self.encoder.key_bytes.as_slice());
+            self.producer.send(key, &self.encoder.value, None, None)?;
+        }
+        self.producer.serve()
+    }
+
+    fn flush(&mut self) -> riffle::Result<()> {
+        self.producer.serve()
+    }
+
+    fn pre_commit(&mut self, _checkpoint_id: u64) -> riffle::Result<Option<Vec<u8>>> {
+        self.producer.flush().map(|()| None)
+    }
+
+    fn close(&mut self) -> riffle::Result<Option<Finalizer>> {
+        self.producer.flush().map(|()| None)
+    }
+}
+
+/// A transaction as a checkpoint stores it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct TransactionInfo {
+    transactional_id: String,
+    /// The value of every record's `riffle.txn` header.
+    label: String,
+    /// Partition, first and last offset written.
+    ranges: Vec<(i32, i64, i64)>,
+}
+
+/// What a checkpoint stores for one sink subtask.
+#[derive(Debug, Serialize, Deserialize)]
+struct Committable {
+    subtask: usize,
+    parallelism: usize,
+    pool_size: usize,
+    pending: Vec<TransactionInfo>,
+}
+
+/// A producer of the pool with its transactional id.
+struct Slot {
+    transactional_id: String,
+    producer: KafkaProducer,
+}
+
+struct OpenTransaction {
+    slot: Slot,
+    label: String,
+}
+
+struct PendingTransaction {
+    slot: Slot,
+    info: TransactionInfo,
+}
+
+struct TransactionalWriter<T> {
+    target: Target,
+    prefix: String,
+    subtask: usize,
+    parallelism: usize,
+    run: String,
+    pool_size: usize,
+    /// Producers without a transaction.
+    free: Vec<Slot>,
+    /// Whether the pool was initialised (fencing earlier producers with the same ids).
+    ready: bool,
+    open: Option<OpenTransaction>,
+    /// Pre-committed transactions by checkpoint, waiting for it to complete.
+    pending: BTreeMap<u64, PendingTransaction>,
+    sequence: u64,
+    encoder: Encoder<T>,
+}
+
+fn transactional_id(prefix: &str, subtask: usize, slot: usize) -> String {
+    format!("{prefix}-{subtask}-{slot}")
+}
+
+impl<T: Data> TransactionalWriter<T> {
+    /// Creates the pool's producers; initialising their ids aborts what earlier runs left open.
+    fn init_pool(&mut self) -> riffle::Result<()> {
+        if self.ready {
+            return Ok(());
+        }
+        for slot in 0..self.pool_size {
+            let id = transactional_id(&self.prefix, self.subtask, slot);
+            let producer = self.target.producer(Some(&id))?;
+            self.free.push(Slot {
+                transactional_id: id,
+                producer,
+            });
+        }
+        self.free.reverse();
+        self.ready = true;
+        Ok(())
+    }
+
+    /// The open transaction, beginning one on a free producer if there is none.
+    fn open(&mut self) -> riffle::Result<&mut OpenTransaction> {
+        self.init_pool()?;
+        if self.open.is_none() {
+            let slot = self.free.pop().ok_or_else(|| {
+                riffle::Error::user(format!(
+                    "kafka: {} transactions of `{}` wait for their checkpoints to complete \
+                     (checkpoints keep failing?); raise transaction_pool or fix the checkpoints",
+                    self.pending.len(),
+                    self.target.topic
+                ))
+            })?;
+            slot.producer.producer.begin_transaction().map_err(|e| {
+                kafka_error(
+                    format!("cannot begin a transaction on `{}`", slot.transactional_id),
+                    e,
+                )
+            })?;
+            slot.producer
+                .producer
+                .context()
+                .ranges
+                .lock()
+                .expect("ranges lock")
+                .clear();
+            let label = format!("{}-{}-{}", self.run, self.subtask, self.sequence);
+            self.sequence += 1;
+            self.open = Some(OpenTransaction { slot, label });
+        }
+        Ok(self.open.as_mut().expect("opened above"))
+    }
+
+    /// Flushes the open transaction and turns it into a pending one.
+    fn pre_commit_open(&mut self) -> riffle::Result<Option<PendingTransaction>> {
+        let Some(open) = self.open.take() else {
+            return Ok(None);
+        };
+        open.slot.producer.flush()?;
+        let ranges = open
+            .slot
+            .producer
+            .producer
+            .context()
+            .ranges
+            .lock()
+            .expect("ranges lock")
+            .iter()
+            .map(|(&partition, &(first, last))| (partition, first, last))
+            .collect();
+        Ok(Some(PendingTransaction {
+            info: TransactionInfo {
+                transactional_id: open.slot.transactional_id.clone(),
+                label: open.label,
+                ranges,
+            },
+            slot: open.slot,
+        }))
+    }
+}
+
+fn commit(slot: &Slot) -> riffle::Result<()> {
+    slot.producer
+        .producer
+        .commit_transaction(TIMEOUT)
+        .map_err(|e| {
+            kafka_error(
+                format!(
+                    "cannot commit the transaction of `{}`",
+                    slot.transactional_id
+                ),
+                e,
+            )
+        })
+}
+
+impl<T: Data> SinkWriter<T> for TransactionalWriter<T> {
+    fn write(&mut self, batch: &mut Vec<Record<T>>) -> riffle::Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.open()?;
+        let open = self.open.as_ref().expect("opened above");
+        for record in batch.drain(..) {
+            let has_key = self.encoder.encode(&record.value)?;
+            let key = has_key.then_some(self.encoder.key_bytes.as_slice());
+            let headers = OwnedHeaders::new_with_capacity(1).insert(Header {
+                key: TXN_HEADER,
+                value: Some(open.label.as_bytes()),
+            });
+            open.slot
+                .producer
+                .send(key, &self.encoder.value, None, Some(headers))?;
+        }
+        open.slot.producer.serve()
+    }
+
+    fn flush(&mut self) -> riffle::Result<()> {
+        match &self.open {
+            Some(open) => open.slot.producer.serve(),
+            None => Ok(()),
+        }
+    }
+
+    fn pre_commit(&mut self, checkpoint_id: u64) -> riffle::Result<Option<Vec<u8>>> {
+        self.init_pool()?;
+        if let Some(pending) = self.pre_commit_open()? {
+            self.pending.insert(checkpoint_id, pending);
+        }
+        riffle::checkpoint::encode(&Committable {
+            subtask: self.subtask,
+            parallelism: self.parallelism,
+            pool_size: self.pool_size,
+            pending: self.pending.values().map(|p| p.info.clone()).collect(),
+        })
+        .map(Some)
+    }
+
+    fn commit(&mut self, checkpoint_id: u64) -> riffle::Result<()> {
+        let later = self.pending.split_off(&(checkpoint_id + 1));
+        let due = std::mem::replace(&mut self.pending, later);
+        for (_, pending) in due {
+            commit(&pending.slot)?;
+            self.free.push(pending.slot);
+        }
+        Ok(())
+    }
+
+    fn recover(&mut self, committables: Vec<Vec<u8>>) -> riffle::Result<()> {
+        let committables = committables
+            .iter()
+            .map(|bytes| riffle::checkpoint::decode::<Committable>(bytes))
+            .collect::<riffle::Result<Vec<_>>>()?;
+        // First fence: our own ids, and those of old subtasks that no longer exist and are ours.
+        self.init_pool()?;
+        for old in &committables {
+            if old.subtask >= self.parallelism && old.subtask % self.parallelism == self.subtask {
+                for slot in 0..old.pool_size {
+                    drop(self.target.producer(Some(&transactional_id(
+                        &self.prefix,
+                        old.subtask,
+                        slot,
+                    )))?);
+                }
+            }
+        }
+        // Then make sure every transaction the restored checkpoint pre-committed is committed.
+        let recovery = self.free.last().expect("pool initialised");
+        for old in committables
+            .iter()
+            .filter(|c| c.subtask % self.parallelism == self.subtask)
+        {
+            for txn in &old.pending {
+                if !txn.ranges.is_empty() && !is_committed(&self.target, txn)? {
+                    rewrite(&self.target, txn, recovery)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) -> riffle::Result<Option<Finalizer>> {
+        let last = self.pre_commit_open()?;
+        let pending = std::mem::take(&mut self.pending);
+        Ok(Some(Box::new(move |ending| {
+            for (checkpoint, txn) in pending {
+                if matches!(ending, Ending::Stopped { up_to } if checkpoint > up_to) {
+                    // After the savepoint: not to be visible; the restored job aborts it.
+                    continue;
+                }
+                commit(&txn.slot)?;
+            }
+            if let (Some(txn), Ending::Drained) = (last, ending) {
+                commit(&txn.slot)?;
+            }
+            Ok(())
+        })))
+    }
+}
+
+/// Reads `partition` from `from` with `consumer` until `until` returns `true` for a message or the
+/// end of the partition (`None`), or the timeout passes.
+fn read_partition(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    from: i64,
+    mut until: impl FnMut(Option<&rdkafka::message::BorrowedMessage<'_>>, i64) -> riffle::Result<bool>,
+) -> riffle::Result<()> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(from))
+        .and_then(|()| consumer.assign(&tpl))
+        .map_err(|e| kafka_error("cannot assign a partition for recovery", e))?;
+    let deadline = Instant::now() + TIMEOUT;
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(100)) {
+            None => {}
+            Some(Ok(message)) => {
+                let offset = message.offset();
+                if until(Some(&message), offset)? {
+                    return Ok(());
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => {
+                let position = consumer
+                    .position()
+                    .ok()
+                    .and_then(|p| p.find_partition(topic, partition).map(|p| p.offset()));
+                let end = match position {
+                    Some(Offset::Offset(end)) => end,
+                    _ => from,
+                };
+                if until(None, end)? {
+                    return Ok(());
+                }
+            }
+            Some(Err(e)) => tracing::warn!(error = %e, "Kafka consumer error during sink recovery"),
+        }
+    }
+    Err(riffle::Error::user(format!(
+        "kafka: sink recovery could not read {topic}-{partition} from offset {from} within {TIMEOUT:?}"
+    )))
+}
+
+/// Whether the records of `txn` are visible to `read_committed` readers (it is resolved: the
+/// producers that could have it open were fenced). They are, if a committed record from its first
+/// offset on carries its label: the original records, or a copy an earlier recovery wrote.
+fn is_committed(target: &Target, txn: &TransactionInfo) -> riffle::Result<bool> {
+    let consumer = target.consumer("read_committed")?;
+    let (partition, first, _) = txn.ranges[0];
+    let mut committed = false;
+    read_partition(
+        &consumer,
+        &target.topic,
+        partition,
+        first,
+        |message, end| {
+            match message {
+                Some(message) => {
+                    committed = has_label(message, &txn.label);
+                    Ok(committed)
+                }
+                // At the end of what is readable: decided once the end is past the first record.
+                None => Ok(end > first),
+            }
+        },
+    )?;
+    tracing::info!(transaction = %txn.label, committed, "checked a transaction the restored checkpoint pre-committed");
+    Ok(committed)
+}
+
+fn has_label(message: &rdkafka::message::BorrowedMessage<'_>, label: &str) -> bool {
+    message.headers().is_some_and(|headers| {
+        headers
+            .iter()
+            .any(|h| h.key == TXN_HEADER && h.value == Some(label.as_bytes()))
+    })
+}
+
+/// Writes the records of the aborted transaction `txn` again (read back from the log, where
+/// aborted records stay) in a new transaction on `slot`, with the same label.
+fn rewrite(target: &Target, txn: &TransactionInfo, slot: &Slot) -> riffle::Result<()> {
+    let consumer = target.consumer("read_uncommitted")?;
+    let mut records: Vec<(i32, Option<Vec<u8>>, Vec<u8>)> = Vec::new();
+    for &(partition, first, last) in &txn.ranges {
+        read_partition(
+            &consumer,
+            &target.topic,
+            partition,
+            first,
+            |message, end| {
+                let Some(message) = message else {
+                    return Ok(end > last);
+                };
+                if has_label(message, &txn.label) {
+                    records.push((
+                        partition,
+                        message.key().map(<[u8]>::to_vec),
+                        message.payload().unwrap_or_default().to_vec(),
+                    ));
+                }
+                Ok(message.offset() >= last)
+            },
+        )?;
+    }
+    let producer = &slot.producer;
+    producer
+        .producer
+        .begin_transaction()
+        .map_err(|e| kafka_error("cannot begin a recovery transaction", e))?;
+    for (partition, key, payload) in &records {
+        let headers = OwnedHeaders::new_with_capacity(1).insert(Header {
+            key: TXN_HEADER,
+            value: Some(txn.label.as_bytes()),
+        });
+        producer.send(key.as_deref(), payload, Some(*partition), Some(headers))?;
+    }
+    producer.flush()?;
+    commit(slot)?;
+    tracing::warn!(
+        transaction = %txn.label, records = records.len(),
+        "rewrote a pre-committed transaction whose commit a failure interrupted"
+    );
+    Ok(())
+}

@@ -1,0 +1,456 @@
+//! The Kafka source: every partition of the subscribed topics is a split, read by one source
+//! subtask with its own consumer (manually assigned, no group rebalancing: the job decides who
+//! reads what, as in Flink). A split's position is the next offset to read; it is stored in every
+//! checkpoint, sought to on restore, and committed to the consumer group when the checkpoint
+//! completes (so `kafka-consumer-groups.sh` shows the job's lag). The partition's lag behind its
+//! last stable offset comes from librdkafka's statistics, published as the split's lag metric.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::statistics::Statistics;
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use riffle::record::{Data, NO_TIMESTAMP};
+use riffle::source::{BadRecordPolicy, Boundedness, ReadStatus, Source, SourceOutput, SplitReader};
+use serde::de::DeserializeOwned;
+
+use crate::{KafkaConnection, kafka_error};
+
+/// Time allowed to metadata and offset lookups when a reader starts.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How soon to look again when a partition had nothing to read.
+const EMPTY_POLL_BACKOFF: Duration = Duration::from_millis(2);
+
+/// Where a partition is read from when the job does not restore a position for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartFrom {
+    /// The oldest record the partition still has.
+    Earliest,
+    /// Only records written after the job started.
+    Latest,
+    /// The offset committed by the consumer group; `Earliest` where it has none.
+    GroupOffsets,
+    /// The first record whose timestamp is at or after this instant (ms since the epoch).
+    Timestamp(i64),
+}
+
+/// One partition of one topic: a split of a [`KafkaSource`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KafkaPartition {
+    /// Topic name.
+    pub topic: String,
+    /// Partition number.
+    pub partition: i32,
+}
+
+type Decoder<T> = Arc<dyn Fn(&[u8]) -> Result<T, String> + Send + Sync>;
+
+/// Reads Kafka topics in parallel, partition by partition.
+///
+/// Records carry the Kafka record timestamp as their event time (a watermark strategy with
+/// `with_timestamps` overrides it). Values that cannot be decoded follow the
+/// [`BadRecordPolicy`] (dead letters by default, with the partition and offset).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use riffle_kafka::{KafkaConnection, KafkaSource, StartFrom};
+/// let source = KafkaSource::<serde_json::Value>::json(KafkaConnection::new("127.0.0.1:9092"), ["clicks"])
+///     .group_id("clicks-job")
+///     .start_from(StartFrom::GroupOffsets)
+///     .partition_discovery(Some(Duration::from_secs(30)));
+/// ```
+pub struct KafkaSource<T> {
+    kafka: KafkaConnection,
+    topics: Vec<String>,
+    group_id: Option<String>,
+    start: StartFrom,
+    decode: Decoder<T>,
+    policy: BadRecordPolicy,
+    discovery: Option<Duration>,
+    /// A client for metadata (partition lists), created on first use.
+    metadata: Mutex<Option<BaseConsumer>>,
+}
+
+impl<T: Data + DeserializeOwned> KafkaSource<T> {
+    /// Reads JSON values of type `T`.
+    pub fn json<S: Into<String>>(
+        kafka: KafkaConnection,
+        topics: impl IntoIterator<Item = S>,
+    ) -> Self {
+        Self::with_decoder(kafka, topics, |bytes| {
+            serde_json::from_slice(bytes).map_err(|e| format!("invalid JSON: {e}"))
+        })
+    }
+}
+
+impl KafkaSource<Vec<u8>> {
+    /// Reads the raw bytes of the values.
+    pub fn raw<S: Into<String>>(
+        kafka: KafkaConnection,
+        topics: impl IntoIterator<Item = S>,
+    ) -> Self {
+        Self::with_decoder(kafka, topics, |bytes| Ok(bytes.to_vec()))
+    }
+}
+
+impl<T: Data> KafkaSource<T> {
+    /// Reads values decoded by `decode`; an `Err` makes the record a bad record with that reason.
+    pub fn with_decoder<S: Into<String>>(
+        kafka: KafkaConnection,
+        topics: impl IntoIterator<Item = S>,
+        decode: impl Fn(&[u8]) -> Result<T, String> + Send + Sync + 'static,
+    ) -> Self {
+        KafkaSource {
+            kafka,
+            topics: topics.into_iter().map(Into::into).collect(),
+            group_id: None,
+            start: StartFrom::GroupOffsets,
+            decode: Arc::new(decode),
+            policy: BadRecordPolicy::DeadLetter,
+            discovery: Some(Duration::from_secs(30)),
+            metadata: Mutex::new(None),
+        }
+    }
+
+    /// The consumer group the offsets are committed to (default `riffle-<topics>`).
+    pub fn group_id(mut self, group: impl Into<String>) -> Self {
+        self.group_id = Some(group.into());
+        self
+    }
+
+    /// Where to start reading partitions without a restored position (default: the group's
+    /// committed offsets, else the earliest).
+    pub fn start_from(mut self, start: StartFrom) -> Self {
+        self.start = start;
+        self
+    }
+
+    /// What to do with values that cannot be decoded (default: dead letters).
+    pub fn bad_records(mut self, policy: BadRecordPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// How often to look for partitions added while the job runs (default 30 s; `None` reads
+    /// the partitions found at start only). New partitions are read from their beginning.
+    pub fn partition_discovery(mut self, interval: Option<Duration>) -> Self {
+        self.discovery = interval;
+        self
+    }
+
+    fn group(&self) -> String {
+        self.group_id
+            .clone()
+            .unwrap_or_else(|| format!("riffle-{}", self.topics.join("-")))
+    }
+
+    fn partitions(&self) -> riffle::Result<Vec<KafkaPartition>> {
+        let mut metadata = self.metadata.lock().expect("metadata lock");
+        if metadata.is_none() {
+            *metadata = Some(
+                self.kafka
+                    .client_config()
+                    .create()
+                    .map_err(|e| kafka_error("cannot create a metadata client", e))?,
+            );
+        }
+        let client = metadata.as_ref().expect("created above");
+        let mut splits = Vec::new();
+        for topic in &self.topics {
+            let found = client
+                .fetch_metadata(Some(topic), LOOKUP_TIMEOUT)
+                .map_err(|e| kafka_error(format!("cannot read the partitions of `{topic}`"), e))?;
+            let partitions = found
+                .topics()
+                .iter()
+                .find(|t| t.name() == topic)
+                .filter(|t| t.error().is_none())
+                .map(|t| t.partitions().len())
+                .unwrap_or(0);
+            if partitions == 0 {
+                return Err(riffle::Error::user(format!(
+                    "kafka: topic `{topic}` does not exist (or has no partitions) at {}",
+                    self.kafka.bootstrap()
+                )));
+            }
+            splits.extend((0..partitions as i32).map(|partition| KafkaPartition {
+                topic: topic.clone(),
+                partition,
+            }));
+        }
+        Ok(splits)
+    }
+}
+
+impl<T: Data> Source<T> for KafkaSource<T> {
+    type Split = KafkaPartition;
+
+    fn name(&self) -> String {
+        format!("kafka {}", self.topics.join(","))
+    }
+
+    fn boundedness(&self) -> Boundedness {
+        Boundedness::Unbounded
+    }
+
+    fn validate(&self) -> riffle::Result<()> {
+        if self.topics.is_empty() || self.topics.iter().any(|t| t.trim().is_empty()) {
+            return Err(riffle::Error::config(
+                "topics",
+                "a Kafka source needs at least one topic name",
+            ));
+        }
+        if self.discovery.is_some_and(|d| d.is_zero()) {
+            return Err(riffle::Error::config(
+                "partition_discovery",
+                "must be a positive interval",
+            ));
+        }
+        self.kafka.validate("kafka")
+    }
+
+    fn splits(&self, _parallelism: usize) -> riffle::Result<Vec<KafkaPartition>> {
+        self.partitions()
+    }
+
+    /// A topic's partitions go round-robin from a subtask given by the topic's name, so that a
+    /// partition keeps its subtask when partitions are added.
+    fn owner(&self, split: &KafkaPartition, _index: usize, parallelism: usize) -> usize {
+        let topic_start = split
+            .topic
+            .bytes()
+            .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
+            as usize;
+        (topic_start % parallelism + split.partition as usize) % parallelism
+    }
+
+    fn discovery_interval(&self) -> Option<Duration> {
+        self.discovery
+    }
+
+    fn reader(&self, split: KafkaPartition) -> riffle::Result<Box<dyn SplitReader<T>>> {
+        let context = PartitionContext {
+            end: Arc::new(AtomicI64::new(-1)),
+        };
+        let lag = context.end.clone();
+        let consumer: BaseConsumer<PartitionContext> = self
+            .kafka
+            .client_config_with(&[
+                ("isolation.level", "read_committed"),
+                ("auto.offset.reset", "earliest"),
+                ("statistics.interval.ms", "1000"),
+            ])
+            .set("group.id", self.group())
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .create_with_context(context)
+            .map_err(|e| kafka_error("cannot create a consumer", e))?;
+        let next = start_offset(&consumer, &split, self.start)?;
+        let mut reader = KafkaReader {
+            consumer,
+            split_id: format!("{}-{}", split.topic, split.partition),
+            split,
+            next,
+            end: lag,
+            decode: self.decode.clone(),
+            last_error_log: None,
+        };
+        reader.assign()?;
+        Ok(Box::new(reader))
+    }
+
+    fn bad_record_policy(&self) -> BadRecordPolicy {
+        self.policy
+    }
+}
+
+/// Resolves where a partition starts to a concrete offset, so that a checkpoint taken before its
+/// first record still stores a position that means the same thing after a restore.
+fn start_offset<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    split: &KafkaPartition,
+    start: StartFrom,
+) -> riffle::Result<i64> {
+    let (topic, partition) = (split.topic.as_str(), split.partition);
+    let watermarks = || {
+        consumer
+            .fetch_watermarks(topic, partition, LOOKUP_TIMEOUT)
+            .map_err(|e| kafka_error(format!("cannot read the offsets of {topic}-{partition}"), e))
+    };
+    let mut tpl = TopicPartitionList::new();
+    match start {
+        StartFrom::Earliest => Ok(watermarks()?.0),
+        StartFrom::Latest => Ok(watermarks()?.1),
+        StartFrom::GroupOffsets => {
+            tpl.add_partition(topic, partition);
+            let committed = consumer
+                .committed_offsets(tpl, LOOKUP_TIMEOUT)
+                .map_err(|e| {
+                    kafka_error(
+                        format!("cannot read the committed offset of {topic}-{partition}"),
+                        e,
+                    )
+                })?;
+            match committed
+                .find_partition(topic, partition)
+                .map(|p| p.offset())
+            {
+                Some(Offset::Offset(offset)) => Ok(offset),
+                _ => Ok(watermarks()?.0),
+            }
+        }
+        StartFrom::Timestamp(at) => {
+            tpl.add_partition_offset(topic, partition, Offset::Offset(at))
+                .map_err(|e| kafka_error("bad start timestamp", e))?;
+            let found = consumer
+                .offsets_for_times(tpl, LOOKUP_TIMEOUT)
+                .map_err(|e| {
+                    kafka_error(
+                        format!("cannot look up offsets by time in {topic}-{partition}"),
+                        e,
+                    )
+                })?;
+            match found.find_partition(topic, partition).map(|p| p.offset()) {
+                Some(Offset::Offset(offset)) => Ok(offset),
+                _ => Ok(watermarks()?.1),
+            }
+        }
+    }
+}
+
+/// Receives a consumer's statistics: the partition's last stable offset, for the lag metric.
+struct PartitionContext {
+    end: Arc<AtomicI64>,
+}
+
+impl ClientContext for PartitionContext {
+    fn stats(&self, statistics: Statistics) {
+        for topic in statistics.topics.values() {
+            for (id, partition) in &topic.partitions {
+                if *id >= 0 && partition.ls_offset >= 0 {
+                    self.end.store(partition.ls_offset, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for PartitionContext {}
+
+/// Reads one partition.
+struct KafkaReader<T> {
+    consumer: BaseConsumer<PartitionContext>,
+    split: KafkaPartition,
+    split_id: String,
+    /// The next offset to read.
+    next: i64,
+    /// The partition's last stable offset, from the consumer's statistics.
+    end: Arc<AtomicI64>,
+    decode: Decoder<T>,
+    last_error_log: Option<Instant>,
+}
+
+impl<T> KafkaReader<T> {
+    fn assign(&mut self) -> riffle::Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(
+            &self.split.topic,
+            self.split.partition,
+            Offset::Offset(self.next),
+        )
+        .and_then(|()| self.consumer.assign(&tpl))
+        .map_err(|e| kafka_error(format!("cannot assign {}", self.split_id), e))
+    }
+}
+
+impl<T: Data> SplitReader<T> for KafkaReader<T> {
+    fn split_id(&self) -> String {
+        self.split_id.clone()
+    }
+
+    fn read(&mut self, out: &mut SourceOutput<T>, max: usize) -> riffle::Result<ReadStatus> {
+        let mut read = 0;
+        while read < max {
+            let message = match self.consumer.poll(Duration::ZERO) {
+                None => break,
+                Some(Ok(message)) => message,
+                Some(Err(e)) => {
+                    // Broker and network errors are retried by the client; say so now and then.
+                    if self
+                        .last_error_log
+                        .is_none_or(|at| at.elapsed() > Duration::from_secs(10))
+                    {
+                        tracing::warn!(partition = %self.split_id, error = %e, "Kafka consumer error (retrying)");
+                        self.last_error_log = Some(Instant::now());
+                    }
+                    return Ok(ReadStatus::Pending(Some(
+                        Instant::now() + Duration::from_millis(100),
+                    )));
+                }
+            };
+            let offset = message.offset();
+            if offset < self.next {
+                continue; // fetched before a seek
+            }
+            self.next = offset + 1;
+            read += 1;
+            let timestamp = message.timestamp().to_millis().unwrap_or(NO_TIMESTAMP);
+            match message.payload() {
+                None => out.bad_record(format!("offset {offset}"), "the record has no value", &[]),
+                Some(bytes) => match (self.decode)(bytes) {
+                    Ok(value) => out.emit_with_timestamp(value, timestamp),
+                    Err(error) => out.bad_record(format!("offset {offset}"), error, bytes),
+                },
+            }
+        }
+        Ok(if read == 0 {
+            ReadStatus::Pending(Some(Instant::now() + EMPTY_POLL_BACKOFF))
+        } else {
+            ReadStatus::Ready
+        })
+    }
+
+    fn position(&self) -> serde_json::Value {
+        serde_json::json!({ "offset": self.next })
+    }
+
+    fn seek(&mut self, position: &serde_json::Value) -> riffle::Result<()> {
+        let offset = position
+            .get("offset")
+            .and_then(|o| o.as_i64())
+            .ok_or_else(|| {
+                riffle::Error::Checkpoint(format!(
+                    "bad Kafka position for {}: {position}",
+                    self.split_id
+                ))
+            })?;
+        self.next = offset;
+        self.assign()
+    }
+
+    fn checkpoint_complete(&mut self, position: &serde_json::Value) -> riffle::Result<()> {
+        let Some(offset) = position.get("offset").and_then(|o| o.as_i64()) else {
+            return Ok(());
+        };
+        let mut tpl = TopicPartitionList::new();
+        let commit = tpl
+            .add_partition_offset(
+                &self.split.topic,
+                self.split.partition,
+                Offset::Offset(offset),
+            )
+            .and_then(|()| self.consumer.commit(&tpl, CommitMode::Async));
+        if let Err(e) = commit {
+            // The offsets in the checkpoint are what counts; the group's are for monitoring.
+            tracing::warn!(partition = %self.split_id, error = %e, "cannot commit the offset to the consumer group");
+        }
+        Ok(())
+    }
+
+    fn lag(&self) -> Option<i64> {
+        let end = self.end.load(Ordering::Relaxed);
+        (end >= 0).then(|| (end - self.next).max(0))
+    }
+}

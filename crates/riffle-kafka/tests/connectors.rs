@@ -1,0 +1,322 @@
+//! The Kafka source and sink against a real broker (started by `scripts/test.sh`): exactly-once
+//! copies, offsets in checkpoints and in the consumer group, dead letters, the repair of a commit
+//! a failure interrupted, idle partitions and partitions added while the job runs.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use riffle::checkpoint::CheckpointConfig;
+use riffle::record::Record;
+use riffle::sink::{CollectSink, SinkWriter};
+use riffle::time::WatermarkStrategy;
+use riffle::window::Tumbling;
+use riffle::{EnvConfig, StreamEnv};
+use riffle_kafka::{KafkaSink, KafkaSource, StartFrom, create_partitions};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+struct Event {
+    user: String,
+    n: u64,
+    ts: i64,
+}
+
+fn event_json(user: &str, n: u64, ts: i64) -> String {
+    serde_json::to_string(&Event {
+        user: user.into(),
+        n,
+        ts,
+    })
+    .unwrap()
+}
+
+fn env_with_checkpoints(dir: &std::path::Path, parallelism: usize) -> StreamEnv {
+    let env = StreamEnv::with_config(EnvConfig {
+        parallelism,
+        checkpoints: CheckpointConfig {
+            interval: Some(Duration::from_millis(300)),
+            storage: dir.display().to_string(),
+            ..CheckpointConfig::default()
+        },
+        ..EnvConfig::default()
+    });
+    env
+}
+
+#[test]
+fn an_exactly_once_copy_has_every_record_once_and_commits_offsets_to_the_group() {
+    let input = topic("copy-in", 4);
+    let output = topic("copy-out", 3);
+    let mut records: Vec<(i32, String, String)> = (0..2000u64)
+        .map(|n| {
+            (
+                (n % 4) as i32,
+                format!("u{}", n % 17),
+                event_json(&format!("u{}", n % 17), n, 1_000 + n as i64),
+            )
+        })
+        .collect();
+    records.push((1, "bad".into(), "{not json".into()));
+    records.push((3, "bad".into(), "[1,2]".into()));
+    produce(&input, &records);
+
+    let dir = tempfile::tempdir().unwrap();
+    let env = env_with_checkpoints(dir.path(), 2);
+    let group = format!("{input}-group");
+    let events = env.from_source(
+        KafkaSource::<Event>::json(kafka(), [input.clone()])
+            .group_id(&group)
+            .start_from(StartFrom::Earliest),
+    );
+    let (dead, letters) = CollectSink::new();
+    events.dead_letters().sink(dead);
+    events
+        .map(|mut e: Event| {
+            e.n *= 10;
+            e
+        })
+        .sink(
+            KafkaSink::json(kafka(), &output)
+                .key_field("user")
+                .exactly_once(),
+        );
+    let job = env.execute_async().unwrap();
+
+    let copied = read_committed(&output, Duration::from_secs(60), |n| n >= 2000);
+    assert_eq!(
+        copied.len(),
+        2000,
+        "every record once, visible to read_committed"
+    );
+    // Offsets reach the group once a checkpoint covering everything completed.
+    let complete = eventually(Duration::from_secs(30), || {
+        committed_offsets(&group, &input, 4).values().sum::<i64>() == 2002
+    });
+    job.stop();
+    let result = job.wait().unwrap();
+
+    let mut values: Vec<Event> = copied
+        .iter()
+        .map(|(_, _, key, value)| {
+            let event: Event = serde_json::from_str(value).unwrap();
+            assert_eq!(key, &event.user, "keyed by the user field");
+            event
+        })
+        .collect();
+    values.sort_by_key(|e| e.n);
+    let expected: Vec<Event> = (0..2000u64)
+        .map(|n| Event {
+            user: format!("u{}", n % 17),
+            n: n * 10,
+            ts: 1_000 + n as i64,
+        })
+        .collect();
+    assert_eq!(values, expected);
+    // Nothing more after the stop (it drained and committed the last transaction).
+    assert_eq!(
+        read_committed(&output, Duration::from_secs(2), |_| false).len(),
+        2000
+    );
+
+    assert!(
+        complete,
+        "group offsets: {:?}",
+        committed_offsets(&group, &input, 4)
+    );
+    let mut letters = letters.values();
+    letters.sort_by(|a, b| a.split.cmp(&b.split));
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    assert_eq!(
+        (letters[0].split.as_str(), letters[0].position.as_str()),
+        (format!("{input}-1").as_str(), "offset 500")
+    );
+    assert_eq!(letters[0].payload, "{not json");
+    assert!(
+        letters[0].error.contains("invalid JSON"),
+        "{}",
+        letters[0].error
+    );
+    assert_eq!(
+        (letters[1].split.as_str(), letters[1].position.as_str()),
+        (format!("{input}-3").as_str(), "offset 500")
+    );
+    assert_eq!(result.bad_records(), 2);
+}
+
+fn writer(output: &str, run: &str) -> Box<dyn SinkWriter<Event>> {
+    use riffle::sink::Sink;
+    let sink = KafkaSink::<Event>::json(kafka(), output)
+        .key(|e: &Event| e.user.clone())
+        .exactly_once()
+        .transactional_id_prefix(format!("{output}-txn"));
+    sink.writer(&riffle::testing::operator_context("sink", run, 0, 1))
+        .unwrap()
+}
+
+fn batch(range: std::ops::Range<u64>) -> Vec<Record<Event>> {
+    range
+        .map(|n| {
+            Record::untimed(Event {
+                user: format!("u{}", n % 5),
+                n,
+                ts: 0,
+            })
+        })
+        .collect()
+}
+
+fn committed_ns(output: &str) -> Vec<u64> {
+    let mut ns: Vec<u64> = read_committed(output, Duration::from_secs(3), |_| false)
+        .iter()
+        .map(|(_, _, _, v)| serde_json::from_str::<Event>(v).unwrap().n)
+        .collect();
+    ns.sort();
+    ns
+}
+
+#[test]
+fn a_commit_interrupted_by_a_failure_is_completed_on_restore_and_never_doubled() {
+    let output = topic("interrupted", 2);
+    // Run 1: checkpoint 1 pre-commits 0..100 and completes, then the process dies before the
+    // commit; 100..150 were written after the barrier.
+    let mut first = writer(&output, "run1");
+    first.recover(Vec::new()).unwrap();
+    first.write(&mut batch(0..100)).unwrap();
+    let committable = first
+        .pre_commit(1)
+        .unwrap()
+        .expect("exactly-once sinks store a committable");
+    first.write(&mut batch(100..150)).unwrap();
+    first.flush().unwrap();
+    std::mem::forget(first); // no commit, no abort: as after kill -9
+    assert_eq!(
+        committed_ns(&output),
+        Vec::<u64>::new(),
+        "nothing visible before the commit"
+    );
+
+    // Run 2 restores checkpoint 1: its transaction becomes visible, what came after does not.
+    let mut second = writer(&output, "run2");
+    second.recover(vec![committable.clone()]).unwrap();
+    assert_eq!(committed_ns(&output), (0..100).collect::<Vec<_>>());
+    second.write(&mut batch(100..150)).unwrap(); // replayed after the restore
+    let next = second.pre_commit(2).unwrap().unwrap();
+    second.commit(2).unwrap();
+    assert_eq!(committed_ns(&output), (0..150).collect::<Vec<_>>());
+
+    // Run 3 restores checkpoint 1 again (as if 2 had not completed): no duplicates of 0..100.
+    drop(second);
+    let mut third = writer(&output, "run3");
+    third.recover(vec![committable]).unwrap();
+    // And restoring checkpoint 2, whose transaction was committed, adds nothing either.
+    let mut fourth = writer(&output, "run4");
+    fourth.recover(vec![next]).unwrap();
+    assert_eq!(committed_ns(&output), (0..150).collect::<Vec<_>>());
+}
+
+#[test]
+fn an_idle_partition_does_not_stall_event_time_windows() {
+    let input = topic("idle-in", 2);
+    // Only partition 0 gets clicks, one per second of event time, 100 per second of wall time;
+    // partition 1 stays empty.
+    let producer = {
+        let input = input.clone();
+        std::thread::spawn(move || {
+            let producer = TestProducer::new();
+            for n in 0..300u64 {
+                let click = event_json(&format!("u{}", n % 3), n, n as i64 * 1_000);
+                producer.send(&input, &[(0, "u".into(), click)]);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let env = StreamEnv::new();
+    env.set_parallelism(1);
+    let (sink, counts) = CollectSink::new();
+    env.from_source_with_watermarks(
+        KafkaSource::<Event>::json(kafka(), [input.clone()]).start_from(StartFrom::Earliest),
+        WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(0))
+            .with_timestamps(|e: &Event| e.ts)
+            .with_idleness(Duration::from_millis(500)),
+    )
+    .key_by(|e: &Event| e.user.clone())
+    .window(Tumbling::of(Duration::from_secs(60)))
+    .aggregate(riffle::aggregate::Count)
+    .map(|r: riffle::window::WindowResult<String, u64>| (r.key, r.window_start, r.value))
+    .sink(sink);
+    let job = env.execute_async().unwrap();
+    // The first minute (t 0..59 s: 60 clicks, 20 per user) closes although partition 1 is silent.
+    let fired = eventually(Duration::from_secs(30), || counts.len() >= 3);
+    producer.join().unwrap();
+    job.stop();
+    job.wait().unwrap();
+    assert!(
+        fired,
+        "the window of the first minute did not fire: {:?}",
+        counts.values()
+    );
+    let mut first_minute: Vec<(String, i64, u64)> = counts
+        .values()
+        .into_iter()
+        .filter(|(_, start, _)| *start == 0)
+        .collect();
+    first_minute.sort();
+    assert_eq!(
+        first_minute,
+        vec![
+            ("u0".into(), 0, 20),
+            ("u1".into(), 0, 20),
+            ("u2".into(), 0, 20)
+        ]
+    );
+}
+
+#[test]
+fn partitions_added_while_the_job_runs_are_read_from_their_beginning() {
+    let input = topic("grow-in", 1);
+    produce(&input, &[(0, "k".into(), event_json("a", 1, 0))]);
+    let env = StreamEnv::new();
+    env.set_parallelism(2);
+    let (sink, seen) = CollectSink::new();
+    env.from_source(
+        KafkaSource::<Event>::json(kafka(), [input.clone()])
+            .start_from(StartFrom::Earliest)
+            .partition_discovery(Some(Duration::from_millis(300))),
+    )
+    .sink(sink);
+    let job = env.execute_async().unwrap();
+    assert!(eventually(Duration::from_secs(30), || seen.len() == 1));
+    create_partitions(&kafka(), &input, 3).unwrap();
+    produce(
+        &input,
+        &[
+            (1, "k".into(), event_json("b", 2, 0)),
+            (2, "k".into(), event_json("c", 3, 0)),
+        ],
+    );
+    let grown = eventually(Duration::from_secs(30), || seen.len() == 3);
+    job.stop();
+    job.wait().unwrap();
+    assert!(grown, "{:?}", seen.values());
+    let mut ns: Vec<u64> = seen.values().iter().map(|e| e.n).collect();
+    ns.sort();
+    assert_eq!(ns, vec![1, 2, 3]);
+}
+
+#[test]
+fn a_missing_topic_fails_at_start_naming_it() {
+    let env = StreamEnv::new();
+    let (sink, _) = CollectSink::new();
+    env.from_source(KafkaSource::<Event>::json(
+        kafka(),
+        ["no-such-topic-riffle"],
+    ))
+    .sink(sink);
+    let err = env.execute().unwrap_err().to_string();
+    assert!(
+        err.contains("no-such-topic-riffle") && err.contains("does not exist"),
+        "{err}"
+    );
+}
