@@ -101,7 +101,7 @@ transaction.state.log.min.isr=1
 transaction.state.log.num.partitions=8
 min.insync.replicas=1
 group.initial.rebalance.delay.ms=0
-auto.create.topics.enable=true
+auto.create.topics.enable=false
 EOF
 }
 

@@ -442,8 +442,8 @@ impl<T: Data> SinkWriter<T> for AtLeastOnceWriter<T> {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct TransactionInfo {
     transactional_id: String,
-    /// The value of every record's `riffle.txn` header.
-    label: String,
+    /// The value of every record's `riffle.txn` header (12 bytes, see [`label`]).
+    label: Vec<u8>,
     /// Partition, first and last offset written.
     ranges: Vec<(i32, i64, i64)>,
 }
@@ -465,7 +465,7 @@ struct Slot {
 
 struct OpenTransaction {
     slot: Slot,
-    label: String,
+    label: Vec<u8>,
 }
 
 struct PendingTransaction {
@@ -489,6 +489,21 @@ struct TransactionalWriter<T> {
     pending: BTreeMap<u64, PendingTransaction>,
     sequence: u64,
     encoder: Encoder<T>,
+}
+
+/// The label of a subtask's `sequence`-th transaction in run `run`: 8 bytes naming the run and
+/// subtask, 4 the sequence. Short, since every record carries it.
+fn label(run: &str, subtask: usize, sequence: u64) -> Vec<u8> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    (run, subtask).hash(&mut hasher);
+    let mut label = hasher.finish().to_be_bytes().to_vec();
+    label.extend_from_slice(&(sequence as u32).to_be_bytes());
+    label
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn transactional_id(prefix: &str, subtask: usize, slot: usize) -> String {
@@ -539,7 +554,7 @@ impl<T: Data> TransactionalWriter<T> {
                 .lock()
                 .expect("ranges lock")
                 .clear();
-            let label = format!("{}-{}-{}", self.run, self.subtask, self.sequence);
+            let label = label(&self.run, self.subtask, self.sequence);
             self.sequence += 1;
             self.open = Some(OpenTransaction { slot, label });
         }
@@ -601,7 +616,7 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter<T> {
             let key = has_key.then_some(self.encoder.key_bytes.as_slice());
             let headers = OwnedHeaders::new_with_capacity(1).insert(Header {
                 key: TXN_HEADER,
-                value: Some(open.label.as_bytes()),
+                value: Some(open.label.as_slice()),
             });
             open.slot
                 .producer
@@ -760,15 +775,15 @@ fn is_committed(target: &Target, txn: &TransactionInfo) -> riffle::Result<bool> 
             }
         },
     )?;
-    tracing::info!(transaction = %txn.label, committed, "checked a transaction the restored checkpoint pre-committed");
+    tracing::info!(transaction = %hex(&txn.label), committed, "checked a transaction the restored checkpoint pre-committed");
     Ok(committed)
 }
 
-fn has_label(message: &rdkafka::message::BorrowedMessage<'_>, label: &str) -> bool {
+fn has_label(message: &rdkafka::message::BorrowedMessage<'_>, label: &[u8]) -> bool {
     message.headers().is_some_and(|headers| {
         headers
             .iter()
-            .any(|h| h.key == TXN_HEADER && h.value == Some(label.as_bytes()))
+            .any(|h| h.key == TXN_HEADER && h.value == Some(label))
     })
 }
 
@@ -806,14 +821,14 @@ fn rewrite(target: &Target, txn: &TransactionInfo, slot: &Slot) -> riffle::Resul
     for (partition, key, payload) in &records {
         let headers = OwnedHeaders::new_with_capacity(1).insert(Header {
             key: TXN_HEADER,
-            value: Some(txn.label.as_bytes()),
+            value: Some(txn.label.as_slice()),
         });
         producer.send(key.as_deref(), payload, Some(*partition), Some(headers))?;
     }
     producer.flush()?;
     commit(slot)?;
     tracing::warn!(
-        transaction = %txn.label, records = records.len(),
+        transaction = %hex(&txn.label), records = records.len(),
         "rewrote a pre-committed transaction whose commit a failure interrupted"
     );
     Ok(())

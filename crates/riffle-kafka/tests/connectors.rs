@@ -33,7 +33,7 @@ fn event_json(user: &str, n: u64, ts: i64) -> String {
 }
 
 fn env_with_checkpoints(dir: &std::path::Path, parallelism: usize) -> StreamEnv {
-    let env = StreamEnv::with_config(EnvConfig {
+    StreamEnv::with_config(EnvConfig {
         parallelism,
         checkpoints: CheckpointConfig {
             interval: Some(Duration::from_millis(300)),
@@ -41,8 +41,7 @@ fn env_with_checkpoints(dir: &std::path::Path, parallelism: usize) -> StreamEnv 
             ..CheckpointConfig::default()
         },
         ..EnvConfig::default()
-    });
-    env
+    })
 }
 
 #[test]

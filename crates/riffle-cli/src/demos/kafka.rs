@@ -7,6 +7,7 @@
 //! created.
 
 use riffle::StreamEnv;
+use riffle::source::DeadLetter;
 use riffle::source::datagen::Click;
 use riffle_kafka::{KafkaConnection, KafkaSink, KafkaSource, StartFrom, ensure_topics};
 
@@ -85,7 +86,7 @@ pub fn run(args: &PipelineArgs, bootstrap: &str) -> riffle::Result<WindowedSumma
         .uid("read-clicks");
     clicks
         .dead_letters()
-        .sink(KafkaSink::json(kafka.clone(), &topics.dead_letters))
+        .sink(sink::<DeadLetter>(kafka_args, &kafka, &topics.dead_letters))
         .name("write dead letters")
         .uid("write-dead-letters");
     let (counts, late) = pipeline(&clicks, &args.event_time)?;

@@ -3,6 +3,8 @@
 
 mod backpressure;
 mod checkpoint_recovery;
+#[cfg(feature = "kafka")]
+mod kafka;
 mod late_events;
 mod simple_etl;
 mod windowed_count;

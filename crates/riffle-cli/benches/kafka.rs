@@ -1,0 +1,326 @@
+//! Kafka to Kafka with the local broker (`scripts/kafka.sh start`): the figures of BENCHMARKS.md
+//! for the Kafka connectors.
+//!
+//! ```sh
+//! scripts/kafka.sh start && eval "$(scripts/kafka.sh env)"
+//! cargo bench -p riffle-cli --features kafka --bench kafka                # all
+//! cargo bench -p riffle-cli --features kafka --bench kafka -- throughput  # by name
+//! ```
+//!
+//! Throughput: scenario 1 (parse JSON clicks, drop bots, enrich, write JSON) from a topic of 8
+//! partitions, filled beforehand, to another, on 2 cores shared with the broker; the time runs
+//! from the job's start until every record is written (and, exactly-once, committed).
+//! Latency: clicks produced at a steady rate with their production time as event time; a
+//! read_committed consumer of the output measures production to visibility.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use riffle::checkpoint::CheckpointConfig;
+use riffle::source::BadRecordPolicy;
+use riffle::source::datagen::{ClickGenerator, ClicksConfig, Generator, JsonPayloads};
+use riffle::{EnvConfig, StreamEnv};
+use riffle_cli::clicks::EnrichedClick;
+use riffle_cli::demos::etl;
+use riffle_kafka::{KafkaConnection, KafkaSink, KafkaSource, StartFrom, ensure_topics};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn bootstrap() -> String {
+    std::env::var("RIFFLE_KAFKA_BOOTSTRAP").expect(
+        "start the broker first: scripts/kafka.sh start && eval \"$(scripts/kafka.sh env)\"",
+    )
+}
+
+fn kafka() -> KafkaConnection {
+    KafkaConnection::new(bootstrap())
+}
+
+fn unique(name: &str) -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    format!("bench-{name}-{ms}")
+}
+
+fn producer() -> BaseProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("linger.ms", "20")
+        .set("batch.size", "1000000")
+        .create()
+        .unwrap()
+}
+
+fn send(producer: &BaseProducer, topic: &str, partition: i32, payload: &str) {
+    let mut record = BaseRecord::<(), str>::to(topic)
+        .partition(partition)
+        .payload(payload);
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((_, back)) => {
+                record = back;
+                producer.poll(Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+/// A topic of 8 partitions with `n` generated JSON clicks.
+fn filled_topic(n: u64) -> String {
+    let topic = unique("clicks");
+    ensure_topics(&kafka(), &[(&topic, 8)], 1).unwrap();
+    let generator = JsonPayloads(ClickGenerator::new(ClicksConfig::default()));
+    let producer = producer();
+    for i in 0..n {
+        send(&producer, &topic, (i % 8) as i32, &generator.generate(i));
+    }
+    producer.flush(Duration::from_secs(120)).unwrap();
+    topic
+}
+
+fn env(
+    parallelism: usize,
+    checkpoint_interval: Option<Duration>,
+    dir: &std::path::Path,
+) -> StreamEnv {
+    StreamEnv::with_config(EnvConfig {
+        parallelism,
+        checkpoints: CheckpointConfig {
+            interval: checkpoint_interval,
+            storage: dir.display().to_string(),
+            ..CheckpointConfig::default()
+        },
+        ..EnvConfig::default()
+    })
+}
+
+fn sink(topic: &str, exactly_once: bool) -> KafkaSink<EnrichedClick> {
+    let sink = KafkaSink::json(kafka(), topic).key(|c: &EnrichedClick| c.user_id.to_string());
+    if exactly_once {
+        sink.exactly_once().transactional_id_prefix(unique("txn"))
+    } else {
+        sink
+    }
+}
+
+fn source(topic: &str) -> KafkaSource<String> {
+    KafkaSource::with_decoder(kafka(), [topic.to_string()], |bytes| {
+        String::from_utf8(bytes.to_vec()).map_err(|e| e.to_string())
+    })
+    .start_from(StartFrom::Earliest)
+    .group_id(unique("group"))
+}
+
+/// Reads `input` to the end through scenario 1 into a new topic; events per second from the
+/// first record the sink received to the end of the job (the start-up of the clients, which
+/// initialises a pool of transactional producers in exactly-once mode, is reported apart).
+fn throughput_run(input: &str, n: u64, exactly_once: bool) -> (f64, Duration) {
+    let output = unique("enriched");
+    ensure_topics(&kafka(), &[(&output, 8)], 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let env = env(
+        2,
+        exactly_once.then_some(Duration::from_secs(10)),
+        dir.path(),
+    );
+    let payloads = env.from_source(source(input));
+    etl::pipeline(
+        &payloads,
+        BadRecordPolicy::DeadLetter,
+        sink(&output, exactly_once),
+    );
+    let started = Instant::now();
+    let job = env.execute_async().unwrap();
+    let mut first_written = None;
+    loop {
+        let metrics = job.metrics();
+        let total = |prefix: &str| -> u64 {
+            metrics
+                .operators
+                .iter()
+                .filter(|o| o.name.starts_with(prefix))
+                .map(|o| o.records_in.max(o.records_out))
+                .sum()
+        };
+        if first_written.is_none() && total("Sink:") > 0 {
+            first_written = Some((Instant::now(), total("Source:")));
+        }
+        if total("Source:") >= n {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    job.stop(); // drains: flushes, and commits the last transaction
+    job.wait().unwrap();
+    let (first, read_before) = first_written.expect("the sink received records");
+    (
+        (n - read_before) as f64 / first.elapsed().as_secs_f64(),
+        first.duration_since(started),
+    )
+}
+
+fn throughput() {
+    let n = 3_000_000;
+    let input = filled_topic(n);
+    // Alternate the two guarantees so that the machine's drift hits both alike.
+    let mut alo = Vec::new();
+    let mut eos = Vec::new();
+    for _ in 0..3 {
+        alo.push(throughput_run(&input, n, false));
+        eos.push(throughput_run(&input, n, true));
+    }
+    let best = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
+    println!(
+        "| scenario 1 Kafka -> Kafka, at-least-once, 2 cores with the broker | {:.0}K events/s (runs: {}) | >= 500K events/s | {n} JSON clicks in 8 partitions, p=2 |",
+        best(&alo) / 1e3,
+        alo.iter()
+            .map(|v| format!("{:.0}K", v / 1e3))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "| same, exactly-once (checkpoint every 10 s) | {:.0}K events/s (runs: {}); {:.1}% below at-least-once | within 20% | a transaction per checkpoint and subtask |",
+        best(&eos) / 1e3,
+        eos.iter()
+            .map(|v| format!("{:.0}K", v / 1e3))
+            .collect::<Vec<_>>()
+            .join(", "),
+        (1.0 - best(&eos) / best(&alo)) * 100.0
+    );
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Production-to-visibility latency at `rate` clicks per second for `seconds`.
+fn latency_run(exactly_once: bool, rate: f64, seconds: f64, interval: Duration) -> String {
+    let input = unique("latency-in");
+    let output = unique("latency-out");
+    ensure_topics(&kafka(), &[(&input, 8), (&output, 8)], 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let env = env(2, Some(interval), dir.path());
+    etl::pipeline(
+        &env.from_source(source(&input)),
+        BadRecordPolicy::DeadLetter,
+        sink(&output, exactly_once),
+    );
+    let job = env.execute_async().unwrap();
+
+    let histogram = Arc::new(Mutex::new(
+        Histogram::<u64>::new_with_bounds(1, 600_000, 3).unwrap(),
+    ));
+    let done = Arc::new(AtomicBool::new(false));
+    let warmup_until = now_ms() + 3_000;
+    let reader = {
+        let (histogram, done, output) = (histogram.clone(), done.clone(), output.clone());
+        std::thread::spawn(move || {
+            let consumer: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", bootstrap())
+                .set("group.id", unique("latency-reader"))
+                .set("isolation.level", "read_committed")
+                .set("fetch.wait.max.ms", "5")
+                .create()
+                .unwrap();
+            let mut tpl = TopicPartitionList::new();
+            for p in 0..8 {
+                tpl.add_partition_offset(&output, p, Offset::Beginning)
+                    .unwrap();
+            }
+            consumer.assign(&tpl).unwrap();
+            while !done.load(Ordering::Acquire) {
+                if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
+                    let click: EnrichedClick =
+                        serde_json::from_slice(m.payload().unwrap()).unwrap();
+                    if click.event_time >= warmup_until {
+                        let ms = (now_ms() - click.event_time).max(1) as u64;
+                        histogram.lock().unwrap().record(ms).unwrap();
+                    }
+                }
+            }
+        })
+    };
+    let generator = ClickGenerator::new(ClicksConfig::default());
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("linger.ms", "1")
+        .create()
+        .unwrap();
+    let start = Instant::now();
+    let total = (rate * seconds) as u64;
+    for i in 0..total {
+        let due = start + Duration::from_secs_f64(i as f64 / rate);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let mut click = generator.generate(i);
+        click.event_time = now_ms();
+        send(
+            &producer,
+            &input,
+            (i % 8) as i32,
+            &serde_json::to_string(&click).unwrap(),
+        );
+        if i % 1000 == 0 {
+            producer.poll(Duration::ZERO);
+        }
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    // Let the last transaction commit, then stop.
+    std::thread::sleep(interval + Duration::from_secs(3));
+    done.store(true, Ordering::Release);
+    reader.join().unwrap();
+    job.stop();
+    job.wait().unwrap();
+    let h = histogram.lock().unwrap();
+    format!(
+        "p50 {} ms, p99 {} ms, max {} ms ({} samples)",
+        h.value_at_quantile(0.5),
+        h.value_at_quantile(0.99),
+        h.max(),
+        h.len()
+    )
+}
+
+fn latency() {
+    let (rate, seconds) = (50_000.0, 20.0);
+    let alo = latency_run(false, rate, seconds, Duration::from_secs(10));
+    println!(
+        "| latency Kafka -> Kafka, at-least-once, {rate:.0} clicks/s | {alo} | reported | produce time to visibility for a read_committed consumer, p=2 |"
+    );
+    let eos = latency_run(true, rate, seconds, Duration::from_secs(10));
+    println!(
+        "| latency Kafka -> Kafka, exactly-once, checkpoint every 10 s | {eos} | reported | records become visible when the checkpoint that covers them completes |"
+    );
+    let eos1 = latency_run(true, rate, seconds, Duration::from_secs(1));
+    println!(
+        "| latency Kafka -> Kafka, exactly-once, checkpoint every 1 s | {eos1} | reported | same |"
+    );
+}
+
+fn main() {
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let benches: Vec<(&str, fn())> = vec![("throughput", throughput), ("latency", latency)];
+    println!("| benchmark | measured | target | detail |");
+    println!("|---|---|---|---|");
+    for (name, bench) in benches {
+        if filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str())) {
+            bench();
+        }
+    }
+}

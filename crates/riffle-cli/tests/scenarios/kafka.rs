@@ -1,0 +1,240 @@
+//! The seed's job from Kafka to Kafka (`riffle demo --kafka`), against the broker
+//! `scripts/test.sh` starts: killed with SIGKILL at random points and restored from its latest
+//! checkpoint, every (user, window) count appears exactly once in `agg-clicks` for a
+//! read_committed reader and equals a batch computation over the input topic; malformed input
+//! lands in the dead-letter topic.
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use riffle::source::datagen::{ClickGenerator, ClicksConfig, Generator};
+use riffle_cli::clicks::is_bot;
+use riffle_cli::demos::UserCount;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn bootstrap() -> String {
+    std::env::var("RIFFLE_KAFKA_BOOTSTRAP").expect(
+        "RIFFLE_KAFKA_BOOTSTRAP is not set: run the tests with ./scripts/test.sh, which starts the Kafka broker",
+    )
+}
+
+/// Every record of `topic` a read_committed reader sees, until `quiet` passes without new ones
+/// (after at least `min` records or `wait`).
+fn read_topic(topic: &str, min: usize, wait: Duration, quiet: Duration) -> Vec<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", "riffle-scenario-reader")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .unwrap();
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..metadata.topics()[0].partitions().len() as i32 {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let (start, mut last) = (Instant::now(), Instant::now());
+    let mut out = Vec::new();
+    while start.elapsed() < wait && !(out.len() >= min && last.elapsed() > quiet) {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+            out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+            last = Instant::now();
+        }
+    }
+    out
+}
+
+/// A running `riffle`, killed (SIGKILL) when dropped, also when the test fails.
+struct Job(std::process::Child);
+
+impl Job {
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn spawn(args: &[String], dir: &std::path::Path) -> Job {
+    Job(Command::new(env!("CARGO_BIN_EXE_riffle"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap())
+}
+
+#[test]
+fn the_seed_job_between_kafka_topics_survives_kill_9_with_every_count_exactly_once() {
+    let prefix = format!("kill9-{}-{}-", std::process::id(), now_ms());
+    let clicks_topic = format!("{prefix}clicks");
+    let dir = tempfile::tempdir().unwrap();
+    let args: Vec<String> = [
+        "demo",
+        "--kafka",
+        &bootstrap(),
+        "--kafka-topic-prefix",
+        &prefix,
+        "--kafka-no-producer",
+        "--window-secs",
+        "1",
+        "--lateness-secs",
+        "0",
+        "--out-of-orderness-secs",
+        "3",
+        "--checkpoint-interval-ms",
+        "300",
+        "--checkpoint-dir",
+        "checkpoints",
+        "-p",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+
+    // The first run creates the topics; then the input goes in: 200K clicks over 10 s of event
+    // time, 3 malformed records, and one bot click per partition far ahead so that every window
+    // of the input closes.
+    let mut first = spawn(&args, dir.path());
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    let ready = Instant::now();
+    let metadata: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    while metadata
+        .fetch_metadata(Some(&clicks_topic), Duration::from_secs(5))
+        .map_or(true, |m| m.topics()[0].partitions().len() < 8)
+    {
+        assert!(
+            ready.elapsed() < Duration::from_secs(60),
+            "the demo did not create {clicks_topic}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let config = ClicksConfig {
+        users: 300,
+        events_per_second: 20_000.0,
+        late_share: 0.0,
+        ..ClicksConfig::default()
+    };
+    let generator = ClickGenerator::new(config.clone());
+    let mut expected: BTreeMap<(u64, i64), u64> = BTreeMap::new();
+    let send = |partition: i32, payload: String| {
+        let mut record = BaseRecord::<(), String>::to(&clicks_topic)
+            .partition(partition)
+            .payload(&payload);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    record = back;
+                    producer.poll(Duration::from_millis(10));
+                }
+            }
+        }
+    };
+    let mut last_time = 0;
+    for i in 0..200_000u64 {
+        let click = generator.generate(i);
+        if !is_bot(&click.user_agent) {
+            *expected
+                .entry((
+                    click.user_id,
+                    click.event_time - click.event_time.rem_euclid(1000),
+                ))
+                .or_default() += 1;
+        }
+        last_time = last_time.max(click.event_time);
+        send(
+            (click.user_id % 8) as i32,
+            serde_json::to_string(&click).unwrap(),
+        );
+        if i == 1_000 || i == 50_000 || i == 150_000 {
+            send((i % 8) as i32, format!("{{\"not a click\": {i}"));
+        }
+    }
+    for partition in 0..8 {
+        let mut bot = generator.generate(0);
+        bot.user_agent = "Googlebot/2.1".into();
+        bot.event_time = last_time + 60_000;
+        assert!(is_bot(&bot.user_agent));
+        send(partition, serde_json::to_string(&bot).unwrap());
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+
+    // Kill -9 at random points, restore from the latest checkpoint each time.
+    let mut restored = args.clone();
+    restored.extend(["--restore".to_string(), "latest".to_string()]);
+    let mut child = first;
+    let mut kills = Vec::new();
+    for round in 0..3u64 {
+        let pause = 1_500 + (now_ms() * 7919 + round * 1237) % 2_500;
+        std::thread::sleep(Duration::from_millis(pause));
+        child.kill(); // SIGKILL
+        kills.push(pause);
+        child = spawn(&restored, dir.path());
+    }
+    first = child;
+
+    let lines = read_topic(
+        &format!("{prefix}agg-clicks"),
+        expected.len(),
+        Duration::from_secs(180),
+        Duration::from_secs(5),
+    );
+    first.kill();
+
+    let mut seen: BTreeMap<(u64, i64), u64> = BTreeMap::new();
+    for line in &lines {
+        let count: UserCount = serde_json::from_str(line).unwrap();
+        assert!(!count.update, "no late clicks in this input: {line}");
+        let previous = seen.insert((count.user_id, count.window_start), count.count);
+        assert!(
+            previous.is_none(),
+            "{line} appears twice (kills after {kills:?} ms)"
+        );
+    }
+    assert_eq!(seen.len(), expected.len(), "kills after {kills:?} ms");
+    assert!(
+        seen == expected,
+        "the counts differ from the batch computation (kills after {kills:?} ms)"
+    );
+
+    let dead = read_topic(
+        &format!("{prefix}clicks-dlq"),
+        3,
+        Duration::from_secs(30),
+        Duration::from_secs(2),
+    );
+    assert_eq!(dead.len(), 3, "{dead:?}");
+    for letter in &dead {
+        let letter: riffle::source::DeadLetter = serde_json::from_str(letter).unwrap();
+        assert!(letter.payload.starts_with("{\"not a click\""), "{letter:?}");
+        assert!(letter.error.contains("invalid JSON"), "{letter:?}");
+    }
+}
