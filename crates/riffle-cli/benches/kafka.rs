@@ -151,7 +151,7 @@ fn throughput_run(input: &str, n: u64, exactly_once: bool) -> (f64, Duration) {
                 .map(|o| o.records_in.max(o.records_out))
                 .sum()
         };
-        if first_written.is_none() && total("Sink:") > 0 {
+        if first_written.is_none() && total(etl::WRITE) > 0 {
             first_written = Some((Instant::now(), total("Source:")));
         }
         if total("Source:") >= n {
@@ -178,22 +178,28 @@ fn throughput() {
         alo.push(throughput_run(&input, n, false));
         eos.push(throughput_run(&input, n, true));
     }
-    let best = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
+    let best = |v: &[(f64, Duration)]| v.iter().map(|r| r.0).fold(0.0, f64::max);
+    let runs = |v: &[(f64, Duration)]| {
+        v.iter()
+            .map(|(rate, startup)| {
+                format!(
+                    "{:.0}K after {:.1} s of start-up",
+                    rate / 1e3,
+                    startup.as_secs_f64()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     println!(
         "| scenario 1 Kafka -> Kafka, at-least-once, 2 cores with the broker | {:.0}K events/s (runs: {}) | >= 500K events/s | {n} JSON clicks in 8 partitions, p=2 |",
         best(&alo) / 1e3,
-        alo.iter()
-            .map(|v| format!("{:.0}K", v / 1e3))
-            .collect::<Vec<_>>()
-            .join(", ")
+        runs(&alo)
     );
     println!(
         "| same, exactly-once (checkpoint every 10 s) | {:.0}K events/s (runs: {}); {:.1}% below at-least-once | within 20% | a transaction per checkpoint and subtask |",
         best(&eos) / 1e3,
-        eos.iter()
-            .map(|v| format!("{:.0}K", v / 1e3))
-            .collect::<Vec<_>>()
-            .join(", "),
+        runs(&eos),
         (1.0 - best(&eos) / best(&alo)) * 100.0
     );
 }
