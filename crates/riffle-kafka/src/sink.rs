@@ -502,6 +502,14 @@ fn label(run: &str, subtask: usize, sequence: u64) -> Vec<u8> {
     label
 }
 
+/// The `riffle.txn` header of a record written in the transaction labelled `label`.
+fn txn_header(label: &[u8]) -> OwnedHeaders {
+    OwnedHeaders::new_with_capacity(1).insert(Header {
+        key: TXN_HEADER,
+        value: Some(label),
+    })
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -614,10 +622,7 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter<T> {
         for record in batch.drain(..) {
             let has_key = self.encoder.encode(&record.value)?;
             let key = has_key.then_some(self.encoder.key_bytes.as_slice());
-            let headers = OwnedHeaders::new_with_capacity(1).insert(Header {
-                key: TXN_HEADER,
-                value: Some(open.label.as_slice()),
-            });
+            let headers = txn_header(&open.label);
             open.slot
                 .producer
                 .send(key, &self.encoder.value, None, Some(headers))?;
@@ -819,10 +824,7 @@ fn rewrite(target: &Target, txn: &TransactionInfo, slot: &Slot) -> riffle::Resul
         .begin_transaction()
         .map_err(|e| kafka_error("cannot begin a recovery transaction", e))?;
     for (partition, key, payload) in &records {
-        let headers = OwnedHeaders::new_with_capacity(1).insert(Header {
-            key: TXN_HEADER,
-            value: Some(txn.label.as_slice()),
-        });
+        let headers = txn_header(&txn.label);
         producer.send(key.as_deref(), payload, Some(*partition), Some(headers))?;
     }
     producer.flush()?;
