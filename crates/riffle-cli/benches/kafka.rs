@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use riffle::checkpoint::CheckpointConfig;
 use riffle::source::BadRecordPolicy;
@@ -27,16 +26,11 @@ use riffle::source::datagen::{ClickGenerator, ClicksConfig, Generator, JsonPaylo
 use riffle::{EnvConfig, StreamEnv};
 use riffle_cli::clicks::EnrichedClick;
 use riffle_cli::demos::etl;
+use riffle_kafka::testing::{TestProducer, bootstrap};
 use riffle_kafka::{KafkaConnection, KafkaSink, KafkaSource, StartFrom, ensure_topics};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-fn bootstrap() -> String {
-    std::env::var("RIFFLE_KAFKA_BOOTSTRAP").expect(
-        "start the broker first: scripts/kafka.sh start && eval \"$(scripts/kafka.sh env)\"",
-    )
-}
 
 fn kafka() -> KafkaConnection {
     KafkaConnection::new(bootstrap())
@@ -50,40 +44,21 @@ fn unique(name: &str) -> String {
     format!("bench-{name}-{ms}")
 }
 
-fn producer() -> BaseProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("linger.ms", "20")
-        .set("batch.size", "1000000")
-        .create()
-        .unwrap()
-}
-
-fn send(producer: &BaseProducer, topic: &str, partition: i32, payload: &str) {
-    let mut record = BaseRecord::<(), str>::to(topic)
-        .partition(partition)
-        .payload(payload);
-    loop {
-        match producer.send(record) {
-            Ok(()) => return,
-            Err((_, back)) => {
-                record = back;
-                producer.poll(Duration::from_millis(5));
-            }
-        }
-    }
-}
-
 /// A topic of 8 partitions with `n` generated JSON clicks.
 fn filled_topic(n: u64) -> String {
     let topic = unique("clicks");
     ensure_topics(&kafka(), &[(&topic, 8)], 1).unwrap();
     let generator = JsonPayloads(ClickGenerator::new(ClicksConfig::default()));
-    let producer = producer();
+    let producer = TestProducer::new(&[("linger.ms", "20"), ("batch.size", "1000000")]);
     for i in 0..n {
-        send(&producer, &topic, (i % 8) as i32, &generator.generate(i));
+        producer.send(
+            &topic,
+            (i % 8) as i32,
+            None,
+            generator.generate(i).as_bytes(),
+        );
     }
-    producer.flush(Duration::from_secs(120)).unwrap();
+    producer.flush();
     topic
 }
 
@@ -259,11 +234,7 @@ fn latency_run(exactly_once: bool, rate: f64, seconds: f64, interval: Duration) 
         })
     };
     let generator = ClickGenerator::new(ClicksConfig::default());
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("linger.ms", "1")
-        .create()
-        .unwrap();
+    let producer = TestProducer::new(&[("linger.ms", "1")]);
     let start = Instant::now();
     let total = (rate * seconds) as u64;
     for i in 0..total {
@@ -273,17 +244,13 @@ fn latency_run(exactly_once: bool, rate: f64, seconds: f64, interval: Duration) 
         }
         let mut click = generator.generate(i);
         click.event_time = now_ms();
-        send(
-            &producer,
-            &input,
-            (i % 8) as i32,
-            &serde_json::to_string(&click).unwrap(),
-        );
+        let payload = serde_json::to_string(&click).unwrap();
+        producer.send(&input, (i % 8) as i32, None, payload.as_bytes());
         if i % 1000 == 0 {
-            producer.poll(Duration::ZERO);
+            producer.poll();
         }
     }
-    producer.flush(Duration::from_secs(30)).unwrap();
+    producer.flush();
     // Let the last transaction commit, then stop.
     std::thread::sleep(interval + Duration::from_secs(3));
     done.store(true, Ordering::Release);

@@ -27,6 +27,7 @@ mod admin;
 mod connection;
 mod sink;
 mod source;
+pub mod testing;
 
 pub use admin::{create_partitions, ensure_topics};
 pub use connection::KafkaConnection;

@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,7 +40,8 @@ const TXN_HEADER: &str = "riffle.txn";
 /// Time allowed to flushes, transaction commits and recovery reads.
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-type KeyFn<T> = Arc<dyn Fn(&T) -> Option<Vec<u8>> + Send + Sync>;
+/// Appends a value's key to the buffer; `false` for no key.
+type KeyFn<T> = Arc<dyn Fn(&T, &mut Vec<u8>) -> bool + Send + Sync>;
 type SerializeFn<T> = Arc<dyn Fn(&T, &mut Vec<u8>) -> riffle::Result<()> + Send + Sync>;
 
 /// Writes a stream to a Kafka topic as JSON.
@@ -60,6 +62,8 @@ pub struct KafkaSink<T> {
     key: Option<KeyFn<T>>,
     key_field: Option<String>,
     serialize: SerializeFn<T>,
+    /// Whether `serialize` writes JSON (a key field can be read from the value).
+    json: bool,
     prefix: Option<String>,
     pool: usize,
     _type: PhantomData<fn(T)>,
@@ -78,9 +82,11 @@ impl KafkaSink<String> {
 impl<T: Data> KafkaSink<T> {
     /// A sink writing JSON values to `topic`, at-least-once, without keys.
     pub fn json(kafka: KafkaConnection, topic: impl Into<String>) -> Self {
-        Self::with_serializer(kafka, topic, |value, out| {
+        let mut sink = Self::with_serializer(kafka, topic, |value, out| {
             serde_json::to_writer(out, value).map_err(riffle::Error::user)
-        })
+        });
+        sink.json = true;
+        sink
     }
 
     /// A sink writing values serialized by `serialize` (appending to the buffer it is given).
@@ -96,6 +102,7 @@ impl<T: Data> KafkaSink<T> {
             key: None,
             key_field: None,
             serialize: Arc::new(serialize),
+            json: false,
             prefix: None,
             pool: 4,
             _type: PhantomData,
@@ -104,7 +111,10 @@ impl<T: Data> KafkaSink<T> {
 
     /// The record key is this function of the value (Kafka partitions by key).
     pub fn key<K: AsRef<[u8]>>(mut self, key: impl Fn(&T) -> K + Send + Sync + 'static) -> Self {
-        self.key = Some(Arc::new(move |value| Some(key(value).as_ref().to_vec())));
+        self.key = Some(Arc::new(move |value, out: &mut Vec<u8>| {
+            out.extend_from_slice(key(value).as_ref());
+            true
+        }));
         self
     }
 
@@ -168,6 +178,12 @@ impl<T: Data> Sink<T> for KafkaSink<T> {
             return Err(riffle::Error::config(
                 "topic",
                 "a Kafka sink needs a topic name",
+            ));
+        }
+        if self.key_field.is_some() && !self.json {
+            return Err(riffle::Error::config(
+                "key_field",
+                "reads the key from a JSON value: use KafkaSink::json, or key(..) with other formats",
             ));
         }
         if self.guarantee == Guarantee::ExactlyOnce && self.pool < 2 {
@@ -249,21 +265,23 @@ impl<T: Data> Encoder<T> {
             return Ok(has_key);
         }
         (self.serialize)(value, &mut self.value)?;
-        match self.key.as_ref().and_then(|key| key(value)) {
-            Some(key) => {
-                self.key_bytes = key;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        self.key_bytes.clear();
+        Ok(self
+            .key
+            .as_ref()
+            .is_some_and(|key| key(value, &mut self.key_bytes)))
     }
 }
 
-/// Collects delivery reports: the first failure, and (in a transaction) the offset range written
-/// in each partition.
+/// Collects delivery reports: the first failure, and for a transactional producer the offset
+/// range written in each partition.
 #[derive(Default)]
 struct Deliveries {
-    failed: Mutex<Option<String>>,
+    /// Whether a delivery failed (checked after every batch; the message is in `failure`).
+    failed: AtomicBool,
+    failure: Mutex<Option<String>>,
+    /// Offset ranges are tracked (exactly-once only).
+    track_ranges: bool,
     ranges: Mutex<BTreeMap<i32, (i64, i64)>>,
 }
 
@@ -274,6 +292,7 @@ impl ProducerContext for Deliveries {
 
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         match result {
+            Ok(_) if !self.track_ranges => {}
             Ok(message) => {
                 let (partition, offset) = (message.partition(), message.offset());
                 let mut ranges = self.ranges.lock().expect("ranges lock");
@@ -282,10 +301,11 @@ impl ProducerContext for Deliveries {
                 range.1 = range.1.max(offset);
             }
             Err((error, _)) => {
-                let mut failed = self.failed.lock().expect("failed lock");
-                if failed.is_none() {
-                    *failed = Some(error.to_string());
+                let mut failure = self.failure.lock().expect("failure lock");
+                if failure.is_none() {
+                    *failure = Some(error.to_string());
                 }
+                self.failed.store(true, Ordering::Release);
             }
         }
     }
@@ -312,7 +332,10 @@ impl Target {
             config.set("transactional.id", id);
         }
         let producer: BaseProducer<Deliveries> = config
-            .create_with_context(Deliveries::default())
+            .create_with_context(Deliveries {
+                track_ranges: transactional_id.is_some(),
+                ..Deliveries::default()
+            })
             .map_err(|e| kafka_error("cannot create a producer", e))?;
         if let Some(id) = transactional_id {
             producer
@@ -379,14 +402,11 @@ impl KafkaProducer {
 
     /// Fails if a delivery failed.
     fn check(&self) -> riffle::Result<()> {
-        match self
-            .producer
-            .context()
-            .failed
-            .lock()
-            .expect("failed lock")
-            .as_ref()
-        {
+        let deliveries = self.producer.context();
+        if !deliveries.failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        match deliveries.failure.lock().expect("failed lock").as_ref() {
             Some(error) => Err(riffle::Error::user(format!(
                 "kafka: a record could not be written to `{}`: {error}",
                 self.topic

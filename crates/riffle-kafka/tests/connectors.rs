@@ -83,7 +83,7 @@ fn an_exactly_once_copy_has_every_record_once_and_commits_offsets_to_the_group()
         );
     let job = env.execute_async().unwrap();
 
-    let copied = read_committed(&output, Duration::from_secs(60), |n| n >= 2000);
+    let copied = read_committed(&output, Duration::from_secs(60), |n, _| n >= 2000);
     assert_eq!(
         copied.len(),
         2000,
@@ -98,9 +98,9 @@ fn an_exactly_once_copy_has_every_record_once_and_commits_offsets_to_the_group()
 
     let mut values: Vec<Event> = copied
         .iter()
-        .map(|(_, _, key, value)| {
-            let event: Event = serde_json::from_str(value).unwrap();
-            assert_eq!(key, &event.user, "keyed by the user field");
+        .map(|record| {
+            let event: Event = serde_json::from_str(&record.value).unwrap();
+            assert_eq!(record.key, event.user, "keyed by the user field");
             event
         })
         .collect();
@@ -115,7 +115,7 @@ fn an_exactly_once_copy_has_every_record_once_and_commits_offsets_to_the_group()
     assert_eq!(values, expected);
     // Nothing more after the stop (it drained and committed the last transaction).
     assert_eq!(
-        read_committed(&output, Duration::from_secs(2), |_| false).len(),
+        read_committed(&output, Duration::from_secs(2), |_, _| false).len(),
         2000
     );
 
@@ -167,9 +167,9 @@ fn batch(range: std::ops::Range<u64>) -> Vec<Record<Event>> {
 }
 
 fn committed_ns(output: &str) -> Vec<u64> {
-    let mut ns: Vec<u64> = read_committed(output, Duration::from_secs(3), |_| false)
+    let mut ns: Vec<u64> = read_committed(output, Duration::from_secs(3), |_, _| false)
         .iter()
-        .map(|(_, _, _, v)| serde_json::from_str::<Event>(v).unwrap().n)
+        .map(|record| serde_json::from_str::<Event>(&record.value).unwrap().n)
         .collect();
     ns.sort();
     ns
@@ -223,10 +223,10 @@ fn an_idle_partition_does_not_stall_event_time_windows() {
     let producer = {
         let input = input.clone();
         std::thread::spawn(move || {
-            let producer = TestProducer::new();
+            let producer = TestProducer::new(&[("linger.ms", "0")]);
             for n in 0..300u64 {
                 let click = event_json(&format!("u{}", n % 3), n, n as i64 * 1_000);
-                producer.send(&input, &[(0, "u".into(), click)]);
+                send(&producer, &input, &[(0, "u".into(), click)]);
                 std::thread::sleep(Duration::from_millis(10));
             }
         })

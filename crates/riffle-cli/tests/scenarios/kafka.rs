@@ -8,12 +8,12 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use riffle::source::datagen::{ClickGenerator, ClicksConfig, Generator};
 use riffle_cli::clicks::is_bot;
 use riffle_cli::demos::UserCount;
+use riffle_kafka::testing::{TestProducer, bootstrap, read_committed};
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -22,40 +22,13 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-fn bootstrap() -> String {
-    std::env::var("RIFFLE_KAFKA_BOOTSTRAP").expect(
-        "RIFFLE_KAFKA_BOOTSTRAP is not set: run the tests with ./scripts/test.sh, which starts the Kafka broker",
-    )
-}
-
-/// Every record of `topic` a read_committed reader sees, until `quiet` passes without new ones
-/// (after at least `min` records or `wait`).
+/// The values of `topic` a read_committed reader sees, once `quiet` passed without new ones
+/// after at least `min` records (or `wait` passed).
 fn read_topic(topic: &str, min: usize, wait: Duration, quiet: Duration) -> Vec<String> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("group.id", "riffle-scenario-reader")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()
-        .unwrap();
-    let metadata = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..metadata.topics()[0].partitions().len() as i32 {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&tpl).unwrap();
-    let (start, mut last) = (Instant::now(), Instant::now());
-    let mut out = Vec::new();
-    while start.elapsed() < wait && !(out.len() >= min && last.elapsed() > quiet) {
-        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
-            out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
-            last = Instant::now();
-        }
-    }
-    out
+    read_committed(topic, wait, |n, silent| n >= min && silent > quiet)
+        .into_iter()
+        .map(|record| record.value)
+        .collect()
 }
 
 /// A running `riffle`, killed (SIGKILL) when dropped, also when the test fails.
@@ -117,10 +90,6 @@ fn the_seed_job_between_kafka_topics_survives_kill_9_with_every_count_exactly_on
     // time, 3 malformed records, and one bot click per partition far ahead so that every window
     // of the input closes.
     let mut first = spawn(&args, dir.path());
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .create()
-        .unwrap();
     let ready = Instant::now();
     let metadata: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
@@ -136,73 +105,89 @@ fn the_seed_job_between_kafka_topics_survives_kill_9_with_every_count_exactly_on
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    let config = ClicksConfig {
+    let generator = ClickGenerator::new(ClicksConfig {
         users: 300,
         events_per_second: 20_000.0,
         late_share: 0.0,
         ..ClicksConfig::default()
-    };
-    let generator = ClickGenerator::new(config.clone());
+    });
+    let clicks: Vec<_> = (0..200_000u64).map(|i| generator.generate(i)).collect();
     let mut expected: BTreeMap<(u64, i64), u64> = BTreeMap::new();
-    let send = |partition: i32, payload: String| {
-        let mut record = BaseRecord::<(), String>::to(&clicks_topic)
-            .partition(partition)
-            .payload(&payload);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    record = back;
-                    producer.poll(Duration::from_millis(10));
+    for click in clicks.iter().filter(|c| !is_bot(&c.user_agent)) {
+        let window = click.event_time - click.event_time.rem_euclid(1000);
+        *expected.entry((click.user_id, window)).or_default() += 1;
+    }
+    // Written over ~4 s while the job runs (and is killed): the end of the input, a bot click far
+    // ahead in every partition, comes last, so no run can finish before the first kill.
+    let writer = {
+        let topic = clicks_topic.clone();
+        std::thread::spawn(move || {
+            let producer = TestProducer::new(&[]);
+            let send = |partition: i32, payload: String| {
+                producer.send(&topic, partition, None, payload.as_bytes())
+            };
+            for (i, click) in clicks.iter().enumerate() {
+                send(
+                    (click.user_id % 8) as i32,
+                    serde_json::to_string(click).unwrap(),
+                );
+                if i == 1_000 || i == 50_000 || i == 150_000 {
+                    send((i % 8) as i32, format!("{{\"not a click\": {i}"));
+                }
+                if i % 5_000 == 4_999 {
+                    producer.flush();
+                    std::thread::sleep(Duration::from_millis(100));
                 }
             }
-        }
+            let last_time = clicks.iter().map(|c| c.event_time).max().unwrap();
+            for partition in 0..8 {
+                let mut bot = clicks[0].clone();
+                bot.user_agent = "Googlebot/2.1".into();
+                bot.event_time = last_time + 60_000;
+                assert!(is_bot(&bot.user_agent));
+                send(partition, serde_json::to_string(&bot).unwrap());
+            }
+            producer.flush();
+        })
     };
-    let mut last_time = 0;
-    for i in 0..200_000u64 {
-        let click = generator.generate(i);
-        if !is_bot(&click.user_agent) {
-            *expected
-                .entry((
-                    click.user_id,
-                    click.event_time - click.event_time.rem_euclid(1000),
-                ))
-                .or_default() += 1;
-        }
-        last_time = last_time.max(click.event_time);
-        send(
-            (click.user_id % 8) as i32,
-            serde_json::to_string(&click).unwrap(),
-        );
-        if i == 1_000 || i == 50_000 || i == 150_000 {
-            send((i % 8) as i32, format!("{{\"not a click\": {i}"));
-        }
-    }
-    for partition in 0..8 {
-        let mut bot = generator.generate(0);
-        bot.user_agent = "Googlebot/2.1".into();
-        bot.event_time = last_time + 60_000;
-        assert!(is_bot(&bot.user_agent));
-        send(partition, serde_json::to_string(&bot).unwrap());
-    }
-    producer.flush(Duration::from_secs(30)).unwrap();
 
-    // Kill -9 at random points, restore from the latest checkpoint each time.
+    // Kill -9 at random points, restore from the latest checkpoint each time. The first kill
+    // comes while the input is still being written, so that the restores have work to do.
+    let counts_topic = format!("{prefix}agg-clicks");
     let mut restored = args.clone();
     restored.extend(["--restore".to_string(), "latest".to_string()]);
     let mut child = first;
     let mut kills = Vec::new();
     for round in 0..3u64 {
-        let pause = 1_500 + (now_ms() * 7919 + round * 1237) % 2_500;
+        let random = (now_ms() * 7919 + round * 1237) % 1_000;
+        let pause = if round == 0 {
+            700 + random / 2
+        } else {
+            1_500 + random * 2
+        };
         std::thread::sleep(Duration::from_millis(pause));
         child.kill(); // SIGKILL
         kills.push(pause);
+        if round == 0 {
+            let partial = read_topic(
+                &counts_topic,
+                0,
+                Duration::from_secs(10),
+                Duration::from_secs(1),
+            );
+            assert!(
+                partial.len() < expected.len(),
+                "the first kill came after the job had written everything ({} counts)",
+                partial.len()
+            );
+        }
         child = spawn(&restored, dir.path());
     }
     first = child;
+    writer.join().unwrap();
 
     let lines = read_topic(
-        &format!("{prefix}agg-clicks"),
+        &counts_topic,
         expected.len(),
         Duration::from_secs(180),
         Duration::from_secs(5),

@@ -1,5 +1,5 @@
-//! What the Kafka tests share: the broker `scripts/test.sh` starts, unique topics, a producer and
-//! a `read_committed` reader.
+//! What the Kafka tests share, on top of `riffle_kafka::testing`: unique topics, writing
+//! `(partition, key, value)` records, the committed offsets of a group.
 
 #![allow(dead_code)]
 
@@ -8,17 +8,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+pub use riffle_kafka::testing::{TestProducer, bootstrap, read_committed};
 use riffle_kafka::{KafkaConnection, ensure_topics};
-
-/// The broker started by `scripts/test.sh` (`scripts/kafka.sh start`); no test runs without it.
-pub fn bootstrap() -> String {
-    std::env::var("RIFFLE_KAFKA_BOOTSTRAP").expect(
-        "RIFFLE_KAFKA_BOOTSTRAP is not set: run the tests with ./scripts/test.sh, which starts the \
-         Kafka broker (or `scripts/kafka.sh start && eval \"$(scripts/kafka.sh env)\"`)",
-    )
-}
 
 pub fn kafka() -> KafkaConnection {
     KafkaConnection::new(bootstrap())
@@ -40,84 +32,17 @@ pub fn topic(name: &str, partitions: i32) -> String {
     topic
 }
 
-/// A plain producer for the tests' input.
-pub struct TestProducer(BaseProducer);
-
-impl TestProducer {
-    pub fn new() -> Self {
-        TestProducer(
-            ClientConfig::new()
-                .set("bootstrap.servers", bootstrap())
-                .set("linger.ms", "0")
-                .create()
-                .unwrap(),
-        )
+/// Writes `(partition, key, value)` records with `producer` and waits until they are acknowledged.
+pub fn send(producer: &TestProducer, topic: &str, records: &[(i32, String, String)]) {
+    for (partition, key, value) in records {
+        producer.send(topic, *partition, Some(key.as_bytes()), value.as_bytes());
     }
-
-    /// Writes `(partition, key, value)` records and waits until they are acknowledged.
-    pub fn send(&self, topic: &str, records: &[(i32, String, String)]) {
-        for (partition, key, value) in records {
-            let mut record = BaseRecord::to(topic)
-                .partition(*partition)
-                .key(key)
-                .payload(value);
-            loop {
-                match self.0.send(record) {
-                    Ok(()) => break,
-                    Err((_, back)) => {
-                        record = back;
-                        self.0.poll(Duration::from_millis(10));
-                    }
-                }
-            }
-        }
-        self.0.flush(Duration::from_secs(30)).unwrap();
-    }
+    producer.flush();
 }
 
 /// Writes `(partition, key, value)` records and waits until they are acknowledged.
 pub fn produce(topic: &str, records: &[(i32, String, String)]) {
-    TestProducer::new().send(topic, records);
-}
-
-/// Reads every committed record of `topic` (all partitions) until `done` says enough or `wait`
-/// passes; returns (partition, offset, key, value) in partition and offset order.
-pub fn read_committed(
-    topic: &str,
-    wait: Duration,
-    mut done: impl FnMut(usize) -> bool,
-) -> Vec<(i32, i64, String, String)> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("group.id", "riffle-test-reader")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .create()
-        .unwrap();
-    let metadata = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .unwrap();
-    let partitions = metadata.topics()[0].partitions().len() as i32;
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&tpl).unwrap();
-    let mut out = Vec::new();
-    let deadline = Instant::now() + wait;
-    while Instant::now() < deadline && !done(out.len()) {
-        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
-            out.push((
-                m.partition(),
-                m.offset(),
-                String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
-                String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
-            ));
-        }
-    }
-    out.sort();
-    out
+    send(&TestProducer::new(&[("linger.ms", "0")]), topic, records);
 }
 
 /// The offsets `group` committed for `topic`, by partition.

@@ -80,16 +80,18 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
             subtask: setup.subtask,
             parallelism: setup.parallelism,
             known: HashSet::new(),
-            interval: self.source.discovery_interval(),
+            interval: Duration::ZERO,
             next: Instant::now(),
             _records: std::marker::PhantomData,
         };
         let readers = discovery
             .readers_for(splits.as_ref().expect("splits enumerated"))
             .map_err(in_operator)?;
-        if let Some(interval) = discovery.interval {
+        let discovery = self.source.discovery_interval().map(|interval| {
+            discovery.interval = interval;
             discovery.next = Instant::now() + interval;
-        }
+            Box::new(discovery) as Box<dyn DiscoverSplits<T>>
+        });
         // Every old subtask's positions reach every new one: each seeks the splits it reads.
         let mut restored = HashMap::new();
         if let Some(restore) = &setup.restore {
@@ -108,10 +110,7 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
             watermark_interval: setup.watermark_interval,
             splits: Vec::new(),
             restored,
-            discovery: match discovery.interval {
-                Some(_) => Some(Box::new(discovery)),
-                None => None,
-            },
+            discovery,
             positions_in_flight: VecDeque::new(),
             chain: output,
             dead_letter: setup.dead_letter,
@@ -137,7 +136,7 @@ struct Discovery<T: Data, S: Source<T>> {
     parallelism: usize,
     /// The splits already read, by their debug form.
     known: HashSet<String>,
-    interval: Option<Duration>,
+    interval: Duration,
     next: Instant,
     _records: std::marker::PhantomData<fn() -> T>,
 }
@@ -166,13 +165,10 @@ trait DiscoverSplits<T>: Send {
 
 impl<T: Data, S: Source<T>> DiscoverSplits<T> for Discovery<T, S> {
     fn poll(&mut self, now: Instant) -> Result<Vec<Box<dyn SplitReader<T>>>> {
-        let Some(interval) = self.interval else {
-            return Ok(Vec::new());
-        };
         if now < self.next {
             return Ok(Vec::new());
         }
-        self.next = now + interval;
+        self.next = now + self.interval;
         let splits = self.source.splits(self.parallelism)?;
         self.readers_for(&splits)
     }

@@ -41,20 +41,17 @@ impl<T: Serialize> SourceWatermarks<T> {
         splits: usize,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        let now = clock.now();
-        SourceWatermarks {
-            splits: (0..splits)
-                .map(|_| SplitState {
-                    generator: strategy.generator.as_ref().map(|factory| factory()),
-                    last_record_at: now,
-                    finished: false,
-                })
-                .collect(),
+        let mut watermarks = SourceWatermarks {
+            splits: Vec::with_capacity(splits),
             strategy,
             clock,
             emitted: MIN_WATERMARK,
             idle: false,
+        };
+        for _ in 0..splits {
+            watermarks.add_split();
         }
+        watermarks
     }
 
     /// Assigns event time to the records just read from `split`, moves those too far ahead of
@@ -110,8 +107,8 @@ impl<T: Serialize> SourceWatermarks<T> {
         self.strategy.every_batch
     }
 
-    /// A split that appeared while the job runs; it holds the watermark back once it has records
-    /// (until then it is idle when the strategy has an idleness timeout).
+    /// A split to track (one that appeared while the job runs too); it holds the watermark back
+    /// once it has records, and until then it is idle when the strategy has an idleness timeout.
     pub(crate) fn add_split(&mut self) {
         self.splits.push(SplitState {
             generator: self.strategy.generator.as_ref().map(|factory| factory()),

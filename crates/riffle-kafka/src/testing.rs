@@ -1,0 +1,123 @@
+//! Helpers for tests and benchmarks against a real broker: the bootstrap address the test
+//! scripts export, a producer of input records, and a `read_committed` reader of a whole topic.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+/// The broker `scripts/test.sh` starts (`RIFFLE_KAFKA_BOOTSTRAP`); panics with what to run when
+/// it is not set, so that no test silently skips.
+pub fn bootstrap() -> String {
+    std::env::var("RIFFLE_KAFKA_BOOTSTRAP").expect(
+        "RIFFLE_KAFKA_BOOTSTRAP is not set: run the tests with ./scripts/test.sh, which starts the \
+         Kafka broker (or `scripts/kafka.sh start && eval \"$(scripts/kafka.sh env)\"`)",
+    )
+}
+
+/// A plain producer of test input.
+///
+/// ```no_run
+/// let producer = riffle_kafka::testing::TestProducer::new(&[("linger.ms", "0")]);
+/// producer.send("clicks", 0, None, br#"{"user_id":7}"#);
+/// producer.flush();
+/// ```
+pub struct TestProducer(BaseProducer);
+
+impl TestProducer {
+    /// A producer to the test broker with these client settings.
+    pub fn new(settings: &[(&str, &str)]) -> Self {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", bootstrap());
+        for (key, value) in settings {
+            config.set(*key, *value);
+        }
+        TestProducer(config.create().expect("a producer"))
+    }
+
+    /// Queues a record, waiting for room in the queue.
+    pub fn send(&self, topic: &str, partition: i32, key: Option<&[u8]>, value: &[u8]) {
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic)
+            .partition(partition)
+            .payload(value);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        loop {
+            match self.0.send(record) {
+                Ok(()) => return,
+                Err((_, back)) => {
+                    record = back;
+                    self.0.poll(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+
+    /// Serves delivery reports without waiting (call it now and then when producing steadily).
+    pub fn poll(&self) {
+        self.0.poll(Duration::ZERO);
+    }
+
+    /// Waits until every queued record is acknowledged.
+    pub fn flush(&self) {
+        self.0
+            .flush(Duration::from_secs(60))
+            .expect("records acknowledged");
+    }
+}
+
+/// A record a reader got.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Consumed {
+    /// Partition.
+    pub partition: i32,
+    /// Offset in the partition.
+    pub offset: i64,
+    /// The key (invalid UTF-8 replaced), empty without one.
+    pub key: String,
+    /// The value (invalid UTF-8 replaced).
+    pub value: String,
+}
+
+/// Reads `topic` from the beginning of every partition as a `read_committed` consumer until
+/// `done(records so far, time since the last record)` says so or `wait` passes; the records in
+/// partition and offset order.
+pub fn read_committed(
+    topic: &str,
+    wait: Duration,
+    mut done: impl FnMut(usize, Duration) -> bool,
+) -> Vec<Consumed> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", "riffle-test-reader")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .expect("a consumer");
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("topic metadata");
+    let mut tpl = TopicPartitionList::new();
+    for partition in 0..metadata.topics()[0].partitions().len() as i32 {
+        tpl.add_partition_offset(topic, partition, Offset::Beginning)
+            .expect("a partition");
+    }
+    consumer.assign(&tpl).expect("assigned");
+    let (start, mut last) = (Instant::now(), Instant::now());
+    let mut out = Vec::new();
+    while start.elapsed() < wait && !done(out.len(), last.elapsed()) {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+            out.push(Consumed {
+                partition: m.partition(),
+                offset: m.offset(),
+                key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+                value: String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+            });
+            last = Instant::now();
+        }
+    }
+    out.sort();
+    out
+}
