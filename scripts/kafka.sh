@@ -128,6 +128,8 @@ case "${1:-}" in
     ;;
   env)
     echo "export RIFFLE_KAFKA_BOOTSTRAP=127.0.0.1:$PORT"
+    # The broker's process, for benchmarks that account its CPU time.
+    if running; then echo "export RIFFLE_KAFKA_PID=$(cat "$PIDFILE")"; fi
     ;;
   *)
     echo "usage: scripts/kafka.sh start|stop|env" >&2

@@ -1,5 +1,5 @@
 //! Topic administration the connectors and demos need: create topics that do not exist yet, add
-//! partitions.
+//! partitions, delete topics.
 
 use std::time::Duration;
 
@@ -56,6 +56,25 @@ pub fn ensure_topics(
             Err((topic, code)) => {
                 return Err(riffle::Error::user(format!(
                     "kafka: cannot create topic `{topic}`: {code}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Deletes `topics` (those that do not exist are skipped).
+pub fn delete_topics(kafka: &KafkaConnection, topics: &[&str]) -> riffle::Result<()> {
+    let admin = admin(kafka)?;
+    let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
+    let results = wait(admin.delete_topics(topics, &options))?
+        .map_err(|e| kafka_error("cannot delete topics", e))?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+            Err((topic, code)) => {
+                return Err(riffle::Error::user(format!(
+                    "kafka: cannot delete topic `{topic}`: {code}"
                 )));
             }
         }

@@ -29,7 +29,7 @@ mod sink;
 mod source;
 pub mod testing;
 
-pub use admin::{create_partitions, ensure_topics};
+pub use admin::{create_partitions, delete_topics, ensure_topics};
 pub use connection::KafkaConnection;
 pub use sink::KafkaSink;
 pub use source::{KafkaPartition, KafkaSource, StartFrom};

@@ -13,9 +13,12 @@
 //! restarted job re-initialises the same ids: Kafka fences the old producers and aborts what they
 //! left open. A failure between the completion of checkpoint N and the commit of its transaction
 //! is repaired on restore: the transaction's records are still in the log (aborted records are
-//! kept), found by the `riffle.txn` header every record carries, and written again in a new
-//! transaction — unless a `read_committed` read shows the commit happened. Readers of the topic
-//! must use `isolation.level=read_committed`.
+//! kept) at the offsets the delivery reports gave (stored as runs of consecutive offsets per
+//! partition), and are written again in a new transaction — unless a `read_committed` read shows
+//! the commit happened. The copies carry a `riffle.txn` header naming the transaction, so that a
+//! later recovery from the same checkpoint sees them and does not write them twice; records
+//! written normally carry nothing extra. Readers of the topic must use
+//! `isolation.level=read_committed`.
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
@@ -35,9 +38,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::{KafkaConnection, kafka_error};
 
-/// The header naming the transaction a record was written in (exactly-once mode).
+/// The header naming the transaction a recovery's copy of a record belongs to.
 const TXN_HEADER: &str = "riffle.txn";
-/// Time allowed to flushes, transaction commits and recovery reads.
+/// Time allowed to flushes, transaction commits and recovery reads, unless set with
+/// [`KafkaSink::broker_timeout`].
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Appends a value's key to the buffer; `false` for no key.
@@ -66,6 +70,7 @@ pub struct KafkaSink<T> {
     json: bool,
     prefix: Option<String>,
     pool: usize,
+    timeout: Duration,
     _type: PhantomData<fn(T)>,
 }
 
@@ -105,6 +110,7 @@ impl<T: Data> KafkaSink<T> {
             json: false,
             prefix: None,
             pool: 4,
+            timeout: TIMEOUT,
             _type: PhantomData,
         }
     }
@@ -153,6 +159,14 @@ impl<T: Data> KafkaSink<T> {
         self
     }
 
+    /// How long a flush at a barrier, a transaction commit or the initialisation of transactions
+    /// waits for the brokers before the job fails and restores from its last checkpoint (default
+    /// 60 s; librdkafka retries within it, so shorter broker outages go unnoticed).
+    pub fn broker_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
     fn encoder(&self) -> Encoder<T> {
         Encoder {
             key: self.key.clone(),
@@ -186,6 +200,9 @@ impl<T: Data> Sink<T> for KafkaSink<T> {
                 "reads the key from a JSON value: use KafkaSink::json, or key(..) with other formats",
             ));
         }
+        if self.timeout.is_zero() {
+            return Err(riffle::Error::config("broker_timeout", "must be positive"));
+        }
         if self.guarantee == Guarantee::ExactlyOnce && self.pool < 2 {
             return Err(riffle::Error::config(
                 "transaction_pool",
@@ -203,6 +220,7 @@ impl<T: Data> Sink<T> for KafkaSink<T> {
         let target = Target {
             kafka: self.kafka.clone(),
             topic: self.topic.clone(),
+            timeout: self.timeout,
         };
         Ok(match self.guarantee {
             Guarantee::AtLeastOnce => Box::new(AtLeastOnceWriter {
@@ -280,9 +298,10 @@ struct Deliveries {
     /// Whether a delivery failed (checked after every batch; the message is in `failure`).
     failed: AtomicBool,
     failure: Mutex<Option<String>>,
-    /// Offset ranges are tracked (exactly-once only).
+    /// Offsets written are tracked (exactly-once only).
     track_ranges: bool,
-    ranges: Mutex<BTreeMap<i32, (i64, i64)>>,
+    /// By partition, the runs of consecutive offsets written (first, last).
+    ranges: Mutex<BTreeMap<i32, Vec<(i64, i64)>>>,
 }
 
 impl ClientContext for Deliveries {}
@@ -296,9 +315,11 @@ impl ProducerContext for Deliveries {
             Ok(message) => {
                 let (partition, offset) = (message.partition(), message.offset());
                 let mut ranges = self.ranges.lock().expect("ranges lock");
-                let range = ranges.entry(partition).or_insert((offset, offset));
-                range.0 = range.0.min(offset);
-                range.1 = range.1.max(offset);
+                let runs = ranges.entry(partition).or_default();
+                match runs.last_mut() {
+                    Some(run) if run.1 + 1 == offset => run.1 = offset,
+                    _ => runs.push((offset, offset)),
+                }
             }
             Err((error, _)) => {
                 let mut failure = self.failure.lock().expect("failure lock");
@@ -316,6 +337,8 @@ impl ProducerContext for Deliveries {
 struct Target {
     kafka: KafkaConnection,
     topic: String,
+    /// See [`KafkaSink::broker_timeout`].
+    timeout: Duration,
 }
 
 impl Target {
@@ -339,12 +362,13 @@ impl Target {
             .map_err(|e| kafka_error("cannot create a producer", e))?;
         if let Some(id) = transactional_id {
             producer
-                .init_transactions(TIMEOUT)
+                .init_transactions(self.timeout)
                 .map_err(|e| kafka_error(format!("cannot initialise transactions of `{id}`"), e))?;
         }
         Ok(KafkaProducer {
             producer,
             topic: self.topic.clone(),
+            timeout: self.timeout,
         })
     }
 
@@ -364,27 +388,21 @@ impl Target {
 struct KafkaProducer {
     producer: BaseProducer<Deliveries>,
     topic: String,
+    timeout: Duration,
 }
 
 impl KafkaProducer {
     /// Queues one record, waiting for room in the producer's queue (back-pressure).
-    fn send(
-        &self,
-        key: Option<&[u8]>,
-        payload: &[u8],
-        partition: Option<i32>,
-        headers: Option<OwnedHeaders>,
-    ) -> riffle::Result<()> {
+    fn send(&self, key: Option<&[u8]>, payload: &[u8]) -> riffle::Result<()> {
         let mut record = BaseRecord::to(&self.topic).payload(payload);
         if let Some(key) = key {
             record = record.key(key);
         }
-        if let Some(partition) = partition {
-            record = record.partition(partition);
-        }
-        if let Some(headers) = headers {
-            record = record.headers(headers);
-        }
+        self.enqueue(record)
+    }
+
+    /// Queues `record`, waiting for room in the producer's queue.
+    fn enqueue(&self, mut record: BaseRecord<'_, [u8], [u8]>) -> riffle::Result<()> {
         loop {
             match self.producer.send(record) {
                 Ok(()) => return Ok(()),
@@ -418,7 +436,7 @@ impl KafkaProducer {
     /// Waits until every queued record is delivered.
     fn flush(&self) -> riffle::Result<()> {
         self.producer
-            .flush(TIMEOUT)
+            .flush(self.timeout)
             .map_err(|e| kafka_error(format!("cannot flush to `{}`", self.topic), e))?;
         self.check()
     }
@@ -440,7 +458,7 @@ impl<T: Data> SinkWriter<T> for AtLeastOnceWriter<T> {
         for record in batch.drain(..) {
             let has_key = self.encoder.encode(&record.value)?;
             let key = has_key.then_some(self.encoder.key_bytes.as_slice());
-            self.producer.send(key, &self.encoder.value, None, None)?;
+            self.producer.send(key, &self.encoder.value)?;
         }
         self.producer.serve()
     }
@@ -462,9 +480,10 @@ impl<T: Data> SinkWriter<T> for AtLeastOnceWriter<T> {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct TransactionInfo {
     transactional_id: String,
-    /// The value of every record's `riffle.txn` header (12 bytes, see [`label`]).
+    /// Names the transaction in the `riffle.txn` header of a recovery's copies (12 bytes, see
+    /// [`label`]).
     label: Vec<u8>,
-    /// Partition, first and last offset written.
+    /// The offsets written, as runs of consecutive offsets: partition, first, last.
     ranges: Vec<(i32, i64, i64)>,
 }
 
@@ -512,7 +531,7 @@ struct TransactionalWriter<T> {
 }
 
 /// The label of a subtask's `sequence`-th transaction in run `run`: 8 bytes naming the run and
-/// subtask, 4 the sequence. Short, since every record carries it.
+/// subtask, 4 the sequence.
 fn label(run: &str, subtask: usize, sequence: u64) -> Vec<u8> {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::hash::DefaultHasher::new();
@@ -604,7 +623,10 @@ impl<T: Data> TransactionalWriter<T> {
             .lock()
             .expect("ranges lock")
             .iter()
-            .map(|(&partition, &(first, last))| (partition, first, last))
+            .flat_map(|(&partition, runs)| {
+                runs.iter()
+                    .map(move |&(first, last)| (partition, first, last))
+            })
             .collect();
         Ok(Some(PendingTransaction {
             info: TransactionInfo {
@@ -620,7 +642,7 @@ impl<T: Data> TransactionalWriter<T> {
 fn commit(slot: &Slot) -> riffle::Result<()> {
     slot.producer
         .producer
-        .commit_transaction(TIMEOUT)
+        .commit_transaction(slot.producer.timeout)
         .map_err(|e| {
             kafka_error(
                 format!(
@@ -642,10 +664,7 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter<T> {
         for record in batch.drain(..) {
             let has_key = self.encoder.encode(&record.value)?;
             let key = has_key.then_some(self.encoder.key_bytes.as_slice());
-            let headers = txn_header(&open.label);
-            open.slot
-                .producer
-                .send(key, &self.encoder.value, None, Some(headers))?;
+            open.slot.producer.send(key, &self.encoder.value)?;
         }
         open.slot.producer.serve()
     }
@@ -778,8 +797,9 @@ fn read_partition(
 }
 
 /// Whether the records of `txn` are visible to `read_committed` readers (it is resolved: the
-/// producers that could have it open were fenced). They are, if a committed record from its first
-/// offset on carries its label: the original records, or a copy an earlier recovery wrote.
+/// producers that could have it open were fenced). They are if its first record is (the
+/// transaction committed), or if a later committed record carries its label (a copy an earlier
+/// recovery wrote).
 fn is_committed(target: &Target, txn: &TransactionInfo) -> riffle::Result<bool> {
     let consumer = target.consumer("read_committed")?;
     let (partition, first, _) = txn.ranges[0];
@@ -792,7 +812,7 @@ fn is_committed(target: &Target, txn: &TransactionInfo) -> riffle::Result<bool> 
         |message, end| {
             match message {
                 Some(message) => {
-                    committed = has_label(message, &txn.label);
+                    committed = message.offset() == first || has_label(message, &txn.label);
                     Ok(committed)
                 }
                 // At the end of what is readable: decided once the end is past the first record.
@@ -813,10 +833,17 @@ fn has_label(message: &rdkafka::message::BorrowedMessage<'_>, label: &[u8]) -> b
 }
 
 /// Writes the records of the aborted transaction `txn` again (read back from the log, where
-/// aborted records stay) in a new transaction on `slot`, with the same label.
+/// aborted records stay, at the offsets its producer wrote) in a new transaction on `slot`, each
+/// with a header naming `txn`, so that a later recovery sees the copy.
 fn rewrite(target: &Target, txn: &TransactionInfo, slot: &Slot) -> riffle::Result<()> {
+    struct Copy {
+        partition: i32,
+        key: Option<Vec<u8>>,
+        payload: Vec<u8>,
+        timestamp: Option<i64>,
+    }
     let consumer = target.consumer("read_uncommitted")?;
-    let mut records: Vec<(i32, Option<Vec<u8>>, Vec<u8>)> = Vec::new();
+    let mut records = Vec::new();
     for &(partition, first, last) in &txn.ranges {
         read_partition(
             &consumer,
@@ -827,12 +854,13 @@ fn rewrite(target: &Target, txn: &TransactionInfo, slot: &Slot) -> riffle::Resul
                 let Some(message) = message else {
                     return Ok(end > last);
                 };
-                if has_label(message, &txn.label) {
-                    records.push((
+                if (first..=last).contains(&message.offset()) {
+                    records.push(Copy {
                         partition,
-                        message.key().map(<[u8]>::to_vec),
-                        message.payload().unwrap_or_default().to_vec(),
-                    ));
+                        key: message.key().map(<[u8]>::to_vec),
+                        payload: message.payload().unwrap_or_default().to_vec(),
+                        timestamp: message.timestamp().to_millis(),
+                    });
                 }
                 Ok(message.offset() >= last)
             },
@@ -843,9 +871,18 @@ fn rewrite(target: &Target, txn: &TransactionInfo, slot: &Slot) -> riffle::Resul
         .producer
         .begin_transaction()
         .map_err(|e| kafka_error("cannot begin a recovery transaction", e))?;
-    for (partition, key, payload) in &records {
-        let headers = txn_header(&txn.label);
-        producer.send(key.as_deref(), payload, Some(*partition), Some(headers))?;
+    for copy in &records {
+        let mut record = BaseRecord::to(&producer.topic)
+            .partition(copy.partition)
+            .payload(copy.payload.as_slice())
+            .headers(txn_header(&txn.label));
+        if let Some(key) = &copy.key {
+            record = record.key(key.as_slice());
+        }
+        if let Some(timestamp) = copy.timestamp {
+            record = record.timestamp(timestamp);
+        }
+        producer.enqueue(record)?;
     }
     producer.flush()?;
     commit(slot)?;

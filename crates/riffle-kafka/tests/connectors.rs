@@ -1,15 +1,16 @@
 //! The Kafka source and sink against a real broker (started by `scripts/test.sh`): exactly-once
 //! copies, offsets in checkpoints and in the consumer group, dead letters, the repair of a commit
-//! a failure interrupted, idle partitions and partitions added while the job runs.
+//! a failure interrupted, idle partitions, partitions added while the job runs, and a slow
+//! (throttled) Kafka sink back-pressuring the source while the consumer lag grows.
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use riffle::checkpoint::CheckpointConfig;
 use riffle::record::Record;
-use riffle::sink::{CollectSink, SinkWriter};
+use riffle::sink::{CollectSink, SinkWriter, ThrottledSink};
 use riffle::time::WatermarkStrategy;
 use riffle::window::Tumbling;
 use riffle::{EnvConfig, StreamEnv};
@@ -145,13 +146,27 @@ fn an_exactly_once_copy_has_every_record_once_and_commits_offsets_to_the_group()
 }
 
 fn writer(output: &str, run: &str) -> Box<dyn SinkWriter<Event>> {
+    subtask_writer(output, run, 0, 1)
+}
+
+fn subtask_writer(
+    output: &str,
+    run: &str,
+    subtask: usize,
+    parallelism: usize,
+) -> Box<dyn SinkWriter<Event>> {
     use riffle::sink::Sink;
     let sink = KafkaSink::<Event>::json(kafka(), output)
         .key(|e: &Event| e.user.clone())
         .exactly_once()
         .transactional_id_prefix(format!("{output}-txn"));
-    sink.writer(&riffle::testing::operator_context("sink", run, 0, 1))
-        .unwrap()
+    sink.writer(&riffle::testing::operator_context(
+        "sink",
+        run,
+        subtask,
+        parallelism,
+    ))
+    .unwrap()
 }
 
 fn batch(range: std::ops::Range<u64>) -> Vec<Record<Event>> {
@@ -213,6 +228,42 @@ fn a_commit_interrupted_by_a_failure_is_completed_on_restore_and_never_doubled()
     let mut fourth = writer(&output, "run4");
     fourth.recover(vec![next]).unwrap();
     assert_eq!(committed_ns(&output), (0..150).collect::<Vec<_>>());
+}
+
+#[test]
+fn interleaved_interrupted_commits_of_two_subtasks_are_each_repaired_with_their_own_records() {
+    // One partition, two subtasks writing in turns: their transactions' offsets interleave.
+    let output = topic("interleaved", 1);
+    let mut a = subtask_writer(&output, "run1", 0, 2);
+    let mut b = subtask_writer(&output, "run1", 1, 2);
+    a.recover(Vec::new()).unwrap();
+    b.recover(Vec::new()).unwrap();
+    for turn in 0..5u64 {
+        a.write(&mut batch(turn * 10..turn * 10 + 10)).unwrap();
+        a.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(60)); // past linger.ms: the batch goes out
+        b.write(&mut batch(1000 + turn * 10..1000 + turn * 10 + 10))
+            .unwrap();
+        b.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    let committables = vec![
+        a.pre_commit(1).unwrap().unwrap(),
+        b.pre_commit(1).unwrap().unwrap(),
+    ];
+    std::mem::forget(a); // both die after checkpoint 1 completed, before committing
+    std::mem::forget(b);
+    assert_eq!(committed_ns(&output), Vec::<u64>::new());
+
+    // Restored at parallelism 1: the one subtask repairs both transactions.
+    let mut restored = subtask_writer(&output, "run2", 0, 1);
+    restored.recover(committables.clone()).unwrap();
+    let expected: Vec<u64> = (0..50).chain(1000..1050).collect();
+    assert_eq!(committed_ns(&output), expected);
+    // Restoring the same checkpoint again copies nothing twice.
+    let mut again = subtask_writer(&output, "run3", 0, 1);
+    again.recover(committables).unwrap();
+    assert_eq!(committed_ns(&output), expected);
 }
 
 #[test]
@@ -317,5 +368,81 @@ fn a_missing_topic_fails_at_start_naming_it() {
     assert!(
         err.contains("no-such-topic-riffle") && err.contains("does not exist"),
         "{err}"
+    );
+}
+
+#[test]
+fn a_throttled_kafka_sink_back_pressures_the_source_and_the_lag_grows() {
+    let input = topic("slow-in", 2);
+    let output = topic("slow-out", 1);
+    // Input at ~20K records/s for 8 s; the sink writes at most 2K/s.
+    let writer = {
+        let input = input.clone();
+        std::thread::spawn(move || {
+            let producer = TestProducer::new(&[]);
+            for n in 0..160_000u64 {
+                producer.send(&input, (n % 2) as i32, None, n.to_string().as_bytes());
+                if n % 2_000 == 1_999 {
+                    producer.flush();
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            producer.flush();
+        })
+    };
+    let env = StreamEnv::new();
+    env.set_parallelism(1);
+    env.from_source(
+        KafkaSource::<u64>::json(kafka(), [input.clone()]).start_from(StartFrom::Earliest),
+    )
+    .sink(ThrottledSink::new(
+        KafkaSink::<u64>::json(kafka(), &output),
+        2_000.0,
+    ));
+    let job = env.execute_async().unwrap();
+    let lag = |job: &riffle::JobHandle| -> i64 {
+        job.metrics()
+            .operators
+            .iter()
+            .flat_map(|o| o.split_lag.values().copied())
+            .sum()
+    };
+    let in_flight = |job: &riffle::JobHandle| -> u64 {
+        let metrics = job.metrics();
+        let read: u64 = metrics
+            .operators
+            .iter()
+            .filter(|o| o.name.starts_with("Source:"))
+            .map(|o| o.records_out)
+            .sum();
+        let written: u64 = metrics
+            .operators
+            .iter()
+            .filter(|o| o.name.starts_with("Sink:"))
+            .map(|o| o.records_in)
+            .sum();
+        read - written
+    };
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    let early = lag(&job);
+    let mut most_in_flight = 0;
+    while started.elapsed() < Duration::from_secs(8) {
+        most_in_flight = most_in_flight.max(in_flight(&job));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let late = lag(&job);
+    writer.join().unwrap();
+    job.cancel();
+    let _ = job.wait();
+    assert!(
+        early > 0 && late > early + 20_000,
+        "consumer lag should grow: {early} then {late}"
+    );
+    // Back-pressure: the source reads only what the pipeline's bounded buffers hold beyond what
+    // the sink wrote, not the whole topic into memory.
+    assert!(
+        most_in_flight < 40_000,
+        "{most_in_flight} records between source and sink"
     );
 }
