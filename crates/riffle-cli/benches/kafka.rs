@@ -254,19 +254,43 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
+/// How the latency is measured: through a job with a guarantee, or (the baseline) the broker
+/// and clients alone, the reader reading the input topic.
+#[derive(Clone, Copy, PartialEq)]
+enum Path {
+    Job { exactly_once: bool },
+    BrokerOnly,
+}
+
+/// The event time of a click or an enriched click.
+#[derive(serde::Deserialize)]
+struct EventTime {
+    event_time: i64,
+}
+
 /// Production-to-visibility latency at `rate` clicks per second for `seconds`.
-fn latency_run(exactly_once: bool, rate: f64, seconds: f64, interval: Duration) -> String {
+fn latency_run(path: Path, rate: f64, seconds: f64, interval: Duration) -> String {
     let input = unique("latency-in");
     let output = unique("latency-out");
     ensure_topics(&kafka(), &[(&input, 8), (&output, 8)], 1).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let env = env(2, Some(interval), dir.path());
-    etl::pipeline(
-        &env.from_source(source(&input)),
-        BadRecordPolicy::DeadLetter,
-        sink(&output, exactly_once),
-    );
-    let job = env.execute_async().unwrap();
+    let job = match path {
+        Path::Job { exactly_once } => {
+            etl::pipeline(
+                &env.from_source(source(&input)),
+                BadRecordPolicy::DeadLetter,
+                sink(&output, exactly_once),
+            );
+            Some(env.execute_async().unwrap())
+        }
+        Path::BrokerOnly => None,
+    };
+    let read = if path == Path::BrokerOnly {
+        input.clone()
+    } else {
+        output.clone()
+    };
 
     let histogram = Arc::new(Mutex::new(
         Histogram::<u64>::new_with_bounds(1, 600_000, 3).unwrap(),
@@ -274,7 +298,7 @@ fn latency_run(exactly_once: bool, rate: f64, seconds: f64, interval: Duration) 
     let done = Arc::new(AtomicBool::new(false));
     let warmup_until = now_ms() + 3_000;
     let reader = {
-        let (histogram, done, output) = (histogram.clone(), done.clone(), output.clone());
+        let (histogram, done, output) = (histogram.clone(), done.clone(), read);
         std::thread::spawn(move || {
             let consumer: BaseConsumer = ClientConfig::new()
                 .set("bootstrap.servers", bootstrap())
@@ -291,8 +315,7 @@ fn latency_run(exactly_once: bool, rate: f64, seconds: f64, interval: Duration) 
             consumer.assign(&tpl).unwrap();
             while !done.load(Ordering::Acquire) {
                 if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
-                    let click: EnrichedClick =
-                        serde_json::from_slice(m.payload().unwrap()).unwrap();
+                    let click: EventTime = serde_json::from_slice(m.payload().unwrap()).unwrap();
                     if click.event_time >= warmup_until {
                         let ms = (now_ms() - click.event_time).max(1) as u64;
                         histogram.lock().unwrap().record(ms).unwrap();
@@ -323,8 +346,10 @@ fn latency_run(exactly_once: bool, rate: f64, seconds: f64, interval: Duration) 
     std::thread::sleep(interval + Duration::from_secs(3));
     done.store(true, Ordering::Release);
     reader.join().unwrap();
-    job.stop();
-    job.wait().unwrap();
+    if let Some(job) = job {
+        job.stop();
+        job.wait().unwrap();
+    }
     delete_topics(&kafka(), &[&input, &output]).unwrap();
     let h = histogram.lock().unwrap();
     format!(
@@ -338,15 +363,36 @@ fn latency_run(exactly_once: bool, rate: f64, seconds: f64, interval: Duration) 
 
 fn latency() {
     let (rate, seconds) = (50_000.0, 20.0);
-    let alo = latency_run(false, rate, seconds, Duration::from_secs(10));
+    let baseline = latency_run(Path::BrokerOnly, rate, seconds, Duration::from_secs(10));
+    println!(
+        "| latency baseline: producer -> broker -> read_committed consumer, no job, {rate:.0} clicks/s | {baseline} | reported | the clients and broker alone, as configured in this benchmark |"
+    );
+    let alo = latency_run(
+        Path::Job {
+            exactly_once: false,
+        },
+        rate,
+        seconds,
+        Duration::from_secs(10),
+    );
     println!(
         "| latency Kafka -> Kafka, at-least-once, {rate:.0} clicks/s | {alo} | reported | produce time to visibility for a read_committed consumer, p=2 |"
     );
-    let eos = latency_run(true, rate, seconds, Duration::from_secs(10));
+    let eos = latency_run(
+        Path::Job { exactly_once: true },
+        rate,
+        seconds,
+        Duration::from_secs(10),
+    );
     println!(
         "| latency Kafka -> Kafka, exactly-once, checkpoint every 10 s | {eos} | reported | records become visible when the checkpoint that covers them completes |"
     );
-    let eos1 = latency_run(true, rate, seconds, Duration::from_secs(1));
+    let eos1 = latency_run(
+        Path::Job { exactly_once: true },
+        rate,
+        seconds,
+        Duration::from_secs(1),
+    );
     println!(
         "| latency Kafka -> Kafka, exactly-once, checkpoint every 1 s | {eos1} | reported | same |"
     );
