@@ -13,6 +13,9 @@
 //! Latency: clicks produced at a steady rate with their production time as event time; a
 //! read_committed consumer of the output measures production to visibility.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -97,28 +100,10 @@ fn source(topic: &str) -> KafkaSource<String> {
     .group_id(unique("group"))
 }
 
-/// CPU seconds (user + system) process `pid` has used so far (`self` for this one).
-fn cpu_seconds(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 /// CPU seconds of this process and of the broker (`RIFFLE_KAFKA_PID`, from `scripts/kafka.sh env`).
 fn cpu_now() -> (f64, f64) {
-    let broker = std::env::var("RIFFLE_KAFKA_PID").map_or(0.0, |pid| cpu_seconds(&pid));
-    (cpu_seconds("self"), broker)
+    let broker = std::env::var("RIFFLE_KAFKA_PID").map_or(0.0, |pid| common::cpu_seconds(&pid));
+    (common::cpu_seconds("self"), broker)
 }
 
 /// Reads `input` to the end through scenario 1 into a new topic; events per second from the

@@ -10,6 +10,9 @@
 
 #![allow(unsafe_code)] // the counting allocator below
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -305,26 +308,6 @@ fn latency(rate: f64) -> Figure {
     }
 }
 
-/// CPU time (user + system) this process has used so far.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = fields
-        .get(11)
-        .and_then(|u| u.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        + fields
-            .get(12)
-            .and_then(|s| s.parse::<f64>().ok())
-            .unwrap_or(0.0);
-    ticks / 100.0
-}
-
 /// Users, one-minute windows, event time advancing 100K clicks per second (the seed's rate).
 fn user_clicks(n: u64, users: u64, hot_share: f64) -> Vec<(u64, i64)> {
     let generator = ClickGenerator::new(ClicksConfig {
@@ -371,7 +354,7 @@ fn windowed_count_on(
     .name("count")
     .sink(BlackholeSink::new());
     let job = env.execute_async().unwrap();
-    let cpu_before = cpu_seconds();
+    let cpu_before = common::cpu_seconds("self");
     let mut peak = (0, 0);
     while !job.is_finished() {
         std::thread::sleep(Duration::from_millis(20));
@@ -384,7 +367,7 @@ fn windowed_count_on(
     let result = job.wait().unwrap();
     (
         result.duration.as_secs_f64(),
-        cpu_seconds() - cpu_before,
+        common::cpu_seconds("self") - cpu_before,
         peak.0,
         peak.1,
     )

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication, TopicResult,
+};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 
@@ -50,17 +52,11 @@ pub fn ensure_topics(
     let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
     let results = wait(admin.create_topics(&new, &options))?
         .map_err(|e| kafka_error("cannot create topics", e))?;
-    for result in results {
-        match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((topic, code)) => {
-                return Err(riffle::Error::user(format!(
-                    "kafka: cannot create topic `{topic}`: {code}"
-                )));
-            }
-        }
-    }
-    Ok(())
+    check(
+        results,
+        "create topic",
+        Some(RDKafkaErrorCode::TopicAlreadyExists),
+    )
 }
 
 /// Deletes `topics` (those that do not exist are skipped).
@@ -69,14 +65,27 @@ pub fn delete_topics(kafka: &KafkaConnection, topics: &[&str]) -> riffle::Result
     let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
     let results = wait(admin.delete_topics(topics, &options))?
         .map_err(|e| kafka_error("cannot delete topics", e))?;
+    check(
+        results,
+        "delete topic",
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition),
+    )
+}
+
+/// Fails on the first topic whose operation failed with another code than `fine`.
+fn check(
+    results: Vec<TopicResult>,
+    doing: &str,
+    fine: Option<RDKafkaErrorCode>,
+) -> riffle::Result<()> {
     for result in results {
         match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
-            Err((topic, code)) => {
+            Err((topic, code)) if Some(code) != fine => {
                 return Err(riffle::Error::user(format!(
-                    "kafka: cannot delete topic `{topic}`: {code}"
+                    "kafka: cannot {doing} `{topic}`: {code}"
                 )));
             }
+            _ => {}
         }
     }
     Ok(())
@@ -94,12 +103,5 @@ pub fn create_partitions(
     let results =
         wait(admin.create_partitions(&[NewPartitions::new(topic, partitions)], &options))?
             .map_err(|e| kafka_error("cannot add partitions", e))?;
-    for result in results {
-        if let Err((topic, code)) = result {
-            return Err(riffle::Error::user(format!(
-                "kafka: cannot add partitions to `{topic}`: {code}"
-            )));
-        }
-    }
-    Ok(())
+    check(results, "add partitions to", None)
 }
