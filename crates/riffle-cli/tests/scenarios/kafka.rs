@@ -1,8 +1,8 @@
 //! The seed's job from Kafka to Kafka (`riffle demo --kafka`), against the broker
 //! `scripts/test.sh` starts: killed with SIGKILL at random points and restored from its latest
 //! checkpoint, every (user, window) count appears exactly once in `agg-clicks` for a
-//! read_committed reader and equals a batch computation over the input topic; malformed input
-//! lands in the dead-letter topic.
+//! read_committed reader and equals a batch computation over the input topic; every very late
+//! click is in `late-clicks` or counted, once; malformed input lands in the dead-letter topic.
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use riffle::source::datagen::{ClickGenerator, ClicksConfig, Generator};
+use riffle::source::datagen::{ClickGenerator, ClicksConfig, DEFAULT_START_TIME, Generator};
 use riffle_cli::clicks::is_bot;
 use riffle_cli::demos::UserCount;
 use riffle_kafka::testing::{TestProducer, bootstrap, read_committed};
@@ -108,15 +108,29 @@ fn the_seed_job_between_kafka_topics_survives_kill_9_with_every_count_exactly_on
     let generator = ClickGenerator::new(ClicksConfig {
         users: 300,
         events_per_second: 20_000.0,
-        late_share: 0.0,
+        late_share: 0.002,
         ..ClicksConfig::default()
     });
+    // Very late clicks (6 minutes) fall in windows long closed: to `late-clicks`, unless they
+    // arrive before every partition has a watermark (then they are counted in their window).
+    let is_late = |c: &riffle::source::datagen::Click| c.event_time < DEFAULT_START_TIME - 60_000;
     let clicks: Vec<_> = (0..200_000u64).map(|i| generator.generate(i)).collect();
+    let window_of = |t: i64| t - t.rem_euclid(1000);
     let mut expected: BTreeMap<(u64, i64), u64> = BTreeMap::new();
+    let mut late_by_window: BTreeMap<(u64, i64), u64> = BTreeMap::new();
+    let mut late_clicks: BTreeMap<(u64, i64), u64> = BTreeMap::new();
     for click in clicks.iter().filter(|c| !is_bot(&c.user_agent)) {
-        let window = click.event_time - click.event_time.rem_euclid(1000);
-        *expected.entry((click.user_id, window)).or_default() += 1;
+        let key = (click.user_id, window_of(click.event_time));
+        if is_late(click) {
+            *late_by_window.entry(key).or_default() += 1;
+            *late_clicks
+                .entry((click.user_id, click.event_time))
+                .or_default() += 1;
+        } else {
+            *expected.entry(key).or_default() += 1;
+        }
     }
+    assert!(late_clicks.len() > 100, "the input has late clicks");
     // Written over ~4 s while the job runs (and is killed): the end of the input, a bot click far
     // ahead in every partition, comes last, so no run can finish before the first kill.
     let writer = {
@@ -195,15 +209,55 @@ fn the_seed_job_between_kafka_topics_survives_kill_9_with_every_count_exactly_on
     first.kill();
 
     let mut seen: BTreeMap<(u64, i64), u64> = BTreeMap::new();
+    let mut early: BTreeMap<(u64, i64), u64> = BTreeMap::new();
     for line in &lines {
         let count: UserCount = serde_json::from_str(line).unwrap();
-        assert!(!count.update, "no late clicks in this input: {line}");
-        let previous = seen.insert((count.user_id, count.window_start), count.count);
+        assert!(!count.update, "no allowed lateness, no updates: {line}");
+        let key = (count.user_id, count.window_start);
+        let counts = if count.window_start < DEFAULT_START_TIME - 60_000 {
+            &mut early
+        } else {
+            &mut seen
+        };
+        let previous = counts.insert(key, count.count);
         assert!(
             previous.is_none(),
             "{line} appears twice (kills after {kills:?} ms)"
         );
     }
+    // Every late click is either in `late-clicks` or counted in its window, once.
+    let late_lines = read_topic(
+        &format!("{prefix}late-clicks"),
+        1,
+        Duration::from_secs(30),
+        Duration::from_secs(2),
+    );
+    let mut late_out: BTreeMap<(u64, i64), u64> = BTreeMap::new();
+    for line in &late_lines {
+        let click: riffle_cli::clicks::EnrichedClick = serde_json::from_str(line).unwrap();
+        let n = late_out
+            .entry((click.user_id, window_of(click.event_time)))
+            .or_default();
+        *n += 1;
+        match late_clicks.get_mut(&(click.user_id, click.event_time)) {
+            Some(left) if *left > 0 => *left -= 1,
+            _ => panic!("{line} is not a late click of the input, or appears twice"),
+        }
+    }
+    assert!(!late_lines.is_empty(), "late clicks reach late-clicks");
+    for (key, total) in &late_by_window {
+        let counted = early.get(key).copied().unwrap_or(0);
+        let sent = late_out.get(key).copied().unwrap_or(0);
+        assert_eq!(
+            counted + sent,
+            *total,
+            "late clicks of {key:?}: {counted} counted, {sent} in late-clicks"
+        );
+    }
+    assert!(
+        early.keys().all(|k| late_by_window.contains_key(k)),
+        "no counts for windows without late clicks"
+    );
     assert_eq!(seen.len(), expected.len(), "kills after {kills:?} ms");
     assert!(
         seen == expected,
