@@ -430,6 +430,15 @@ impl<T: Data> SplitReader<T> for KafkaReader<T> {
         self.assign()
     }
 
+    fn start_at_beginning(&mut self) -> riffle::Result<()> {
+        let (low, _) = self
+            .consumer
+            .fetch_watermarks(&self.split.topic, self.split.partition, LOOKUP_TIMEOUT)
+            .map_err(|e| kafka_error(format!("cannot read the offsets of {}", self.split_id), e))?;
+        self.next = low;
+        self.assign()
+    }
+
     fn checkpoint_complete(&mut self, position: &serde_json::Value) -> riffle::Result<()> {
         let Some(offset) = position.get("offset").and_then(|o| o.as_i64()) else {
             return Ok(());

@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use riffle::checkpoint::CheckpointConfig;
+use riffle::checkpoint::{CheckpointConfig, RestoreFrom};
 use riffle::record::Record;
 use riffle::sink::{CollectSink, SinkWriter, ThrottledSink};
 use riffle::time::WatermarkStrategy;
@@ -353,6 +353,58 @@ fn partitions_added_while_the_job_runs_are_read_from_their_beginning() {
     let mut ns: Vec<u64> = seen.values().iter().map(|e| e.n).collect();
     ns.sort();
     assert_eq!(ns, vec![1, 2, 3]);
+}
+
+#[test]
+fn a_partition_added_after_a_savepoint_is_read_from_its_beginning_on_restore() {
+    let input = topic("grow-restore-in", 1);
+    // Before the first job: not read, the source starts at the end.
+    produce(&input, &[(0, "k".into(), event_json("a", 1, 0))]);
+    let dir = tempfile::tempdir().unwrap();
+    let run = |restore: Option<String>| {
+        let env = env_with_checkpoints(dir.path(), 2);
+        env.configure(|c| c.checkpoints.restore = restore.map(RestoreFrom::Savepoint));
+        let (sink, seen) = CollectSink::new();
+        env.from_source(
+            KafkaSource::<Event>::json(kafka(), [input.clone()])
+                .start_from(StartFrom::Latest)
+                .partition_discovery(None),
+        )
+        .sink(sink);
+        (env.execute_async().unwrap(), seen)
+    };
+    let (job, seen) = run(None);
+    // The source has resolved `Latest` once a checkpoint holds its position.
+    assert!(eventually(Duration::from_secs(30), || !job
+        .checkpoints()
+        .is_empty()));
+    produce(&input, &[(0, "k".into(), event_json("b", 2, 0))]);
+    assert!(eventually(Duration::from_secs(30), || seen.len() == 1));
+    let savepoint = job
+        .stop_with_savepoint(dir.path().join("savepoint").to_str().unwrap())
+        .unwrap();
+    job.wait().unwrap();
+    create_partitions(&kafka(), &input, 2).unwrap();
+    produce(
+        &input,
+        &[
+            (1, "k".into(), event_json("c", 3, 0)),
+            (0, "k".into(), event_json("d", 4, 0)),
+        ],
+    );
+    let (job, restored) = run(Some(savepoint));
+    let read = eventually(Duration::from_secs(30), || restored.len() == 2);
+    job.stop();
+    job.wait().unwrap();
+    assert!(read, "{:?}", restored.values());
+    let mut ns: Vec<u64> = restored.values().iter().map(|e| e.n).collect();
+    ns.sort();
+    // d after the savepoint's offset; c from the beginning of the new partition, not its end.
+    assert_eq!(ns, vec![3, 4]);
+    assert_eq!(
+        seen.values().iter().map(|e| e.n).collect::<Vec<_>>(),
+        vec![2]
+    );
 }
 
 #[test]

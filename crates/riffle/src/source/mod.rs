@@ -132,6 +132,14 @@ pub trait SplitReader<T>: Send {
     /// Continues reading after `position` (a value returned by [`position`](SplitReader::position)).
     fn seek(&mut self, position: &serde_json::Value) -> Result<()>;
 
+    /// The split appeared after the job first started (found by split discovery, or absent from
+    /// the checkpoint being restored): read it from its beginning, whatever start position the
+    /// source was configured with, so that nothing written to it before it was seen is skipped.
+    /// Readers that always start at the beginning keep the default, which does nothing.
+    fn start_at_beginning(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// The checkpoint that stored `position` for this split completed (a Kafka reader commits
     /// the offset to its consumer group, so that lag tools see the job's progress).
     fn checkpoint_complete(&mut self, _position: &serde_json::Value) -> Result<()> {

@@ -122,8 +122,10 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
             ctx: setup.ctx,
             batch_size: setup.batch_size,
         };
+        // Restoring, a split the checkpoint does not know appeared after it was taken.
+        let restoring = setup.restore.is_some();
         for reader in readers {
-            task.add_split(reader)?;
+            task.add_split(reader, restoring)?;
         }
         Ok(Box::new(task))
     }
@@ -207,12 +209,16 @@ pub(crate) struct SourceTask<T> {
 }
 
 impl<T: Data> SourceTask<T> {
-    /// Starts reading a split, from its restored position if the checkpoint has one.
-    fn add_split(&mut self, mut reader: Box<dyn SplitReader<T>>) -> Result<()> {
+    /// Starts reading a split: from its restored position if the checkpoint has one, else from its
+    /// beginning if it is `new` (appeared after the job first started), else from the source's
+    /// configured start.
+    fn add_split(&mut self, mut reader: Box<dyn SplitReader<T>>, new: bool) -> Result<()> {
         if let Some(position) = self.restored.get(&reader.split_id()) {
             let position: serde_json::Value =
                 serde_json::from_str(position).map_err(Error::user)?;
             reader.seek(&position)?;
+        } else if new {
+            reader.start_at_beginning()?;
         }
         self.watermarks.add_split();
         self.splits.push(SplitSlot {
@@ -230,7 +236,7 @@ impl<T: Data> SourceTask<T> {
         };
         for reader in discovery.poll(now)? {
             tracing::info!(operator = %self.name, subtask = self.subtask, split = %reader.split_id(), "reading a new split");
-            self.add_split(reader)?;
+            self.add_split(reader, true)?;
         }
         Ok(())
     }
