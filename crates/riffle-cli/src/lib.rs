@@ -4,5 +4,6 @@
 #![forbid(unsafe_code)]
 
 pub mod clicks;
+pub mod control;
 pub mod demos;
 pub mod progress;

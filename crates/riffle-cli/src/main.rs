@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use riffle_cli::control;
 use riffle_cli::demos::backpressure::{self, BackpressureArgs};
 use riffle_cli::demos::checkpoint_recovery::{self, CheckpointRecoveryArgs};
 use riffle_cli::demos::etl::{self, EtlArgs};
@@ -26,6 +27,35 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// List the jobs running on this machine (or the one at --address): id, name, status, rates
+    /// and the address of their web UI.
+    Jobs {
+        /// Ask the job at this address (HOST:PORT) instead.
+        #[arg(long, value_name = "HOST:PORT")]
+        address: Option<String>,
+    },
+    /// Take a savepoint of a running job and print where it went.
+    Savepoint {
+        #[command(flatten)]
+        target: control::Target,
+        /// Directory (or s3://bucket/prefix) the savepoint goes under; default: the job's
+        /// --savepoint-dir.
+        #[arg(long = "target", value_name = "DIR")]
+        directory: Option<String>,
+    },
+    /// Stop a running job: sources end their input, the pipeline drains, sinks commit.
+    Stop {
+        #[command(flatten)]
+        target: control::Target,
+        /// Take a savepoint first (into DIR, or the job's --savepoint-dir) and stop right after it.
+        #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "")]
+        savepoint: Option<String>,
+    },
+    /// Cancel a running job: every task stops now.
+    Cancel {
+        #[command(flatten)]
+        target: control::Target,
+    },
     /// Run the seed's clicks pipeline (no scenario), or one of its scenarios, on generated
     /// clicks or on --input files.
     #[command(args_conflicts_with_subcommands = true)]
@@ -62,19 +92,30 @@ fn main() -> ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    install_ctrlc_handler();
     let outcome = match cli.command {
+        Command::Jobs { address } => control::jobs(address.as_deref()),
+        Command::Savepoint { target, directory } => {
+            control::savepoint(&target, directory.as_deref())
+        }
+        Command::Stop { target, savepoint } => control::stop(&target, savepoint.as_deref()),
+        Command::Cancel { target } => control::cancel(&target),
         Command::Demo {
             scenario,
             pipeline: args,
-        } => match scenario {
-            Some(Scenario::Etl(args)) => etl::run(&args).map(drop),
-            Some(Scenario::WindowedCount(args)) => windowed_count::run(&args).map(drop),
-            Some(Scenario::LateEvents(args)) => late_events::run(&args).map(drop),
-            Some(Scenario::Backpressure(args)) => backpressure::run(&args).map(drop),
-            Some(Scenario::CheckpointRecovery(args)) => checkpoint_recovery::run(&args).map(drop),
-            None => pipeline::run(&args).map(drop),
-        },
+        } => {
+            install_ctrlc_handler();
+            match scenario {
+                Some(Scenario::Etl(args)) => etl::run(&args).map(drop),
+                Some(Scenario::WindowedCount(args)) => windowed_count::run(&args).map(drop),
+                Some(Scenario::LateEvents(args)) => late_events::run(&args).map(drop),
+                Some(Scenario::Backpressure(args)) => backpressure::run(&args).map(drop),
+                Some(Scenario::CheckpointRecovery(args)) => {
+                    checkpoint_recovery::run(&args).map(drop)
+                }
+                None => pipeline::run(&args).map(drop),
+            }
+            .map_err(|e| e.to_string())
+        }
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -39,6 +39,8 @@ pub struct RunOptions {
     pub duration: Option<Duration>,
     /// How often to report progress.
     pub every: Duration,
+    /// Serve the job's UI, REST API and metrics while it runs.
+    pub web: Option<riffle_web::WebConfig>,
 }
 
 /// Starts the job, shows `render`'s report every interval until the job ends, and returns the
@@ -50,6 +52,19 @@ pub fn run_with_progress(
 ) -> riffle::Result<(JobResult, u64)> {
     let job = env.execute_async()?;
     let monitor = job.monitor();
+    let _web = match &options.web {
+        Some(config) => {
+            let web = riffle_web::WebServer::start(monitor.clone(), config.clone())
+                .map_err(crate::demos::web_flag)?;
+            let id = monitor.overview().id;
+            eprintln!(
+                "job {id}: web UI and REST API at {} (riffle jobs · riffle savepoint {id} · riffle stop {id} --savepoint)",
+                web.url()
+            );
+            Some(web)
+        }
+        None => None,
+    };
     let terminal = std::io::stderr().is_terminal();
     let bar = terminal.then(|| {
         let bar = ProgressBar::new_spinner();

@@ -306,6 +306,26 @@ pub struct EngineArgs {
     /// RocksDB state cache of each store, in MB (0 turns it off).
     #[arg(long, value_name = "MB", default_value_t = 64)]
     pub state_cache_mb: usize,
+    /// Serve the job's web UI, REST API and Prometheus metrics here. With the default, a taken
+    /// port moves on to the next free one.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8081")]
+    pub web_address: String,
+    /// Do not serve the web UI, REST API and metrics.
+    #[arg(long)]
+    pub no_web: bool,
+    /// Token that savepoint / stop / cancel requests must carry; required with a --web-address
+    /// that is not loopback.
+    #[arg(
+        long,
+        env = "RIFFLE_WEB_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub web_token: Option<String>,
+    /// Where savepoints taken from the UI or `riffle savepoint` go when the request names no
+    /// directory: a directory or s3://bucket/prefix (default: riffle-out/savepoints).
+    #[arg(long, value_name = "LOCATION")]
+    pub savepoint_dir: Option<String>,
 }
 
 impl Default for EngineArgs {
@@ -454,6 +474,55 @@ impl EngineArgs {
         Ok(RunOptions {
             duration,
             every: Duration::from_secs(1),
+            web: self.web_config()?,
         })
+    }
+
+    /// The web server's settings, `None` with `--no-web`.
+    pub fn web_config(&self) -> riffle::Result<Option<riffle_web::WebConfig>> {
+        if self.no_web {
+            return Ok(None);
+        }
+        let address = self.web_address.parse().map_err(|e| {
+            Error::config(
+                "--web-address",
+                format!("`{}` is not HOST:PORT: {e}", self.web_address),
+            )
+        })?;
+        let savepoint_dir = match &self.savepoint_dir {
+            Some(dir) if dir.starts_with("s3://") => dir.clone(),
+            Some(dir) => absolute(Path::new(dir))?,
+            None => absolute(&Path::new("riffle-out").join("savepoints"))?,
+        };
+        let config = riffle_web::WebConfig {
+            address,
+            token: self.web_token.clone(),
+            savepoint_dir: Some(savepoint_dir),
+            ..riffle_web::WebConfig::default()
+        };
+        config.validate().map_err(web_flag)?;
+        Ok(Some(config))
+    }
+}
+
+/// `path` made absolute against the working directory (savepoint requests need absolute paths).
+fn absolute(path: &Path) -> riffle::Result<String> {
+    std::path::absolute(path)
+        .map(|p| p.display().to_string())
+        .map_err(|e| Error::config("--savepoint-dir", e.to_string()))
+}
+
+/// A web server setting's error, named by its flag.
+pub fn web_flag(error: Error) -> Error {
+    match error {
+        Error::Config { setting, message } => {
+            let flag = match setting.as_str() {
+                "web.address" => "--web-address",
+                "web.token" => "--web-token",
+                other => other,
+            };
+            Error::config(flag, message)
+        }
+        other => other,
     }
 }

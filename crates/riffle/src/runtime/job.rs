@@ -23,8 +23,10 @@ use crate::config::EnvConfig;
 use crate::error::{Error, Result, panic_message};
 use crate::graph::{self, JobPlan, Node, RunContext};
 use crate::metrics::{MetricsRegistry, MetricsSnapshot, TaskMetrics};
+use crate::record::Timestamp;
 use crate::runtime::{JobControl, TaskDriver};
 use crate::sink::{Ending, Finalizers};
+use serde::Serialize;
 
 /// A task ready to run.
 pub(crate) struct TaskSpec {
@@ -108,6 +110,68 @@ struct Supervisor {
     storage: Option<Arc<CheckpointStorage>>,
     savepoints: crossbeam_channel::Receiver<SavepointRequest>,
     nonce: String,
+    life: Arc<Mutex<Life>>,
+}
+
+/// Where a job is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobStatus {
+    /// Its tasks run (also while it drains after a stop).
+    Running,
+    /// A task failed; the job waits to start again from its latest checkpoint.
+    Restarting,
+    /// Every task finished: the input ended or the job was stopped.
+    Finished,
+    /// It failed and will not restart.
+    Failed,
+    /// It was cancelled.
+    Cancelled,
+}
+
+/// The mutable part of a job's overview, updated by its supervisor.
+#[derive(Debug)]
+struct Life {
+    status: JobStatus,
+    restarts: u32,
+    last_failure: Option<String>,
+}
+
+/// A job's identity and status: what `riffle jobs` and the REST API show about it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct JobOverview {
+    /// Unique per job started (8 hex digits).
+    pub id: String,
+    /// The job's name (`EnvConfig::job_name`).
+    pub name: String,
+    /// Where it is in its life.
+    pub status: JobStatus,
+    /// A stop (or stop with savepoint) was requested; the job drains.
+    pub stopping: bool,
+    /// Wall-clock start, epoch milliseconds.
+    pub started_at: Timestamp,
+    /// Milliseconds since the start.
+    pub uptime_ms: u64,
+    /// Restarts after failures so far.
+    pub restarts: u32,
+    /// The failure that caused the latest restart (or ended the job).
+    pub last_failure: Option<String>,
+    /// Checkpoint interval, when checkpoints are on.
+    pub checkpoint_interval_ms: Option<u64>,
+    /// The job's default parallelism.
+    pub parallelism: usize,
+}
+
+/// What never changes while a job runs.
+#[derive(Debug)]
+struct Identity {
+    id: String,
+    name: String,
+    started_at: Timestamp,
+    started: Instant,
+    checkpoint_interval: Option<Duration>,
+    parallelism: usize,
+    plan: JobPlan,
 }
 
 /// Where the first run starts from.
@@ -151,6 +215,14 @@ fn initial_restore(
 }
 
 impl Supervisor {
+    fn set_status(&self, status: JobStatus, failure: Option<String>) {
+        let mut life = self.life.lock().expect("life lock");
+        life.status = status;
+        if failure.is_some() {
+            life.last_failure = failure;
+        }
+    }
+
     /// Plans and runs one attempt; `Ok(None)` when it succeeded.
     fn attempt(
         &self,
@@ -263,6 +335,7 @@ impl Supervisor {
                     return Err(error);
                 }
             };
+            self.set_status(JobStatus::Running, None);
             let failure = match self.attempt(attempt, current.as_ref(), &mut first) {
                 Ok(None) if self.control.is_user_cancelled() => return Err(Error::Cancelled),
                 Ok(None) => {
@@ -294,6 +367,8 @@ impl Supervisor {
                 return Err(failure);
             };
             attempt += 1;
+            self.set_status(JobStatus::Restarting, Some(failure.to_string()));
+            self.life.lock().expect("life lock").restarts = attempt;
             tracing::warn!(%failure, attempt, delay_ms = delay.as_millis() as u64, "restarting the job from its latest checkpoint");
             let wake = Instant::now() + delay;
             while Instant::now() < wake {
@@ -356,6 +431,17 @@ pub(crate) fn start(nodes: Vec<Node>, config: EnvConfig) -> Result<JobHandle> {
             format!("{:?}{}", std::time::SystemTime::now(), std::process::id()).as_bytes()
         ) as u32
     );
+    let life = Arc::new(Mutex::new(Life {
+        status: JobStatus::Running,
+        restarts: 0,
+        last_failure: None,
+    }));
+    let started_at = config.clock.now();
+    let (name, checkpoint_interval, parallelism) = (
+        config.job_name.clone(),
+        config.checkpoints.interval,
+        config.parallelism,
+    );
     let supervisor = Supervisor {
         nodes,
         config,
@@ -364,12 +450,26 @@ pub(crate) fn start(nodes: Vec<Node>, config: EnvConfig) -> Result<JobHandle> {
         stats: stats.clone(),
         storage,
         savepoints: savepoint_rx,
-        nonce,
+        nonce: nonce.clone(),
+        life: life.clone(),
     };
     let (first_tx, first_rx) = crossbeam_channel::bounded(1);
+    let ended = life.clone();
     let handle = std::thread::Builder::new()
         .name("riffle-supervisor".into())
-        .spawn(move || supervisor.run(first_tx))
+        .spawn(move || {
+            let result = supervisor.run(first_tx);
+            let mut life = ended.lock().expect("life lock");
+            life.status = match &result {
+                Ok(_) => JobStatus::Finished,
+                Err(Error::Cancelled) => JobStatus::Cancelled,
+                Err(error) => {
+                    life.last_failure = Some(error.to_string());
+                    JobStatus::Failed
+                }
+            };
+            result
+        })
         .map_err(|e| Error::io("cannot start the job supervisor", e))?;
     let plan = match first_rx.recv() {
         Ok(Ok(plan)) => plan,
@@ -387,12 +487,22 @@ pub(crate) fn start(nodes: Vec<Node>, config: EnvConfig) -> Result<JobHandle> {
         }
     };
     Ok(JobHandle {
-        control,
-        registry,
-        plan,
-        stats,
-        savepoints: savepoint_tx,
-        started: Instant::now(),
+        monitor: JobMonitor {
+            control,
+            registry,
+            stats,
+            savepoints: savepoint_tx,
+            life,
+            identity: Arc::new(Identity {
+                id: nonce,
+                name,
+                started_at,
+                started: Instant::now(),
+                checkpoint_interval,
+                parallelism,
+                plan,
+            }),
+        },
         supervisor: Some(handle),
     })
 }
@@ -409,12 +519,7 @@ pub(crate) fn start(nodes: Vec<Node>, config: EnvConfig) -> Result<JobHandle> {
 /// assert_eq!(collected.sorted(), vec![10, 20, 30]);
 /// ```
 pub struct JobHandle {
-    control: Arc<JobControl>,
-    registry: Arc<MetricsRegistry>,
-    plan: JobPlan,
-    stats: Arc<Mutex<Vec<CheckpointStats>>>,
-    savepoints: Sender<SavepointRequest>,
-    started: Instant,
+    monitor: JobMonitor,
     supervisor: Option<JoinHandle<Result<JobResult>>>,
 }
 
@@ -422,55 +527,55 @@ impl JobHandle {
     /// Asks the sources to end their input; the pipeline drains what is in flight and finishes.
     /// [`wait`](JobHandle::wait) then returns `Ok` with the final metrics.
     pub fn stop(&self) {
-        self.control.stop();
+        self.monitor.stop();
     }
 
     /// Stops every task as soon as possible; [`wait`](JobHandle::wait) returns [`Error::Cancelled`].
     pub fn cancel(&self) {
-        self.control.cancel();
+        self.monitor.cancel();
     }
 
     /// Takes a savepoint at `location` (a directory or `s3://` location) and waits for it; returns
     /// the location. Restore it with `RestoreFrom::Savepoint`.
     pub fn savepoint(&self, location: &str) -> Result<String> {
-        self.monitor().savepoint(location)
+        self.monitor.savepoint(location)
     }
 
     /// Takes a savepoint and stops the job right after it: sources end their input at its
     /// barrier, so nothing is processed twice when a new job starts from it.
     pub fn stop_with_savepoint(&self, location: &str) -> Result<String> {
-        self.monitor().request_savepoint(location, true)
+        self.monitor.stop_with_savepoint(location)
     }
 
     /// Current value of every metric (of the current run, after a restart).
     pub fn metrics(&self) -> MetricsSnapshot {
-        self.registry.snapshot()
+        self.monitor.metrics()
     }
 
     /// Every checkpoint and savepoint so far.
     pub fn checkpoints(&self) -> Vec<CheckpointStats> {
-        self.stats.lock().expect("stats lock").clone()
+        self.monitor.checkpoints()
     }
 
     /// The physical plan: tasks (chains), parallelism and edges.
     pub fn plan(&self) -> &JobPlan {
-        &self.plan
+        self.monitor.plan()
+    }
+
+    /// The job's id, name and status.
+    pub fn overview(&self) -> JobOverview {
+        self.monitor.overview()
     }
 
     /// A handle to observe and stop the job from another thread (a progress display, a signal
-    /// handler).
+    /// handler, the REST API).
     pub fn monitor(&self) -> JobMonitor {
-        JobMonitor {
-            control: self.control.clone(),
-            registry: self.registry.clone(),
-            stats: self.stats.clone(),
-            savepoints: self.savepoints.clone(),
-        }
+        self.monitor.clone()
     }
 
     /// Time since the job started.
     pub fn elapsed(&self) -> Duration {
-        self.started.elapsed()
+        self.monitor.identity.started.elapsed()
     }
 
     /// Whether the job has ended.
@@ -491,19 +596,34 @@ impl Drop for JobHandle {
     fn drop(&mut self) {
         if let Some(supervisor) = self.supervisor.take() {
             // A handle dropped without waiting cancels its job rather than leaving threads behind.
-            self.control.cancel();
+            self.monitor.cancel();
             let _ = supervisor.join();
         }
     }
 }
 
-/// Observes and stops a running job; cheap to clone and to send to other threads.
+/// Observes and controls a running job; cheap to clone and to send to other threads.
+///
+/// ```
+/// use riffle::runtime::JobStatus;
+/// use riffle::{StreamEnv, sink::CollectSink};
+/// let env = StreamEnv::new();
+/// let (sink, _) = CollectSink::new();
+/// env.from_iter(vec![1u64, 2, 3]).sink(sink);
+/// let job = env.execute_async().unwrap();
+/// let monitor = job.monitor();
+/// job.wait().unwrap();
+/// assert_eq!(monitor.overview().status, JobStatus::Finished);
+/// assert_eq!(monitor.plan().vertices.len(), 1);
+/// ```
 #[derive(Clone)]
 pub struct JobMonitor {
     control: Arc<JobControl>,
     registry: Arc<MetricsRegistry>,
     stats: Arc<Mutex<Vec<CheckpointStats>>>,
     savepoints: Sender<SavepointRequest>,
+    life: Arc<Mutex<Life>>,
+    identity: Arc<Identity>,
 }
 
 impl JobMonitor {
@@ -515,6 +635,37 @@ impl JobMonitor {
     /// Every checkpoint and savepoint so far.
     pub fn checkpoints(&self) -> Vec<CheckpointStats> {
         self.stats.lock().expect("stats lock").clone()
+    }
+
+    /// The physical plan: tasks (chains), parallelism and edges.
+    pub fn plan(&self) -> &JobPlan {
+        &self.identity.plan
+    }
+
+    /// The job's id, name and status.
+    pub fn overview(&self) -> JobOverview {
+        let life = self.life.lock().expect("life lock");
+        let identity = &self.identity;
+        JobOverview {
+            id: identity.id.clone(),
+            name: identity.name.clone(),
+            status: life.status,
+            stopping: life.status == JobStatus::Running && self.control.is_stop_requested(),
+            started_at: identity.started_at,
+            uptime_ms: identity.started.elapsed().as_millis() as u64,
+            restarts: life.restarts,
+            last_failure: life.last_failure.clone(),
+            checkpoint_interval_ms: identity.checkpoint_interval.map(|i| i.as_millis() as u64),
+            parallelism: identity.parallelism,
+        }
+    }
+
+    /// Whether the job has ended (finished, failed or cancelled).
+    pub fn is_ended(&self) -> bool {
+        matches!(
+            self.life.lock().expect("life lock").status,
+            JobStatus::Finished | JobStatus::Failed | JobStatus::Cancelled
+        )
     }
 
     /// Asks the sources to end their input (see [`JobHandle::stop`]).

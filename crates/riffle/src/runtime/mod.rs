@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 pub(crate) use chain::{ChainLink, Discard, Fanout};
 pub(crate) use input::InputTask;
-pub use job::{JobHandle, JobMonitor, JobResult};
+pub use job::{JobHandle, JobMonitor, JobOverview, JobResult, JobStatus};
 pub(crate) use job::{TaskSpec, start};
 pub(crate) use task::TaskDriver;
 pub(crate) use writer::{KeyGroupFn, RecordWriter, ShipStrategy};

@@ -1,0 +1,134 @@
+//! `riffle jobs | savepoint | stop | cancel`: the jobs running on this machine (found through the
+//! registry their web servers write) or at an address, and their control through the REST API.
+
+use clap::Args;
+use riffle_web::client::JobClient;
+use riffle_web::registry;
+use serde_json::{Value, json};
+
+/// How to reach a job.
+#[derive(Args, Clone, Debug)]
+pub struct Target {
+    /// The job: its id (or a prefix of at least 4 characters) or its name, as `riffle jobs`
+    /// lists them.
+    pub job: Option<String>,
+    /// The job's API address (HOST:PORT) instead of looking the job up on this machine.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub address: Option<String>,
+    /// The job's token (when it was started with one).
+    #[arg(
+        long,
+        env = "RIFFLE_WEB_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+}
+
+impl Target {
+    fn client(&self) -> Result<JobClient, String> {
+        let address = match (&self.address, &self.job) {
+            (Some(address), _) => address.clone(),
+            (None, Some(job)) => registry::find(job)?.address,
+            (None, None) => {
+                return Err("name the job (`riffle jobs` lists them) or give --address".into());
+            }
+        };
+        Ok(JobClient::new(&address, self.token.clone()))
+    }
+}
+
+/// `riffle jobs`: one line per job.
+pub fn jobs(address: Option<&str>) -> Result<(), String> {
+    let addresses: Vec<String> = match address {
+        Some(address) => vec![address.to_string()],
+        None => registry::list().into_iter().map(|j| j.address).collect(),
+    };
+    if addresses.is_empty() {
+        println!(
+            "no running jobs on this machine (registry: {})",
+            registry::jobs_dir().display()
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<10} {:<28} {:<11} {:>10} {:>12} {:>12}  {}",
+        "ID", "NAME", "STATUS", "UPTIME", "IN/S", "OUT/S", "UI"
+    );
+    for address in addresses {
+        let client = JobClient::new(&address, None);
+        match client.get("/api/v1/job") {
+            Ok(job) => {
+                let status = if job["stopping"] == true {
+                    "STOPPING"
+                } else {
+                    job["status"].as_str().unwrap_or("?")
+                };
+                println!(
+                    "{:<10} {:<28} {:<11} {:>10} {:>12.0} {:>12.0}  {}/",
+                    job["id"].as_str().unwrap_or("?"),
+                    job["name"].as_str().unwrap_or("?"),
+                    status,
+                    format!("{}s", job["uptime_ms"].as_u64().unwrap_or(0) / 1000),
+                    job["source_records_per_sec"].as_f64().unwrap_or(0.0),
+                    job["sink_records_per_sec"].as_f64().unwrap_or(0.0),
+                    client.url()
+                );
+            }
+            Err(e) => println!("{:<10} {:<28} {:<11} ({e})", "?", "?", "UNREACHABLE"),
+        }
+    }
+    Ok(())
+}
+
+fn post(target: &Target, path: &str, body: Value) -> Result<Value, String> {
+    target
+        .client()?
+        .post(path, &body)
+        .map_err(|e| e.to_string())
+}
+
+/// `riffle savepoint <job> [--target DIR]`: prints the savepoint's location.
+pub fn savepoint(target: &Target, directory: Option<&str>) -> Result<(), String> {
+    let answer = post(
+        target,
+        "/api/v1/job/savepoints",
+        json!({ "target_directory": absolute(directory)? }),
+    )?;
+    println!("{}", answer["location"].as_str().unwrap_or_default());
+    Ok(())
+}
+
+/// `riffle stop <job> [--savepoint [DIR]]`.
+pub fn stop(target: &Target, savepoint: Option<&str>) -> Result<(), String> {
+    let body = match savepoint {
+        None => json!({}),
+        Some("") => json!({ "savepoint": true }),
+        Some(dir) => json!({ "savepoint": true, "target_directory": absolute(Some(dir))? }),
+    };
+    let answer = post(target, "/api/v1/job/stop", body)?;
+    match answer["savepoint"].as_str() {
+        Some(location) => println!("stopping after savepoint {location}"),
+        None => println!("stopping: the job drains what is in flight"),
+    }
+    Ok(())
+}
+
+/// `riffle cancel <job>`.
+pub fn cancel(target: &Target) -> Result<(), String> {
+    post(target, "/api/v1/job/cancel", json!({}))?;
+    println!("cancelling");
+    Ok(())
+}
+
+/// A local directory made absolute against this shell's working directory (the job may run
+/// elsewhere); `s3://` locations as given.
+fn absolute(directory: Option<&str>) -> Result<Option<String>, String> {
+    match directory {
+        None => Ok(None),
+        Some(dir) if dir.contains("://") => Ok(Some(dir.to_string())),
+        Some(dir) => std::path::absolute(dir)
+            .map(|p| Some(p.display().to_string()))
+            .map_err(|e| format!("savepoint directory `{dir}`: {e}")),
+    }
+}

@@ -1,0 +1,474 @@
+//! The HTTP routes: the JSON API under `/api/v1`, `/metrics`, and the UI's static files.
+//!
+//! Every error is JSON, `{"error": "..."}`, with a 4xx status for what the request got wrong
+//! (unknown path or operator, malformed body, bad savepoint directory, missing token) and 409
+//! when the job can no longer do what was asked (it has ended).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use riffle::runtime::JobMonitor;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::WebConfig;
+use crate::history::{Current, History, wall_clock};
+use crate::views::{Bottleneck, OperatorView};
+
+/// What every handler shares.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    job: JobMonitor,
+    token: Option<String>,
+    savepoint_dir: Option<String>,
+    sample_interval: Duration,
+    history: Mutex<History>,
+}
+
+impl AppState {
+    pub(crate) fn new(job: JobMonitor, config: &WebConfig) -> Self {
+        AppState {
+            inner: Arc::new(Inner {
+                job,
+                token: config.token.clone(),
+                savepoint_dir: config.savepoint_dir.clone(),
+                sample_interval: config.sample_interval,
+                history: Mutex::new(History::default()),
+            }),
+        }
+    }
+
+    pub(crate) fn job(&self) -> &JobMonitor {
+        &self.inner.job
+    }
+
+    pub(crate) fn history(&self) -> MutexGuard<'_, History> {
+        self.inner.history.lock().expect("history lock")
+    }
+
+    pub(crate) fn sample_interval(&self) -> Duration {
+        self.inner.sample_interval
+    }
+
+    /// The figures now, with rates over the last seconds.
+    fn current(&self) -> Current {
+        let job = self.job();
+        let now = job.metrics();
+        let history = self.history();
+        let base = history
+            .rate_base(&now)
+            .cloned()
+            .unwrap_or_else(|| now.clone());
+        drop(history);
+        Current::new(job.plan(), now, &base, wall_clock())
+    }
+}
+
+/// An error answer.
+pub(crate) struct ApiError(StatusCode, String);
+
+impl ApiError {
+    fn bad_request(message: impl Into<String>) -> Self {
+        ApiError(StatusCode::BAD_REQUEST, message.into())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, axum::Json(json!({ "error": self.1 }))).into_response()
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+fn ok<T: Serialize>(value: T) -> ApiResult {
+    Ok(axum::Json(value).into_response())
+}
+
+/// The routes of one job's server.
+pub(crate) fn router(state: AppState) -> Router {
+    let control = Router::new()
+        .route("/api/v1/job/savepoints", post(savepoint))
+        .route("/api/v1/job/stop", post(stop))
+        .route("/api/v1/job/cancel", post(cancel))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/", get(|| async { ui("index.html") }))
+        .route(
+            "/ui/{file}",
+            get(|Path(file): Path<String>| async move { ui(&file) }),
+        )
+        .route("/metrics", get(metrics))
+        .route("/api/v1/openapi.json", get(openapi))
+        .route("/api/v1/job", get(job))
+        .route("/api/v1/job/graph", get(graph))
+        .route("/api/v1/job/operators", get(operators))
+        .route("/api/v1/job/operators/{name}", get(operator))
+        .route("/api/v1/job/bottleneck", get(bottleneck))
+        .route("/api/v1/job/checkpoints", get(checkpoints))
+        .route("/api/v1/job/history", get(history))
+        .merge(control)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError(
+        StatusCode::NOT_FOUND,
+        format!("no such endpoint: {method} {uri} (see /api/v1/openapi.json)"),
+    )
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+}
+
+/// Control requests carry the configured token, if there is one.
+async fn require_token(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(token) = &state.inner.token {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if given != Some(token.as_str()) {
+            return ApiError(
+                StatusCode::UNAUTHORIZED,
+                "this job's control endpoints need its token: `Authorization: Bearer <token>` (riffle --token or RIFFLE_WEB_TOKEN)".into(),
+            )
+            .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// The job at a glance.
+#[derive(Serialize)]
+struct JobSummary {
+    #[serde(flatten)]
+    overview: riffle::runtime::JobOverview,
+    /// Records the sources emitted.
+    source_records: u64,
+    /// Records the sinks received.
+    sink_records: u64,
+    source_records_per_sec: f64,
+    sink_records_per_sec: f64,
+    /// Late records (dropped or sent to a side output).
+    late_records: u64,
+    bad_records: u64,
+    /// The largest watermark lag of any operator.
+    watermark_lag_ms: Option<i64>,
+    checkpoints_completed: usize,
+    checkpoints_failed: usize,
+    bottleneck: Option<Bottleneck>,
+}
+
+async fn job(State(state): State<AppState>) -> ApiResult {
+    let current = state.current();
+    let job = state.job();
+    let point = current.point(job.plan(), wall_clock());
+    let plan = job.plan();
+    let total_of = |vertices: Vec<usize>, first: bool| -> u64 {
+        current
+            .operators
+            .iter()
+            .filter(|o| vertices.contains(&o.vertex))
+            .filter(|o| {
+                let ops = &plan.vertices[o.vertex].operators;
+                if first {
+                    ops.first() == Some(&o.name)
+                } else {
+                    ops.last() == Some(&o.name)
+                }
+            })
+            .map(|o| {
+                if first {
+                    o.total.records_out
+                } else {
+                    o.total.records_in
+                }
+            })
+            .sum()
+    };
+    let no_input: Vec<usize> = (0..plan.vertices.len())
+        .filter(|v| !plan.edges.iter().any(|e| e.to == *v))
+        .collect();
+    let no_output: Vec<usize> = (0..plan.vertices.len())
+        .filter(|v| !plan.edges.iter().any(|e| e.from == *v))
+        .collect();
+    let checkpoints = job.checkpoints();
+    let completed = checkpoints.iter().filter(|c| c.completed()).count();
+    ok(JobSummary {
+        overview: job.overview(),
+        source_records: total_of(no_input, true),
+        sink_records: total_of(no_output, false),
+        source_records_per_sec: point.source_records_per_sec,
+        sink_records_per_sec: point.sink_records_per_sec,
+        late_records: point.late_records,
+        bad_records: point.bad_records,
+        watermark_lag_ms: point.watermark_lag_ms,
+        checkpoints_completed: completed,
+        checkpoints_failed: checkpoints.len() - completed,
+        bottleneck: current.bottleneck,
+    })
+}
+
+async fn graph(State(state): State<AppState>) -> ApiResult {
+    ok(state.current().graph)
+}
+
+async fn operators(State(state): State<AppState>) -> ApiResult {
+    ok(state.current().operators)
+}
+
+async fn operator(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult {
+    let operators: Vec<OperatorView> = state.current().operators;
+    match operators.into_iter().find(|o| o.name == name) {
+        Some(op) => ok(op),
+        None => Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("no operator `{name}` in this job (GET /api/v1/job/operators lists them)"),
+        )),
+    }
+}
+
+async fn bottleneck(State(state): State<AppState>) -> ApiResult {
+    ok(state.current().bottleneck)
+}
+
+async fn checkpoints(State(state): State<AppState>) -> ApiResult {
+    let history = state.job().checkpoints();
+    let completed = history.iter().filter(|c| c.completed()).count();
+    ok(json!({
+        "completed": completed,
+        "failed": history.len() - completed,
+        "latest_completed": history.iter().rev().find(|c| c.completed()),
+        "history": history,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    /// Only the last this many seconds (default: all kept, 300).
+    seconds: Option<u64>,
+}
+
+async fn history(
+    State(state): State<AppState>,
+    query: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let since = query
+        .seconds
+        .map_or(i64::MIN, |s| wall_clock() - (s as i64).saturating_mul(1000));
+    let history = state.history();
+    let points: Vec<_> = history.points.iter().filter(|p| p.t >= since).collect();
+    let vertices: Vec<&str> = state
+        .job()
+        .plan()
+        .vertices
+        .iter()
+        .map(|v| v.name.as_str())
+        .collect();
+    ok(json!({
+        "interval_ms": state.sample_interval().as_millis() as u64,
+        "vertices": vertices,
+        "points": points,
+    }))
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let current = state.current();
+    let job = state.job();
+    let text = crate::prometheus::render(&crate::prometheus::Exposition {
+        overview: &job.overview(),
+        operators: &current.operators,
+        tasks: &current.metrics.tasks,
+        checkpoints: &job.checkpoints(),
+        bottleneck: current.bottleneck.as_ref(),
+    });
+    (
+        [(header::CONTENT_TYPE, crate::prometheus::CONTENT_TYPE)],
+        text,
+    )
+        .into_response()
+}
+
+async fn openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        include_str!("../openapi.json"),
+    )
+        .into_response()
+}
+
+/// The UI's files, compiled into the binary.
+fn ui(file: &str) -> Response {
+    let (content_type, body) = match file {
+        "index.html" => ("text/html; charset=utf-8", include_str!("../ui/index.html")),
+        "app.js" => (
+            "text/javascript; charset=utf-8",
+            include_str!("../ui/app.js"),
+        ),
+        "style.css" => ("text/css; charset=utf-8", include_str!("../ui/style.css")),
+        _ => {
+            return ApiError(StatusCode::NOT_FOUND, format!("no UI file `{file}`")).into_response();
+        }
+    };
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+/// A JSON body, or the default when the body is empty; 400 with serde's message otherwise.
+fn body<T: for<'de> Deserialize<'de> + Default>(bytes: &Bytes) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct SavepointRequest {
+    /// The directory the savepoint goes under (absolute path or `s3://bucket/prefix`).
+    target_directory: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct StopRequest {
+    /// Take a savepoint first, and stop right after it.
+    #[serde(default)]
+    savepoint: bool,
+    /// Where it goes (see [`SavepointRequest`]).
+    target_directory: Option<String>,
+}
+
+/// A new savepoint location under `target` (or the configured default directory): the directory
+/// is checked (absolute or `s3://`, no `..`, not a file) and `savepoint-<job id>-<epoch ms>`
+/// appended, as Flink names them.
+fn savepoint_location(state: &AppState, target: Option<String>) -> Result<String, ApiError> {
+    let target = target
+        .or_else(|| state.inner.savepoint_dir.clone())
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "no target_directory given and the job has no default savepoint directory",
+            )
+        })?;
+    let target = target.trim_end_matches('/');
+    let name = format!("savepoint-{}-{}", state.job().overview().id, wall_clock());
+    if let Some(rest) = target.strip_prefix("s3://") {
+        let bucket = rest.split('/').next().unwrap_or_default();
+        if bucket.is_empty() || rest.split('/').any(|part| part == "..") {
+            return Err(ApiError::bad_request(format!(
+                "bad savepoint directory `{target}`: expected s3://bucket/prefix"
+            )));
+        }
+        return Ok(format!("{target}/{name}"));
+    }
+    let local = target.strip_prefix("file://").unwrap_or(target);
+    let path = std::path::Path::new(local);
+    let bad =
+        |why: &str| ApiError::bad_request(format!("bad savepoint directory `{target}`: {why}"));
+    if local.is_empty() || local.contains('\0') {
+        return Err(bad("empty or not a path"));
+    }
+    if !path.is_absolute() {
+        return Err(bad("must be an absolute path (or s3://bucket/prefix)"));
+    }
+    if path
+        .components()
+        .any(|c| c == std::path::Component::ParentDir)
+    {
+        return Err(bad("must not contain `..`"));
+    }
+    if path.exists() && !path.is_dir() {
+        return Err(bad("exists and is not a directory"));
+    }
+    Ok(path.join(name).display().to_string())
+}
+
+/// Runs a blocking call of the job (a savepoint waits for its completion) off the server thread.
+async fn blocking<T: Send + 'static>(
+    call: impl FnOnce() -> riffle::Result<T> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(call)
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| match e {
+            riffle::Error::Config { .. } => ApiError::bad_request(e.to_string()),
+            _ => ApiError(StatusCode::CONFLICT, e.to_string()),
+        })
+}
+
+fn ensure_running(state: &AppState) -> Result<(), ApiError> {
+    let overview = state.job().overview();
+    if state.job().is_ended() {
+        return Err(ApiError(
+            StatusCode::CONFLICT,
+            format!("the job has ended ({:?})", overview.status),
+        ));
+    }
+    Ok(())
+}
+
+async fn savepoint(State(state): State<AppState>, bytes: Bytes) -> ApiResult {
+    let request: SavepointRequest = body(&bytes)?;
+    ensure_running(&state)?;
+    let location = savepoint_location(&state, request.target_directory)?;
+    let job = state.job().clone();
+    let location = blocking(move || job.savepoint(&location)).await?;
+    ok(json!({ "location": location }))
+}
+
+async fn stop(State(state): State<AppState>, bytes: Bytes) -> ApiResult {
+    let request: StopRequest = body(&bytes)?;
+    if request.target_directory.is_some() && !request.savepoint {
+        return Err(ApiError::bad_request(
+            "target_directory is for a stop with savepoint: add \"savepoint\": true",
+        ));
+    }
+    ensure_running(&state)?;
+    if !request.savepoint {
+        state.job().stop();
+        return Ok((
+            StatusCode::ACCEPTED,
+            axum::Json(json!({ "status": "stopping", "savepoint": Value::Null })),
+        )
+            .into_response());
+    }
+    let location = savepoint_location(&state, request.target_directory)?;
+    let job = state.job().clone();
+    let location = blocking(move || job.stop_with_savepoint(&location)).await?;
+    ok(json!({ "status": "stopping", "savepoint": location }))
+}
+
+async fn cancel(State(state): State<AppState>) -> ApiResult {
+    ensure_running(&state)?;
+    state.job().cancel();
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(json!({ "status": "cancelling" })),
+    )
+        .into_response())
+}

@@ -1,0 +1,169 @@
+//! The figures of the last minutes: the server samples the job's metrics every second, keeps
+//! five minutes of samples, and turns each pair of consecutive samples into a chart point
+//! (throughput in and out, watermark lag, back-pressure per vertex, late and bad records).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use riffle::JobPlan;
+use riffle::metrics::MetricsSnapshot;
+use riffle::record::Timestamp;
+use serde::Serialize;
+
+use crate::api::AppState;
+use crate::views::{self, Bottleneck, GraphView, OperatorView};
+
+/// How long samples are kept.
+const KEPT: Duration = Duration::from_secs(300);
+/// Rates and time ratios shown as "current" are over about this long.
+pub(crate) const RATE_WINDOW: Duration = Duration::from_secs(5);
+
+/// The wall clock, epoch ms.
+pub(crate) fn wall_clock() -> Timestamp {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as Timestamp)
+}
+
+/// One point of the charts.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Point {
+    /// Wall clock of the sample, epoch ms.
+    pub t: Timestamp,
+    /// Records the sources emitted per second.
+    pub source_records_per_sec: f64,
+    /// Records the sinks received per second.
+    pub sink_records_per_sec: f64,
+    /// The largest watermark lag behind the wall clock of any operator, ms.
+    pub watermark_lag_ms: Option<i64>,
+    /// Back-pressured ms per second of each vertex (its most back-pressured task).
+    pub backpressured_ms_per_sec: Vec<f64>,
+    /// Late records so far (dropped or side output).
+    pub late_records: u64,
+    /// Bad records so far.
+    pub bad_records: u64,
+}
+
+/// The figures at one instant, with rates over the last seconds.
+pub(crate) struct Current {
+    pub(crate) metrics: MetricsSnapshot,
+    pub(crate) operators: Vec<OperatorView>,
+    pub(crate) graph: GraphView,
+    pub(crate) bottleneck: Option<Bottleneck>,
+}
+
+impl Current {
+    pub(crate) fn new(
+        plan: &JobPlan,
+        now: MetricsSnapshot,
+        earlier: &MetricsSnapshot,
+        at: Timestamp,
+    ) -> Self {
+        let operators = views::operators(plan, &now, earlier, at);
+        let graph = views::graph(plan, &operators);
+        let bottleneck = views::bottleneck(&graph);
+        Current {
+            metrics: now,
+            operators,
+            graph,
+            bottleneck,
+        }
+    }
+
+    /// The chart point of these figures.
+    pub(crate) fn point(&self, plan: &JobPlan, t: Timestamp) -> Point {
+        let sources = |v: usize| !plan.edges.iter().any(|e| e.to == v);
+        let sinks = |v: usize| !plan.edges.iter().any(|e| e.from == v);
+        let first_of =
+            |o: &&OperatorView| plan.vertices[o.vertex].operators.first() == Some(&o.name);
+        let last_of = |o: &&OperatorView| plan.vertices[o.vertex].operators.last() == Some(&o.name);
+        Point {
+            t,
+            source_records_per_sec: self
+                .operators
+                .iter()
+                .filter(|o| sources(o.vertex))
+                .filter(first_of)
+                .map(|o| o.total.records_out_per_sec)
+                .sum(),
+            sink_records_per_sec: self
+                .operators
+                .iter()
+                .filter(|o| sinks(o.vertex))
+                .filter(last_of)
+                .map(|o| o.total.records_in_per_sec)
+                .sum(),
+            watermark_lag_ms: self
+                .operators
+                .iter()
+                .filter_map(|o| o.total.watermark_lag_ms)
+                .max(),
+            backpressured_ms_per_sec: self
+                .graph
+                .vertices
+                .iter()
+                .map(|v| v.backpressured_ms_per_sec)
+                .collect(),
+            late_records: self
+                .operators
+                .iter()
+                .map(|o| o.total.late_records_dropped + o.total.late_records_side_output)
+                .sum(),
+            bad_records: self.operators.iter().map(|o| o.total.bad_records).sum(),
+        }
+    }
+}
+
+/// Samples and chart points of the last minutes.
+#[derive(Default)]
+pub(crate) struct History {
+    samples: VecDeque<MetricsSnapshot>,
+    pub(crate) points: VecDeque<Point>,
+}
+
+impl History {
+    /// The sample to compute rates against at `now`: the newest one at least [`RATE_WINDOW`]
+    /// old, else the oldest.
+    pub(crate) fn rate_base(&self, now: &MetricsSnapshot) -> Option<&MetricsSnapshot> {
+        self.samples
+            .iter()
+            .rev()
+            .find(|s| now.taken_at.saturating_duration_since(s.taken_at) >= RATE_WINDOW)
+            .or_else(|| self.samples.front())
+    }
+
+    fn push(&mut self, sample: MetricsSnapshot, point: Option<Point>) {
+        while self
+            .samples
+            .front()
+            .is_some_and(|s| sample.taken_at.saturating_duration_since(s.taken_at) > KEPT)
+        {
+            self.samples.pop_front();
+        }
+        while self.points.len() > KEPT.as_secs() as usize {
+            self.points.pop_front();
+        }
+        self.samples.push_back(sample);
+        if let Some(point) = point {
+            self.points.push_back(point);
+        }
+    }
+}
+
+/// Samples the job's figures until the server stops.
+pub(crate) async fn sample(state: AppState) {
+    let mut ticks = tokio::time::interval(state.sample_interval());
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let job = state.job();
+        let now = job.metrics();
+        let mut history = state.history();
+        // A chart point per sample, from the previous one: rates of that second.
+        let point = history.samples.back().map(|previous| {
+            let at = wall_clock();
+            Current::new(job.plan(), now.clone(), previous, at).point(job.plan(), at)
+        });
+        history.push(now, point);
+    }
+}

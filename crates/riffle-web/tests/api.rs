@@ -1,0 +1,430 @@
+//! The REST API against running jobs: exact shapes and values that match the job's real counts,
+//! savepoint / stop with savepoint / cancel, tokens, and 4xx answers to bad requests.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{config, eventually, running_job};
+use riffle::StreamEnv;
+use riffle::runtime::JobStatus;
+use riffle::sink::CollectSink;
+use riffle_web::client::{ClientError, JobClient};
+use riffle_web::{WebConfig, WebServer};
+use serde_json::{Value, json};
+
+fn status(client: &JobClient) -> String {
+    client.get("/api/v1/job").unwrap()["status"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn error_of(result: Result<Value, ClientError>) -> (u16, String) {
+    match result {
+        Err(ClientError::Status(code, message)) => (code, message),
+        other => panic!("expected an error status, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_finished_job_reports_exactly_its_counts_graph_and_operators() {
+    let env = StreamEnv::new();
+    env.set_parallelism(2);
+    env.configure(|c| c.job_name = "evens".into());
+    let (sink, collected) = CollectSink::new();
+    env.from_iter((0..1000u64).collect::<Vec<_>>())
+        .filter(|x| x % 2 == 0)
+        .name("evens")
+        .rebalance()
+        .map(|x| x * 3)
+        .name("triple")
+        .sink(sink);
+    let job = env.execute_async().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let web = WebServer::start(job.monitor(), config(dir.path())).unwrap();
+    let client = JobClient::new(&web.address().to_string(), None);
+    let plan = job.plan().clone();
+    let result = job.wait().unwrap();
+    assert_eq!(collected.len(), 500);
+
+    let overview = client.get("/api/v1/job").unwrap();
+    assert_eq!(overview["name"], "evens");
+    assert_eq!(overview["status"], "FINISHED");
+    assert_eq!(overview["stopping"], false);
+    assert_eq!(overview["restarts"], 0);
+    assert_eq!(overview["parallelism"], 2);
+    assert_eq!(overview["checkpoint_interval_ms"], Value::Null);
+    assert_eq!(overview["source_records"], 1000);
+    assert_eq!(overview["sink_records"], 500);
+    assert_eq!(overview["late_records"], 0);
+    assert_eq!(overview["bad_records"], 0);
+    assert_eq!(overview["checkpoints_completed"], 0);
+    assert_eq!(overview["id"].as_str().unwrap().len(), 8);
+
+    let graph = client.get("/api/v1/job/graph").unwrap();
+    let vertices = graph["vertices"].as_array().unwrap();
+    assert_eq!(vertices.len(), plan.vertices.len());
+    for (v, planned) in vertices.iter().zip(&plan.vertices) {
+        assert_eq!(v["name"], planned.name.as_str());
+        assert_eq!(v["parallelism"], planned.parallelism);
+        assert!(["OK", "LOW", "HIGH"].contains(&v["backpressure"].as_str().unwrap()));
+    }
+    assert_eq!(
+        graph["edges"],
+        serde_json::to_value(&plan.edges).unwrap(),
+        "edges as planned"
+    );
+    assert_eq!(
+        graph["edges"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["ship"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["REBALANCE"]
+    );
+
+    let operators = client.get("/api/v1/job/operators").unwrap();
+    let operators = operators.as_array().unwrap();
+    let names: Vec<&str> = operators
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    let planned: Vec<&str> = plan
+        .vertices
+        .iter()
+        .flat_map(|v| v.operators.iter().map(String::as_str))
+        .collect();
+    assert_eq!(names, planned);
+    for op in operators {
+        let name = op["name"].as_str().unwrap();
+        let expected = result.metrics.operator_total(name).unwrap();
+        assert_eq!(op["records_in"], expected.records_in, "{name}");
+        assert_eq!(op["records_out"], expected.records_out, "{name}");
+        let subtasks = op["subtasks"].as_array().unwrap();
+        assert_eq!(subtasks.len(), op["parallelism"].as_u64().unwrap() as usize);
+        let sum: u64 = subtasks
+            .iter()
+            .map(|s| s["records_in"].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, expected.records_in, "{name}: subtasks add up");
+        for key in [
+            "records_in_per_sec",
+            "busy_ms_per_sec",
+            "backpressured_ms_per_sec",
+            "idle_ms_per_sec",
+            "backpressure",
+            "watermark",
+            "watermark_lag_ms",
+            "late_records_dropped",
+            "late_records_side_output",
+            "bad_records",
+            "state_entries",
+            "state_bytes",
+            "split_lag",
+        ] {
+            assert!(op.get(key).is_some(), "{name} has {key}: {op}");
+        }
+    }
+    let evens = client.get("/api/v1/job/operators/evens").unwrap();
+    assert_eq!(
+        (evens["records_in"].as_u64(), evens["records_out"].as_u64()),
+        (Some(1000), Some(500))
+    );
+    let triple = client.get("/api/v1/job/operators/triple").unwrap();
+    assert_eq!(triple["records_out"], 500);
+    // An end-of-input watermark is not behind the wall clock.
+    assert_eq!(triple["watermark_lag_ms"], Value::Null);
+
+    let checkpoints = client.get("/api/v1/job/checkpoints").unwrap();
+    assert_eq!(
+        checkpoints,
+        json!({ "completed": 0, "failed": 0, "latest_completed": null, "history": [] })
+    );
+    assert_eq!(client.get("/api/v1/job/bottleneck").unwrap(), Value::Null);
+    let openapi = client.get("/api/v1/openapi.json").unwrap();
+    assert!(openapi["paths"]["/api/v1/job"].is_object(), "{openapi}");
+
+    // Control on a finished job: 409.
+    let (code, message) = error_of(client.post("/api/v1/job/cancel", &json!({})));
+    assert_eq!(code, 409, "{message}");
+}
+
+#[test]
+fn a_running_job_shows_rates_checkpoints_and_history_then_stops_with_a_savepoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = running_job(dir.path());
+    let web = WebServer::start(job.monitor(), config(dir.path())).unwrap();
+    let client = JobClient::new(&web.address().to_string(), None);
+    assert!(eventually(Duration::from_secs(20), || {
+        let job = client.get("/api/v1/job").unwrap();
+        let history = client.get("/api/v1/job/history").unwrap();
+        job["checkpoints_completed"].as_u64().unwrap() >= 2
+            && job["source_records_per_sec"].as_f64().unwrap() > 1000.0
+            && history["points"].as_array().unwrap().len() >= 5
+    }));
+    let overview = client.get("/api/v1/job").unwrap();
+    assert_eq!(overview["status"], "RUNNING");
+    assert_eq!(overview["name"], "clicks-api");
+    assert_eq!(overview["checkpoint_interval_ms"], 200);
+    let source = client.get("/api/v1/job/operators/Source: clicks").unwrap();
+    let rate = source["records_out_per_sec"].as_f64().unwrap();
+    assert!(
+        (10_000.0..30_000.0).contains(&rate),
+        "paced at 20K/s: {rate}"
+    );
+    // Synthetic clicks of 2026-01-15: the watermark is far behind the wall clock.
+    assert!(
+        source["watermark_lag_ms"].as_i64().unwrap() > 3_600_000,
+        "{source}"
+    );
+    let checkpoints = client.get("/api/v1/job/checkpoints").unwrap();
+    let latest = &checkpoints["latest_completed"];
+    for key in [
+        "id",
+        "status",
+        "duration_ms",
+        "alignment_ms",
+        "size_bytes",
+        "triggered_at",
+    ] {
+        assert!(latest.get(key).is_some(), "{key} in {latest}");
+    }
+    assert_eq!(latest["status"], "completed");
+    let history = client.get("/api/v1/job/history?seconds=60").unwrap();
+    let points = history["points"].as_array().unwrap();
+    assert!(points.len() >= 5, "{history}");
+    assert!(
+        points.last().unwrap()["source_records_per_sec"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert_eq!(
+        history["vertices"].as_array().unwrap().len(),
+        job.plan().vertices.len()
+    );
+
+    // A savepoint while running, then a stop with savepoint.
+    let target = dir.path().join("my-savepoints");
+    let taken = client
+        .post(
+            "/api/v1/job/savepoints",
+            &json!({ "target_directory": target }),
+        )
+        .unwrap();
+    let location = taken["location"].as_str().unwrap();
+    assert!(location.starts_with(target.to_str().unwrap()), "{location}");
+    assert!(
+        std::path::Path::new(location)
+            .join("_manifest.json")
+            .exists()
+    );
+    assert_eq!(status(&client), "RUNNING");
+    let stopped = client
+        .post("/api/v1/job/stop", &json!({ "savepoint": true }))
+        .unwrap();
+    let location = stopped["savepoint"].as_str().unwrap();
+    assert!(
+        location.starts_with(dir.path().join("savepoints").to_str().unwrap()),
+        "default dir: {location}"
+    );
+    assert!(
+        std::path::Path::new(location)
+            .join("_manifest.json")
+            .exists()
+    );
+    job.wait().unwrap();
+    assert_eq!(status(&client), "FINISHED");
+    let savepoints = client.get("/api/v1/job/checkpoints").unwrap()["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["kind"] == "savepoint")
+        .count();
+    assert_eq!(savepoints, 2);
+}
+
+#[test]
+fn cancel_needs_the_token_when_one_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = running_job(dir.path());
+    let web = WebServer::start(
+        job.monitor(),
+        WebConfig {
+            token: Some("s3cret".into()),
+            ..config(dir.path())
+        },
+    )
+    .unwrap();
+    let address = web.address().to_string();
+    let anonymous = JobClient::new(&address, None);
+    let (code, message) = error_of(anonymous.post("/api/v1/job/cancel", &json!({})));
+    assert_eq!(code, 401, "{message}");
+    assert!(message.contains("token"), "{message}");
+    let wrong = JobClient::new(&address, Some("guess".into()));
+    assert_eq!(
+        error_of(wrong.post("/api/v1/job/cancel", &json!({}))).0,
+        401
+    );
+    // Reading needs no token.
+    assert_eq!(status(&anonymous), "RUNNING");
+    let owner = JobClient::new(&address, Some("s3cret".into()));
+    let answer = owner.post("/api/v1/job/cancel", &json!({})).unwrap();
+    assert_eq!(answer["status"], "cancelling");
+    assert!(matches!(job.wait(), Err(riffle::Error::Cancelled)));
+    assert_eq!(status(&anonymous), "CANCELLED");
+    assert_eq!(job_status_name(JobStatus::Cancelled), "CANCELLED");
+}
+
+fn job_status_name(status: JobStatus) -> String {
+    serde_json::to_value(status)
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn bad_requests_get_a_4xx_with_a_message_and_the_job_runs_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = running_job(dir.path());
+    let web = WebServer::start(job.monitor(), config(dir.path())).unwrap();
+    let address = web.address().to_string();
+    let client = JobClient::new(&address, None);
+    let http = reqwest::blocking::Client::new();
+    let raw = |method: reqwest::Method, path: &str, body: &str| {
+        let response = http
+            .request(method, format!("http://{address}{path}"))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .unwrap();
+        let code = response.status().as_u16();
+        let json: Value = response.json().unwrap();
+        (code, json["error"].as_str().unwrap_or_default().to_string())
+    };
+    use reqwest::Method;
+    let cases: Vec<(Method, &str, &str, u16, &str)> = vec![
+        (Method::GET, "/api/v1/nope", "", 404, "no such endpoint"),
+        (
+            Method::GET,
+            "/api/v1/job/operators/nope",
+            "",
+            404,
+            "no operator `nope`",
+        ),
+        (Method::DELETE, "/api/v1/job", "", 405, "not allowed"),
+        (
+            Method::GET,
+            "/api/v1/job/history?seconds=abc",
+            "",
+            400,
+            "seconds",
+        ),
+        (Method::GET, "/api/v1/job/history?bogus=1", "", 400, "bogus"),
+        (
+            Method::POST,
+            "/api/v1/job/savepoints",
+            "{not json",
+            400,
+            "malformed JSON",
+        ),
+        (
+            Method::POST,
+            "/api/v1/job/savepoints",
+            r#"{"target":"/tmp/x"}"#,
+            400,
+            "unknown field",
+        ),
+        (
+            Method::POST,
+            "/api/v1/job/savepoints",
+            r#"{"target_directory":"relative/dir"}"#,
+            400,
+            "absolute",
+        ),
+        (
+            Method::POST,
+            "/api/v1/job/savepoints",
+            r#"{"target_directory":"/tmp/../etc"}"#,
+            400,
+            "`..`",
+        ),
+        (
+            Method::POST,
+            "/api/v1/job/savepoints",
+            r#"{"target_directory":"s3://"}"#,
+            400,
+            "s3://bucket",
+        ),
+        (
+            Method::POST,
+            "/api/v1/job/stop",
+            r#"{"target_directory":"/tmp/sp"}"#,
+            400,
+            "savepoint",
+        ),
+        (
+            Method::POST,
+            "/api/v1/job/stop",
+            r#"{"savepoint":"yes"}"#,
+            400,
+            "malformed JSON",
+        ),
+        (Method::GET, "/ui/nope.js", "", 404, "no UI file"),
+    ];
+    for (method, path, body, code, needle) in cases {
+        let (got, message) = raw(method.clone(), path, body);
+        assert_eq!(got, code, "{method} {path} {body}: {message}");
+        assert!(
+            message.contains(needle),
+            "{method} {path} {body}: `{message}` lacks `{needle}`"
+        );
+    }
+    // A file where the savepoint directory should be.
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let (code, message) = error_of(client.post(
+        "/api/v1/job/savepoints",
+        &json!({ "target_directory": file }),
+    ));
+    assert_eq!(code, 400, "{message}");
+    assert!(message.contains("not a directory"), "{message}");
+    assert_eq!(status(&client), "RUNNING");
+    job.cancel();
+    let _ = job.wait();
+}
+
+#[test]
+fn listening_beyond_loopback_without_a_token_fails_naming_the_setting() {
+    let env = StreamEnv::new();
+    let (sink, _) = CollectSink::new();
+    env.from_iter(vec![1u64]).sink(sink);
+    let job = env.execute_async().unwrap();
+    let err = WebServer::start(
+        job.monitor(),
+        WebConfig {
+            address: "0.0.0.0:0".parse().unwrap(),
+            ..WebConfig::any_port()
+        },
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(err.contains("web.token"), "{err}");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let err = WebServer::start(
+        job.monitor(),
+        WebConfig {
+            address: taken.local_addr().unwrap(),
+            ..WebConfig::any_port()
+        },
+    )
+    .err()
+    .expect("address in use")
+    .to_string();
+    assert!(err.contains("web.address"), "{err}");
+    job.wait().unwrap();
+}

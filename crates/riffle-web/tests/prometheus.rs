@@ -1,0 +1,203 @@
+//! `/metrics` parsed by the official Prometheus Python client's strict OpenMetrics parser
+//! (`tests/tools/promparse.py`; `scripts/test.sh` installs `prometheus-client` into
+//! `.tools/venv` and exports `RIFFLE_PYTHON`), with values that match the job's real counts.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{config, eventually, running_job};
+use serde_json::Value;
+
+/// One sample of the exposition.
+struct Sample {
+    family: String,
+    kind: String,
+    name: String,
+    labels: serde_json::Map<String, Value>,
+    value: f64,
+}
+
+/// Parses `text` with the Prometheus client's OpenMetrics parser; panics with its message.
+fn parse(text: &str) -> Vec<Sample> {
+    let python = std::env::var("RIFFLE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/promparse.py");
+    let mut child = Command::new(&python)
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {python} (scripts/test.sh sets RIFFLE_PYTHON): {e}")
+        });
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the OpenMetrics parser rejected the exposition ({python} needs prometheus-client, see scripts/test.sh): {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let v: Value = serde_json::from_str(line).unwrap();
+            Sample {
+                family: v["family"].as_str().unwrap().into(),
+                kind: v["type"].as_str().unwrap().into(),
+                name: v["name"].as_str().unwrap().into(),
+                labels: v["labels"].as_object().unwrap().clone(),
+                value: v["value"].as_f64().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// The sum of the samples called `name` whose labels include `labels`.
+fn sum(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    let matching: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.name == name)
+        .filter(|s| {
+            labels
+                .iter()
+                .all(|(k, v)| s.labels.get(*k).and_then(Value::as_str) == Some(*v))
+        })
+        .collect();
+    assert!(!matching.is_empty(), "no sample {name} {labels:?}");
+    matching.iter().map(|s| s.value).sum()
+}
+
+fn scrape(address: &str) -> String {
+    let response = reqwest::blocking::get(format!("http://{address}/metrics")).unwrap();
+    assert_eq!(response.status(), 200);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
+    response.text().unwrap()
+}
+
+#[test]
+fn metrics_parse_as_openmetrics_and_match_the_jobs_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = running_job(dir.path());
+    let web = riffle_web::WebServer::start(job.monitor(), config(dir.path())).unwrap();
+    let address = web.address().to_string();
+    assert!(eventually(Duration::from_secs(20), || {
+        job.checkpoints().iter().filter(|c| c.completed()).count() >= 2
+    }));
+
+    let running = parse(&scrape(&address));
+    assert_eq!(
+        sum(&running, "riffle_job_status", &[("status", "RUNNING")]),
+        1.0
+    );
+    assert_eq!(
+        sum(&running, "riffle_job_status", &[("status", "FINISHED")]),
+        0.0
+    );
+    assert!(
+        sum(
+            &running,
+            "riffle_operator_records_out_total",
+            &[("operator", "Source: clicks")]
+        ) > 0.0
+    );
+    // Clicks of 2026-01-15: the watermark is hours behind the wall clock.
+    assert!(
+        sum(
+            &running,
+            "riffle_operator_watermark_lag_seconds",
+            &[("operator", "Source: clicks"), ("subtask", "0")]
+        ) > 3600.0
+    );
+
+    job.stop();
+    let result = job.wait().unwrap();
+    let samples = parse(&scrape(&address));
+    for s in &samples {
+        assert!(s.family.starts_with("riffle_"), "{}", s.family);
+        assert_eq!(
+            s.labels.get("job_name").and_then(Value::as_str),
+            Some("clicks-api"),
+            "{}",
+            s.name
+        );
+    }
+    let kind_of = |family: &str| {
+        samples
+            .iter()
+            .find(|s| s.family == family)
+            .map(|s| s.kind.clone())
+            .unwrap_or_else(|| panic!("no family {family}"))
+    };
+    assert_eq!(kind_of("riffle_operator_records_in"), "counter");
+    assert_eq!(kind_of("riffle_task_busy_seconds"), "counter");
+    assert_eq!(kind_of("riffle_operator_backpressured_ratio"), "gauge");
+    assert_eq!(kind_of("riffle_operator_state_bytes"), "gauge");
+    assert_eq!(
+        sum(&samples, "riffle_job_status", &[("status", "FINISHED")]),
+        1.0
+    );
+    assert_eq!(sum(&samples, "riffle_job_restarts_total", &[]), 0.0);
+    assert_eq!(
+        sum(
+            &samples,
+            "riffle_operator_records_out_total",
+            &[("operator", "Source: clicks")]
+        ),
+        result.records_out("Source: clicks") as f64
+    );
+    assert_eq!(
+        sum(
+            &samples,
+            "riffle_operator_records_in_total",
+            &[("operator", "even users")]
+        ),
+        result.records_in("even users") as f64
+    );
+    assert_eq!(
+        sum(
+            &samples,
+            "riffle_operator_records_out_total",
+            &[("operator", "even users")]
+        ),
+        result.records_out("even users") as f64
+    );
+    assert_eq!(
+        sum(
+            &samples,
+            "riffle_checkpoints_total",
+            &[("kind", "checkpoint"), ("status", "completed")]
+        ),
+        result.completed_checkpoints() as f64
+    );
+    assert!(sum(&samples, "riffle_checkpoint_last_duration_seconds", &[]) >= 0.0);
+    // Every task's time is accounted: busy + back-pressured + idle = its run time.
+    for task in &result.metrics.tasks {
+        let subtask = task.subtask.to_string();
+        let labels = [("task", task.name.as_str()), ("subtask", subtask.as_str())];
+        let total = sum(&samples, "riffle_task_busy_seconds_total", &labels)
+            + sum(&samples, "riffle_task_backpressured_seconds_total", &labels)
+            + sum(&samples, "riffle_task_idle_seconds_total", &labels);
+        let elapsed = task.elapsed_ns as f64 / 1e9;
+        assert!(
+            (total - elapsed).abs() < 0.01,
+            "{}: {total} vs {elapsed}",
+            task.name
+        );
+    }
+}

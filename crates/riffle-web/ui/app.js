@@ -1,0 +1,250 @@
+// The job's web UI: polls the REST API every second and draws the job graph (coloured by
+// back-pressure), charts of the last minutes, counters, the operator and checkpoint tables.
+"use strict";
+
+const SVG = "http://www.w3.org/2000/svg";
+const $ = (id) => document.getElementById(id);
+let token = sessionStorage.getItem("riffle-token") || "";
+
+function el(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function fmt(n) {
+  if (n === null || n === undefined) return "–";
+  const a = Math.abs(n);
+  if (a >= 1e9) return (n / 1e9).toFixed(1) + "G";
+  if (a >= 1e6) return (n / 1e6).toFixed(1) + "M";
+  if (a >= 1e4) return (n / 1e3).toFixed(1) + "K";
+  return Number.isInteger(n) ? String(n) : n.toFixed(1);
+}
+
+function duration(ms) {
+  if (ms === null || ms === undefined) return "–";
+  if (ms < 1000) return ms + " ms";
+  const s = ms / 1000;
+  if (s < 120) return s.toFixed(1) + " s";
+  if (s < 7200) return (s / 60).toFixed(1) + " min";
+  if (s < 172800) return (s / 3600).toFixed(1) + " h";
+  return (s / 86400).toFixed(1) + " d";
+}
+
+function bytes(n) {
+  if (!n) return "0 B";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return n.toFixed(i ? 1 : 0) + " " + units[i];
+}
+
+async function get(path) {
+  const response = await fetch(path);
+  if (!response.ok) throw new Error(path + ": HTTP " + response.status);
+  return response.json();
+}
+
+function show(message, isError) {
+  const box = $("message");
+  box.textContent = message;
+  box.className = "message" + (isError ? " error" : "");
+  box.hidden = !message;
+}
+
+async function control(path, body, what) {
+  show(what + "…");
+  for (;;) {
+    const headers = { "content-type": "application/json" };
+    if (token) headers.authorization = "Bearer " + token;
+    const response = await fetch(path, { method: "POST", headers, body: JSON.stringify(body) });
+    const answer = await response.json().catch(() => ({}));
+    if (response.status === 401) {
+      const given = prompt("This job's control endpoints need its token:");
+      if (!given) { show("not authorised", true); return; }
+      token = given;
+      sessionStorage.setItem("riffle-token", token);
+      continue;
+    }
+    if (!response.ok) { show(what + " failed: " + (answer.error || response.status), true); return; }
+    const where = answer.location || answer.savepoint;
+    show(what + " done" + (where ? ": " + where : ""));
+    return;
+  }
+}
+
+$("btn-savepoint").onclick = () => control("/api/v1/job/savepoints", {}, "Savepoint");
+$("btn-stop").onclick = () => {
+  if (confirm("Take a savepoint and stop the job?")) control("/api/v1/job/stop", { savepoint: true }, "Stop with savepoint");
+};
+$("btn-cancel").onclick = () => {
+  if (confirm("Cancel the job? Its tasks stop now.")) control("/api/v1/job/cancel", {}, "Cancel");
+};
+
+/// Layers vertices by their longest path from a source, left to right.
+function layout(graph) {
+  const layer = graph.vertices.map(() => 0);
+  for (let round = 0; round < graph.vertices.length; round++) {
+    for (const e of graph.edges) layer[e.to] = Math.max(layer[e.to], layer[e.from] + 1);
+  }
+  const rows = {};
+  return graph.vertices.map((v, i) => {
+    const row = rows[layer[i]] = (rows[layer[i]] || 0) + 1;
+    return { x: layer[i], y: row - 1 };
+  });
+}
+
+function drawGraph(graph, bottleneck) {
+  const svg = $("graph");
+  svg.replaceChildren();
+  const defs = el("defs");
+  const marker = el("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" });
+  marker.appendChild(el("path", { d: "M0,0 L10,5 L0,10 z", fill: "#8895a3" }));
+  defs.appendChild(marker);
+  svg.appendChild(defs);
+  const pos = layout(graph);
+  const W = 250, H = 76, GX = 70, GY = 24;
+  const at = (i) => ({ x: 10 + pos[i].x * (W + GX), y: 10 + pos[i].y * (H + GY) });
+  const layers = Math.max(1, ...pos.map((p) => p.x + 1));
+  const rows = Math.max(1, ...pos.map((p) => p.y + 1));
+  svg.setAttribute("viewBox", `0 0 ${layers * (W + GX)} ${rows * (H + GY) + 10}`);
+  svg.style.height = Math.min(420, rows * (H + GY) + 20) + "px";
+  for (const e of graph.edges) {
+    const a = at(e.from), b = at(e.to);
+    const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2;
+    svg.appendChild(el("path", { class: "edge", d: `M${x1},${y1} C${x1 + GX / 2},${y1} ${x2 - GX / 2},${y2} ${x2},${y2}` }));
+    svg.appendChild(el("text", { class: "edge-label", x: (x1 + x2) / 2 - 26, y: (y1 + y2) / 2 - 6 }, e.side_output ? "side: " + e.side_output : e.ship));
+  }
+  graph.vertices.forEach((v, i) => {
+    const p = at(i);
+    const isBottleneck = bottleneck && bottleneck.vertex === i;
+    const g = el("g", {
+      class: "vertex " + v.backpressure + (isBottleneck ? " bottleneck" : ""),
+      id: "vertex-" + i,
+      "data-backpressure": v.backpressure,
+      "data-bottleneck": isBottleneck ? "true" : "false",
+      "data-name": v.name,
+      transform: `translate(${p.x},${p.y})`,
+    });
+    g.appendChild(el("rect", { width: W, height: H }));
+    const title = v.name.length > 38 ? v.name.slice(0, 36) + "…" : v.name;
+    g.appendChild(el("title", {}, v.name));
+    g.appendChild(el("text", { class: "title", x: 10, y: 20 }, title));
+    g.appendChild(el("text", { x: 10, y: 40 }, `×${v.parallelism} · ${fmt(v.records_per_sec)} rec/s`));
+    g.appendChild(el("text", { x: 10, y: 60 }, `busy ${fmt(v.busy_ms_per_sec)} · back-pressured ${fmt(v.backpressured_ms_per_sec)} ms/s · ${v.backpressure}`));
+    svg.appendChild(g);
+  });
+}
+
+function drawChart(id, points, series, names) {
+  const svg = $(id);
+  svg.replaceChildren();
+  const W = 600, H = 150, L = 46, B = 18;
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.setAttribute("preserveAspectRatio", "none");
+  if (points.length < 2) return;
+  const t0 = points[0].t, t1 = points[points.length - 1].t;
+  let max = 0;
+  for (const s of series) for (const p of points) max = Math.max(max, s(p) || 0);
+  max = max || 1;
+  const x = (t) => L + ((t - t0) / Math.max(1, t1 - t0)) * (W - L - 4);
+  const y = (v) => H - B - (v / max) * (H - B - 8);
+  for (const f of [0, 0.5, 1]) {
+    svg.appendChild(el("line", { class: "grid", x1: L, x2: W, y1: y(max * f), y2: y(max * f) }));
+    svg.appendChild(el("text", { class: "axis", x: 2, y: y(max * f) + 4 }, fmt(max * f)));
+  }
+  svg.appendChild(el("text", { class: "axis", x: L, y: H - 4 }, "-" + duration(t1 - t0)));
+  svg.appendChild(el("text", { class: "axis", x: W - 30, y: H - 4 }, "now"));
+  series.forEach((s, i) => {
+    const pts = points.filter((p) => s(p) !== null && s(p) !== undefined).map((p) => `${x(p.t).toFixed(1)},${y(s(p)).toFixed(1)}`);
+    const line = el("polyline", { class: "series-" + (i % 5), points: pts.join(" ") });
+    if (names) line.appendChild(el("title", {}, names[i]));
+    svg.appendChild(line);
+  });
+}
+
+function cells(row, values) {
+  for (const v of values) {
+    const td = document.createElement("td");
+    if (v instanceof Node) td.appendChild(v); else td.textContent = v;
+    row.appendChild(td);
+  }
+}
+
+function level(value) {
+  const span = document.createElement("span");
+  span.className = "lvl " + value;
+  span.textContent = value;
+  return span;
+}
+
+function drawOperators(operators) {
+  const body = document.querySelector("#operators tbody");
+  body.replaceChildren();
+  for (const o of operators) {
+    const row = document.createElement("tr");
+    row.dataset.operator = o.name;
+    const lag = Object.values(o.split_lag || {}).reduce((a, b) => a + b, 0);
+    cells(row, [o.name, o.parallelism, fmt(o.records_in), fmt(o.records_out), fmt(o.records_in_per_sec), fmt(o.records_out_per_sec),
+      fmt(o.busy_ms_per_sec), fmt(o.backpressured_ms_per_sec), level(o.backpressure), duration(o.watermark_lag_ms),
+      fmt(o.late_records_dropped + o.late_records_side_output), fmt(o.bad_records), o.state_entries ? fmt(o.state_entries) + " / " + bytes(o.state_bytes) : "–",
+      Object.keys(o.split_lag || {}).length ? fmt(lag) : "–"]);
+    body.appendChild(row);
+  }
+}
+
+function drawCheckpoints(checkpoints) {
+  const body = document.querySelector("#checkpoints tbody");
+  body.replaceChildren();
+  for (const c of checkpoints.history.slice(-15).reverse()) {
+    const row = document.createElement("tr");
+    cells(row, [c.id, c.kind, c.status, new Date(c.triggered_at).toLocaleTimeString(), duration(c.duration_ms), duration(c.alignment_ms), bytes(c.size_bytes), bytes(c.state_size_bytes)]);
+    if (c.status !== "completed") row.children[2].className = "failed";
+    body.appendChild(row);
+  }
+  $("checkpoint-count").textContent = `${checkpoints.completed} ok / ${checkpoints.failed} failed`;
+}
+
+async function refresh() {
+  try {
+    const [job, graph, operators, checkpoints, history] = await Promise.all([
+      get("/api/v1/job"), get("/api/v1/job/graph"), get("/api/v1/job/operators"), get("/api/v1/job/checkpoints"), get("/api/v1/job/history"),
+    ]);
+    document.title = "Riffle · " + job.name;
+    $("job-name").textContent = job.name;
+    const status = $("job-status");
+    status.textContent = job.stopping ? "STOPPING" : job.status;
+    status.className = "status " + job.status;
+    $("job-facts").textContent = `id ${job.id} · up ${duration(job.uptime_ms)} · parallelism ${job.parallelism} · restarts ${job.restarts}` +
+      (job.checkpoint_interval_ms ? ` · checkpoint every ${duration(job.checkpoint_interval_ms)}` : " · no checkpoints") +
+      ` · ${fmt(job.source_records_per_sec)} rec/s in, ${fmt(job.sink_records_per_sec)} rec/s out`;
+    const ended = ["FINISHED", "FAILED", "CANCELLED"].includes(job.status);
+    for (const b of ["btn-savepoint", "btn-stop", "btn-cancel"]) $(b).disabled = ended;
+    const box = $("bottleneck");
+    box.hidden = !job.bottleneck;
+    if (job.bottleneck) {
+      box.replaceChildren();
+      const b = document.createElement("b");
+      b.textContent = "Bottleneck: " + job.bottleneck.operator;
+      box.append(b, " — " + job.bottleneck.hint);
+      box.dataset.operator = job.bottleneck.operator;
+    }
+    drawGraph(graph, job.bottleneck);
+    const points = history.points;
+    drawChart("chart-throughput", points, [(p) => p.source_records_per_sec, (p) => p.sink_records_per_sec], ["sources", "sinks"]);
+    drawChart("chart-backpressure", points, history.vertices.map((_, i) => (p) => p.backpressured_ms_per_sec[i]), history.vertices);
+    drawChart("chart-watermark", points, [(p) => (p.watermark_lag_ms === null ? null : p.watermark_lag_ms / 1000)], ["watermark lag"]);
+    $("late-records").textContent = fmt(job.late_records);
+    $("bad-records").textContent = fmt(job.bad_records);
+    $("watermark-lag").textContent = duration(job.watermark_lag_ms);
+    drawOperators(operators);
+    drawCheckpoints(checkpoints);
+    document.body.dataset.loaded = "true";
+  } catch (e) {
+    show("cannot reach the job: " + e.message, true);
+  }
+}
+
+refresh();
+setInterval(refresh, 1000);
