@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it on a fresh clone: installs and starts what the tests need
-# (RocksDB's system library, an S3-compatible server for the checkpoint tests, a Kafka broker), then runs every test of the workspace.
+# (RocksDB's system library, an S3-compatible server for the checkpoint tests, a Kafka broker,
+# Chromium with playwright-core and the Prometheus text parser for the operations tests), then runs every test of the workspace.
 # A dependency that cannot be installed or started fails the run; no test skips itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v cargo >/dev/null || { echo "test.sh: cargo is required (https://rustup.rs)" >&2; exit 1; }
 
-# System libraries (RocksDB, libclang for its bindings, OpenSSL and zlib for librdkafka).
+# System libraries (RocksDB, libclang for its bindings, OpenSSL and zlib for librdkafka) and
+# Chromium for the web UI test.
 ./scripts/install-deps.sh
+# The Prometheus client's OpenMetrics parser and playwright-core, for the operations tests.
+eval "$(./scripts/test-tools.sh)"
 
 # S3-compatible storage for checkpoint tests (s3s-fs, installed into .tools/ on first use) and a
 # Kafka broker for the connector tests (Apache Kafka from Maven Central, into .tools/).

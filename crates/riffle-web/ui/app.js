@@ -104,7 +104,7 @@ function drawGraph(graph, bottleneck) {
   defs.appendChild(marker);
   svg.appendChild(defs);
   const pos = layout(graph);
-  const W = 250, H = 76, GX = 70, GY = 24;
+  const W = 320, H = 76, GX = 70, GY = 24;
   const at = (i) => ({ x: 10 + pos[i].x * (W + GX), y: 10 + pos[i].y * (H + GY) });
   const layers = Math.max(1, ...pos.map((p) => p.x + 1));
   const rows = Math.max(1, ...pos.map((p) => p.y + 1));
@@ -128,7 +128,7 @@ function drawGraph(graph, bottleneck) {
       transform: `translate(${p.x},${p.y})`,
     });
     g.appendChild(el("rect", { width: W, height: H }));
-    const title = v.name.length > 38 ? v.name.slice(0, 36) + "…" : v.name;
+    const title = v.name.length > 44 ? v.name.slice(0, 42) + "…" : v.name;
     g.appendChild(el("title", {}, v.name));
     g.appendChild(el("text", { class: "title", x: 10, y: 20 }, title));
     g.appendChild(el("text", { x: 10, y: 40 }, `×${v.parallelism} · ${fmt(v.records_per_sec)} rec/s`));

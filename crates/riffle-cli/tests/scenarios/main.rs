@@ -6,6 +6,7 @@ mod checkpoint_recovery;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod late_events;
+mod operations;
 mod simple_etl;
 mod windowed_count;
 

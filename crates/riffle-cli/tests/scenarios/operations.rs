@@ -1,0 +1,337 @@
+//! Operations from outside the job's process: the web UI of `demo backpressure` in headless
+//! Chromium (the slow sink shown as the bottleneck, its upstream HIGH), and `riffle jobs |
+//! savepoint | stop | cancel` against running demos.
+//!
+//! Each test gives its demos their own jobs registry (`RIFFLE_JOBS_DIR`), so that `riffle jobs`
+//! sees exactly them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A demo running in the background; killed if the test ends first.
+struct Demo {
+    child: Child,
+    stderr: PathBuf,
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Demo {
+    fn start(args: &[&str], dir: &Path, jobs: &Path) -> Demo {
+        let stderr = dir.join(format!("demo-{}.stderr", args.join("-").len()));
+        let child = Command::new(env!("CARGO_BIN_EXE_riffle"))
+            .args(args)
+            .current_dir(dir)
+            .env("RIFFLE_JOBS_DIR", jobs)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("riffle starts");
+        Demo { child, stderr }
+    }
+
+    /// Waits for the demo to end; its exit status and stderr.
+    fn wait(&mut self, timeout: Duration) -> (Option<std::process::ExitStatus>, String) {
+        let end = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if Instant::now() > end {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        (
+            status,
+            std::fs::read_to_string(&self.stderr).unwrap_or_default(),
+        )
+    }
+}
+
+/// `riffle <args>` with the test's jobs registry.
+fn riffle(args: &[&str], dir: &Path, jobs: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_riffle"))
+        .args(args)
+        .current_dir(dir)
+        .env("RIFFLE_JOBS_DIR", jobs)
+        .env_remove("RIFFLE_WEB_TOKEN")
+        .output()
+        .expect("riffle runs")
+}
+
+fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The one job in the registry, once its web server is up: (id, address).
+fn registered(jobs: &Path) -> (String, String) {
+    let end = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < end {
+        let entries: Vec<Value> = std::fs::read_dir(jobs)
+            .map(|files| {
+                files
+                    .flatten()
+                    .filter(|f| f.path().extension().is_some_and(|e| e == "json"))
+                    .filter_map(|f| serde_json::from_slice(&std::fs::read(f.path()).ok()?).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let [entry] = entries.as_slice() {
+            return (
+                entry["id"].as_str().unwrap().to_string(),
+                entry["address"].as_str().unwrap().to_string(),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("no job registered in {}", jobs.display());
+}
+
+/// Where test artifacts (the UI screenshot) go.
+fn artifacts() -> PathBuf {
+    let dir = std::env::var_os("RIFFLE_TEST_ARTIFACTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("artifacts"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn the_ui_of_demo_backpressure_shows_the_slow_sink_as_the_bottleneck_in_chromium() {
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    let mut demo = Demo::start(
+        &[
+            "demo",
+            "backpressure",
+            "--duration",
+            "0",
+            "--web-address",
+            "127.0.0.1:0",
+        ],
+        dir.path(),
+        &jobs,
+    );
+    let (id, address) = registered(&jobs);
+    let screenshot = artifacts().join("ui-demo-backpressure.png");
+    let _ = std::fs::remove_file(&screenshot);
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../riffle-web/tests/tools");
+    let browser = Command::new("node")
+        .arg(tools.join("ui.mjs"))
+        .arg(format!("http://{address}/"))
+        .arg(&screenshot)
+        .output()
+        .expect("node runs (scripts/test.sh installs playwright-core and chromium)");
+    let (stdout, stderr) = text(&browser);
+    assert!(
+        browser.status.success(),
+        "the UI test failed (scripts/test.sh runs `npm ci` in {} and installs chromium):\n{stdout}\n{stderr}",
+        tools.display()
+    );
+    let shown: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(shown["errors"], serde_json::json!([]), "no script errors");
+    assert_eq!(shown["title"], "Riffle · demo-backpressure");
+    assert_eq!(shown["status"], "RUNNING");
+    let vertices = shown["vertices"].as_array().unwrap();
+    assert_eq!(vertices.len(), 2, "{shown}");
+    let sink = vertices
+        .iter()
+        .find(|v| v["name"].as_str().unwrap().ends_with("slow sink"))
+        .unwrap();
+    let source = vertices
+        .iter()
+        .find(|v| v["name"].as_str().unwrap().starts_with("Source:"))
+        .unwrap();
+    assert_eq!(sink["bottleneck"], true, "{shown}");
+    assert_eq!(sink["backpressure"], "OK", "{shown}");
+    assert_eq!(source["backpressure"], "HIGH", "{shown}");
+    assert_eq!(source["bottleneck"], false);
+    // HIGH is drawn red, OK green (style.css).
+    assert_eq!(source["fill"], "rgb(209, 53, 43)");
+    assert_eq!(sink["fill"], "rgb(46, 157, 87)");
+    assert_eq!(shown["bottleneck"]["operator"], "slow sink");
+    let hint = shown["bottleneck"]["text"].as_str().unwrap();
+    assert!(
+        hint.contains("parallelism") && hint.contains("checkpoint interval would not help"),
+        "{hint}"
+    );
+    assert_eq!(shown["edges"], 1);
+    let operators: Vec<&str> = shown["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        operators,
+        [
+            "Source: clicks-json",
+            "parse",
+            "drop bots",
+            "enrich",
+            "Dead letters: parse",
+            "per-user",
+            "slow sink"
+        ]
+    );
+    assert!(
+        shown["chartPoints"].as_array().unwrap()[0]
+            .as_u64()
+            .unwrap()
+            >= 2,
+        "the throughput chart has points: {shown}"
+    );
+    let size = std::fs::metadata(&screenshot).unwrap().len();
+    assert!(
+        size > 20_000,
+        "screenshot {} is {size} bytes",
+        screenshot.display()
+    );
+    println!("screenshot: {}", screenshot.display());
+
+    let cancelled = riffle(&["cancel", &id], dir.path(), &jobs);
+    assert!(cancelled.status.success(), "{:?}", text(&cancelled));
+    let (status, _) = demo.wait(Duration::from_secs(30));
+    assert!(status.is_some(), "the demo ended after the cancel");
+}
+
+#[test]
+fn savepoint_stop_and_cancel_from_the_cli_against_running_demos() {
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    let run = |args: &[&str]| riffle(args, dir.path(), &jobs);
+    let mut demo = Demo::start(
+        &[
+            "demo",
+            "--count",
+            "0",
+            "--rate",
+            "20000",
+            "--checkpoint-interval-ms",
+            "500",
+            "--web-address",
+            "127.0.0.1:0",
+            "--savepoint-dir",
+            "sp",
+            "--output",
+            "out",
+        ],
+        dir.path(),
+        &jobs,
+    );
+    let (id, _) = registered(&jobs);
+    let (listed, _) = text(&run(&["jobs"]));
+    let line = listed
+        .lines()
+        .find(|l| l.starts_with(&id))
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert!(
+        line.contains("demo-pipeline") && line.contains("RUNNING"),
+        "{listed}"
+    );
+
+    // By name, into the demo's --savepoint-dir (relative to where the demo runs).
+    let taken = run(&["savepoint", "demo-pipeline"]);
+    let (location, stderr) = text(&taken);
+    assert!(taken.status.success(), "{stderr}");
+    let location = PathBuf::from(location.trim());
+    assert!(
+        location.starts_with(dir.path().join("sp")),
+        "{}",
+        location.display()
+    );
+    assert!(location.join("_manifest.json").exists());
+    // By id prefix, into a directory relative to the caller.
+    let taken = run(&["savepoint", &id[..6], "--target", "mine"]);
+    let (location, stderr) = text(&taken);
+    assert!(taken.status.success(), "{stderr}");
+    assert!(
+        Path::new(location.trim()).starts_with(dir.path().join("mine")),
+        "{location}"
+    );
+
+    let missing = run(&["savepoint", "no-such-job"]);
+    assert!(!missing.status.success());
+    assert!(
+        text(&missing).1.contains("no running job `no-such-job`"),
+        "{:?}",
+        text(&missing)
+    );
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let bad = run(&["savepoint", &id, "--target", file.to_str().unwrap()]);
+    assert!(!bad.status.success());
+    assert!(text(&bad).1.contains("HTTP 400"), "{:?}", text(&bad));
+
+    let stopped = run(&["stop", &id, "--savepoint"]);
+    let (said, stderr) = text(&stopped);
+    assert!(stopped.status.success(), "{stderr}");
+    let location = said
+        .trim()
+        .strip_prefix("stopping after savepoint ")
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(
+        Path::new(location).join("_manifest.json").exists(),
+        "{location}"
+    );
+    let (status, stderr) = demo.wait(Duration::from_secs(60));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the demo stopped cleanly: {stderr}"
+    );
+    assert!(text(&run(&["jobs"])).0.contains("no running jobs"));
+
+    // With a token: control without it is refused, with it the job is cancelled.
+    let mut demo = Demo::start(
+        &[
+            "demo",
+            "--count",
+            "0",
+            "--rate",
+            "20000",
+            "--web-address",
+            "127.0.0.1:0",
+            "--web-token",
+            "s3cret",
+            "--output",
+            "out2",
+        ],
+        dir.path(),
+        &jobs,
+    );
+    let (id, address) = registered(&jobs);
+    let refused = run(&["cancel", &id]);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).1.contains("HTTP 401"),
+        "{:?}",
+        text(&refused)
+    );
+    let by_address = run(&["jobs", "--address", &address]);
+    assert!(
+        text(&by_address).0.contains("RUNNING"),
+        "{:?}",
+        text(&by_address)
+    );
+    let cancelled = run(&["cancel", &id, "--token", "s3cret"]);
+    assert!(cancelled.status.success(), "{:?}", text(&cancelled));
+    assert_eq!(text(&cancelled).0.trim(), "cancelling");
+    let (status, stderr) = demo.wait(Duration::from_secs(30));
+    assert!(
+        status.is_some(),
+        "the demo ended after the cancel: {stderr}"
+    );
+    assert!(stderr.contains("cancelled"), "{stderr}");
+}
