@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use crate::WebConfig;
 use crate::history::{Current, History, wall_clock};
-use crate::views::{Bottleneck, OperatorView};
+use crate::views::{Bottleneck, Latency, OperatorView};
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -172,6 +172,8 @@ struct JobSummary {
     sink_records: u64,
     source_records_per_sec: f64,
     sink_records_per_sec: f64,
+    /// End-to-end latency (source to sinks) over the last minute, from latency markers.
+    latency: Option<Latency>,
     /// Late records (dropped or sent to a side output).
     late_records: u64,
     bad_records: u64,
@@ -185,44 +187,17 @@ struct JobSummary {
 async fn job(State(state): State<AppState>) -> ApiResult {
     let current = state.current();
     let job = state.job();
-    let point = current.point(job.plan(), wall_clock());
     let plan = job.plan();
-    let total_of = |vertices: Vec<usize>, first: bool| -> u64 {
-        current
-            .operators
-            .iter()
-            .filter(|o| vertices.contains(&o.vertex))
-            .filter(|o| {
-                let ops = &plan.vertices[o.vertex].operators;
-                if first {
-                    ops.first() == Some(&o.name)
-                } else {
-                    ops.last() == Some(&o.name)
-                }
-            })
-            .map(|o| {
-                if first {
-                    o.total.records_out
-                } else {
-                    o.total.records_in
-                }
-            })
-            .sum()
-    };
-    let no_input: Vec<usize> = (0..plan.vertices.len())
-        .filter(|v| !plan.edges.iter().any(|e| e.to == *v))
-        .collect();
-    let no_output: Vec<usize> = (0..plan.vertices.len())
-        .filter(|v| !plan.edges.iter().any(|e| e.from == *v))
-        .collect();
+    let point = current.point(plan, wall_clock());
     let checkpoints = job.checkpoints();
     let completed = checkpoints.iter().filter(|c| c.completed()).count();
     ok(JobSummary {
         overview: job.overview(),
-        source_records: total_of(no_input, true),
-        sink_records: total_of(no_output, false),
+        source_records: current.sources(plan).map(|o| o.total.records_out).sum(),
+        sink_records: current.sinks(plan).map(|o| o.total.records_in).sum(),
         source_records_per_sec: point.source_records_per_sec,
         sink_records_per_sec: point.sink_records_per_sec,
+        latency: current.latency(plan),
         late_records: point.late_records,
         bad_records: point.bad_records,
         watermark_lag_ms: point.watermark_lag_ms,
@@ -306,6 +281,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
         tasks: &current.metrics.tasks,
         checkpoints: &job.checkpoints(),
         bottleneck: current.bottleneck.as_ref(),
+        latency: current.latency(job.plan()).as_ref(),
     });
     (
         [(header::CONTENT_TYPE, crate::prometheus::CONTENT_TYPE)],

@@ -11,7 +11,7 @@ use riffle::record::Timestamp;
 use serde::Serialize;
 
 use crate::api::AppState;
-use crate::views::{self, Bottleneck, GraphView, OperatorView};
+use crate::views::{self, Bottleneck, GraphView, Latency, OperatorView};
 
 /// How long samples are kept.
 const KEPT: Duration = Duration::from_secs(300);
@@ -38,6 +38,10 @@ pub struct Point {
     pub watermark_lag_ms: Option<i64>,
     /// Back-pressured ms per second of each vertex (its most back-pressured task).
     pub backpressured_ms_per_sec: Vec<f64>,
+    /// End-to-end latency at the sinks over the last minute, median, ms.
+    pub latency_p50_ms: Option<f64>,
+    /// Same, 99th percentile.
+    pub latency_p99_ms: Option<f64>,
     /// Late records so far (dropped or side output).
     pub late_records: u64,
     /// Bad records so far.
@@ -70,29 +74,50 @@ impl Current {
         }
     }
 
+    /// The sources (first operators of vertices without inputs).
+    pub(crate) fn sources<'a>(
+        &'a self,
+        plan: &'a JobPlan,
+    ) -> impl Iterator<Item = &'a OperatorView> {
+        self.operators.iter().filter(move |o| {
+            !plan.edges.iter().any(|e| e.to == o.vertex)
+                && plan.vertices[o.vertex].operators.first() == Some(&o.name)
+        })
+    }
+
+    /// The sinks (last operators of vertices without outputs).
+    pub(crate) fn sinks<'a>(&'a self, plan: &'a JobPlan) -> impl Iterator<Item = &'a OperatorView> {
+        self.operators.iter().filter(move |o| {
+            !plan.edges.iter().any(|e| e.from == o.vertex)
+                && plan.vertices[o.vertex].operators.last() == Some(&o.name)
+        })
+    }
+
+    /// End-to-end latency: the markers' delays at every sink over the last minute.
+    pub(crate) fn latency(&self, plan: &JobPlan) -> Option<Latency> {
+        let sinks: Vec<&str> = self.sinks(plan).map(|o| o.name.as_str()).collect();
+        let samples: Vec<u64> = self
+            .metrics
+            .operators
+            .iter()
+            .filter(|o| sinks.contains(&o.name.as_str()))
+            .flat_map(|o| o.latencies_us.iter().copied())
+            .collect();
+        Latency::of(&samples)
+    }
+
     /// The chart point of these figures.
     pub(crate) fn point(&self, plan: &JobPlan, t: Timestamp) -> Point {
-        let sources = |v: usize| !plan.edges.iter().any(|e| e.to == v);
-        let sinks = |v: usize| !plan.edges.iter().any(|e| e.from == v);
-        let first_of =
-            |o: &&OperatorView| plan.vertices[o.vertex].operators.first() == Some(&o.name);
-        let last_of = |o: &&OperatorView| plan.vertices[o.vertex].operators.last() == Some(&o.name);
+        let latency = self.latency(plan);
         Point {
             t,
             source_records_per_sec: self
-                .operators
-                .iter()
-                .filter(|o| sources(o.vertex))
-                .filter(first_of)
+                .sources(plan)
                 .map(|o| o.total.records_out_per_sec)
                 .sum(),
-            sink_records_per_sec: self
-                .operators
-                .iter()
-                .filter(|o| sinks(o.vertex))
-                .filter(last_of)
-                .map(|o| o.total.records_in_per_sec)
-                .sum(),
+            sink_records_per_sec: self.sinks(plan).map(|o| o.total.records_in_per_sec).sum(),
+            latency_p50_ms: latency.as_ref().map(|l| l.p50_ms),
+            latency_p99_ms: latency.as_ref().map(|l| l.p99_ms),
             watermark_lag_ms: self
                 .operators
                 .iter()

@@ -17,7 +17,7 @@ use riffle::checkpoint::CheckpointStats;
 use riffle::metrics::TaskSnapshot;
 use riffle::runtime::{JobOverview, JobStatus};
 
-use crate::views::{Bottleneck, OperatorView};
+use crate::views::{Bottleneck, Latency, OperatorView};
 
 /// The content type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -70,6 +70,8 @@ pub struct Exposition<'a> {
     pub checkpoints: &'a [CheckpointStats],
     /// The likely bottleneck, if any.
     pub bottleneck: Option<&'a Bottleneck>,
+    /// End-to-end latency at the sinks over the last minute.
+    pub latency: Option<&'a Latency>,
 }
 
 /// The OpenMetrics text of the job's figures.
@@ -175,6 +177,12 @@ pub fn render(e: &Exposition<'_>) -> String {
         "Estimated size of keyed state",
         Some(Unit::Bytes),
     );
+    let latency = family::<FloatGauge>(
+        registry,
+        "operator_latency",
+        "Latency markers' delay from the sources to the operator over the last minute, by quantile",
+        Some(Unit::Seconds),
+    );
     let split_lag = family::<Gauge>(
         registry,
         "source_split_lag_records",
@@ -207,6 +215,17 @@ pub fn render(e: &Exposition<'_>) -> String {
             }
             state_entries.get_or_create(&l).set(s.state_entries as i64);
             state_bytes.get_or_create(&l).set(s.state_bytes as i64);
+            if let Some(l) = &s.latency {
+                for (quantile, ms) in [("0.5", l.p50_ms), ("0.99", l.p99_ms)] {
+                    latency
+                        .get_or_create(&labels(&[
+                            ("operator", &op.name),
+                            ("subtask", &subtask),
+                            ("quantile", quantile),
+                        ]))
+                        .set(ms / 1e3);
+                }
+            }
             for (split, lag) in &s.split_lag {
                 split_lag
                     .get_or_create(&labels(&[
@@ -279,6 +298,19 @@ pub fn render(e: &Exposition<'_>) -> String {
             Unit::Bytes,
             last.state_size_bytes as f64,
         );
+    }
+    if let Some(l) = e.latency {
+        let job_latency = family::<FloatGauge>(
+            registry,
+            "job_latency",
+            "End-to-end latency (latency markers, sources to sinks) over the last minute, by quantile",
+            Some(Unit::Seconds),
+        );
+        for (quantile, ms) in [("0.5", l.p50_ms), ("0.99", l.p99_ms), ("1", l.max_ms)] {
+            job_latency
+                .get_or_create(&labels(&[("quantile", quantile)]))
+                .set(ms / 1e3);
+        }
     }
     if let Some(b) = e.bottleneck {
         family::<Gauge>(

@@ -49,6 +49,42 @@ pub struct SubtaskView {
     pub state_bytes: u64,
     /// Records each split is behind its end (Kafka consumer lag per partition), sources only.
     pub split_lag: BTreeMap<String, i64>,
+    /// How long latency markers took from the sources to here over the last minute.
+    pub latency: Option<Latency>,
+}
+
+/// Percentiles of latency marker delays (from a source to an operator) over the last minute.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Latency {
+    /// Median, ms.
+    pub p50_ms: f64,
+    /// 99th percentile, ms.
+    pub p99_ms: f64,
+    /// Largest, ms.
+    pub max_ms: f64,
+    /// Markers measured.
+    pub samples: usize,
+}
+
+impl Latency {
+    /// The percentiles of `latencies_us` (nearest rank); `None` without samples.
+    pub fn of(latencies_us: &[u64]) -> Option<Latency> {
+        if latencies_us.is_empty() {
+            return None;
+        }
+        let mut sorted = latencies_us.to_vec();
+        sorted.sort_unstable();
+        let rank = |q: f64| {
+            let index = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+            sorted[index] as f64 / 1e3
+        };
+        Some(Latency {
+            p50_ms: rank(0.50),
+            p99_ms: rank(0.99),
+            max_ms: sorted[sorted.len() - 1] as f64 / 1e3,
+            samples: sorted.len(),
+        })
+    }
 }
 
 /// An operator over all its subtasks.
@@ -187,6 +223,7 @@ fn subtask_view(
         state_entries: now.state_entries,
         state_bytes: now.state_bytes,
         split_lag: now.split_lag.clone(),
+        latency: Latency::of(&now.latencies_us),
     }
 }
 
@@ -228,6 +265,7 @@ fn total(subtasks: &[SubtaskView]) -> SubtaskView {
         state_entries: sum(|s| s.state_entries),
         state_bytes: sum(|s| s.state_bytes),
         split_lag: subtasks.iter().flat_map(|s| s.split_lag.clone()).collect(),
+        latency: None,
     }
 }
 
@@ -260,11 +298,19 @@ pub fn operators(
                 })
                 .collect();
             subtasks.sort_by_key(|s| s.subtask);
+            let mut total = total(&subtasks);
+            let samples: Vec<u64> = now
+                .operators
+                .iter()
+                .filter(|o| &o.name == name)
+                .flat_map(|o| o.latencies_us.iter().copied())
+                .collect();
+            total.latency = Latency::of(&samples);
             views.push(OperatorView {
                 name: name.clone(),
                 vertex,
                 parallelism: v.parallelism,
-                total: total(&subtasks),
+                total,
                 subtasks,
             });
         }
@@ -377,6 +423,7 @@ mod tests {
             state_entries: 0,
             state_bytes: 0,
             split_lag: BTreeMap::new(),
+            latencies_us: Vec::new(),
         }
     }
 
@@ -499,6 +546,27 @@ mod tests {
         assert_eq!(found.operator, "Sink: slow");
         assert_eq!((found.vertex, found.upstream), (1, Some(0)));
         assert!(found.hint.contains("sink's parallelism"), "{}", found.hint);
+    }
+
+    #[test]
+    fn latency_percentiles_are_nearest_rank_over_all_subtasks() {
+        assert_eq!(Latency::of(&[]), None);
+        let (earlier, mut now) = snapshots();
+        now.operators[2].latencies_us = (1..=60).map(|ms| ms * 1000).collect();
+        now.operators[3].latencies_us = (61..=100).map(|ms| ms * 1000).collect();
+        let ops = operators(&plan(), &now, &earlier, 0);
+        let sink = &ops[2];
+        assert_eq!(
+            sink.total.latency,
+            Some(Latency {
+                p50_ms: 50.0,
+                p99_ms: 99.0,
+                max_ms: 100.0,
+                samples: 100
+            })
+        );
+        assert_eq!(sink.subtasks[1].latency.as_ref().unwrap().p50_ms, 80.0);
+        assert_eq!(ops[0].total.latency, None);
     }
 
     #[test]

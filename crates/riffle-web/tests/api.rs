@@ -123,6 +123,7 @@ fn a_finished_job_reports_exactly_its_counts_graph_and_operators() {
             "state_entries",
             "state_bytes",
             "split_lag",
+            "latency",
         ] {
             assert!(op.get(key).is_some(), "{name} has {key}: {op}");
         }
@@ -168,6 +169,10 @@ fn a_running_job_shows_rates_checkpoints_and_history_then_stops_with_a_savepoint
     assert_eq!(overview["status"], "RUNNING");
     assert_eq!(overview["name"], "clicks-api");
     assert_eq!(overview["checkpoint_interval_ms"], 200);
+    // Latency markers (every second) reached the sink of this single chain.
+    let latency = &overview["latency"];
+    assert!(latency["samples"].as_u64().unwrap() >= 1, "{overview}");
+    assert!(latency["p50_ms"].as_f64().unwrap() <= latency["p99_ms"].as_f64().unwrap());
     let source = client.get("/api/v1/job/operators/Source: clicks").unwrap();
     let rate = source["records_out_per_sec"].as_f64().unwrap();
     assert!(

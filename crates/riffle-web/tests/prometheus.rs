@@ -125,6 +125,20 @@ fn metrics_parse_as_openmetrics_and_match_the_jobs_counts() {
         ) > 3600.0
     );
 
+    assert!(
+        sum(
+            &running,
+            "riffle_job_latency_seconds",
+            &[("quantile", "0.99")]
+        ) >= 0.0
+    );
+    assert!(
+        sum(
+            &running,
+            "riffle_operator_latency_seconds",
+            &[("operator", "even users"), ("quantile", "0.5")]
+        ) >= 0.0
+    );
     job.stop();
     let result = job.wait().unwrap();
     let samples = parse(&scrape(&address));

@@ -187,7 +187,7 @@ function drawOperators(operators) {
     row.dataset.operator = o.name;
     const lag = Object.values(o.split_lag || {}).reduce((a, b) => a + b, 0);
     cells(row, [o.name, o.parallelism, fmt(o.records_in), fmt(o.records_out), fmt(o.records_in_per_sec), fmt(o.records_out_per_sec),
-      fmt(o.busy_ms_per_sec), fmt(o.backpressured_ms_per_sec), level(o.backpressure), duration(o.watermark_lag_ms),
+      fmt(o.busy_ms_per_sec), fmt(o.backpressured_ms_per_sec), level(o.backpressure), o.latency ? duration(Math.round(o.latency.p99_ms)) : "–", duration(o.watermark_lag_ms),
       fmt(o.late_records_dropped + o.late_records_side_output), fmt(o.bad_records), o.state_entries ? fmt(o.state_entries) + " / " + bytes(o.state_bytes) : "–",
       Object.keys(o.split_lag || {}).length ? fmt(lag) : "–"]);
     body.appendChild(row);
@@ -234,10 +234,12 @@ async function refresh() {
     const points = history.points;
     drawChart("chart-throughput", points, [(p) => p.source_records_per_sec, (p) => p.sink_records_per_sec], ["sources", "sinks"]);
     drawChart("chart-backpressure", points, history.vertices.map((_, i) => (p) => p.backpressured_ms_per_sec[i]), history.vertices);
+    drawChart("chart-latency", points, [(p) => p.latency_p50_ms, (p) => p.latency_p99_ms], ["p50", "p99"]);
     drawChart("chart-watermark", points, [(p) => (p.watermark_lag_ms === null ? null : p.watermark_lag_ms / 1000)], ["watermark lag"]);
     $("late-records").textContent = fmt(job.late_records);
     $("bad-records").textContent = fmt(job.bad_records);
     $("watermark-lag").textContent = duration(job.watermark_lag_ms);
+    $("latency").textContent = job.latency ? `${duration(Math.round(job.latency.p50_ms))} / ${duration(Math.round(job.latency.p99_ms))}` : "–";
     drawOperators(operators);
     drawCheckpoints(checkpoints);
     document.body.dataset.loaded = "true";

@@ -47,6 +47,11 @@ pub struct EnvConfig {
     pub dead_letter_dir: PathBuf,
     /// How often sources emit watermarks (default 200 ms, as Flink).
     pub watermark_interval: Duration,
+    /// How often each source subtask sends a latency marker through the pipeline (default 1 s;
+    /// `None` turns latency tracking off). Each operator records how long markers took to reach
+    /// it: at the sinks, the end-to-end latency of the pipeline (queues and back-pressure
+    /// included; time records wait in windows is not).
+    pub latency_interval: Option<Duration>,
     /// Processing time: the wall clock, or a manual clock in tests.
     pub clock: Arc<dyn Clock>,
     /// Checkpoints, recovery and restore (off unless `checkpoints.interval` is set).
@@ -72,6 +77,7 @@ impl Default for EnvConfig {
             channel_capacity: 8,
             dead_letter_dir: PathBuf::from("riffle-dead-letter"),
             watermark_interval: Duration::from_millis(200),
+            latency_interval: Some(Duration::from_secs(1)),
             clock: Arc::new(SystemClock),
             checkpoints: CheckpointConfig::default(),
             state_backend: Arc::new(HeapBackend),
@@ -112,6 +118,12 @@ impl EnvConfig {
             return Err(Error::config(
                 "watermark_interval",
                 "must be greater than zero",
+            ));
+        }
+        if self.latency_interval.is_some_and(|i| i.is_zero()) {
+            return Err(Error::config(
+                "latency_interval",
+                "must be greater than zero (None turns latency tracking off)",
             ));
         }
         self.checkpoints.validate()?;

@@ -626,6 +626,7 @@ impl Assembler<'_> {
                     batch_size: self.config.buffer_size,
                     clock: self.config.clock.clone(),
                     watermark_interval: self.config.watermark_interval,
+                    latency_interval: self.config.latency_interval,
                 })?
             }
             NodeKind::Operator { in_type, .. } => {

@@ -30,7 +30,12 @@ pub struct OperatorMetrics {
     state_bytes: AtomicU64,
     /// Records behind the end of each split (Kafka consumer lag per partition), sources only.
     split_lag: std::sync::Mutex<std::collections::BTreeMap<String, i64>>,
+    /// Latency markers of the last [`LATENCY_WINDOW`]: when each arrived, how long it took (µs).
+    latencies: std::sync::Mutex<std::collections::VecDeque<(Instant, u64)>>,
 }
+
+/// How long an operator remembers the latency markers it saw.
+pub const LATENCY_WINDOW: Duration = Duration::from_secs(60);
 
 impl OperatorMetrics {
     pub(crate) fn new(name: &str, subtask: usize) -> Self {
@@ -46,7 +51,21 @@ impl OperatorMetrics {
             state_entries: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
             split_lag: Default::default(),
+            latencies: Default::default(),
         }
+    }
+
+    /// A latency marker reached the operator `took` after its source sent it.
+    pub(crate) fn record_latency(&self, took: Duration) {
+        let now = Instant::now();
+        let mut latencies = self.latencies.lock().expect("metrics lock");
+        while latencies
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > LATENCY_WINDOW)
+        {
+            latencies.pop_front();
+        }
+        latencies.push_back((now, took.as_micros() as u64));
     }
 
     pub(crate) fn add_in(&self, n: usize) {
@@ -117,6 +136,16 @@ impl OperatorMetrics {
             state_entries: self.state_entries.load(Ordering::Relaxed),
             state_bytes: self.state_bytes.load(Ordering::Relaxed),
             split_lag: self.split_lag.lock().expect("metrics lock").clone(),
+            latencies_us: {
+                let now = Instant::now();
+                self.latencies
+                    .lock()
+                    .expect("metrics lock")
+                    .iter()
+                    .filter(|(at, _)| now.duration_since(*at) <= LATENCY_WINDOW)
+                    .map(|(_, us)| *us)
+                    .collect()
+            },
         }
     }
 }
@@ -268,6 +297,9 @@ pub struct OperatorSnapshot {
     pub state_bytes: u64,
     /// Records each split of a source is behind its end (Kafka consumer lag per partition).
     pub split_lag: std::collections::BTreeMap<String, i64>,
+    /// How long each latency marker of the last [`LATENCY_WINDOW`] took from its source to this
+    /// operator, in microseconds, oldest first (see `EnvConfig::latency_interval`).
+    pub latencies_us: Vec<u64>,
 }
 
 /// Time accounting of one task at one instant.
@@ -316,6 +348,7 @@ impl MetricsSnapshot {
             total.state_entries += part.state_entries;
             total.state_bytes += part.state_bytes;
             total.split_lag.extend(part.split_lag.clone());
+            total.latencies_us.extend_from_slice(&part.latencies_us);
         }
         Some(total)
     }

@@ -74,6 +74,13 @@ pub struct CheckpointBarrier {
     pub terminate: bool,
 }
 
+/// When a source sent a latency marker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatencyMarker {
+    /// The instant the source emitted it.
+    pub created: std::time::Instant,
+}
+
 /// One element on a channel between two tasks.
 #[derive(Debug)]
 pub enum StreamElement<T> {
@@ -86,6 +93,9 @@ pub enum StreamElement<T> {
     Idle(bool),
     /// A checkpoint barrier.
     Barrier(CheckpointBarrier),
+    /// A latency marker: sent by a source now and then, it travels the channels behind the
+    /// records, and each operator it reaches records how long it took (Flink's latency tracking).
+    LatencyMarker(LatencyMarker),
     /// The sender has finished; nothing follows.
     EndOfInput,
 }

@@ -99,6 +99,14 @@ fn registered(jobs: &Path) -> (String, String) {
     panic!("no job registered in {}", jobs.display());
 }
 
+/// GETs a JSON document (with the CLI's client).
+fn reqwest_get(url: &str) -> Value {
+    let (base, path) = url.split_at(url.find("/api").unwrap());
+    riffle_web::client::JobClient::new(base, None)
+        .get(path)
+        .unwrap()
+}
+
 /// Where test artifacts (the UI screenshot) go.
 fn artifacts() -> PathBuf {
     let dir = std::env::var_os("RIFFLE_TEST_ARTIFACTS")
@@ -200,6 +208,17 @@ fn the_ui_of_demo_backpressure_shows_the_slow_sink_as_the_bottleneck_in_chromium
         screenshot.display()
     );
     println!("screenshot: {}", screenshot.display());
+
+    // Latency markers wait in the full channel before the slow sink.
+    let job: Value = reqwest_get(&format!("http://{address}/api/v1/job"));
+    let p99 = job["latency"]["p99_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{job}"));
+    assert!(
+        p99 > 200.0,
+        "end-to-end latency under back-pressure: {p99} ms"
+    );
+    assert_ne!(shown["latency"], "–");
 
     let cancelled = riffle(&["cancel", &id], dir.path(), &jobs);
     assert!(cancelled.status.success(), "{:?}", text(&cancelled));

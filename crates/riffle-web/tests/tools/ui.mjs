@@ -42,6 +42,7 @@ try {
     operators: [...document.querySelectorAll("#operators tbody tr")].map((r) => r.dataset.operator),
     chartPoints: [...document.querySelectorAll(".chart polyline")].map((p) => p.getAttribute("points").split(" ").filter(Boolean).length),
     edges: document.querySelectorAll("#graph .edge").length,
+    latency: document.getElementById("latency").textContent,
   }));
   await page.screenshot({ path: screenshot, fullPage: true });
   shown.errors = errors;

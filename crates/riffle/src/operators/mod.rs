@@ -235,6 +235,7 @@ pub(crate) trait ErasedSideOutput: Send {
     fn open(&mut self) -> Result<()>;
     fn watermark(&mut self, watermark: Timestamp) -> Result<()>;
     fn idle(&mut self, idle: bool) -> Result<()>;
+    fn latency_marker(&mut self, marker: crate::record::LatencyMarker) -> Result<()>;
     fn barrier(
         &mut self,
         barrier: crate::record::CheckpointBarrier,
@@ -260,6 +261,9 @@ impl<T: Data> ErasedSideOutput for TypedSideOutput<T> {
     }
     fn idle(&mut self, idle: bool) -> Result<()> {
         self.0.idle(idle)
+    }
+    fn latency_marker(&mut self, marker: crate::record::LatencyMarker) -> Result<()> {
+        self.0.latency_marker(marker)
     }
     fn barrier(
         &mut self,

@@ -9,7 +9,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use crate::checkpoint::{OperatorSnapshot, RestoreState, SnapshotWriter, TaskSnapshot};
 use crate::error::{Error, Result, panic_message};
 use crate::operators::{Collector, INITIAL_WATERMARK, Operator, OperatorContext, SideOutputs};
-use crate::record::{CheckpointBarrier, Data, Record, Timestamp};
+use crate::record::{CheckpointBarrier, Data, LatencyMarker, Record, Timestamp};
 use crate::runtime::Output;
 
 /// One operator of a chain and what follows it.
@@ -138,6 +138,12 @@ impl<Op: Operator> Output<Op::In> for ChainLink<Op> {
         self.next.notify_complete(checkpoint_id)
     }
 
+    fn latency_marker(&mut self, marker: LatencyMarker) -> Result<()> {
+        self.ctx.metrics.record_latency(marker.created.elapsed());
+        self.side.for_each(|s| s.latency_marker(marker))?;
+        self.next.latency_marker(marker)
+    }
+
     fn tick(&mut self) -> Result<()> {
         self.call(|op, out| op.on_tick(out))?;
         self.side.for_each(|s| s.tick())?;
@@ -203,6 +209,12 @@ impl<T: Data> Output<T> for Fanout<T> {
         self.outputs
             .iter_mut()
             .try_for_each(|o| o.notify_complete(checkpoint_id))
+    }
+
+    fn latency_marker(&mut self, marker: LatencyMarker) -> Result<()> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|o| o.latency_marker(marker))
     }
 
     fn tick(&mut self) -> Result<()> {

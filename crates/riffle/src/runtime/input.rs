@@ -12,7 +12,9 @@ use crossbeam_channel::{Receiver, Select, TryRecvError};
 
 use crate::checkpoint::TaskSnapshot;
 use crate::error::{Error, Result};
-use crate::record::{CheckpointBarrier, MIN_WATERMARK, Record, StreamElement, Timestamp};
+use crate::record::{
+    CheckpointBarrier, LatencyMarker, MIN_WATERMARK, Record, StreamElement, Timestamp,
+};
 use crate::runtime::{CANCEL_POLL, Output, TaskContext, TaskDriver};
 
 struct InputChannel<T> {
@@ -40,6 +42,7 @@ pub(crate) enum GateEvent<T> {
     Idle(bool),
     /// An aligned barrier, with how long the gate held channels back for it.
     Barrier(CheckpointBarrier, Duration),
+    LatencyMarker(LatencyMarker),
     End,
     Timeout,
 }
@@ -178,6 +181,7 @@ impl<T> InputGate<T> {
                 self.status_and_watermark()
             }
             StreamElement::Barrier(barrier) => self.on_barrier(index, barrier),
+            StreamElement::LatencyMarker(marker) => Some(GateEvent::LatencyMarker(marker)),
             StreamElement::EndOfInput => {
                 self.channels[index].ended = true;
                 if let Some(barrier) = self.aligning
@@ -291,6 +295,7 @@ impl<T: Send> TaskDriver for InputTask<T> {
                 GateEvent::Records(mut batch) => chain.records(&mut batch)?,
                 GateEvent::Watermark(watermark) => chain.watermark(watermark)?,
                 GateEvent::Idle(idle) => chain.idle(idle)?,
+                GateEvent::LatencyMarker(marker) => chain.latency_marker(marker)?,
                 GateEvent::Barrier(barrier, alignment) => {
                     let mut snapshot = TaskSnapshot::new(barrier.id);
                     chain.barrier(barrier, &mut snapshot)?;
@@ -345,6 +350,7 @@ mod tests {
                 )),
                 GateEvent::Watermark(w) => out.push(format!("wm:{w}")),
                 GateEvent::Idle(i) => out.push(format!("idle:{i}")),
+                GateEvent::LatencyMarker(_) => out.push("latency".into()),
                 GateEvent::Barrier(b, _) => out.push(format!("barrier:{}", b.id)),
             }
         }

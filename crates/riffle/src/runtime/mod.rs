@@ -26,7 +26,7 @@ use crate::checkpoint::TaskSnapshot;
 use crate::checkpoint::coordinator::CheckpointHub;
 use crate::error::Result;
 use crate::metrics::TaskMetrics;
-use crate::record::{CheckpointBarrier, Record, Timestamp};
+use crate::record::{CheckpointBarrier, LatencyMarker, Record, Timestamp};
 
 /// The receiving side of a stream inside a task: the next operator of a chain, a fan-out to
 /// several, or the network writer at the end of the chain.
@@ -48,6 +48,10 @@ pub(crate) trait Output<T>: Send {
     fn barrier(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot) -> Result<()>;
     /// Checkpoint `checkpoint_id` completed on every task: commit what it covers.
     fn notify_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+    /// A latency marker from a source: recorded by each operator, passed on downstream.
+    fn latency_marker(&mut self, _marker: LatencyMarker) -> Result<()> {
         Ok(())
     }
     /// Periodic call (every buffer timeout): flush partial batches, processing-time work.

@@ -9,7 +9,7 @@ use crossbeam_channel::Sender;
 use crate::checkpoint::TaskSnapshot;
 use crate::error::Result;
 use crate::keys::{KeyGroup, subtask_for_key_group};
-use crate::record::{CheckpointBarrier, Record, StreamElement, Timestamp};
+use crate::record::{CheckpointBarrier, LatencyMarker, Record, StreamElement, Timestamp};
 use crate::runtime::{Output, TaskContext};
 
 /// Computes the key group of a record (the key selector followed by the stable key hash).
@@ -46,6 +46,8 @@ pub(crate) struct RecordWriter<T> {
     partitioner: Partitioner<T>,
     batch_size: usize,
     ctx: TaskContext,
+    /// The channel the next latency marker goes to (they take turns).
+    next_marker: usize,
 }
 
 impl<T: Clone + Send> RecordWriter<T> {
@@ -75,6 +77,7 @@ impl<T: Clone + Send> RecordWriter<T> {
             partitioner,
             batch_size,
             ctx,
+            next_marker: 0,
         }
     }
 
@@ -179,6 +182,19 @@ impl<T: Clone + Send> Output<T> for RecordWriter<T> {
         self.broadcast_control(|| StreamElement::Barrier(barrier))
     }
 
+    fn latency_marker(&mut self, marker: LatencyMarker) -> Result<()> {
+        // One channel, in turn: behind that channel's pending records, like a record.
+        let channel = self.next_marker % self.channels.len();
+        self.next_marker = channel + 1;
+        if !self.buffers[channel].is_empty() {
+            self.send_buffer(channel)?;
+        }
+        self.ctx.send(
+            &self.channels[channel],
+            StreamElement::LatencyMarker(marker),
+        )
+    }
+
     fn tick(&mut self) -> Result<()> {
         self.flush_all()
     }
@@ -268,6 +284,30 @@ mod tests {
         for rx in &rx {
             assert_eq!(drain(rx), (vec![0, 1, 2], vec!["wm:7".to_string()]));
         }
+    }
+
+    #[test]
+    fn latency_markers_take_turns_over_the_channels_behind_their_records() {
+        let (tx, rx) = channels(2);
+        let mut writer = RecordWriter::new(tx, ShipStrategy::Rebalance, 128, 100, ctx());
+        write(&mut writer, 0..4);
+        let marker = LatencyMarker {
+            created: std::time::Instant::now(),
+        };
+        for _ in 0..3 {
+            writer.latency_marker(marker).unwrap();
+        }
+        let (values, control) = drain(&rx[0]);
+        assert_eq!(
+            values,
+            vec![0, 2],
+            "the channel's pending records went first"
+        );
+        assert_eq!(control.len(), 2, "{control:?}");
+        assert!(control.iter().all(|c| c.starts_with("LatencyMarker")));
+        let (values, control) = drain(&rx[1]);
+        assert_eq!(values, vec![1, 3]);
+        assert_eq!(control.len(), 1);
     }
 
     #[test]

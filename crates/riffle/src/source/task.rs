@@ -12,7 +12,7 @@ use crate::checkpoint::{
 };
 use crate::error::{Error, Result};
 use crate::metrics::OperatorMetrics;
-use crate::record::{CheckpointBarrier, Data, MAX_WATERMARK};
+use crate::record::{CheckpointBarrier, Data, LatencyMarker, MAX_WATERMARK};
 use crate::runtime::{CANCEL_POLL, Output, TaskContext, TaskDriver};
 use crate::source::watermarks::{SourceWatermarks, WatermarkUpdate};
 use crate::source::{
@@ -42,6 +42,8 @@ pub(crate) struct SourceTaskSetup {
     pub(crate) batch_size: usize,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) watermark_interval: Duration,
+    /// How often to send a latency marker (`None`: never).
+    pub(crate) latency_interval: Option<Duration>,
 }
 
 /// A typed [`Source`] with its watermark strategy, as the job graph holds it; enumerates the
@@ -108,6 +110,7 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
             last_barrier: 0,
             watermarks: SourceWatermarks::new(self.strategy.clone(), 0, setup.clock),
             watermark_interval: setup.watermark_interval,
+            latency_interval: setup.latency_interval,
             splits: Vec::new(),
             restored,
             discovery,
@@ -199,6 +202,7 @@ pub(crate) struct SourceTask<T> {
     positions_in_flight: VecDeque<(u64, Vec<serde_json::Value>)>,
     watermarks: SourceWatermarks<T>,
     watermark_interval: Duration,
+    latency_interval: Option<Duration>,
     chain: Box<dyn Output<T>>,
     dead_letter: Box<dyn Output<DeadLetter>>,
     bad_records: BadRecordHandler,
@@ -367,6 +371,7 @@ impl<T: Data> SourceTask<T> {
         let mut out = SourceOutput::with_capacity(self.batch_size);
         let mut next_tick = Instant::now() + self.ctx.buffer_timeout;
         let mut next_watermark = Instant::now();
+        let mut next_marker = Instant::now();
         let mut notified = 0;
         loop {
             if self.ctx.control.is_cancelled() {
@@ -408,6 +413,13 @@ impl<T: Data> SourceTask<T> {
                 self.chain.tick()?;
                 self.dead_letter.tick()?;
                 next_tick = now + self.ctx.buffer_timeout;
+            }
+            if let Some(interval) = self.latency_interval
+                && now >= next_marker
+            {
+                let created = Instant::now();
+                self.chain.latency_marker(LatencyMarker { created })?;
+                next_marker = now + interval;
             }
             if !progressed {
                 let wake = earliest

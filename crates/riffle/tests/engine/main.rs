@@ -4,6 +4,7 @@ mod bad_input;
 mod config;
 mod event_time;
 mod failures;
+mod latency;
 mod lifecycle;
 mod operators;
 mod partitioning;
