@@ -683,3 +683,21 @@ impl crate::state::KvStore for MemoryKvStore {
         Ok(())
     }
 }
+
+/// Polls `condition` every 50 ms until it holds or `wait` passes; whether it held. For tests that
+/// wait on a running job.
+///
+/// ```
+/// use std::time::Duration;
+/// assert!(riffle::testing::eventually(Duration::from_secs(1), || true));
+/// ```
+pub fn eventually(wait: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + wait;
+    while std::time::Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    condition()
+}

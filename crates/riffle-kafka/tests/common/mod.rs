@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -68,14 +68,5 @@ pub fn committed_offsets(group: &str, topic: &str, partitions: i32) -> BTreeMap<
         .collect()
 }
 
-/// Polls `condition` every 50 ms until it holds or `wait` passes.
-pub fn eventually(wait: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + wait;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    condition()
-}
+#[allow(unused_imports)]
+pub use riffle::testing::eventually;

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use riffle::checkpoint::CheckpointConfig;
 use riffle::sink::CollectSink;
@@ -11,16 +11,8 @@ use riffle::time::WatermarkStrategy;
 use riffle::{EnvConfig, JobHandle, StreamEnv};
 use riffle_web::WebConfig;
 
-pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + timeout;
-    while Instant::now() < end {
-        if check() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    check()
-}
+#[allow(unused_imports)]
+pub use riffle::testing::eventually;
 
 pub fn config(dir: &std::path::Path) -> WebConfig {
     WebConfig {
