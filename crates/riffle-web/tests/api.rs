@@ -433,3 +433,43 @@ fn listening_beyond_loopback_without_a_token_fails_naming_the_setting() {
     assert!(err.contains("web.address"), "{err}");
     job.wait().unwrap();
 }
+
+#[test]
+fn a_failing_job_shows_restarting_then_running_with_its_failure() {
+    use riffle::checkpoint::{CheckpointConfig, RestartStrategy};
+    use riffle::testing::fail_once_after;
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamEnv::with_config(riffle::EnvConfig {
+        parallelism: 1,
+        job_name: "flaky".into(),
+        checkpoints: CheckpointConfig {
+            interval: Some(Duration::from_millis(100)),
+            storage: dir.path().join("checkpoints").display().to_string(),
+            restart: RestartStrategy::FixedDelay {
+                attempts: 3,
+                delay: Duration::from_millis(1500),
+            },
+            ..CheckpointConfig::default()
+        },
+        ..riffle::EnvConfig::default()
+    });
+    let (sink, _) = CollectSink::new();
+    env.from_source(
+        riffle::source::datagen::DatagenSource::clicks(Default::default()).rate(5_000.0),
+    )
+    .map(fail_once_after(5_000))
+    .name("flaky map")
+    .sink(sink);
+    let job = env.execute_async().unwrap();
+    let web = WebServer::start(job.monitor(), config(dir.path())).unwrap();
+    let client = JobClient::new(&web.address().to_string(), None);
+    // The failure comes after ~1 s; the restart waits 1.5 s.
+    assert!(eventually(Duration::from_secs(20), || status(&client) == "RESTARTING"));
+    let overview = client.get("/api/v1/job").unwrap();
+    assert_eq!(overview["restarts"], 1);
+    let failure = overview["last_failure"].as_str().unwrap();
+    assert!(failure.contains("flaky map") && failure.contains("injected failure"), "{failure}");
+    assert!(eventually(Duration::from_secs(20), || status(&client) == "RUNNING"));
+    job.cancel();
+    let _ = job.wait();
+}
