@@ -484,6 +484,31 @@ fn a_throttled_kafka_sink_back_pressures_the_source_and_the_lag_grows() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let late = lag(&job);
+    // The REST API shows the lag per partition, and the slow sink as the bottleneck.
+    let web = riffle_web::WebServer::start(
+        job.monitor(),
+        riffle_web::WebConfig {
+            register: false,
+            ..riffle_web::WebConfig::any_port()
+        },
+    )
+    .unwrap();
+    let api = riffle_web::client::JobClient::new(&web.address().to_string(), None);
+    let source = api
+        .get(&format!("/api/v1/job/operators/Source: kafka {input}"))
+        .unwrap();
+    let partitions: Vec<&String> = source["split_lag"].as_object().unwrap().keys().collect();
+    assert_eq!(partitions, [&format!("{input}-0"), &format!("{input}-1")]);
+    let shown: i64 = source["split_lag"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_i64().unwrap())
+        .sum();
+    assert!(
+        shown > 20_000,
+        "the API shows the lag: {shown} (metrics said {late})"
+    );
     writer.join().unwrap();
     job.cancel();
     let _ = job.wait();

@@ -468,7 +468,10 @@ fn a_failing_job_shows_restarting_then_running_with_its_failure() {
     let overview = client.get("/api/v1/job").unwrap();
     assert_eq!(overview["restarts"], 1);
     let failure = overview["last_failure"].as_str().unwrap();
-    assert!(failure.contains("flaky map") && failure.contains("injected failure"), "{failure}");
+    assert!(
+        failure.contains("flaky map") && failure.contains("injected failure"),
+        "{failure}"
+    );
     assert!(eventually(Duration::from_secs(20), || status(&client) == "RUNNING"));
     job.cancel();
     let _ = job.wait();
