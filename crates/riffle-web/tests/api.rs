@@ -13,6 +13,40 @@ use riffle_web::client::{ClientError, JobClient};
 use riffle_web::{WebConfig, WebServer};
 use serde_json::{Value, json};
 
+/// The keys of a JSON object, sorted.
+fn keys(value: &Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = value
+        .as_object()
+        .unwrap_or_else(|| panic!("an object: {value}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// The fields of an operator and of each of its subtasks (the API's contract).
+const SUBTASK_FIELDS: [&str; 18] = [
+    "backpressure",
+    "backpressured_ms_per_sec",
+    "bad_records",
+    "busy_ms_per_sec",
+    "idle_ms_per_sec",
+    "late_records_dropped",
+    "late_records_side_output",
+    "latency",
+    "records_in",
+    "records_in_per_sec",
+    "records_out",
+    "records_out_per_sec",
+    "split_lag",
+    "state_bytes",
+    "state_entries",
+    "subtask",
+    "watermark",
+    "watermark_lag_ms",
+];
+
 fn status(client: &JobClient) -> String {
     client.get("/api/v1/job").unwrap()["status"]
         .as_str()
@@ -61,11 +95,50 @@ fn a_finished_job_reports_exactly_its_counts_graph_and_operators() {
     assert_eq!(overview["bad_records"], 0);
     assert_eq!(overview["checkpoints_completed"], 0);
     assert_eq!(overview["id"].as_str().unwrap().len(), 8);
+    assert_eq!(
+        keys(&overview),
+        [
+            "bad_records",
+            "bottleneck",
+            "checkpoint_interval_ms",
+            "checkpoints_completed",
+            "checkpoints_failed",
+            "id",
+            "last_failure",
+            "late_records",
+            "latency",
+            "name",
+            "parallelism",
+            "restarts",
+            "sink_records",
+            "sink_records_per_sec",
+            "source_records",
+            "source_records_per_sec",
+            "started_at",
+            "status",
+            "stopping",
+            "uptime_ms",
+            "watermark_lag_ms"
+        ]
+    );
 
     let graph = client.get("/api/v1/job/graph").unwrap();
     let vertices = graph["vertices"].as_array().unwrap();
     assert_eq!(vertices.len(), plan.vertices.len());
     for (v, planned) in vertices.iter().zip(&plan.vertices) {
+        assert_eq!(
+            keys(v),
+            [
+                "backpressure",
+                "backpressured_ms_per_sec",
+                "busy_ms_per_sec",
+                "id",
+                "name",
+                "operators",
+                "parallelism",
+                "records_per_sec"
+            ]
+        );
         assert_eq!(v["name"], planned.name.as_str());
         assert_eq!(v["parallelism"], planned.parallelism);
         assert!(["OK", "LOW", "HIGH"].contains(&v["backpressure"].as_str().unwrap()));
@@ -109,23 +182,13 @@ fn a_finished_job_reports_exactly_its_counts_graph_and_operators() {
             .map(|s| s["records_in"].as_u64().unwrap())
             .sum();
         assert_eq!(sum, expected.records_in, "{name}: subtasks add up");
-        for key in [
-            "records_in_per_sec",
-            "busy_ms_per_sec",
-            "backpressured_ms_per_sec",
-            "idle_ms_per_sec",
-            "backpressure",
-            "watermark",
-            "watermark_lag_ms",
-            "late_records_dropped",
-            "late_records_side_output",
-            "bad_records",
-            "state_entries",
-            "state_bytes",
-            "split_lag",
-            "latency",
-        ] {
-            assert!(op.get(key).is_some(), "{name} has {key}: {op}");
+        let subtask_fields: Vec<&str> = SUBTASK_FIELDS.to_vec();
+        let mut operator_fields = subtask_fields.clone();
+        operator_fields.extend(["name", "parallelism", "subtasks", "vertex"]);
+        operator_fields.sort();
+        assert_eq!(keys(op), operator_fields, "{name}");
+        for subtask in subtasks {
+            assert_eq!(keys(subtask), subtask_fields, "{name}");
         }
     }
     let evens = client.get("/api/v1/job/operators/evens").unwrap();
