@@ -52,8 +52,8 @@ pub fn jobs(address: Option<&str>) -> Result<(), String> {
         return Ok(());
     }
     println!(
-        "{:<10} {:<28} {:<11} {:>10} {:>12} {:>12}  {}",
-        "ID", "NAME", "STATUS", "UPTIME", "IN/S", "OUT/S", "UI"
+        "{:<10} {:<28} {:<11} {:>10} {:>12} {:>12}  UI",
+        "ID", "NAME", "STATUS", "UPTIME", "IN/S", "OUT/S"
     );
     for address in addresses {
         let client = JobClient::new(&address, None);
