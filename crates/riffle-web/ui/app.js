@@ -67,6 +67,12 @@ async function control(path, body, what) {
       sessionStorage.setItem("riffle-token", token);
       continue;
     }
+    if (response.status === 400 && /no target_directory/.test(answer.error || "")) {
+      const dir = prompt("The job has no default savepoint directory. Savepoint directory (absolute path or s3://bucket/prefix):");
+      if (!dir) { show(what + " cancelled"); return; }
+      body = Object.assign({}, body, { target_directory: dir });
+      continue;
+    }
     if (!response.ok) { show(what + " failed: " + (answer.error || response.status), true); return; }
     const where = answer.location || answer.savepoint;
     show(what + " done" + (where ? ": " + where : ""));

@@ -201,6 +201,19 @@ fn the_ui_of_demo_backpressure_shows_the_slow_sink_as_the_bottleneck_in_chromium
             >= 2,
         "the throughput chart has points: {shown}"
     );
+    // The Savepoint button took one into the demo's default directory.
+    let message = shown["savepointMessage"].as_str().unwrap();
+    let location = message
+        .strip_prefix("Savepoint done: ")
+        .unwrap_or_else(|| panic!("{message}"));
+    assert!(
+        Path::new(location).starts_with(dir.path().join("riffle-out/savepoints")),
+        "{location}"
+    );
+    assert!(
+        Path::new(location).join("_manifest.json").exists(),
+        "{location}"
+    );
     let size = std::fs::metadata(&screenshot).unwrap().len();
     assert!(
         size > 20_000,

@@ -1,5 +1,6 @@
 // Loads a job's web UI in Debian's headless Chromium (driven by playwright-core), waits until the
-// UI names a bottleneck, saves a screenshot and prints what the page shows as JSON.
+// UI names a bottleneck, saves a screenshot, clicks "Savepoint" and prints what the page shows
+// (and what the click answered) as JSON.
 //
 //   node ui.mjs <url> <screenshot.png>
 //
@@ -45,6 +46,9 @@ try {
     latency: document.getElementById("latency").textContent,
   }));
   await page.screenshot({ path: screenshot, fullPage: true });
+  await page.click("#btn-savepoint");
+  await page.waitForFunction(() => /Savepoint (done|failed)/.test(document.getElementById("message").textContent), null, { timeout: 30000 });
+  shown.savepointMessage = await page.evaluate(() => document.getElementById("message").textContent);
   shown.errors = errors;
   console.log(JSON.stringify(shown));
 } finally {
