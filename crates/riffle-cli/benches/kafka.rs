@@ -330,18 +330,30 @@ fn latency_run(path: Path, rate: f64, seconds: f64, interval: Duration) -> Strin
     std::thread::sleep(interval + Duration::from_secs(3));
     done.store(true, Ordering::Release);
     reader.join().unwrap();
-    if let Some(job) = job {
+    // Inside the job: the latency markers' delay from the source to the sink (last minute).
+    let inside = job.map(|job| {
+        let sink = job
+            .metrics()
+            .operator_total(etl::WRITE)
+            .expect("the sink's metrics");
         job.stop();
         job.wait().unwrap();
-    }
+        riffle_web::views::Latency::of(&sink.latencies_us).map_or(String::new(), |l| {
+            format!(
+                "; inside the job (latency markers, source to sink): p50 {:.2} ms, p99 {:.2} ms",
+                l.p50_ms, l.p99_ms
+            )
+        })
+    });
     delete_topics(&kafka(), &[&input, &output]).unwrap();
     let h = histogram.lock().unwrap();
     format!(
-        "p50 {} ms, p99 {} ms, max {} ms ({} samples)",
+        "p50 {} ms, p99 {} ms, max {} ms ({} samples){}",
         h.value_at_quantile(0.5),
         h.value_at_quantile(0.99),
         h.max(),
-        h.len()
+        h.len(),
+        inside.unwrap_or_default()
     )
 }
 
