@@ -96,8 +96,10 @@ pub struct OperatorView {
     pub vertex: usize,
     /// Number of subtasks.
     pub parallelism: usize,
-    /// Sums over the subtasks (rates too); time ratios and levels are of the most
-    /// back-pressured subtask, watermark the smallest, its lag the largest.
+    /// Counts and rates summed over the subtasks; busy time of the busiest subtask, back-pressured
+    /// time and level of the most back-pressured one, idle time of the least idle one; watermark
+    /// the smallest (none until every subtask has one), its lag the largest; latency over the
+    /// markers of all subtasks.
     #[serde(flatten)]
     pub total: SubtaskView,
     /// One entry per subtask.
