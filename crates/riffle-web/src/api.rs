@@ -272,7 +272,9 @@ async fn history(
     }))
 }
 
-async fn metrics(State(state): State<AppState>) -> Response {
+/// `/metrics`: OpenMetrics when the scraper accepts it (Prometheus does), else the classic text
+/// format.
+async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let current = state.current();
     let job = state.job();
     let text = crate::prometheus::render(&crate::prometheus::Exposition {
@@ -283,6 +285,20 @@ async fn metrics(State(state): State<AppState>) -> Response {
         bottleneck: current.bottleneck.as_ref(),
         latency: current.latency(job.plan()).as_ref(),
     });
+    let openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("application/openmetrics-text"));
+    if !openmetrics {
+        return (
+            [(
+                header::CONTENT_TYPE,
+                crate::prometheus::CLASSIC_CONTENT_TYPE,
+            )],
+            crate::prometheus::to_classic(&text),
+        )
+            .into_response();
+    }
     (
         [(header::CONTENT_TYPE, crate::prometheus::CONTENT_TYPE)],
         text,

@@ -1,5 +1,6 @@
 //! The `/metrics` endpoint: the job's figures in the OpenMetrics text format (which Prometheus
-//! scrapes), encoded by the `prometheus-client` crate. Names follow Prometheus conventions:
+//! negotiates), encoded by the `prometheus-client` crate, or rewritten into the classic text
+//! format 0.0.4 for scrapers that do not ask for OpenMetrics. Names follow Prometheus conventions:
 //! a `riffle_` prefix, base units in the name (`_seconds`, `_bytes`), `_total` on counters.
 //! Rates are left to PromQL (`rate(riffle_operator_records_in_total[1m])`); the time ratios of
 //! the last seconds are exported as gauges besides the cumulative busy / back-pressured / idle
@@ -21,6 +22,38 @@ use crate::views::{Bottleneck, Latency, OperatorView};
 
 /// The content type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The content type of [`to_classic`]'s output: Prometheus' text format 0.0.4.
+pub const CLASSIC_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// OpenMetrics text rewritten into Prometheus' classic text format (0.0.4), for scrapers that do
+/// not ask for OpenMetrics: counter families take their samples' `_total` name, and the
+/// OpenMetrics-only `# UNIT` and `# EOF` lines go.
+pub fn to_classic(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut text = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        match renamed {
+            Some(line) => text.push_str(&line),
+            None => text.push_str(line),
+        }
+        text.push('\n');
+    }
+    text
+}
 
 type Labels = Vec<(String, String)>;
 type FloatGauge = Gauge<f64, AtomicU64>;

@@ -1,6 +1,7 @@
-//! `/metrics` parsed by the official Prometheus Python client's strict OpenMetrics parser
-//! (`tests/tools/promparse.py`; `scripts/test.sh` installs `prometheus-client` into
-//! `.tools/venv` and exports `RIFFLE_PYTHON`), with values that match the job's real counts.
+//! `/metrics` parsed by the official Prometheus Python client's parsers (`tests/tools/promparse.py`;
+//! `scripts/test.sh` installs `prometheus-client` into `.tools/venv` and exports `RIFFLE_PYTHON`):
+//! the strict OpenMetrics parser for what Prometheus negotiates, the text format 0.0.4 parser for
+//! scrapers that do not ask for OpenMetrics; values that match the job's real counts.
 
 mod common;
 
@@ -12,6 +13,7 @@ use common::{config, eventually, running_job};
 use serde_json::Value;
 
 /// One sample of the exposition.
+#[derive(Debug)]
 struct Sample {
     family: String,
     kind: String,
@@ -20,12 +22,14 @@ struct Sample {
     value: f64,
 }
 
-/// Parses `text` with the Prometheus client's OpenMetrics parser; panics with its message.
-fn parse(text: &str) -> Vec<Sample> {
+/// Parses `text` with the Prometheus client's parser of `format` (`openmetrics` or `classic`);
+/// panics with its message.
+fn parse_as(format: &str, text: &str) -> Vec<Sample> {
     let python = std::env::var("RIFFLE_PYTHON").unwrap_or_else(|_| "python3".into());
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/tools/promparse.py");
     let mut child = Command::new(&python)
         .arg(script)
+        .arg(format)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -42,7 +46,7 @@ fn parse(text: &str) -> Vec<Sample> {
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "the OpenMetrics parser rejected the exposition ({python} needs prometheus-client, see scripts/test.sh): {}\n{text}",
+        "the {format} parser rejected the exposition ({python} needs prometheus-client, see scripts/test.sh): {}\n{text}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout)
@@ -76,18 +80,32 @@ fn sum(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
     matching.iter().map(|s| s.value).sum()
 }
 
-fn scrape(address: &str) -> String {
-    let response = reqwest::blocking::get(format!("http://{address}/metrics")).unwrap();
+/// GETs `/metrics` asking for `accept` (as Prometheus does) or for nothing in particular.
+fn get_metrics(address: &str, accept: Option<&str>) -> (String, String) {
+    let mut request = reqwest::blocking::Client::new().get(format!("http://{address}/metrics"));
+    if let Some(accept) = accept {
+        request = request.header("accept", accept);
+    }
+    let response = request.send().unwrap();
     assert_eq!(response.status(), 200);
     let content_type = response.headers()["content-type"]
         .to_str()
         .unwrap()
         .to_string();
+    (content_type, response.text().unwrap())
+}
+
+/// What Prometheus 3 sends.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+
+/// The exposition as Prometheus negotiates it (OpenMetrics), parsed by the strict parser.
+fn parse(address: &str) -> Vec<Sample> {
+    let (content_type, text) = get_metrics(address, Some(PROMETHEUS_ACCEPT));
     assert!(
         content_type.starts_with("application/openmetrics-text"),
         "{content_type}"
     );
-    response.text().unwrap()
+    parse_as("openmetrics", &text)
 }
 
 #[test]
@@ -100,7 +118,7 @@ fn metrics_parse_as_openmetrics_and_match_the_jobs_counts() {
         job.checkpoints().iter().filter(|c| c.completed()).count() >= 2
     }));
 
-    let running = parse(&scrape(&address));
+    let running = parse(&address);
     assert_eq!(
         sum(&running, "riffle_job_status", &[("status", "RUNNING")]),
         1.0
@@ -141,7 +159,7 @@ fn metrics_parse_as_openmetrics_and_match_the_jobs_counts() {
     );
     job.stop();
     let result = job.wait().unwrap();
-    let samples = parse(&scrape(&address));
+    let samples = parse(&address);
     for s in &samples {
         assert!(s.family.starts_with("riffle_"), "{}", s.family);
         assert_eq!(
@@ -214,4 +232,32 @@ fn metrics_parse_as_openmetrics_and_match_the_jobs_counts() {
             task.name
         );
     }
+
+    // Without an Accept header: the classic text format, the same samples, counters typed.
+    let (content_type, classic) = get_metrics(&address, None);
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
+    assert!(!classic.contains("# EOF") && !classic.contains("# UNIT"));
+    let classic = parse_as("classic", &classic);
+    let comparable = |samples: &[Sample]| {
+        let mut v: Vec<String> = samples
+            .iter()
+            // Both move with the wall clock between the two scrapes.
+            .filter(|s| {
+                s.name != "riffle_job_uptime_seconds"
+                    && s.name != "riffle_operator_watermark_lag_seconds"
+            })
+            .map(|s| format!("{} {:?} {}", s.name, s.labels, s.value))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(comparable(&classic), comparable(&samples));
+    let counter = classic
+        .iter()
+        .find(|s| s.name == "riffle_operator_records_in_total")
+        .unwrap();
+    assert_eq!(counter.kind, "counter", "{counter:?}");
 }
