@@ -26,6 +26,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use riffle::checkpoint::CheckpointConfig;
 use riffle::source::BadRecordPolicy;
 use riffle::source::datagen::{ClickGenerator, ClicksConfig, Generator, JsonPayloads};
+use riffle::time::{Clock, SystemClock};
 use riffle::{EnvConfig, StreamEnv};
 use riffle_cli::clicks::EnrichedClick;
 use riffle_cli::demos::etl;
@@ -42,11 +43,7 @@ fn kafka() -> KafkaConnection {
 }
 
 fn unique(name: &str) -> String {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    format!("bench-{name}-{ms}")
+    format!("bench-{name}-{}", now_ms())
 }
 
 /// A topic of 8 partitions with `n` generated JSON clicks.
@@ -232,10 +229,7 @@ fn throughput() {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+    SystemClock.now()
 }
 
 /// How the latency is measured: through a job with a guarantee, or (the baseline) the broker
@@ -363,35 +357,30 @@ fn latency() {
     println!(
         "| latency baseline: producer -> broker -> read_committed consumer, no job, {rate:.0} clicks/s | {baseline} | reported | the clients and broker alone, as configured in this benchmark |"
     );
-    let alo = latency_run(
-        Path::Job {
-            exactly_once: false,
-        },
-        rate,
-        seconds,
-        Duration::from_secs(10),
-    );
-    println!(
-        "| latency Kafka -> Kafka, at-least-once, {rate:.0} clicks/s | {alo} | reported | produce time to visibility for a read_committed consumer, p=2 |"
-    );
-    let eos = latency_run(
-        Path::Job { exactly_once: true },
-        rate,
-        seconds,
-        Duration::from_secs(10),
-    );
-    println!(
-        "| latency Kafka -> Kafka, exactly-once, checkpoint every 10 s | {eos} | reported | records become visible when the checkpoint that covers them completes |"
-    );
-    let eos1 = latency_run(
-        Path::Job { exactly_once: true },
-        rate,
-        seconds,
-        Duration::from_secs(1),
-    );
-    println!(
-        "| latency Kafka -> Kafka, exactly-once, checkpoint every 1 s | {eos1} | reported | same |"
-    );
+    let runs = [
+        (
+            "at-least-once, 50000 clicks/s",
+            false,
+            10,
+            "produce time to visibility for a read_committed consumer, p=2",
+        ),
+        (
+            "exactly-once, checkpoint every 10 s",
+            true,
+            10,
+            "records become visible when the checkpoint that covers them completes",
+        ),
+        ("exactly-once, checkpoint every 1 s", true, 1, "same"),
+    ];
+    for (label, exactly_once, interval, detail) in runs {
+        let figure = latency_run(
+            Path::Job { exactly_once },
+            rate,
+            seconds,
+            Duration::from_secs(interval),
+        );
+        println!("| latency Kafka -> Kafka, {label} | {figure} | reported | {detail} |");
+    }
 }
 
 fn main() {

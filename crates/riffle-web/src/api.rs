@@ -414,11 +414,10 @@ async fn blocking<T: Send + 'static>(
 }
 
 fn ensure_running(state: &AppState) -> Result<(), ApiError> {
-    let overview = state.job().overview();
     if state.job().is_ended() {
         return Err(ApiError(
             StatusCode::CONFLICT,
-            format!("the job has ended ({:?})", overview.status),
+            format!("the job has ended ({:?})", state.job().overview().status),
         ));
     }
     Ok(())

@@ -8,6 +8,7 @@ use std::time::Duration;
 use riffle::JobPlan;
 use riffle::metrics::MetricsSnapshot;
 use riffle::record::Timestamp;
+use riffle::time::Clock;
 use serde::Serialize;
 
 use crate::api::AppState;
@@ -20,9 +21,7 @@ pub(crate) const RATE_WINDOW: Duration = Duration::from_secs(5);
 
 /// The wall clock, epoch ms.
 pub(crate) fn wall_clock() -> Timestamp {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as Timestamp)
+    riffle::time::SystemClock.now()
 }
 
 /// One point of the charts.

@@ -16,7 +16,9 @@ use riffle::operators::KeyedContext;
 use riffle::source::datagen::Click;
 use riffle::{Error, StreamEnv};
 
-use crate::demos::windowed_count::{WindowedSummary, count_per_user, run_windowed};
+use crate::demos::windowed_count::{
+    WindowedSummary, count_per_user, run_windowed, write_counts_and_late,
+};
 use crate::demos::{EngineArgs, EventTimeArgs, InputArgs};
 
 /// Options of `riffle demo checkpoint-recovery`.
@@ -112,13 +114,7 @@ fn run_once(
         .name("memory guard")
         .uid("memory-guard");
     let (counts, late) = count_per_user(&guarded, &args.event_time)?;
-    counts
-        .sink(engine.json_sink(&output.join("agg-clicks"))?)
-        .name("write counts")
-        .uid("write-counts");
-    late.sink(engine.json_sink(&output.join("late-clicks"))?)
-        .name("write late clicks")
-        .uid("write-late-clicks");
+    write_counts_and_late(&engine, &output, &counts, &late)?;
     println!("{label}");
     run_windowed(&env, &engine, "checkpoint-recovery")
 }
