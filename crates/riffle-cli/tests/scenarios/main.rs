@@ -5,6 +5,8 @@ mod backpressure;
 mod checkpoint_recovery;
 #[cfg(feature = "kafka")]
 mod kafka;
+#[cfg(feature = "kafka")]
+mod kafka_event_time;
 mod late_events;
 mod operations;
 mod simple_etl;
