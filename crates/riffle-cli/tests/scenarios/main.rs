@@ -10,6 +10,7 @@ mod kafka_event_time;
 mod late_events;
 mod operations;
 mod simple_etl;
+mod watermark_outliers;
 mod windowed_count;
 
 use std::path::Path;
