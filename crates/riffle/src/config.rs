@@ -45,6 +45,11 @@ pub struct EnvConfig {
     /// Directory where dead-letter records go when a source's dead-letter output is not
     /// consumed by the job itself.
     pub dead_letter_dir: PathBuf,
+    /// [`StreamEnv::execute`](crate::StreamEnv::execute) returns [`Error::DeadLettered`] when
+    /// any record was dead-lettered, after the run completed and committed its output (for
+    /// tests and CI, where a bad line must not pass unnoticed). Off by default: a run with bad
+    /// records succeeds and says where they went.
+    pub fail_on_dead_letters: bool,
     /// How often sources emit watermarks (default 200 ms, as Flink).
     pub watermark_interval: Duration,
     /// Sources emit their watermark after every batch they read, not only every
@@ -81,6 +86,7 @@ impl Default for EnvConfig {
             buffer_timeout: Duration::from_millis(5),
             channel_capacity: 8,
             dead_letter_dir: PathBuf::from("riffle-dead-letter"),
+            fail_on_dead_letters: false,
             watermark_interval: Duration::from_millis(200),
             watermark_after_every_batch: false,
             latency_interval: Some(Duration::from_secs(1)),

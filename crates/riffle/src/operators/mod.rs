@@ -10,6 +10,7 @@ pub(crate) mod adaptive;
 mod basic;
 mod decode;
 mod keyed;
+mod process;
 mod rolling;
 mod sink;
 
@@ -19,7 +20,8 @@ use std::sync::Arc;
 
 pub use basic::{Filter, FlatMap, Identity, Map, TryMap};
 pub use decode::ParseJson;
-pub use keyed::{KeyedContext, KeyedProcess, KeyedProcessFunction};
+pub use keyed::{KeyedContext, KeyedProcess, KeyedProcessFunction, ProcessWithTimers};
+pub use process::{Process, ProcessContext};
 pub use rolling::Rolling;
 pub(crate) use rolling::{RollingAggregate, RollingCombine};
 pub use sink::SinkOperator;
