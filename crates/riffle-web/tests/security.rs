@@ -335,3 +335,57 @@ fn the_token_goes_only_to_the_registered_job_once_it_proved_who_it_is() {
         "unregistered when stopped"
     );
 }
+
+#[test]
+fn configured_host_names_pass_the_host_and_origin_checks() {
+    let env = riffle::StreamEnv::new();
+    let (sink, _) = riffle::sink::CollectSink::new();
+    env.from_iter(vec![1u64]).sink(sink);
+    let job = env.execute_async().unwrap();
+    let monitor = job.monitor();
+    let dir = tempfile::tempdir().unwrap();
+    let web = WebServer::start(
+        monitor.clone(),
+        WebConfig {
+            allowed_hosts: vec!["localhost:9000".into()],
+            ..config(dir.path())
+        },
+    )
+    .unwrap();
+    job.wait().unwrap();
+    let address = web.address().to_string();
+    let json = [
+        ("content-type", "application/json"),
+        ("x-riffle-request", "1"),
+    ];
+    let through = |host: &str, origin: &str| {
+        let mut headers = json.to_vec();
+        headers.push(("host", host));
+        headers.push(("origin", origin));
+        post(&address, "/api/v1/job/cancel", &headers, "{}").0
+    };
+    // Through an SSH tunnel on local port 9000: past the checks, to the finished job's 409.
+    assert_eq!(through("localhost:9000", "http://localhost:9000"), 409);
+    assert_eq!(through("localhost:9001", "http://localhost:9001"), 403);
+    assert_eq!(through("localhost:9000", "http://localhost:9001"), 403);
+    let err = WebServer::start(
+        monitor.clone(),
+        WebConfig {
+            allowed_hosts: vec!["http://evil.example/".into()],
+            ..config(dir.path())
+        },
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("web.allowed_hosts"), "{err}");
+    let err = WebServer::start(
+        monitor,
+        WebConfig {
+            savepoint_roots: vec!["relative".into()],
+            ..config(dir.path())
+        },
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("web.savepoint_roots"), "{err}");
+}

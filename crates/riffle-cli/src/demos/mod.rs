@@ -335,6 +335,11 @@ pub struct EngineArgs {
     /// savepoint (repeatable); any other target is refused.
     #[arg(long = "savepoint-root", value_name = "LOCATION")]
     pub savepoint_roots: Vec<String>,
+    /// A further name (HOST, with the server's port, or HOST:PORT) under which the UI may send
+    /// control requests, e.g. through a reverse proxy or an SSH tunnel on another port
+    /// (repeatable). Loopback names and the bound address are always accepted.
+    #[arg(long = "web-allowed-host", value_name = "HOST[:PORT]")]
+    pub web_allowed_hosts: Vec<String>,
 }
 
 impl Default for EngineArgs {
@@ -526,6 +531,7 @@ impl EngineArgs {
             token,
             savepoint_dir: Some(savepoint_dir),
             savepoint_roots,
+            allowed_hosts: self.web_allowed_hosts.clone(),
             ..riffle_web::WebConfig::default()
         };
         config.validate().map_err(web_flag)?;
@@ -548,6 +554,7 @@ pub fn web_flag(error: Error) -> Error {
                 "web.address" => "--web-address",
                 "web.token" => "--web-token",
                 "web.savepoint_roots" => "--savepoint-root",
+                "web.allowed_hosts" => "--web-allowed-host",
                 other => other,
             };
             Error::config(flag, message)
