@@ -29,8 +29,9 @@ pub struct Target {
         hide_env_values = true
     )]
     pub token: Option<String>,
-    /// Read the job's token from this file (its first line).
-    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    /// Read the job's token from this file (its first line); it takes precedence over --token
+    /// and RIFFLE_WEB_TOKEN.
+    #[arg(long, value_name = "FILE")]
     pub token_file: Option<std::path::PathBuf>,
 }
 

@@ -323,8 +323,9 @@ pub struct EngineArgs {
         hide_env_values = true
     )]
     pub web_token: Option<String>,
-    /// Read the token of --web-token from this file (its first line).
-    #[arg(long, value_name = "FILE", conflicts_with = "web_token")]
+    /// Read the token of --web-token from this file (its first line); it takes precedence over
+    /// --web-token and RIFFLE_WEB_TOKEN.
+    #[arg(long, value_name = "FILE")]
     pub web_token_file: Option<PathBuf>,
     /// Where savepoints taken from the UI or `riffle savepoint` go when the request names no
     /// directory: a directory or s3://bucket/prefix (default: riffle-out/savepoints). A request

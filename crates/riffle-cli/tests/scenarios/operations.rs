@@ -337,7 +337,10 @@ fn savepoint_stop_and_cancel_from_the_cli_against_running_demos() {
     );
     assert!(text(&run(&["jobs"])).0.contains("no running jobs"));
 
-    // With a token: control without it is refused, with it the job is cancelled.
+    // With a token (from a file, not the command line): control without it is refused, with it
+    // the job is cancelled.
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
     let mut demo = Demo::start(
         &[
             "demo",
@@ -347,8 +350,8 @@ fn savepoint_stop_and_cancel_from_the_cli_against_running_demos() {
             "20000",
             "--web-address",
             "127.0.0.1:0",
-            "--web-token",
-            "s3cret",
+            "--web-token-file",
+            token_file.to_str().unwrap(),
             "--output",
             "out2",
         ],
@@ -377,8 +380,6 @@ fn savepoint_stop_and_cancel_from_the_cli_against_running_demos() {
         "{:?}",
         text(&refused)
     );
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "s3cret\n").unwrap();
     let cancelled = run(&["cancel", &id, "--token-file", token_file.to_str().unwrap()]);
     assert!(cancelled.status.success(), "{:?}", text(&cancelled));
     assert_eq!(text(&cancelled).0.trim(), "cancelling");
