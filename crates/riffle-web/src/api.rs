@@ -217,7 +217,9 @@ fn check_request(hosts: &AllowedHosts, headers: &HeaderMap) -> Result<(), ApiErr
     let host = text(header::HOST)?.unwrap_or_default();
     if !hosts.allows(host, 80) {
         return Err(ApiError::forbidden(format!(
-            "Host `{host}` is not an address this job listens on: control requests are refused              (DNS rebinding?). Use the address the job prints, or add the name to the server's              allowed hosts"
+            "Host `{host}` is not an address this job listens on: control requests are refused \
+             (DNS rebinding?). Use the address the job prints, or add the name to the server's \
+             allowed hosts (--web-allowed-host)"
         )));
     }
     if let Some(origin) = text(header::ORIGIN)?
@@ -240,7 +242,8 @@ fn check_request(hosts: &AllowedHosts, headers: &HeaderMap) -> Result<(), ApiErr
     }
     if !headers.contains_key(REQUEST_HEADER) && !headers.contains_key(header::AUTHORIZATION) {
         return Err(ApiError::forbidden(
-            "control requests must carry the header `X-Riffle-Request: 1` (or the job's token):              a browser cannot send it from another site",
+            "control requests must carry the header `X-Riffle-Request: 1` (or the job's token): \
+             a browser cannot send it from another site",
         ));
     }
     Ok(())
