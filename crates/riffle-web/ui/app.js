@@ -56,7 +56,8 @@ function show(message, isError) {
 async function control(path, body, what) {
   show(what + "…");
   for (;;) {
-    const headers = { "content-type": "application/json" };
+    // JSON plus a custom header: a request no other site can make a browser send.
+    const headers = { "content-type": "application/json", "x-riffle-request": "1" };
     if (token) headers.authorization = "Bearer " + token;
     const response = await fetch(path, { method: "POST", headers, body: JSON.stringify(body) });
     const answer = await response.json().catch(() => ({}));

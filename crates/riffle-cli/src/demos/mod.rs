@@ -340,7 +340,8 @@ pub struct EngineArgs {
     #[arg(long)]
     pub deterministic: bool,
     /// Token that savepoint / stop / cancel requests must carry; required with a --web-address
-    /// that is not loopback.
+    /// that is not loopback. Other users can read a command line: prefer --web-token-file or
+    /// RIFFLE_WEB_TOKEN.
     #[arg(
         long,
         env = "RIFFLE_WEB_TOKEN",
@@ -348,10 +349,24 @@ pub struct EngineArgs {
         hide_env_values = true
     )]
     pub web_token: Option<String>,
+    /// Read the token of --web-token from this file (its first line); it takes precedence over
+    /// --web-token and RIFFLE_WEB_TOKEN.
+    #[arg(long, value_name = "FILE")]
+    pub web_token_file: Option<PathBuf>,
     /// Where savepoints taken from the UI or `riffle savepoint` go when the request names no
-    /// directory: a directory or s3://bucket/prefix (default: riffle-out/savepoints).
+    /// directory: a directory or s3://bucket/prefix (default: riffle-out/savepoints). A request
+    /// may name a directory under it.
     #[arg(long, value_name = "LOCATION")]
     pub savepoint_dir: Option<String>,
+    /// A further directory or s3://bucket/prefix under which a savepoint request may put its
+    /// savepoint (repeatable); any other target is refused.
+    #[arg(long = "savepoint-root", value_name = "LOCATION")]
+    pub savepoint_roots: Vec<String>,
+    /// A further name (HOST, with the server's port, or HOST:PORT) under which the UI may send
+    /// control requests, e.g. through a reverse proxy or an SSH tunnel on another port
+    /// (repeatable). Loopback names and the bound address are always accepted.
+    #[arg(long = "web-allowed-host", value_name = "HOST[:PORT]")]
+    pub web_allowed_hosts: Vec<String>,
 }
 
 impl Default for EngineArgs {
@@ -533,10 +548,30 @@ impl EngineArgs {
             Some(dir) => absolute(Path::new(dir))?,
             None => absolute(&Path::new("riffle-out").join("savepoints"))?,
         };
+        let savepoint_roots = self
+            .savepoint_roots
+            .iter()
+            .map(|root| {
+                if root.starts_with("s3://") {
+                    Ok(root.clone())
+                } else {
+                    absolute(Path::new(root))
+                }
+            })
+            .collect::<riffle::Result<Vec<_>>>()?;
+        let token = match &self.web_token_file {
+            Some(file) => Some(
+                crate::control::read_token_file(file)
+                    .map_err(|e| Error::config("--web-token-file", e))?,
+            ),
+            None => self.web_token.clone(),
+        };
         let config = riffle_web::WebConfig {
             address,
-            token: self.web_token.clone(),
+            token,
             savepoint_dir: Some(savepoint_dir),
+            savepoint_roots,
+            allowed_hosts: self.web_allowed_hosts.clone(),
             ..riffle_web::WebConfig::default()
         };
         config.validate().map_err(web_flag)?;
@@ -558,6 +593,8 @@ pub fn web_flag(error: Error) -> Error {
             let flag = match setting.as_str() {
                 "web.address" => "--web-address",
                 "web.token" => "--web-token",
+                "web.savepoint_roots" => "--savepoint-root",
+                "web.allowed_hosts" => "--web-allowed-host",
                 other => other,
             };
             Error::config(flag, message)
