@@ -26,7 +26,7 @@ fn keys(value: &Value) -> Vec<&str> {
 }
 
 /// The fields of an operator and of each of its subtasks (the API's contract).
-const SUBTASK_FIELDS: [&str; 18] = [
+const SUBTASK_FIELDS: [&str; 20] = [
     "backpressure",
     "backpressured_ms_per_sec",
     "bad_records",
@@ -39,12 +39,14 @@ const SUBTASK_FIELDS: [&str; 18] = [
     "records_in_per_sec",
     "records_out",
     "records_out_per_sec",
+    "side_output_unconsumed",
     "split_lag",
     "state_bytes",
     "state_entries",
     "subtask",
     "watermark",
     "watermark_lag_ms",
+    "watermark_outliers",
 ];
 
 fn status(client: &JobClient) -> String {
