@@ -4,8 +4,8 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use crate::aggregate::{AggregateFunction, Max, MaxBy, Min, MinBy, Number, Reduce, Sum};
-use crate::api::WindowedStream;
 use crate::api::stream::{DataStream, operator_node};
+use crate::api::{CountWindowedStream, WindowedStream};
 use crate::error::Result;
 use crate::graph::{Node, Ship, Slot};
 use crate::operators::{
@@ -233,16 +233,35 @@ where
         self.aggregate(MaxBy::of(field)).map(|(_, record)| record)
     }
 
+    /// Windows of `size` records per key (Flink's `countWindow(size)`): a key's window fires
+    /// when it holds `size` records, then starts empty.
+    pub fn count_window(&self, size: u64) -> CountWindowedStream<K, T>
+    where
+        T: Sync,
+    {
+        CountWindowedStream::new(self.clone_stream(), size, size)
+    }
+
+    /// Sliding count windows (Flink's `countWindow(size, slide)`): every `slide` records of a
+    /// key, a window over its last `size` records.
+    pub fn count_window_sliding(&self, size: u64, slide: u64) -> CountWindowedStream<K, T>
+    where
+        T: Sync,
+    {
+        CountWindowedStream::new(self.clone_stream(), size, slide)
+    }
+
+    fn clone_stream(&self) -> KeyedStream<K, T> {
+        KeyedStream {
+            input: self.input.clone(),
+            key: self.key.clone(),
+        }
+    }
+
     /// Cuts the stream into windows (per key): [`Tumbling`](crate::window::Tumbling),
     /// [`Sliding`](crate::window::Sliding) or [`Session`](crate::window::Session).
     pub fn window(&self, windows: Windows) -> WindowedStream<K, T> {
-        WindowedStream::new(
-            KeyedStream {
-                input: self.input.clone(),
-                key: self.key.clone(),
-            },
-            windows,
-        )
+        WindowedStream::new(self.clone_stream(), windows)
     }
 
     /// The keyed input stream.
