@@ -411,6 +411,7 @@ impl<K: Data + Hash + Eq, T: Data> WindowTest<K, T> {
             self.settings,
             ProcessWindow {
                 function,
+                evictor: None,
                 _types: PhantomData,
             },
         )

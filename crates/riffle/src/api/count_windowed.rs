@@ -5,6 +5,8 @@
 //! sliding one fires every `slide` records over the key's last `size` records (fewer at the
 //! start). Windows are kept in keyed state, so they are part of checkpoints and rescale with
 //! their key groups. As in Flink, a window that is not full when the input ends is not emitted.
+//! Which records share a window depends on their arrival order per key: with several upstream
+//! subtasks that order varies from run to run (time windows do not have this property).
 
 use std::hash::Hash;
 
@@ -25,8 +27,9 @@ static SINCE_FIRED: ValueStateDescriptor<u64> = ValueStateDescriptor::new("count
 /// [`aggregate`](CountWindowedStream::aggregate) or [`reduce`](CountWindowedStream::reduce).
 ///
 /// ```
-/// use riffle::{StreamEnv, aggregate::Sum, sink::CollectSink};
-/// let env = StreamEnv::new();
+/// use riffle::{EnvConfig, StreamEnv, aggregate::Sum, sink::CollectSink};
+/// // One source subtask: each key's records arrive in input order.
+/// let env = StreamEnv::with_config(EnvConfig::deterministic());
 /// let (sink, out) = CollectSink::new();
 /// // (sensor, reading): the sum of every 3 readings of a sensor.
 /// env.from_iter(vec![(1u32, 1u64), (1, 2), (2, 10), (1, 3), (1, 4), (2, 20)])
@@ -63,8 +66,8 @@ where
     /// and side outputs.
     ///
     /// ```
-    /// use riffle::{StreamEnv, sink::CollectSink};
-    /// let env = StreamEnv::new();
+    /// use riffle::{EnvConfig, StreamEnv, sink::CollectSink};
+    /// let env = StreamEnv::with_config(EnvConfig::deterministic());
     /// let (sink, out) = CollectSink::new();
     /// // Every 2 clicks of a user, over their last 3 clicks.
     /// env.from_iter(vec![(7u64, 'a'), (7, 'b'), (7, 'c'), (7, 'd'), (7, 'e')])

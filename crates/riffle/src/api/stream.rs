@@ -244,8 +244,8 @@ impl<T: Data> DataStream<T> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use riffle::{StreamEnv, aggregate::Count, sink::CollectSink, time::WatermarkStrategy, window::Tumbling};
-    /// let env = StreamEnv::new();
+    /// use riffle::{EnvConfig, StreamEnv, aggregate::Count, sink::CollectSink, time::WatermarkStrategy, window::Tumbling};
+    /// let env = StreamEnv::with_config(EnvConfig::deterministic());
     /// let (sink, out) = CollectSink::new();
     /// env.from_iter_with_watermarks(vec![1_000i64, 2_000, 61_000], WatermarkStrategy::monotonous().with_timestamps(|t: &i64| *t))
     ///     .window_all(Tumbling::of(Duration::from_secs(60)))

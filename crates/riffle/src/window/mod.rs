@@ -27,6 +27,7 @@
 mod operator;
 mod preagg;
 mod session;
+mod trigger;
 
 use std::time::Duration;
 
@@ -41,6 +42,10 @@ use operator::WindowOperator;
 pub use preagg::PreAggregated;
 pub(crate) use preagg::{MergePartials, PreAggregate};
 use session::SessionWindowOperator;
+pub use trigger::{
+    CountEvictor, CountTrigger, Evictor, Purging, TimeEvictor, Trigger, TriggerResult,
+};
+pub(crate) use trigger::{TriggerAny, Triggered, Typed};
 
 /// A time window `[start, end)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -421,6 +426,15 @@ pub(crate) trait WindowFn<K, T>: Send + 'static {
         update: bool,
         out: &mut Collector<'_, Self::Out>,
     ) -> Result<()>;
+    /// A custom trigger's decision for `value`, about to be added to `window` whose
+    /// accumulator is `acc` (default: none, the window fires at its end).
+    fn on_element(&self, _acc: &Self::Acc, _value: &T, _window: TimeWindow) -> TriggerResult {
+        TriggerResult::Continue
+    }
+    /// Whether windows fire when time reaches their end.
+    fn fires_at_end(&self) -> bool {
+        true
+    }
 }
 
 /// Incremental aggregation: emits [`WindowResult`]s.
@@ -469,6 +483,8 @@ impl<K: Data, T: Data, A: crate::aggregate::AggregateFunction<T>> WindowFn<K, T>
 /// A full-window function: keeps the records, calls the function when the window fires.
 pub(crate) struct ProcessWindow<P, T, Out> {
     pub(crate) function: P,
+    /// Removes records from what the function sees.
+    pub(crate) evictor: Option<std::sync::Arc<dyn Evictor<T>>>,
     pub(crate) _types: std::marker::PhantomData<fn(T) -> Out>,
 }
 
@@ -510,7 +526,14 @@ where
             window,
             update,
         };
-        self.function.process(key, window, acc, &mut collector)
+        match &self.evictor {
+            None => self.function.process(key, window, acc, &mut collector),
+            Some(evictor) => {
+                let mut records = acc.clone();
+                evictor.evict_before(window, &mut records);
+                self.function.process(key, window, &records, &mut collector)
+            }
+        }
     }
 }
 
