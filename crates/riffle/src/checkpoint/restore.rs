@@ -24,14 +24,21 @@ pub(crate) struct RestoreAssignment {
 }
 
 fn slice(bytes: &[u8], extent: Extent) -> Result<Vec<u8>> {
-    let (start, end) = (
-        extent.offset as usize,
-        (extent.offset + extent.len) as usize,
-    );
+    let outside = || {
+        Error::Checkpoint(format!(
+            "a state extent ({}+{} bytes) lies outside its file ({} bytes)",
+            extent.offset,
+            extent.len,
+            bytes.len()
+        ))
+    };
+    let start = usize::try_from(extent.offset).map_err(|_| outside())?;
+    let len = usize::try_from(extent.len).map_err(|_| outside())?;
+    let end = start.checked_add(len).ok_or_else(outside)?;
     bytes
         .get(start..end)
         .map(<[u8]>::to_vec)
-        .ok_or_else(|| Error::Checkpoint("a state extent lies outside its file".into()))
+        .ok_or_else(outside)
 }
 
 impl RestoreAssignment {

@@ -60,7 +60,12 @@ impl TimeWindow {
     /// The last millisecond in the window: results carry it as their timestamp, and the window
     /// fires when the watermark reaches it.
     pub fn max_timestamp(&self) -> Timestamp {
-        self.end - 1
+        self.end.saturating_sub(1)
+    }
+
+    /// The event time of the window's results: its last millisecond.
+    pub(crate) fn result_time(&self) -> Option<crate::record::EventTime> {
+        crate::record::EventTime::new(self.max_timestamp())
     }
 
     /// Whether the two windows overlap or touch (sessions that do are merged).
@@ -122,8 +127,51 @@ pub enum Windows {
     },
 }
 
+/// Milliseconds of `duration`, saturating at `i64::MAX` (a longer duration is no valid size).
 fn millis(duration: Duration) -> i64 {
-    duration.as_millis() as i64
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A record whose windows do not fit in the `i64` millisecond range: a window would start before
+/// `i64::MIN` or end after `i64::MAX`. The window operator sends such a record to its dead
+/// letters with this reason; nothing wraps around.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unplaceable {
+    /// The record's event (or processing) time.
+    pub timestamp: Timestamp,
+    /// Start of the window that does not fit.
+    pub start: i128,
+    /// End (exclusive) of the window that does not fit.
+    pub end: i128,
+}
+
+impl std::fmt::Display for Unplaceable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "time {} ms cannot be placed in a window: its window [{}, {}) reaches beyond the \
+             timestamp range {}..={} ms",
+            self.timestamp,
+            self.start,
+            self.end,
+            i64::MIN,
+            i64::MAX
+        )
+    }
+}
+
+impl std::error::Error for Unplaceable {}
+
+/// The window `[start, end)` if both bounds fit in an `i64`.
+fn window_at(timestamp: Timestamp, start: i128, end: i128) -> Result<TimeWindow, Unplaceable> {
+    match (i64::try_from(start), i64::try_from(end)) {
+        (Ok(s), Ok(e)) => Ok(TimeWindow::new(s, e)),
+        _ => Err(Unplaceable {
+            timestamp,
+            start,
+            end,
+        }),
+    }
 }
 
 /// Tumbling windows.
@@ -258,13 +306,31 @@ impl Windows {
         }
     }
 
-    /// The windows a record at `timestamp` belongs to (not for sessions, which merge).
-    pub fn assign(&self, timestamp: Timestamp, windows: &mut Vec<TimeWindow>) {
+    /// The windows a record at `timestamp` belongs to (for sessions: its own session, before
+    /// merging). The arithmetic is exact (in `i128`); a record with a window that does not fit in
+    /// the `i64` range gets none (`windows` is left empty) and the reason.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use riffle::window::{TimeWindow, Tumbling};
+    /// let mut out = Vec::new();
+    /// Tumbling::of(Duration::from_secs(60)).assign(-1, &mut out).unwrap();
+    /// assert_eq!(out, vec![TimeWindow::new(-60_000, 0)]);
+    /// assert!(Tumbling::of(Duration::from_secs(60)).assign(i64::MAX, &mut out).is_err());
+    /// assert!(out.is_empty());
+    /// ```
+    pub fn assign(
+        &self,
+        timestamp: Timestamp,
+        windows: &mut Vec<TimeWindow>,
+    ) -> Result<(), Unplaceable> {
         windows.clear();
-        match *self {
+        let ts = i128::from(timestamp);
+        let placed = match *self {
             Windows::Tumbling { size, offset, .. } => {
-                let start = timestamp - (timestamp - offset).rem_euclid(size);
-                windows.push(TimeWindow::new(start, start + size));
+                let size = i128::from(size);
+                let start = ts - (ts - i128::from(offset)).rem_euclid(size);
+                window_at(timestamp, start, start + size).map(|w| windows.push(w))
             }
             Windows::Sliding {
                 size,
@@ -272,17 +338,30 @@ impl Windows {
                 offset,
                 ..
             } => {
-                let last_start = timestamp - (timestamp - offset).rem_euclid(slide);
-                let mut start = last_start;
-                while start > timestamp - size {
-                    windows.push(TimeWindow::new(start, start + size));
+                let (size, slide) = (i128::from(size), i128::from(slide));
+                let mut start = ts - (ts - i128::from(offset)).rem_euclid(slide);
+                let mut placed = Ok(());
+                while start > ts - size {
+                    match window_at(timestamp, start, start + size) {
+                        Ok(w) => windows.push(w),
+                        Err(e) => {
+                            placed = Err(e);
+                            break;
+                        }
+                    }
                     start -= slide;
                 }
+                placed
             }
             Windows::Session { gap, .. } => {
-                windows.push(TimeWindow::new(timestamp, timestamp + gap))
+                window_at(timestamp, ts, ts + i128::from(gap)).map(|w| windows.push(w))
             }
+        };
+        if placed.is_err() {
+            // All or nothing: a record is never counted in some of its windows only.
+            windows.clear();
         }
+        placed
     }
 }
 
@@ -348,10 +427,8 @@ pub struct WindowCollector<'c, 'o, Out> {
 impl<Out: Data> WindowCollector<'_, '_, Out> {
     /// Emits a result of the window.
     pub fn emit(&mut self, value: Out) -> Result<()> {
-        self.out.emit(Record {
-            value,
-            timestamp: self.window.max_timestamp(),
-        })
+        self.out
+            .emit(Record::timed(value, self.window.result_time()))
     }
 
     /// Whether the window was emitted before (this firing is an update).
@@ -431,10 +508,7 @@ impl<K: Data, T: Data, A: crate::aggregate::AggregateFunction<T>> WindowFn<K, T>
             value: self.0.result(acc),
             update,
         };
-        out.emit(Record {
-            value,
-            timestamp: window.max_timestamp(),
-        })
+        out.emit(Record::timed(value, window.result_time()))
     }
 }
 
@@ -593,7 +667,7 @@ impl<T> WindowSettings<T> {
     }
 
     pub(crate) fn allowed_lateness(&mut self, lateness: std::time::Duration) {
-        self.lateness = lateness.as_millis() as i64;
+        self.lateness = millis(lateness);
     }
 
     pub(crate) fn side_output_late(&mut self, tag: &crate::OutputTag<T>) {
@@ -601,7 +675,7 @@ impl<T> WindowSettings<T> {
     }
 
     pub(crate) fn early_firing(&mut self, every: std::time::Duration) {
-        self.early_every = Some(every.as_millis().max(1) as i64);
+        self.early_every = Some(millis(every).max(1));
     }
 }
 
@@ -611,7 +685,7 @@ mod tests {
 
     fn assign(windows: Windows, timestamp: Timestamp) -> Vec<(i64, i64)> {
         let mut out = Vec::new();
-        windows.assign(timestamp, &mut out);
+        windows.assign(timestamp, &mut out).unwrap();
         out.into_iter().map(|w| (w.start, w.end)).collect()
     }
 
