@@ -759,4 +759,141 @@ mod tests {
                 .ends_with(r#""value":3,"update":true}"#)
         );
     }
+
+    #[test]
+    fn windows_at_the_edges_of_i64_are_exact_or_refused() {
+        let minute = Duration::from_secs(60);
+        let tumbling = Tumbling::of(minute);
+        let mut out = Vec::new();
+        // i64::MIN + 1 lies in a minute that starts before i64::MIN: refused, not wrapped.
+        let err = tumbling.assign(i64::MIN + 1, &mut out).unwrap_err();
+        assert_eq!(err.timestamp, i64::MIN + 1);
+        assert_eq!(err.start, -9_223_372_036_854_780_000);
+        assert_eq!(err.end, -9_223_372_036_854_720_000);
+        assert!(out.is_empty());
+        assert_eq!(
+            err.to_string(),
+            "time -9223372036854775807 ms cannot be placed in a window: its window \
+             [-9223372036854780000, -9223372036854720000) reaches beyond the timestamp range \
+             -9223372036854775808..=9223372036854775807 ms"
+        );
+        // The first whole minute of the range is fine.
+        assert_eq!(
+            assign(tumbling, -9_223_372_036_854_720_000),
+            vec![(-9_223_372_036_854_720_000, -9_223_372_036_854_660_000)]
+        );
+        for ts in [i64::MAX, i64::MAX - 1] {
+            let err = tumbling.assign(ts, &mut out).unwrap_err();
+            assert_eq!(
+                (err.start, err.end),
+                (9_223_372_036_854_720_000, 9_223_372_036_854_780_000)
+            );
+        }
+        assert_eq!(
+            assign(tumbling, 9_223_372_036_854_719_999),
+            vec![(9_223_372_036_854_660_000, 9_223_372_036_854_720_000)]
+        );
+        // Sliding: all windows or none, never some of them.
+        let sliding = Sliding::of(minute, Duration::from_secs(20));
+        assert!(sliding.assign(i64::MAX - 30_000, &mut out).is_err());
+        assert!(out.is_empty());
+        // Sessions: the gap must fit after the record.
+        let session = Session::with_gap(Duration::from_secs(5));
+        assert!(session.assign(i64::MAX - 4_999, &mut out).is_err());
+        assert_eq!(
+            assign(session, i64::MAX - 5_000),
+            vec![(i64::MAX - 5_000, i64::MAX)]
+        );
+        // An offset does not overflow either.
+        let shifted = Tumbling::of(minute).with_offset(Duration::from_secs(30));
+        assert!(shifted.assign(i64::MIN + 1, &mut out).is_err());
+        assert_eq!(assign(shifted, 0), vec![(-30_000, 30_000)]);
+    }
+
+    #[test]
+    fn absurd_durations_saturate_instead_of_wrapping() {
+        let huge = Duration::from_secs(u64::MAX);
+        assert_eq!(
+            Tumbling::of(huge),
+            Windows::Tumbling {
+                size: i64::MAX,
+                offset: 0,
+                time: TimeDomain::EventTime
+            }
+        );
+        let mut out = Vec::new();
+        assert_eq!(
+            Tumbling::of(huge).assign(5, &mut out),
+            Ok(()),
+            "one window [0, i64::MAX) holds it"
+        );
+        assert_eq!(out, vec![TimeWindow::new(0, i64::MAX)]);
+    }
+
+    fn any_windows() -> impl proptest::strategy::Strategy<Value = Windows> {
+        use proptest::prelude::*;
+        let size = prop_oneof![1i64..=10, 1i64..=100_000, Just(i64::MAX), 1i64..=i64::MAX];
+        let offset = prop_oneof![Just(0i64), -100_000i64..=100_000, proptest::num::i64::ANY];
+        prop_oneof![
+            (size.clone(), offset.clone()).prop_map(|(size, offset)| Windows::Tumbling {
+                size,
+                offset,
+                time: TimeDomain::EventTime
+            }),
+            // Few windows per record (size / slide <= 8), so the test stays fast.
+            (1i64..=1_000, 1i64..=8, offset).prop_map(|(slide, n, offset)| Windows::Sliding {
+                size: slide * n,
+                slide,
+                offset,
+                time: TimeDomain::EventTime
+            }),
+            size.prop_map(|gap| Windows::Session {
+                gap,
+                time: TimeDomain::EventTime
+            }),
+        ]
+    }
+
+    fn near_the_edges() -> impl proptest::strategy::Strategy<Value = i64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0i64..200_000).prop_map(|d| i64::MIN + d),
+            (0i64..200_000).prop_map(|d| i64::MAX - d),
+            -200_000i64..200_000,
+            proptest::num::i64::ANY,
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::util::fuzz_config(512))]
+
+        /// Near i64::MIN, 0 and i64::MAX: no panic, no wrap. A record gets windows that
+        /// contain it, each of the configured size, or none and a reason naming its window.
+        #[test]
+        fn window_assignment_never_wraps(windows in any_windows(), ts in near_the_edges()) {
+            let mut out = Vec::new();
+            match windows.assign(ts, &mut out) {
+                Ok(()) => {
+                    proptest::prop_assert!(!out.is_empty());
+                    let length = match windows {
+                        Windows::Tumbling { size, .. } | Windows::Sliding { size, .. } => size,
+                        Windows::Session { gap, .. } => gap,
+                    };
+                    for w in &out {
+                        proptest::prop_assert!(w.start <= ts && ts < w.end, "{:?} holds {}", w, ts);
+                        proptest::prop_assert_eq!(i128::from(w.end) - i128::from(w.start), i128::from(length));
+                        proptest::prop_assert_eq!(w.max_timestamp(), w.end - 1);
+                    }
+                }
+                Err(reason) => {
+                    proptest::prop_assert!(out.is_empty());
+                    proptest::prop_assert_eq!(reason.timestamp, ts);
+                    proptest::prop_assert!(reason.start <= i128::from(ts) && i128::from(ts) < reason.end);
+                    proptest::prop_assert!(
+                        reason.start < i128::from(i64::MIN) || reason.end > i128::from(i64::MAX)
+                    );
+                }
+            }
+        }
+    }
 }
