@@ -106,6 +106,12 @@ pub fn run(args: &PipelineArgs) -> riffle::Result<WindowedSummary> {
         summary.late,
         output.display()
     );
+    for line in args
+        .input
+        .summary_lines((26, 10), (summary.bad, summary.unplaceable), &output)
+    {
+        println!("{line}");
+    }
     crate::demos::windowed_count::print_checkpoints(&summary);
     Ok(summary)
 }
