@@ -136,9 +136,9 @@ impl Manifest {
     /// The manifest as stored: pretty JSON with its own checksum.
     ///
     /// ```
-    /// use riffle::checkpoint::manifest::{Manifest, MANIFEST_VERSION, SnapshotKind};
+    /// use riffle::checkpoint::{Manifest, SnapshotKind};
     /// let manifest = Manifest {
-    ///     version: MANIFEST_VERSION, job: "job".into(), checkpoint_id: 7,
+    ///     version: 1, job: "job".into(), checkpoint_id: 7,
     ///     kind: SnapshotKind::Checkpoint, timestamp: 0, max_parallelism: 128,
     ///     operators: Default::default(), stores: Vec::new(),
     /// };
