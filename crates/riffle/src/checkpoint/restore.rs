@@ -265,6 +265,22 @@ mod tests {
     }
 
     #[test]
+    fn an_extent_past_the_end_is_an_error_not_an_overflow() {
+        let bytes = [1u8, 2, 3, 4];
+        assert_eq!(slice(&bytes, Extent { offset: 1, len: 2 }).unwrap(), [2, 3]);
+        for (offset, len) in [(u64::MAX, 2), (2, u64::MAX), (3, 2), (5, 0)] {
+            let err = slice(&bytes, Extent { offset, len }).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "checkpoint: a state extent ({offset}+{len} bytes) lies outside its \
+                     file (4 bytes)"
+                )
+            );
+        }
+    }
+
+    #[test]
     fn the_checkpoint_of_the_fuzz_tests_has_state() {
         let (root, dir) = checkpoint();
         let assignment = RestoreAssignment::load(&storage(root.path()), dir).unwrap();
