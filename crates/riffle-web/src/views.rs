@@ -421,6 +421,8 @@ mod tests {
             bad_records: 0,
             late_records_dropped: 0,
             late_records_side_output: 0,
+            watermark_outliers: 0,
+            side_output_unconsumed: 0,
             watermark: MIN_WATERMARK,
             state_entries: 0,
             state_bytes: 0,

@@ -211,6 +211,14 @@ pub struct EventTimeArgs {
     /// A split (file, generator stream) silent this long stops holding the watermark back.
     #[arg(long, value_name = "SECONDS")]
     pub idleness_secs: Option<f64>,
+    /// A click more than this far ahead of its split's watermark is a watermark outlier (a
+    /// device with a wrong clock): counted, processed, but it moves the watermark only when
+    /// corroborated; 0 turns the rule off.
+    #[arg(long, default_value_t = 3600.0, value_name = "SECONDS")]
+    pub max_watermark_jump_secs: f64,
+    /// How many outliers in a row, near each other, move the watermark (a real jump in time).
+    #[arg(long, default_value_t = riffle::time::DEFAULT_OUTLIER_CORROBORATION, value_name = "CLICKS")]
+    pub outlier_corroboration: usize,
 }
 
 /// Seconds as a duration; the error names the flag.
@@ -236,7 +244,20 @@ impl EventTimeArgs {
         if let Some(idleness) = self.idleness_secs {
             strategy = strategy.with_idleness(seconds("--idleness-secs", idleness, false)?);
         }
-        Ok(strategy)
+        let jump = seconds(
+            "--max-watermark-jump-secs",
+            self.max_watermark_jump_secs,
+            true,
+        )?;
+        if self.outlier_corroboration == 0 {
+            return Err(Error::config(
+                "--outlier-corroboration",
+                "must be at least 1 click",
+            ));
+        }
+        Ok(strategy
+            .with_max_watermark_jump((!jump.is_zero()).then_some(jump))
+            .with_outlier_corroboration(self.outlier_corroboration))
     }
 
     /// The window length.
@@ -351,6 +372,11 @@ pub struct EngineArgs {
     /// Do not serve the web UI, REST API and metrics.
     #[arg(long)]
     pub no_web: bool,
+    /// Output independent of timing, for small inputs and tests: parallelism 1, one record per
+    /// batch, and a watermark after every record of every source (overrides -p and
+    /// --buffer-size; slow).
+    #[arg(long)]
+    pub deterministic: bool,
     /// Token that savepoint / stop / cancel requests must carry; required with a --web-address
     /// that is not loopback.
     #[arg(
@@ -458,6 +484,19 @@ impl EngineArgs {
 
     /// The engine configuration; dead letters go under the output directory.
     pub fn env_config(&self, demo: &str) -> riffle::Result<EnvConfig> {
+        if self.deterministic {
+            let deterministic = EnvConfig::deterministic();
+            return Ok(EnvConfig {
+                parallelism: deterministic.parallelism,
+                buffer_size: deterministic.buffer_size,
+                watermark_after_every_batch: deterministic.watermark_after_every_batch,
+                ..EngineArgs {
+                    deterministic: false,
+                    ..self.clone()
+                }
+                .env_config(demo)?
+            });
+        }
         let defaults = EnvConfig::default();
         Ok(EnvConfig {
             job_name: format!("demo-{demo}"),

@@ -6,9 +6,12 @@ mod checkpoint_recovery;
 mod hostile_input;
 #[cfg(feature = "kafka")]
 mod kafka;
+#[cfg(feature = "kafka")]
+mod kafka_event_time;
 mod late_events;
 mod operations;
 mod simple_etl;
+mod watermark_outliers;
 mod windowed_count;
 
 use std::path::Path;

@@ -142,6 +142,20 @@ impl StreamEnv {
         self.from_source(CollectionSource::new(values.into_iter().collect()))
     }
 
+    /// A bounded stream of the given values with event time and watermarks from `strategy`
+    /// (for tests and examples: with [`EnvConfig::deterministic`](crate::EnvConfig::deterministic)
+    /// a watermark follows every value, so lateness shows on a handful of values).
+    pub fn from_iter_with_watermarks<T: Data + Sync>(
+        &self,
+        values: impl IntoIterator<Item = T>,
+        strategy: WatermarkStrategy<T>,
+    ) -> DataStream<T> {
+        self.from_source_with_watermarks(
+            CollectionSource::new(values.into_iter().collect()),
+            strategy,
+        )
+    }
+
     /// The physical plan the job would run with: chains, parallelism, edges.
     pub fn plan(&self) -> Result<JobPlan> {
         let config = self.config();

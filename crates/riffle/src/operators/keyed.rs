@@ -283,17 +283,21 @@ where
         out: &mut Collector<'_, Out>,
     ) -> Result<()> {
         let runtime = self.runtime.as_mut().expect("opened");
-        for (timestamp, key) in runtime.timers.pop_due(domain, time) {
-            let key_group = runtime.key_group(&key)?;
-            let mut ctx = KeyedContext {
-                key: &key,
-                key_group,
-                timestamp: EventTime::new(timestamp),
-                out,
-                state: &mut runtime.state,
-                timers: &mut runtime.timers,
-            };
-            self.function.on_timer(&key, timestamp, domain, &mut ctx)?;
+        // Earliest first, and again until none is due: a timer that `on_timer` registers at or
+        // before `time` fires in this advance too, in time order.
+        while let Some((timestamp, keys)) = runtime.timers.pop_earliest_due(domain, time) {
+            for key in keys {
+                let key_group = runtime.key_group(&key)?;
+                let mut ctx = KeyedContext {
+                    key: &key,
+                    key_group,
+                    timestamp: EventTime::new(timestamp),
+                    out,
+                    state: &mut runtime.state,
+                    timers: &mut runtime.timers,
+                };
+                self.function.on_timer(&key, timestamp, domain, &mut ctx)?;
+            }
         }
         Ok(())
     }
