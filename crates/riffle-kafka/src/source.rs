@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
-use riffle::record::{Data, NO_TIMESTAMP};
+use riffle::record::Data;
 use riffle::source::{BadRecordPolicy, Boundedness, ReadStatus, Source, SourceOutput, SplitReader};
 use serde::de::DeserializeOwned;
 
@@ -396,7 +396,7 @@ impl<T: Data> SplitReader<T> for KafkaReader<T> {
             }
             self.next = offset + 1;
             read += 1;
-            let timestamp = message.timestamp().to_millis().unwrap_or(NO_TIMESTAMP);
+            let timestamp = message.timestamp().to_millis();
             match message.payload() {
                 None => out.bad_record(format!("offset {offset}"), "the record has no value", &[]),
                 Some(bytes) => match (self.decode)(bytes) {

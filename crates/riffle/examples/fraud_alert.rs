@@ -6,8 +6,6 @@
 //! cargo run -p riffle --example fraud_alert
 //! ```
 
-use std::time::Duration;
-
 use riffle::sink::CollectSink;
 use riffle::state::ValueStateDescriptor;
 use riffle::time::WatermarkStrategy;

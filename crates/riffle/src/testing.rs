@@ -259,9 +259,15 @@ impl OperatorHarness<(), ()> {
 }
 
 impl<In: Data, Out: Data> OperatorHarness<In, Out> {
-    /// Processes one record with event time `timestamp`.
+    /// Processes one record with event time `timestamp` (any `i64` but `i64::MIN`, which is no
+    /// event time: see [`process_untimed`](Self::process_untimed)).
     pub fn process(&mut self, value: In, timestamp: Timestamp) -> Result<()> {
         self.chain.records(&mut vec![Record::new(value, timestamp)])
+    }
+
+    /// Processes one record without an event time.
+    pub fn process_untimed(&mut self, value: In) -> Result<()> {
+        self.chain.records(&mut vec![Record::untimed(value)])
     }
 
     /// Processes a batch of records.
@@ -520,7 +526,7 @@ where
     let sorted = |records: Vec<Record<Op::Out>>| {
         let mut text: Vec<String> = records
             .iter()
-            .map(|r| format!("{:?} @{}", r.value, r.timestamp))
+            .map(|r| format!("{:?} @{:?}", r.value, r.timestamp))
             .collect();
         text.sort();
         text

@@ -85,7 +85,7 @@ impl BoundedOutOfOrderness {
     pub fn new(bound: Duration) -> Self {
         BoundedOutOfOrderness {
             max_timestamp: MIN_WATERMARK,
-            bound: bound.as_millis() as Timestamp,
+            bound: Timestamp::try_from(bound.as_millis()).unwrap_or(Timestamp::MAX),
         }
     }
 }
@@ -99,7 +99,9 @@ impl WatermarkGenerator for BoundedOutOfOrderness {
         if self.max_timestamp == MIN_WATERMARK {
             MIN_WATERMARK
         } else {
-            self.max_timestamp.saturating_sub(self.bound + 1)
+            self.max_timestamp
+                .saturating_sub(self.bound)
+                .saturating_sub(1)
         }
     }
 }

@@ -2,6 +2,21 @@
 
 use std::time::{Duration, Instant};
 
+/// The proptest configuration of the fuzz-style property tests: `default` cases, or as many as
+/// the environment variable `RIFFLE_FUZZ_CASES` says (`scripts/fuzz.sh` sets it for long runs).
+#[cfg(test)]
+pub(crate) fn fuzz_config(default: u32) -> proptest::test_runner::Config {
+    let cases = std::env::var("RIFFLE_FUZZ_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default);
+    proptest::test_runner::Config {
+        cases,
+        // Failures found are kept as regression cases next to the test's source file.
+        ..proptest::test_runner::Config::default()
+    }
+}
+
 /// Lets a message through at most once per interval and counts the ones held back, so a flood
 /// of bad or late records cannot flood the log while every one of them is still counted.
 #[derive(Debug)]

@@ -182,6 +182,12 @@ pub fn run(args: &BackpressureArgs) -> riffle::Result<BackpressureSummary> {
         summary.written,
         output.display()
     );
+    for line in args
+        .input
+        .summary_lines((11, 10), (result.bad_records(), 0), &output)
+    {
+        println!("{line}");
+    }
     match &summary.bottleneck {
         Some(name) => println!(
             "  bottleneck: `{name}`; everything upstream waits for it. Raise its parallelism or batch size \

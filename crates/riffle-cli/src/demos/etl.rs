@@ -136,21 +136,13 @@ pub fn run(args: &EtlArgs) -> riffle::Result<EtlSummary> {
         summary.written,
         summary.output.display()
     );
-    println!(
-        "  bad records   {:>12}{}",
-        summary.bad,
-        bad_note(summary.bad, &summary.output, args.input.bad_records)
-    );
-    Ok(summary)
-}
-
-/// Where the bad records went, for the summary.
-pub fn bad_note(bad: u64, output: &std::path::Path, policy: BadRecordPolicy) -> String {
-    match (bad, policy) {
-        (0, _) => String::new(),
-        (_, BadRecordPolicy::DeadLetter) => format!("  -> {}/dead-letter/", output.display()),
-        (_, _) => "  (skipped)".to_string(),
+    for line in args
+        .input
+        .summary_lines((13, 12), (summary.bad, 0), &summary.output)
+    {
+        println!("{line}");
     }
+    Ok(summary)
 }
 
 impl EtlArgs {

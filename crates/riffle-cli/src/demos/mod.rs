@@ -61,6 +61,44 @@ pub struct InputArgs {
 }
 
 impl InputArgs {
+    /// The lines of a run's summary about its input, labels padded to `width`, counts to
+    /// `count_width`: how many files it read (with `--input`), and how many bad records it met
+    /// (always, also when none) and where they went. `bad` counts them all; `unplaceable` those
+    /// of the window operator (event times no window can hold), which go to the dead letters
+    /// whatever `--bad-records` says. `output` is the demo's output directory.
+    pub fn summary_lines(
+        &self,
+        (width, count_width): (usize, usize),
+        (bad, unplaceable): (u64, u64),
+        output: &std::path::Path,
+    ) -> Vec<String> {
+        let mut lines = Vec::new();
+        if let Some(path) = &self.input {
+            let files = riffle::source::file::list_files(path).map_or(0, |f| f.len());
+            let noun = if files == 1 { "file" } else { "files" };
+            lines.push(format!(
+                "  {:<width$} {files:>count_width$}  <- {} ({noun}, subdirectories included)",
+                "files read",
+                path.display()
+            ));
+        }
+        let dead_letters = format!("{}/dead-letter/", output.display());
+        let skipped = bad.saturating_sub(unplaceable);
+        let note = match (self.bad_records, skipped, unplaceable) {
+            (_, 0, 0) => String::new(),
+            (BadRecordPolicy::DeadLetter, _, _) | (_, 0, _) => format!("  -> {dead_letters}"),
+            (_, _, 0) => "  (skipped)".to_string(),
+            (_, skipped, unplaceable) => {
+                format!("  ({skipped} skipped, {unplaceable} -> {dead_letters})")
+            }
+        };
+        lines.push(format!(
+            "  {:<width$} {bad:>count_width$}{note}",
+            "bad records"
+        ));
+        lines
+    }
+
     /// The generator's configuration, checked; errors name the flag.
     pub fn clicks_config(&self) -> riffle::Result<ClicksConfig> {
         let config = ClicksConfig {

@@ -114,6 +114,12 @@ pub fn run(args: &PipelineArgs) -> riffle::Result<WindowedSummary> {
         "  watermark outliers         {outliers:>10}  (clicks more than {} s ahead of their split's watermark; counted in their windows, kept from moving the watermark)",
         args.event_time.max_watermark_jump_secs
     );
+    for line in args
+        .input
+        .summary_lines((26, 10), (summary.bad, summary.unplaceable), &output)
+    {
+        println!("{line}");
+    }
     crate::demos::windowed_count::print_checkpoints(&summary);
     Ok(summary)
 }

@@ -100,6 +100,10 @@ pub struct WindowedSummary {
     pub results: u64,
     /// Late clicks sent to the late side output.
     pub late: u64,
+    /// Bad records: input that could not be decoded, event times no window can hold.
+    pub bad: u64,
+    /// Of those, the window operator's: event times no window can hold.
+    pub unplaceable: u64,
     /// Most state entries seen.
     pub max_state_entries: u64,
     /// State bytes when the entries peaked.
@@ -155,6 +159,8 @@ pub fn run_windowed(
             .sum(),
         results: window.records_out,
         late: window.late_records_side_output,
+        bad: result.bad_records(),
+        unplaceable: window.bad_records,
         max_state_entries: peak.0,
         max_state_bytes: peak.1,
         result: Some(result),
@@ -211,6 +217,12 @@ pub fn run(args: &WindowedCountArgs) -> riffle::Result<WindowedSummary> {
         summary.late,
         output.display()
     );
+    for line in args
+        .input
+        .summary_lines((11, 12), (summary.bad, summary.unplaceable), &output)
+    {
+        println!("{line}");
+    }
     if summary.max_state_entries > 0 {
         println!(
             "  state       {:>12} entries at most, {} ({} bytes per entry)",

@@ -3,6 +3,7 @@
 
 mod backpressure;
 mod checkpoint_recovery;
+mod hostile_input;
 #[cfg(feature = "kafka")]
 mod kafka;
 #[cfg(feature = "kafka")]

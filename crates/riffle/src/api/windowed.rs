@@ -183,13 +183,13 @@ where
             PreAggregated::Partial { key, .. } => key.clone(),
         });
         let key_of = keyed.key_selector();
-        keyed.add_keyed("Window", move || {
+        with_dead_letters(keyed.add_keyed("Window", move || {
             window_operator(
                 key_of.clone(),
                 settings.clone(),
                 MergePartials(AggregateWindow(aggregate.clone()), PhantomData),
             )
-        })
+        }))
     }
 
     /// Combines the records of each window pairwise, `combine(accumulated, next)`: one
@@ -346,8 +346,17 @@ where
             self.keyed.input().env.defer_error(error.to_string());
         }
         let key = self.keyed.key_selector();
-        self.keyed.add_keyed(name, move || {
+        with_dead_letters(self.keyed.add_keyed(name, move || {
             window_operator(key.clone(), settings.clone(), make())
-        })
+        }))
     }
+}
+
+/// A window operator sends the records no window can hold (their windows would reach beyond the
+/// `i64` millisecond range) to its dead letters: [`DataStream::dead_letters`] of the window's
+/// stream, or else files under the job's `dead_letter_dir`.
+fn with_dead_letters<T>(stream: DataStream<T>) -> DataStream<T> {
+    stream.env.nodes.borrow_mut()[stream.node].bad_records =
+        Some(crate::source::BadRecordPolicy::DeadLetter);
+    stream
 }

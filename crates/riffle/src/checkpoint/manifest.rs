@@ -1,5 +1,11 @@
 //! The manifest of a checkpoint or savepoint: which files hold which operator's state, with a
 //! checksum per file. Written last: a checkpoint without a manifest never completed.
+//!
+//! The manifest checks itself too: [`Manifest::to_json`] adds a `checksum` (xxh3 of the
+//! manifest's compact JSON) and [`Manifest::from_json`] verifies it, then checks that what the
+//! manifest says is consistent (version, extents inside their files, key groups and subtasks in
+//! range). A damaged manifest is refused with the reason, never restored from. Manifests written
+//! before the checksum existed (no `checksum` key) are read, with the consistency checks only.
 
 use std::collections::BTreeMap;
 
@@ -105,7 +111,154 @@ pub struct Manifest {
     pub stores: Vec<StoreState>,
 }
 
+/// The key of the manifest's own checksum in its JSON object.
+const CHECKSUM_KEY: &str = "checksum";
+
+/// A key of `parsed` that `canonical` (the same document as the reader understood it) lacks.
+fn unknown_key(parsed: &serde_json::Value, canonical: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    match (parsed, canonical) {
+        (Value::Object(parsed), Value::Object(canonical)) => {
+            parsed.iter().find_map(|(k, v)| match canonical.get(k) {
+                None => Some(k.clone()),
+                Some(c) => unknown_key(v, c),
+            })
+        }
+        (Value::Array(parsed), Value::Array(canonical)) => parsed
+            .iter()
+            .zip(canonical)
+            .find_map(|(p, c)| unknown_key(p, c)),
+        _ => None,
+    }
+}
+
 impl Manifest {
+    /// The manifest as stored: pretty JSON with its own checksum.
+    ///
+    /// ```
+    /// use riffle::checkpoint::{Manifest, SnapshotKind};
+    /// let manifest = Manifest {
+    ///     version: 1, job: "job".into(), checkpoint_id: 7,
+    ///     kind: SnapshotKind::Checkpoint, timestamp: 0, max_parallelism: 128,
+    ///     operators: Default::default(), stores: Vec::new(),
+    /// };
+    /// let json = manifest.to_json().unwrap();
+    /// assert_eq!(Manifest::from_json(&json).unwrap(), manifest);
+    /// let damaged = String::from_utf8(json).unwrap().replace("\"checkpoint_id\": 7", "\"checkpoint_id\": 8");
+    /// assert!(Manifest::from_json(damaged.as_bytes()).unwrap_err().contains("checksum"));
+    /// ```
+    pub fn to_json(&self) -> Result<Vec<u8>, String> {
+        let mut value = serde_json::to_value(self).map_err(|e| e.to_string())?;
+        let checksum = self.checksum()?;
+        if let serde_json::Value::Object(map) = &mut value {
+            map.insert(CHECKSUM_KEY.into(), checksum.into());
+        }
+        serde_json::to_vec_pretty(&value).map_err(|e| e.to_string())
+    }
+
+    /// Reads a stored manifest: parses it, verifies its checksum (when it has one) and its
+    /// consistency. The error says what is wrong.
+    pub fn from_json(bytes: &[u8]) -> Result<Manifest, String> {
+        let mut value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        let stored = match &mut value {
+            serde_json::Value::Object(map) => map.remove(CHECKSUM_KEY),
+            _ => return Err("not a JSON object".into()),
+        };
+        let manifest: Manifest =
+            serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
+        // A key the manifest does not have is damage (a renamed `checksum` key included), not
+        // something to skip: fields added later come with a new version.
+        let canonical = serde_json::to_value(&manifest).map_err(|e| e.to_string())?;
+        if let Some(key) = unknown_key(&value, &canonical) {
+            return Err(format!("damaged: unknown key `{key}`"));
+        }
+        if let Some(stored) = stored {
+            let computed = manifest.checksum()?;
+            if stored.as_u64() != Some(computed) {
+                return Err(format!(
+                    "damaged: its checksum is {stored}, its content has checksum {computed}"
+                ));
+            }
+        }
+        manifest.validate()?;
+        Ok(manifest)
+    }
+
+    /// xxh3 of the compact JSON of the manifest (without checksum).
+    fn checksum(&self) -> Result<u64, String> {
+        let compact = serde_json::to_vec(self).map_err(|e| e.to_string())?;
+        Ok(xxhash_rust::xxh3::xxh3_64(&compact))
+    }
+
+    /// Checks that the manifest is consistent: it is what a restore relies on.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.version != MANIFEST_VERSION {
+            return Err(format!(
+                "manifest version {} is not supported (this Riffle reads version {MANIFEST_VERSION})",
+                self.version
+            ));
+        }
+        if self.max_parallelism == 0 || self.max_parallelism > usize::from(KeyGroup::MAX) + 1 {
+            return Err(format!(
+                "max_parallelism {} is out of range 1..={}",
+                self.max_parallelism,
+                usize::from(KeyGroup::MAX) + 1
+            ));
+        }
+        let key_group_ok = |kg: KeyGroup| usize::from(kg) < self.max_parallelism;
+        for (id, op) in &self.operators {
+            let context = |what: String| format!("operator `{id}`: {what}");
+            if op.parallelism == 0 {
+                return Err(context("parallelism 0".into()));
+            }
+            for subtask in &op.subtasks {
+                if subtask.subtask >= op.parallelism {
+                    return Err(context(format!(
+                        "subtask {} of a parallelism of {}",
+                        subtask.subtask, op.parallelism
+                    )));
+                }
+                let extents = subtask
+                    .keyed
+                    .iter()
+                    .map(|(_, e)| e)
+                    .chain(subtask.operator.as_ref().map(|(_, e)| e));
+                for extent in extents {
+                    let Some(file) = &subtask.file else {
+                        return Err(context(format!(
+                            "subtask {} has state but no file",
+                            subtask.subtask
+                        )));
+                    };
+                    let end = extent.offset.checked_add(extent.len);
+                    if end.is_none_or(|end| end > file.size) {
+                        return Err(context(format!(
+                            "extent {}+{} lies outside `{}` ({} bytes)",
+                            extent.offset, extent.len, file.path, file.size
+                        )));
+                    }
+                }
+                if let Some((kg, _)) = subtask.keyed.iter().find(|(kg, _)| !key_group_ok(*kg)) {
+                    return Err(context(format!(
+                        "key group {kg} is not below max_parallelism {}",
+                        self.max_parallelism
+                    )));
+                }
+            }
+        }
+        for store in &self.stores {
+            let (start, end) = store.key_groups;
+            if start > end || !key_group_ok(end) {
+                return Err(format!(
+                    "store `{}`: key groups {start}..={end} out of range 0..{}",
+                    store.store_id, self.max_parallelism
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Total bytes of the checkpoint's files (store files included, shared ones too).
     pub fn size(&self) -> u64 {
         self.files().map(|f| f.size).sum::<u64>() + self.store_files().map(|f| f.size).sum::<u64>()
@@ -123,5 +276,164 @@ impl Manifest {
         self.stores
             .iter()
             .flat_map(|s| s.files.iter().map(|(_, f)| f))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A manifest with every part filled: two operators, keyed and operator state, a store.
+    pub(crate) fn sample() -> Manifest {
+        let file = |path: &str, size| FileRef {
+            path: path.into(),
+            size,
+            checksum: 0x1234_5678_9abc_def0,
+        };
+        let mut operators = BTreeMap::new();
+        operators.insert(
+            "window".to_string(),
+            OperatorState {
+                name: "Window".into(),
+                parallelism: 2,
+                subtasks: vec![
+                    SubtaskState {
+                        subtask: 0,
+                        file: Some(file("chk-3/window/0.state", 100)),
+                        keyed: vec![
+                            (0, Extent { offset: 0, len: 40 }),
+                            (
+                                5,
+                                Extent {
+                                    offset: 40,
+                                    len: 50,
+                                },
+                            ),
+                        ],
+                        operator: Some((
+                            Redistribution::Union,
+                            Extent {
+                                offset: 90,
+                                len: 10,
+                            },
+                        )),
+                        watermark: Some(-5),
+                    },
+                    SubtaskState {
+                        subtask: 1,
+                        file: None,
+                        keyed: vec![],
+                        operator: None,
+                        watermark: None,
+                    },
+                ],
+            },
+        );
+        operators.insert(
+            "source".to_string(),
+            OperatorState {
+                name: "Source: file".into(),
+                parallelism: 1,
+                subtasks: vec![SubtaskState {
+                    subtask: 0,
+                    file: Some(file("chk-3/source/0.state", 7)),
+                    keyed: vec![],
+                    operator: Some((Redistribution::RoundRobin, Extent { offset: 0, len: 7 })),
+                    watermark: Some(i64::MAX),
+                }],
+            },
+        );
+        Manifest {
+            version: MANIFEST_VERSION,
+            job: "fuzz".into(),
+            checkpoint_id: 3,
+            kind: SnapshotKind::Savepoint,
+            timestamp: 1_768_491_600_000,
+            max_parallelism: 128,
+            operators,
+            stores: vec![StoreState {
+                store_id: "s1".into(),
+                key_groups: (0, 63),
+                files: vec![("000001.sst".into(), file("shared/s1/000001.sst", 4096))],
+            }],
+        }
+    }
+
+    #[test]
+    fn a_manifest_round_trips_with_its_checksum() {
+        let manifest = sample();
+        let json = manifest.to_json().unwrap();
+        assert!(String::from_utf8_lossy(&json).contains("\"checksum\":"));
+        assert_eq!(Manifest::from_json(&json).unwrap(), manifest);
+    }
+
+    #[test]
+    fn a_manifest_without_checksum_is_still_read() {
+        let json = serde_json::to_vec_pretty(&sample()).unwrap();
+        assert_eq!(Manifest::from_json(&json).unwrap(), sample());
+    }
+
+    #[test]
+    fn inconsistent_manifests_are_refused_with_the_reason() {
+        let check = |change: &dyn Fn(&mut Manifest), expected: &str| {
+            let mut manifest = sample();
+            change(&mut manifest);
+            let err = Manifest::from_json(&manifest.to_json().unwrap()).unwrap_err();
+            assert!(err.contains(expected), "{err} (expected {expected})");
+        };
+        check(&|m| m.version = 2, "manifest version 2 is not supported");
+        check(&|m| m.max_parallelism = 0, "max_parallelism 0");
+        fn window(m: &mut Manifest) -> &mut SubtaskState {
+            &mut m.operators.get_mut("window").unwrap().subtasks[0]
+        }
+        check(
+            &|m| window(m).keyed[1].1.len = u64::MAX,
+            "extent 40+18446744073709551615 lies outside",
+        );
+        check(&|m| window(m).keyed[0].1.offset = 99, "lies outside");
+        check(&|m| window(m).keyed[0].0 = 128, "key group 128");
+        check(
+            &|m| window(m).subtask = 2,
+            "subtask 2 of a parallelism of 2",
+        );
+        check(&|m| window(m).file = None, "has state but no file");
+        check(&|m| m.stores[0].key_groups = (5, 200), "key groups 5..=200");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::util::fuzz_config(256))]
+
+        /// Arbitrary bytes: an error, never a panic.
+        #[test]
+        fn the_manifest_reader_survives_any_bytes(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
+            let _ = Manifest::from_json(&bytes);
+        }
+
+        /// A stored manifest with bytes flipped, replaced or cut: refused, or read as exactly
+        /// the manifest that was written (when the damage hit only white space or key names
+        /// the reader does not use). Never a different manifest.
+        #[test]
+        fn a_damaged_manifest_is_refused_never_misread(
+            damage in proptest::collection::vec((proptest::num::usize::ANY, 0u8..=255, 0u8..3), 1..4),
+            cut in proptest::option::of(proptest::num::usize::ANY),
+        ) {
+            let manifest = sample();
+            let mut json = manifest.to_json().unwrap();
+            for (at, byte, kind) in damage {
+                let at = at % json.len();
+                match kind {
+                    0 => json[at] ^= 1 << (byte % 8),
+                    1 => json[at] = byte,
+                    _ => { json.remove(at); }
+                }
+                if json.is_empty() { break; }
+            }
+            if let Some(cut) = cut {
+                json.truncate(cut % (json.len() + 1));
+            }
+            if let Ok(read) = Manifest::from_json(&json) {
+                proptest::prop_assert_eq!(read, manifest);
+            }
+        }
     }
 }

@@ -24,14 +24,21 @@ pub(crate) struct RestoreAssignment {
 }
 
 fn slice(bytes: &[u8], extent: Extent) -> Result<Vec<u8>> {
-    let (start, end) = (
-        extent.offset as usize,
-        (extent.offset + extent.len) as usize,
-    );
+    let outside = || {
+        Error::Checkpoint(format!(
+            "a state extent ({}+{} bytes) lies outside its file ({} bytes)",
+            extent.offset,
+            extent.len,
+            bytes.len()
+        ))
+    };
+    let start = usize::try_from(extent.offset).map_err(|_| outside())?;
+    let len = usize::try_from(extent.len).map_err(|_| outside())?;
+    let end = start.checked_add(len).ok_or_else(outside)?;
     bytes
         .get(start..end)
         .map(<[u8]>::to_vec)
-        .ok_or_else(|| Error::Checkpoint("a state extent lies outside its file".into()))
+        .ok_or_else(outside)
 }
 
 impl RestoreAssignment {
@@ -177,5 +184,157 @@ fn kind_name(manifest: &Manifest) -> &'static str {
     match manifest.kind {
         crate::checkpoint::SnapshotKind::Checkpoint => "checkpoint",
         crate::checkpoint::SnapshotKind::Savepoint => "savepoint",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::aggregate::Count;
+    use crate::checkpoint::CheckpointConfig;
+    use crate::checkpoint::manifest::MANIFEST_FILE;
+    use crate::source::datagen::{Click, ClicksConfig, DatagenSource};
+    use crate::time::WatermarkStrategy;
+    use crate::window::Tumbling;
+    use crate::{EnvConfig, StreamEnv};
+
+    /// A real checkpoint of a windowed job (state files with keyed and operator state), taken
+    /// once: (storage root, checkpoint directory name).
+    fn checkpoint() -> &'static (tempfile::TempDir, String) {
+        static CHECKPOINT: OnceLock<(tempfile::TempDir, String)> = OnceLock::new();
+        CHECKPOINT.get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let env = StreamEnv::with_config(EnvConfig {
+                parallelism: 2,
+                checkpoints: CheckpointConfig {
+                    interval: Some(Duration::from_millis(30)),
+                    storage: dir.path().to_str().unwrap().into(),
+                    ..CheckpointConfig::default()
+                },
+                ..EnvConfig::default()
+            });
+            let config = ClicksConfig {
+                users: 50,
+                late_share: 0.0,
+                ..ClicksConfig::default()
+            };
+            env.from_source_with_watermarks(
+                DatagenSource::clicks(config).count(6_000).rate(20_000.0),
+                WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5))
+                    .with_timestamps(|c: &Click| c.event_time),
+            )
+            .uid("clicks")
+            .key_by(|c| c.user_id)
+            .window(Tumbling::of(Duration::from_secs(60)))
+            .aggregate(Count)
+            .uid("count")
+            .sink(crate::sink::BlackholeSink::new());
+            env.execute().unwrap();
+            let storage = storage(dir.path());
+            let latest = *storage.completed_checkpoints().unwrap().last().unwrap();
+            (dir, format!("{CHECKPOINT_PREFIX}{latest}"))
+        })
+    }
+
+    fn storage(root: &Path) -> Arc<CheckpointStorage> {
+        Arc::new(
+            CheckpointStorage::open(root.to_str().unwrap(), &[], "riffle-job", "test").unwrap(),
+        )
+    }
+
+    /// Every piece of state the checkpoint hands out, operator by operator.
+    fn handed_out(assignment: &RestoreAssignment) -> Vec<Option<RestoreState>> {
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let mut ids: Vec<_> = assignment.manifest.operators.keys().cloned().collect();
+        ids.sort();
+        ids.iter()
+            .map(|id| assignment.state_for(id, 0, 1, range).unwrap())
+            .collect()
+    }
+
+    /// The files of the checkpoint, relative to the job's root, manifest first.
+    fn files(root: &Path, dir: &str) -> Vec<String> {
+        let manifest = storage(root).read_manifest(dir).unwrap();
+        let mut files = vec![format!("{dir}/{MANIFEST_FILE}")];
+        files.extend(manifest.files().map(|f| f.path.clone()));
+        files.dedup();
+        files
+    }
+
+    #[test]
+    fn an_extent_past_the_end_is_an_error_not_an_overflow() {
+        let bytes = [1u8, 2, 3, 4];
+        assert_eq!(slice(&bytes, Extent { offset: 1, len: 2 }).unwrap(), [2, 3]);
+        for (offset, len) in [(u64::MAX, 2), (2, u64::MAX), (3, 2), (5, 0)] {
+            let err = slice(&bytes, Extent { offset, len }).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "checkpoint: a state extent ({offset}+{len} bytes) lies outside its \
+                     file (4 bytes)"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn the_checkpoint_of_the_fuzz_tests_has_state() {
+        let (root, dir) = checkpoint();
+        let assignment = RestoreAssignment::load(&storage(root.path()), dir).unwrap();
+        assert!(handed_out(&assignment).iter().any(|s| s.is_some()));
+        assert!(files(root.path(), dir).len() >= 2);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::util::fuzz_config(48))]
+
+        /// A truncated or bit-flipped file of a checkpoint (a state file or the manifest): the
+        /// restore refuses it with a reason naming the damage, or (damage to the manifest's
+        /// white space only) restores exactly what was saved. Never a panic, never other state.
+        #[test]
+        fn a_damaged_checkpoint_is_refused_never_misread(
+            which in proptest::num::usize::ANY,
+            at in proptest::num::usize::ANY,
+            bit in 0u8..8,
+            truncate in proptest::bool::ANY,
+        ) {
+            let (root, dir) = checkpoint();
+            let original = RestoreAssignment::load(&storage(root.path()), dir).unwrap();
+            let expected = handed_out(&original);
+            let copy = tempfile::tempdir().unwrap();
+            let job = copy.path().join("riffle-job");
+            std::fs::create_dir_all(job.join(dir)).unwrap();
+            let files = files(root.path(), dir);
+            for file in &files {
+                let to = job.join(file);
+                std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                std::fs::copy(root.path().join("riffle-job").join(file), to).unwrap();
+            }
+            let damaged = job.join(&files[which % files.len()]);
+            let mut bytes = std::fs::read(&damaged).unwrap();
+            let at = at % bytes.len();
+            if truncate {
+                bytes.truncate(at);
+            } else {
+                bytes[at] ^= 1 << bit;
+            }
+            std::fs::write(&damaged, &bytes).unwrap();
+            match RestoreAssignment::load(&storage(copy.path()), dir) {
+                Ok(restored) => {
+                    proptest::prop_assert_eq!(&restored.manifest, &original.manifest);
+                    proptest::prop_assert_eq!(handed_out(&restored), expected);
+                }
+                Err(error) => {
+                    let message = error.to_string();
+                    proptest::prop_assert!(
+                        message.contains("is damaged") || message.contains("not a usable manifest"),
+                        "{}", message
+                    );
+                }
+            }
+        }
     }
 }

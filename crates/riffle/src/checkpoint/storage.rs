@@ -148,7 +148,7 @@ impl CheckpointStorage {
 
     /// Writes the manifest into `dir` (last: it marks the checkpoint complete).
     pub fn write_manifest(&self, dir: &str, manifest: &Manifest) -> Result<()> {
-        let json = serde_json::to_vec_pretty(manifest).map_err(Error::user)?;
+        let json = manifest.to_json().map_err(Error::user)?;
         self.write(&format!("{dir}/{MANIFEST_FILE}"), json)
             .map(drop)
     }
@@ -162,8 +162,8 @@ impl CheckpointStorage {
             .map_err(|e| {
                 storage_error(format!("cannot read `{path}` from {}", self.description), e)
             })?;
-        serde_json::from_slice(&bytes)
-            .map_err(|e| Error::Checkpoint(format!("`{path}` is not a manifest: {e}")))
+        Manifest::from_json(&bytes)
+            .map_err(|e| Error::Checkpoint(format!("`{path}` is not a usable manifest: {e}")))
     }
 
     /// The sub-directories of the root, by name.

@@ -11,7 +11,7 @@ use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::{Error, Result};
 use crate::keys::{KeyGroup, key_group_of};
 use crate::operators::{Collector, Operator, OperatorContext, OutputTag};
-use crate::record::{Data, NO_TIMESTAMP, Record, Timestamp};
+use crate::record::{Data, EventTime, Record, Timestamp};
 use crate::state::{
     AggregatingState, AggregatingStateDescriptor, KeyedState, ListState, ListStateDescriptor,
     MapState, MapStateDescriptor, ReducingState, ReducingStateDescriptor, TimeDomain, TimerService,
@@ -115,7 +115,7 @@ where
 pub struct KeyedContext<'c, 'o, K, Out> {
     key: &'c K,
     key_group: KeyGroup,
-    timestamp: Timestamp,
+    timestamp: Option<EventTime>,
     out: &'c mut Collector<'o, Out>,
     state: &'c mut KeyedState<K>,
     timers: &'c mut TimerService<K>,
@@ -129,7 +129,7 @@ impl<K: Data + Hash + Eq, Out: Data> KeyedContext<'_, '_, K, Out> {
 
     /// The current record's event time (or the firing timer's time), if it has one.
     pub fn timestamp(&self) -> Option<Timestamp> {
-        (self.timestamp != NO_TIMESTAMP).then_some(self.timestamp)
+        self.timestamp.map(EventTime::millis)
     }
 
     /// The operator's current event-time watermark.
@@ -150,9 +150,11 @@ impl<K: Data + Hash + Eq, Out: Data> KeyedContext<'_, '_, K, Out> {
         })
     }
 
-    /// Emits a value with another timestamp.
+    /// Emits a value with another timestamp; `i64::MIN` is no event time and fails the job
+    /// (a bug of the function, not of its input).
     pub fn emit_with_timestamp(&mut self, value: Out, timestamp: Timestamp) -> Result<()> {
-        self.out.emit(Record { value, timestamp })
+        let time = EventTime::try_from(timestamp).map_err(crate::Error::user)?;
+        self.out.emit(Record::timed(value, Some(time)))
     }
 
     /// Sends a value to a side output; `false` if the job does not consume that side output.
@@ -342,7 +344,7 @@ where
                 let mut ctx = KeyedContext {
                     key: &key,
                     key_group,
-                    timestamp,
+                    timestamp: EventTime::new(timestamp),
                     out,
                     state: &mut runtime.state,
                     timers: &mut runtime.timers,

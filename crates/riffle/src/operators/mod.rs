@@ -353,9 +353,11 @@ impl<'a, T: Data> Collector<'a, T> {
         Ok(())
     }
 
-    /// Emits a value with a timestamp.
+    /// Emits a value with a timestamp; `i64::MIN` is no event time and fails the job (a bug of
+    /// the operator, not of its input).
     pub fn emit_value(&mut self, value: T, timestamp: Timestamp) -> Result<()> {
-        self.emit(Record { value, timestamp })
+        let time = crate::record::EventTime::try_from(timestamp).map_err(crate::Error::user)?;
+        self.emit(Record::timed(value, Some(time)))
     }
 
     /// Emits a whole batch, leaving `batch` empty. Cheaper than emitting one by one.

@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::operators::{Collector, Operator, OutputTag};
-use crate::record::{Data, NO_TIMESTAMP, Record, Timestamp};
+use crate::record::{Data, EventTime, Record, Timestamp};
 
 /// What a process function sees for one record.
 pub struct ProcessContext<'c, 'o, Out> {
     out: &'c mut Collector<'o, Out>,
-    timestamp: Timestamp,
+    timestamp: Option<EventTime>,
 }
 
 impl<Out: Data> ProcessContext<'_, '_, Out> {
@@ -24,9 +24,11 @@ impl<Out: Data> ProcessContext<'_, '_, Out> {
         })
     }
 
-    /// Emits a value with another timestamp.
+    /// Emits a value with another timestamp; `i64::MIN` is no event time and fails the job
+    /// (a bug of the function, not of its input).
     pub fn emit_with_timestamp(&mut self, value: Out, timestamp: Timestamp) -> Result<()> {
-        self.out.emit(Record { value, timestamp })
+        let time = EventTime::try_from(timestamp).map_err(crate::Error::user)?;
+        self.out.emit(Record::timed(value, Some(time)))
     }
 
     /// Sends a value to a side output (with the current record's timestamp); `false` if
@@ -43,7 +45,7 @@ impl<Out: Data> ProcessContext<'_, '_, Out> {
 
     /// The current record's event time, if it has one.
     pub fn timestamp(&self) -> Option<Timestamp> {
-        (self.timestamp != NO_TIMESTAMP).then_some(self.timestamp)
+        self.timestamp.map(EventTime::millis)
     }
 
     /// The operator's current event-time watermark.

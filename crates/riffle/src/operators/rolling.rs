@@ -20,7 +20,7 @@ use crate::keys::KeyGroup;
 use crate::operators::adaptive::AdaptiveFold;
 use crate::operators::keyed::KeyedRuntime;
 use crate::operators::{Collector, Operator, OperatorContext};
-use crate::record::{Data, Record, Timestamp};
+use crate::record::{Data, Record};
 use crate::state::StateTable;
 use crate::state::table::FastMap;
 
@@ -42,7 +42,7 @@ pub enum Rolling<K, T, A> {
 pub(crate) struct RollingCombine<K, T, A: AggregateFunction<T>> {
     key: KeyFn<K, T>,
     aggregate: A,
-    partials: FastMap<K, (A::Acc, Timestamp)>,
+    partials: FastMap<K, (A::Acc, Option<crate::record::EventTime>)>,
     adaptive: AdaptiveFold,
 }
 

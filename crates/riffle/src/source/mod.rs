@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 pub(crate) use bad_records::BadRecordHandler;
 
 use crate::error::Result;
-use crate::record::{Data, NO_TIMESTAMP, Record, Timestamp};
+use crate::record::{Data, EventTime, Record, Timestamp};
 
 /// Whether a source ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,15 +189,15 @@ impl<T> SourceOutput<T> {
 
     /// Emits a record without an event timestamp (the job's watermark strategy assigns one).
     pub fn emit(&mut self, value: T) {
-        self.records.push(Record {
-            value,
-            timestamp: NO_TIMESTAMP,
-        });
+        self.records.push(Record::untimed(value));
     }
 
-    /// Emits a record with the timestamp the source knows (a Kafka record's timestamp).
-    pub fn emit_with_timestamp(&mut self, value: T, timestamp: Timestamp) {
-        self.records.push(Record { value, timestamp });
+    /// Emits a record with the timestamp the source knows (a Kafka record's timestamp);
+    /// `None` when it knows none. `i64::MIN` is no event time: the record is emitted without
+    /// one, as a record whose source knows no time (a timestamp assigner may still give it one).
+    pub fn emit_with_timestamp(&mut self, value: T, timestamp: impl Into<Option<Timestamp>>) {
+        let timestamp = timestamp.into().and_then(EventTime::new);
+        self.records.push(Record::timed(value, timestamp));
     }
 
     /// Reports a record that could not be decoded at `position`.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::{MIN_WATERMARK, NO_TIMESTAMP, Record, Timestamp};
+use crate::record::{EventTime, MIN_WATERMARK, OutOfRange, Record, Timestamp};
 use crate::source::BadInput;
 use crate::time::{Clock, WatermarkGenerator, WatermarkStrategy};
 
@@ -135,22 +135,39 @@ impl<T: Serialize> SourceWatermarks<T> {
         let state = &mut self.splits[split];
         state.last_record_at = now;
         if let Some(extract) = &self.strategy.timestamps {
+            let mut out_of_range = false;
             for record in records.iter_mut() {
-                record.timestamp = extract(&record.value);
+                let millis = extract(&record.value);
+                record.timestamp = EventTime::new(millis);
+                out_of_range |= record.timestamp.is_none();
             }
-        }
-        if let Some(skew) = self.strategy.max_future_skew {
-            let limit = now.saturating_add(skew.as_millis() as Timestamp);
-            if records.iter().any(|r| r.timestamp > limit) {
+            if out_of_range {
+                // i64::MIN is no event time (it is below every one): a bad record, with the reason.
                 records.retain(|record| {
-                    if record.timestamp <= limit {
+                    if record.timestamp.is_some() {
                         return true;
                     }
                     bad.push(BadInput {
-                        position: format!("event time {}", record.timestamp),
+                        position: format!("event time {}", i64::MIN),
+                        error: OutOfRange(i64::MIN).to_string(),
+                        payload: serde_json::to_string(&record.value).unwrap_or_default(),
+                    });
+                    false
+                });
+            }
+        }
+        if let Some(skew) = self.strategy.max_future_skew {
+            let limit = EventTime::new(now.saturating_add(skew.as_millis() as Timestamp));
+            if records.iter().any(|r| r.timestamp > limit) {
+                records.retain(|record| {
+                    let Some(time) = record.timestamp.filter(|_| record.timestamp > limit) else {
+                        return true;
+                    };
+                    bad.push(BadInput {
+                        position: format!("event time {time}"),
                         error: format!(
                             "event time is {} ms ahead of the wall clock, beyond the allowed skew of {} ms",
-                            record.timestamp - now,
+                            i128::from(time.millis()) - i128::from(now),
                             skew.as_millis()
                         ),
                         payload: serde_json::to_string(&record.value).unwrap_or_default(),
@@ -166,7 +183,9 @@ impl<T: Serialize> SourceWatermarks<T> {
         let mut outliers = 0;
         if state.generator.is_some() {
             for record in records.iter() {
-                if record.timestamp != NO_TIMESTAMP && state.on_event(record.timestamp, rule) {
+                if let Some(time) = record.timestamp
+                    && state.on_event(time.millis(), rule)
+                {
                     outliers += 1;
                 }
             }
@@ -283,7 +302,7 @@ mod tests {
             .collect();
         let mut bad = Vec::new();
         t.on_records(split, &mut records, &mut bad);
-        assert!(records.iter().all(|r| r.timestamp == r.value.1));
+        assert!(records.iter().all(|r| r.timestamp() == Some(r.value.1)));
         bad
     }
 

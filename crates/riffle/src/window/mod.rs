@@ -65,7 +65,12 @@ impl TimeWindow {
     /// The last millisecond in the window: results carry it as their timestamp, and the window
     /// fires when the watermark reaches it.
     pub fn max_timestamp(&self) -> Timestamp {
-        self.end - 1
+        self.end.saturating_sub(1)
+    }
+
+    /// The event time of the window's results: its last millisecond.
+    pub(crate) fn result_time(&self) -> Option<crate::record::EventTime> {
+        crate::record::EventTime::new(self.max_timestamp())
     }
 
     /// Whether the two windows overlap or touch (sessions that do are merged).
@@ -127,8 +132,51 @@ pub enum Windows {
     },
 }
 
+/// Milliseconds of `duration`, saturating at `i64::MAX` (a longer duration is no valid size).
 fn millis(duration: Duration) -> i64 {
-    duration.as_millis() as i64
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A record whose windows do not fit in the `i64` millisecond range: a window would start before
+/// `i64::MIN` or end after `i64::MAX`. The window operator sends such a record to its dead
+/// letters with this reason; nothing wraps around.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unplaceable {
+    /// The record's event (or processing) time.
+    pub timestamp: Timestamp,
+    /// Start of the window that does not fit.
+    pub start: i128,
+    /// End (exclusive) of the window that does not fit.
+    pub end: i128,
+}
+
+impl std::fmt::Display for Unplaceable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "time {} ms cannot be placed in a window: its window [{}, {}) reaches beyond the \
+             timestamp range {}..={} ms",
+            self.timestamp,
+            self.start,
+            self.end,
+            i64::MIN,
+            i64::MAX
+        )
+    }
+}
+
+impl std::error::Error for Unplaceable {}
+
+/// The window `[start, end)` if both bounds fit in an `i64`.
+fn window_at(timestamp: Timestamp, start: i128, end: i128) -> Result<TimeWindow, Unplaceable> {
+    match (i64::try_from(start), i64::try_from(end)) {
+        (Ok(s), Ok(e)) => Ok(TimeWindow::new(s, e)),
+        _ => Err(Unplaceable {
+            timestamp,
+            start,
+            end,
+        }),
+    }
 }
 
 /// Tumbling windows.
@@ -263,13 +311,31 @@ impl Windows {
         }
     }
 
-    /// The windows a record at `timestamp` belongs to (not for sessions, which merge).
-    pub fn assign(&self, timestamp: Timestamp, windows: &mut Vec<TimeWindow>) {
+    /// The windows a record at `timestamp` belongs to (for sessions: its own session, before
+    /// merging). The arithmetic is exact (in `i128`); a record with a window that does not fit in
+    /// the `i64` range gets none (`windows` is left empty) and the reason.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use riffle::window::{TimeWindow, Tumbling};
+    /// let mut out = Vec::new();
+    /// Tumbling::of(Duration::from_secs(60)).assign(-1, &mut out).unwrap();
+    /// assert_eq!(out, vec![TimeWindow::new(-60_000, 0)]);
+    /// assert!(Tumbling::of(Duration::from_secs(60)).assign(i64::MAX, &mut out).is_err());
+    /// assert!(out.is_empty());
+    /// ```
+    pub fn assign(
+        &self,
+        timestamp: Timestamp,
+        windows: &mut Vec<TimeWindow>,
+    ) -> Result<(), Unplaceable> {
         windows.clear();
-        match *self {
+        let ts = i128::from(timestamp);
+        let placed = match *self {
             Windows::Tumbling { size, offset, .. } => {
-                let start = timestamp - (timestamp - offset).rem_euclid(size);
-                windows.push(TimeWindow::new(start, start + size));
+                let size = i128::from(size);
+                let start = ts - (ts - i128::from(offset)).rem_euclid(size);
+                window_at(timestamp, start, start + size).map(|w| windows.push(w))
             }
             Windows::Sliding {
                 size,
@@ -277,17 +343,30 @@ impl Windows {
                 offset,
                 ..
             } => {
-                let last_start = timestamp - (timestamp - offset).rem_euclid(slide);
-                let mut start = last_start;
-                while start > timestamp - size {
-                    windows.push(TimeWindow::new(start, start + size));
+                let (size, slide) = (i128::from(size), i128::from(slide));
+                let mut start = ts - (ts - i128::from(offset)).rem_euclid(slide);
+                let mut placed = Ok(());
+                while start > ts - size {
+                    match window_at(timestamp, start, start + size) {
+                        Ok(w) => windows.push(w),
+                        Err(e) => {
+                            placed = Err(e);
+                            break;
+                        }
+                    }
                     start -= slide;
                 }
+                placed
             }
             Windows::Session { gap, .. } => {
-                windows.push(TimeWindow::new(timestamp, timestamp + gap))
+                window_at(timestamp, ts, ts + i128::from(gap)).map(|w| windows.push(w))
             }
+        };
+        if placed.is_err() {
+            // All or nothing: a record is never counted in some of its windows only.
+            windows.clear();
         }
+        placed
     }
 }
 
@@ -364,10 +443,8 @@ pub struct WindowCollector<'c, 'o, Out> {
 impl<Out: Data> WindowCollector<'_, '_, Out> {
     /// Emits a result of the window.
     pub fn emit(&mut self, value: Out) -> Result<()> {
-        self.out.emit(Record {
-            value,
-            timestamp: self.window.max_timestamp(),
-        })
+        self.out
+            .emit(Record::timed(value, self.window.result_time()))
     }
 
     /// Whether the window was emitted before (this firing is an update).
@@ -388,13 +465,8 @@ impl<Out: Data> WindowCollector<'_, '_, Out> {
     /// Sends a value to a side output, timestamped with the window's last millisecond; `false`
     /// if nothing in the job consumes that side output (then counted and dropped).
     pub fn side_output<S: Data>(&mut self, tag: &crate::OutputTag<S>, value: S) -> Result<bool> {
-        self.out.side_output(
-            tag,
-            Record {
-                value,
-                timestamp: self.window.max_timestamp(),
-            },
-        )
+        self.out
+            .side_output(tag, Record::timed(value, self.window.result_time()))
     }
 }
 
@@ -473,10 +545,7 @@ impl<K: Data, T: Data, A: crate::aggregate::AggregateFunction<T>> WindowFn<K, T>
             value: self.0.result(acc),
             update,
         };
-        out.emit(Record {
-            value,
-            timestamp: window.max_timestamp(),
-        })
+        out.emit(Record::timed(value, window.result_time()))
     }
 }
 
@@ -644,7 +713,7 @@ impl<T> WindowSettings<T> {
     }
 
     pub(crate) fn allowed_lateness(&mut self, lateness: std::time::Duration) {
-        self.lateness = lateness.as_millis() as i64;
+        self.lateness = millis(lateness);
     }
 
     pub(crate) fn side_output_late(&mut self, tag: &crate::OutputTag<T>) {
@@ -652,7 +721,7 @@ impl<T> WindowSettings<T> {
     }
 
     pub(crate) fn early_firing(&mut self, every: std::time::Duration) {
-        self.early_every = Some(every.as_millis().max(1) as i64);
+        self.early_every = Some(millis(every).max(1));
     }
 }
 
@@ -662,7 +731,7 @@ mod tests {
 
     fn assign(windows: Windows, timestamp: Timestamp) -> Vec<(i64, i64)> {
         let mut out = Vec::new();
-        windows.assign(timestamp, &mut out);
+        windows.assign(timestamp, &mut out).unwrap();
         out.into_iter().map(|w| (w.start, w.end)).collect()
     }
 
@@ -735,5 +804,142 @@ mod tests {
                 .unwrap()
                 .ends_with(r#""value":3,"update":true}"#)
         );
+    }
+
+    #[test]
+    fn windows_at_the_edges_of_i64_are_exact_or_refused() {
+        let minute = Duration::from_secs(60);
+        let tumbling = Tumbling::of(minute);
+        let mut out = Vec::new();
+        // i64::MIN + 1 lies in a minute that starts before i64::MIN: refused, not wrapped.
+        let err = tumbling.assign(i64::MIN + 1, &mut out).unwrap_err();
+        assert_eq!(err.timestamp, i64::MIN + 1);
+        assert_eq!(err.start, -9_223_372_036_854_780_000);
+        assert_eq!(err.end, -9_223_372_036_854_720_000);
+        assert!(out.is_empty());
+        assert_eq!(
+            err.to_string(),
+            "time -9223372036854775807 ms cannot be placed in a window: its window \
+             [-9223372036854780000, -9223372036854720000) reaches beyond the timestamp range \
+             -9223372036854775808..=9223372036854775807 ms"
+        );
+        // The first whole minute of the range is fine.
+        assert_eq!(
+            assign(tumbling, -9_223_372_036_854_720_000),
+            vec![(-9_223_372_036_854_720_000, -9_223_372_036_854_660_000)]
+        );
+        for ts in [i64::MAX, i64::MAX - 1] {
+            let err = tumbling.assign(ts, &mut out).unwrap_err();
+            assert_eq!(
+                (err.start, err.end),
+                (9_223_372_036_854_720_000, 9_223_372_036_854_780_000)
+            );
+        }
+        assert_eq!(
+            assign(tumbling, 9_223_372_036_854_719_999),
+            vec![(9_223_372_036_854_660_000, 9_223_372_036_854_720_000)]
+        );
+        // Sliding: all windows or none, never some of them.
+        let sliding = Sliding::of(minute, Duration::from_secs(20));
+        assert!(sliding.assign(i64::MAX - 30_000, &mut out).is_err());
+        assert!(out.is_empty());
+        // Sessions: the gap must fit after the record.
+        let session = Session::with_gap(Duration::from_secs(5));
+        assert!(session.assign(i64::MAX - 4_999, &mut out).is_err());
+        assert_eq!(
+            assign(session, i64::MAX - 5_000),
+            vec![(i64::MAX - 5_000, i64::MAX)]
+        );
+        // An offset does not overflow either.
+        let shifted = Tumbling::of(minute).with_offset(Duration::from_secs(30));
+        assert!(shifted.assign(i64::MIN + 1, &mut out).is_err());
+        assert_eq!(assign(shifted, 0), vec![(-30_000, 30_000)]);
+    }
+
+    #[test]
+    fn absurd_durations_saturate_instead_of_wrapping() {
+        let huge = Duration::from_secs(u64::MAX);
+        assert_eq!(
+            Tumbling::of(huge),
+            Windows::Tumbling {
+                size: i64::MAX,
+                offset: 0,
+                time: TimeDomain::EventTime
+            }
+        );
+        let mut out = Vec::new();
+        assert_eq!(
+            Tumbling::of(huge).assign(5, &mut out),
+            Ok(()),
+            "one window [0, i64::MAX) holds it"
+        );
+        assert_eq!(out, vec![TimeWindow::new(0, i64::MAX)]);
+    }
+
+    fn any_windows() -> impl proptest::strategy::Strategy<Value = Windows> {
+        use proptest::prelude::*;
+        let size = prop_oneof![1i64..=10, 1i64..=100_000, Just(i64::MAX), 1i64..=i64::MAX];
+        let offset = prop_oneof![Just(0i64), -100_000i64..=100_000, proptest::num::i64::ANY];
+        prop_oneof![
+            (size.clone(), offset.clone()).prop_map(|(size, offset)| Windows::Tumbling {
+                size,
+                offset,
+                time: TimeDomain::EventTime
+            }),
+            // Few windows per record (size / slide <= 8), so the test stays fast.
+            (1i64..=1_000, 1i64..=8, offset).prop_map(|(slide, n, offset)| Windows::Sliding {
+                size: slide * n,
+                slide,
+                offset,
+                time: TimeDomain::EventTime
+            }),
+            size.prop_map(|gap| Windows::Session {
+                gap,
+                time: TimeDomain::EventTime
+            }),
+        ]
+    }
+
+    fn near_the_edges() -> impl proptest::strategy::Strategy<Value = i64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0i64..200_000).prop_map(|d| i64::MIN + d),
+            (0i64..200_000).prop_map(|d| i64::MAX - d),
+            -200_000i64..200_000,
+            proptest::num::i64::ANY,
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::util::fuzz_config(512))]
+
+        /// Near i64::MIN, 0 and i64::MAX: no panic, no wrap. A record gets windows that
+        /// contain it, each of the configured size, or none and a reason naming its window.
+        #[test]
+        fn window_assignment_never_wraps(windows in any_windows(), ts in near_the_edges()) {
+            let mut out = Vec::new();
+            match windows.assign(ts, &mut out) {
+                Ok(()) => {
+                    proptest::prop_assert!(!out.is_empty());
+                    let length = match windows {
+                        Windows::Tumbling { size, .. } | Windows::Sliding { size, .. } => size,
+                        Windows::Session { gap, .. } => gap,
+                    };
+                    for w in &out {
+                        proptest::prop_assert!(w.start <= ts && ts < w.end, "{:?} holds {}", w, ts);
+                        proptest::prop_assert_eq!(i128::from(w.end) - i128::from(w.start), i128::from(length));
+                        proptest::prop_assert_eq!(w.max_timestamp(), w.end - 1);
+                    }
+                }
+                Err(reason) => {
+                    proptest::prop_assert!(out.is_empty());
+                    proptest::prop_assert_eq!(reason.timestamp, ts);
+                    proptest::prop_assert!(reason.start <= i128::from(ts) && i128::from(ts) < reason.end);
+                    proptest::prop_assert!(
+                        reason.start < i128::from(i64::MIN) || reason.end > i128::from(i64::MAX)
+                    );
+                }
+            }
+        }
     }
 }

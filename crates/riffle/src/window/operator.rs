@@ -13,15 +13,18 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::api::DEAD_LETTER_TAG;
 use crate::api::KeyFn;
 use crate::checkpoint::{Redistribution, RestoreState, SnapshotWriter};
 use crate::error::{Error, Result};
 use crate::keys::{KeyGroup, key_group_of};
+use crate::operators::OutputTag;
 use crate::operators::{Collector, Operator, OperatorContext};
-use crate::record::{Data, MIN_WATERMARK, NO_TIMESTAMP, Record, Timestamp};
+use crate::record::{Data, MIN_WATERMARK, Record, Timestamp};
+use crate::source::{BadInput, BadRecordHandler, BadRecordPolicy, DeadLetter};
 use crate::state::StateTable;
 use crate::util::RateLimitedLog;
-use crate::window::{TimeDomain, TimeWindow, TriggerResult, WindowFn, WindowSettings};
+use crate::window::{TimeDomain, TimeWindow, TriggerResult, Unplaceable, WindowFn, WindowSettings};
 
 /// One key's accumulator in one window.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -41,6 +44,9 @@ pub(crate) struct WindowCore<T> {
     pub(crate) watermark: Timestamp,
     pub(crate) next_early: Option<Timestamp>,
     late_log: RateLimitedLog,
+    /// Records whose windows do not fit in the timestamp range become dead letters.
+    unplaceable: Option<BadRecordHandler>,
+    dead_letters: OutputTag<DeadLetter>,
     pub(crate) settings: WindowSettings<T>,
 }
 
@@ -51,6 +57,8 @@ impl<T: Data> WindowCore<T> {
             watermark: MIN_WATERMARK,
             next_early: None,
             late_log: RateLimitedLog::new(Duration::from_secs(10)),
+            unplaceable: None,
+            dead_letters: OutputTag::new(DEAD_LETTER_TAG),
             settings,
         }
     }
@@ -59,7 +67,11 @@ impl<T: Data> WindowCore<T> {
         self.next_early = self
             .settings
             .early_every
-            .map(|every| ctx.clock.now() + every);
+            .map(|every| ctx.clock.now().saturating_add(every));
+        self.unplaceable = Some(BadRecordHandler::new(
+            BadRecordPolicy::DeadLetter,
+            &ctx.name,
+        ));
         self.ctx = Some(ctx.clone());
     }
 
@@ -98,13 +110,37 @@ impl<T: Data> WindowCore<T> {
         if !self.event_time() {
             return Ok(now);
         }
-        if record.timestamp == NO_TIMESTAMP {
-            return Err(Error::user(
+        match record.timestamp {
+            Some(time) => Ok(time.millis()),
+            None => Err(Error::user(
                 "an event-time window received a record without a timestamp: give the source a \
                  WatermarkStrategy with timestamps (or use processing-time windows)",
-            ));
+            )),
         }
-        Ok(record.timestamp)
+    }
+
+    /// A record that no window can hold (`reason`): counted as a bad record of this operator and
+    /// sent to its dead letters (`payload`: the record as JSON). The job goes on.
+    pub(crate) fn unplaceable<Out: Data>(
+        &mut self,
+        payload: String,
+        reason: Unplaceable,
+        out: &mut Collector<'_, Out>,
+    ) -> Result<()> {
+        let ctx = self.ctx.as_ref().expect("opened");
+        let bad = BadInput {
+            position: format!("event time {}", reason.timestamp),
+            error: reason.to_string(),
+            payload,
+        };
+        let split = format!("subtask {}", ctx.subtask);
+        let tag = &self.dead_letters;
+        self.unplaceable.as_mut().expect("opened").handle(
+            std::iter::once(bad),
+            &split,
+            &ctx.metrics,
+            |letter| out.side_output(tag, letter).map(|_| ()),
+        )
     }
 
     /// The key group of `key`, checked against the ones this instance owns.
@@ -161,12 +197,22 @@ impl<T: Data> WindowCore<T> {
     pub(crate) fn early_firing_due(&mut self, now: Timestamp) -> bool {
         match (self.next_early, self.settings.early_every) {
             (Some(at), Some(every)) if now >= at => {
-                self.next_early = Some(now + every);
+                self.next_early = Some(now.saturating_add(every));
                 true
             }
             _ => false,
         }
     }
+}
+
+/// A record as dead-letter payload: the input record as JSON (for a pre-aggregated input, the
+/// record it wraps).
+pub(crate) fn dead_letter_payload<K, T: Data, F: WindowFn<K, T>>(function: &F, value: T) -> String {
+    let json = match function.late(value.clone()) {
+        Some(late) => serde_json::to_string(&late),
+        None => serde_json::to_string(&value),
+    };
+    json.unwrap_or_else(|e| format!("(not serializable: {e})"))
 }
 
 /// How a window operator fires, and what both do with it on a watermark and on a tick.
@@ -425,7 +471,14 @@ where
                     self.assigned.clear();
                     self.assigned.push(window);
                 }
-                None => self.core.settings.windows.assign(time, &mut self.assigned),
+                None => {
+                    if let Err(reason) = self.core.settings.windows.assign(time, &mut self.assigned)
+                    {
+                        let payload = dead_letter_payload(&self.function, record.value);
+                        self.core.unplaceable(payload, reason, out)?;
+                        continue;
+                    }
+                }
             }
             let core = &self.core;
             self.assigned.retain(|w| !core.is_expired(w));
@@ -436,7 +489,7 @@ where
                         .function
                         .late(value)
                         .map(|value| Record { value, timestamp });
-                    self.core.late(late, timestamp, out)?;
+                    self.core.late(late, time, out)?;
                 }
                 // One window (tumbling, or a partial aggregate): the record moves in, no copy.
                 1 => {

@@ -23,7 +23,7 @@ use crate::api::KeyFn;
 use crate::error::{Error, Result};
 use crate::operators::adaptive::AdaptiveFold;
 use crate::operators::{Collector, Operator};
-use crate::record::{Data, MIN_WATERMARK, NO_TIMESTAMP, Record, Timestamp};
+use crate::record::{Data, MIN_WATERMARK, Record, Timestamp};
 use crate::state::table::FastMap;
 use crate::window::{AggregateWindow, TimeWindow, WindowFn, Windows};
 
@@ -92,18 +92,19 @@ where
         }
         let records = batch.len();
         for record in batch.drain(..) {
-            if record.timestamp == NO_TIMESTAMP {
+            let Some(time) = record.timestamp() else {
                 return Err(Error::user(
                     "an event-time window received a record without a timestamp: give the source a \
                      WatermarkStrategy with timestamps (or use processing-time windows)",
                 ));
-            }
-            self.windows.assign(record.timestamp, &mut self.assigned);
+            };
+            // A record no window can hold passes as it is: the window operator dead-letters it.
+            let placed = self.windows.assign(time, &mut self.assigned).is_ok();
             let closing = self
                 .assigned
                 .iter()
                 .any(|w| w.max_timestamp().saturating_add(self.lateness) <= self.watermark);
-            if closing {
+            if closing || !placed {
                 out.emit(Record {
                     timestamp: record.timestamp,
                     value: PreAggregated::Record(record.value),
@@ -121,9 +122,9 @@ where
         }
         self.adaptive.folded(records, self.partials.len());
         for ((key, window), acc) in self.partials.drain() {
-            out.emit(Record::new(
+            out.emit(Record::timed(
                 PreAggregated::Partial { key, window, acc },
-                window.max_timestamp(),
+                window.result_time(),
             ))?;
         }
         Ok(())

@@ -14,8 +14,8 @@ use crate::keys::KeyGroup;
 use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, Record, Timestamp};
 use crate::state::{StateTable, TimerService};
-use crate::window::operator::{Firing, WindowCore};
-use crate::window::{TimeDomain, TimeWindow, WindowFn, WindowSettings, Windows};
+use crate::window::operator::{Firing, WindowCore, dead_letter_payload};
+use crate::window::{TimeDomain, TimeWindow, Unplaceable, WindowFn, WindowSettings, Windows};
 
 /// One session of one key.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -76,9 +76,18 @@ where
         time: Timestamp,
         out: &mut Collector<'_, F::Out>,
     ) -> Result<()> {
+        let Some(end) = time.checked_add(self.gap) else {
+            let reason = Unplaceable {
+                timestamp: time,
+                start: i128::from(time),
+                end: i128::from(time) + i128::from(self.gap),
+            };
+            let payload = dead_letter_payload(&self.function, record.value);
+            return self.core.unplaceable(payload, reason, out);
+        };
         let key = (self.key)(&record.value);
         let key_group = self.core.key_group(&key)?;
-        let fresh = TimeWindow::new(time, time + self.gap);
+        let fresh = TimeWindow::new(time, end);
         let domain = self.domain();
         let lateness = self.lateness();
         let sessions = self.sessions.as_mut().expect("opened");
@@ -93,7 +102,7 @@ where
                 .function
                 .late(value)
                 .map(|value| Record { value, timestamp });
-            return self.core.late(late, timestamp, out);
+            return self.core.late(late, time, out);
         }
         let mut acc = self.function.create();
         self.function.add(&mut acc, &record.value);

@@ -9,6 +9,7 @@ mod lifecycle;
 mod operators;
 mod partitioning;
 mod plan;
+mod timestamp_edges;
 
 use std::sync::mpsc;
 use std::time::Duration;

@@ -36,7 +36,8 @@ fn event_time_timers_fire_on_the_watermark_and_can_be_deleted() -> Result<()> {
         vec!["user 1 inactive since 20000"]
     );
     assert_eq!(
-        fired[0].timestamp, 50_000,
+        fired[0].timestamp(),
+        Some(50_000),
         "a timer's output carries the timer's time"
     );
     Ok(())

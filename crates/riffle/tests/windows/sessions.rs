@@ -70,9 +70,9 @@ fn processing_time_sessions_close_when_the_clock_passes_the_gap() -> Result<()> 
     let mut h = OperatorHarness::builder(op)
         .processing_time(100_000)
         .build()?;
-    h.process((1, 0), riffle::record::NO_TIMESTAMP)?;
+    h.process_untimed((1, 0))?;
     h.advance_processing_time(Duration::from_secs(3))?;
-    h.process((1, 0), riffle::record::NO_TIMESTAMP)?;
+    h.process_untimed((1, 0))?;
     h.advance_processing_time(Duration::from_secs(4))?;
     assert_eq!(h.take_values(), vec![]);
     h.advance_processing_time(Duration::from_secs(1))?;

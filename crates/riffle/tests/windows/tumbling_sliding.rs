@@ -50,7 +50,7 @@ fn tumbling_windows_fire_when_the_watermark_passes_their_end() -> Result<()> {
     h.watermark(59_999)?;
     let fired = h.take_output();
     assert!(
-        fired.iter().all(|r| r.timestamp == 59_999),
+        fired.iter().all(|r| r.timestamp() == Some(59_999)),
         "results carry the window's last millisecond"
     );
     assert_eq!(
@@ -162,11 +162,11 @@ fn processing_time_windows_follow_the_clock() -> Result<()> {
     let mut h = OperatorHarness::builder(op)
         .processing_time(1_000)
         .build()?;
-    h.process((1, 0), riffle::record::NO_TIMESTAMP)?;
-    h.process((1, 0), riffle::record::NO_TIMESTAMP)?;
+    h.process_untimed((1, 0))?;
+    h.process_untimed((1, 0))?;
     h.advance_processing_time(Duration::from_secs(5))?;
     assert_eq!(h.take_values(), vec![]);
-    h.process((1, 0), riffle::record::NO_TIMESTAMP)?;
+    h.process_untimed((1, 0))?;
     h.advance_processing_time(Duration::from_secs(4))?; // 10 000: the window [0, 10 000) ended at 9 999
     assert_eq!(
         h.take_values(),
@@ -178,7 +178,7 @@ fn processing_time_windows_follow_the_clock() -> Result<()> {
             update: false
         }]
     );
-    h.process((1, 0), riffle::record::NO_TIMESTAMP)?;
+    h.process_untimed((1, 0))?;
     h.finish()?;
     assert_eq!(
         h.take_values().len(),
@@ -252,6 +252,6 @@ fn an_event_time_window_needs_timestamps() {
         OperatorHarness::builder(WindowTest::new(user, Tumbling::of(MINUTE)).aggregate(Count))
             .build()
             .unwrap();
-    let err = h.process((1, 1), riffle::record::NO_TIMESTAMP).unwrap_err();
+    let err = h.process_untimed((1, 1)).unwrap_err();
     assert!(err.to_string().contains("without a timestamp"), "{err}");
 }
