@@ -103,6 +103,10 @@ pub struct Manifest {
     /// Checkpoints of the tasks' key-value stores.
     #[serde(default)]
     pub stores: Vec<StoreState>,
+    /// Every task had finished when it was taken and every source had read its input to the
+    /// end: the job is done, and a restore from it reads nothing (the job's final checkpoint).
+    #[serde(default)]
+    pub finished: bool,
 }
 
 impl Manifest {

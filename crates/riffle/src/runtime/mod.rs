@@ -192,10 +192,11 @@ impl TaskContext {
         Ok(())
     }
 
-    /// Tells the coordinator this task ended, after taking part in checkpoint `last`.
+    /// Tells the coordinator this task ended, after taking part in checkpoint `last` (its final
+    /// snapshot, if it takes part in checkpoints, was submitted just before).
     pub(crate) fn finished(&self, last: u64) {
         if let Some(hub) = &self.checkpoints {
-            hub.task_finished(last);
+            hub.task_finished(self.task_index, last);
         }
     }
 }
