@@ -424,9 +424,8 @@ impl EngineArgs {
         let defaults = EnvConfig::default();
         let dead_letters = self.output_dir(demo).join("dead-letter");
         if self.checkpointing() && self.restore.is_none() && dead_letters.exists() {
-            std::fs::remove_dir_all(&dead_letters).map_err(|e| {
-                Error::io(format!("cannot clear `{}`", dead_letters.display()), e)
-            })?;
+            std::fs::remove_dir_all(&dead_letters)
+                .map_err(|e| Error::io(format!("cannot clear `{}`", dead_letters.display()), e))?;
         }
         Ok(EnvConfig {
             job_name: format!("demo-{demo}"),

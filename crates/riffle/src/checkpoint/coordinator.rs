@@ -101,9 +101,15 @@ pub(crate) enum CoordinatorEvent {
         reason: String,
     },
     /// A task's final snapshot (sent just before its `TaskFinished`).
-    FinalSnapshot { task: usize, snapshot: TaskSnapshot },
+    FinalSnapshot {
+        task: usize,
+        snapshot: TaskSnapshot,
+    },
     /// A task ended after taking part in checkpoint `last` (0: none).
-    TaskFinished { task: usize, last: u64 },
+    TaskFinished {
+        task: usize,
+        last: u64,
+    },
 }
 
 struct UploadJob {

@@ -363,17 +363,22 @@ impl Supervisor {
     fn run(self, first: Sender<Result<JobPlan>>) -> Result<JobResult> {
         let started = Instant::now();
         let mut first = Some(first);
-        let mut restore = initial_restore(&self.config, self.storage.as_ref()).map(|r| r.map(Arc::new));
+        let mut restore =
+            initial_restore(&self.config, self.storage.as_ref()).map(|r| r.map(Arc::new));
         let restored_from = restore
             .as_ref()
             .ok()
             .and_then(|r| r.as_ref().map(|r| r.description.clone()));
-        let already_finished = restore
-            .as_ref()
-            .ok()
-            .and_then(|r| r.as_ref().filter(|r| r.finished()).map(|r| r.checkpoint_id()));
+        let already_finished = restore.as_ref().ok().and_then(|r| {
+            r.as_ref()
+                .filter(|r| r.finished())
+                .map(|r| r.checkpoint_id())
+        });
         if let Some(id) = already_finished {
-            tracing::info!(id, "the job already finished: its final checkpoint is restored, no input is read");
+            tracing::info!(
+                id,
+                "the job already finished: its final checkpoint is restored, no input is read"
+            );
         }
         // What a restart falls back to while this job has no completed checkpoint of its own.
         let started_from = restore.as_ref().ok().cloned().flatten();

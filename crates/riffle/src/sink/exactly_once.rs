@@ -556,6 +556,81 @@ mod tests {
     }
 
     #[test]
+    fn a_file_and_its_directory_are_synced_before_the_pre_commit_and_the_commit_syncs_the_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = writer(dir.path(), 0, "a");
+        write(&mut w, &[1]);
+        SYNCED.with(|s| s.borrow_mut().clear());
+        SinkWriter::<u64>::pre_commit(&mut w, 1).unwrap();
+        let in_progress = dir.path().join(IN_PROGRESS);
+        assert_eq!(
+            SYNCED.with(|s| s.borrow().clone()),
+            vec![in_progress],
+            "the in-progress directory holds the synced file's name"
+        );
+        SYNCED.with(|s| s.borrow_mut().clear());
+        SinkWriter::<u64>::commit(&mut w, 1).unwrap();
+        assert_eq!(
+            SYNCED.with(|s| s.borrow().clone()),
+            vec![dir.path().to_path_buf()]
+        );
+    }
+
+    #[test]
+    fn recovery_removes_only_this_jobs_in_progress_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut other = writer(dir.path(), 0, "x");
+        other.job = job_tag("another job");
+        write(&mut other, &[7]);
+        SinkWriter::<u64>::pre_commit(&mut other, 3).unwrap(); // in progress, not committed
+        let mut failed = writer(dir.path(), 0, "run1");
+        write(&mut failed, &[1]);
+        SinkWriter::<u64>::pre_commit(&mut failed, 1).unwrap(); // never completes
+        let mut fresh = writer(dir.path(), 0, "run2");
+        SinkWriter::<u64>::recover(&mut fresh, Vec::new()).unwrap();
+        let left: Vec<String> = std::fs::read_dir(dir.path().join(IN_PROGRESS))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            left,
+            vec![format!("part-{}-0-x-0.jsonl", job_tag("another job"))]
+        );
+        // The other job's files are still its own to commit.
+        SinkWriter::<u64>::commit(&mut other, 3).unwrap();
+        assert_eq!(visible(dir.path()), vec!["7"]);
+    }
+
+    #[test]
+    fn a_fresh_start_over_committed_output_of_the_same_job_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ctx = crate::testing::operator_context("sink", "r1", 0, 1);
+        ctx.job_name = "job".into();
+        let sink = ExactlyOnceFileSink::<u64>::new(dir.path()).setting_name("--output");
+        let mut w = sink.writer(&ctx).unwrap();
+        w.write(&mut vec![Record::untimed(1)]).unwrap();
+        w.pre_commit(1).unwrap();
+        w.commit(1).unwrap();
+        let error = sink.writer(&ctx).err().expect("refused");
+        let message = error.to_string();
+        assert!(
+            matches!(&error, Error::Config { setting, .. } if setting == "--output"),
+            "{message}"
+        );
+        assert!(
+            message.contains(&dir.path().display().to_string()),
+            "{message}"
+        );
+        // Restoring, the output is expected; another job may share the directory.
+        ctx.restored = true;
+        assert!(sink.writer(&ctx).is_ok());
+        ctx.restored = false;
+        ctx.job_name = "another".into();
+        assert!(sink.writer(&ctx).is_ok());
+    }
+
+    #[test]
     fn part_files_roll_by_size() {
         let dir = tempfile::tempdir().unwrap();
         let mut w = writer(dir.path(), 0, "a");

@@ -95,13 +95,14 @@ impl Finalizers {
     /// Takes the finalizers of subtask `subtask` of the sink operator `id`.
     pub(crate) fn take_for(&self, id: &str, subtask: usize) -> Vec<Finalizer> {
         let mut all = self.0.lock().expect("finalizers lock");
-        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut *all)
-            .into_iter()
-            .partition(|(owner, _)| {
-                owner
-                    .as_ref()
-                    .is_some_and(|(o, s)| o == id && *s == subtask)
-            });
+        let (mine, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut *all)
+                .into_iter()
+                .partition(|(owner, _)| {
+                    owner
+                        .as_ref()
+                        .is_some_and(|(o, s)| o == id && *s == subtask)
+                });
         *all = rest;
         mine.into_iter().map(|(_, f)| f).collect()
     }
