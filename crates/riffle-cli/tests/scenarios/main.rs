@@ -5,6 +5,7 @@ mod backpressure;
 mod checkpoint_recovery;
 #[cfg(feature = "kafka")]
 mod kafka;
+mod kill_suite;
 mod late_events;
 mod operations;
 mod simple_etl;
