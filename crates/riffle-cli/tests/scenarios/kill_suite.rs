@@ -256,7 +256,7 @@ fn suite(files: usize, parallelism: usize, state: &[&str], seeds: u64) {
         let context = format!("{files} file(s), -p {parallelism} {state:?}, seed {seed}");
         let dir = base.path().join(format!("seed-{seed}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut moments = Moments(0x9E37_79B9_7F4A_7C15 ^ (seed + 1) * 0x1000_0001);
+        let mut moments = Moments(0x9E37_79B9_7F4A_7C15 ^ ((seed + 1) * 0x1000_0001));
         // Before the first checkpoint, mid-run twice, then at the summary (right after the
         // final commit); then until the job finishes.
         let plan = [

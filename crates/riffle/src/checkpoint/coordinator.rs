@@ -128,6 +128,8 @@ pub(crate) struct CheckpointHub {
     events: Sender<CoordinatorEvent>,
     uploads: Sender<UploadJob>,
     finished_tasks: AtomicUsize,
+    /// The job takes checkpoints into storage (finished tasks then leave final snapshots).
+    enabled: bool,
 }
 
 /// What a run's coordinator reports when it ends.
@@ -168,6 +170,12 @@ impl CheckpointHub {
             alignment,
             final_snapshot: false,
         });
+    }
+
+    /// Whether the job takes checkpoints into storage: a task that finishes then leaves a final
+    /// snapshot.
+    pub(crate) fn takes_checkpoints(&self) -> bool {
+        self.enabled
     }
 
     /// The latest completed checkpoint (0: none yet).
@@ -408,20 +416,21 @@ fn run_uploader(hub: Arc<CheckpointHub>, jobs: Receiver<UploadJob>) {
     }
 }
 
+/// One task's acknowledgement: its operator states (id, name, parallelism, state), its store,
+/// and how long it aligned.
+type TaskAck = (
+    Vec<(String, String, usize, SubtaskState)>,
+    Option<StoreState>,
+    Duration,
+);
+
 struct Pending {
     id: u64,
     kind: SnapshotKind,
     target: Target,
     triggered: Instant,
     triggered_at: Timestamp,
-    acks: HashMap<
-        usize,
-        (
-            Vec<(String, String, usize, SubtaskState)>,
-            Option<StoreState>,
-            Duration,
-        ),
-    >,
+    acks: HashMap<usize, TaskAck>,
     savepoint: Option<SavepointRequest>,
     /// Bytes the acknowledged uploads wrote.
     written: u64,
@@ -480,6 +489,7 @@ pub(crate) fn start(
         events: events_tx,
         uploads: uploads_tx,
         finished_tasks: AtomicUsize::new(0),
+        enabled: storage.is_some() && config.enabled(),
     });
     let uploader_hub = hub.clone();
     std::thread::Builder::new()

@@ -315,7 +315,7 @@ impl<T: Send> TaskDriver for InputTask<T> {
             }
         }
         chain.finish()?;
-        if ctx.checkpoints.is_some() {
+        if ctx.takes_checkpoints() {
             // The final snapshot, after the operators closed: it stands for this task in the
             // checkpoints taken while other tasks still run, and in the job's final checkpoint.
             let barrier = CheckpointBarrier {

@@ -452,7 +452,7 @@ impl<T: Data> TaskDriver for SourceTask<T> {
         self.chain.finish()?;
         self.dead_letter.finish()?;
         let last = self.last_barrier;
-        if self.ctx.checkpoints.is_some() {
+        if self.ctx.takes_checkpoints() {
             // The final snapshot (FLIP-147): the splits' positions at their end and what the
             // chain's sinks wrote; it stands for this task in every later checkpoint.
             self.inject(CheckpointBarrier {
