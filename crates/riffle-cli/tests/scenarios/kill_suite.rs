@@ -28,15 +28,16 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// A small deterministic generator for the kill moments (xorshift).
+/// A small deterministic generator for the kill moments (splitmix64).
 struct Moments(u64);
 
 impl Moments {
     fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % below.max(1)
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % below.max(1)
     }
 }
 
@@ -109,6 +110,10 @@ enum Kill {
     After(Duration),
     /// SIGKILL as soon as the summary (printed after the final commit) appears.
     AtSummary,
+    /// SIGKILL when the `n`-th log line holding this text appears (the job logs at info level):
+    /// `checkpoint completed` (before its commit), `final checkpoint completed` (the job's end
+    /// is recorded, its last output not yet committed).
+    AtLog(&'static str, usize),
     /// Not killed.
     Never,
 }
@@ -123,30 +128,52 @@ fn run(dir: &Path, args: &[String], kill: Kill) -> (bool, String) {
     let mut child = Command::new(binary)
         .args(args)
         .current_dir(dir)
+        .env("RIFFLE_LOG", "riffle=info")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("riffle runs");
     let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
+    let stderr = child.stderr.take().unwrap();
+    // (from stdout, line)
+    let (tx, rx) = std::sync::mpsc::channel::<(bool, String)>();
+    let err_tx = tx.clone();
+    let readers = [
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send((true, line)).is_err() {
+                    break;
+                }
             }
-        }
-    });
+        }),
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if err_tx.send((false, line)).is_err() {
+                    break;
+                }
+            }
+        }),
+    ];
     let started = Instant::now();
-    let mut text = String::new();
+    let (mut text, mut errors) = (String::new(), String::new());
+    let mut seen = 0;
     let deadline = started + Duration::from_secs(120);
     loop {
-        let line = rx.recv_timeout(Duration::from_millis(1));
-        if let Ok(line) = &line {
-            text.push_str(line);
-            text.push('\n');
-            if matches!(kill, Kill::AtSummary) && line.starts_with("riffle demo:") {
+        if let Ok((out, line)) = rx.recv_timeout(Duration::from_millis(1)) {
+            let kill_now = match kill {
+                Kill::AtSummary => out && line.starts_with("riffle demo:"),
+                Kill::AtLog(pattern, n) if !out && line.contains(pattern) => {
+                    seen += 1;
+                    seen == n
+                }
+                _ => false,
+            };
+            if kill_now {
                 let _ = child.kill();
             }
+            let into = if out { &mut text } else { &mut errors };
+            into.push_str(&line);
+            into.push('\n');
         }
         if let Kill::After(after) = kill
             && started.elapsed() >= after
@@ -154,10 +181,15 @@ fn run(dir: &Path, args: &[String], kill: Kill) -> (bool, String) {
             let _ = child.kill();
         }
         if let Some(status) = child.try_wait().unwrap() {
-            reader.join().unwrap();
-            text.extend(rx.try_iter().map(|l| l + "\n"));
-            let mut stderr = String::new();
-            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+            for reader in readers {
+                reader.join().unwrap();
+            }
+            for (out, line) in rx.try_iter() {
+                let into = if out { &mut text } else { &mut errors };
+                into.push_str(&line);
+                into.push('\n');
+            }
+            let stderr = errors;
             let killed = std::os::unix::process::ExitStatusExt::signal(&status) == Some(9);
             assert!(
                 killed || status.success(),
@@ -235,7 +267,7 @@ fn check(out: &Path, reference: &BTreeMap<String, BTreeMap<String, usize>>, cont
 
 /// One case of the suite: the reference run, then `seeds` kill sequences.
 fn suite(files: usize, parallelism: usize, state: &[&str], seeds: u64) {
-    let clicks = env_or("RIFFLE_KILL_CLICKS", 40_000);
+    let clicks = env_or("RIFFLE_KILL_CLICKS", 60_000);
     let base = tempfile::tempdir().unwrap();
     let input = write_input(base.path(), clicks, files);
     let args = job_args(&input, parallelism, state);
@@ -256,20 +288,29 @@ fn suite(files: usize, parallelism: usize, state: &[&str], seeds: u64) {
         let context = format!("{files} file(s), -p {parallelism} {state:?}, seed {seed}");
         let dir = base.path().join(format!("seed-{seed}"));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut moments = Moments(0x9E37_79B9_7F4A_7C15 ^ ((seed + 1) * 0x1000_0001));
-        // Before the first checkpoint, mid-run twice, then at the summary (right after the
-        // final commit); then until the job finishes.
+        let mut moments = Moments(seed);
+        // Before the first checkpoint (or during the restore), between a checkpoint's
+        // completion and its commit, mid-run (during an upload, a restore, ...), then at the end:
+        // between the final checkpoint and its commit, or right after the final commit (the
+        // summary); then until the job finishes.
         let plan = [
             Kill::After(Duration::from_millis(moments.next(250))),
-            Kill::After(Duration::from_millis(100 + moments.next(run_ms))),
-            Kill::After(Duration::from_millis(100 + moments.next(run_ms))),
-            Kill::AtSummary,
+            Kill::After(Duration::from_millis(150 + moments.next(run_ms / 2))),
+            Kill::AtLog("checkpoint completed", 1 + moments.next(3) as usize),
+            if seed % 2 == 0 {
+                Kill::AtLog("final checkpoint completed", 1)
+            } else {
+                Kill::AtSummary
+            },
         ];
         let mut ended = false;
-        let mut killed = 0;
+        let mut runs = Vec::new();
         for kill in plan {
             ended = run(&dir, &restore, kill).0;
-            killed += usize::from(!ended);
+            runs.push(format!(
+                "{kill:?}: {}",
+                if ended { "ended" } else { "killed" }
+            ));
         }
         let mut rounds = 0;
         while !ended {
@@ -277,7 +318,7 @@ fn suite(files: usize, parallelism: usize, state: &[&str], seeds: u64) {
             assert!(rounds < 20, "{context}: the job never finished");
             ended = run(&dir, &restore, Kill::Never).0;
         }
-        eprintln!("{context}: killed {killed} times, then {rounds} more runs");
+        eprintln!("{context}: {}; then {rounds} more runs", runs.join(", "));
         check(&dir.join("out"), &reference, &context);
         // The job is finished: a restore says so and writes nothing.
         let (finished, stdout) = run(&dir, &restore, Kill::Never);
