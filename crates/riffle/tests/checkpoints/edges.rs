@@ -312,3 +312,42 @@ fn storage_manifest_id(savepoint: &Path) -> u64 {
     .unwrap();
     manifest["checkpoint_id"].as_u64().unwrap()
 }
+
+/// A job stopped (drained, not with a savepoint) commits its output with a final checkpoint
+/// that records where it stopped: `restore latest` resumes there, nothing twice, nothing lost.
+#[test]
+fn a_stopped_job_resumes_from_its_final_checkpoint_without_duplicates() {
+    let expected = expected(COUNT);
+    let dir = tempfile::tempdir().unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let job = windowed_job(&out, &chk, 2, COUNT, |c| c)
+        .execute_async()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    job.stop();
+    let first = job.wait().unwrap();
+    let read = first.records_out("Source: clicks");
+    assert!(read > 0 && read < COUNT, "stopped part-way: {read}");
+    let last = *storage(&chk)
+        .completed_checkpoints()
+        .unwrap()
+        .last()
+        .unwrap();
+    assert!(
+        !storage(&chk)
+            .read_manifest(&format!("chk-{last}"))
+            .unwrap()
+            .finished,
+        "stopped, not finished"
+    );
+    let again = windowed_job(&out, &chk, 2, COUNT, |c| c);
+    again.configure(|c| c.checkpoints.restore = Some(RestoreFrom::Latest));
+    let second = run(&again).unwrap();
+    assert_eq!(second.already_finished, None);
+    assert_eq!(
+        second.records_out("Source: clicks"),
+        COUNT - read,
+        "resumed where the stop left off"
+    );
+    assert_eq!(committed(&out), expected);
+}
