@@ -110,7 +110,7 @@ fn run_once(
     };
     let guarded = clicks
         .key_by(|c| c.user_id)
-        .process(guard)
+        .process_function(guard)
         .name("memory guard")
         .uid("memory-guard");
     let (counts, late) = count_per_user(&guarded, &args.event_time)?;

@@ -5,10 +5,13 @@ mod backpressure;
 mod checkpoint_recovery;
 #[cfg(feature = "kafka")]
 mod kafka;
+#[cfg(feature = "kafka")]
+mod kafka_event_time;
 mod kill_suite;
 mod late_events;
 mod operations;
 mod simple_etl;
+mod watermark_outliers;
 mod windowed_count;
 
 use std::path::Path;

@@ -307,6 +307,19 @@ pub struct WindowResult<K, R> {
     pub update: bool,
 }
 
+impl<K, R> WindowResult<K, R> {
+    /// The same key and window with another value.
+    pub fn with_value<V>(self, value: V) -> WindowResult<K, V> {
+        WindowResult {
+            key: self.key,
+            window_start: self.window_start,
+            window_end: self.window_end,
+            value,
+            update: self.update,
+        }
+    }
+}
+
 /// A function over all the records of one window of one key, as Flink's `ProcessWindowFunction`.
 ///
 /// Closures `FnMut(&K, TimeWindow, &[T], &mut WindowCollector<Out>) -> Result<()>` implement it.
@@ -317,22 +330,20 @@ pub trait ProcessWindowFunction<K, T, Out>: Send + 'static {
         key: &K,
         window: TimeWindow,
         records: &[T],
-        out: &mut WindowCollector<'_, '_, Out>,
+        out: &mut WindowCollector<Out>,
     ) -> Result<()>;
 }
 
 impl<K, T, Out, F> ProcessWindowFunction<K, T, Out> for F
 where
-    F: FnMut(&K, TimeWindow, &[T], &mut WindowCollector<'_, '_, Out>) -> Result<()>
-        + Send
-        + 'static,
+    F: FnMut(&K, TimeWindow, &[T], &mut WindowCollector<Out>) -> Result<()> + Send + 'static,
 {
     fn process(
         &mut self,
         key: &K,
         window: TimeWindow,
         records: &[T],
-        out: &mut WindowCollector<'_, '_, Out>,
+        out: &mut WindowCollector<Out>,
     ) -> Result<()> {
         self(key, window, records, out)
     }
@@ -362,6 +373,23 @@ impl<Out: Data> WindowCollector<'_, '_, Out> {
     /// The window being fired.
     pub fn window(&self) -> TimeWindow {
         self.window
+    }
+
+    /// The operator's current event-time watermark.
+    pub fn current_watermark(&self) -> Timestamp {
+        self.out.current_watermark()
+    }
+
+    /// Sends a value to a side output, timestamped with the window's last millisecond; `false`
+    /// if nothing in the job consumes that side output (then counted and dropped).
+    pub fn side_output<S: Data>(&mut self, tag: &crate::OutputTag<S>, value: S) -> Result<bool> {
+        self.out.side_output(
+            tag,
+            Record {
+                value,
+                timestamp: self.window.max_timestamp(),
+            },
+        )
     }
 }
 

@@ -205,3 +205,34 @@ fn timestamps_travel_with_records() {
         assert_eq!(r.value.1, r.value.0 as i64 * 1000);
     }
 }
+
+#[test]
+fn records_sent_to_a_side_output_nothing_consumes_are_counted() {
+    let env = env(2);
+    let (sink, out) = CollectSink::new();
+    let rejected = OutputTag::<u64>::new("rejected");
+    let consumed = OutputTag::<u64>::new("consumed");
+    let (side_sink, side_out) = CollectSink::new();
+    let main = env.from_iter(1..=10u64).process({
+        let (rejected, consumed) = (rejected.clone(), consumed.clone());
+        move |x, ctx| {
+            if x % 2 == 0 {
+                // Nothing consumes `rejected`: dropped, but counted.
+                assert!(!ctx.side_output(&rejected, x)?);
+                Ok(())
+            } else if x == 9 {
+                assert!(ctx.side_output(&consumed, x)?);
+                Ok(())
+            } else {
+                ctx.emit(x)
+            }
+        }
+    });
+    main.sink(sink);
+    main.get_side_output(&consumed).sink(side_sink);
+    let result = run(&env).unwrap();
+    assert_eq!(out.sorted(), vec![1, 3, 5, 7]);
+    assert_eq!(side_out.values(), vec![9]);
+    let process = result.metrics.operator_total("Process").unwrap();
+    assert_eq!(process.side_output_unconsumed, 5);
+}
