@@ -351,3 +351,70 @@ fn a_stopped_job_resumes_from_its_final_checkpoint_without_duplicates() {
     );
     assert_eq!(committed(&out), expected);
 }
+
+/// Dead letters are exactly-once across a restore: 10 bad lines, a failure after some of them
+/// were written, a restore from the latest checkpoint: exactly 10 dead letters committed.
+#[test]
+fn dead_letters_are_exactly_once_across_a_restore() {
+    #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+    struct Event {
+        id: u64,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines: Vec<String> = (0..20_000).map(|i| format!("{{\"id\":{i}}}")).collect();
+    for bad in 0..10 {
+        lines.insert(bad * 2_000 + 7, format!("{{\"id\": bad {bad}"));
+    }
+    let input = dir.path().join("events.jsonl");
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let env = StreamEnv::with_config(EnvConfig {
+        parallelism: 1,
+        buffer_size: 64,
+        dead_letter_dir: dir.path().join("dead"),
+        checkpoints: riffle::checkpoint::CheckpointConfig {
+            interval: Some(Duration::from_millis(30)),
+            storage: dir.path().join("chk").to_str().unwrap().to_string(),
+            restart: riffle::checkpoint::RestartStrategy::FixedDelay {
+                attempts: 3,
+                delay: Duration::from_millis(20),
+            },
+            ..Default::default()
+        },
+        ..EnvConfig::default()
+    });
+    let fail = riffle::testing::fail_once_after::<Event>(15_000);
+    env.from_source(riffle::source::file::FileSource::<Event>::json(&input))
+        .uid("events")
+        .map(move |e: Event| {
+            if e.id % 500 == 0 {
+                std::thread::sleep(Duration::from_millis(5)); // room for checkpoints
+            }
+            fail(e)
+        })
+        .uid("slow")
+        .map(|e| e.id)
+        .sink(riffle::sink::ExactlyOnceFileSink::new(
+            dir.path().join("out"),
+        ))
+        .uid("sink");
+    let result = run(&env).unwrap();
+    assert_eq!(result.restarts, 1);
+    assert!(result.restores[0] > 0, "{:?}", result.restores);
+    let mut ids: Vec<u64> = committed(&dir.path().join("out"))
+        .iter()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..20_000).collect::<Vec<u64>>());
+    let mut letters = Vec::new();
+    for source in std::fs::read_dir(dir.path().join("dead"))
+        .unwrap()
+        .flatten()
+    {
+        letters.extend(committed(&source.path()));
+    }
+    letters.sort();
+    assert_eq!(letters.len(), 10, "{letters:#?}");
+    letters.dedup();
+    assert_eq!(letters.len(), 10, "no dead letter twice");
+}
