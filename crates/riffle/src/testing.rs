@@ -61,6 +61,8 @@ pub fn operator_context(
     OperatorContext {
         id: id.to_string(),
         run_id: run_id.to_string(),
+        job_name: "test-job".to_string(),
+        restored: false,
         finalizers: None,
         store: None,
         name: id.to_string(),

@@ -497,7 +497,8 @@ impl EngineArgs {
         }
     }
 
-    /// The engine configuration; dead letters go under the output directory.
+    /// The engine configuration; dead letters go under the output directory (a fresh
+    /// exactly-once run starts them from an empty directory, as its other outputs).
     pub fn env_config(&self, demo: &str) -> riffle::Result<EnvConfig> {
         if self.deterministic {
             let deterministic = EnvConfig::deterministic();
@@ -513,6 +514,11 @@ impl EngineArgs {
             });
         }
         let defaults = EnvConfig::default();
+        let dead_letters = self.output_dir(demo).join("dead-letter");
+        if self.checkpointing() && self.restore.is_none() && dead_letters.exists() {
+            std::fs::remove_dir_all(&dead_letters)
+                .map_err(|e| Error::io(format!("cannot clear `{}`", dead_letters.display()), e))?;
+        }
         Ok(EnvConfig {
             job_name: format!("demo-{demo}"),
             parallelism: self.parallelism.unwrap_or(defaults.parallelism),

@@ -175,6 +175,11 @@ pub fn print_checkpoints(summary: &WindowedSummary) {
     if let Some(from) = &result.restored_from {
         println!("  started from {from}");
     }
+    if let Some(id) = result.already_finished {
+        println!(
+            "  the job had already finished (its final checkpoint {id} was restored): nothing read, nothing written"
+        );
+    }
     let completed: Vec<_> = result
         .checkpoints
         .iter()

@@ -8,6 +8,7 @@ mod hostile_input;
 mod kafka;
 #[cfg(feature = "kafka")]
 mod kafka_event_time;
+mod kill_suite;
 mod late_events;
 mod operations;
 mod simple_etl;

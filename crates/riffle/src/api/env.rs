@@ -268,10 +268,18 @@ impl StreamEnv {
             if !consumed {
                 let name = nodes[id].name.clone();
                 let dir = config.dead_letter_dir.join(file_name_of(&name));
-                let mut node = sink_node(
-                    format!("Dead letters: {name}"),
-                    FileSink::<DeadLetter>::new(dir).append(true),
-                );
+                let sink_name = format!("Dead letters: {name}");
+                // With checkpoints, dead letters are committed with them like any exactly-once
+                // output: a restore neither loses nor repeats one.
+                let mut node = if config.checkpoints.enabled() {
+                    sink_node(
+                        sink_name,
+                        crate::sink::ExactlyOnceFileSink::<DeadLetter>::new(dir)
+                            .setting_name("dead_letter_dir"),
+                    )
+                } else {
+                    sink_node(sink_name, FileSink::<DeadLetter>::new(dir).append(true))
+                };
                 node.parallelism = nodes[id].parallelism;
                 node.inputs.push(Edge {
                     from: id,

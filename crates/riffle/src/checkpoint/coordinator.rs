@@ -7,6 +7,20 @@
 //! When every task acknowledged, the coordinator writes the manifest (the checkpoint is then
 //! complete), publishes the completion (tasks call `notify_checkpoint_complete`), and removes
 //! old checkpoints. A failed or timed-out checkpoint is reported and the job goes on.
+//!
+//! **Finished tasks** (Flink's FLIP-147). A task that finishes (its input ended, its operators
+//! closed) hands the coordinator a *final snapshot*: its sources' positions at the end of their
+//! splits, its sinks' committables for everything they wrote. Checkpoints go on while any task
+//! runs: the final snapshot stands for the finished task in every later checkpoint, and
+//! downstream input gates count a finished channel as aligned. When a checkpoint that holds a
+//! task's final snapshot completes, that task's sinks commit their last output (their
+//! finalizers run). When every task finished, the coordinator takes the job's *final
+//! checkpoint*; its manifest is marked `finished` when every source read its input to the end,
+//! and only after it completed does the job commit and end. A restore from it reads nothing.
+//!
+//! **Savepoints** (Flink 1.15+ semantics). The completion of a savepoint is not published: an
+//! intermediate savepoint commits no side effects (its pre-committed output is committed by the
+//! next checkpoint). A stop-with-savepoint is published: it commits, and the job ends.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -21,10 +35,13 @@ use crate::checkpoint::manifest::{
     SubtaskState,
 };
 use crate::checkpoint::storage::SHARED_DIR;
-use crate::checkpoint::{CheckpointConfig, CheckpointStorage, StoreSnapshot, TaskSnapshot};
+use crate::checkpoint::{
+    CheckpointConfig, CheckpointStorage, FINAL_SNAPSHOT, StoreSnapshot, TaskSnapshot,
+};
 use crate::error::{Error, Result};
 use crate::record::{CheckpointBarrier, Timestamp};
 use crate::runtime::JobControl;
+use crate::sink::{Ending, Finalizers};
 use crate::time::Clock;
 
 /// Outcome of a checkpoint or savepoint.
@@ -83,8 +100,14 @@ pub(crate) enum CoordinatorEvent {
         id: u64,
         reason: String,
     },
+    /// A task's final snapshot (sent just before its `TaskFinished`).
+    FinalSnapshot {
+        task: usize,
+        snapshot: TaskSnapshot,
+    },
     /// A task ended after taking part in checkpoint `last` (0: none).
     TaskFinished {
+        task: usize,
         last: u64,
     },
 }
@@ -93,6 +116,8 @@ struct UploadJob {
     task: usize,
     snapshot: TaskSnapshot,
     alignment: Duration,
+    /// A finished task's final snapshot, uploaded again for each checkpoint.
+    final_snapshot: bool,
 }
 
 /// What the coordinator and the tasks share.
@@ -103,6 +128,19 @@ pub(crate) struct CheckpointHub {
     events: Sender<CoordinatorEvent>,
     uploads: Sender<UploadJob>,
     finished_tasks: AtomicUsize,
+    /// The job takes checkpoints into storage (finished tasks then leave final snapshots).
+    enabled: bool,
+}
+
+/// What a run's coordinator reports when it ends.
+#[derive(Debug, Default)]
+pub(crate) struct CoordinatorOutcome {
+    /// The job's final checkpoint, when it was taken and completed.
+    pub(crate) final_checkpoint: Option<u64>,
+    /// The newest checkpoint whose completion was published (what sinks may commit up to).
+    pub(crate) committed: u64,
+    /// A sink's commit failed when a checkpoint with its final snapshot completed.
+    pub(crate) error: Option<Error>,
 }
 
 impl CheckpointHub {
@@ -118,13 +156,26 @@ impl CheckpointHub {
             .map(|(barrier, _)| *barrier)
     }
 
-    /// Hands a task's snapshot to the uploader.
+    /// Hands a task's snapshot to the uploader (a final snapshot to the coordinator).
     pub(crate) fn submit(&self, task: usize, snapshot: TaskSnapshot, alignment: Duration) {
+        if snapshot.checkpoint_id == FINAL_SNAPSHOT {
+            let _ = self
+                .events
+                .send(CoordinatorEvent::FinalSnapshot { task, snapshot });
+            return;
+        }
         let _ = self.uploads.send(UploadJob {
             task,
             snapshot,
             alignment,
+            final_snapshot: false,
         });
+    }
+
+    /// Whether the job takes checkpoints into storage: a task that finishes then leaves a final
+    /// snapshot.
+    pub(crate) fn takes_checkpoints(&self) -> bool {
+        self.enabled
     }
 
     /// The latest completed checkpoint (0: none yet).
@@ -132,11 +183,13 @@ impl CheckpointHub {
         self.completed.load(Ordering::Acquire)
     }
 
-    /// A task ended after taking part in checkpoint `last`: checkpoints stop (a finished task
-    /// cannot take part in later ones).
-    pub(crate) fn task_finished(&self, last: u64) {
+    /// Task `task` ended after taking part in checkpoint `last`: its final snapshot (sent
+    /// before) stands for it in later checkpoints.
+    pub(crate) fn task_finished(&self, task: usize, last: u64) {
         self.finished_tasks.fetch_add(1, Ordering::AcqRel);
-        let _ = self.events.send(CoordinatorEvent::TaskFinished { last });
+        let _ = self
+            .events
+            .send(CoordinatorEvent::TaskFinished { task, last });
     }
 
     fn target(&self, id: u64) -> Option<Target> {
@@ -181,7 +234,9 @@ fn upload_store(
     snapshot: &StoreSnapshot,
     target: &Target,
     uploaded: &mut Uploaded,
+    final_snapshot: bool,
 ) -> Result<(StoreState, u64)> {
+    let all_shared = final_snapshot && target.shared;
     let mut files = Vec::new();
     let mut written = 0;
     for path in &snapshot.files {
@@ -189,14 +244,18 @@ fn upload_store(
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let immutable = target.shared && name.ends_with(".sst");
+        // A finished task's store never changes again: all its files are shared, so that every
+        // later checkpoint references them.
+        let immutable = target.shared && (all_shared || name.ends_with(".sst"));
         let key = (snapshot.store_id.clone(), name.clone());
         let file = match uploaded.get(&key) {
             Some(file) if immutable => file.clone(),
             _ => {
                 let bytes = std::fs::read(path)
                     .map_err(|e| Error::io(format!("cannot read `{}`", path.display()), e))?;
-                let stored = if immutable {
+                let stored = if immutable && all_shared && !name.ends_with(".sst") {
+                    format!("{SHARED_DIR}/{}/final-{name}", snapshot.store_id)
+                } else if immutable {
                     format!("{SHARED_DIR}/{}/{name}", snapshot.store_id)
                 } else {
                     format!("{}/store-{}/{name}", target.dir, snapshot.store_id)
@@ -212,6 +271,17 @@ fn upload_store(
             }
         };
         files.push((name, file));
+    }
+    if final_snapshot && !target.shared {
+        // Kept for the checkpoints that follow (they upload it once, into shared files).
+        return Ok((
+            StoreState {
+                store_id: snapshot.store_id.clone(),
+                key_groups: (snapshot.key_groups.start, snapshot.key_groups.end),
+                files,
+            },
+            written,
+        ));
     }
     let _ = std::fs::remove_dir_all(&snapshot.dir);
     // The store's directory too, if its store has closed and this was its last checkpoint.
@@ -290,19 +360,34 @@ fn upload(job: UploadJob, target: &Target) -> Result<Vec<(String, String, usize,
 /// The uploader: writes snapshots in the background and acknowledges them.
 fn run_uploader(hub: Arc<CheckpointHub>, jobs: Receiver<UploadJob>) {
     let mut uploaded = Uploaded::new();
+    // The store state of each finished task, uploaded once into shared files.
+    let mut final_stores: HashMap<usize, StoreState> = HashMap::new();
     for mut job in jobs.iter() {
         let id = job.snapshot.checkpoint_id;
         let store = job.snapshot.store.take();
         let Some(target) = hub.target(id) else {
-            if let Some(store) = store {
+            if let Some(store) = store
+                && !job.final_snapshot
+            {
                 let _ = std::fs::remove_dir_all(&store.dir);
             }
             continue; // aborted meanwhile
         };
         let (task, alignment) = (job.task, job.alignment);
-        let store = store
-            .map(|s| upload_store(&s, &target, &mut uploaded))
-            .transpose();
+        let store = match store {
+            Some(_) if job.final_snapshot && target.shared && final_stores.contains_key(&task) => {
+                Ok(Some((final_stores[&task].clone(), 0)))
+            }
+            Some(s) if job.final_snapshot => {
+                let result = upload_store(&s, &target, &mut uploaded, true);
+                if let (Ok((state, _)), true) = (&result, target.shared) {
+                    final_stores.insert(task, state.clone());
+                }
+                result.map(Some)
+            }
+            Some(s) => upload_store(&s, &target, &mut uploaded, false).map(Some),
+            None => Ok(None),
+        };
         let event = match store.and_then(|store| upload(job, &target).map(|states| (states, store)))
         {
             Ok((states, store)) => {
@@ -331,23 +416,28 @@ fn run_uploader(hub: Arc<CheckpointHub>, jobs: Receiver<UploadJob>) {
     }
 }
 
+/// One task's acknowledgement: its operator states (id, name, parallelism, state), its store,
+/// and how long it aligned.
+type TaskAck = (
+    Vec<(String, String, usize, SubtaskState)>,
+    Option<StoreState>,
+    Duration,
+);
+
 struct Pending {
     id: u64,
     kind: SnapshotKind,
     target: Target,
     triggered: Instant,
     triggered_at: Timestamp,
-    acks: HashMap<
-        usize,
-        (
-            Vec<(String, String, usize, SubtaskState)>,
-            Option<StoreState>,
-            Duration,
-        ),
-    >,
+    acks: HashMap<usize, TaskAck>,
     savepoint: Option<SavepointRequest>,
     /// Bytes the acknowledged uploads wrote.
     written: u64,
+    /// The finished tasks whose final snapshot stands for them in this checkpoint.
+    finals: Vec<usize>,
+    /// The job's final checkpoint (every task finished).
+    last: bool,
 }
 
 /// Everything the coordinator needs.
@@ -364,6 +454,15 @@ pub(crate) struct Coordinator {
     control: Arc<JobControl>,
     clock: Arc<dyn Clock>,
     pub(crate) stats: Arc<Mutex<Vec<CheckpointStats>>>,
+    /// The sinks' commits of their last output, by operator id and subtask.
+    finalizers: Finalizers,
+    /// Final snapshots of the tasks, by task index.
+    finals: HashMap<usize, TaskSnapshot>,
+    /// Finished tasks, with the last checkpoint each took part in.
+    finished: HashMap<usize, u64>,
+    /// A stop-with-savepoint was triggered: no checkpoint after it.
+    terminating: bool,
+    outcome: CoordinatorOutcome,
 }
 
 /// Creates the hub, the uploader thread, and the coordinator (run with [`Coordinator::run`]).
@@ -379,6 +478,7 @@ pub(crate) fn start(
     clock: Arc<dyn Clock>,
     savepoints: Receiver<SavepointRequest>,
     stats: Arc<Mutex<Vec<CheckpointStats>>>,
+    finalizers: Finalizers,
 ) -> Result<Coordinator> {
     let (events_tx, events) = crossbeam_channel::unbounded();
     let (uploads_tx, uploads) = crossbeam_channel::unbounded();
@@ -389,6 +489,7 @@ pub(crate) fn start(
         events: events_tx,
         uploads: uploads_tx,
         finished_tasks: AtomicUsize::new(0),
+        enabled: storage.is_some() && config.enabled(),
     });
     let uploader_hub = hub.clone();
     std::thread::Builder::new()
@@ -408,6 +509,14 @@ pub(crate) fn start(
         control,
         clock,
         stats,
+        finalizers,
+        finals: HashMap::new(),
+        finished: HashMap::new(),
+        terminating: false,
+        outcome: CoordinatorOutcome {
+            committed: first_id.saturating_sub(1),
+            ..CoordinatorOutcome::default()
+        },
     })
 }
 
@@ -427,10 +536,13 @@ impl Coordinator {
             timestamp: triggered_at,
             terminate,
         };
+        if terminate {
+            self.terminating = true;
+        }
         *self.hub.requested.lock().expect("hub lock") = Some((barrier, target.clone()));
         self.hub.requested_id.store(id, Ordering::Release);
         tracing::debug!(id, ?kind, "checkpoint triggered");
-        Pending {
+        let mut pending = Pending {
             id,
             kind,
             target,
@@ -439,6 +551,51 @@ impl Coordinator {
             acks: HashMap::new(),
             written: 0,
             savepoint,
+            finals: Vec::new(),
+            last: self.finished.len() == self.tasks,
+        };
+        let finished: Vec<usize> = self.finished.keys().copied().collect();
+        for task in finished {
+            self.submit_final(&mut pending, task);
+        }
+        pending
+    }
+
+    /// The final snapshot of finished task `task` stands for it in `pending`.
+    fn submit_final(&mut self, pending: &mut Pending, task: usize) -> bool {
+        let Some(snapshot) = self.finals.get(&task) else {
+            return false;
+        };
+        let mut snapshot = snapshot.clone();
+        snapshot.checkpoint_id = pending.id;
+        pending.finals.push(task);
+        let _ = self.hub.uploads.send(UploadJob {
+            task,
+            snapshot,
+            alignment: Duration::ZERO,
+            final_snapshot: true,
+        });
+        true
+    }
+
+    /// A checkpoint holding the final snapshots of `tasks` completed: their sinks commit their
+    /// last output.
+    fn commit_finished(&mut self, tasks: &[usize]) {
+        for task in tasks {
+            let Some(snapshot) = self.finals.get(task) else {
+                continue;
+            };
+            for operator in &snapshot.operators {
+                for finalize in self.finalizers.take_for(&operator.id, operator.subtask) {
+                    if let Err(error) = finalize(Ending::Drained) {
+                        tracing::error!(%error, operator = %operator.name, "the commit of a finished sink failed");
+                        self.control.fail_attempt();
+                        if self.outcome.error.is_none() {
+                            self.outcome.error = Some(error);
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -479,7 +636,19 @@ impl Coordinator {
         self.stats.lock().expect("stats lock").push(stats);
         match outcome {
             Ok(_) => {
-                self.hub.completed.store(pending.id, Ordering::Release);
+                // An intermediate savepoint commits nothing (Flink 1.15+): its output is
+                // committed with the next checkpoint. A stop-with-savepoint commits.
+                let stop = pending.savepoint.as_ref().is_some_and(|s| s.stop);
+                if pending.kind == SnapshotKind::Checkpoint || stop {
+                    self.hub.completed.store(pending.id, Ordering::Release);
+                    self.outcome.committed = pending.id;
+                }
+                if pending.kind == SnapshotKind::Checkpoint {
+                    self.commit_finished(&pending.finals);
+                    if pending.last {
+                        self.outcome.final_checkpoint = Some(pending.id);
+                    }
+                }
                 if pending.kind == SnapshotKind::Checkpoint
                     && let Some(storage) = &self.storage
                     && let Err(error) = storage.retain(self.config.retained)
@@ -496,6 +665,9 @@ impl Coordinator {
             Err(reason) => {
                 if pending.kind == SnapshotKind::Checkpoint {
                     let _ = pending.target.storage.delete_dir(&pending.target.dir);
+                }
+                if pending.savepoint.as_ref().is_some_and(|s| s.stop) {
+                    self.terminating = false;
                 }
                 if let Some(request) = pending.savepoint {
                     let _ = request.reply.send(Err(Error::Checkpoint(format!(
@@ -538,6 +710,10 @@ impl Coordinator {
             max_parallelism: self.max_parallelism,
             operators,
             stores,
+            finished: pending.last
+                && pending.kind == SnapshotKind::Checkpoint
+                && !self.control.is_stop_requested()
+                && !self.control.is_stopped_at_savepoint(),
         }
     }
 
@@ -565,16 +741,54 @@ impl Coordinator {
         })
     }
 
-    /// Runs until the job's tasks are done (`done` set) or the job is cancelled.
-    pub(crate) fn run(mut self, done: Arc<std::sync::atomic::AtomicBool>) {
+    /// Whether the job's final checkpoint is still to be taken: every task finished, the job
+    /// takes checkpoints, and it was not stopped with a savepoint.
+    fn final_checkpoint_due(&self, attempts: u32) -> bool {
+        self.storage.is_some()
+            && self.config.enabled()
+            && self.finished.len() == self.tasks
+            && self.outcome.final_checkpoint.is_none()
+            && !self.terminating
+            && !self.control.is_stopped_at_savepoint()
+            && attempts < FINAL_CHECKPOINT_ATTEMPTS
+    }
+
+    fn checkpoint_target(&self) -> Option<Target> {
+        let storage = self.storage.clone()?;
+        let dir = format!(
+            "{}{}",
+            crate::checkpoint::storage::CHECKPOINT_PREFIX,
+            self.next_id
+        );
+        Some(Target {
+            storage,
+            dir,
+            shared: true,
+        })
+    }
+
+    /// Runs until the job's tasks are done (`done` set) and its final checkpoint is taken, or
+    /// the job is cancelled.
+    pub(crate) fn run(mut self, done: Arc<std::sync::atomic::AtomicBool>) -> CoordinatorOutcome {
         let interval = self.config.interval;
         let mut pending: Option<Pending> = None;
         let mut queued: Vec<SavepointRequest> = Vec::new();
         let mut next_trigger = interval.map(|i| Instant::now() + i);
-        let mut finished = false;
-        // When the tasks are done, the acknowledgements of what they submitted may still be on
-        // their way from the uploader: a pending checkpoint gets to complete.
-        while !(done.load(Ordering::Acquire) && pending.is_none()) && !self.control.is_cancelled() {
+        let mut final_attempts = 0;
+        loop {
+            if self.control.is_cancelled() {
+                break;
+            }
+            // When the tasks are done, the acknowledgements of what they submitted may still be
+            // on their way from the uploader: a pending checkpoint gets to complete, and the
+            // final checkpoint is taken.
+            if done.load(Ordering::Acquire)
+                && pending.is_none()
+                && self.events.is_empty()
+                && !self.final_checkpoint_due(final_attempts)
+            {
+                break;
+            }
             crossbeam_channel::select! {
                 recv(self.events) -> event => match event {
                     Ok(CoordinatorEvent::Ack { id, task, states, store, alignment, written }) => {
@@ -595,11 +809,19 @@ impl Coordinator {
                             next_trigger = interval.map(|i| Instant::now() + self.config.min_pause.max(i));
                         }
                     }
-                    Ok(CoordinatorEvent::TaskFinished { last }) => {
-                        finished = true;
-                        if pending.as_ref().is_some_and(|p| p.id > last) {
-                            let p = pending.take().expect("pending");
-                            self.finish(p, Err("a task finished before it took part".into()));
+                    Ok(CoordinatorEvent::FinalSnapshot { task, snapshot }) => {
+                        self.finals.insert(task, snapshot);
+                    }
+                    Ok(CoordinatorEvent::TaskFinished { task, last }) => {
+                        self.finished.insert(task, last);
+                        // A checkpoint the task did not take part in: its final snapshot stands
+                        // for it (downstream gates count its ended channels as aligned).
+                        if let Some(mut p) = pending.take() {
+                            if p.id > last && !p.acks.contains_key(&task) && !self.submit_final(&mut p, task) {
+                                self.finish(p, Err("a task finished before it took part".into()));
+                            } else {
+                                pending = Some(p);
+                            }
                         }
                     }
                     Err(_) => break,
@@ -618,12 +840,22 @@ impl Coordinator {
             if pending.is_some() {
                 continue;
             }
-            if finished || done.load(Ordering::Acquire) {
+            let all_finished = self.finished.len() == self.tasks;
+            if all_finished || self.terminating || done.load(Ordering::Acquire) {
                 for request in queued.drain(..) {
                     let _ = request.reply.send(Err(Error::Checkpoint(
                         "the job's input has ended: no savepoint".into(),
                     )));
                 }
+            }
+            if self.final_checkpoint_due(final_attempts) {
+                if let Some(target) = self.checkpoint_target() {
+                    final_attempts += 1;
+                    pending = Some(self.trigger(SnapshotKind::Checkpoint, target, None));
+                }
+                continue;
+            }
+            if all_finished || self.terminating || done.load(Ordering::Acquire) {
                 continue;
             }
             if let Some(request) = queued.pop() {
@@ -636,22 +868,9 @@ impl Coordinator {
                     }
                 }
             } else if next_trigger.is_some_and(|t| Instant::now() >= t)
-                && let Some(storage) = self.storage.clone()
+                && let Some(target) = self.checkpoint_target()
             {
-                let dir = format!(
-                    "{}{}",
-                    crate::checkpoint::storage::CHECKPOINT_PREFIX,
-                    self.next_id
-                );
-                pending = Some(self.trigger(
-                    SnapshotKind::Checkpoint,
-                    Target {
-                        storage,
-                        dir,
-                        shared: true,
-                    },
-                    None,
-                ));
+                pending = Some(self.trigger(SnapshotKind::Checkpoint, target, None));
             }
         }
         for request in queued {
@@ -666,5 +885,9 @@ impl Coordinator {
                 "the job ended before the savepoint completed".into(),
             )));
         }
+        self.outcome
     }
 }
+
+/// How often the job's final checkpoint is tried before the run fails.
+const FINAL_CHECKPOINT_ATTEMPTS: u32 = 3;

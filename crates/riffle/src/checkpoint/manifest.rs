@@ -109,6 +109,10 @@ pub struct Manifest {
     /// Checkpoints of the tasks' key-value stores.
     #[serde(default)]
     pub stores: Vec<StoreState>,
+    /// Every task had finished when it was taken and every source had read its input to the
+    /// end: the job is done, and a restore from it reads nothing (the job's final checkpoint).
+    #[serde(default)]
+    pub finished: bool,
 }
 
 /// The key of the manifest's own checksum in its JSON object.
@@ -356,6 +360,7 @@ mod tests {
                 key_groups: (0, 63),
                 files: vec![("000001.sst".into(), file("shared/s1/000001.sst", 4096))],
             }],
+            finished: true,
         }
     }
 

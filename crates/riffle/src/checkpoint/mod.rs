@@ -14,7 +14,7 @@ pub use manifest::{
     Extent, FileRef, MANIFEST_FILE, Manifest, OperatorState, SnapshotKind, StoreState, SubtaskState,
 };
 pub use snapshot::{
-    OperatorSnapshot, Redistribution, RestoreState, SnapshotWriter, StoreSnapshot, TaskSnapshot,
-    decode, encode, encode_into,
+    FINAL_SNAPSHOT, OperatorSnapshot, Redistribution, RestoreState, SnapshotWriter, StoreSnapshot,
+    TaskSnapshot, decode, encode, encode_into,
 };
 pub use storage::CheckpointStorage;

@@ -80,6 +80,11 @@ impl RestoreAssignment {
         Ok(None)
     }
 
+    /// Whether it is the final checkpoint of a job that read all its input.
+    pub(crate) fn finished(&self) -> bool {
+        self.manifest.finished
+    }
+
     /// The checkpoint's id (the next one gets a larger id).
     pub(crate) fn checkpoint_id(&self) -> u64 {
         self.manifest.checkpoint_id

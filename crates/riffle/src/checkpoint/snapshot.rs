@@ -85,7 +85,7 @@ impl SnapshotWriter {
 }
 
 /// What one operator instance wrote at a barrier, and who it is.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct OperatorSnapshot {
     /// Stable operator id.
     pub id: String,
@@ -100,7 +100,7 @@ pub struct OperatorSnapshot {
 }
 
 /// A checkpoint of a task's key-value store, on local disk until uploaded.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct StoreSnapshot {
     /// Identifies the store across checkpoints (its immutable files keep their names).
     pub store_id: String,
@@ -112,8 +112,12 @@ pub struct StoreSnapshot {
     pub files: Vec<std::path::PathBuf>,
 }
 
+/// The checkpoint id of a task's *final snapshot*: taken when the task finished (its operators
+/// closed), it stands for the task in every later checkpoint (Flink's FLIP-147).
+pub const FINAL_SNAPSHOT: u64 = u64::MAX;
+
 /// The snapshots of one task's operators at one barrier.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct TaskSnapshot {
     /// The checkpoint.
     pub checkpoint_id: u64,

@@ -424,6 +424,7 @@ mod tests {
             max_parallelism: 128,
             operators: Default::default(),
             stores: Vec::new(),
+            finished: false,
         }
     }
 

@@ -143,6 +143,11 @@ pub struct OperatorContext {
     pub clock: std::sync::Arc<dyn crate::time::Clock>,
     /// Unique per run of the job (a restart is a new run): for names of files a run writes.
     pub run_id: String,
+    /// The job's name (`EnvConfig::job_name`): the same for every run and restore of the job,
+    /// so a sink can tell its own output from other jobs'.
+    pub job_name: String,
+    /// Whether this run restored a checkpoint or savepoint (`false`: a fresh start).
+    pub restored: bool,
     /// Where a sink leaves what is to be committed once every task finished successfully.
     pub(crate) finalizers: Option<crate::sink::Finalizers>,
     /// The task's key-value store, when the job's state backend has one.

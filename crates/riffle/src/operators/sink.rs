@@ -1,7 +1,7 @@
 //! The operator at the end of a stream: hands batches to a [`SinkWriter`] and drives its
 //! two-phase commit with the job's checkpoints.
 
-use crate::checkpoint::{Redistribution, RestoreState, SnapshotWriter};
+use crate::checkpoint::{FINAL_SNAPSHOT, Redistribution, RestoreState, SnapshotWriter};
 use crate::error::Result;
 use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, Record};
@@ -9,11 +9,18 @@ use crate::sink::SinkWriter;
 
 /// Writes every batch to a sink writer; pre-commits at barriers, commits on completion, recovers
 /// on restore, and leaves the final commit of a bounded job to the job.
+///
+/// At the end of its input the operator pre-commits everything the writer still holds (the
+/// committable goes into the task's final snapshot, so the job's final checkpoint records it)
+/// and hands the writer's finalizer to the job, which runs it once a checkpoint holding that
+/// final snapshot completed (or, without checkpoints, when the job ends).
 pub struct SinkOperator<T> {
     writer: Box<dyn SinkWriter<T>>,
     /// What the restored checkpoint says to commit; `None` once the writer recovered.
     recover: Option<Vec<Vec<u8>>>,
     ctx: Option<OperatorContext>,
+    /// Set when the operator closed: what its final snapshot stores.
+    closed: Option<Option<Vec<u8>>>,
 }
 
 impl<T> SinkOperator<T> {
@@ -23,6 +30,7 @@ impl<T> SinkOperator<T> {
             writer,
             recover: Some(Vec::new()),
             ctx: None,
+            closed: None,
         }
     }
 
@@ -59,6 +67,13 @@ impl<T: Data> Operator for SinkOperator<T> {
     }
 
     fn snapshot_state(&mut self, checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
+        if let Some(last) = &self.closed {
+            // The final snapshot: everything the writer wrote, pre-committed when it closed.
+            if let Some(committable) = last {
+                snapshot.write_operator(Redistribution::Union, committable)?;
+            }
+            return Ok(());
+        }
         if let Some(committable) = self.recovered()?.pre_commit(checkpoint_id)? {
             snapshot.write_operator(Redistribution::Union, &committable)?;
         }
@@ -70,10 +85,13 @@ impl<T: Data> Operator for SinkOperator<T> {
     }
 
     fn close(&mut self, _out: &mut Collector<'_, ()>) -> Result<()> {
-        if let Some(finalizer) = self.recovered()?.close()?
-            && let Some(finalizers) = self.ctx.as_ref().and_then(|c| c.finalizers.as_ref())
+        let last = self.recovered()?.pre_commit(FINAL_SNAPSHOT)?;
+        self.closed = Some(last);
+        if let Some(finalizer) = self.writer.close()?
+            && let Some(ctx) = &self.ctx
+            && let Some(finalizers) = &ctx.finalizers
         {
-            finalizers.push(finalizer);
+            finalizers.push(Some((ctx.id.clone(), ctx.subtask)), finalizer);
         }
         Ok(())
     }

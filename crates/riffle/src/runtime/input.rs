@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, TryRecvError};
 
-use crate::checkpoint::TaskSnapshot;
+use crate::checkpoint::{FINAL_SNAPSHOT, TaskSnapshot};
 use crate::error::{Error, Result};
 use crate::record::{
     CheckpointBarrier, LatencyMarker, MIN_WATERMARK, Record, StreamElement, Timestamp,
@@ -314,8 +314,21 @@ impl<T: Send> TaskDriver for InputTask<T> {
                 next_tick = now + ctx.buffer_timeout;
             }
         }
+        chain.finish()?;
+        if ctx.takes_checkpoints() {
+            // The final snapshot, after the operators closed: it stands for this task in the
+            // checkpoints taken while other tasks still run, and in the job's final checkpoint.
+            let barrier = CheckpointBarrier {
+                id: FINAL_SNAPSHOT,
+                timestamp: 0,
+                terminate: false,
+            };
+            let mut snapshot = TaskSnapshot::new(FINAL_SNAPSHOT);
+            chain.barrier(barrier, &mut snapshot)?;
+            ctx.submit(snapshot, Duration::ZERO)?;
+        }
         ctx.finished(last_barrier);
-        chain.finish()
+        Ok(())
     }
 }
 

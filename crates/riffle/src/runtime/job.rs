@@ -3,9 +3,13 @@
 //!
 //! The first task that fails cancels the others; the job's error is that first failure (the
 //! secondary "cancelled" errors of the other tasks are not reported). With a restart strategy,
-//! the supervisor then starts a new run of the job from the latest completed checkpoint: sources
-//! seek back to their positions, operators get their state back, sinks commit what that
-//! checkpoint covers and abort the rest.
+//! the supervisor then starts a new run of the job from this job's newest completed checkpoint
+//! (never an older run's), else from the snapshot the job started from (a savepoint or a
+//! checkpoint given with `restore`), else from nothing: sources seek back to their positions,
+//! operators get their state back, sinks commit what that checkpoint covers and abort the rest.
+//!
+//! A job that takes checkpoints ends with a final checkpoint (see the coordinator): only once it
+//! completed do the sinks commit their last output, and the job ends.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -215,6 +219,35 @@ fn initial_restore(
 }
 
 impl Supervisor {
+    /// Where a restart starts from: this job's newest completed checkpoint that reads back
+    /// whole, else the snapshot the job started from (`None`: a fresh start).
+    fn restart_point(
+        &self,
+        started_from: Option<Arc<RestoreAssignment>>,
+    ) -> Result<Option<Arc<RestoreAssignment>>> {
+        let mine: Vec<u64> = {
+            let stats = self.stats.lock().expect("stats lock");
+            let mut ids: Vec<u64> = stats
+                .iter()
+                .filter(|c| c.completed() && c.kind == crate::checkpoint::SnapshotKind::Checkpoint)
+                .map(|c| c.id)
+                .collect();
+            ids.sort_unstable();
+            ids
+        };
+        if let Some(storage) = &self.storage {
+            for id in mine.into_iter().rev() {
+                match RestoreAssignment::load(storage, &format!("{CHECKPOINT_PREFIX}{id}")) {
+                    Ok(assignment) => return Ok(Some(Arc::new(assignment))),
+                    Err(error) => {
+                        tracing::warn!(id, %error, "checkpoint unusable; trying the one before")
+                    }
+                }
+            }
+        }
+        Ok(started_from)
+    }
+
     fn set_status(&self, status: JobStatus, failure: Option<String>) {
         let mut life = self.life.lock().expect("life lock");
         life.status = status;
@@ -244,6 +277,7 @@ impl Supervisor {
             (None, None) => 1,
         }
         .max(restore.map_or(0, |r| r.checkpoint_id() + 1));
+        let finalizers = Finalizers::default();
         let coordinator = coordinator::start(
             self.storage.clone(),
             self.config.checkpoints.clone(),
@@ -255,8 +289,8 @@ impl Supervisor {
             self.config.clock.clone(),
             self.savepoints.clone(),
             self.stats.clone(),
+            finalizers.clone(),
         )?;
-        let finalizers = Finalizers::default();
         let run = RunContext {
             config: &self.config,
             registry: &self.registry,
@@ -287,20 +321,34 @@ impl Supervisor {
             .map_err(|e| Error::io("cannot start the checkpoint coordinator", e))?;
         let failure = run_tasks(tasks, &self.control);
         done.store(true, Ordering::Release);
-        let _ = coordinator_thread.join();
+        let outcome = coordinator_thread
+            .join()
+            .map_err(|_| Error::Checkpoint("the checkpoint coordinator panicked".into()))?;
         let failure = failure?;
+        if let Some(error) = outcome.error {
+            return Ok(Some(failure.unwrap_or(error)));
+        }
         if failure.is_none() && !self.control.is_cancelled() {
             // Every task finished: commit what sinks left for the end (after a stop with a
-            // savepoint, only what its barrier or an earlier one pre-committed).
+            // savepoint, only what its barrier or an earlier committed checkpoint pre-committed).
             let ending = if self.control.is_stopped_at_savepoint() {
-                let stats = self.stats.lock().expect("stats lock");
                 Ending::Stopped {
-                    up_to: stats
-                        .iter()
-                        .filter(|c| c.completed())
-                        .map(|c| c.id)
-                        .max()
-                        .unwrap_or(0),
+                    up_to: outcome.committed,
+                }
+            } else if self.storage.is_some() && self.config.checkpoints.enabled() {
+                // The job's end must be recorded before its last output becomes visible: a
+                // restore after a crash then finds it and writes nothing again.
+                match outcome.final_checkpoint {
+                    Some(id) => {
+                        tracing::info!(id, "final checkpoint completed");
+                        Ending::Drained
+                    }
+                    None => {
+                        return Ok(Some(Error::Checkpoint(
+                            "the job's final checkpoint failed: its last output is not committed"
+                                .into(),
+                        )));
+                    }
                 }
             } else {
                 Ending::Drained
@@ -315,11 +363,25 @@ impl Supervisor {
     fn run(self, first: Sender<Result<JobPlan>>) -> Result<JobResult> {
         let started = Instant::now();
         let mut first = Some(first);
-        let mut restore = initial_restore(&self.config, self.storage.as_ref());
+        let mut restore =
+            initial_restore(&self.config, self.storage.as_ref()).map(|r| r.map(Arc::new));
         let restored_from = restore
             .as_ref()
             .ok()
             .and_then(|r| r.as_ref().map(|r| r.description.clone()));
+        let already_finished = restore.as_ref().ok().and_then(|r| {
+            r.as_ref()
+                .filter(|r| r.finished())
+                .map(|r| r.checkpoint_id())
+        });
+        if let Some(id) = already_finished {
+            tracing::info!(
+                id,
+                "the job already finished: its final checkpoint is restored, no input is read"
+            );
+        }
+        // What a restart falls back to while this job has no completed checkpoint of its own.
+        let started_from = restore.as_ref().ok().cloned().flatten();
         let mut attempt = 0u32;
         let mut backoff = None;
         let mut restores = Vec::new();
@@ -336,7 +398,7 @@ impl Supervisor {
                 }
             };
             self.set_status(JobStatus::Running, None);
-            let failure = match self.attempt(attempt, current.as_ref(), &mut first) {
+            let failure = match self.attempt(attempt, current.as_deref(), &mut first) {
                 Ok(None) if self.control.is_user_cancelled() => return Err(Error::Cancelled),
                 Ok(None) => {
                     return Ok(JobResult {
@@ -347,6 +409,7 @@ impl Supervisor {
                         checkpoints: self.stats.lock().expect("stats lock").clone(),
                         restored_from,
                         restores,
+                        already_finished,
                     });
                 }
                 Ok(Some(failure)) => failure,
@@ -381,10 +444,7 @@ impl Supervisor {
             }
             self.control.new_attempt();
             self.registry.reset();
-            restore = match &self.storage {
-                Some(storage) => RestoreAssignment::latest(storage),
-                None => Ok(None),
-            };
+            restore = self.restart_point(started_from.clone());
             match &restore {
                 Ok(Some(r)) => {
                     tracing::info!(from = %r.description, "restoring");
@@ -725,6 +785,9 @@ pub struct JobResult {
     pub restored_from: Option<String>,
     /// For each restart, the checkpoint it restored (0: none had completed, a fresh start).
     pub restores: Vec<u64>,
+    /// The job had already finished: it restored its final checkpoint (this id), read no input
+    /// and wrote nothing new.
+    pub already_finished: Option<u64>,
 }
 
 impl JobResult {

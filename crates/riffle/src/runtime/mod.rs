@@ -192,10 +192,18 @@ impl TaskContext {
         Ok(())
     }
 
-    /// Tells the coordinator this task ended, after taking part in checkpoint `last`.
+    /// Whether the job takes checkpoints: a task that finishes then takes a final snapshot.
+    pub(crate) fn takes_checkpoints(&self) -> bool {
+        self.checkpoints
+            .as_ref()
+            .is_some_and(|hub| hub.takes_checkpoints())
+    }
+
+    /// Tells the coordinator this task ended, after taking part in checkpoint `last` (its final
+    /// snapshot, if it takes part in checkpoints, was submitted just before).
     pub(crate) fn finished(&self, last: u64) {
         if let Some(hub) = &self.checkpoints {
-            hub.task_finished(last);
+            hub.task_finished(self.task_index, last);
         }
     }
 }

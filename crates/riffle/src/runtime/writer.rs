@@ -48,6 +48,8 @@ pub(crate) struct RecordWriter<T> {
     ctx: TaskContext,
     /// The channel the next latency marker goes to (they take turns).
     next_marker: usize,
+    /// `EndOfInput` was sent: the task's final snapshot sends no barrier after it.
+    ended: bool,
 }
 
 impl<T: Clone + Send> RecordWriter<T> {
@@ -78,6 +80,7 @@ impl<T: Clone + Send> RecordWriter<T> {
             batch_size,
             ctx,
             next_marker: 0,
+            ended: false,
         }
     }
 
@@ -179,6 +182,9 @@ impl<T: Clone + Send> Output<T> for RecordWriter<T> {
     }
 
     fn barrier(&mut self, barrier: CheckpointBarrier, _snapshot: &mut TaskSnapshot) -> Result<()> {
+        if self.ended {
+            return Ok(());
+        }
         self.broadcast_control(|| StreamElement::Barrier(barrier))
     }
 
@@ -200,6 +206,7 @@ impl<T: Clone + Send> Output<T> for RecordWriter<T> {
     }
 
     fn finish(&mut self) -> Result<()> {
+        self.ended = true;
         self.broadcast_control(|| StreamElement::EndOfInput)
     }
 }

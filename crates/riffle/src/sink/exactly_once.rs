@@ -2,12 +2,19 @@
 //! checkpoints.
 //!
 //! Records go to in-progress files under `<dir>/.in-progress/`. At the barrier of checkpoint N
-//! the open file is closed and synced, and every file closed since the previous barrier becomes
-//! pending for N (the list is stored in the checkpoint). When N completes, its pending files are
-//! renamed to `<dir>/part-*.jsonl`: visible, atomically. On recovery, the files of the restored
-//! checkpoint are committed (it completed; the rename may not have happened before the failure),
-//! and every other in-progress file of an earlier run is deleted: data after the checkpoint is
-//! replayed, never duplicated. A bounded job commits its last files when every task finished.
+//! the open file is closed and synced (the file, then its directory), and every file closed
+//! since the previous barrier becomes pending for N (the list is stored in the checkpoint). When
+//! N completes, its pending files are renamed to `<dir>/part-*.jsonl`: visible, atomically, and
+//! the directory is synced. On recovery, the files of the restored checkpoint are committed (it
+//! completed; the rename may not have happened before the failure), and every other in-progress
+//! file this job's earlier runs left is deleted: data after the checkpoint is replayed, never
+//! duplicated. A bounded job commits its last files with its final checkpoint.
+//!
+//! Part files are named `part-<job>-<subtask>-<run>-<n>.jsonl`, where `<job>` is a hash of the
+//! job's name (8 hex digits). Two jobs can share a directory: each cleans up only its own
+//! in-progress files. A fresh start (no checkpoint restored) of a job whose committed output is
+//! already in the directory fails at start, naming the directory: a second copy is never
+//! written silently.
 //!
 //! Part files roll by size and by age.
 
@@ -101,7 +108,24 @@ impl<T: Data> Sink<T> for ExactlyOnceFileSink<T> {
             .chars()
             .filter(|c| c.is_ascii_alphanumeric())
             .collect();
+        let job = job_tag(&ctx.job_name);
+        if !ctx.restored
+            && let Some(file) = committed_output_of(&self.dir, &job)
+        {
+            return Err(Error::config(
+                &self.setting,
+                format!(
+                    "`{}` already holds committed output of job `{}` ({file}); a fresh start would \
+                     write it a second time. Restore the job from its checkpoints (e.g. \
+                     `--restore latest` with the checkpoint storage that wrote them), or start \
+                     over with an empty directory",
+                    self.dir.display(),
+                    ctx.job_name
+                ),
+            ));
+        }
         Ok(Box::new(TransactionalWriter {
+            job,
             dir: self.dir.clone(),
             subtask: ctx.subtask,
             parallelism: ctx.parallelism,
@@ -132,6 +156,8 @@ struct OpenFile {
 }
 
 struct TransactionalWriter {
+    /// Hash of the job's name: the prefix of this job's part files.
+    job: String,
     dir: PathBuf,
     subtask: usize,
     parallelism: usize,
@@ -162,7 +188,25 @@ fn commit_file(dir: &Path, file: &str) -> Result<()> {
     }
 }
 
+/// The part-file tag of job `name`: 8 hex digits of a stable hash.
+fn job_tag(name: &str) -> String {
+    format!("{:08x}", xxhash_rust::xxh3::xxh3_64(name.as_bytes()) as u32)
+}
+
+/// A committed part file of job `job` in `dir`, if there is one.
+fn committed_output_of(dir: &Path, job: &str) -> Option<String> {
+    let prefix = format!("part-{job}-");
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|name| name.starts_with(&prefix))
+}
+
+/// Syncs a directory, so that the names created or renamed in it survive a power loss.
 fn sync_dir(dir: &Path) -> Result<()> {
+    #[cfg(test)]
+    tests::SYNCED.with(|s| s.borrow_mut().push(dir.to_path_buf()));
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| io("cannot sync", dir, e))
@@ -182,9 +226,15 @@ impl TransactionalWriter {
     fn open(&mut self) -> Result<&mut OpenFile> {
         if self.current.is_none() {
             let in_progress = self.dir.join(IN_PROGRESS);
-            std::fs::create_dir_all(&in_progress)
-                .map_err(|e| io("cannot create", &in_progress, e))?;
-            let name = format!("part-{}-{}-{}.jsonl", self.subtask, self.run, self.sequence);
+            if !in_progress.is_dir() {
+                std::fs::create_dir_all(&in_progress)
+                    .map_err(|e| io("cannot create", &in_progress, e))?;
+                sync_dir(&self.dir)?;
+            }
+            let name = format!(
+                "part-{}-{}-{}-{}.jsonl",
+                self.job, self.subtask, self.run, self.sequence
+            );
             self.sequence += 1;
             let path = in_progress.join(&name);
             let file = OpenOptions::new()
@@ -212,6 +262,8 @@ impl TransactionalWriter {
                 .into_inner()
                 .map_err(|e| io("cannot write", &path, e.into_error()))?;
             file.sync_all().map_err(|e| io("cannot sync", &path, e))?;
+            // The file's name in its directory must be durable too before it is pre-committed.
+            sync_dir(&self.dir.join(IN_PROGRESS))?;
             self.closed.push(open.name);
         }
         Ok(())
@@ -291,17 +343,24 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter {
             }
             keep.extend(committable.files);
         }
-        // Abort what earlier runs left uncommitted (beyond the restored checkpoint).
+        // Abort what this job's earlier runs left uncommitted (beyond the restored checkpoint);
+        // other jobs' files in the same directory are theirs to handle.
         let in_progress = self.dir.join(IN_PROGRESS);
         let Ok(entries) = std::fs::read_dir(&in_progress) else {
             return Ok(());
         };
+        let job = format!("part-{}-", self.job);
         let mine = format!("-{}-", self.run);
+        let mut removed = false;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if !keep.contains(&name) && !name.contains(&mine) {
+            if name.starts_with(&job) && !keep.contains(&name) && !name.contains(&mine) {
                 let _ = std::fs::remove_file(entry.path());
+                removed = true;
             }
+        }
+        if removed {
+            sync_dir(&in_progress)?;
         }
         Ok(())
     }
@@ -329,8 +388,14 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter {
 mod tests {
     use super::*;
 
+    thread_local! {
+        /// The directories synced on this thread, in order.
+        pub(super) static SYNCED: std::cell::RefCell<Vec<PathBuf>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
     fn writer(dir: &Path, subtask: usize, run: &str) -> TransactionalWriter {
         TransactionalWriter {
+            job: job_tag("job"),
             dir: dir.to_path_buf(),
             subtask,
             parallelism: 1,
@@ -488,6 +553,81 @@ mod tests {
             1,
             "left for the restore to abort"
         );
+    }
+
+    #[test]
+    fn a_file_and_its_directory_are_synced_before_the_pre_commit_and_the_commit_syncs_the_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = writer(dir.path(), 0, "a");
+        write(&mut w, &[1]);
+        SYNCED.with(|s| s.borrow_mut().clear());
+        SinkWriter::<u64>::pre_commit(&mut w, 1).unwrap();
+        let in_progress = dir.path().join(IN_PROGRESS);
+        assert_eq!(
+            SYNCED.with(|s| s.borrow().clone()),
+            vec![in_progress],
+            "the in-progress directory holds the synced file's name"
+        );
+        SYNCED.with(|s| s.borrow_mut().clear());
+        SinkWriter::<u64>::commit(&mut w, 1).unwrap();
+        assert_eq!(
+            SYNCED.with(|s| s.borrow().clone()),
+            vec![dir.path().to_path_buf()]
+        );
+    }
+
+    #[test]
+    fn recovery_removes_only_this_jobs_in_progress_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut other = writer(dir.path(), 0, "x");
+        other.job = job_tag("another job");
+        write(&mut other, &[7]);
+        SinkWriter::<u64>::pre_commit(&mut other, 3).unwrap(); // in progress, not committed
+        let mut failed = writer(dir.path(), 0, "run1");
+        write(&mut failed, &[1]);
+        SinkWriter::<u64>::pre_commit(&mut failed, 1).unwrap(); // never completes
+        let mut fresh = writer(dir.path(), 0, "run2");
+        SinkWriter::<u64>::recover(&mut fresh, Vec::new()).unwrap();
+        let left: Vec<String> = std::fs::read_dir(dir.path().join(IN_PROGRESS))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            left,
+            vec![format!("part-{}-0-x-0.jsonl", job_tag("another job"))]
+        );
+        // The other job's files are still its own to commit.
+        SinkWriter::<u64>::commit(&mut other, 3).unwrap();
+        assert_eq!(visible(dir.path()), vec!["7"]);
+    }
+
+    #[test]
+    fn a_fresh_start_over_committed_output_of_the_same_job_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ctx = crate::testing::operator_context("sink", "r1", 0, 1);
+        ctx.job_name = "job".into();
+        let sink = ExactlyOnceFileSink::<u64>::new(dir.path()).setting_name("--output");
+        let mut w = sink.writer(&ctx).unwrap();
+        w.write(&mut vec![Record::untimed(1)]).unwrap();
+        w.pre_commit(1).unwrap();
+        w.commit(1).unwrap();
+        let error = sink.writer(&ctx).err().expect("refused");
+        let message = error.to_string();
+        assert!(
+            matches!(&error, Error::Config { setting, .. } if setting == "--output"),
+            "{message}"
+        );
+        assert!(
+            message.contains(&dir.path().display().to_string()),
+            "{message}"
+        );
+        // Restoring, the output is expected; another job may share the directory.
+        ctx.restored = true;
+        assert!(sink.writer(&ctx).is_ok());
+        ctx.restored = false;
+        ctx.job_name = "another".into();
+        assert!(sink.writer(&ctx).is_ok());
     }
 
     #[test]

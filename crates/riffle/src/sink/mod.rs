@@ -62,9 +62,14 @@ pub enum Ending {
 /// of the last data of a bounded job).
 pub type Finalizer = Box<dyn FnOnce(Ending) -> Result<()> + Send>;
 
-/// The finalizers a run collects from its sinks.
+/// The finalizers a run collects from its sinks, with the operator id and subtask of the sink
+/// that left each: the coordinator runs a finished sink's own when a checkpoint holding its final
+/// snapshot completes; the job runs what is left when it ends.
 #[derive(Clone, Default)]
-pub(crate) struct Finalizers(pub(crate) std::sync::Arc<std::sync::Mutex<Vec<Finalizer>>>);
+#[allow(clippy::type_complexity)]
+pub(crate) struct Finalizers(
+    pub(crate) std::sync::Arc<std::sync::Mutex<Vec<(Option<(String, usize)>, Finalizer)>>>,
+);
 
 impl std::fmt::Debug for Finalizers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -73,12 +78,35 @@ impl std::fmt::Debug for Finalizers {
 }
 
 impl Finalizers {
-    pub(crate) fn push(&self, finalizer: Finalizer) {
-        self.0.lock().expect("finalizers lock").push(finalizer);
+    /// Adds the finalizer of the sink `owner` (operator id, subtask), if known.
+    pub(crate) fn push(&self, owner: Option<(String, usize)>, finalizer: Finalizer) {
+        self.0
+            .lock()
+            .expect("finalizers lock")
+            .push((owner, finalizer));
     }
 
+    /// Takes every finalizer left.
     pub(crate) fn take(&self) -> Vec<Finalizer> {
         std::mem::take(&mut *self.0.lock().expect("finalizers lock"))
+            .into_iter()
+            .map(|(_, f)| f)
+            .collect()
+    }
+
+    /// Takes the finalizers of subtask `subtask` of the sink operator `id`.
+    pub(crate) fn take_for(&self, id: &str, subtask: usize) -> Vec<Finalizer> {
+        let mut all = self.0.lock().expect("finalizers lock");
+        let (mine, rest): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut *all)
+                .into_iter()
+                .partition(|(owner, _)| {
+                    owner
+                        .as_ref()
+                        .is_some_and(|(o, s)| o == id && *s == subtask)
+                });
+        *all = rest;
+        mine.into_iter().map(|(_, f)| f).collect()
     }
 }
 

@@ -505,7 +505,6 @@ impl<T: Data> TaskDriver for SourceTask<T> {
         let exhausted = self
             .run_loop()
             .map_err(|e| e.in_operator(&self.name, self.subtask))?;
-        self.ctx.finished(self.last_barrier);
         if exhausted {
             // A bounded input is complete: every window can fire (batch is a special case of streaming).
             self.metrics.set_watermark(MAX_WATERMARK);
@@ -513,6 +512,19 @@ impl<T: Data> TaskDriver for SourceTask<T> {
             self.dead_letter.watermark(MAX_WATERMARK)?;
         }
         self.chain.finish()?;
-        self.dead_letter.finish()
+        self.dead_letter.finish()?;
+        let last = self.last_barrier;
+        if self.ctx.takes_checkpoints() {
+            // The final snapshot (FLIP-147): the splits' positions at their end and what the
+            // chain's sinks wrote; it stands for this task in every later checkpoint.
+            self.inject(CheckpointBarrier {
+                id: crate::checkpoint::FINAL_SNAPSHOT,
+                timestamp: 0,
+                terminate: false,
+            })
+            .map_err(|e| e.in_operator(&self.name, self.subtask))?;
+        }
+        self.ctx.finished(last);
+        Ok(())
     }
 }

@@ -3,6 +3,7 @@
 //! run without the failure: nothing missing, nothing twice.
 
 mod backends;
+mod edges;
 mod faults;
 mod faulty_store;
 mod recovery;
