@@ -5,6 +5,7 @@
 mod backends;
 mod faults;
 mod faulty_store;
+mod key_hash;
 mod recovery;
 mod s3;
 mod savepoints;
