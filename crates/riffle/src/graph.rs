@@ -502,6 +502,7 @@ impl Assembler<'_> {
             metrics: self.registry.operator(&name, subtask),
             id: self.layout.ids[node].clone(),
             run_id: self.run.run_id.clone(),
+            job_name: self.config.job_name.clone(),
             finalizers: Some(self.run.finalizers.clone()),
             name,
             subtask,

@@ -141,6 +141,9 @@ pub struct OperatorContext {
     pub clock: std::sync::Arc<dyn crate::time::Clock>,
     /// Unique per run of the job (a restart is a new run): for names of files a run writes.
     pub run_id: String,
+    /// The job's name (`EnvConfig::job_name`), the same across restarts and restores: what a
+    /// connector names its resources after (Kafka transactional ids), so two jobs never share them.
+    pub job_name: String,
     /// Where a sink leaves what is to be committed once every task finished successfully.
     pub(crate) finalizers: Option<crate::sink::Finalizers>,
     /// The task's key-value store, when the job's state backend has one.
