@@ -174,7 +174,7 @@ mod tests {
         assert_eq!(err.connector_kind(), Some(Retriable));
         assert_eq!(
             err.to_string(),
-            "kafka: cannot flush to `out`: Flush error: Local: Timed out"
+            "kafka: cannot flush to `out`: Flush error: OperationTimedOut (Local: Timed out)"
         );
         match err {
             riffle::Error::Connector { system, source, .. } => {
