@@ -28,9 +28,10 @@
 //! Every integer is little endian and fixed width, so the bytes never depend on the platform.
 //! Maps hash in their iteration order: key a job by a `BTreeMap`, never by a `HashMap`.
 //!
-//! Encoding and hashing allocate nothing per record: the bytes go to a buffer kept per thread.
+//! Hashing a key allocates nothing: a key of up to [`INLINE_KEY_BYTES`] encoded bytes is encoded
+//! into a buffer on the stack, a longer one into a buffer kept per thread and reused.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 
 use serde::Serialize;
 use serde::ser::{self, SerializeMap, SerializeSeq};
@@ -70,14 +71,13 @@ pub fn encode_key<K: Serialize + ?Sized>(key: &K, out: &mut Vec<u8>) -> Result<(
     key.serialize(&mut KeyEncoder { out })
 }
 
-/// Hashes canonical key bytes (XXH3-64, seed 0).
-fn hash_bytes(bytes: &[u8]) -> u64 {
-    xxh3_64(bytes)
-}
+/// Encoded keys up to this many bytes are hashed from a buffer on the stack; longer ones from a
+/// buffer kept per thread.
+pub const INLINE_KEY_BYTES: usize = 64;
 
 thread_local! {
-    /// The buffer keys are encoded into before hashing, reused record after record.
-    static KEY_BUFFER: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(64));
+    /// The buffer keys longer than [`INLINE_KEY_BYTES`] are encoded into, reused.
+    static LONG_KEY: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
 }
 
 /// The stable hash of a key: XXH3-64 of its canonical encoding ([`encode_key`]).
@@ -90,24 +90,28 @@ thread_local! {
 /// // Pinned: this value may never change (see `KEY_HASH_VERSION`).
 /// assert_eq!(riffle::keys::stable_hash(&42u64), 0xd5a6_f8c8_38df_27c8);
 /// ```
+#[inline]
 pub fn stable_hash<K: Serialize + ?Sized>(key: &K) -> u64 {
-    KEY_BUFFER.with(|buffer| match buffer.try_borrow_mut() {
-        Ok(mut bytes) => {
-            bytes.clear();
-            let _ = encode_key(key, &mut bytes);
-            let hash = hash_bytes(&bytes);
-            if bytes.capacity() > 64 * 1024 {
-                // One huge key must not pin its memory for the life of the thread.
-                *bytes = Vec::with_capacity(64);
-            }
-            hash
+    let mut inline = Inline {
+        bytes: [0; INLINE_KEY_BYTES],
+        len: 0,
+        overflow: false,
+    };
+    let _ = key.serialize(&mut KeyEncoder { out: &mut inline });
+    if !inline.overflow {
+        return xxh3_64(&inline.bytes[..inline.len]);
+    }
+    // Too long for the stack: encoded again into the thread's buffer (a key whose `Serialize`
+    // hashes another long key finds it taken, and uses a fresh one).
+    LONG_KEY.with(|cell| {
+        let mut bytes = cell.take();
+        bytes.clear();
+        let _ = encode_key(key, &mut bytes);
+        let hash = xxh3_64(&bytes);
+        if bytes.capacity() <= 64 * 1024 {
+            cell.set(bytes);
         }
-        // A key whose `Serialize` hashes another key (re-entered on this thread).
-        Err(_) => {
-            let mut bytes = Vec::new();
-            let _ = encode_key(key, &mut bytes);
-            hash_bytes(&bytes)
-        }
+        hash
     })
 }
 
@@ -173,39 +177,95 @@ impl KeyGroupRange {
     }
 }
 
-/// The serde serializer writing the canonical encoding.
-struct KeyEncoder<'a> {
-    out: &'a mut Vec<u8>,
+/// Where the encoder writes: a `Vec` ([`encode_key`]) or a buffer on the stack ([`stable_hash`]).
+trait Output {
+    fn put(&mut self, bytes: &[u8]);
+    fn position(&self) -> usize;
+    /// Overwrites 8 bytes at `at` (a count written before its elements were).
+    fn patch(&mut self, at: usize, bytes: [u8; 8]);
 }
 
-impl KeyEncoder<'_> {
-    fn len(&mut self, len: usize) {
-        self.out.extend_from_slice(&(len as u64).to_le_bytes());
+impl Output for Vec<u8> {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
     }
 
+    fn position(&self) -> usize {
+        self.len()
+    }
+
+    fn patch(&mut self, at: usize, bytes: [u8; 8]) {
+        self[at..at + 8].copy_from_slice(&bytes);
+    }
+}
+
+/// The encoding of a short key, on the stack; `overflow` once it did not fit.
+struct Inline {
+    bytes: [u8; INLINE_KEY_BYTES],
+    len: usize,
+    overflow: bool,
+}
+
+impl Output for Inline {
+    #[inline(always)]
+    fn put(&mut self, bytes: &[u8]) {
+        // After an overflow, what fits is still written: the bytes are discarded anyway.
+        let end = self.len + bytes.len();
+        if end <= INLINE_KEY_BYTES {
+            self.bytes[self.len..end].copy_from_slice(bytes);
+            self.len = end;
+        } else {
+            self.overflow = true;
+        }
+    }
+
+    fn position(&self) -> usize {
+        self.len
+    }
+
+    fn patch(&mut self, at: usize, bytes: [u8; 8]) {
+        if !self.overflow {
+            self.bytes[at..at + 8].copy_from_slice(&bytes);
+        }
+    }
+}
+
+/// The serde serializer writing the canonical encoding.
+struct KeyEncoder<'a, O: Output> {
+    out: &'a mut O,
+}
+
+impl<O: Output> KeyEncoder<'_, O> {
+    #[inline]
+    fn len(&mut self, len: usize) {
+        self.out.put(&(len as u64).to_le_bytes());
+    }
+
+    #[inline]
     fn variant(&mut self, index: u32) {
-        self.out.extend_from_slice(&index.to_le_bytes());
+        self.out.put(&index.to_le_bytes());
     }
 }
 
 /// A sequence or map being written: the element count goes first; when serde does not know it
 /// in advance, a placeholder is patched at the end.
-struct Counted<'e, 'a> {
-    encoder: &'e mut KeyEncoder<'a>,
+struct Counted<'e, 'a, O: Output> {
+    encoder: &'e mut KeyEncoder<'a, O>,
     /// Where the placeholder count is, when it must be patched.
     patch: Option<usize>,
     count: u64,
 }
 
-impl<'e, 'a> Counted<'e, 'a> {
-    fn new(encoder: &'e mut KeyEncoder<'a>, len: Option<usize>) -> Self {
+impl<'e, 'a, O: Output> Counted<'e, 'a, O> {
+    fn new(encoder: &'e mut KeyEncoder<'a, O>, len: Option<usize>) -> Self {
         let patch = match len {
             Some(len) => {
                 encoder.len(len);
                 None
             }
             None => {
-                let at = encoder.out.len();
+                let at = encoder.out.position();
                 encoder.len(0);
                 Some(at)
             }
@@ -219,28 +279,29 @@ impl<'e, 'a> Counted<'e, 'a> {
 
     fn finish(self) {
         if let Some(at) = self.patch {
-            self.encoder.out[at..at + 8].copy_from_slice(&self.count.to_le_bytes());
+            self.encoder.out.patch(at, self.count.to_le_bytes());
         }
     }
 }
 
 macro_rules! fixed_width {
     ($($method:ident: $ty:ty),* $(,)?) => {
-        $(fn $method(self, v: $ty) -> Result<(), KeyEncodeError> {
-            self.out.extend_from_slice(&v.to_le_bytes());
+        $(#[inline]
+        fn $method(self, v: $ty) -> Result<(), KeyEncodeError> {
+            self.out.put(&v.to_le_bytes());
             Ok(())
         })*
     };
 }
 
-impl<'e, 'a> ser::Serializer for &'e mut KeyEncoder<'a> {
+impl<'e, 'a, O: Output> ser::Serializer for &'e mut KeyEncoder<'a, O> {
     type Ok = ();
     type Error = KeyEncodeError;
-    type SerializeSeq = Counted<'e, 'a>;
+    type SerializeSeq = Counted<'e, 'a, O>;
     type SerializeTuple = Self;
     type SerializeTupleStruct = Self;
     type SerializeTupleVariant = Self;
-    type SerializeMap = Counted<'e, 'a>;
+    type SerializeMap = Counted<'e, 'a, O>;
     type SerializeStruct = Self;
     type SerializeStructVariant = Self;
 
@@ -255,7 +316,7 @@ impl<'e, 'a> ser::Serializer for &'e mut KeyEncoder<'a> {
     }
 
     fn serialize_bool(self, v: bool) -> Result<(), KeyEncodeError> {
-        self.out.push(v as u8);
+        self.out.put(&[v as u8]);
         Ok(())
     }
 
@@ -267,7 +328,7 @@ impl<'e, 'a> ser::Serializer for &'e mut KeyEncoder<'a> {
         } else {
             v
         };
-        self.out.extend_from_slice(&v.to_bits().to_le_bytes());
+        self.out.put(&v.to_bits().to_le_bytes());
         Ok(())
     }
 
@@ -279,7 +340,7 @@ impl<'e, 'a> ser::Serializer for &'e mut KeyEncoder<'a> {
         } else {
             v
         };
-        self.out.extend_from_slice(&v.to_bits().to_le_bytes());
+        self.out.put(&v.to_bits().to_le_bytes());
         Ok(())
     }
 
@@ -293,17 +354,17 @@ impl<'e, 'a> ser::Serializer for &'e mut KeyEncoder<'a> {
 
     fn serialize_bytes(self, v: &[u8]) -> Result<(), KeyEncodeError> {
         self.len(v.len());
-        self.out.extend_from_slice(v);
+        self.out.put(v);
         Ok(())
     }
 
     fn serialize_none(self) -> Result<(), KeyEncodeError> {
-        self.out.push(0);
+        self.out.put(&[0]);
         Ok(())
     }
 
     fn serialize_some<V: Serialize + ?Sized>(self, value: &V) -> Result<(), KeyEncodeError> {
-        self.out.push(1);
+        self.out.put(&[1]);
         value.serialize(self)
     }
 
@@ -344,7 +405,7 @@ impl<'e, 'a> ser::Serializer for &'e mut KeyEncoder<'a> {
         value.serialize(self)
     }
 
-    fn serialize_seq(self, len: Option<usize>) -> Result<Counted<'e, 'a>, KeyEncodeError> {
+    fn serialize_seq(self, len: Option<usize>) -> Result<Counted<'e, 'a, O>, KeyEncodeError> {
         Ok(Counted::new(self, len))
     }
 
@@ -371,7 +432,7 @@ impl<'e, 'a> ser::Serializer for &'e mut KeyEncoder<'a> {
         Ok(self)
     }
 
-    fn serialize_map(self, len: Option<usize>) -> Result<Counted<'e, 'a>, KeyEncodeError> {
+    fn serialize_map(self, len: Option<usize>) -> Result<Counted<'e, 'a, O>, KeyEncodeError> {
         Ok(Counted::new(self, len))
     }
 
@@ -391,7 +452,7 @@ impl<'e, 'a> ser::Serializer for &'e mut KeyEncoder<'a> {
     }
 }
 
-impl SerializeSeq for Counted<'_, '_> {
+impl<O: Output> SerializeSeq for Counted<'_, '_, O> {
     type Ok = ();
     type Error = KeyEncodeError;
 
@@ -409,7 +470,7 @@ impl SerializeSeq for Counted<'_, '_> {
     }
 }
 
-impl SerializeMap for Counted<'_, '_> {
+impl<O: Output> SerializeMap for Counted<'_, '_, O> {
     type Ok = ();
     type Error = KeyEncodeError;
 
@@ -431,7 +492,7 @@ impl SerializeMap for Counted<'_, '_> {
 /// Tuples, structs and their enum variants: the fields one after the other.
 macro_rules! fields {
     ($($trait:ident, $method:ident $(, $key:ident)?;)*) => {
-        $(impl ser::$trait for &mut KeyEncoder<'_> {
+        $(impl<O: Output> ser::$trait for &mut KeyEncoder<'_, O> {
             type Ok = ();
             type Error = KeyEncodeError;
 
@@ -591,6 +652,31 @@ mod tests {
     }
 
     #[test]
+    fn short_and_long_keys_hash_their_canonical_bytes() {
+        let long = "x".repeat(1000);
+        let at_the_limit = "y".repeat(INLINE_KEY_BYTES - 8);
+        let just_over = "z".repeat(INLINE_KEY_BYTES - 7);
+        fn check<K: Serialize + ?Sized>(key: &K) {
+            let encoded = bytes(key);
+            assert_eq!(
+                stable_hash(key),
+                xxh3_64(&encoded),
+                "{} bytes",
+                encoded.len()
+            );
+        }
+        // Twice: the thread's buffer for long keys is reused and left clean.
+        for _ in 0..2 {
+            check(&7u64);
+            check(&long);
+            check(&at_the_limit);
+            check(&just_over);
+            check(&(&long, 3u8));
+            check(&vec![&long, &long]);
+        }
+    }
+
+    #[test]
     fn a_failing_key_still_has_one_key_group() {
         struct Broken;
         impl Serialize for Broken {
@@ -604,8 +690,6 @@ mod tests {
             "cannot encode the key: no"
         );
         assert_eq!(stable_hash(&Broken), stable_hash(&Broken));
-        // The thread's buffer is left usable.
-        assert_eq!(stable_hash(&42u64), GOLDEN[0].0);
     }
 
     proptest! {
