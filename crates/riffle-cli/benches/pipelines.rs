@@ -497,7 +497,7 @@ fn keyed_updates(config: EnvConfig, keys: u64, records: u64) -> UpdatesRun {
     let env = StreamEnv::with_config(config);
     env.from_source(DatagenSource::new(KeyUpdates { keys }).count(records))
         .key_by(|r| r.0)
-        .process(Payload(12))
+        .process_function(Payload(12))
         .uid("payload")
         .name("payload")
         .sink(BlackholeSink::new());
@@ -644,7 +644,7 @@ fn recovery() -> Figure {
         env.from_source(DatagenSource::new(KeyUpdates { keys }))
             .uid("updates")
             .key_by(|r| r.0)
-            .process(Payload(64))
+            .process_function(Payload(64))
             .uid("payload")
             .name("payload")
             .sink(BlackholeSink::new());

@@ -1,5 +1,10 @@
 //! `riffle jobs | savepoint | stop | cancel`: the jobs running on this machine (found through the
 //! registry their web servers write) or at an address, and their control through the REST API.
+//!
+//! A job found in the registry is verified before any control request: the server at its
+//! address must prove it holds the key of the job's registry entry, and only then is the token
+//! sent. Tokens come from `--token-file`, `RIFFLE_WEB_TOKEN` or `--token` (which other users can
+//! read in the process list).
 
 use clap::Args;
 use riffle_web::client::JobClient;
@@ -15,7 +20,8 @@ pub struct Target {
     /// The job's API address (HOST:PORT) instead of looking the job up on this machine.
     #[arg(long, value_name = "HOST:PORT")]
     pub address: Option<String>,
-    /// The job's token (when it was started with one).
+    /// The job's token (when it was started with one). Other users on this machine can read a
+    /// command line: prefer --token-file or the RIFFLE_WEB_TOKEN environment variable.
     #[arg(
         long,
         env = "RIFFLE_WEB_TOKEN",
@@ -23,18 +29,53 @@ pub struct Target {
         hide_env_values = true
     )]
     pub token: Option<String>,
+    /// Read the job's token from this file (its first line); it takes precedence over --token
+    /// and RIFFLE_WEB_TOKEN.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<std::path::PathBuf>,
+}
+
+/// The token in `file`: its first line, without surrounding white space.
+pub fn read_token_file(file: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("cannot read the token file {}: {e}", file.display()))?;
+    let token = text.lines().next().unwrap_or_default().trim();
+    if token.is_empty() {
+        return Err(format!("the token file {} is empty", file.display()));
+    }
+    Ok(token.to_string())
 }
 
 impl Target {
+    fn token(&self) -> Result<Option<String>, String> {
+        match &self.token_file {
+            Some(file) => read_token_file(file).map(Some),
+            None => Ok(self.token.clone()),
+        }
+    }
+
+    /// A client of the job; for a registered job, verified before it gets the token.
     fn client(&self) -> Result<JobClient, String> {
-        let address = match (&self.address, &self.job) {
-            (Some(address), _) => address.clone(),
-            (None, Some(job)) => registry::find(job)?.address,
-            (None, None) => {
-                return Err("name the job (`riffle jobs` lists them) or give --address".into());
+        let token = self.token()?;
+        match (&self.address, &self.job) {
+            (Some(address), _) => {
+                // A registered job at that address is verified; any other address is the
+                // caller's own choice.
+                let registered = registry::list()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|entry| entry.address == *address);
+                match registered {
+                    Some(entry) => JobClient::verified(&entry, token).map_err(|e| e.to_string()),
+                    None => Ok(JobClient::new(address, token)),
+                }
             }
-        };
-        Ok(JobClient::new(&address, self.token.clone()))
+            (None, Some(job)) => {
+                let entry = registry::find(job)?;
+                JobClient::verified(&entry, token).map_err(|e| e.to_string())
+            }
+            (None, None) => Err("name the job (`riffle jobs` lists them) or give --address".into()),
+        }
     }
 }
 
@@ -42,12 +83,18 @@ impl Target {
 pub fn jobs(address: Option<&str>) -> Result<(), String> {
     let addresses: Vec<String> = match address {
         Some(address) => vec![address.to_string()],
-        None => registry::list().into_iter().map(|j| j.address).collect(),
+        None => registry::list()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|j| j.address)
+            .collect(),
     };
     if addresses.is_empty() {
         println!(
             "no running jobs on this machine (registry: {})",
-            registry::jobs_dir().display()
+            registry::jobs_dir()
+                .map(|d| d.display().to_string())
+                .map_err(|e| e.to_string())?
         );
         return Ok(());
     }

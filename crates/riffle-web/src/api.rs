@@ -1,9 +1,16 @@
 //! The HTTP routes: the JSON API under `/api/v1`, `/metrics`, and the UI's static files.
 //!
 //! Every error is JSON, `{"error": "..."}`, with a 4xx status for what the request got wrong
-//! (unknown path or operator, malformed body, bad savepoint directory, missing token) and 409
-//! when the job can no longer do what was asked (it has ended).
+//! (unknown path or operator, malformed body or parameter, bad savepoint directory, missing
+//! token, a request a browser could have sent cross-site) and 409 when the job can no longer do
+//! what was asked (it has ended).
+//!
+//! Control requests (every POST) pass, in order: the `Host` and `Origin` checks and the
+//! non-simple request shape (JSON body, `X-Riffle-Request` header or a bearer token) of
+//! [`guard`], then the token check of [`require_token`]. Savepoint targets are checked by
+//! [`crate::targets`].
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -20,6 +27,8 @@ use serde_json::{Value, json};
 
 use crate::WebConfig;
 use crate::history::{Current, History, wall_clock};
+use crate::security::{AllowedHosts, REQUEST_HEADER, tokens_equal};
+use crate::targets::{Refusal, SavepointRoots};
 use crate::views::{Bottleneck, Latency, OperatorView};
 
 /// What every handler shares.
@@ -32,17 +41,35 @@ struct Inner {
     job: JobMonitor,
     token: Option<String>,
     savepoint_dir: Option<String>,
+    roots: SavepointRoots,
+    hosts: AllowedHosts,
+    /// Where the server listens, as the registry entry records it.
+    address: String,
+    /// The secret of the registry entry (see [`crate::security::identity_proof`]).
+    key: Vec<u8>,
     sample_interval: Duration,
     history: Mutex<History>,
 }
 
 impl AppState {
-    pub(crate) fn new(job: JobMonitor, config: &WebConfig) -> Self {
+    pub(crate) fn new(
+        job: JobMonitor,
+        config: &WebConfig,
+        address: SocketAddr,
+        key: Vec<u8>,
+    ) -> Self {
         AppState {
             inner: Arc::new(Inner {
                 job,
                 token: config.token.clone(),
                 savepoint_dir: config.savepoint_dir.clone(),
+                roots: SavepointRoots::new(
+                    config.savepoint_dir.as_deref(),
+                    &config.savepoint_roots,
+                ),
+                hosts: AllowedHosts::new(address, &config.allowed_hosts),
+                address: address.to_string(),
+                key,
                 sample_interval: config.sample_interval,
                 history: Mutex::new(History::default()),
             }),
@@ -82,6 +109,10 @@ impl ApiError {
     fn bad_request(message: impl Into<String>) -> Self {
         ApiError(StatusCode::BAD_REQUEST, message.into())
     }
+
+    fn forbidden(message: impl Into<String>) -> Self {
+        ApiError(StatusCode::FORBIDDEN, message.into())
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -102,14 +133,10 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/v1/job/savepoints", post(savepoint))
         .route("/api/v1/job/stop", post(stop))
         .route("/api/v1/job/cancel", post(cancel))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
-    Router::new()
-        .route("/", get(|| async { ui("index.html") }))
-        .route(
-            "/ui/{file}",
-            get(|Path(file): Path<String>| async move { ui(&file) }),
-        )
-        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn(no_parameters))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .route_layer(middleware::from_fn_with_state(state.clone(), guard));
+    let plain = Router::new()
         .route("/api/v1/openapi.json", get(openapi))
         .route("/api/v1/job", get(job))
         .route("/api/v1/job/graph", get(graph))
@@ -117,7 +144,17 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/v1/job/operators/{name}", get(operator))
         .route("/api/v1/job/bottleneck", get(bottleneck))
         .route("/api/v1/job/checkpoints", get(checkpoints))
+        .route_layer(middleware::from_fn(no_parameters));
+    Router::new()
+        .route("/", get(|| async { ui("index.html") }))
+        .route(
+            "/ui/{file}",
+            get(|Path(file): Path<String>| async move { ui(&file) }),
+        )
+        .route("/metrics", get(metrics))
         .route("/api/v1/job/history", get(history))
+        .route("/api/v1/job/identity", get(identity))
+        .merge(plain)
         .merge(control)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -138,6 +175,89 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     )
 }
 
+/// Endpoints without parameters refuse a query string rather than ignore it.
+async fn no_parameters(uri: Uri, request: Request, next: Next) -> Response {
+    if let Some(query) = uri.query() {
+        return ApiError::bad_request(format!(
+            "{} takes no query parameters (got `{query}`)",
+            uri.path()
+        ))
+        .into_response();
+    }
+    next.run(request).await
+}
+
+/// What a control request must look like, checked before its token: it names this server in
+/// `Host` (a DNS-rebinding page sends its own name) and, when the browser says where it comes
+/// from, in `Origin`; and it is not a request a browser sends cross-site without a CORS
+/// preflight (which is never granted): JSON (`Content-Type: application/json`) with the
+/// `X-Riffle-Request` header or an `Authorization` header.
+async fn guard(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    request: Request,
+    next: Next,
+) -> Response {
+    match check_request(&state.inner.hosts, &headers) {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn check_request(hosts: &AllowedHosts, headers: &HeaderMap) -> Result<(), ApiError> {
+    let text = |name: header::HeaderName| {
+        headers
+            .get(&name)
+            .map(|v| {
+                v.to_str()
+                    .map_err(|_| ApiError::bad_request(format!("header {name} is not text")))
+            })
+            .transpose()
+    };
+    let host = text(header::HOST)?.unwrap_or_default();
+    if !hosts.allows(host, 80) {
+        return Err(ApiError::forbidden(format!(
+            "Host `{host}` is not an address this job listens on: control requests are refused \
+             (DNS rebinding?). Use the address the job prints, or add the name to the server's \
+             allowed hosts (--web-allowed-host)"
+        )));
+    }
+    if let Some(origin) = text(header::ORIGIN)?
+        && !hosts.allows_origin(origin)
+    {
+        return Err(ApiError::forbidden(format!(
+            "cross-site control request from origin `{origin}` refused"
+        )));
+    }
+    let json = text(header::CONTENT_TYPE)?.is_some_and(|v| {
+        v.split(';')
+            .next()
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+    });
+    if !json {
+        return Err(ApiError(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "control requests must be JSON: `Content-Type: application/json`".into(),
+        ));
+    }
+    if !headers.contains_key(REQUEST_HEADER) && !headers.contains_key(header::AUTHORIZATION) {
+        return Err(ApiError::forbidden(
+            "control requests must carry the header `X-Riffle-Request: 1` (or the job's token): \
+             a browser cannot send it from another site",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether the request's `Authorization: Bearer` is `token`, compared in constant time.
+fn token_accepted(headers: &HeaderMap, token: &str) -> bool {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|given| tokens_equal(given.as_bytes(), token.as_bytes()))
+}
+
 /// Control requests carry the configured token, if there is one.
 async fn require_token(
     State(state): State<AppState>,
@@ -145,18 +265,16 @@ async fn require_token(
     request: Request,
     next: Next,
 ) -> Response {
-    if let Some(token) = &state.inner.token {
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if given != Some(token.as_str()) {
-            return ApiError(
-                StatusCode::UNAUTHORIZED,
-                "this job's control endpoints need its token: `Authorization: Bearer <token>` (riffle --token or RIFFLE_WEB_TOKEN)".into(),
-            )
-            .into_response();
-        }
+    if let Some(token) = &state.inner.token
+        && !token_accepted(&headers, token)
+    {
+        return ApiError(
+            StatusCode::UNAUTHORIZED,
+            "this job's control endpoints need its token: `Authorization: Bearer <token>` \
+             (riffle --token-file, RIFFLE_WEB_TOKEN or --token)"
+                .into(),
+        )
+        .into_response();
     }
     next.run(request).await
 }
@@ -248,14 +366,24 @@ struct HistoryQuery {
     seconds: Option<u64>,
 }
 
+/// The largest `seconds` of a history request: a day.
+const MAX_HISTORY_SECONDS: u64 = 86_400;
+
 async fn history(
     State(state): State<AppState>,
     query: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    if let Some(seconds) = query.seconds
+        && !(1..=MAX_HISTORY_SECONDS).contains(&seconds)
+    {
+        return Err(ApiError::bad_request(format!(
+            "seconds={seconds} is out of range: from 1 to {MAX_HISTORY_SECONDS}"
+        )));
+    }
     let since = query
         .seconds
-        .map_or(i64::MIN, |s| wall_clock() - (s as i64).saturating_mul(1000));
+        .map_or(i64::MIN, |s| wall_clock() - s as i64 * 1000);
     let history = state.history();
     let points: Vec<_> = history.points.iter().filter(|p| p.t >= since).collect();
     let vertices: Vec<&str> = state
@@ -270,6 +398,32 @@ async fn history(
         "vertices": vertices,
         "points": points,
     }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IdentityQuery {
+    /// A fresh random challenge of the client, hex.
+    challenge: String,
+}
+
+/// `GET /api/v1/job/identity?challenge=HEX`: the job's id and the proof that this server holds
+/// the key of the job's registry entry (the CLI checks it before it sends a token).
+async fn identity(
+    State(state): State<AppState>,
+    query: Result<Query<IdentityQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let challenge = query.challenge;
+    if !(32..=128).contains(&challenge.len()) || crate::security::unhex(&challenge).is_none() {
+        return Err(ApiError::bad_request(
+            "challenge must be 32 to 128 hex digits",
+        ));
+    }
+    let id = state.job().overview().id;
+    let proof =
+        crate::security::identity_proof(&state.inner.key, &id, &state.inner.address, &challenge);
+    ok(json!({ "id": id, "proof": proof }))
 }
 
 /// `/metrics`: OpenMetrics when the scraper accepts it (Prometheus does), else the classic text
@@ -356,48 +510,41 @@ struct StopRequest {
     target_directory: Option<String>,
 }
 
-/// A new savepoint location under `target` (or the configured default directory): the directory
-/// is checked (absolute or `s3://`, no `..`, not a file) and `savepoint-<job id>-<epoch ms>`
-/// appended, as Flink names them.
+/// A new savepoint location under `target` (or the configured default directory): a target
+/// named by the request must lie under the job's savepoint directory or an allowed root (403
+/// otherwise, see [`crate::targets`]); `savepoint-<job id>-<epoch ms>` is appended, as Flink
+/// names them.
 fn savepoint_location(state: &AppState, target: Option<String>) -> Result<String, ApiError> {
-    let target = target
-        .or_else(|| state.inner.savepoint_dir.clone())
-        .ok_or_else(|| {
-            ApiError::bad_request(
-                "no target_directory given and the job has no default savepoint directory",
-            )
-        })?;
-    let target = target.trim_end_matches('/');
-    let name = format!("savepoint-{}-{}", state.job().overview().id, wall_clock());
-    if let Some(rest) = target.strip_prefix("s3://") {
-        let bucket = rest.split('/').next().unwrap_or_default();
-        if bucket.is_empty() || rest.split('/').any(|part| part == "..") {
-            return Err(ApiError::bad_request(format!(
-                "bad savepoint directory `{target}`: expected s3://bucket/prefix"
-            )));
+    let directory = match target {
+        Some(target) => {
+            if target.len() > 4096 {
+                return Err(ApiError::bad_request(
+                    "target_directory is longer than 4096 bytes",
+                ));
+            }
+            state
+                .inner
+                .roots
+                .check(&target)
+                .map_err(|refusal| match refusal {
+                    Refusal::Forbidden(message) => ApiError::forbidden(message),
+                    Refusal::Invalid(message) => ApiError::bad_request(message),
+                })?
         }
-        return Ok(format!("{target}/{name}"));
-    }
-    let local = target.strip_prefix("file://").unwrap_or(target);
-    let path = std::path::Path::new(local);
-    let bad =
-        |why: &str| ApiError::bad_request(format!("bad savepoint directory `{target}`: {why}"));
-    if local.is_empty() || local.contains('\0') {
-        return Err(bad("empty or not a path"));
-    }
-    if !path.is_absolute() {
-        return Err(bad("must be an absolute path (or s3://bucket/prefix)"));
-    }
-    if path
-        .components()
-        .any(|c| c == std::path::Component::ParentDir)
-    {
-        return Err(bad("must not contain `..`"));
-    }
-    if path.exists() && !path.is_dir() {
-        return Err(bad("exists and is not a directory"));
-    }
-    Ok(path.join(name).display().to_string())
+        None => state
+            .inner
+            .savepoint_dir
+            .clone()
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "no target_directory given and the job has no default savepoint directory",
+                )
+            })?
+            .trim_end_matches('/')
+            .to_string(),
+    };
+    let name = format!("savepoint-{}-{}", state.job().overview().id, wall_clock());
+    Ok(format!("{directory}/{name}"))
 }
 
 /// Runs a blocking call of the job (a savepoint waits for its completion) off the server thread.
@@ -462,4 +609,102 @@ async fn cancel(State(state): State<AppState>) -> ApiResult {
         axum::Json(json!({ "status": "cancelling" })),
     )
         .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn the_token_is_checked_by_the_constant_time_comparison() {
+        use crate::security::COMPARISONS;
+        let before = COMPARISONS.with(|c| c.get());
+        assert!(token_accepted(
+            &headers(&[("authorization", "Bearer s3cret")]),
+            "s3cret"
+        ));
+        assert!(!token_accepted(
+            &headers(&[("authorization", "Bearer s3creT")]),
+            "s3cret"
+        ));
+        assert!(!token_accepted(
+            &headers(&[("authorization", "Bearer s3cret-and-more")]),
+            "s3cret"
+        ));
+        assert_eq!(COMPARISONS.with(|c| c.get()) - before, 3);
+        // No bearer token: nothing to compare.
+        assert!(!token_accepted(&headers(&[]), "s3cret"));
+        assert!(!token_accepted(
+            &headers(&[("authorization", "Basic czNjcmV0")]),
+            "s3cret"
+        ));
+        assert_eq!(COMPARISONS.with(|c| c.get()) - before, 3);
+    }
+
+    #[test]
+    fn control_requests_must_be_non_simple_and_name_this_server() {
+        let hosts = AllowedHosts::new("127.0.0.1:8081".parse().unwrap(), &[]);
+        let good = [
+            ("host", "127.0.0.1:8081"),
+            ("content-type", "application/json"),
+            ("x-riffle-request", "1"),
+        ];
+        assert!(check_request(&hosts, &headers(&good)).is_ok());
+        let with = |extra: &[(&'static str, &str)]| {
+            let mut all: Vec<(&'static str, &str)> = good.to_vec();
+            for (name, value) in extra {
+                all.retain(|(n, _)| n != name);
+                all.push((name, value));
+            }
+            check_request(&hosts, &headers(&all))
+        };
+        let refused = |result: Result<(), ApiError>| match result {
+            Err(ApiError(code, message)) => (code.as_u16(), message),
+            Ok(()) => panic!("accepted"),
+        };
+        assert!(with(&[("origin", "http://127.0.0.1:8081")]).is_ok());
+        assert!(with(&[("content-type", "Application/JSON; charset=utf-8")]).is_ok());
+        let (code, message) = refused(with(&[("origin", "http://evil.example")]));
+        assert_eq!(
+            (code, message.as_str()),
+            (
+                403,
+                "cross-site control request from origin `http://evil.example` refused"
+            )
+        );
+        let (code, message) = refused(with(&[("host", "evil.example:8081")]));
+        assert_eq!(code, 403);
+        assert!(
+            message.starts_with("Host `evil.example:8081` is not an address this job listens on")
+        );
+        let (code, message) = refused(with(&[("content-type", "text/plain")]));
+        assert_eq!(
+            (code, message.as_str()),
+            (
+                415,
+                "control requests must be JSON: `Content-Type: application/json`"
+            )
+        );
+        let without_header: Vec<_> = good[..2].to_vec();
+        let (code, message) = refused(check_request(&hosts, &headers(&without_header)));
+        assert_eq!(code, 403);
+        assert!(message.contains("X-Riffle-Request"), "{message}");
+        let mut with_token = without_header.clone();
+        with_token.push(("authorization", "Bearer x"));
+        assert!(check_request(&hosts, &headers(&with_token)).is_ok());
+        assert_eq!(
+            refused(check_request(&hosts, &headers(&good[1..]))).0,
+            403,
+            "no Host"
+        );
+    }
 }

@@ -10,7 +10,10 @@
 //!
 //! The server listens on loopback (127.0.0.1:8081, or the next free port up to 8099 when that one
 //! is taken, then any) unless told otherwise; binding any other address requires a token, which control
-//! requests must then carry (`Authorization: Bearer <token>`).
+//! requests must then carry (`Authorization: Bearer <token>`). Control requests must also name
+//! the server in `Host` (and `Origin`, when sent) and be JSON with the `X-Riffle-Request` header,
+//! so that no web page can send them; savepoint targets must lie under the configured roots.
+//! The security model is described in `docs/operations.md`.
 //!
 //! ```
 //! use riffle::{StreamEnv, sink::CollectSink};
@@ -28,10 +31,12 @@
 pub mod client;
 pub mod prometheus;
 pub mod registry;
+pub mod security;
 pub mod views;
 
 mod api;
 mod history;
+mod targets;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::thread::JoinHandle;
@@ -52,10 +57,21 @@ pub struct WebConfig {
     /// Required of control requests (savepoint, stop, cancel) when set; must be set to listen
     /// on anything but loopback.
     pub token: Option<String>,
-    /// Where savepoints go when a request names no directory.
+    /// Where savepoints go when a request names no directory (absolute path or
+    /// `s3://bucket/prefix`); a request may name a directory under it.
     pub savepoint_dir: Option<String>,
+    /// Further locations (absolute directories or `s3://bucket/prefix`) under which a request
+    /// may put a savepoint; any other target is refused with 403.
+    pub savepoint_roots: Vec<String>,
+    /// Further names (`host` with the server's port, or `host:port`) under which control
+    /// requests may reach the server, e.g. behind a reverse proxy; loopback names, the bound
+    /// address (any IP address when bound to all) are always accepted.
+    pub allowed_hosts: Vec<String>,
     /// Write the job into the registry of this machine's jobs (default true).
     pub register: bool,
+    /// The registry directory to write into; default: `$RIFFLE_JOBS_DIR`, else the user's
+    /// private one (see [`registry`]).
+    pub registry_dir: Option<std::path::PathBuf>,
     /// How often the figures are sampled for rates and charts (default 1 s).
     pub sample_interval: Duration,
 }
@@ -66,7 +82,10 @@ impl Default for WebConfig {
             address: DEFAULT_ADDRESS,
             token: None,
             savepoint_dir: None,
+            savepoint_roots: Vec::new(),
+            allowed_hosts: Vec::new(),
             register: true,
+            registry_dir: None,
             sample_interval: Duration::from_secs(1),
         }
     }
@@ -95,6 +114,36 @@ impl WebConfig {
                     "listening on {} (not loopback) needs a token for the control endpoints",
                     self.address
                 ),
+            ));
+        }
+        for root in self.savepoint_dir.iter().chain(&self.savepoint_roots) {
+            let local = root.strip_prefix("file://").unwrap_or(root);
+            let fine = if let Some(rest) = root.strip_prefix("s3://") {
+                !rest.trim_end_matches('/').is_empty()
+                    && !rest.split('/').any(|p| p == ".." || p == ".")
+            } else {
+                std::path::Path::new(local).is_absolute()
+                    && !std::path::Path::new(local)
+                        .components()
+                        .any(|c| c == std::path::Component::ParentDir)
+            };
+            if !fine {
+                return Err(Error::config(
+                    "web.savepoint_roots",
+                    format!(
+                        "`{root}` is not an absolute directory (without `..`) nor s3://bucket/prefix"
+                    ),
+                ));
+            }
+        }
+        if let Some(host) = self
+            .allowed_hosts
+            .iter()
+            .find(|h| h.trim().is_empty() || h.contains(['/', '@', ' ']))
+        {
+            return Err(Error::config(
+                "web.allowed_hosts",
+                format!("`{host}` is not a host name (host or host:port)"),
             ));
         }
         if self.sample_interval.is_zero() {
@@ -150,6 +199,7 @@ impl WebServer {
             .set_nonblocking(true)
             .map_err(|e| Error::io("cannot configure the listening socket", e))?;
         let overview = job.overview();
+        let key = security::random_hex(32);
         let registration = if config.register {
             let entry = registry::JobEntry {
                 id: overview.id.clone(),
@@ -157,11 +207,16 @@ impl WebServer {
                 address: address.to_string(),
                 pid: std::process::id(),
                 started_at: overview.started_at,
+                key: key.clone(),
             };
-            match registry::register(&entry) {
+            let registered = match &config.registry_dir {
+                Some(dir) => registry::Registry::at(dir).register(&entry),
+                None => registry::register(&entry),
+            };
+            match registered {
                 Ok(registration) => Some(registration),
                 Err(e) => {
-                    tracing::warn!(dir = %registry::jobs_dir().display(), error = %e, "cannot register the job: `riffle jobs` will not list it");
+                    tracing::warn!(error = %e, "cannot register the job: `riffle jobs` will not list it");
                     None
                 }
             }
@@ -169,7 +224,8 @@ impl WebServer {
             None
         };
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
-        let state = api::AppState::new(job, &config);
+        let key = security::unhex(&key).expect("hex of our own");
+        let state = api::AppState::new(job, &config, address, key);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

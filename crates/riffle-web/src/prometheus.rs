@@ -168,6 +168,18 @@ pub fn render(e: &Exposition<'_>) -> String {
         "Late records sent to the late side output",
         None,
     );
+    let outliers = family::<Counter>(
+        registry,
+        "operator_watermark_outliers",
+        "Records far ahead of their split's watermark, kept from moving it until corroborated",
+        None,
+    );
+    let unconsumed = family::<Counter>(
+        registry,
+        "operator_side_output_unconsumed",
+        "Records sent to a side output nothing in the job consumes (dropped)",
+        None,
+    );
     let busy = family::<FloatGauge>(
         registry,
         "operator_busy_ratio",
@@ -235,6 +247,10 @@ pub fn render(e: &Exposition<'_>) -> String {
             late_side
                 .get_or_create(&l)
                 .inc_by(s.late_records_side_output);
+            outliers.get_or_create(&l).inc_by(s.watermark_outliers);
+            unconsumed
+                .get_or_create(&l)
+                .inc_by(s.side_output_unconsumed);
             busy.get_or_create(&l).set(s.busy_ms_per_sec / 1e3);
             backpressured
                 .get_or_create(&l)

@@ -43,6 +43,11 @@ pub struct SubtaskView {
     pub late_records_side_output: u64,
     /// Records a source could not decode.
     pub bad_records: u64,
+    /// Records whose event time jumped too far ahead of their split's watermark (sources):
+    /// processed, kept from moving the watermark until corroborated.
+    pub watermark_outliers: u64,
+    /// Records sent to a side output nothing consumes (dropped).
+    pub side_output_unconsumed: u64,
     /// Entries of keyed state (and timers).
     pub state_entries: u64,
     /// Estimated bytes of keyed state.
@@ -222,6 +227,8 @@ fn subtask_view(
         late_records_dropped: now.late_records_dropped,
         late_records_side_output: now.late_records_side_output,
         bad_records: now.bad_records,
+        watermark_outliers: now.watermark_outliers,
+        side_output_unconsumed: now.side_output_unconsumed,
         state_entries: now.state_entries,
         state_bytes: now.state_bytes,
         split_lag: now.split_lag.clone(),
@@ -264,6 +271,8 @@ fn total(subtasks: &[SubtaskView]) -> SubtaskView {
         late_records_dropped: sum(|s| s.late_records_dropped),
         late_records_side_output: sum(|s| s.late_records_side_output),
         bad_records: sum(|s| s.bad_records),
+        watermark_outliers: sum(|s| s.watermark_outliers),
+        side_output_unconsumed: sum(|s| s.side_output_unconsumed),
         state_entries: sum(|s| s.state_entries),
         state_bytes: sum(|s| s.state_bytes),
         split_lag: subtasks.iter().flat_map(|s| s.split_lag.clone()).collect(),
@@ -421,6 +430,8 @@ mod tests {
             bad_records: 0,
             late_records_dropped: 0,
             late_records_side_output: 0,
+            watermark_outliers: 0,
+            side_output_unconsumed: 0,
             watermark: MIN_WATERMARK,
             state_entries: 0,
             state_bytes: 0,

@@ -26,7 +26,7 @@ fn keys(value: &Value) -> Vec<&str> {
 }
 
 /// The fields of an operator and of each of its subtasks (the API's contract).
-const SUBTASK_FIELDS: [&str; 18] = [
+const SUBTASK_FIELDS: [&str; 20] = [
     "backpressure",
     "backpressured_ms_per_sec",
     "bad_records",
@@ -39,12 +39,14 @@ const SUBTASK_FIELDS: [&str; 18] = [
     "records_in_per_sec",
     "records_out",
     "records_out_per_sec",
+    "side_output_unconsumed",
     "split_lag",
     "state_bytes",
     "state_entries",
     "subtask",
     "watermark",
     "watermark_lag_ms",
+    "watermark_outliers",
 ];
 
 fn status(client: &JobClient) -> String {
@@ -219,7 +221,15 @@ fn a_finished_job_reports_exactly_its_counts_graph_and_operators() {
 fn a_running_job_shows_rates_checkpoints_and_history_then_stops_with_a_savepoint() {
     let dir = tempfile::tempdir().unwrap();
     let job = running_job(dir.path());
-    let web = WebServer::start(job.monitor(), config(dir.path())).unwrap();
+    let target = dir.path().join("my-savepoints");
+    let web = WebServer::start(
+        job.monitor(),
+        WebConfig {
+            savepoint_roots: vec![target.display().to_string()],
+            ..config(dir.path())
+        },
+    )
+    .unwrap();
     let client = JobClient::new(&web.address().to_string(), None);
     assert!(eventually(Duration::from_secs(20), || {
         let job = client.get("/api/v1/job").unwrap();
@@ -274,8 +284,7 @@ fn a_running_job_shows_rates_checkpoints_and_history_then_stops_with_a_savepoint
         job.plan().vertices.len()
     );
 
-    // A savepoint while running, then a stop with savepoint.
-    let target = dir.path().join("my-savepoints");
+    // A savepoint while running (into an allowed root), then a stop with savepoint.
     let taken = client
         .post(
             "/api/v1/job/savepoints",
@@ -331,11 +340,15 @@ fn cancel_needs_the_token_when_one_is_set() {
     let (code, message) = error_of(anonymous.post("/api/v1/job/cancel", &json!({})));
     assert_eq!(code, 401, "{message}");
     assert!(message.contains("token"), "{message}");
-    let wrong = JobClient::new(&address, Some("guess".into()));
-    assert_eq!(
-        error_of(wrong.post("/api/v1/job/cancel", &json!({}))).0,
-        401
-    );
+    // Wrong tokens, of another length and of the same length, differing in the last byte.
+    for guess in ["guess", "s3creT", "s3cret-and-more", ""] {
+        let wrong = JobClient::new(&address, Some(guess.into()));
+        assert_eq!(
+            error_of(wrong.post("/api/v1/job/cancel", &json!({}))).0,
+            401,
+            "{guess}"
+        );
+    }
     // Reading needs no token.
     assert_eq!(status(&anonymous), "RUNNING");
     let owner = JobClient::new(&address, Some("s3cret".into()));
@@ -366,6 +379,7 @@ fn bad_requests_get_a_4xx_with_a_message_and_the_job_runs_on() {
         let response = http
             .request(method, format!("http://{address}{path}"))
             .header("content-type", "application/json")
+            .header("x-riffle-request", "1")
             .body(body.to_string())
             .send()
             .unwrap();
@@ -393,6 +407,112 @@ fn bad_requests_get_a_4xx_with_a_message_and_the_job_runs_on() {
         ),
         (Method::GET, "/api/v1/job/history?bogus=1", "", 400, "bogus"),
         (
+            Method::GET,
+            "/api/v1/job/history?seconds=18446744073709551615",
+            "",
+            400,
+            "seconds=18446744073709551615 is out of range: from 1 to 86400",
+        ),
+        (
+            Method::GET,
+            "/api/v1/job/history?seconds=0",
+            "",
+            400,
+            "seconds=0 is out of range",
+        ),
+        (
+            Method::GET,
+            "/api/v1/job/history?seconds=86401",
+            "",
+            400,
+            "out of range",
+        ),
+        (
+            Method::GET,
+            "/api/v1/job/history?seconds=-1",
+            "",
+            400,
+            "seconds",
+        ),
+        (
+            Method::GET,
+            "/api/v1/job/history?seconds=99999999999999999999",
+            "",
+            400,
+            "seconds",
+        ),
+        (
+            Method::GET,
+            "/api/v1/job?seconds=1",
+            "",
+            400,
+            "/api/v1/job takes no query parameters (got `seconds=1`)",
+        ),
+        (
+            Method::GET,
+            "/api/v1/job/graph?x",
+            "",
+            400,
+            "takes no query parameters",
+        ),
+        (
+            Method::GET,
+            "/api/v1/job/operators?limit=5",
+            "",
+            400,
+            "takes no query parameters",
+        ),
+        (
+            Method::GET,
+            "/api/v1/job/operators/even%20users?x=1",
+            "",
+            400,
+            "takes no query parameters",
+        ),
+        (
+            Method::GET,
+            "/api/v1/job/bottleneck?x=1",
+            "",
+            400,
+            "takes no query parameters",
+        ),
+        (
+            Method::GET,
+            "/api/v1/job/checkpoints?last=1",
+            "",
+            400,
+            "takes no query parameters",
+        ),
+        (
+            Method::GET,
+            "/api/v1/openapi.json?v=2",
+            "",
+            400,
+            "takes no query parameters",
+        ),
+        (
+            Method::POST,
+            "/api/v1/job/savepoints?target_directory=/tmp",
+            "",
+            400,
+            "takes no query parameters",
+        ),
+        (Method::GET, "/api/v1/job/identity", "", 400, "challenge"),
+        (
+            Method::GET,
+            "/api/v1/job/identity?challenge=zz",
+            "",
+            400,
+            "challenge must be 32 to 128 hex digits",
+        ),
+        (
+            Method::GET,
+            "/api/v1/job/identity?challenge=00112233445566778899aabbccddeeff&x=1",
+            "",
+            400,
+            "unknown field",
+        ),
+        (
             Method::POST,
             "/api/v1/job/savepoints",
             "{not json",
@@ -417,7 +537,7 @@ fn bad_requests_get_a_4xx_with_a_message_and_the_job_runs_on() {
             Method::POST,
             "/api/v1/job/savepoints",
             r#"{"target_directory":"/tmp/../etc"}"#,
-            400,
+            403,
             "`..`",
         ),
         (
@@ -451,8 +571,9 @@ fn bad_requests_get_a_4xx_with_a_message_and_the_job_runs_on() {
             "{method} {path} {body}: `{message}` lacks `{needle}`"
         );
     }
-    // A file where the savepoint directory should be.
-    let file = dir.path().join("a-file");
+    // A file where the savepoint directory should be (inside the default directory).
+    std::fs::create_dir_all(dir.path().join("savepoints")).unwrap();
+    let file = dir.path().join("savepoints/a-file");
     std::fs::write(&file, "x").unwrap();
     let (code, message) = error_of(client.post(
         "/api/v1/job/savepoints",

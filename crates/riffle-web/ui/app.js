@@ -56,7 +56,8 @@ function show(message, isError) {
 async function control(path, body, what) {
   show(what + "…");
   for (;;) {
-    const headers = { "content-type": "application/json" };
+    // JSON plus a custom header: a request no other site can make a browser send.
+    const headers = { "content-type": "application/json", "x-riffle-request": "1" };
     if (token) headers.authorization = "Bearer " + token;
     const response = await fetch(path, { method: "POST", headers, body: JSON.stringify(body) });
     const answer = await response.json().catch(() => ({}));
@@ -194,7 +195,7 @@ function drawOperators(operators) {
     const lag = Object.values(o.split_lag || {}).reduce((a, b) => a + b, 0);
     cells(row, [o.name, o.parallelism, fmt(o.records_in), fmt(o.records_out), fmt(o.records_in_per_sec), fmt(o.records_out_per_sec),
       fmt(o.busy_ms_per_sec), fmt(o.backpressured_ms_per_sec), level(o.backpressure), o.latency ? duration(Math.round(o.latency.p99_ms)) : "–", duration(o.watermark_lag_ms),
-      fmt(o.late_records_dropped + o.late_records_side_output), fmt(o.bad_records), o.state_entries ? fmt(o.state_entries) + " / " + bytes(o.state_bytes) : "–",
+      fmt(o.late_records_dropped + o.late_records_side_output), fmt(o.bad_records), fmt(o.watermark_outliers), o.state_entries ? fmt(o.state_entries) + " / " + bytes(o.state_bytes) : "–",
       Object.keys(o.split_lag || {}).length ? fmt(lag) : "–"]);
     body.appendChild(row);
   }

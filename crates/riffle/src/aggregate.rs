@@ -199,6 +199,126 @@ impl<In: 'static, N: Number> AggregateFunction<In> for Max<In, N> {
     }
 }
 
+/// Combines records pairwise with a function (Flink's `reduce`): the result is the first
+/// record folded with each next one.
+///
+/// ```
+/// use riffle::aggregate::{AggregateFunction, Reduce};
+/// let longest = Reduce::new(|a: String, b: String| if b.len() > a.len() { b } else { a });
+/// let mut acc = longest.create();
+/// longest.add(&mut acc, &"ab".to_string());
+/// longest.add(&mut acc, &"abc".to_string());
+/// assert_eq!(longest.result(&acc), "abc");
+/// ```
+pub struct Reduce<T> {
+    combine: Arc<dyn Fn(T, T) -> T + Send + Sync>,
+}
+
+impl<T> Clone for Reduce<T> {
+    fn clone(&self) -> Self {
+        Reduce {
+            combine: self.combine.clone(),
+        }
+    }
+}
+
+impl<T> Reduce<T> {
+    /// Reduces with `combine(accumulated, next)`.
+    pub fn new(combine: impl Fn(T, T) -> T + Send + Sync + 'static) -> Self {
+        Reduce {
+            combine: Arc::new(combine),
+        }
+    }
+
+    fn fold(&self, acc: &mut Option<T>, value: T) {
+        *acc = Some(match acc.take() {
+            Some(current) => (self.combine)(current, value),
+            None => value,
+        });
+    }
+}
+
+impl<T: Data + Sync> AggregateFunction<T> for Reduce<T> {
+    type Acc = Option<T>;
+    type Out = T;
+    fn create(&self) -> Option<T> {
+        None
+    }
+    fn add(&self, acc: &mut Option<T>, value: &T) {
+        self.fold(acc, value.clone());
+    }
+    fn merge(&self, acc: &mut Option<T>, other: Option<T>) {
+        if let Some(other) = other {
+            self.fold(acc, other);
+        }
+    }
+    /// The reduced record. Results are asked only of accumulators that saw a record (a window
+    /// with records, a key after its first record).
+    fn result(&self, acc: &Option<T>) -> T {
+        acc.clone()
+            .expect("a reduce result is asked only after a record")
+    }
+}
+
+macro_rules! record_by_field {
+    ($(#[$doc:meta])* $name:ident, $replace:expr) => {
+        $(#[$doc])*
+        pub struct $name<In, N> {
+            field: Field<In, N>,
+        }
+
+        impl<In, N> $name<In, N> {
+            /// Keeps the record whose `field` wins (the first one on a tie).
+            pub fn of(field: impl Fn(&In) -> N + Send + Sync + 'static) -> Self {
+                $name { field: Arc::new(field) }
+            }
+        }
+
+        impl<In, N> Clone for $name<In, N> {
+            fn clone(&self) -> Self {
+                $name { field: self.field.clone() }
+            }
+        }
+
+        impl<In: Data + Sync, N: Number> AggregateFunction<In> for $name<In, N> {
+            type Acc = Option<In>;
+            type Out = In;
+            fn create(&self) -> Option<In> {
+                None
+            }
+            fn add(&self, acc: &mut Option<In>, value: &In) {
+                let replace: fn(N, N) -> bool = $replace;
+                if acc
+                    .as_ref()
+                    .is_none_or(|current| replace((self.field)(current), (self.field)(value)))
+                {
+                    *acc = Some(value.clone());
+                }
+            }
+            fn merge(&self, acc: &mut Option<In>, other: Option<In>) {
+                if let Some(other) = other {
+                    self.add(acc, &other);
+                }
+            }
+            /// The winning record (asked only after a record).
+            fn result(&self, acc: &Option<In>) -> In {
+                acc.clone().expect("a result is asked only after a record")
+            }
+        }
+    };
+}
+
+record_by_field!(
+    /// The record with the smallest value of a numeric field (Flink's `minBy`).
+    MinBy,
+    |current, new| new < current
+);
+record_by_field!(
+    /// The record with the largest value of a numeric field (Flink's `maxBy`).
+    MaxBy,
+    |current, new| new > current
+);
+
 /// The running sum and count of an average.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AvgAcc {

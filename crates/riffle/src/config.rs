@@ -45,8 +45,18 @@ pub struct EnvConfig {
     /// Directory where dead-letter records go when a source's dead-letter output is not
     /// consumed by the job itself.
     pub dead_letter_dir: PathBuf,
+    /// [`StreamEnv::execute`](crate::StreamEnv::execute) returns [`Error::DeadLettered`] when
+    /// any record was dead-lettered, after the run completed and committed its output (for
+    /// tests and CI, where a bad line must not pass unnoticed). Off by default: a run with bad
+    /// records succeeds and says where they went.
+    pub fail_on_dead_letters: bool,
     /// How often sources emit watermarks (default 200 ms, as Flink).
     pub watermark_interval: Duration,
+    /// Sources emit their watermark after every batch they read, not only every
+    /// `watermark_interval` (with `buffer_size` 1: after every record, the last one included),
+    /// as a strategy's `with_watermark_after_every_batch` does for one source. Set by
+    /// [`EnvConfig::deterministic`].
+    pub watermark_after_every_batch: bool,
     /// How often each source subtask sends a latency marker through the pipeline (default 1 s;
     /// `None` turns latency tracking off). Each operator records how long markers took to reach
     /// it: at the sinks, the end-to-end latency of the pipeline (queues and back-pressure
@@ -76,7 +86,9 @@ impl Default for EnvConfig {
             buffer_timeout: Duration::from_millis(5),
             channel_capacity: 8,
             dead_letter_dir: PathBuf::from("riffle-dead-letter"),
+            fail_on_dead_letters: false,
             watermark_interval: Duration::from_millis(200),
+            watermark_after_every_batch: false,
             latency_interval: Some(Duration::from_secs(1)),
             clock: Arc::new(SystemClock),
             checkpoints: CheckpointConfig::default(),
@@ -87,6 +99,41 @@ impl Default for EnvConfig {
 }
 
 impl EnvConfig {
+    /// Settings under which a small job's output does not depend on timing: parallelism 1,
+    /// batches of one record, and a watermark after every record of every source (the last one
+    /// included), so that lateness, windows and timers behave on a ten-line file as they would
+    /// on a long stream. For tests and for trying a job on a small input; it costs throughput.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use riffle::{EnvConfig, Result, StreamEnv, operators::KeyedContext, sink::CollectSink};
+    /// use riffle::time::WatermarkStrategy;
+    ///
+    /// let env = StreamEnv::with_config(EnvConfig::deterministic());
+    /// let (sink, output) = CollectSink::new();
+    /// env.from_iter_with_watermarks(
+    ///     vec![(1u64, 10_000i64), (1, 20_000), (1, 1_000)],
+    ///     WatermarkStrategy::bounded_out_of_orderness(Duration::ZERO).with_timestamps(|r: &(u64, i64)| r.1),
+    /// )
+    /// .key_by(|r| r.0)
+    /// .process(|_: &u64, r: (u64, i64), ctx: &mut KeyedContext<u64, (i64, bool)>| -> Result<()> {
+    ///     // The third record comes after the second one's watermark: it is late.
+    ///     let late = ctx.timestamp().is_some_and(|t| t <= ctx.current_watermark());
+    ///     ctx.emit((r.1, late))
+    /// })
+    /// .sink(sink);
+    /// env.execute().unwrap();
+    /// assert_eq!(output.values(), vec![(10_000, false), (20_000, false), (1_000, true)]);
+    /// ```
+    pub fn deterministic() -> Self {
+        EnvConfig {
+            parallelism: 1,
+            buffer_size: 1,
+            watermark_after_every_batch: true,
+            ..EnvConfig::default()
+        }
+    }
+
     /// Checks every setting; the error names the first bad one.
     pub fn validate(&self) -> Result<()> {
         if self.job_name.trim().is_empty() {

@@ -55,6 +55,17 @@ pub enum Error {
         /// Why it could not be decoded.
         message: String,
     },
+    /// The run completed, but sources dead-lettered records and the job was configured to fail
+    /// then (`EnvConfig::fail_on_dead_letters`): for tests and CI.
+    #[error(
+        "{count} record(s) could not be decoded and went to {location} (fail_on_dead_letters is set)"
+    )]
+    DeadLettered {
+        /// How many records were dead-lettered.
+        count: u64,
+        /// Where they went.
+        location: String,
+    },
     /// An I/O operation failed.
     #[error("{context}: {source}")]
     Io {

@@ -586,7 +586,8 @@ impl Assembler<'_> {
         let op = self.operator_context(node, subtask);
         let restore = self.restore_state(node, &op)?;
         let output = self.output(node, &Slot::Main, &out_type, subtask, ctx)?;
-        let side = self.side_outputs(node, subtask, ctx)?;
+        let mut side = self.side_outputs(node, subtask, ctx)?;
+        side.count_unconsumed_in(op.metrics.clone());
         build(op, output, side, restore)
     }
 
@@ -627,6 +628,7 @@ impl Assembler<'_> {
                     batch_size: self.config.buffer_size,
                     clock: self.config.clock.clone(),
                     watermark_interval: self.config.watermark_interval,
+                    watermark_after_every_batch: self.config.watermark_after_every_batch,
                     latency_interval: self.config.latency_interval,
                 })?
             }

@@ -25,6 +25,8 @@ pub struct OperatorMetrics {
     bad_records: AtomicU64,
     late_records_dropped: AtomicU64,
     late_records_side_output: AtomicU64,
+    watermark_outliers: AtomicU64,
+    side_output_unconsumed: AtomicU64,
     watermark: AtomicU64,
     state_entries: AtomicU64,
     state_bytes: AtomicU64,
@@ -47,6 +49,8 @@ impl OperatorMetrics {
             bad_records: AtomicU64::new(0),
             late_records_dropped: AtomicU64::new(0),
             late_records_side_output: AtomicU64::new(0),
+            watermark_outliers: AtomicU64::new(0),
+            side_output_unconsumed: AtomicU64::new(0),
             watermark: AtomicU64::new(MIN_WATERMARK as u64),
             state_entries: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
@@ -92,6 +96,17 @@ impl OperatorMetrics {
             .fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Counts records whose event time jumped too far ahead of their split's watermark (see
+    /// [`WatermarkStrategy::with_max_watermark_jump`](crate::time::WatermarkStrategy::with_max_watermark_jump)).
+    pub fn add_watermark_outliers(&self, n: u64) {
+        self.watermark_outliers.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts records sent to a side output that nothing in the job consumes (dropped).
+    pub fn add_side_output_unconsumed(&self, n: u64) {
+        self.side_output_unconsumed.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Publishes the size of the operator's keyed state (entries and estimated bytes).
     pub fn set_state(&self, entries: u64, bytes: u64) {
         self.state_entries.store(entries, Ordering::Relaxed);
@@ -132,6 +147,8 @@ impl OperatorMetrics {
             bad_records: self.bad_records.load(Ordering::Relaxed),
             late_records_dropped: self.late_records_dropped.load(Ordering::Relaxed),
             late_records_side_output: self.late_records_side_output.load(Ordering::Relaxed),
+            watermark_outliers: self.watermark_outliers.load(Ordering::Relaxed),
+            side_output_unconsumed: self.side_output_unconsumed.load(Ordering::Relaxed),
             watermark: self.watermark.load(Ordering::Relaxed) as i64,
             state_entries: self.state_entries.load(Ordering::Relaxed),
             state_bytes: self.state_bytes.load(Ordering::Relaxed),
@@ -289,6 +306,11 @@ pub struct OperatorSnapshot {
     pub late_records_dropped: u64,
     /// Late records sent to the late side output.
     pub late_records_side_output: u64,
+    /// Records whose event time jumped too far ahead of their split's watermark (sources):
+    /// processed, but kept from moving the watermark until corroborated.
+    pub watermark_outliers: u64,
+    /// Records sent to a side output that nothing in the job consumes: dropped, and counted here.
+    pub side_output_unconsumed: u64,
     /// Current event-time watermark of the operator ([`MIN_WATERMARK`] before the first one).
     pub watermark: Timestamp,
     /// Entries of keyed state (and timers).
@@ -344,6 +366,8 @@ impl MetricsSnapshot {
             total.bad_records += part.bad_records;
             total.late_records_dropped += part.late_records_dropped;
             total.late_records_side_output += part.late_records_side_output;
+            total.watermark_outliers += part.watermark_outliers;
+            total.side_output_unconsumed += part.side_output_unconsumed;
             total.watermark = total.watermark.min(part.watermark);
             total.state_entries += part.state_entries;
             total.state_bytes += part.state_bytes;

@@ -209,12 +209,14 @@ impl<Op: Operator> HarnessBuilder<Op> {
         let registry = MetricsRegistry::default();
         ctx.metrics = registry.operator(&ctx.name, self.subtask);
         let captured: Arc<Mutex<Captured<Op::Out>>> = Arc::default();
+        let mut side = self.side;
+        side.count_unconsumed_in(ctx.metrics.clone());
         let mut chain: Box<dyn Output<Op::In>> = Box::new(
             ChainLink::new(
                 self.operator,
                 ctx,
                 Box::new(Capture(captured.clone())),
-                self.side,
+                side,
             )
             .with_restore(self.restore),
         );
@@ -411,6 +413,7 @@ impl<K: Data + Hash + Eq, T: Data> WindowTest<K, T> {
             self.settings,
             ProcessWindow {
                 function,
+                evictor: None,
                 _types: PhantomData,
             },
         )

@@ -124,6 +124,8 @@ pub struct WatermarkStrategy<T> {
     pub(crate) generator: Option<GeneratorFactory>,
     pub(crate) idleness: Option<Duration>,
     pub(crate) max_future_skew: Option<Duration>,
+    pub(crate) max_watermark_jump: Option<Duration>,
+    pub(crate) outlier_corroboration: usize,
     pub(crate) every_batch: bool,
 }
 
@@ -134,6 +136,8 @@ impl<T> Clone for WatermarkStrategy<T> {
             generator: self.generator.clone(),
             idleness: self.idleness,
             max_future_skew: self.max_future_skew,
+            max_watermark_jump: self.max_watermark_jump,
+            outlier_corroboration: self.outlier_corroboration,
             every_batch: self.every_batch,
         }
     }
@@ -141,6 +145,13 @@ impl<T> Clone for WatermarkStrategy<T> {
 
 /// Default bound on how far ahead of the wall clock an event time may be: one hour.
 pub const DEFAULT_MAX_FUTURE_SKEW: Duration = Duration::from_secs(3600);
+
+/// Default bound on how far a record may jump ahead of its split's watermark before it is a
+/// watermark outlier: one hour.
+pub const DEFAULT_MAX_WATERMARK_JUMP: Duration = Duration::from_secs(3600);
+
+/// Default number of outliers in a row, near each other, that move the watermark: three.
+pub const DEFAULT_OUTLIER_CORROBORATION: usize = 3;
 
 impl<T> WatermarkStrategy<T> {
     /// No watermarks (a bounded source still ends with the final one).
@@ -150,6 +161,8 @@ impl<T> WatermarkStrategy<T> {
             generator: None,
             idleness: None,
             max_future_skew: None,
+            max_watermark_jump: None,
+            outlier_corroboration: DEFAULT_OUTLIER_CORROBORATION,
             every_batch: false,
         }
     }
@@ -173,6 +186,8 @@ impl<T> WatermarkStrategy<T> {
             generator: Some(Arc::new(move || Box::new(factory()))),
             idleness: None,
             max_future_skew: Some(DEFAULT_MAX_FUTURE_SKEW),
+            max_watermark_jump: Some(DEFAULT_MAX_WATERMARK_JUMP),
+            outlier_corroboration: DEFAULT_OUTLIER_CORROBORATION,
             every_batch: false,
         }
     }
@@ -200,11 +215,47 @@ impl<T> WatermarkStrategy<T> {
         self
     }
 
+    /// A record whose event time is more than `jump` ahead of its split's current watermark is a
+    /// *watermark outlier* (a device with a wrong clock): it is processed as usual and counted
+    /// (`watermark_outliers`), but it does not move the watermark unless it is corroborated by
+    /// further outliers in a row near it (see [`with_outlier_corroboration`]), as when the
+    /// stream really jumps (a gap in replayed history). `None` turns the rule off. Default: one
+    /// hour. The rule compares event times with each other, never with the wall clock, so
+    /// replaying old data is unaffected; before a split has a watermark nothing is an outlier.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use riffle::time::WatermarkStrategy;
+    /// let strategy = WatermarkStrategy::<(u64, i64)>::bounded_out_of_orderness(Duration::from_secs(5))
+    ///     .with_timestamps(|r| r.1)
+    ///     .with_max_watermark_jump(Some(Duration::from_secs(600)))
+    ///     .with_outlier_corroboration(5);
+    /// ```
+    ///
+    /// [`with_outlier_corroboration`]: WatermarkStrategy::with_outlier_corroboration
+    pub fn with_max_watermark_jump(mut self, jump: Option<Duration>) -> Self {
+        self.max_watermark_jump = jump;
+        self
+    }
+
+    /// How many outliers in a row (each within the maximum jump of the first) move the
+    /// watermark: they then count as the stream's new event time (default three; one makes
+    /// every record count at once, as without the rule).
+    pub fn with_outlier_corroboration(mut self, records: usize) -> Self {
+        self.outlier_corroboration = records.max(1);
+        self
+    }
+
     /// Emits the watermark after every batch a split reads, not only every watermark interval:
     /// with a batch size of one, each record is followed by its watermark, which makes a run
     /// independent of timing (for demos and tests; it costs throughput).
     pub fn with_watermark_after_every_batch(mut self) -> Self {
         self.every_batch = true;
+        self
+    }
+
+    pub(crate) fn after_every_batch_if(mut self, every_batch: bool) -> Self {
+        self.every_batch |= every_batch;
         self
     }
 

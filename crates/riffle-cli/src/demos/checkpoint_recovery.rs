@@ -169,7 +169,7 @@ fn run_once(
     )?;
     let guarded = clicks
         .key_by(|c| c.user_id)
-        .process(guard.clone())
+        .process_function(guard.clone())
         .name("memory guard")
         .uid("memory-guard");
     let (counts, late) = count_per_user(&guarded, &args.event_time)?;

@@ -205,6 +205,8 @@ pub fn run(args: &LateEventsArgs) -> riffle::Result<Vec<LateRun>> {
         lateness_secs: lateness,
         window_secs: args.window_secs,
         idleness_secs: None,
+        max_watermark_jump_secs: 3600.0,
+        outlier_corroboration: riffle::time::DEFAULT_OUTLIER_CORROBORATION,
     };
     if single {
         let settings = event_time(

@@ -173,6 +173,14 @@ pub struct EventTimeArgs {
     /// A split (file, generator stream) silent this long stops holding the watermark back.
     #[arg(long, value_name = "SECONDS")]
     pub idleness_secs: Option<f64>,
+    /// A click more than this far ahead of its split's watermark is a watermark outlier (a
+    /// device with a wrong clock): counted, processed, but it moves the watermark only when
+    /// corroborated; 0 turns the rule off.
+    #[arg(long, default_value_t = 3600.0, value_name = "SECONDS")]
+    pub max_watermark_jump_secs: f64,
+    /// How many outliers in a row, near each other, move the watermark (a real jump in time).
+    #[arg(long, default_value_t = riffle::time::DEFAULT_OUTLIER_CORROBORATION, value_name = "CLICKS")]
+    pub outlier_corroboration: usize,
 }
 
 /// Seconds as a duration; the error names the flag.
@@ -198,7 +206,20 @@ impl EventTimeArgs {
         if let Some(idleness) = self.idleness_secs {
             strategy = strategy.with_idleness(seconds("--idleness-secs", idleness, false)?);
         }
-        Ok(strategy)
+        let jump = seconds(
+            "--max-watermark-jump-secs",
+            self.max_watermark_jump_secs,
+            true,
+        )?;
+        if self.outlier_corroboration == 0 {
+            return Err(Error::config(
+                "--outlier-corroboration",
+                "must be at least 1 click",
+            ));
+        }
+        Ok(strategy
+            .with_max_watermark_jump((!jump.is_zero()).then_some(jump))
+            .with_outlier_corroboration(self.outlier_corroboration))
     }
 
     /// The window length.
@@ -313,8 +334,14 @@ pub struct EngineArgs {
     /// Do not serve the web UI, REST API and metrics.
     #[arg(long)]
     pub no_web: bool,
+    /// Output independent of timing, for small inputs and tests: parallelism 1, one record per
+    /// batch, and a watermark after every record of every source (overrides -p and
+    /// --buffer-size; slow).
+    #[arg(long)]
+    pub deterministic: bool,
     /// Token that savepoint / stop / cancel requests must carry; required with a --web-address
-    /// that is not loopback.
+    /// that is not loopback. Other users can read a command line: prefer --web-token-file or
+    /// RIFFLE_WEB_TOKEN.
     #[arg(
         long,
         env = "RIFFLE_WEB_TOKEN",
@@ -322,10 +349,24 @@ pub struct EngineArgs {
         hide_env_values = true
     )]
     pub web_token: Option<String>,
+    /// Read the token of --web-token from this file (its first line); it takes precedence over
+    /// --web-token and RIFFLE_WEB_TOKEN.
+    #[arg(long, value_name = "FILE")]
+    pub web_token_file: Option<PathBuf>,
     /// Where savepoints taken from the UI or `riffle savepoint` go when the request names no
-    /// directory: a directory or s3://bucket/prefix (default: riffle-out/savepoints).
+    /// directory: a directory or s3://bucket/prefix (default: riffle-out/savepoints). A request
+    /// may name a directory under it.
     #[arg(long, value_name = "LOCATION")]
     pub savepoint_dir: Option<String>,
+    /// A further directory or s3://bucket/prefix under which a savepoint request may put its
+    /// savepoint (repeatable); any other target is refused.
+    #[arg(long = "savepoint-root", value_name = "LOCATION")]
+    pub savepoint_roots: Vec<String>,
+    /// A further name (HOST, with the server's port, or HOST:PORT) under which the UI may send
+    /// control requests, e.g. through a reverse proxy or an SSH tunnel on another port
+    /// (repeatable). Loopback names and the bound address are always accepted.
+    #[arg(long = "web-allowed-host", value_name = "HOST[:PORT]")]
+    pub web_allowed_hosts: Vec<String>,
 }
 
 impl Default for EngineArgs {
@@ -420,6 +461,19 @@ impl EngineArgs {
 
     /// The engine configuration; dead letters go under the output directory.
     pub fn env_config(&self, demo: &str) -> riffle::Result<EnvConfig> {
+        if self.deterministic {
+            let deterministic = EnvConfig::deterministic();
+            return Ok(EnvConfig {
+                parallelism: deterministic.parallelism,
+                buffer_size: deterministic.buffer_size,
+                watermark_after_every_batch: deterministic.watermark_after_every_batch,
+                ..EngineArgs {
+                    deterministic: false,
+                    ..self.clone()
+                }
+                .env_config(demo)?
+            });
+        }
         let defaults = EnvConfig::default();
         Ok(EnvConfig {
             job_name: format!("demo-{demo}"),
@@ -494,10 +548,30 @@ impl EngineArgs {
             Some(dir) => absolute(Path::new(dir))?,
             None => absolute(&Path::new("riffle-out").join("savepoints"))?,
         };
+        let savepoint_roots = self
+            .savepoint_roots
+            .iter()
+            .map(|root| {
+                if root.starts_with("s3://") {
+                    Ok(root.clone())
+                } else {
+                    absolute(Path::new(root))
+                }
+            })
+            .collect::<riffle::Result<Vec<_>>>()?;
+        let token = match &self.web_token_file {
+            Some(file) => Some(
+                crate::control::read_token_file(file)
+                    .map_err(|e| Error::config("--web-token-file", e))?,
+            ),
+            None => self.web_token.clone(),
+        };
         let config = riffle_web::WebConfig {
             address,
-            token: self.web_token.clone(),
+            token,
             savepoint_dir: Some(savepoint_dir),
+            savepoint_roots,
+            allowed_hosts: self.web_allowed_hosts.clone(),
             ..riffle_web::WebConfig::default()
         };
         config.validate().map_err(web_flag)?;
@@ -519,6 +593,8 @@ pub fn web_flag(error: Error) -> Error {
             let flag = match setting.as_str() {
                 "web.address" => "--web-address",
                 "web.token" => "--web-token",
+                "web.savepoint_roots" => "--savepoint-root",
+                "web.allowed_hosts" => "--web-allowed-host",
                 other => other,
             };
             Error::config(flag, message)

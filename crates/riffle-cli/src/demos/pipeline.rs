@@ -106,6 +106,14 @@ pub fn run(args: &PipelineArgs) -> riffle::Result<WindowedSummary> {
         summary.late,
         output.display()
     );
+    let outliers = summary
+        .result
+        .as_ref()
+        .map_or(0, |r| r.watermark_outliers());
+    println!(
+        "  watermark outliers         {outliers:>10}  (clicks more than {} s ahead of their split's watermark; counted in their windows, kept from moving the watermark)",
+        args.event_time.max_watermark_jump_secs
+    );
     crate::demos::windowed_count::print_checkpoints(&summary);
     Ok(summary)
 }

@@ -15,7 +15,7 @@ use riffle_cli::clicks::is_bot;
 use riffle_cli::demos::UserCount;
 use riffle_kafka::testing::{TestProducer, bootstrap, read_committed};
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -24,7 +24,7 @@ fn now_ms() -> u64 {
 
 /// The values of `topic` a read_committed reader sees, once `quiet` passed without new ones
 /// after at least `min` records (or `wait` passed).
-fn read_topic(topic: &str, min: usize, wait: Duration, quiet: Duration) -> Vec<String> {
+pub(crate) fn read_topic(topic: &str, min: usize, wait: Duration, quiet: Duration) -> Vec<String> {
     read_committed(topic, wait, |n, silent| n >= min && silent > quiet)
         .into_iter()
         .map(|record| record.value)
@@ -32,10 +32,10 @@ fn read_topic(topic: &str, min: usize, wait: Duration, quiet: Duration) -> Vec<S
 }
 
 /// A running `riffle`, killed (SIGKILL) when dropped, also when the test fails.
-struct Job(std::process::Child);
+pub(crate) struct Job(std::process::Child);
 
 impl Job {
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -47,7 +47,7 @@ impl Drop for Job {
     }
 }
 
-fn spawn(args: &[String], dir: &std::path::Path) -> Job {
+pub(crate) fn spawn(args: &[String], dir: &std::path::Path) -> Job {
     Job(Command::new(env!("CARGO_BIN_EXE_riffle"))
         .args(args)
         .current_dir(dir)
@@ -55,6 +55,25 @@ fn spawn(args: &[String], dir: &std::path::Path) -> Job {
         .stderr(Stdio::null())
         .spawn()
         .unwrap())
+}
+
+/// Waits (up to a minute) until `topic` exists with `partitions` partitions.
+pub(crate) fn wait_for_partitions(topic: &str, partitions: usize) {
+    let ready = Instant::now();
+    let metadata: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    while metadata
+        .fetch_metadata(Some(topic), Duration::from_secs(5))
+        .map_or(true, |m| m.topics()[0].partitions().len() < partitions)
+    {
+        assert!(
+            ready.elapsed() < Duration::from_secs(60),
+            "the demo did not create {topic}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]
@@ -90,21 +109,7 @@ fn the_seed_job_between_kafka_topics_survives_kill_9_with_every_count_exactly_on
     // time, 3 malformed records, and one bot click per partition far ahead so that every window
     // of the input closes.
     let mut first = spawn(&args, dir.path());
-    let ready = Instant::now();
-    let metadata: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .create()
-        .unwrap();
-    while metadata
-        .fetch_metadata(Some(&clicks_topic), Duration::from_secs(5))
-        .map_or(true, |m| m.topics()[0].partitions().len() < 8)
-    {
-        assert!(
-            ready.elapsed() < Duration::from_secs(60),
-            "the demo did not create {clicks_topic}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for_partitions(&clicks_topic, 8);
     let generator = ClickGenerator::new(ClicksConfig {
         users: 300,
         events_per_second: 20_000.0,

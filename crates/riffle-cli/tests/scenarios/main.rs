@@ -5,9 +5,12 @@ mod backpressure;
 mod checkpoint_recovery;
 #[cfg(feature = "kafka")]
 mod kafka;
+#[cfg(feature = "kafka")]
+mod kafka_event_time;
 mod late_events;
 mod operations;
 mod simple_etl;
+mod watermark_outliers;
 mod windowed_count;
 
 use std::path::Path;

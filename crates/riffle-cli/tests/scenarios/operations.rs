@@ -257,6 +257,8 @@ fn savepoint_stop_and_cancel_from_the_cli_against_running_demos() {
             "127.0.0.1:0",
             "--savepoint-dir",
             "sp",
+            "--savepoint-root",
+            "mine",
             "--output",
             "out",
         ],
@@ -301,11 +303,21 @@ fn savepoint_stop_and_cancel_from_the_cli_against_running_demos() {
         "{:?}",
         text(&missing)
     );
-    let file = dir.path().join("a-file");
+    let file = dir.path().join("mine/a-file");
     std::fs::write(&file, "x").unwrap();
     let bad = run(&["savepoint", &id, "--target", file.to_str().unwrap()]);
     assert!(!bad.status.success());
     assert!(text(&bad).1.contains("HTTP 400"), "{:?}", text(&bad));
+    // Outside the savepoint directory and the allowed roots.
+    let outside = run(&["savepoint", &id, "--target", "/etc"]);
+    assert!(!outside.status.success());
+    assert!(
+        text(&outside)
+            .1
+            .contains("HTTP 403: savepoint target `/etc` refused: outside the allowed roots"),
+        "{:?}",
+        text(&outside)
+    );
 
     let stopped = run(&["stop", &id, "--savepoint"]);
     let (said, stderr) = text(&stopped);
@@ -325,7 +337,10 @@ fn savepoint_stop_and_cancel_from_the_cli_against_running_demos() {
     );
     assert!(text(&run(&["jobs"])).0.contains("no running jobs"));
 
-    // With a token: control without it is refused, with it the job is cancelled.
+    // With a token (from a file, not the command line): control without it is refused, with it
+    // the job is cancelled.
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
     let mut demo = Demo::start(
         &[
             "demo",
@@ -335,8 +350,8 @@ fn savepoint_stop_and_cancel_from_the_cli_against_running_demos() {
             "20000",
             "--web-address",
             "127.0.0.1:0",
-            "--web-token",
-            "s3cret",
+            "--web-token-file",
+            token_file.to_str().unwrap(),
             "--output",
             "out2",
         ],
@@ -357,7 +372,15 @@ fn savepoint_stop_and_cancel_from_the_cli_against_running_demos() {
         "{:?}",
         text(&by_address)
     );
-    let cancelled = run(&["cancel", &id, "--token", "s3cret"]);
+    let wrong_file = dir.path().join("wrong-token");
+    std::fs::write(&wrong_file, "s3creT\n").unwrap();
+    let refused = run(&["cancel", &id, "--token-file", wrong_file.to_str().unwrap()]);
+    assert!(
+        text(&refused).1.contains("HTTP 401"),
+        "{:?}",
+        text(&refused)
+    );
+    let cancelled = run(&["cancel", &id, "--token-file", token_file.to_str().unwrap()]);
     assert!(cancelled.status.success(), "{:?}", text(&cancelled));
     assert_eq!(text(&cancelled).0.trim(), "cancelling");
     let (status, stderr) = demo.wait(Duration::from_secs(30));
@@ -366,4 +389,103 @@ fn savepoint_stop_and_cancel_from_the_cli_against_running_demos() {
         "the demo ended after the cancel: {stderr}"
     );
     assert!(stderr.contains("cancelled"), "{stderr}");
+}
+
+/// A loopback server posing as a job: it records every request head and answers each with
+/// `answer` as JSON.
+fn imposter(answer: Value) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            log.lock().unwrap().push(head);
+            let text = answer.to_string();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                text.len()
+            );
+        }
+    });
+    (address, seen)
+}
+
+#[test]
+fn the_cli_refuses_a_loose_registry_and_sends_no_token_to_an_unverified_job() {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&jobs)
+        .unwrap();
+    // An entry whose address now answers with someone else: it knows the id, not the key.
+    let (address, seen) =
+        imposter(serde_json::json!({ "id": "feedf00d", "proof": "00".repeat(32) }));
+    let entry = serde_json::json!({
+        "id": "feedf00d",
+        "name": "victim",
+        "address": address,
+        "pid": std::process::id(),
+        "started_at": 1,
+        "key": "11".repeat(32),
+    });
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(jobs.join("feedf00d.json"))
+        .unwrap();
+    std::io::Write::write_all(&mut file, entry.to_string().as_bytes()).unwrap();
+    let stopped = Command::new(env!("CARGO_BIN_EXE_riffle"))
+        .args(["stop", "victim"])
+        .current_dir(dir.path())
+        .env("RIFFLE_JOBS_DIR", &jobs)
+        .env("RIFFLE_WEB_TOKEN", "s3cret")
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&stopped);
+    assert!(!stopped.status.success());
+    assert!(
+        stderr.contains(&format!(
+            "the server at {address} could not prove it is job feedf00d (wrong proof); no token was sent to it"
+        )),
+        "{stderr}"
+    );
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert!(requests[0].starts_with("GET /api/v1/job/identity?challenge="));
+    assert!(
+        !requests[0].to_ascii_lowercase().contains("authorization"),
+        "{requests:?}"
+    );
+
+    // A registry that others can write to is refused by every command.
+    std::fs::set_permissions(&jobs, std::fs::Permissions::from_mode(0o777)).unwrap();
+    for args in [&["jobs"][..], &["cancel", "victim"][..]] {
+        let refused = riffle(args, dir.path(), &jobs);
+        assert!(!refused.status.success(), "{args:?}");
+        assert!(
+            text(&refused).1.contains(&format!(
+                "riffle: the jobs registry {} is not private: its mode is 0777",
+                jobs.display()
+            )),
+            "{args:?}: {:?}",
+            text(&refused)
+        );
+    }
+    assert_eq!(seen.lock().unwrap().len(), 1, "nothing more sent");
 }

@@ -142,6 +142,45 @@ impl StreamEnv {
         self.from_source(CollectionSource::new(values.into_iter().collect()))
     }
 
+    /// A bounded stream of `count` records, record `i` being `f(i)` (in order, from one split;
+    /// replayed exactly after a restore). For quick jobs and tests.
+    ///
+    /// ```
+    /// use riffle::{StreamEnv, sink::CollectSink};
+    /// let env = StreamEnv::new();
+    /// let (sink, out) = CollectSink::new();
+    /// env.from_fn(5, |i| i * i).filter(|x| x % 2 == 0).sink(sink);
+    /// env.execute().unwrap();
+    /// assert_eq!(out.sorted(), vec![0, 4, 16]);
+    /// ```
+    pub fn from_fn<T: Data>(
+        &self,
+        count: u64,
+        f: impl Fn(u64) -> T + Send + Sync + 'static,
+    ) -> DataStream<T> {
+        self.from_source(
+            crate::source::datagen::DatagenSource::new(crate::source::function::FnGenerator::new(
+                f,
+            ))
+            .count(count)
+            .splits(1),
+        )
+    }
+
+    /// A bounded stream of the given values with event time and watermarks from `strategy`
+    /// (for tests and examples: with [`EnvConfig::deterministic`](crate::EnvConfig::deterministic)
+    /// a watermark follows every value, so lateness shows on a handful of values).
+    pub fn from_iter_with_watermarks<T: Data + Sync>(
+        &self,
+        values: impl IntoIterator<Item = T>,
+        strategy: WatermarkStrategy<T>,
+    ) -> DataStream<T> {
+        self.from_source_with_watermarks(
+            CollectionSource::new(values.into_iter().collect()),
+            strategy,
+        )
+    }
+
     /// The physical plan the job would run with: chains, parallelism, edges.
     pub fn plan(&self) -> Result<JobPlan> {
         let config = self.config();
@@ -150,8 +189,56 @@ impl StreamEnv {
     }
 
     /// Runs the job to its end (for bounded sources) and returns its final metrics.
+    ///
+    /// When sources dead-lettered records, it says so on standard error and in the log, with
+    /// where they went (one line), and with [`EnvConfig::fail_on_dead_letters`] it returns
+    /// [`Error::DeadLettered`](crate::Error::DeadLettered).
     pub fn execute(&self) -> Result<JobResult> {
-        self.execute_async()?.wait()
+        let result = self.execute_async()?.wait()?;
+        let dead = result.bad_records();
+        if dead > 0 {
+            let config = self.config();
+            let location = self.dead_letter_location(&config);
+            let line = format!(
+                "riffle: job `{}`: {dead} record(s) could not be decoded; dead letters in {location}",
+                config.job_name
+            );
+            tracing::warn!("{line}");
+            eprintln!("{line}");
+            if config.fail_on_dead_letters {
+                return Err(Error::DeadLettered {
+                    count: dead,
+                    location,
+                });
+            }
+        }
+        Ok(result)
+    }
+
+    /// Where the dead letters of this job go: the default files, the job's own outputs, or both.
+    fn dead_letter_location(&self, config: &EnvConfig) -> String {
+        let nodes = self.inner.nodes.borrow();
+        let consumed = nodes.iter().any(|n| {
+            n.inputs
+                .iter()
+                .any(|e| e.slot == Slot::Side(DEAD_LETTER_TAG.into()))
+        });
+        let default_files = nodes.iter().enumerate().any(|(id, n)| {
+            n.bad_records == Some(BadRecordPolicy::DeadLetter)
+                && !nodes.iter().any(|c| {
+                    c.inputs
+                        .iter()
+                        .any(|e| e.from == id && e.slot == Slot::Side(DEAD_LETTER_TAG.into()))
+                })
+        });
+        match (default_files, consumed) {
+            (true, false) => format!("{}/", config.dead_letter_dir.display()),
+            (true, true) => format!(
+                "{}/ and the job's dead-letter outputs",
+                config.dead_letter_dir.display()
+            ),
+            (false, _) => "the job's dead-letter outputs (or were skipped, by policy)".to_string(),
+        }
     }
 
     /// Starts the job in the background.

@@ -3,14 +3,17 @@
 use std::hash::Hash;
 use std::sync::Arc;
 
-use crate::aggregate::AggregateFunction;
-use crate::api::WindowedStream;
+use crate::aggregate::{AggregateFunction, Max, MaxBy, Min, MinBy, Number, Reduce, Sum};
 use crate::api::stream::{DataStream, operator_node};
+use crate::api::{CountWindowedStream, WindowedStream};
+use crate::error::Result;
 use crate::graph::{Node, Ship, Slot};
 use crate::operators::{
-    KeyedProcess, KeyedProcessFunction, Rolling, RollingAggregate, RollingCombine,
+    KeyedContext, KeyedProcess, KeyedProcessFunction, ProcessWithTimers, Rolling, RollingAggregate,
+    RollingCombine,
 };
-use crate::record::Data;
+use crate::record::{Data, Timestamp};
+use crate::state::TimeDomain;
 use crate::window::Windows;
 
 /// The key selector of a keyed stream.
@@ -20,15 +23,13 @@ pub type KeyFn<K, T> = Arc<dyn Fn(&T) -> K + Send + Sync>;
 /// owns the key's key group (and, with the state API, its state).
 ///
 /// ```
-/// use riffle::{StreamEnv, Result, sink::CollectSink, operators::KeyedContext};
+/// use riffle::{StreamEnv, sink::CollectSink};
 ///
 /// let env = StreamEnv::new();
 /// let (sink, output) = CollectSink::new();
 /// env.from_iter(vec![(1u64, "a".to_string()), (2, "b".to_string()), (1, "c".to_string())])
 ///     .key_by(|(user, _)| *user)
-///     .process(|user: &u64, (_, page): (u64, String), ctx: &mut KeyedContext<'_, '_, u64, String>| -> Result<()> {
-///         ctx.emit(format!("user {user} saw {page}"))
-///     })
+///     .process(|user, (_, page), ctx| ctx.emit(format!("user {user} saw {page}")))
 ///     .sink(sink);
 /// env.execute().unwrap();
 /// assert_eq!(output.sorted(), vec!["user 1 saw a", "user 1 saw c", "user 2 saw b"]);
@@ -52,9 +53,71 @@ where
         self.key.clone()
     }
 
-    /// Runs `function` on every record with a context that knows the record's key; each subtask
-    /// gets its own clone of `function`.
-    pub fn process<Out, P>(&self, function: P) -> DataStream<Out>
+    /// Runs the closure `function(key, record, ctx)` on every record, with a context that knows
+    /// the record's key, its keyed state and timers, and emits; each subtask gets its own clone.
+    /// Its parameter types are inferred (see the example above). For timers, use
+    /// [`process_with_timers`](KeyedStream::process_with_timers) or a struct with
+    /// [`process_function`](KeyedStream::process_function).
+    pub fn process<Out, F>(&self, function: F) -> DataStream<Out>
+    where
+        Out: Data,
+        F: FnMut(&K, T, &mut KeyedContext<'_, '_, K, Out>) -> Result<()>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.process_function(function)
+    }
+
+    /// As [`process`](KeyedStream::process), with a second closure called when a timer of a
+    /// key fires: `on_timer(key, timestamp, domain, ctx)`.
+    ///
+    /// ```
+    /// use riffle::{EnvConfig, StreamEnv, sink::CollectSink, time::WatermarkStrategy};
+    ///
+    /// // Says goodbye to a user 10 s (event time) after their last click.
+    /// let env = StreamEnv::with_config(EnvConfig::deterministic());
+    /// let (sink, output) = CollectSink::new();
+    /// env.from_iter_with_watermarks(
+    ///     vec![(1u64, 1_000i64), (1, 5_000), (2, 6_000)],
+    ///     WatermarkStrategy::monotonous().with_timestamps(|c: &(u64, i64)| c.1),
+    /// )
+    /// .key_by(|c| c.0)
+    /// .process_with_timers(
+    ///     |_, click, ctx| {
+    ///         ctx.register_event_time_timer(click.1 + 10_000);
+    ///         Ok(())
+    ///     },
+    ///     |user, at, _, ctx| ctx.emit(format!("user {user}: timer at {at}")),
+    /// )
+    /// .sink(sink);
+    /// env.execute().unwrap();
+    /// assert_eq!(
+    ///     output.values(),
+    ///     vec!["user 1: timer at 11000", "user 1: timer at 15000", "user 2: timer at 16000"]
+    /// );
+    /// ```
+    pub fn process_with_timers<Out, E, Tm>(&self, on_element: E, on_timer: Tm) -> DataStream<Out>
+    where
+        Out: Data,
+        E: FnMut(&K, T, &mut KeyedContext<'_, '_, K, Out>) -> Result<()>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        Tm: FnMut(&K, Timestamp, TimeDomain, &mut KeyedContext<'_, '_, K, Out>) -> Result<()>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.process_function(ProcessWithTimers::new(on_element, on_timer))
+    }
+
+    /// Runs a [`KeyedProcessFunction`] (a struct: records, timers, `open`, `close`) on every
+    /// record, as Flink's `process(KeyedProcessFunction)`; each subtask gets its own clone.
+    pub fn process_function<Out, P>(&self, function: P) -> DataStream<Out>
     where
         Out: Data,
         P: KeyedProcessFunction<K, T, Out> + Clone + Sync,
@@ -98,16 +161,107 @@ where
         })
     }
 
+    /// Combines the records of each key pairwise, `combine(accumulated, next)`, and emits the
+    /// running result for every record (Flink's `keyBy(..).reduce(..)`).
+    ///
+    /// ```
+    /// use riffle::{StreamEnv, sink::CollectSink};
+    /// let env = StreamEnv::new();
+    /// let (sink, out) = CollectSink::new();
+    /// env.from_iter(vec![("a", 3u64), ("b", 1), ("a", 4)].into_iter().map(|(k, v)| (k.to_string(), v)))
+    ///     .key_by(|(word, _)| word.clone())
+    ///     .reduce(|(word, x), (_, y)| (word, x + y))
+    ///     .sink(sink);
+    /// env.execute().unwrap();
+    /// let finals: std::collections::BTreeMap<String, u64> = out.values().into_iter().collect();
+    /// assert_eq!(finals, [("a".to_string(), 7), ("b".to_string(), 1)].into());
+    /// ```
+    pub fn reduce(&self, combine: impl Fn(T, T) -> T + Send + Sync + 'static) -> DataStream<T>
+    where
+        T: Sync,
+    {
+        self.aggregate(Reduce::new(combine)).map(|(_, value)| value)
+    }
+
+    /// The running sum of a numeric field per key: `(key, sum)` for every record.
+    pub fn sum<N: Number>(
+        &self,
+        field: impl Fn(&T) -> N + Send + Sync + 'static,
+    ) -> DataStream<(K, N)> {
+        self.aggregate(Sum::of(field))
+    }
+
+    /// The running minimum of a numeric field per key: `(key, min)` for every record.
+    pub fn min<N: Number>(
+        &self,
+        field: impl Fn(&T) -> N + Send + Sync + 'static,
+    ) -> DataStream<(K, N)> {
+        self.aggregate(Min::of(field))
+            .flat_map(|(key, min)| min.map(|min| (key, min)))
+    }
+
+    /// The running maximum of a numeric field per key: `(key, max)` for every record.
+    pub fn max<N: Number>(
+        &self,
+        field: impl Fn(&T) -> N + Send + Sync + 'static,
+    ) -> DataStream<(K, N)> {
+        self.aggregate(Max::of(field))
+            .flat_map(|(key, max)| max.map(|max| (key, max)))
+    }
+
+    /// Per key, the record with the smallest value of a numeric field so far (the first on a
+    /// tie), emitted for every record (Flink's `minBy`).
+    pub fn min_by<N: Number>(
+        &self,
+        field: impl Fn(&T) -> N + Send + Sync + 'static,
+    ) -> DataStream<T>
+    where
+        T: Sync,
+    {
+        self.aggregate(MinBy::of(field)).map(|(_, record)| record)
+    }
+
+    /// Per key, the record with the largest value of a numeric field so far (the first on a
+    /// tie), emitted for every record (Flink's `maxBy`).
+    pub fn max_by<N: Number>(
+        &self,
+        field: impl Fn(&T) -> N + Send + Sync + 'static,
+    ) -> DataStream<T>
+    where
+        T: Sync,
+    {
+        self.aggregate(MaxBy::of(field)).map(|(_, record)| record)
+    }
+
+    /// Windows of `size` records per key (Flink's `countWindow(size)`): a key's window fires
+    /// when it holds `size` records, then starts empty.
+    pub fn count_window(&self, size: u64) -> CountWindowedStream<K, T>
+    where
+        T: Sync,
+    {
+        CountWindowedStream::new(self.clone_stream(), size, size)
+    }
+
+    /// Sliding count windows (Flink's `countWindow(size, slide)`): every `slide` records of a
+    /// key, a window over its last `size` records.
+    pub fn count_window_sliding(&self, size: u64, slide: u64) -> CountWindowedStream<K, T>
+    where
+        T: Sync,
+    {
+        CountWindowedStream::new(self.clone_stream(), size, slide)
+    }
+
+    fn clone_stream(&self) -> KeyedStream<K, T> {
+        KeyedStream {
+            input: self.input.clone(),
+            key: self.key.clone(),
+        }
+    }
+
     /// Cuts the stream into windows (per key): [`Tumbling`](crate::window::Tumbling),
     /// [`Sliding`](crate::window::Sliding) or [`Session`](crate::window::Session).
     pub fn window(&self, windows: Windows) -> WindowedStream<K, T> {
-        WindowedStream::new(
-            KeyedStream {
-                input: self.input.clone(),
-                key: self.key.clone(),
-            },
-            windows,
-        )
+        WindowedStream::new(self.clone_stream(), windows)
     }
 
     /// The keyed input stream.

@@ -201,6 +201,64 @@ impl<T: Data> DataStream<T> {
         self.transform("FlatMap", move || FlatMap::new(f.clone()))
     }
 
+    /// Runs the closure `f(record, ctx)` on every record (Flink's `ProcessFunction`): emit any
+    /// number of results with `ctx.emit`, send records to side outputs with `ctx.side_output`,
+    /// read `ctx.timestamp()` and `ctx.current_watermark()`. Its parameter types are inferred.
+    ///
+    /// ```
+    /// use riffle::{OutputTag, StreamEnv, sink::CollectSink};
+    /// let env = StreamEnv::new();
+    /// let odd = OutputTag::<u32>::new("odd");
+    /// let (evens, even_out) = CollectSink::new();
+    /// let (odds, odd_out) = CollectSink::new();
+    /// let halves = env.from_iter(vec![1u32, 2, 3, 4]).process({
+    ///     let odd = odd.clone();
+    ///     move |x, ctx| {
+    ///         if x % 2 == 0 {
+    ///             ctx.emit(x / 2)
+    ///         } else {
+    ///             ctx.side_output(&odd, x).map(|_| ())
+    ///         }
+    ///     }
+    /// });
+    /// halves.sink(evens);
+    /// halves.get_side_output(&odd).sink(odds);
+    /// env.execute().unwrap();
+    /// assert_eq!((even_out.sorted(), odd_out.sorted()), (vec![1, 2], vec![1, 3]));
+    /// ```
+    pub fn process<U, F>(&self, f: F) -> DataStream<U>
+    where
+        U: Data,
+        F: Fn(T, &mut crate::operators::ProcessContext<'_, '_, U>) -> crate::Result<()>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let f = Arc::new(f);
+        self.transform("Process", move || crate::operators::Process::new(f.clone()))
+    }
+
+    /// Windows over the whole stream, not per key (Flink's `windowAll`): every record goes to
+    /// one subtask of the window operator (its key is `()`), so one thread does the windowing;
+    /// the pre-aggregation of `aggregate` and its shortcuts still runs in parallel upstream.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use riffle::{EnvConfig, StreamEnv, aggregate::Count, sink::CollectSink, time::WatermarkStrategy, window::Tumbling};
+    /// let env = StreamEnv::with_config(EnvConfig::deterministic());
+    /// let (sink, out) = CollectSink::new();
+    /// env.from_iter_with_watermarks(vec![1_000i64, 2_000, 61_000], WatermarkStrategy::monotonous().with_timestamps(|t: &i64| *t))
+    ///     .window_all(Tumbling::of(Duration::from_secs(60)))
+    ///     .aggregate(Count)
+    ///     .map(|r| (r.window_start, r.value))
+    ///     .sink(sink);
+    /// env.execute().unwrap();
+    /// assert_eq!(out.sorted(), vec![(0, 2), (60_000, 1)]);
+    /// ```
+    pub fn window_all(&self, windows: crate::window::Windows) -> crate::WindowedStream<(), T> {
+        self.key_by(|_| ()).window(windows)
+    }
+
     /// Partitions the stream by key: all records of a key go to the same subtask (by key group).
     pub fn key_by<K, F>(&self, key: F) -> KeyedStream<K, T>
     where
@@ -271,6 +329,31 @@ impl<T: Data> DataStream<T> {
             env: self.env.clone(),
             node: id,
         }
+    }
+
+    /// Hands every record to the closure `f` (each subtask calls its own clone); an error fails
+    /// the job naming this sink. At-least-once. For quick jobs and tests.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use riffle::StreamEnv;
+    /// let env = StreamEnv::new();
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let into = seen.clone();
+    /// env.from_iter(vec![1u32, 2, 3]).sink_fn(move |x| {
+    ///     into.lock().unwrap().push(x);
+    ///     Ok(())
+    /// });
+    /// env.execute().unwrap();
+    /// let mut seen = seen.lock().unwrap().clone();
+    /// seen.sort();
+    /// assert_eq!(seen, vec![1, 2, 3]);
+    /// ```
+    pub fn sink_fn<F>(&self, f: F) -> DataStreamSink
+    where
+        F: FnMut(T) -> crate::Result<()> + Clone + Send + Sync + 'static,
+    {
+        self.sink(crate::sink::FnSink::new(f))
     }
 
     /// Prints the stream to standard output as JSON lines.

@@ -2,16 +2,19 @@
 
 use std::hash::Hash;
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::aggregate::AggregateFunction;
+use crate::aggregate::{AggregateFunction, Max, MaxBy, Min, MinBy, Number, Reduce, Sum};
 use crate::api::KeyedStream;
 use crate::api::stream::DataStream;
+use crate::error::Result;
 use crate::operators::OutputTag;
 use crate::record::Data;
 use crate::window::{
-    AggregateWindow, MergePartials, PreAggregate, PreAggregated, ProcessWindow,
-    ProcessWindowFunction, WindowFn, WindowResult, WindowSettings, Windows, window_operator,
+    AggregateWindow, Evictor, MergePartials, PreAggregate, PreAggregated, ProcessWindow,
+    ProcessWindowFunction, TimeWindow, Trigger, TriggerAny, Triggered, Typed, WindowCollector,
+    WindowFn, WindowResult, WindowSettings, Windows, window_operator,
 };
 
 /// A keyed stream cut into windows. Finish it with [`aggregate`](WindowedStream::aggregate) or
@@ -41,6 +44,8 @@ pub struct WindowedStream<K, T> {
     keyed: KeyedStream<K, T>,
     settings: WindowSettings<T>,
     pre_aggregate: bool,
+    trigger: Option<Arc<dyn TriggerAny>>,
+    evictor: Option<Arc<dyn Evictor<T>>>,
 }
 
 impl<K, T> WindowedStream<K, T>
@@ -53,6 +58,8 @@ where
             keyed,
             settings: WindowSettings::new(windows),
             pre_aggregate: true,
+            trigger: None,
+            evictor: None,
         }
     }
 
@@ -78,6 +85,51 @@ where
         self
     }
 
+    /// Fires windows with a custom [`Trigger`] too (tumbling and sliding windows): it sees each
+    /// record added to a key's window and may fire it, and purge it, at once; and it says
+    /// whether the window still fires at its end (see [`CountTrigger`](crate::window::CountTrigger),
+    /// [`Purging`](crate::window::Purging)). Windows with a trigger are not pre-aggregated.
+    pub fn trigger<Tr: Trigger<T>>(mut self, trigger: Tr) -> Self {
+        if self.settings.windows.is_merging() {
+            self.keyed.input().env.defer_error(
+                "custom triggers apply to tumbling and sliding windows, not to session windows"
+                    .to_string(),
+            );
+        }
+        self.trigger = Some(Arc::new(Typed(trigger, PhantomData)));
+        self
+    }
+
+    /// Removes records from what [`process`](WindowedStream::process) sees when a window fires
+    /// (see [`CountEvictor`](crate::window::CountEvictor) and
+    /// [`TimeEvictor`](crate::window::TimeEvictor)); the window's state keeps them until it is
+    /// purged. Full-window functions only.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use riffle::{EnvConfig, StreamEnv, sink::CollectSink, time::WatermarkStrategy};
+    /// use riffle::window::{CountEvictor, Tumbling};
+    ///
+    /// // The last 2 clicks of each user and minute.
+    /// let env = StreamEnv::with_config(EnvConfig::deterministic());
+    /// let (sink, out) = CollectSink::new();
+    /// env.from_iter_with_watermarks(
+    ///     vec![(1u64, 1_000i64), (1, 2_000), (1, 3_000)],
+    ///     WatermarkStrategy::monotonous().with_timestamps(|c: &(u64, i64)| c.1),
+    /// )
+    /// .key_by(|c| c.0)
+    /// .window(Tumbling::of(Duration::from_secs(60)))
+    /// .evictor(CountEvictor::of(2))
+    /// .process(|_, _, clicks, out| out.emit(clicks.iter().map(|c| c.1).collect::<Vec<_>>()))
+    /// .sink(sink);
+    /// env.execute().unwrap();
+    /// assert_eq!(out.values(), vec![vec![2_000, 3_000]]);
+    /// ```
+    pub fn evictor<E: Evictor<T>>(mut self, evictor: E) -> Self {
+        self.evictor = Some(Arc::new(evictor));
+        self
+    }
+
     /// Whether [`aggregate`](WindowedStream::aggregate) pre-aggregates before the shuffle (on
     /// by default for event-time tumbling and sliding windows): each upstream subtask folds
     /// every batch into one partial per key and window, so a hot key does not overload the
@@ -92,6 +144,18 @@ where
         self,
         aggregate: A,
     ) -> DataStream<WindowResult<K, A::Out>> {
+        if self.evictor.is_some() {
+            self.keyed.input().env.defer_error(
+                "an evictor applies to full-window functions (process), not to aggregate"
+                    .to_string(),
+            );
+        }
+        if let Some(trigger) = self.trigger.clone() {
+            return self.build("Window", move || Triggered {
+                function: AggregateWindow(aggregate.clone()),
+                trigger: trigger.clone(),
+            });
+        }
         let windows = self.settings.windows;
         if !(self.pre_aggregate
             && !windows.is_merging()
@@ -128,16 +192,148 @@ where
         })
     }
 
-    /// Calls `function` with all the records of each window.
-    pub fn process<Out, P>(self, function: P) -> DataStream<Out>
+    /// Combines the records of each window pairwise, `combine(accumulated, next)`: one
+    /// [`WindowResult`] with the reduced record per key and window.
+    pub fn reduce(
+        self,
+        combine: impl Fn(T, T) -> T + Send + Sync + 'static,
+    ) -> DataStream<WindowResult<K, T>>
+    where
+        T: Sync,
+    {
+        self.aggregate(Reduce::new(combine))
+    }
+
+    /// The sum of a numeric field per key and window.
+    pub fn sum<N: Number>(
+        self,
+        field: impl Fn(&T) -> N + Send + Sync + 'static,
+    ) -> DataStream<WindowResult<K, N>> {
+        self.aggregate(Sum::of(field))
+    }
+
+    /// The smallest value of a numeric field per key and window.
+    pub fn min<N: Number>(
+        self,
+        field: impl Fn(&T) -> N + Send + Sync + 'static,
+    ) -> DataStream<WindowResult<K, N>> {
+        self.aggregate(Min::of(field))
+            .flat_map(|r| r.value.map(|value| r.with_value(value)))
+    }
+
+    /// The largest value of a numeric field per key and window.
+    pub fn max<N: Number>(
+        self,
+        field: impl Fn(&T) -> N + Send + Sync + 'static,
+    ) -> DataStream<WindowResult<K, N>> {
+        self.aggregate(Max::of(field))
+            .flat_map(|r| r.value.map(|value| r.with_value(value)))
+    }
+
+    /// The record with the smallest value of a numeric field per key and window (the first on
+    /// a tie).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use riffle::{EnvConfig, StreamEnv, sink::CollectSink, time::WatermarkStrategy, window::Tumbling};
+    /// let env = StreamEnv::with_config(EnvConfig::deterministic());
+    /// let (sink, out) = CollectSink::new();
+    /// // (sensor, temperature, time): the coldest reading per sensor and minute.
+    /// env.from_iter_with_watermarks(
+    ///     vec![(1u32, 20.5, 1_000i64), (1, 18.0, 2_000), (2, 30.0, 3_000), (1, 19.0, 61_000)],
+    ///     WatermarkStrategy::monotonous().with_timestamps(|r: &(u32, f64, i64)| r.2),
+    /// )
+    /// .key_by(|r| r.0)
+    /// .window(Tumbling::of(Duration::from_secs(60)))
+    /// .min_by(|r| r.1)
+    /// .map(|r| r.value)
+    /// .sink(sink);
+    /// env.execute().unwrap();
+    /// let mut coldest = out.values();
+    /// coldest.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    /// assert_eq!(coldest, vec![(1, 18.0, 2_000), (1, 19.0, 61_000), (2, 30.0, 3_000)]);
+    /// ```
+    pub fn min_by<N: Number>(
+        self,
+        field: impl Fn(&T) -> N + Send + Sync + 'static,
+    ) -> DataStream<WindowResult<K, T>>
+    where
+        T: Sync,
+    {
+        self.aggregate(MinBy::of(field))
+    }
+
+    /// The record with the largest value of a numeric field per key and window (the first on
+    /// a tie).
+    pub fn max_by<N: Number>(
+        self,
+        field: impl Fn(&T) -> N + Send + Sync + 'static,
+    ) -> DataStream<WindowResult<K, T>>
+    where
+        T: Sync,
+    {
+        self.aggregate(MaxBy::of(field))
+    }
+
+    /// Calls the closure `function(key, window, records, out)` with all the records of each
+    /// window of each key, when the window fires (again, with every record, when a late record
+    /// within the allowed lateness updates it). Its parameter types are inferred.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use riffle::{EnvConfig, StreamEnv, sink::CollectSink, time::WatermarkStrategy, window::Tumbling};
+    ///
+    /// let env = StreamEnv::with_config(EnvConfig::deterministic());
+    /// let (sink, output) = CollectSink::new();
+    /// env.from_iter_with_watermarks(
+    ///     vec![(1u64, 'a', 1_000i64), (1, 'b', 2_000), (2, 'a', 3_000), (1, 'c', 61_000)],
+    ///     WatermarkStrategy::monotonous().with_timestamps(|c: &(u64, char, i64)| c.2),
+    /// )
+    /// .key_by(|click| click.0)
+    /// .window(Tumbling::of(Duration::from_secs(60)))
+    /// .process(|user, window, clicks, out| {
+    ///     let pages: String = clicks.iter().map(|c| c.1).collect();
+    ///     out.emit(format!("user {user} from {}: {pages}", window.start))
+    /// })
+    /// .sink(sink);
+    /// env.execute().unwrap();
+    /// assert_eq!(
+    ///     output.sorted(),
+    ///     vec!["user 1 from 0: ab", "user 1 from 60000: c", "user 2 from 0: a"]
+    /// );
+    /// ```
+    pub fn process<Out, F>(self, function: F) -> DataStream<Out>
+    where
+        Out: Data,
+        F: FnMut(&K, TimeWindow, &[T], &mut WindowCollector<'_, '_, Out>) -> Result<()>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.process_function(function)
+    }
+
+    /// Calls a [`ProcessWindowFunction`] (a struct) with all the records of each window, as
+    /// Flink's `process(ProcessWindowFunction)`.
+    pub fn process_function<Out, P>(self, function: P) -> DataStream<Out>
     where
         Out: Data,
         P: ProcessWindowFunction<K, T, Out> + Clone + Sync,
     {
-        self.build("Window", move || ProcessWindow {
+        let evictor = self.evictor.clone();
+        let make = move || ProcessWindow {
             function: function.clone(),
+            evictor: evictor.clone(),
             _types: PhantomData,
-        })
+        };
+        match self.trigger.clone() {
+            Some(trigger) => self.build("Window", move || Triggered {
+                function: make(),
+                trigger: trigger.clone(),
+            }),
+            None => self.build("Window", make),
+        }
     }
 
     fn build<F, M>(self, name: &str, make: M) -> DataStream<F::Out>

@@ -43,7 +43,10 @@ fn storage_error(context: impl std::fmt::Display, error: impl std::fmt::Display)
 impl CheckpointStorage {
     /// Storage at `location` (a directory path, `file:///path`, or `s3://bucket/prefix`) under
     /// the sub-directory `job`. S3 settings (`endpoint`, `region`, `access_key_id`,
-    /// `secret_access_key`, `allow_http`) come from `options` or from the `AWS_*` environment.
+    /// `secret_access_key`, `allow_http`, `skip_signature`, and `instance_metadata=true` with an
+    /// optional `metadata_endpoint` to let the cloud's metadata service supply credentials) come
+    /// from `options` or from the `AWS_*` environment; with no credentials configured an `s3://`
+    /// location is refused rather than asking the metadata service.
     pub fn open(
         location: &str,
         options: &[(String, String)],
@@ -288,7 +291,30 @@ fn open_s3(
     options: &[(String, String)],
     setting: &str,
 ) -> Result<(Arc<dyn ObjectStore>, Path, String)> {
-    use object_store::aws::AmazonS3Builder;
+    s3_store(
+        object_store::aws::AmazonS3Builder::from_env(),
+        location,
+        options,
+        setting,
+    )
+}
+
+/// The S3 store of `location` from `base` (the `AWS_*` environment in production) and `options`.
+///
+/// Credentials come only from what is configured: static keys, a web-identity token file, or
+/// the container-credentials variables of ECS/EKS; `skip_signature=true` makes anonymous
+/// requests. The instance metadata service (IMDS, `169.254.169.254`), which `object_store` falls
+/// back to when nothing is configured, is asked only when the option `instance_metadata=true`
+/// says so (its address from `metadata_endpoint`); otherwise the storage is refused before any
+/// request, naming the setting.
+#[cfg(feature = "s3")]
+fn s3_store(
+    base: object_store::aws::AmazonS3Builder,
+    location: &str,
+    options: &[(String, String)],
+    setting: &str,
+) -> Result<(Arc<dyn ObjectStore>, Path, String)> {
+    use object_store::aws::AmazonS3ConfigKey as Key;
     let rest = location.trim_start_matches("s3://");
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.is_empty() {
@@ -297,8 +323,9 @@ fn open_s3(
             format!("`{location}` names no bucket"),
         ));
     }
-    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    let mut builder = base.with_bucket_name(bucket);
     let mut endpoint = None;
+    let mut instance_metadata = false;
     for (key, value) in options {
         builder = match key.as_str() {
             "endpoint" => {
@@ -311,6 +338,23 @@ fn open_s3(
             "access_key_id" => builder.with_access_key_id(value),
             "secret_access_key" => builder.with_secret_access_key(value),
             "allow_http" => builder.with_allow_http(value == "true"),
+            "skip_signature" => builder.with_skip_signature(value == "true"),
+            "instance_metadata" => {
+                instance_metadata = match value.as_str() {
+                    "true" => true,
+                    "false" => false,
+                    other => {
+                        return Err(Error::config(
+                            setting,
+                            format!(
+                                "S3 option instance_metadata=`{other}`: expected true or false"
+                            ),
+                        ));
+                    }
+                };
+                builder
+            }
+            "metadata_endpoint" => builder.with_metadata_endpoint(value),
             other => {
                 return Err(Error::config(
                     setting,
@@ -318,6 +362,30 @@ fn open_s3(
                 ));
             }
         };
+    }
+    let set = |key: Key| {
+        builder
+            .get_config_value(&key)
+            .is_some_and(|v| !v.is_empty())
+    };
+    let configured = set(Key::AccessKeyId)
+        || set(Key::SecretAccessKey)
+        || (set(Key::WebIdentityTokenFile) && set(Key::RoleArn))
+        || set(Key::ContainerCredentialsRelativeUri)
+        || set(Key::ContainerCredentialsFullUri)
+        || builder
+            .get_config_value(&Key::SkipSignature)
+            .is_some_and(|v| v == "true");
+    if !configured && !instance_metadata {
+        return Err(Error::config(
+            setting,
+            format!(
+                "`{location}`: no S3 credentials are configured (access_key_id and \
+                 secret_access_key, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a web identity, \
+                 or skip_signature=true for anonymous requests); the instance metadata service is \
+                 asked for credentials only with the option instance_metadata=true"
+            ),
+        ));
     }
     let store = builder
         .build()
@@ -376,6 +444,118 @@ mod tests {
         std::fs::write(dir.path().join("job/chk-1/op/0.state"), b"hellO").unwrap();
         let err = storage.read(&file).unwrap_err();
         assert!(err.to_string().contains("is damaged"), "{err}");
+    }
+
+    /// A loopback listener posing as the instance metadata service: the first line of every
+    /// request it receives goes to the channel, and it answers 403.
+    #[cfg(feature = "s3")]
+    fn metadata_service() -> (String, std::sync::mpsc::Receiver<String>) {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        let (seen, requests) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut line = String::new();
+                let _ = BufReader::new(&stream).read_line(&mut line);
+                let _ = seen.send(line.trim().to_string());
+                let _ = stream.write_all(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n");
+            }
+        });
+        (address, requests)
+    }
+
+    /// S3 options with the metadata service at `metadata` and S3 itself at a closed loopback
+    /// port: nothing leaves the machine.
+    #[cfg(feature = "s3")]
+    fn no_credentials(metadata: &str) -> Vec<(String, String)> {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}", closed.local_addr().unwrap());
+        drop(closed);
+        [
+            ("endpoint", endpoint.as_str()),
+            ("region", "us-east-1"),
+            ("allow_http", "true"),
+            ("metadata_endpoint", metadata),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    #[cfg(feature = "s3")]
+    fn try_get(store: &Arc<dyn ObjectStore>) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _ = runtime.block_on(async {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                store.get(&Path::from("x")),
+            )
+            .await
+        });
+    }
+
+    #[cfg(feature = "s3")]
+    #[test]
+    fn s3_without_configured_credentials_never_asks_the_metadata_service() {
+        use object_store::aws::AmazonS3Builder;
+        let (metadata, requests) = metadata_service();
+        let options = no_credentials(&metadata);
+        let err = s3_store(
+            AmazonS3Builder::new(),
+            "s3://bucket/savepoints",
+            &options,
+            "savepoint target",
+        )
+        .err()
+        .expect("refused");
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: `savepoint target` `s3://bucket/savepoints`: no S3 \
+             credentials are configured (access_key_id and secret_access_key, or \
+             AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a web identity, or skip_signature=true \
+             for anonymous requests); the instance metadata service is asked for credentials only \
+             with the option instance_metadata=true"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(
+            requests.try_iter().collect::<Vec<_>>(),
+            Vec::<String>::new()
+        );
+
+        // Static keys: the store is built and used without the metadata service.
+        let mut keyed = options.clone();
+        keyed.push(("access_key_id".into(), "key".into()));
+        keyed.push(("secret_access_key".into(), "secret".into()));
+        let (store, _, _) =
+            s3_store(AmazonS3Builder::new(), "s3://bucket/p", &keyed, "storage").unwrap();
+        try_get(&store);
+        assert_eq!(
+            requests.try_iter().collect::<Vec<_>>(),
+            Vec::<String>::new()
+        );
+
+        // The control: asked for, the metadata service is what gets the request.
+        let mut asked = options;
+        asked.push(("instance_metadata".into(), "true".into()));
+        let (store, _, _) =
+            s3_store(AmazonS3Builder::new(), "s3://bucket/p", &asked, "storage").unwrap();
+        try_get(&store);
+        let seen: Vec<String> = requests.try_iter().collect();
+        assert_eq!(
+            seen.first().map(String::as_str),
+            Some("PUT /latest/api/token HTTP/1.1"),
+            "{seen:?}"
+        );
+        let bad = [("instance_metadata".to_string(), "yes".to_string())];
+        let err = s3_store(AmazonS3Builder::new(), "s3://b/p", &bad, "storage")
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("instance_metadata=`yes`"), "{err}");
     }
 
     #[test]

@@ -20,16 +20,20 @@ use crate::state::{
 
 /// The low-level keyed function, as Flink's `KeyedProcessFunction`.
 ///
-/// Closures `FnMut(&K, In, &mut KeyedContext<K, Out>) -> Result<()>` implement it; implement it
-/// on a struct to also receive timers.
+/// Closures `FnMut(&K, In, &mut KeyedContext<K, Out>) -> Result<()>` implement it (pass them to
+/// [`KeyedStream::process`](crate::KeyedStream::process), which infers their types); implement it
+/// on a struct for timers, `open` and `close`, and pass the struct to
+/// [`KeyedStream::process_function`](crate::KeyedStream::process_function).
 pub trait KeyedProcessFunction<K, In, Out>: Send + 'static {
+    /// Called once per parallel instance before the first record (Flink's `open`): set up
+    /// what the function needs (a client, a table), on the task's thread.
+    fn open(&mut self, _ctx: &crate::operators::OperatorContext) -> Result<()> {
+        Ok(())
+    }
+
     /// Processes one record of key `key`.
-    fn process_element(
-        &mut self,
-        key: &K,
-        value: In,
-        ctx: &mut KeyedContext<'_, '_, K, Out>,
-    ) -> Result<()>;
+    fn process_element(&mut self, key: &K, value: In, ctx: &mut KeyedContext<K, Out>)
+    -> Result<()>;
 
     /// A timer of `key` registered for `timestamp` fired (`ctx.timestamp()` is that time).
     fn on_timer(
@@ -37,21 +41,70 @@ pub trait KeyedProcessFunction<K, In, Out>: Send + 'static {
         _key: &K,
         _timestamp: Timestamp,
         _domain: TimeDomain,
-        _ctx: &mut KeyedContext<'_, '_, K, Out>,
+        _ctx: &mut KeyedContext<K, Out>,
     ) -> Result<()> {
+        Ok(())
+    }
+
+    /// Called once when the input ended, after the final watermark's timers fired (Flink's
+    /// `close`); emit through `out` what is still held.
+    fn close(&mut self, _out: &mut Collector<'_, Out>) -> Result<()> {
         Ok(())
     }
 }
 
-impl<K, In, Out, F> KeyedProcessFunction<K, In, Out> for F
+/// A [`KeyedProcessFunction`] made of two closures, one per record and one per timer: what
+/// [`KeyedStream::process_with_timers`](crate::KeyedStream::process_with_timers) runs.
+#[derive(Clone)]
+pub struct ProcessWithTimers<E, T> {
+    on_element: E,
+    on_timer: T,
+}
+
+impl<E, T> ProcessWithTimers<E, T> {
+    /// The function calling `on_element` for records and `on_timer` for timers.
+    pub fn new(on_element: E, on_timer: T) -> Self {
+        ProcessWithTimers {
+            on_element,
+            on_timer,
+        }
+    }
+}
+
+impl<K, In, Out, E, T> KeyedProcessFunction<K, In, Out> for ProcessWithTimers<E, T>
 where
-    F: FnMut(&K, In, &mut KeyedContext<'_, '_, K, Out>) -> Result<()> + Send + 'static,
+    E: FnMut(&K, In, &mut KeyedContext<K, Out>) -> Result<()> + Send + 'static,
+    T: FnMut(&K, Timestamp, TimeDomain, &mut KeyedContext<K, Out>) -> Result<()> + Send + 'static,
 {
     fn process_element(
         &mut self,
         key: &K,
         value: In,
-        ctx: &mut KeyedContext<'_, '_, K, Out>,
+        ctx: &mut KeyedContext<K, Out>,
+    ) -> Result<()> {
+        (self.on_element)(key, value, ctx)
+    }
+
+    fn on_timer(
+        &mut self,
+        key: &K,
+        timestamp: Timestamp,
+        domain: TimeDomain,
+        ctx: &mut KeyedContext<K, Out>,
+    ) -> Result<()> {
+        (self.on_timer)(key, timestamp, domain, ctx)
+    }
+}
+
+impl<K, In, Out, F> KeyedProcessFunction<K, In, Out> for F
+where
+    F: FnMut(&K, In, &mut KeyedContext<K, Out>) -> Result<()> + Send + 'static,
+{
+    fn process_element(
+        &mut self,
+        key: &K,
+        value: In,
+        ctx: &mut KeyedContext<K, Out>,
     ) -> Result<()> {
         self(key, value, ctx)
     }
@@ -281,17 +334,21 @@ where
         out: &mut Collector<'_, Out>,
     ) -> Result<()> {
         let runtime = self.runtime.as_mut().expect("opened");
-        for (timestamp, key) in runtime.timers.pop_due(domain, time) {
-            let key_group = runtime.key_group(&key)?;
-            let mut ctx = KeyedContext {
-                key: &key,
-                key_group,
-                timestamp,
-                out,
-                state: &mut runtime.state,
-                timers: &mut runtime.timers,
-            };
-            self.function.on_timer(&key, timestamp, domain, &mut ctx)?;
+        // Earliest first, and again until none is due: a timer that `on_timer` registers at or
+        // before `time` fires in this advance too, in time order.
+        while let Some((timestamp, keys)) = runtime.timers.pop_earliest_due(domain, time) {
+            for key in keys {
+                let key_group = runtime.key_group(&key)?;
+                let mut ctx = KeyedContext {
+                    key: &key,
+                    key_group,
+                    timestamp,
+                    out,
+                    state: &mut runtime.state,
+                    timers: &mut runtime.timers,
+                };
+                self.function.on_timer(&key, timestamp, domain, &mut ctx)?;
+            }
         }
         Ok(())
     }
@@ -309,7 +366,11 @@ where
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.runtime = Some(KeyedRuntime::new(ctx));
-        Ok(())
+        self.function.open(ctx)
+    }
+
+    fn close(&mut self, out: &mut Collector<'_, Out>) -> Result<()> {
+        self.function.close(out)
     }
 
     fn process(&mut self, batch: &mut Vec<Record<In>>, out: &mut Collector<'_, Out>) -> Result<()> {

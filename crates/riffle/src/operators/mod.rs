@@ -10,6 +10,7 @@ pub(crate) mod adaptive;
 mod basic;
 mod decode;
 mod keyed;
+mod process;
 mod rolling;
 mod sink;
 
@@ -19,7 +20,8 @@ use std::sync::Arc;
 
 pub use basic::{Filter, FlatMap, Identity, Map, TryMap};
 pub use decode::ParseJson;
-pub use keyed::{KeyedContext, KeyedProcess, KeyedProcessFunction};
+pub use keyed::{KeyedContext, KeyedProcess, KeyedProcessFunction, ProcessWithTimers};
+pub use process::{Process, ProcessContext};
 pub use rolling::Rolling;
 pub(crate) use rolling::{RollingAggregate, RollingCombine};
 pub use sink::SinkOperator;
@@ -204,11 +206,41 @@ impl<T> std::fmt::Debug for OutputTag<T> {
 #[derive(Default)]
 pub(crate) struct SideOutputs {
     outputs: Vec<(String, Box<dyn ErasedSideOutput>)>,
+    /// Where records sent to a tag without consumer are counted.
+    metrics: Option<Arc<OperatorMetrics>>,
+    /// The tags without consumer already warned about (once per tag).
+    warned: Vec<String>,
 }
 
 impl SideOutputs {
     pub(crate) fn insert(&mut self, tag: String, output: Box<dyn ErasedSideOutput>) {
         self.outputs.push((tag, output));
+    }
+
+    /// Counts records sent to a tag without consumer in `metrics`.
+    pub(crate) fn count_unconsumed_in(&mut self, metrics: Arc<OperatorMetrics>) {
+        self.metrics = Some(metrics);
+    }
+
+    /// A record went to `tag`, which nothing consumes: count it, warn once per tag.
+    fn unconsumed(&mut self, tag: &str) {
+        if let Some(metrics) = &self.metrics {
+            metrics.add_side_output_unconsumed(1);
+        }
+        if !self.warned.iter().any(|t| t == tag) {
+            self.warned.push(tag.to_string());
+            let operator = self
+                .metrics
+                .as_ref()
+                .map(|m| m.name.as_str())
+                .unwrap_or("?");
+            tracing::warn!(
+                operator,
+                tag,
+                "records sent to side output `{tag}` are dropped: nothing in the job consumes it \
+                 (counted in side_output_unconsumed; consume it with get_side_output)"
+            );
+        }
     }
 
     fn get<T: Data>(&mut self, tag: &str) -> Option<&mut Box<dyn Output<T>>> {
@@ -341,14 +373,18 @@ impl<'a, T: Data> Collector<'a, T> {
     }
 
     /// Sends `record` to the side output `tag`. Returns `false` if the job declared no consumer
-    /// for that side output: the caller must then count the record (it is never dropped silently).
+    /// for that side output: the record is then dropped, counted in the operator's
+    /// `side_output_unconsumed` metric and warned about once per tag (never silently).
     pub fn side_output<S: Data>(&mut self, tag: &OutputTag<S>, record: Record<S>) -> Result<bool> {
         match self.side.get::<S>(&tag.id) {
             Some(output) => {
                 output.records(&mut vec![record])?;
                 Ok(true)
             }
-            None => Ok(false),
+            None => {
+                self.side.unconsumed(&tag.id);
+                Ok(false)
+            }
         }
     }
 

@@ -747,6 +747,16 @@ impl JobResult {
         self.metrics.operators.iter().map(|o| o.bad_records).sum()
     }
 
+    /// Records that jumped too far ahead of their split's watermark, over all sources (see
+    /// [`WatermarkStrategy::with_max_watermark_jump`](crate::time::WatermarkStrategy::with_max_watermark_jump)).
+    pub fn watermark_outliers(&self) -> u64 {
+        self.metrics
+            .operators
+            .iter()
+            .map(|o| o.watermark_outliers)
+            .sum()
+    }
+
     /// Checkpoints that completed.
     pub fn completed_checkpoints(&self) -> usize {
         self.checkpoints.iter().filter(|c| c.completed()).count()

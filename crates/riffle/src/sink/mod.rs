@@ -12,11 +12,13 @@
 mod collect;
 mod exactly_once;
 mod file;
+mod function;
 mod simple;
 
 pub use collect::{CollectSink, Collected};
 pub use exactly_once::ExactlyOnceFileSink;
 pub use file::FileSink;
+pub use function::FnSink;
 pub use simple::{BlackholeSink, StdoutSink, ThrottledSink};
 
 use crate::error::Result;

@@ -10,6 +10,7 @@ mod bad_records;
 pub mod collection;
 pub mod datagen;
 pub mod file;
+pub mod function;
 pub(crate) mod task;
 mod watermarks;
 

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::metrics::OperatorMetrics;
 use crate::record::{CheckpointBarrier, Data, LatencyMarker, MAX_WATERMARK};
 use crate::runtime::{CANCEL_POLL, Output, TaskContext, TaskDriver};
-use crate::source::watermarks::{SourceWatermarks, WatermarkUpdate};
+use crate::source::watermarks::{SourceWatermarks, SplitWatermark, WatermarkUpdate};
 use crate::source::{
     BadRecordHandler, Boundedness, DeadLetter, ReadStatus, Source, SourceOutput, SplitReader,
 };
@@ -42,6 +42,8 @@ pub(crate) struct SourceTaskSetup {
     pub(crate) batch_size: usize,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) watermark_interval: Duration,
+    /// Emit the watermark after every batch, whatever the strategy says.
+    pub(crate) watermark_after_every_batch: bool,
     /// How often to send a latency marker (`None`: never).
     pub(crate) latency_interval: Option<Duration>,
 }
@@ -94,11 +96,13 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
             discovery.next = Instant::now() + interval;
             Box::new(discovery) as Box<dyn DiscoverSplits<T>>
         });
-        // Every old subtask's positions reach every new one: each seeks the splits it reads.
+        // Every old subtask's splits reach every new one: each resumes the splits it reads.
         let mut restored = HashMap::new();
         if let Some(restore) = &setup.restore {
-            for state in restore.operator::<Vec<(String, String)>>() {
-                restored.extend(state.map_err(in_operator)?);
+            for bytes in &restore.operator {
+                for split in SplitCheckpoint::decode_all(bytes).map_err(in_operator)? {
+                    restored.insert(split.split.clone(), split);
+                }
             }
         }
         let output = *setup.output.downcast::<Box<dyn Output<T>>>().map_err(|_| {
@@ -108,7 +112,13 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
             operator_id: setup.operator_id,
             parallelism: setup.parallelism,
             last_barrier: 0,
-            watermarks: SourceWatermarks::new(self.strategy.clone(), 0, setup.clock),
+            watermarks: SourceWatermarks::new(
+                self.strategy
+                    .clone()
+                    .after_every_batch_if(setup.watermark_after_every_batch),
+                0,
+                setup.clock,
+            ),
             watermark_interval: setup.watermark_interval,
             latency_interval: setup.latency_interval,
             splits: Vec::new(),
@@ -185,6 +195,46 @@ struct SplitSlot<T> {
     retry_at: Option<Instant>,
 }
 
+/// What a source's checkpoint holds for one split: where to resume reading, and its event time.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct SplitCheckpoint {
+    /// [`SplitReader::split_id`].
+    split: String,
+    /// [`SplitReader::position`], as JSON text.
+    position: String,
+    /// The split's watermark and idleness.
+    event_time: SplitWatermark,
+}
+
+/// Tags the source state's format (checkpoints written before the split's event time was part
+/// of them hold a bare list of `(split, position)`).
+const SOURCE_STATE_FORMAT: &str = "riffle.source.splits.v2";
+
+impl SplitCheckpoint {
+    fn encode_all(splits: &[SplitCheckpoint], writer: &mut SnapshotWriter) -> Result<()> {
+        writer.write_operator(Redistribution::Union, &(SOURCE_STATE_FORMAT, splits))
+    }
+
+    /// The splits of one old subtask's state, in the current format or the earlier one.
+    fn decode_all(bytes: &[u8]) -> Result<Vec<SplitCheckpoint>> {
+        if let Ok((format, splits)) =
+            crate::checkpoint::decode::<(String, Vec<SplitCheckpoint>)>(bytes)
+            && format == SOURCE_STATE_FORMAT
+        {
+            return Ok(splits);
+        }
+        let positions: Vec<(String, String)> = crate::checkpoint::decode(bytes)?;
+        Ok(positions
+            .into_iter()
+            .map(|(split, position)| SplitCheckpoint {
+                split,
+                position,
+                event_time: SplitWatermark::default(),
+            })
+            .collect())
+    }
+}
+
 /// The driver of one source subtask.
 pub(crate) struct SourceTask<T> {
     name: String,
@@ -194,8 +244,8 @@ pub(crate) struct SourceTask<T> {
     /// The last checkpoint barrier injected.
     last_barrier: u64,
     splits: Vec<SplitSlot<T>>,
-    /// Split positions of the restored checkpoint, by split id.
-    restored: HashMap<String, String>,
+    /// Splits of the restored checkpoint, by split id.
+    restored: HashMap<String, SplitCheckpoint>,
     /// Looks for new splits while the job runs, when the source asks for it.
     discovery: Option<Box<dyn DiscoverSplits<T>>>,
     /// The positions each checkpoint stored (one per split, in split order), until it completes.
@@ -213,18 +263,20 @@ pub(crate) struct SourceTask<T> {
 }
 
 impl<T: Data> SourceTask<T> {
-    /// Starts reading a split: from its restored position if the checkpoint has one, else from its
-    /// beginning if it is `new` (appeared after the job first started), else from the source's
-    /// configured start.
+    /// Starts reading a split: from its restored position, with its restored watermark, if the
+    /// checkpoint has it, else from its beginning if it is `new` (appeared after the job first
+    /// started), else from the source's configured start.
     fn add_split(&mut self, mut reader: Box<dyn SplitReader<T>>, new: bool) -> Result<()> {
-        if let Some(position) = self.restored.get(&reader.split_id()) {
+        self.watermarks.add_split();
+        if let Some(restored) = self.restored.get(&reader.split_id()) {
             let position: serde_json::Value =
-                serde_json::from_str(position).map_err(Error::user)?;
+                serde_json::from_str(&restored.position).map_err(Error::user)?;
             reader.seek(&position)?;
+            self.watermarks
+                .restore_split(self.splits.len(), restored.event_time);
         } else if new {
             reader.start_at_beginning()?;
         }
-        self.watermarks.add_split();
         self.splits.push(SplitSlot {
             reader,
             finished: false,
@@ -302,8 +354,12 @@ impl<T: Data> SourceTask<T> {
                     earliest = Some(earliest.map_or(at, |e| e.min(at)));
                 }
             }
-            self.watermarks
+            let outliers = self
+                .watermarks
                 .on_records(index, &mut out.records, &mut out.bad);
+            if outliers > 0 {
+                self.metrics.add_watermark_outliers(outliers);
+            }
             if !out.bad.is_empty() {
                 let split = self.splits[index].reader.split_id();
                 let dead_letter = &mut self.dead_letter;
@@ -338,19 +394,25 @@ impl<T: Data> SourceTask<T> {
         Ok(())
     }
 
-    /// Writes the split positions, sends the barrier down the chain, hands the snapshot over.
+    /// Writes the splits' positions and watermarks, sends the barrier down the chain, hands the
+    /// snapshot over.
     fn inject(&mut self, barrier: CheckpointBarrier) -> Result<()> {
         let values: Vec<serde_json::Value> =
             self.splits.iter().map(|s| s.reader.position()).collect();
-        let positions: Vec<(String, String)> = self
+        let splits: Vec<SplitCheckpoint> = self
             .splits
             .iter()
             .zip(&values)
-            .map(|(s, position)| (s.reader.split_id(), position.to_string()))
+            .enumerate()
+            .map(|(index, (s, position))| SplitCheckpoint {
+                split: s.reader.split_id(),
+                position: position.to_string(),
+                event_time: self.watermarks.snapshot_split(index),
+            })
             .collect();
         self.positions_in_flight.push_back((barrier.id, values));
         let mut writer = SnapshotWriter::default();
-        writer.write_operator(Redistribution::Union, &positions)?;
+        SplitCheckpoint::encode_all(&splits, &mut writer)?;
         let mut snapshot = TaskSnapshot::new(barrier.id);
         snapshot.operators.push(OperatorSnapshot {
             id: self.operator_id.clone(),

@@ -1,10 +1,12 @@
 //! Event time inside a source subtask: timestamps assigned per record, a watermark generator per
-//! split, idle splits left out, records too far in the future quarantined, and the subtask's
-//! watermark as the minimum over its active splits (never moving backwards).
+//! split, idle splits left out, records too far in the future quarantined, outliers kept from
+//! moving the watermark until corroborated, and the subtask's watermark as the minimum over its
+//! active splits (never moving backwards). A split's watermark and idleness are part of the
+//! source's checkpoint ([`SplitWatermark`]), so event time resumes where it was after a restore.
 
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::record::{MIN_WATERMARK, NO_TIMESTAMP, Record, Timestamp};
 use crate::source::BadInput;
@@ -19,11 +21,74 @@ pub(crate) enum WatermarkUpdate {
     Watermark(Timestamp),
 }
 
+/// A split's event-time progress, as a checkpoint stores it and a restore gives it back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SplitWatermark {
+    /// The split's watermark (`None`: it had no record with a timestamp yet).
+    pub(crate) watermark: Option<Timestamp>,
+    /// Whether the split was idle (no record for the strategy's idleness timeout).
+    pub(crate) idle: bool,
+}
+
 struct SplitState {
     generator: Option<Box<dyn WatermarkGenerator>>,
     /// Processing time of the split's last record (or of its start).
     last_record_at: Timestamp,
     finished: bool,
+    /// The watermark restored from a checkpoint: the split's watermark is never below it.
+    floor: Timestamp,
+    /// Timestamps of the outliers read in a row, not yet corroborated.
+    outliers: Vec<Timestamp>,
+}
+
+impl SplitState {
+    /// The split's watermark: its generator's, never below the restored one.
+    fn watermark(&self) -> Option<Timestamp> {
+        let generator = self.generator.as_ref()?;
+        Some(generator.current_watermark().max(self.floor))
+    }
+
+    /// Feeds the generator one event time, unless it is an outlier (more than `rule.max_jump`
+    /// ahead of the split's watermark) that `rule.corroboration` outliers in a row, near each
+    /// other, have not confirmed yet. Returns whether it was an outlier.
+    fn on_event(&mut self, timestamp: Timestamp, rule: Option<OutlierRule>) -> bool {
+        let Some(generator) = &mut self.generator else {
+            return false;
+        };
+        let Some(rule) = rule else {
+            generator.on_event(timestamp);
+            return false;
+        };
+        let watermark = generator.current_watermark().max(self.floor);
+        if watermark == MIN_WATERMARK || timestamp <= watermark.saturating_add(rule.max_jump) {
+            // An ordinary record: an outlier run before it was not corroborated.
+            self.outliers.clear();
+            generator.on_event(timestamp);
+            return false;
+        }
+        if self
+            .outliers
+            .first()
+            .is_some_and(|first| first.abs_diff(timestamp) > rule.max_jump as u64)
+        {
+            self.outliers.clear();
+        }
+        self.outliers.push(timestamp);
+        if self.outliers.len() >= rule.corroboration {
+            for corroborated in self.outliers.drain(..) {
+                generator.on_event(corroborated);
+            }
+        }
+        true
+    }
+}
+
+/// When a record's event time is an outlier for its split's watermark (see
+/// [`WatermarkStrategy::with_max_watermark_jump`]).
+#[derive(Clone, Copy, Debug)]
+struct OutlierRule {
+    max_jump: Timestamp,
+    corroboration: usize,
 }
 
 /// The watermark bookkeeping of one source subtask.
@@ -55,15 +120,16 @@ impl<T: Serialize> SourceWatermarks<T> {
     }
 
     /// Assigns event time to the records just read from `split`, moves those too far ahead of
-    /// the wall clock to `bad`, and feeds the others to the split's generator.
+    /// the wall clock to `bad`, and feeds the others to the split's generator, but for outliers
+    /// not yet corroborated. Returns how many records were outliers (they stay in `records`).
     pub(crate) fn on_records(
         &mut self,
         split: usize,
         records: &mut Vec<Record<T>>,
         bad: &mut Vec<BadInput>,
-    ) {
+    ) -> u64 {
         if records.is_empty() {
-            return;
+            return 0;
         }
         let now = self.clock.now();
         let state = &mut self.splits[split];
@@ -93,13 +159,53 @@ impl<T: Serialize> SourceWatermarks<T> {
                 });
             }
         }
-        if let Some(generator) = &mut state.generator {
+        let rule = self.strategy.max_watermark_jump.map(|jump| OutlierRule {
+            max_jump: jump.as_millis().min(Timestamp::MAX as u128) as Timestamp,
+            corroboration: self.strategy.outlier_corroboration.max(1),
+        });
+        let mut outliers = 0;
+        if state.generator.is_some() {
             for record in records.iter() {
-                if record.timestamp != NO_TIMESTAMP {
-                    generator.on_event(record.timestamp);
+                if record.timestamp != NO_TIMESTAMP && state.on_event(record.timestamp, rule) {
+                    outliers += 1;
                 }
             }
         }
+        outliers
+    }
+
+    /// The event-time progress of `split`, for a checkpoint.
+    pub(crate) fn snapshot_split(&self, split: usize) -> SplitWatermark {
+        let state = &self.splits[split];
+        SplitWatermark {
+            watermark: state.watermark().filter(|w| *w > MIN_WATERMARK),
+            idle: !state.finished && self.is_idle(state, self.clock.now()),
+        }
+    }
+
+    /// Resumes `split` where a checkpoint left it: its watermark never goes below the stored
+    /// one, and a split that was idle is idle again until it has records.
+    pub(crate) fn restore_split(&mut self, split: usize, restored: SplitWatermark) {
+        let now = self.clock.now();
+        let idleness = self.idleness();
+        let state = &mut self.splits[split];
+        if let Some(watermark) = restored.watermark {
+            state.floor = state.floor.max(watermark);
+        }
+        if restored.idle
+            && let Some(limit) = idleness
+        {
+            state.last_record_at = now.saturating_sub(limit);
+        }
+    }
+
+    fn idleness(&self) -> Option<Timestamp> {
+        self.strategy.idleness.map(|d| d.as_millis() as Timestamp)
+    }
+
+    fn is_idle(&self, state: &SplitState, now: Timestamp) -> bool {
+        self.idleness()
+            .is_some_and(|limit| now.saturating_sub(state.last_record_at) >= limit)
     }
 
     /// Whether the watermark is to be emitted after every batch.
@@ -114,6 +220,8 @@ impl<T: Serialize> SourceWatermarks<T> {
             generator: self.strategy.generator.as_ref().map(|factory| factory()),
             last_record_at: self.clock.now(),
             finished: false,
+            floor: MIN_WATERMARK,
+            outliers: Vec::new(),
         });
     }
 
@@ -128,11 +236,11 @@ impl<T: Serialize> SourceWatermarks<T> {
             return Vec::new();
         }
         let now = self.clock.now();
-        let idleness = self.strategy.idleness.map(|d| d.as_millis() as Timestamp);
+        let idleness = self.idleness();
         let active: Vec<&SplitState> = self
             .splits
             .iter()
-            .filter(|s| !s.finished && idleness.is_none_or(|limit| now - s.last_record_at < limit))
+            .filter(|s| !s.finished && !self.is_idle(s, now))
             .collect();
         let mut updates = Vec::new();
         let idle = active.is_empty() && (idleness.is_some() || self.splits.is_empty());
@@ -140,11 +248,7 @@ impl<T: Serialize> SourceWatermarks<T> {
             self.idle = idle;
             updates.push(WatermarkUpdate::Idle(idle));
         }
-        let watermark = active
-            .iter()
-            .filter_map(|s| s.generator.as_ref())
-            .map(|g| g.current_watermark())
-            .min();
+        let watermark = active.iter().filter_map(|s| s.watermark()).min();
         if let Some(watermark) = watermark
             && watermark > self.emitted
         {
@@ -228,6 +332,107 @@ mod tests {
         assert_eq!(bad[0].payload, "[7,4600001]");
         assert!(bad[0].error.contains("beyond the allowed skew"));
         assert_eq!(t.poll(), vec![WatermarkUpdate::Watermark(1_000_399)]);
+    }
+
+    #[test]
+    fn a_restored_split_resumes_at_its_watermark_without_new_records() {
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let mut before = tracker(2, &clock);
+        read(&mut before, 0, &[5_000]);
+        read(&mut before, 1, &[9_000]);
+        assert_eq!(before.poll(), vec![WatermarkUpdate::Watermark(4_899)]);
+        let saved = [before.snapshot_split(0), before.snapshot_split(1)];
+        assert_eq!(
+            saved,
+            [
+                SplitWatermark {
+                    watermark: Some(4_899),
+                    idle: false
+                },
+                SplitWatermark {
+                    watermark: Some(8_899),
+                    idle: false
+                }
+            ]
+        );
+
+        // Restored, the splits hold their watermarks before any record: the subtask's
+        // watermark is the restored one at once, and a record behind it does not lower it.
+        let mut after = tracker(2, &clock);
+        after.restore_split(0, saved[0]);
+        after.restore_split(1, saved[1]);
+        assert_eq!(after.poll(), vec![WatermarkUpdate::Watermark(4_899)]);
+        read(&mut after, 0, &[1_000]);
+        assert_eq!(after.poll(), vec![]);
+        assert_eq!(after.snapshot_split(0).watermark, Some(4_899));
+        read(&mut after, 0, &[20_000]);
+        assert_eq!(after.poll(), vec![WatermarkUpdate::Watermark(8_899)]);
+        // A split without any watermark stores none.
+        assert_eq!(
+            tracker(1, &clock).snapshot_split(0),
+            SplitWatermark::default()
+        );
+    }
+
+    #[test]
+    fn a_split_idle_at_the_checkpoint_is_idle_after_the_restore() {
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let mut before = tracker(2, &clock);
+        read(&mut before, 0, &[5_000]);
+        read(&mut before, 1, &[9_000]);
+        clock.advance(Duration::from_secs(11));
+        read(&mut before, 1, &[10_000]);
+        // Split 0 silent for 11 s: idle, split 1 not.
+        assert!(before.snapshot_split(0).idle);
+        assert!(!before.snapshot_split(1).idle);
+        let saved = [before.snapshot_split(0), before.snapshot_split(1)];
+
+        let mut after = tracker(2, &clock);
+        after.restore_split(0, saved[0]);
+        after.restore_split(1, saved[1]);
+        // The idle split does not hold the watermark back; the other is at its restored one.
+        assert_eq!(after.poll(), vec![WatermarkUpdate::Watermark(9_899)]);
+        // The active split goes idle by its rule, 10 s after the restore.
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(after.poll(), vec![WatermarkUpdate::Idle(true)]);
+    }
+
+    #[test]
+    fn one_outlier_does_not_move_the_watermark_but_a_corroborated_jump_does() {
+        let clock = Arc::new(ManualClock::new(1_000_000_000));
+        let strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(100))
+            .with_timestamps(|(_, ts): &(u32, Timestamp)| *ts)
+            .with_max_watermark_jump(Some(Duration::from_secs(60)));
+        let mut t = SourceWatermarks::new(strategy, 1, clock.clone());
+        let on = |t: &mut SourceWatermarks<(u32, Timestamp)>, timestamps: &[Timestamp]| {
+            let mut records: Vec<Record<(u32, Timestamp)>> = timestamps
+                .iter()
+                .map(|&ts| Record::untimed((7, ts)))
+                .collect();
+            let outliers = t.on_records(0, &mut records, &mut Vec::new());
+            assert_eq!(records.len(), timestamps.len(), "outliers are processed");
+            outliers
+        };
+        assert_eq!(on(&mut t, &[10_000, 11_000]), 0);
+        assert_eq!(t.poll(), vec![WatermarkUpdate::Watermark(10_899)]);
+        // A device a day ahead, between ordinary records: counted, the watermark stays.
+        assert_eq!(on(&mut t, &[86_400_000, 12_000, 86_400_500, 13_000]), 2);
+        assert_eq!(t.poll(), vec![WatermarkUpdate::Watermark(12_899)]);
+        // Two in a row are not enough; three near each other are: the stream jumped.
+        assert_eq!(on(&mut t, &[500_000, 500_100]), 2);
+        assert_eq!(t.poll(), vec![]);
+        assert_eq!(on(&mut t, &[500_050]), 1);
+        assert_eq!(t.poll(), vec![WatermarkUpdate::Watermark(499_999)]);
+        // Outliers in a row but far from each other do not corroborate each other.
+        assert_eq!(on(&mut t, &[10_000_000, 20_000_000, 30_000_000]), 3);
+        assert_eq!(t.poll(), vec![]);
+        // Without the rule, one record moves the watermark.
+        let strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(100))
+            .with_timestamps(|(_, ts): &(u32, Timestamp)| *ts)
+            .with_max_watermark_jump(None);
+        let mut t = SourceWatermarks::new(strategy, 1, clock);
+        assert_eq!(on(&mut t, &[10_000, 86_400_000]), 0);
+        assert_eq!(t.poll(), vec![WatermarkUpdate::Watermark(86_399_899)]);
     }
 
     #[test]

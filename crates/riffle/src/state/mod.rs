@@ -7,7 +7,6 @@
 //!
 //! ```
 //! use riffle::{Result, StreamEnv, sink::CollectSink};
-//! use riffle::operators::KeyedContext;
 //! use riffle::state::ValueStateDescriptor;
 //!
 //! static CLICKS: ValueStateDescriptor<u64> = ValueStateDescriptor::new("clicks");
@@ -16,7 +15,7 @@
 //! let (sink, out) = CollectSink::new();
 //! env.from_iter(vec![1u64, 2, 1, 1])
 //!     .key_by(|user| *user)
-//!     .process(|user: &u64, _click: u64, ctx: &mut KeyedContext<'_, '_, u64, (u64, u64)>| -> Result<()> {
+//!     .process(|user, _click, ctx| {
 //!         let total = ctx.value(&CLICKS).get()?.unwrap_or(0) + 1;
 //!         ctx.value(&CLICKS).set(total)?;
 //!         ctx.emit((*user, total))

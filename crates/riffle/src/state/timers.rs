@@ -100,6 +100,43 @@ impl<K: Hash + Eq + Clone> TimerService<K> {
         fired
     }
 
+    /// Removes and returns the keys of the earliest timestamp at or before `time`, with that
+    /// timestamp: the timers to fire next.
+    ///
+    /// Firing in a loop over this method fires, in time order, also the timers that the firing
+    /// ones register at or before `time` (Flink's behaviour: a timer chain 10 → 20 → 30 under a
+    /// watermark jump to 999 fires completely in that one advance).
+    ///
+    /// ```
+    /// use riffle::state::{TimeDomain, TimerService};
+    /// let mut timers = TimerService::new();
+    /// timers.register(TimeDomain::EventTime, 10, "a");
+    /// let mut fired = Vec::new();
+    /// while let Some((at, keys)) = timers.pop_earliest_due(TimeDomain::EventTime, 999) {
+    ///     fired.push(at);
+    ///     if at < 30 {
+    ///         // The firing timer registers the next one in the chain.
+    ///         timers.register(TimeDomain::EventTime, at + 10, keys[0]);
+    ///     }
+    /// }
+    /// assert_eq!(fired, vec![10, 20, 30]);
+    /// ```
+    pub fn pop_earliest_due(
+        &mut self,
+        domain: TimeDomain,
+        time: Timestamp,
+    ) -> Option<(Timestamp, Vec<K>)> {
+        let timers = self.timers(domain);
+        let entry = timers.first_entry()?;
+        if *entry.key() > time {
+            return None;
+        }
+        let (timestamp, keys) = entry.remove_entry();
+        let keys: Vec<K> = keys.into_keys().collect();
+        self.len -= keys.len();
+        Some((timestamp, keys))
+    }
+
     /// The earliest timer.
     pub fn next(&self, domain: TimeDomain) -> Option<Timestamp> {
         match domain {
@@ -150,5 +187,27 @@ mod tests {
         assert_eq!(t.pop_due(TimeDomain::EventTime, i64::MAX), vec![(10, 2)]);
         assert_eq!(t.pop_due(TimeDomain::ProcessingTime, 5), vec![(5, 3)]);
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn timers_registered_while_firing_fire_in_the_same_advance_in_time_order() {
+        let mut t = TimerService::new();
+        t.register(TimeDomain::EventTime, 10, 1u64);
+        t.register(TimeDomain::EventTime, 25, 2);
+        let mut fired = Vec::new();
+        while let Some((at, keys)) = t.pop_earliest_due(TimeDomain::EventTime, 50) {
+            for key in keys {
+                fired.push((at, key));
+                if key == 1 && at <= 50 {
+                    t.register(TimeDomain::EventTime, at + 10, 1);
+                }
+            }
+        }
+        assert_eq!(
+            fired,
+            vec![(10, 1), (20, 1), (25, 2), (30, 1), (40, 1), (50, 1)]
+        );
+        assert_eq!(t.next(TimeDomain::EventTime), Some(60));
+        assert_eq!(t.len(), 1);
     }
 }

@@ -53,7 +53,7 @@ impl KeyedProcessFunction<u64, Click, String> for Buckets {
         &mut self,
         _: &u64,
         click: Click,
-        ctx: &mut KeyedContext<'_, '_, u64, String>,
+        ctx: &mut KeyedContext<u64, String>,
     ) -> Result<()> {
         let bucket = click.event_time - click.event_time.rem_euclid(BUCKET);
         let count = ctx.map(&BUCKET_COUNTS).get(&bucket)?.unwrap_or(0);
@@ -68,7 +68,7 @@ impl KeyedProcessFunction<u64, Click, String> for Buckets {
         user: &u64,
         timestamp: Timestamp,
         _: TimeDomain,
-        ctx: &mut KeyedContext<'_, '_, u64, String>,
+        ctx: &mut KeyedContext<u64, String>,
     ) -> Result<()> {
         let bucket = timestamp + 1 - BUCKET;
         let count = ctx.map(&BUCKET_COUNTS).remove(&bucket)?.unwrap_or(0);
@@ -150,7 +150,7 @@ fn job(
                 r.key, r.window_start, r.window_end, r.value
             )
         });
-    let buckets = keyed.process(Buckets).uid("buckets");
+    let buckets = keyed.process_function(Buckets).uid("buckets");
     let rolling = keyed
         .aggregate(Count)
         .uid("rolling")
@@ -374,7 +374,7 @@ impl KeyedProcessFunction<u64, Visit, String> for Inactivity {
         &mut self,
         user: &u64,
         visit: Visit,
-        ctx: &mut KeyedContext<'_, '_, u64, String>,
+        ctx: &mut KeyedContext<u64, String>,
     ) -> Result<()> {
         if let Some(previous) = ctx.value(&LAST_SEEN).get()? {
             ctx.delete_event_time_timer(previous + 30_000);
@@ -395,7 +395,7 @@ impl KeyedProcessFunction<u64, Visit, String> for Inactivity {
         user: &u64,
         timestamp: Timestamp,
         domain: TimeDomain,
-        ctx: &mut KeyedContext<'_, '_, u64, String>,
+        ctx: &mut KeyedContext<u64, String>,
     ) -> Result<()> {
         match domain {
             TimeDomain::EventTime => {
@@ -492,7 +492,7 @@ pub fn operator_round_trips(backend: &dyn StateBackend) -> Result<()> {
                     |user: &u64,
                      window: TimeWindow,
                      visits: &[Visit],
-                     out: &mut WindowCollector<'_, '_, String>|
+                     out: &mut WindowCollector<String>|
                      -> Result<()> {
                         let mut times: Vec<i64> = visits.iter().map(|v| v.1).collect();
                         times.sort();

@@ -27,6 +27,7 @@
 mod operator;
 mod preagg;
 mod session;
+mod trigger;
 
 use std::time::Duration;
 
@@ -41,6 +42,10 @@ use operator::WindowOperator;
 pub use preagg::PreAggregated;
 pub(crate) use preagg::{MergePartials, PreAggregate};
 use session::SessionWindowOperator;
+pub use trigger::{
+    CountEvictor, CountTrigger, Evictor, Purging, TimeEvictor, Trigger, TriggerResult,
+};
+pub(crate) use trigger::{TriggerAny, Triggered, Typed};
 
 /// A time window `[start, end)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -307,6 +312,19 @@ pub struct WindowResult<K, R> {
     pub update: bool,
 }
 
+impl<K, R> WindowResult<K, R> {
+    /// The same key and window with another value.
+    pub fn with_value<V>(self, value: V) -> WindowResult<K, V> {
+        WindowResult {
+            key: self.key,
+            window_start: self.window_start,
+            window_end: self.window_end,
+            value,
+            update: self.update,
+        }
+    }
+}
+
 /// A function over all the records of one window of one key, as Flink's `ProcessWindowFunction`.
 ///
 /// Closures `FnMut(&K, TimeWindow, &[T], &mut WindowCollector<Out>) -> Result<()>` implement it.
@@ -317,22 +335,20 @@ pub trait ProcessWindowFunction<K, T, Out>: Send + 'static {
         key: &K,
         window: TimeWindow,
         records: &[T],
-        out: &mut WindowCollector<'_, '_, Out>,
+        out: &mut WindowCollector<Out>,
     ) -> Result<()>;
 }
 
 impl<K, T, Out, F> ProcessWindowFunction<K, T, Out> for F
 where
-    F: FnMut(&K, TimeWindow, &[T], &mut WindowCollector<'_, '_, Out>) -> Result<()>
-        + Send
-        + 'static,
+    F: FnMut(&K, TimeWindow, &[T], &mut WindowCollector<Out>) -> Result<()> + Send + 'static,
 {
     fn process(
         &mut self,
         key: &K,
         window: TimeWindow,
         records: &[T],
-        out: &mut WindowCollector<'_, '_, Out>,
+        out: &mut WindowCollector<Out>,
     ) -> Result<()> {
         self(key, window, records, out)
     }
@@ -362,6 +378,23 @@ impl<Out: Data> WindowCollector<'_, '_, Out> {
     /// The window being fired.
     pub fn window(&self) -> TimeWindow {
         self.window
+    }
+
+    /// The operator's current event-time watermark.
+    pub fn current_watermark(&self) -> Timestamp {
+        self.out.current_watermark()
+    }
+
+    /// Sends a value to a side output, timestamped with the window's last millisecond; `false`
+    /// if nothing in the job consumes that side output (then counted and dropped).
+    pub fn side_output<S: Data>(&mut self, tag: &crate::OutputTag<S>, value: S) -> Result<bool> {
+        self.out.side_output(
+            tag,
+            Record {
+                value,
+                timestamp: self.window.max_timestamp(),
+            },
+        )
     }
 }
 
@@ -393,6 +426,15 @@ pub(crate) trait WindowFn<K, T>: Send + 'static {
         update: bool,
         out: &mut Collector<'_, Self::Out>,
     ) -> Result<()>;
+    /// A custom trigger's decision for `value`, about to be added to `window` whose
+    /// accumulator is `acc` (default: none, the window fires at its end).
+    fn on_element(&self, _acc: &Self::Acc, _value: &T, _window: TimeWindow) -> TriggerResult {
+        TriggerResult::Continue
+    }
+    /// Whether windows fire when time reaches their end.
+    fn fires_at_end(&self) -> bool {
+        true
+    }
 }
 
 /// Incremental aggregation: emits [`WindowResult`]s.
@@ -441,6 +483,8 @@ impl<K: Data, T: Data, A: crate::aggregate::AggregateFunction<T>> WindowFn<K, T>
 /// A full-window function: keeps the records, calls the function when the window fires.
 pub(crate) struct ProcessWindow<P, T, Out> {
     pub(crate) function: P,
+    /// Removes records from what the function sees.
+    pub(crate) evictor: Option<std::sync::Arc<dyn Evictor<T>>>,
     pub(crate) _types: std::marker::PhantomData<fn(T) -> Out>,
 }
 
@@ -482,7 +526,14 @@ where
             window,
             update,
         };
-        self.function.process(key, window, acc, &mut collector)
+        match &self.evictor {
+            None => self.function.process(key, window, acc, &mut collector),
+            Some(evictor) => {
+                let mut records = acc.clone();
+                evictor.evict_before(window, &mut records);
+                self.function.process(key, window, &records, &mut collector)
+            }
+        }
     }
 }
 

@@ -21,7 +21,7 @@ use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, MIN_WATERMARK, NO_TIMESTAMP, Record, Timestamp};
 use crate::state::StateTable;
 use crate::util::RateLimitedLog;
-use crate::window::{TimeDomain, TimeWindow, WindowFn, WindowSettings};
+use crate::window::{TimeDomain, TimeWindow, TriggerResult, WindowFn, WindowSettings};
 
 /// One key's accumulator in one window.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -259,6 +259,10 @@ where
         slot: &mut Slot<F::Acc>,
         out: &mut Collector<'_, F::Out>,
     ) -> Result<()> {
+        if !function.fires_at_end() {
+            // A custom trigger fires this window, never its end.
+            return Ok(());
+        }
         if !slot.fired || slot.dirty {
             function.fire(key, window, &slot.acc, slot.emitted, out)?;
             slot.fired = true;
@@ -294,11 +298,23 @@ where
             &window,
             || initial,
             |slot| {
+                let decision = match &value {
+                    Ok(owned) => function.on_element(&slot.acc, owned, window),
+                    Err(borrowed) => function.on_element(&slot.acc, borrowed, window),
+                };
                 match value {
                     Ok(owned) => function.add_owned(&mut slot.acc, owned),
                     Err(borrowed) => function.add(&mut slot.acc, borrowed),
                 }
                 slot.dirty = true;
+                if decision != TriggerResult::Continue {
+                    function.fire(key, window, &slot.acc, slot.emitted, out)?;
+                    slot.emitted = true;
+                    slot.dirty = false;
+                    if decision == TriggerResult::FireAndPurge {
+                        slot.acc = function.create();
+                    }
+                }
                 if due {
                     Self::fire_slot(function, key, window, slot, out)?;
                 }

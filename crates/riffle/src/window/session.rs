@@ -175,7 +175,12 @@ where
     fn advance(&mut self, time: Timestamp, out: &mut Collector<'_, F::Out>) -> Result<()> {
         let domain = self.domain();
         let lateness = self.lateness();
-        for (_, key) in self.timers.pop_due(domain, time) {
+        // Firing registers only clean-up timers after `time`: one pass takes every due key.
+        let mut due = Vec::new();
+        while let Some((_, keys)) = self.timers.pop_earliest_due(domain, time) {
+            due.extend(keys);
+        }
+        for key in due {
             let key_group = self.core.key_group(&key)?;
             let sessions = self.sessions.as_mut().expect("opened");
             let Some(mut list) = sessions.get(key_group, &key, &())? else {
@@ -188,12 +193,10 @@ where
                     slot.emitted = true;
                     slot.fired = true;
                     slot.dirty = false;
-                    if lateness > 0 {
-                        self.timers.register(
-                            domain,
-                            slot.window.max_timestamp().saturating_add(lateness),
-                            key.clone(),
-                        );
+                    // Its clean-up timer, unless the clean-up is due now (below).
+                    let cleanup = slot.window.max_timestamp().saturating_add(lateness);
+                    if lateness > 0 && cleanup > time {
+                        self.timers.register(domain, cleanup, key.clone());
                     }
                 }
             }

@@ -141,3 +141,33 @@ fn skip_counts_and_fail_names_the_position() {
         other => panic!("expected a bad-record error, got {other:?}"),
     }
 }
+
+#[test]
+fn fail_on_dead_letters_fails_the_run_after_writing_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = env(dir.path());
+    env.configure(|c| c.fail_on_dead_letters = true);
+    let (sink, out) = CollectSink::new();
+    env.from_source(FileSource::<Event>::json(input(dir.path())))
+        .sink(sink);
+    match env.execute() {
+        Err(Error::DeadLettered { count, location }) => {
+            assert_eq!(count, 3);
+            assert_eq!(location, format!("{}/", dir.path().join("dead").display()));
+        }
+        other => panic!("expected DeadLettered, got {other:?}"),
+    }
+    // The run itself completed: every good record reached the sink.
+    assert_eq!(out.sorted().len(), 100);
+
+    // A clean input passes with the setting on.
+    let clean = tempfile::tempdir().unwrap();
+    let input = clean.path().join("ok.jsonl");
+    std::fs::write(&input, "{\"id\":1}\n{\"id\":2}\n").unwrap();
+    let strict = self::env(clean.path());
+    strict.configure(|c| c.fail_on_dead_letters = true);
+    strict
+        .from_source(FileSource::<Event>::json(input))
+        .sink(CollectSink::new().0);
+    assert_eq!(strict.execute().unwrap().bad_records(), 0);
+}

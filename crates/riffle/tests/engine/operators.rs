@@ -205,3 +205,104 @@ fn timestamps_travel_with_records() {
         assert_eq!(r.value.1, r.value.0 as i64 * 1000);
     }
 }
+
+#[test]
+fn records_sent_to_a_side_output_nothing_consumes_are_counted() {
+    let env = env(2);
+    let (sink, out) = CollectSink::new();
+    let rejected = OutputTag::<u64>::new("rejected");
+    let consumed = OutputTag::<u64>::new("consumed");
+    let (side_sink, side_out) = CollectSink::new();
+    let main = env.from_iter(1..=10u64).process({
+        let (rejected, consumed) = (rejected.clone(), consumed.clone());
+        move |x, ctx| {
+            if x % 2 == 0 {
+                // Nothing consumes `rejected`: dropped, but counted.
+                assert!(!ctx.side_output(&rejected, x)?);
+                Ok(())
+            } else if x == 9 {
+                assert!(ctx.side_output(&consumed, x)?);
+                Ok(())
+            } else {
+                ctx.emit(x)
+            }
+        }
+    });
+    main.sink(sink);
+    main.get_side_output(&consumed).sink(side_sink);
+    let result = run(&env).unwrap();
+    assert_eq!(out.sorted(), vec![1, 3, 5, 7]);
+    assert_eq!(side_out.values(), vec![9]);
+    let process = result.metrics.operator_total("Process").unwrap();
+    assert_eq!(process.side_output_unconsumed, 5);
+}
+
+/// A custom trigger fires a window as records arrive; purging starts it again empty; a trigger
+/// that keeps the end firing leaves the on-time result too; an evictor trims what a full-window
+/// function sees.
+#[test]
+fn custom_triggers_and_evictors_shape_window_results() {
+    use riffle::aggregate::Count;
+    use riffle::time::WatermarkStrategy;
+    use riffle::window::{
+        CountEvictor, CountTrigger, Purging, TimeWindow, Trigger, TriggerResult, Tumbling,
+    };
+    use riffle::{EnvConfig, StreamEnv};
+    use std::time::Duration;
+
+    /// Fires when a record's value is odd, and at the window's end.
+    struct OnOdd;
+    impl Trigger<(u64, i64)> for OnOdd {
+        fn on_element(&self, r: &(u64, i64), _: TimeWindow, _: u64) -> TriggerResult {
+            if r.1 % 2 == 1 {
+                TriggerResult::Fire
+            } else {
+                TriggerResult::Continue
+            }
+        }
+    }
+
+    let clicks: Vec<(u64, i64)> = vec![(1, 1_000), (1, 2_000), (1, 3_001), (1, 4_000), (1, 5_000)];
+    let run_with = |configure: &dyn Fn(
+        riffle::WindowedStream<u64, (u64, i64)>,
+    ) -> riffle::DataStream<String>| {
+        let env = StreamEnv::with_config(EnvConfig::deterministic());
+        let (sink, out) = CollectSink::new();
+        let windowed = env
+            .from_iter_with_watermarks(
+                clicks.clone(),
+                WatermarkStrategy::monotonous().with_timestamps(|c: &(u64, i64)| c.1),
+            )
+            .key_by(|c| c.0)
+            .window(Tumbling::of(Duration::from_secs(60)));
+        configure(windowed).sink(sink);
+        env.execute().unwrap();
+        out.values()
+    };
+    let counts = |w: riffle::WindowedStream<u64, (u64, i64)>| {
+        w.aggregate(Count)
+            .map(|r| format!("{}{}", r.value, if r.update { "u" } else { "" }))
+    };
+    // Every 2 records, never at the end: counts 2 and 4.
+    assert_eq!(
+        run_with(&|w| counts(w.trigger(CountTrigger::of(2)))),
+        vec!["2", "4u"]
+    );
+    // Purging: each firing starts the window again.
+    assert_eq!(
+        run_with(&|w| counts(w.trigger(Purging(CountTrigger::of(2))))),
+        vec!["2", "2u"]
+    );
+    // Fires on the odd record (3 so far), then at the end with all 5.
+    assert_eq!(run_with(&|w| counts(w.trigger(OnOdd))), vec!["3", "5u"]);
+    // The function sees the last 2 records only.
+    assert_eq!(
+        run_with(&|w| w
+            .evictor(CountEvictor::of(2))
+            .process(|_, _, clicks, out| out.emit(format!(
+                "{:?}",
+                clicks.iter().map(|c| c.1).collect::<Vec<_>>()
+            )))),
+        vec!["[4000, 5000]"]
+    );
+}

@@ -1,9 +1,7 @@
 //! key_by sends every record of a key to the subtask that owns the key's group, whatever the
 //! parallelism; the output multiset does not depend on the parallelism.
 
-use riffle::Result;
 use riffle::keys::{key_group_of, subtask_for_key_group};
-use riffle::operators::KeyedContext;
 use riffle::sink::CollectSink;
 
 use crate::{env, run};
@@ -15,12 +13,7 @@ fn every_record_of_a_key_reaches_one_subtask_for_any_parallelism() {
         let (sink, out) = CollectSink::new();
         env.from_iter((0..500u64).collect::<Vec<_>>())
             .key_by(|x| x % 37)
-            .process(
-                |key: &u64,
-                 x: u64,
-                 ctx: &mut KeyedContext<'_, '_, u64, (u64, u64)>|
-                 -> Result<()> { ctx.emit((*key, x)) },
-            )
+            .process(|key, x, ctx| ctx.emit((*key, x)))
             .set_parallelism(parallelism)
             .sink(sink)
             .set_parallelism(parallelism);
@@ -46,12 +39,7 @@ fn word_pipeline(parallelism: usize) -> Vec<(String, u64)> {
         .flat_map(|line: String| line.split(' ').map(str::to_string).collect::<Vec<_>>())
         .filter(|w| !w.starts_with('x'))
         .key_by(|w| w.clone())
-        .process(
-            |word: &String,
-             _w: String,
-             ctx: &mut KeyedContext<'_, '_, String, (String, u64)>|
-             -> Result<()> { ctx.emit((word.clone(), word.len() as u64)) },
-        )
+        .process(|word, _w, ctx| ctx.emit((word.clone(), word.len() as u64)))
         .rebalance()
         .map(|p| p)
         .sink(sink);

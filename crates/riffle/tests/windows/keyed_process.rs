@@ -90,3 +90,76 @@ fn state_with_a_ttl_expires_and_is_swept() -> Result<()> {
     );
     Ok(())
 }
+
+/// Registers a chain of timers: each firing timer registers the next one 10 later, up to 50.
+struct TimerChain;
+
+impl riffle::operators::KeyedProcessFunction<u64, Click, String> for TimerChain {
+    fn process_element(
+        &mut self,
+        _key: &u64,
+        click: Click,
+        ctx: &mut riffle::operators::KeyedContext<u64, String>,
+    ) -> Result<()> {
+        ctx.register_event_time_timer(click.1);
+        ctx.register_processing_time_timer(click.1);
+        Ok(())
+    }
+
+    fn on_timer(
+        &mut self,
+        key: &u64,
+        timestamp: riffle::Timestamp,
+        domain: riffle::state::TimeDomain,
+        ctx: &mut riffle::operators::KeyedContext<u64, String>,
+    ) -> Result<()> {
+        ctx.emit(format!("{domain:?} {key} at {timestamp}"))?;
+        if timestamp < 50 {
+            match domain {
+                riffle::state::TimeDomain::EventTime => {
+                    ctx.register_event_time_timer(timestamp + 10)
+                }
+                riffle::state::TimeDomain::ProcessingTime => {
+                    ctx.register_processing_time_timer(timestamp + 10)
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn chain_harness() -> OperatorHarness<Click, String> {
+    let op = KeyedProcess::new(std::sync::Arc::new(|c: &Click| c.0), TimerChain);
+    OperatorHarness::builder(op)
+        .processing_time(0)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn timers_registered_in_on_timer_at_or_before_the_watermark_fire_in_the_same_advance() -> Result<()>
+{
+    let chain = |domain: &str| -> Vec<String> {
+        (1..=5)
+            .map(|i| format!("{domain} 7 at {}", i * 10))
+            .collect()
+    };
+    let mut h = chain_harness();
+    h.process((7, 10), 10)?;
+    h.watermark(999)?;
+    assert_eq!(h.take_values(), chain("EventTime"));
+
+    // The final watermark: the whole chain fires before the operator finishes.
+    let mut h = chain_harness();
+    h.process((7, 10), 10)?;
+    h.watermark(riffle::record::MAX_WATERMARK)?;
+    h.finish()?;
+    assert_eq!(h.take_values(), chain("EventTime"));
+
+    // Processing time: the chain fires when the clock jumps past it.
+    let mut h = chain_harness();
+    h.process((7, 10), 10)?;
+    h.advance_processing_time(Duration::from_millis(999))?;
+    assert_eq!(h.take_values(), chain("ProcessingTime"));
+    Ok(())
+}
