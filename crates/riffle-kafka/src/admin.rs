@@ -9,7 +9,7 @@ use rdkafka::admin::{
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 
-use crate::{KafkaConnection, kafka_error};
+use crate::{KafkaConnection, code_kind, kafka_error, kafka_failure};
 
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -81,9 +81,11 @@ fn check(
     for result in results {
         match result {
             Err((topic, code)) if Some(code) != fine => {
-                return Err(riffle::Error::user(format!(
-                    "kafka: cannot {doing} `{topic}`: {code}"
-                )));
+                return Err(kafka_failure(
+                    code_kind(code),
+                    format!("cannot {doing} `{topic}`"),
+                    code.to_string(),
+                ));
             }
             _ => {}
         }

@@ -34,10 +34,158 @@ pub use connection::KafkaConnection;
 pub use sink::KafkaSink;
 pub use source::{KafkaPartition, KafkaSource, StartFrom};
 
-/// Turns an rdkafka error into a Riffle error that says what was being done.
+/// The kind of a connector failure ([`error_kind`] sorts Kafka's errors into these).
+pub use riffle::ConnectorErrorKind;
+
+/// Turns an rdkafka error into a Riffle error that says what was being done and whether retrying
+/// can help ([`riffle::Error::Connector`], see [`error_kind`]).
 pub(crate) fn kafka_error(
     context: impl std::fmt::Display,
     e: rdkafka::error::KafkaError,
 ) -> riffle::Error {
-    riffle::Error::user(format!("kafka: {context}: {e}"))
+    riffle::Error::connector("kafka", error_kind(&e), context.to_string(), e)
+}
+
+/// A Kafka failure that is no rdkafka error (a topic missing, a recovery read that timed out).
+pub(crate) fn kafka_failure(
+    kind: riffle::ConnectorErrorKind,
+    context: impl std::fmt::Display,
+    message: impl Into<String>,
+) -> riffle::Error {
+    riffle::Error::connector("kafka", kind, context.to_string(), message.into())
+}
+
+/// What an rdkafka error means: fenced (another producer took over the transactional id),
+/// retriable (transient: the broker, the network, a timeout, an abortable transaction), or fatal
+/// (configuration, permissions, a missing topic, a record too large, a client in a fatal state).
+pub fn error_kind(e: &rdkafka::error::KafkaError) -> riffle::ConnectorErrorKind {
+    use rdkafka::error::KafkaError;
+    use riffle::ConnectorErrorKind::{Fatal, Fenced, Retriable};
+    match e {
+        KafkaError::Transaction(error) => {
+            if code_kind(error.code()) == Fenced {
+                Fenced
+            } else if error.is_fatal() {
+                Fatal
+            } else if error.is_retriable() || error.txn_requires_abort() {
+                Retriable
+            } else {
+                code_kind(error.code())
+            }
+        }
+        KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) | KafkaError::Nul(_) => Fatal,
+        KafkaError::Canceled | KafkaError::PartitionEOF(_) => Retriable,
+        KafkaError::AdminOp(code) => code_kind(*code),
+        other => other.rdkafka_error_code().map_or(Fatal, code_kind),
+    }
+}
+
+/// Fenced for the codes of a producer another one replaced, retriable for the codes of
+/// transient conditions, fatal for the others.
+pub(crate) fn code_kind(code: rdkafka::error::RDKafkaErrorCode) -> riffle::ConnectorErrorKind {
+    use rdkafka::error::RDKafkaErrorCode as Code;
+    match code {
+        Code::Fenced
+        | Code::ProducerFenced
+        | Code::InvalidProducerEpoch
+        | Code::TransactionCoordinatorFenced => riffle::ConnectorErrorKind::Fenced,
+        Code::BrokerTransportFailure
+        | Code::AllBrokersDown
+        | Code::MessageTimedOut
+        | Code::OperationTimedOut
+        | Code::QueueFull
+        | Code::Resolve
+        | Code::BrokerDestroy
+        | Code::WaitingForCoordinator
+        | Code::TimedOutQueue
+        | Code::Retry
+        | Code::ISRInsufficient
+        | Code::InProgress
+        | Code::RequestTimedOut
+        | Code::NotEnoughReplicas
+        | Code::NotEnoughReplicasAfterAppend
+        | Code::LeaderNotAvailable
+        | Code::NotLeaderForPartition
+        | Code::BrokerNotAvailable
+        | Code::NetworkException
+        | Code::CoordinatorLoadInProgress
+        | Code::CoordinatorNotAvailable
+        | Code::NotCoordinator
+        | Code::ConcurrentTransactions
+        | Code::UnknownProducerId
+        | Code::KafkaStorageError
+        | Code::PreferredLeaderNotAvailable
+        | Code::OutOfOrderSequenceNumber
+        | Code::ThrottlingQuotaExceeded => riffle::ConnectorErrorKind::Retriable,
+        _ => riffle::ConnectorErrorKind::Fatal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode as Code};
+    use riffle::ConnectorErrorKind::{Fatal, Fenced, Retriable};
+
+    use super::*;
+
+    #[test]
+    fn kafka_errors_are_typed_fenced_retriable_or_fatal() {
+        let cases = [
+            (KafkaError::MessageProduction(Code::ProducerFenced), Fenced),
+            (
+                KafkaError::MessageProduction(Code::InvalidProducerEpoch),
+                Fenced,
+            ),
+            (KafkaError::Flush(Code::Fenced), Fenced),
+            (KafkaError::Flush(Code::OperationTimedOut), Retriable),
+            (
+                KafkaError::MessageProduction(Code::AllBrokersDown),
+                Retriable,
+            ),
+            (
+                KafkaError::MessageProduction(Code::NotEnoughReplicas),
+                Retriable,
+            ),
+            (
+                KafkaError::MetadataFetch(Code::BrokerTransportFailure),
+                Retriable,
+            ),
+            (
+                KafkaError::MessageProduction(Code::MessageSizeTooLarge),
+                Fatal,
+            ),
+            (
+                KafkaError::MessageProduction(Code::TopicAuthorizationFailed),
+                Fatal,
+            ),
+            (
+                KafkaError::MessageProduction(Code::TransactionalIdAuthorizationFailed),
+                Fatal,
+            ),
+            (KafkaError::ClientCreation("bad".into()), Fatal),
+        ];
+        for (error, kind) in cases {
+            assert_eq!(error_kind(&error), kind, "{error}");
+        }
+        let err = kafka_error(
+            "cannot flush to `out`",
+            KafkaError::Flush(Code::OperationTimedOut),
+        );
+        assert_eq!(err.connector_kind(), Some(Retriable));
+        assert_eq!(
+            err.to_string(),
+            "kafka: cannot flush to `out`: Flush error: OperationTimedOut (Local: Timed out)"
+        );
+        match err {
+            riffle::Error::Connector { system, source, .. } => {
+                assert_eq!(system, "kafka");
+                // The rdkafka error itself, for callers that need its code.
+                assert_eq!(
+                    source.downcast_ref::<KafkaError>(),
+                    Some(&KafkaError::Flush(Code::OperationTimedOut))
+                );
+            }
+            other => panic!("expected a connector error, got {other:?}"),
+        }
+    }
 }

@@ -9,9 +9,12 @@
 //! barrier N the transaction is flushed (pre-committed, its partitions and offset ranges stored in
 //! checkpoint N) and the next records go to the next transaction, on another producer of a small
 //! pool; when checkpoint N completes, its transaction is committed. Transactional ids are
-//! `<prefix>-<subtask>-<slot>` (the prefix defaults to `riffle-<topic>-<operator id>`), so a
-//! restarted job re-initialises the same ids: Kafka fences the old producers and aborts what they
-//! left open. A failure between the completion of checkpoint N and the commit of its transaction
+//! `<prefix>-<job>-<subtask>-<slot>` (the prefix defaults to `riffle-<topic>-<operator id>`; the
+//! job's name keeps two jobs writing the same topic from fencing each other), so a restarted job
+//! re-initialises the same ids: Kafka fences the old producers and aborts what they left open.
+//! A restore also initialises the ids the restored checkpoint used and the job no longer does (a
+//! smaller `transaction_pool`, fewer subtasks), so no transaction of theirs stays open to hold
+//! `read_committed` readers back. A failure between the completion of checkpoint N and the commit of its transaction
 //! is repaired on restore: the transaction's records are still in the log (aborted records are
 //! kept) at the offsets the delivery reports gave (stored as runs of consecutive offsets per
 //! partition), and are written again in a new transaction — unless a `read_committed` read shows
@@ -36,7 +39,8 @@ use riffle::record::{Data, Record};
 use riffle::sink::{Ending, Finalizer, Guarantee, Sink, SinkWriter};
 use serde::{Deserialize, Serialize};
 
-use crate::{KafkaConnection, kafka_error};
+use crate::{KafkaConnection, kafka_error, kafka_failure};
+use riffle::ConnectorErrorKind;
 
 /// The header naming the transaction a recovery's copy of a record belongs to.
 const TXN_HEADER: &str = "riffle.txn";
@@ -144,8 +148,11 @@ impl<T: Data> KafkaSink<T> {
         self
     }
 
-    /// The prefix of the transactional ids (default `riffle-<topic>-<operator id>`): give every
-    /// job writing exactly-once its own, and keep it across restarts of the same job.
+    /// The prefix of the transactional ids (default `riffle-<topic>-<operator id>`); the ids are
+    /// `<prefix>-<job name>-<subtask>-<slot>`. The job name (`EnvConfig::job_name`) keeps jobs
+    /// with the same prefix apart: give every job its own name, and keep name and prefix across
+    /// restarts of a job (a restarted job fences its predecessor's producers by their ids). The
+    /// ids begin with the prefix, for Kafka's prefixed ACLs on transactional ids.
     pub fn transactional_id_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
         self
@@ -159,9 +166,10 @@ impl<T: Data> KafkaSink<T> {
         self
     }
 
-    /// How long a flush at a barrier, a transaction commit or the initialisation of transactions
-    /// waits for the brokers before the job fails and restores from its last checkpoint (default
-    /// 60 s; librdkafka retries within it, so shorter broker outages go unnoticed).
+    /// How long a flush at a barrier, a transaction commit, the initialisation of transactions or
+    /// a read of the recovery scan on restore waits for the brokers before the job fails and
+    /// restores from its last checkpoint (default 60 s; librdkafka retries within it, so shorter
+    /// broker outages go unnoticed).
     pub fn broker_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -228,10 +236,13 @@ impl<T: Data> Sink<T> for KafkaSink<T> {
                 encoder: self.encoder(),
             }),
             Guarantee::ExactlyOnce => {
-                let prefix = self
-                    .prefix
-                    .clone()
-                    .unwrap_or_else(|| format!("riffle-{}-{}", self.topic, ctx.id));
+                let prefix = format!(
+                    "{}-{}",
+                    self.prefix
+                        .clone()
+                        .unwrap_or_else(|| format!("riffle-{}-{}", self.topic, ctx.id)),
+                    ctx.job_name
+                );
                 Box::new(TransactionalWriter {
                     target,
                     prefix,
@@ -297,7 +308,7 @@ impl<T: Data> Encoder<T> {
 struct Deliveries {
     /// Whether a delivery failed (checked after every batch; the message is in `failure`).
     failed: AtomicBool,
-    failure: Mutex<Option<String>>,
+    failure: Mutex<Option<KafkaError>>,
     /// Offsets written are tracked (exactly-once only).
     track_ranges: bool,
     /// By partition, the runs of consecutive offsets written (first, last).
@@ -324,7 +335,7 @@ impl ProducerContext for Deliveries {
             Err((error, _)) => {
                 let mut failure = self.failure.lock().expect("failure lock");
                 if failure.is_none() {
-                    *failure = Some(error.to_string());
+                    *failure = Some(error.clone());
                 }
                 self.failed.store(true, Ordering::Release);
             }
@@ -425,10 +436,10 @@ impl KafkaProducer {
             return Ok(());
         }
         match deliveries.failure.lock().expect("failed lock").as_ref() {
-            Some(error) => Err(riffle::Error::user(format!(
-                "kafka: a record could not be written to `{}`: {error}",
-                self.topic
-            ))),
+            Some(error) => Err(kafka_error(
+                format!("a record could not be written to `{}`", self.topic),
+                error.clone(),
+            )),
             None => Ok(()),
         }
     }
@@ -533,10 +544,9 @@ struct TransactionalWriter<T> {
 /// The label of a subtask's `sequence`-th transaction in run `run`: 8 bytes naming the run and
 /// subtask, 4 the sequence.
 fn label(run: &str, subtask: usize, sequence: u64) -> Vec<u8> {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::hash::DefaultHasher::new();
-    (run, subtask).hash(&mut hasher);
-    let mut label = hasher.finish().to_be_bytes().to_vec();
+    let mut label = riffle::keys::stable_hash(&(run, subtask as u64))
+        .to_be_bytes()
+        .to_vec();
     label.extend_from_slice(&(sequence as u32).to_be_bytes());
     label
 }
@@ -558,6 +568,20 @@ fn transactional_id(prefix: &str, subtask: usize, slot: usize) -> String {
 }
 
 impl<T: Data> TransactionalWriter<T> {
+    /// The slots of the checkpointed subtask `old` that this subtask fences on restore, since no
+    /// producer of the job uses their ids any more: those beyond a pool that shrank, and all of a
+    /// subtask that no longer exists and maps onto this one.
+    fn stale_slots(&self, old: &Committable) -> std::ops::Range<usize> {
+        if old.subtask == self.subtask {
+            self.pool_size.min(old.pool_size)..old.pool_size
+        } else if old.subtask >= self.parallelism && old.subtask % self.parallelism == self.subtask
+        {
+            0..old.pool_size
+        } else {
+            0..0
+        }
+    }
+
     /// Creates the pool's producers; initialising their ids aborts what earlier runs left open.
     fn init_pool(&mut self) -> riffle::Result<()> {
         if self.ready {
@@ -581,12 +605,15 @@ impl<T: Data> TransactionalWriter<T> {
         self.init_pool()?;
         if self.open.is_none() {
             let slot = self.free.pop().ok_or_else(|| {
-                riffle::Error::user(format!(
-                    "kafka: {} transactions of `{}` wait for their checkpoints to complete \
-                     (checkpoints keep failing?); raise transaction_pool or fix the checkpoints",
-                    self.pending.len(),
-                    self.target.topic
-                ))
+                kafka_failure(
+                    ConnectorErrorKind::Retriable,
+                    format!("no free producer for `{}`", self.target.topic),
+                    format!(
+                        "{} transactions wait for their checkpoints to complete (checkpoints keep \
+                         failing?); raise transaction_pool or fix the checkpoints",
+                        self.pending.len()
+                    ),
+                )
             })?;
             slot.producer.producer.begin_transaction().map_err(|e| {
                 kafka_error(
@@ -705,17 +732,14 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter<T> {
             .iter()
             .map(|bytes| riffle::checkpoint::decode::<Committable>(bytes))
             .collect::<riffle::Result<Vec<_>>>()?;
-        // First fence: our own ids, and those of old subtasks that no longer exist and are ours.
+        // First fence: our own ids, then the other ids of the restored checkpoint that are ours
+        // to clean up and that no producer of this job uses any more.
         self.init_pool()?;
         for old in &committables {
-            if old.subtask >= self.parallelism && old.subtask % self.parallelism == self.subtask {
-                for slot in 0..old.pool_size {
-                    drop(self.target.producer(Some(&transactional_id(
-                        &self.prefix,
-                        old.subtask,
-                        slot,
-                    )))?);
-                }
+            for slot in self.stale_slots(old) {
+                let id = transactional_id(&self.prefix, old.subtask, slot);
+                drop(self.target.producer(Some(&id))?);
+                tracing::info!(transactional_id = %id, "fenced a transactional id the job no longer uses");
             }
         }
         // Then make sure every transaction the restored checkpoint pre-committed is committed.
@@ -759,13 +783,14 @@ fn read_partition(
     topic: &str,
     partition: i32,
     from: i64,
+    timeout: Duration,
     mut until: impl FnMut(Option<&rdkafka::message::BorrowedMessage<'_>>, i64) -> riffle::Result<bool>,
 ) -> riffle::Result<()> {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, Offset::Offset(from))
         .and_then(|()| consumer.assign(&tpl))
         .map_err(|e| kafka_error("cannot assign a partition for recovery", e))?;
-    let deadline = Instant::now() + TIMEOUT;
+    let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
@@ -791,9 +816,14 @@ fn read_partition(
             Some(Err(e)) => tracing::warn!(error = %e, "Kafka consumer error during sink recovery"),
         }
     }
-    Err(riffle::Error::user(format!(
-        "kafka: sink recovery could not read {topic}-{partition} from offset {from} within {TIMEOUT:?}"
-    )))
+    Err(kafka_failure(
+        ConnectorErrorKind::Retriable,
+        format!("sink recovery could not read {topic}-{partition} from offset {from}"),
+        format!(
+            "nothing readable within the broker timeout ({timeout:?}): an open transaction of \
+             another producer holds read_committed readers back, or the broker is unreachable"
+        ),
+    ))
 }
 
 /// Whether the records of `txn` are visible to `read_committed` readers (it is resolved: the
@@ -809,6 +839,7 @@ fn is_committed(target: &Target, txn: &TransactionInfo) -> riffle::Result<bool> 
         &target.topic,
         partition,
         first,
+        target.timeout,
         |message, end| {
             match message {
                 Some(message) => {
@@ -850,6 +881,7 @@ fn rewrite(target: &Target, txn: &TransactionInfo, slot: &Slot) -> riffle::Resul
             &target.topic,
             partition,
             first,
+            target.timeout,
             |message, end| {
                 let Some(message) = message else {
                     return Ok(end > last);

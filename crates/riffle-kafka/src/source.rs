@@ -16,7 +16,7 @@ use riffle::record::Data;
 use riffle::source::{BadRecordPolicy, Boundedness, ReadStatus, Source, SourceOutput, SplitReader};
 use serde::de::DeserializeOwned;
 
-use crate::{KafkaConnection, kafka_error};
+use crate::{KafkaConnection, kafka_error, kafka_failure};
 
 /// Time allowed to metadata and offset lookups when a reader starts.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -170,10 +170,14 @@ impl<T: Data> KafkaSource<T> {
                 .map(|t| t.partitions().len())
                 .unwrap_or(0);
             if partitions == 0 {
-                return Err(riffle::Error::user(format!(
-                    "kafka: topic `{topic}` does not exist (or has no partitions) at {}",
-                    self.kafka.bootstrap()
-                )));
+                return Err(kafka_failure(
+                    riffle::ConnectorErrorKind::Fatal,
+                    format!("topic `{topic}`"),
+                    format!(
+                        "does not exist (or has no partitions) at {}",
+                        self.kafka.bootstrap()
+                    ),
+                ));
             }
             splits.extend((0..partitions as i32).map(|partition| KafkaPartition {
                 topic: topic.clone(),

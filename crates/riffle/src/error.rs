@@ -88,6 +88,48 @@ pub enum Error {
     /// The job was cancelled, or a task stopped because another one failed.
     #[error("job cancelled")]
     Cancelled,
+    /// An external system a connector talks to (a Kafka broker, ...) failed an operation; `kind`
+    /// says whether retrying can help. The runtime attributes it to the operator
+    /// ([`Error::Operator`]); [`Error::connector_kind`] finds it there.
+    #[error("{system}: {context}: {source}")]
+    Connector {
+        /// The system, in lower case (`kafka`).
+        system: String,
+        /// What the failure means for the caller.
+        kind: ConnectorErrorKind,
+        /// What was being done (`cannot commit the transaction of ...`).
+        context: String,
+        /// The client library's error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// What a connector's failure means for whoever handles it.
+///
+/// ```
+/// use riffle::{ConnectorErrorKind, Error};
+/// let err = Error::connector("kafka", ConnectorErrorKind::Fenced, "cannot commit", "fenced");
+/// assert_eq!(err.to_string(), "kafka: cannot commit: fenced");
+/// assert_eq!(err.connector_kind(), Some(ConnectorErrorKind::Fenced));
+/// // Still found once wrapped (the runtime wraps it into `Error::Operator`).
+/// assert_eq!(Error::user(err).connector_kind(), Some(ConnectorErrorKind::Fenced));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectorErrorKind {
+    /// Another client took over the identity this one used (a Kafka producer with the same
+    /// transactional id started): this client is a zombie and must stop writing; retrying with
+    /// it cannot succeed. When a job sees it, another instance of the job (or another job with the
+    /// same transactional ids) runs.
+    Fenced,
+    /// A transient failure (broker unreachable, timeout, leader election, an aborted
+    /// transaction): the operation, or a restart of the job from its last checkpoint, can
+    /// succeed.
+    Retriable,
+    /// Retrying cannot help until something changes: the configuration, permissions, a missing
+    /// topic, a record too large, or a client in a fatal state.
+    Fatal,
 }
 
 impl Error {
@@ -107,6 +149,33 @@ impl Error {
         }
     }
 
+    /// An error of `system` (a connector's external system) with what was being done.
+    pub fn connector(
+        system: impl Into<String>,
+        kind: ConnectorErrorKind,
+        context: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Error::Connector {
+            system: system.into(),
+            kind,
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+
+    /// The kind of the connector failure this error is or wraps (through [`Error::Operator`] and
+    /// [`Error::User`]); `None` when it is no connector's failure.
+    pub fn connector_kind(&self) -> Option<ConnectorErrorKind> {
+        match self {
+            Error::Connector { kind, .. } => Some(*kind),
+            Error::Operator { source, .. } | Error::User(source) => source
+                .downcast_ref::<Error>()
+                .and_then(Error::connector_kind),
+            _ => None,
+        }
+    }
+
     /// A user error, attributed to an operator by the runtime.
     pub fn user(err: impl Into<BoxError>) -> Self {
         Error::User(err.into())
@@ -120,7 +189,7 @@ impl Error {
                 subtask,
                 source,
             },
-            Error::Io { .. } => Error::Operator {
+            Error::Io { .. } | Error::Connector { .. } => Error::Operator {
                 operator: operator.to_string(),
                 subtask,
                 source: Box::new(self),
@@ -162,6 +231,35 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "invalid configuration: `parallelism` must be at least 1, got 0"
+        );
+    }
+
+    #[test]
+    fn connector_errors_keep_their_kind_when_attributed_to_an_operator() {
+        let err = Error::connector(
+            "kafka",
+            ConnectorErrorKind::Retriable,
+            "cannot flush to `out`",
+            "Local: Timed out",
+        );
+        assert_eq!(err.connector_kind(), Some(ConnectorErrorKind::Retriable));
+        let err = err.in_operator("Sink: kafka out", 1);
+        assert_eq!(
+            err.to_string(),
+            "operator `Sink: kafka out` (subtask 1) failed: kafka: cannot flush to `out`: Local: \
+             Timed out"
+        );
+        assert_eq!(err.connector_kind(), Some(ConnectorErrorKind::Retriable));
+        assert_eq!(Error::user("boom").connector_kind(), None);
+        assert_eq!(
+            Error::user(Error::connector(
+                "kafka",
+                ConnectorErrorKind::Fatal,
+                "x",
+                "y"
+            ))
+            .connector_kind(),
+            Some(ConnectorErrorKind::Fatal)
         );
     }
 

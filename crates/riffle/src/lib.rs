@@ -53,7 +53,7 @@ pub mod window;
 
 pub use api::{DataStream, DataStreamSink, KeyedStream, StreamEnv, WindowedStream};
 pub use config::EnvConfig;
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, ConnectorErrorKind, Error, Result};
 pub use graph::{JobPlan, PlanEdge, PlanVertex};
 pub use operators::OutputTag;
 pub use record::{Data, Record, Timestamp};

@@ -46,6 +46,7 @@ pub mod conformance;
 
 /// The context of subtask `subtask` of `parallelism` of an operator `id`, for driving an operator
 /// or a sink writer by hand (a sink writer's two-phase commit across simulated failures).
+/// Its job is named `riffle-job` (the default of `EnvConfig::job_name`); set `job_name` for another.
 ///
 /// ```
 /// let ctx = riffle::testing::operator_context("sink", "run-1", 0, 2);
@@ -61,7 +62,7 @@ pub fn operator_context(
     OperatorContext {
         id: id.to_string(),
         run_id: run_id.to_string(),
-        job_name: "test-job".to_string(),
+        job_name: "riffle-job".to_string(),
         restored: false,
         finalizers: None,
         store: None,

@@ -1,9 +1,11 @@
 //! Seed scenario 5, checkpoint and recovery: the windowed count checkpoints its state (barriers
-//! from the sources, aligned at the shuffle, state uploaded in the background); the task that
-//! owns the hot user (80% of the clicks) dies of a simulated out-of-memory; the job restores the
-//! latest checkpoint N, rewinds the generator to the positions N recorded, aborts the part files
-//! written after N, and finishes. The demo then compares what the exactly-once sink committed
-//! with a run that had no failure: the same lines, none twice, none missing.
+//! from the sources, aligned at the shuffle, state uploaded in the background); right after
+//! checkpoint N completed, the task that owns the hot user dies of a simulated out-of-memory; the
+//! job restores checkpoint N, rewinds the generator to the positions N recorded, aborts the part
+//! files written after N, and finishes. (With `--fail-after-checkpoint 0` the task dies before any
+//! checkpoint completed, and the job starts over from the beginning of its input.) The demo then
+//! compares what the exactly-once sink committed with a run that had no failure: the same lines,
+//! none twice, none missing.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,6 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Args;
+use riffle::checkpoint::CheckpointStorage;
+use riffle::keys::{key_group_of, subtask_for_key_group};
 use riffle::operators::KeyedContext;
 use riffle::source::datagen::Click;
 use riffle::{Error, StreamEnv};
@@ -33,23 +37,36 @@ pub struct CheckpointRecoveryArgs {
     /// How the engine runs.
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// The task owning the hot user fails when it has seen this many of the hot user's clicks.
-    #[arg(long, default_value_t = 1_000_000)]
-    pub fail_after: u64,
+    /// The task owning the hot user dies right after this checkpoint completed; 0: before any
+    /// checkpoint completed (the job then starts over from the beginning of its input).
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub fail_after_checkpoint: u64,
 }
 
 /// Clicks generated when `--count` is not given.
 pub const DEFAULT_COUNT: u64 = 3_000_000;
 
-/// The user holding most of the clicks.
+/// Clicks per second generated when `--rate` is not given: the default run lasts about three
+/// seconds, so that checkpoints complete (every 500 ms) before the input ends.
+pub const DEFAULT_RATE: f64 = 1_000_000.0;
+
+/// The user holding most of the clicks (with `--hot-key-share`).
 pub const HOT_USER: u64 = 42;
 
-/// Counts the hot user's clicks in the task that owns it, and fails once past `limit`.
+/// The simulated failure: the instance owning the hot user fails at its first click once the
+/// checkpoint `after` completed (`completed` is the newest completed checkpoint, kept up to date
+/// by a watcher of the checkpoint storage), once in the whole run.
 #[derive(Clone)]
 struct MemoryGuard {
-    seen: Arc<AtomicU64>,
-    limit: Option<u64>,
+    /// Fail at all (not in the reference run).
+    armed: bool,
+    after: u64,
+    completed: Arc<AtomicU64>,
     failed: Arc<AtomicBool>,
+    /// Where keys go: (max_parallelism, parallelism).
+    layout: (usize, usize),
+    /// Whether this instance owns the hot user (known from its first click).
+    owner: Option<bool>,
 }
 
 impl riffle::operators::KeyedProcessFunction<u64, Click, Click> for MemoryGuard {
@@ -59,39 +76,86 @@ impl riffle::operators::KeyedProcessFunction<u64, Click, Click> for MemoryGuard 
         click: Click,
         ctx: &mut KeyedContext<'_, '_, u64, Click>,
     ) -> riffle::Result<()> {
-        if *user == HOT_USER
-            && let Some(limit) = self.limit
-            && self.seen.fetch_add(1, Ordering::SeqCst) + 1 >= limit
-            && !self.failed.swap(true, Ordering::SeqCst)
-        {
-            return Err(Error::user(format!(
-                "out of memory (simulated): user {HOT_USER} holds most of the clicks and the task owning them gave up \
-                 after {limit} of them"
-            )));
+        if self.armed {
+            let (max, p) = self.layout;
+            let owner = *self.owner.get_or_insert_with(|| {
+                let subtask = |key: &u64| subtask_for_key_group(key_group_of(key, max), max, p);
+                subtask(user) == subtask(&HOT_USER)
+            });
+            if owner
+                && self.completed.load(Ordering::SeqCst) >= self.after
+                && !self.failed.swap(true, Ordering::SeqCst)
+            {
+                return Err(Error::user(format!(
+                    "out of memory (simulated): the task owning user {HOT_USER} gave up"
+                )));
+            }
         }
         ctx.emit(click)
     }
 }
 
-/// One run of the job into `output`; `fail_after` makes the hot user's task fail once.
+/// Keeps `completed` at the newest checkpoint completed in `storage` until `stop` is set.
+fn watch_checkpoints(
+    storage: CheckpointStorage,
+    completed: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            if let Ok(ids) = storage.completed_checkpoints()
+                && let Some(&newest) = ids.last()
+            {
+                completed.fetch_max(newest, Ordering::SeqCst);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    })
+}
+
+/// One run of the job into `output`; `fail` makes the hot user's task fail once.
 fn run_once(
     args: &CheckpointRecoveryArgs,
     output: &Path,
-    fail_after: Option<u64>,
+    fail: bool,
     label: &str,
 ) -> riffle::Result<WindowedSummary> {
+    // The demo's own scratch directory: an earlier run's output and checkpoints would mix in.
+    if output.exists() {
+        std::fs::remove_dir_all(output)
+            .map_err(|e| Error::io(format!("cannot clear `{}`", output.display()), e))?;
+    }
     let mut engine = args.engine.clone();
     engine.output = Some(output.to_path_buf());
     engine.checkpoint_interval_ms = engine.checkpoint_interval_ms.or(Some(500));
-    engine.checkpoint_dir = Some(output.join("checkpoints").display().to_string());
+    let checkpoint_dir = output.join("checkpoints").display().to_string();
+    engine.checkpoint_dir = Some(checkpoint_dir.clone());
     engine.restore = None;
     let mut config = engine.env_config("checkpoint-recovery")?;
     config.checkpoints.restart = riffle::checkpoint::RestartStrategy::FixedDelay {
         attempts: 3,
         delay: Duration::from_millis(200),
     };
+    let guard = MemoryGuard {
+        armed: fail,
+        after: args.fail_after_checkpoint,
+        completed: Arc::default(),
+        failed: Arc::default(),
+        layout: (config.max_parallelism, config.parallelism),
+        owner: None,
+    };
+    let storage = CheckpointStorage::open(
+        &checkpoint_dir,
+        &config.checkpoints.storage_options,
+        &config.job_name,
+        "--checkpoint-dir",
+    )?;
     let env = StreamEnv::with_config(config);
-    let clicks = args.input.clicks_with(
+    let mut input = args.input.clone();
+    if input.input.is_none() && input.rate.is_none() {
+        input.rate = Some(DEFAULT_RATE);
+    }
+    let clicks = input.clicks_with(
         &env,
         Some(DEFAULT_COUNT),
         args.event_time.strategy()?,
@@ -103,20 +167,20 @@ fn run_once(
             c.hot_user = HOT_USER;
         },
     )?;
-    let guard = MemoryGuard {
-        seen: Arc::default(),
-        limit: fail_after,
-        failed: Arc::default(),
-    };
     let guarded = clicks
         .key_by(|c| c.user_id)
-        .process_function(guard)
+        .process_function(guard.clone())
         .name("memory guard")
         .uid("memory-guard");
     let (counts, late) = count_per_user(&guarded, &args.event_time)?;
-    write_counts_and_late(&engine, &output, &counts, &late)?;
+    write_counts_and_late(&engine, output, &counts, &late)?;
     println!("{label}");
-    run_windowed(&env, &engine, "checkpoint-recovery")
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = watch_checkpoints(storage, guard.completed.clone(), stop.clone());
+    let summary = run_windowed(&env, &engine, "checkpoint-recovery");
+    stop.store(true, Ordering::SeqCst);
+    let _ = watcher.join();
+    summary
 }
 
 /// Every committed line of the part files in `dir`, counted.
@@ -143,29 +207,36 @@ pub struct RecoveryReport {
     pub reference_lines: usize,
     /// Committed lines of the run that failed and recovered.
     pub recovered_lines: usize,
-    /// The checkpoint the recovered run restored.
-    pub restored_checkpoint: u64,
+    /// The checkpoint the recovered run restored; `None` when it started over (no checkpoint
+    /// had completed).
+    pub restored_checkpoint: Option<u64>,
     /// Whether the two outputs are identical.
     pub identical: bool,
 }
 
-/// Runs the scenario: a reference run, a run with a failure, and the comparison.
+/// Runs the scenario: a reference run, a run with a failure, and the comparison. Fails when the
+/// failure did not happen (the input ended first) or the outputs differ.
 pub fn run(args: &CheckpointRecoveryArgs) -> riffle::Result<RecoveryReport> {
     let output = args.engine.output_dir("checkpoint-recovery");
-    let reference = run_once(
+    run_once(
         args,
         &output.join("reference"),
-        None,
+        false,
         "1) the reference run, without failure",
     )?;
+    let when = match args.fail_after_checkpoint {
+        0 => "before any checkpoint completed".to_string(),
+        n => format!("right after checkpoint {n} completed"),
+    };
     let recovered = run_once(
         args,
         &output.join("recovered"),
-        Some(args.fail_after),
-        "2) the same job; the task owning the hot user fails part-way",
+        true,
+        &format!(
+            "2) the same job; the task owning user {HOT_USER} dies (simulated out of memory) {when}"
+        ),
     )?;
     let result = recovered.result.as_ref().expect("the run has a result");
-    let restored_checkpoint = result.restores.first().copied().unwrap_or(0);
     let completed: Vec<_> = result
         .checkpoints
         .iter()
@@ -178,23 +249,47 @@ pub fn run(args: &CheckpointRecoveryArgs) -> riffle::Result<RecoveryReport> {
         .state_backend
         .name()
         .to_string();
-    println!(
-        "   checkpoints: {} completed ({}) of {backend} state, barriers aligned in at most {} ms",
-        completed.len(),
-        completed
-            .iter()
-            .map(|c| format!("#{} {} ms {} KB", c.id, c.duration_ms, c.size_bytes / 1024))
-            .collect::<Vec<_>>()
-            .join(", "),
-        completed.iter().map(|c| c.alignment_ms).max().unwrap_or(0)
-    );
-    match result.restarts {
-        0 => println!("   the failure did not happen (--fail-after beyond the hot user's clicks?)"),
-        n => println!(
-            "   the task failed; the job restarted {n} time(s) from checkpoint {restored_checkpoint}: state restored, \
-             sources rewound to the checkpoint's positions, part files written after it aborted"
-        ),
+    if completed.is_empty() {
+        println!("   checkpoints: none completed");
+    } else {
+        println!(
+            "   checkpoints: {} completed ({}) of {backend} state, barriers aligned in at most {} ms",
+            completed.len(),
+            completed
+                .iter()
+                .map(|c| format!("#{} {} ms {} KB", c.id, c.duration_ms, c.size_bytes / 1024))
+                .collect::<Vec<_>>()
+                .join(", "),
+            completed.iter().map(|c| c.alignment_ms).max().unwrap_or(0)
+        );
     }
+    let restored_checkpoint = match result.restores.first() {
+        None => {
+            return Err(Error::config(
+                "--fail-after-checkpoint",
+                format!(
+                    "is {} but the input ended first: the task never failed (give more --count, or \
+                     a smaller --fail-after-checkpoint)",
+                    args.fail_after_checkpoint
+                ),
+            ));
+        }
+        Some(0) => {
+            println!(
+                "   the task failed; no checkpoint had completed, so the job started over from the \
+                 beginning of its input, with empty state; the part files of the failed attempt \
+                 were aborted"
+            );
+            None
+        }
+        Some(&id) => {
+            println!(
+                "   the task failed; the job restarted from checkpoint {id}: state restored, sources \
+                 rewound to the checkpoint's positions, part files written after it aborted"
+            );
+            Some(id)
+        }
+    };
     let mut expected = committed(&output.join("reference").join("agg-clicks"))?;
     expected.extend(committed(&output.join("reference").join("late-clicks")).unwrap_or_default());
     let mut got = committed(&output.join("recovered").join("agg-clicks"))?;
@@ -208,20 +303,16 @@ pub fn run(args: &CheckpointRecoveryArgs) -> riffle::Result<RecoveryReport> {
         "3) committed output: {recovered_lines} lines after recovery, {reference_lines} without failure; \
          {duplicates} duplicated, {missing} missing, {extra} unexpected"
     );
-    let _ = reference;
-    if identical && result.restarts > 0 {
-        println!("   verified: exactly the output of the failure-free run (exactly-once)");
-    }
-    let report = RecoveryReport {
-        reference_lines,
-        recovered_lines,
-        restored_checkpoint,
-        identical,
-    };
     if !identical {
         return Err(Error::Checkpoint(
             "the recovered output differs from the failure-free run".into(),
         ));
     }
-    Ok(report)
+    println!("   verified: exactly the output of the failure-free run (exactly-once)");
+    Ok(RecoveryReport {
+        reference_lines,
+        recovered_lines,
+        restored_checkpoint,
+        identical,
+    })
 }

@@ -8,51 +8,96 @@ use std::time::Duration;
 
 use crate::riffle;
 
-/// Runs `riffle demo checkpoint-recovery` with `extra` flags and checks its verification and
-/// that the state was in `backend`.
-fn demo_recovers_exactly_once(backend: &str, extra: &[&str]) {
+/// The flags of the demo runs: 400K clicks at 200K/s (two seconds, checkpoints every 500 ms).
+const DEMO: [&str; 15] = [
+    "demo",
+    "checkpoint-recovery",
+    "--count",
+    "400000",
+    "--users",
+    "5000",
+    "--hot-key-share",
+    "0.8",
+    "--rate",
+    "200000",
+    "-p",
+    "2",
+    "--output",
+    "out",
+    "--no-web",
+];
+
+/// Runs `riffle demo checkpoint-recovery` with `extra` flags and checks its whole output: which
+/// failure it injected, what it restored (`restored`), and its verification; the line listing
+/// the checkpoints (their durations vary) is checked for the state backend only.
+fn demo_recovers_exactly_once(extra: &[&str], backend: &str, failure: &str, restored: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "demo",
-        "checkpoint-recovery",
-        "--count",
-        "400000",
-        "--users",
-        "5000",
-        "--hot-key-share",
-        "0.8",
-        "--rate",
-        "200000",
-        "--fail-after",
-        "150000",
-        "-p",
-        "2",
-        "--output",
-        "out",
-    ];
+    let mut args = DEMO.to_vec();
     args.extend_from_slice(extra);
     let stdout = riffle(&args, dir.path());
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 6, "{stdout}");
     assert!(
-        stdout.contains(&format!(") of {backend} state,")),
+        lines[2].starts_with("   checkpoints: ")
+            && lines[2].contains(&format!(
+                ") of {backend} state, barriers aligned in at most "
+            )),
         "{stdout}"
     );
-    assert!(
-        stdout.contains("the job restarted 1 time(s) from checkpoint"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("0 duplicated, 0 missing, 0 unexpected"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("verified: exactly the output of the failure-free run"),
-        "{stdout}"
+    let expected = [
+        "1) the reference run, without failure".to_string(),
+        format!(
+            "2) the same job; the task owning user 42 dies (simulated out of memory) {failure}"
+        ),
+        lines[2].to_string(),
+        restored.to_string(),
+        "3) committed output: 6660 lines after recovery, 6660 without failure; 0 duplicated, 0 \
+         missing, 0 unexpected"
+            .to_string(),
+        "   verified: exactly the output of the failure-free run (exactly-once)".to_string(),
+    ];
+    assert_eq!(lines, expected, "{stdout}");
+}
+
+const RESTORED_2: &str = "   the task failed; the job restarted from checkpoint 2: state restored, sources \
+                          rewound to the checkpoint's positions, part files written after it aborted";
+
+#[test]
+fn the_demo_fails_by_default_restores_checkpoint_2_and_verifies_exactly_once() {
+    demo_recovers_exactly_once(
+        &[],
+        "heap",
+        "right after checkpoint 2 completed",
+        RESTORED_2,
     );
 }
 
 #[test]
-fn the_demo_recovers_and_verifies_exactly_once() {
-    demo_recovers_exactly_once("heap", &[]);
+fn a_failure_before_the_first_checkpoint_starts_over_and_still_gives_the_same_output() {
+    demo_recovers_exactly_once(
+        &["--fail-after-checkpoint", "0"],
+        "heap",
+        "before any checkpoint completed",
+        "   the task failed; no checkpoint had completed, so the job started over from the \
+         beginning of its input, with empty state; the part files of the failed attempt were \
+         aborted",
+    );
+}
+
+#[test]
+fn the_demo_fails_when_its_failure_never_happened() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = DEMO.to_vec();
+    args[3] = "50000"; // a quarter of a second of clicks: over before checkpoint 5
+    args.extend_from_slice(&["--fail-after-checkpoint", "5"]);
+    let output = crate::riffle_raw(&args, dir.path());
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr.lines().last().unwrap(),
+        "riffle: invalid configuration: `--fail-after-checkpoint` is 5 but the input ended \
+         first: the task never failed (give more --count, or a smaller --fail-after-checkpoint)"
+    );
 }
 
 /// The same with RocksDB state (`scripts/test.sh` builds with every feature).
@@ -60,8 +105,10 @@ fn the_demo_recovers_and_verifies_exactly_once() {
 #[test]
 fn the_demo_recovers_exactly_once_on_rocksdb_state() {
     demo_recovers_exactly_once(
-        "rocksdb",
         &["--state-backend", "rocksdb", "--state-dir", "state"],
+        "rocksdb",
+        "right after checkpoint 2 completed",
+        RESTORED_2,
     );
 }
 

@@ -708,6 +708,7 @@ impl Coordinator {
             kind: pending.kind,
             timestamp: pending.triggered_at,
             max_parallelism: self.max_parallelism,
+            key_hash_version: crate::keys::KEY_HASH_VERSION,
             operators,
             stores,
             finished: pending.last

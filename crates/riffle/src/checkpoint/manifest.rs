@@ -104,6 +104,10 @@ pub struct Manifest {
     pub timestamp: Timestamp,
     /// Number of key groups of the job.
     pub max_parallelism: usize,
+    /// The scheme that put keys into key groups ([`KEY_HASH_VERSION`](crate::keys::KEY_HASH_VERSION)
+    /// when written by this release); 0 for manifests written before it was recorded.
+    #[serde(default)]
+    pub key_hash_version: u32,
     /// State by operator id.
     pub operators: BTreeMap<String, OperatorState>,
     /// Checkpoints of the tasks' key-value stores.
@@ -361,6 +365,7 @@ mod tests {
                 files: vec![("000001.sst".into(), file("shared/s1/000001.sst", 4096))],
             }],
             finished: true,
+            key_hash_version: crate::keys::KEY_HASH_VERSION,
         }
     }
 

@@ -41,6 +41,25 @@ fn slice(bytes: &[u8], extent: Extent) -> Result<Vec<u8>> {
         .ok_or_else(outside)
 }
 
+/// Fails unless `manifest` was written with this release's key-group hash scheme: with another
+/// one, keyed state would sit in key groups that its keys no longer hash to, and be lost silently.
+pub(crate) fn check_key_hash_version(manifest: &Manifest, description: &str) -> Result<()> {
+    let (found, ours) = (manifest.key_hash_version, crate::keys::KEY_HASH_VERSION);
+    if found == ours {
+        return Ok(());
+    }
+    let scheme = match found {
+        0 => "scheme 0 (std::hash, Riffle before key-hash versioning)".to_string(),
+        n if n > ours => format!("scheme {n}, newer than this Riffle knows"),
+        n => format!("scheme {n}"),
+    };
+    Err(Error::Checkpoint(format!(
+        "{description} puts keys into key groups with {scheme}, but this Riffle uses scheme \
+         {ours}: its keyed state would not be found. Restore it with the Riffle release that \
+         wrote it (take a savepoint there and migrate the state), or start without restoring"
+    )))
+}
+
 impl RestoreAssignment {
     /// Reads the manifest of `dir` and every file it references (checking their checksums).
     pub(crate) fn load(storage: &Arc<CheckpointStorage>, dir: &str) -> Result<Self> {
@@ -90,8 +109,10 @@ impl RestoreAssignment {
         self.manifest.checkpoint_id
     }
 
-    /// Checks that the checkpoint was taken with the same number of key groups.
+    /// Checks that the checkpoint's keys sit in the key groups this job would give them: the same
+    /// number of key groups, computed with the same hash scheme.
     pub(crate) fn check_max_parallelism(&self, max_parallelism: usize) -> Result<()> {
+        check_key_hash_version(&self.manifest, &self.description)?;
         if self.manifest.max_parallelism != max_parallelism {
             return Err(Error::config(
                 "max_parallelism",

@@ -422,6 +422,7 @@ mod tests {
             kind: SnapshotKind::Checkpoint,
             timestamp: 0,
             max_parallelism: 128,
+            key_hash_version: crate::keys::KEY_HASH_VERSION,
             operators: Default::default(),
             stores: Vec::new(),
             finished: false,

@@ -143,8 +143,9 @@ pub struct OperatorContext {
     pub clock: std::sync::Arc<dyn crate::time::Clock>,
     /// Unique per run of the job (a restart is a new run): for names of files a run writes.
     pub run_id: String,
-    /// The job's name (`EnvConfig::job_name`): the same for every run and restore of the job,
-    /// so a sink can tell its own output from other jobs'.
+    /// The job's name (`EnvConfig::job_name`), the same for every run and restore of the job:
+    /// a sink tells its own output from other jobs' by it, and a connector names its resources
+    /// after it (Kafka transactional ids), so two jobs never share them.
     pub job_name: String,
     /// Whether this run restored a checkpoint or savepoint (`false`: a fresh start).
     pub restored: bool,

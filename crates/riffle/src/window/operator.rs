@@ -144,7 +144,7 @@ impl<T: Data> WindowCore<T> {
     }
 
     /// The key group of `key`, checked against the ones this instance owns.
-    pub(crate) fn key_group<K: Hash>(&self, key: &K) -> Result<KeyGroup> {
+    pub(crate) fn key_group<K: Serialize>(&self, key: &K) -> Result<KeyGroup> {
         let ctx = self.ctx();
         let key_group = key_group_of(key, ctx.max_parallelism);
         if !ctx.key_groups.contains(key_group) {
