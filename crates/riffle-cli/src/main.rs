@@ -61,10 +61,10 @@ enum Command {
     #[command(args_conflicts_with_subcommands = true)]
     Demo {
         #[command(subcommand)]
-        scenario: Option<Scenario>,
+        scenario: Option<Box<Scenario>>,
         /// Options of the whole pipeline (when no scenario is named).
         #[command(flatten)]
-        pipeline: PipelineArgs,
+        pipeline: Box<PipelineArgs>,
     },
 }
 
@@ -104,7 +104,7 @@ fn main() -> ExitCode {
             pipeline: args,
         } => {
             install_ctrlc_handler();
-            match scenario {
+            match scenario.map(|s| *s) {
                 Some(Scenario::Etl(args)) => etl::run(&args).map(drop),
                 Some(Scenario::WindowedCount(args)) => windowed_count::run(&args).map(drop),
                 Some(Scenario::LateEvents(args)) => late_events::run(&args).map(drop),

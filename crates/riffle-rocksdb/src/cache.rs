@@ -159,7 +159,7 @@ impl StateCache {
     pub(crate) fn update(
         &mut self,
         key: &[u8],
-        change: &mut dyn FnMut(Option<&[u8]>, &mut Vec<u8>) -> Result<()>,
+        change: &mut riffle::state::ChangeValue<'_>,
     ) -> Result<Option<bool>> {
         let Some(slot) = self.slots.get_mut(key) else {
             return Ok(None);

@@ -216,7 +216,7 @@ fn visit_cached(
     cached: &mut std::iter::Peekable<std::vec::IntoIter<cache::Write>>,
     prefix: &[u8],
     before: Option<&[u8]>,
-    visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
+    visit: &mut riffle::state::VisitWhile<'_>,
 ) -> Result<bool> {
     while let Some((key, _)) = cached.peek() {
         if !key.starts_with(prefix) || before.is_some_and(|b| key.as_ref() >= b) {
@@ -325,7 +325,7 @@ impl RocksDbStore {
         &self,
         cached: Vec<cache::Write>,
         prefixes: &'p [Vec<u8>],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
+        visit: &mut riffle::state::VisitWhile<'_>,
     ) -> Result<Vec<&'p Vec<u8>>> {
         let mut cached = cached.into_iter().peekable();
         let mut prefixes: Vec<&Vec<u8>> = prefixes.iter().collect();
@@ -381,7 +381,7 @@ impl RocksDbStore {
         db: &DB,
         start: &[u8],
         end: Option<Vec<u8>>,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
+        visit: &mut riffle::state::VisitWhile<'_>,
     ) -> Result<()> {
         let mut read = ReadOptions::default();
         if let Some(end) = end {
@@ -415,11 +415,7 @@ impl KvStore for RocksDbStore {
         self.write(key, Some(value))
     }
 
-    fn update(
-        &self,
-        key: &[u8],
-        change: &mut dyn FnMut(Option<&[u8]>, &mut Vec<u8>) -> Result<()>,
-    ) -> Result<()> {
+    fn update(&self, key: &[u8], change: &mut riffle::state::ChangeValue<'_>) -> Result<()> {
         let mut cache = self.cache();
         if cache.disabled() {
             let old = self.db.get_pinned(key).map_err(|e| failed("get", e))?;
@@ -448,21 +444,13 @@ impl KvStore for RocksDbStore {
         self.write(key, None)
     }
 
-    fn scan(
-        &self,
-        prefixes: &[Vec<u8>],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
-    ) -> Result<()> {
+    fn scan(&self, prefixes: &[Vec<u8>], visit: &mut riffle::state::VisitWhile<'_>) -> Result<()> {
         // The cached entries are copied first, so `visit` may write.
         let cached = self.cache().matching(prefixes);
         self.merged(cached, prefixes, visit).map(drop)
     }
 
-    fn drain(
-        &self,
-        prefixes: &[Vec<u8>],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
-    ) -> Result<()> {
+    fn drain(&self, prefixes: &[Vec<u8>], visit: &mut riffle::state::VisitEntry<'_>) -> Result<()> {
         let cached = self.cache().extract(prefixes);
         let stored = self.merged(cached, prefixes, &mut |key, value| {
             visit(key, value)?;

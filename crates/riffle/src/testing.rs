@@ -616,11 +616,7 @@ impl crate::state::KvStore for MemoryKvStore {
         Ok(())
     }
 
-    fn scan(
-        &self,
-        prefixes: &[Vec<u8>],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
-    ) -> Result<()> {
+    fn scan(&self, prefixes: &[Vec<u8>], visit: &mut crate::state::VisitWhile<'_>) -> Result<()> {
         for prefix in prefixes {
             let entries: Vec<(Vec<u8>, Vec<u8>)> = self
                 .entries
@@ -656,8 +652,9 @@ impl crate::state::KvStore for MemoryKvStore {
     fn checkpoint(&self, dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>> {
         std::fs::create_dir_all(dir)
             .map_err(|e| crate::Error::io("cannot create a store checkpoint", e))?;
-        let mut groups: std::collections::BTreeMap<u16, Vec<(Vec<u8>, Vec<u8>)>> =
-            Default::default();
+        /// Key-value entries per key group.
+        type Groups = std::collections::BTreeMap<u16, Vec<(Vec<u8>, Vec<u8>)>>;
+        let mut groups: Groups = Default::default();
         for (key, value) in self.entries.lock().expect("store lock").iter() {
             groups
                 .entry(u16::from_be_bytes([key[0], key[1]]))

@@ -565,7 +565,7 @@ impl EngineArgs {
                 ));
             }
             // 0: no limit, run until Ctrl-C.
-            Some(s) if s == 0.0 => Some(Duration::MAX),
+            Some(0.0) => Some(Duration::MAX),
             Some(s) => Some(Duration::from_secs_f64(s)),
             None => None,
         };

@@ -24,7 +24,7 @@ fn write_input(dir: &std::path::Path) -> Vec<Click> {
         bot_share: 0.0,
         ..ClicksConfig::default()
     });
-    let mut files = vec![String::new(), String::new(), String::new()];
+    let mut files = [String::new(), String::new(), String::new()];
     let mut clicks = Vec::new();
     for i in 0..30_000u64 {
         let click = generator.generate(i);

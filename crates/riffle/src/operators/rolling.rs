@@ -90,11 +90,14 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
     }
 }
 
+/// The keyed runtime and the accumulator per key of a rolling aggregate.
+type RollingState<K, Acc> = (KeyedRuntime<K>, StateTable<K, (), Acc>);
+
 /// The downstream half: the keyed state and the emitted results.
 pub(crate) struct RollingAggregate<K, T, A: AggregateFunction<T>> {
     key: KeyFn<K, Rolling<K, T, A::Acc>>,
     aggregate: A,
-    state: Option<(KeyedRuntime<K>, StateTable<K, (), A::Acc>)>,
+    state: Option<RollingState<K, A::Acc>>,
     _type: PhantomData<fn(T)>,
 }
 

@@ -141,11 +141,37 @@ impl<T: Data> Sink<T> for ExactlyOnceFileSink<T> {
     }
 }
 
-/// What a checkpoint stores for one sink subtask: the files to commit when it completes.
+/// What a checkpoint stores for one sink subtask: the files to commit when it completes, and
+/// the directory they were written in (a job restored with another output directory commits
+/// them where they are).
 #[derive(Debug, Serialize, Deserialize)]
 struct Committable {
     subtask: usize,
     files: Vec<String>,
+    /// The sink's directory when the files were written.
+    dir: PathBuf,
+}
+
+/// The committable of checkpoints written before it named its directory.
+#[derive(Debug, Deserialize)]
+struct CommittableWithoutDir {
+    subtask: usize,
+    files: Vec<String>,
+}
+
+impl Committable {
+    /// Reads a committable in either format; the earlier one means `dir`.
+    fn decode(bytes: &[u8], dir: &Path) -> Result<Committable> {
+        if let Ok(committable) = decode::<Committable>(bytes) {
+            return Ok(committable);
+        }
+        let CommittableWithoutDir { subtask, files } = decode(bytes)?;
+        Ok(Committable {
+            subtask,
+            files,
+            dir: dir.to_path_buf(),
+        })
+    }
 }
 
 struct OpenFile {
@@ -323,6 +349,7 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter {
         encode(&Committable {
             subtask: self.subtask,
             files,
+            dir: std::fs::canonicalize(&self.dir).unwrap_or_else(|_| self.dir.clone()),
         })
         .map(Some)
     }
@@ -337,9 +364,9 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter {
     fn recover(&mut self, committables: Vec<Vec<u8>>) -> Result<()> {
         let mut keep = HashSet::new();
         for bytes in committables {
-            let committable: Committable = decode(&bytes)?;
+            let committable = Committable::decode(&bytes, &self.dir)?;
             if committable.subtask % self.parallelism == self.subtask {
-                commit_files(&self.dir, &committable.files)?;
+                commit_files(&committable.dir, &committable.files)?;
             }
             keep.extend(committable.files);
         }

@@ -49,6 +49,13 @@ impl StateBackend for HeapBackend {
     }
 }
 
+/// Rewrites a value: gets the current one (if any) and writes the new one into the buffer.
+pub type ChangeValue<'a> = dyn FnMut(Option<&[u8]>, &mut Vec<u8>) -> Result<()> + 'a;
+/// Visits an entry (key, value); returns whether to go on.
+pub type VisitWhile<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'a;
+/// Visits an entry (key, value).
+pub type VisitEntry<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
+
 /// An ordered key-value store holding the keyed state of one task.
 ///
 /// Keys start with the key group (2 bytes, big endian), so the state of a key-group range is a
@@ -63,11 +70,7 @@ pub trait KvStore: Send + Sync + Debug {
     /// Reads and rewrites `key` in one step: `change` gets the current value and writes the new
     /// one into the (empty) buffer. The default is a [`get`](KvStore::get) and a
     /// [`put`](KvStore::put); a store with a cache changes the value in place.
-    fn update(
-        &self,
-        key: &[u8],
-        change: &mut dyn FnMut(Option<&[u8]>, &mut Vec<u8>) -> Result<()>,
-    ) -> Result<()> {
+    fn update(&self, key: &[u8], change: &mut ChangeValue<'_>) -> Result<()> {
         let old = self.get(key)?;
         let mut new = Vec::new();
         change(old.as_deref(), &mut new)?;
@@ -76,19 +79,11 @@ pub trait KvStore: Send + Sync + Debug {
     /// Calls `visit` with every entry whose key starts with one of `prefixes` (prefix after
     /// prefix, in key order within each), until it returns `false`. One call for many prefixes
     /// (a window's namespace in every key group) lets a store with a cache look through it once.
-    fn scan(
-        &self,
-        prefixes: &[Vec<u8>],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
-    ) -> Result<()>;
+    fn scan(&self, prefixes: &[Vec<u8>], visit: &mut VisitWhile<'_>) -> Result<()>;
     /// Removes every entry whose key starts with one of `prefixes`, calling `visit` with each
     /// (as [`scan`](KvStore::scan) would). The default scans and deletes key by key; a store
     /// may drop whole ranges.
-    fn drain(
-        &self,
-        prefixes: &[Vec<u8>],
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>,
-    ) -> Result<()> {
+    fn drain(&self, prefixes: &[Vec<u8>], visit: &mut VisitEntry<'_>) -> Result<()> {
         let mut keys = Vec::new();
         self.scan(prefixes, &mut |key, value| {
             visit(key, value)?;

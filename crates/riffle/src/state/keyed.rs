@@ -41,9 +41,12 @@ struct Slot {
     ttl: Option<StateTtl>,
     expire: fn(&mut (dyn Any + Send), Timestamp, i64) -> Result<usize>,
     entries: fn(&(dyn Any + Send)) -> (usize, usize),
-    snapshot: fn(&(dyn Any + Send), KeyGroup) -> Result<Option<Vec<u8>>>,
+    snapshot: SnapshotGroup,
     restore: fn(&mut (dyn Any + Send), KeyGroup, &[u8]) -> Result<()>,
 }
+
+/// Writes one key group of a type-erased state table (`None`: nothing in it).
+type SnapshotGroup = fn(&(dyn Any + Send), KeyGroup) -> Result<Option<Vec<u8>>>;
 
 fn expire<K: Data + Hash + Eq, X: Data>(
     table: &mut (dyn Any + Send),

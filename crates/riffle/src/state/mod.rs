@@ -35,7 +35,9 @@ mod kv_table;
 pub(crate) mod table;
 mod timers;
 
-pub use backend::{HeapBackend, KvStore, StateBackend, TaskStore};
+pub use backend::{
+    ChangeValue, HeapBackend, KvStore, StateBackend, TaskStore, VisitEntry, VisitWhile,
+};
 pub use kv_table::{KvTable, StateTable, state_id};
 
 pub use descriptors::{

@@ -27,13 +27,16 @@ pub(crate) struct SessionSlot<A> {
     dirty: bool,
 }
 
+/// The sessions of every key, oldest first.
+type Sessions<K, Acc> = StateTable<K, (), Vec<SessionSlot<Acc>>>;
+
 /// Session windows.
 pub(crate) struct SessionWindowOperator<K, T, F: WindowFn<K, T>> {
     key: KeyFn<K, T>,
     function: F,
     core: WindowCore<F::Late>,
     gap: i64,
-    sessions: Option<StateTable<K, (), Vec<SessionSlot<F::Acc>>>>,
+    sessions: Option<Sessions<K, F::Acc>>,
     timers: TimerService<K>,
 }
 

@@ -41,6 +41,9 @@ fn rewrite_manifest(location: &str, change: impl FnOnce(&mut serde_json::Value))
     let mut manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     change(&mut manifest);
+    // Rewritten by hand: without its checksum, as manifests were before they had one (still
+    // read), so that the version check is what refuses it.
+    manifest.as_object_mut().unwrap().remove("checksum");
     std::fs::write(&path, serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
     manifest["checkpoint_id"].as_u64().unwrap()
 }
