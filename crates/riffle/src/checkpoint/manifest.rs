@@ -148,7 +148,8 @@ impl Manifest {
     /// let manifest = Manifest {
     ///     version: 1, job: "job".into(), checkpoint_id: 7,
     ///     kind: SnapshotKind::Checkpoint, timestamp: 0, max_parallelism: 128,
-    ///     operators: Default::default(), stores: Vec::new(),
+    ///     operators: Default::default(), stores: Vec::new(), finished: false,
+    ///     key_hash_version: riffle::keys::KEY_HASH_VERSION,
     /// };
     /// let json = manifest.to_json().unwrap();
     /// assert_eq!(Manifest::from_json(&json).unwrap(), manifest);
