@@ -94,13 +94,14 @@ impl PaceClock for ManualPaceClock {
 ///
 /// The schedule starts at the first read of a run, by whichever split reads first, on the
 /// schedule's clock; every split follows the same start. A run restored from a checkpoint
-/// continues the schedule where the checkpoint left it: its start counts from the first record the
-/// restored splits produce (the record of the reading split's round, split 0's index in it), so
-/// the source does not wait for the time the first run already spent.
+/// continues the schedule where the checkpoint left it: the run starts at the round of records
+/// the first reading split is in (round `r` holds the records `r * S .. (r + 1) * S` of `S`
+/// splits), so the source does not wait for the time the first run already spent.
 ///
 /// Clone the handle to see the schedule from outside the job: a benchmark stamps its records with
 /// [`Timetable::due_at`] of the same schedule the source follows, so that the latency it measures
-/// and the source's pace come from one clock.
+/// and the source's pace come from one clock. A schedule paces one source: a second source given
+/// the same schedule would restart it.
 ///
 /// ```
 /// use riffle::source::datagen::{ClicksConfig, DatagenSource, Schedule};
