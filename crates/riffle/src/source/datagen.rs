@@ -793,23 +793,26 @@ mod tests {
 
     #[test]
     fn pacing_holds_records_back_until_they_are_due() {
+        // On the real clock; the manual-clock tests below pin the schedule exactly.
         let source = DatagenSource::new(JsonPayloads(ClickGenerator::new(ClicksConfig::default())))
             .rate(100.0)
             .splits(1);
         Source::splits(&source, 1).unwrap();
         let mut reader = source.reader(0).unwrap();
-        let mut out = SourceOutput::with_capacity(10);
+        let mut out = SourceOutput::with_capacity(20);
         assert_eq!(reader.read(&mut out, 10).unwrap(), ReadStatus::Ready);
         assert_eq!(out.len(), 1, "record 0 is due when the schedule starts");
-        match reader.read(&mut out, 10).unwrap() {
-            ReadStatus::Pending(Some(at)) => assert!(at > Instant::now()),
-            other => panic!("only record 0 is due at the start, got {other:?}"),
-        }
+        let started = source.schedule().unwrap().timetable().unwrap().started();
         std::thread::sleep(Duration::from_millis(55));
+        let before = started.elapsed();
         reader.read(&mut out, 10).unwrap();
+        let after = started.elapsed();
+        // At 100/s record i is due at i * 10 ms: the read emits those due when it looked at the
+        // clock (at most 10 more), none later.
+        let due = |t: Duration| (1 + t.as_millis() as usize / 10).min(11);
         assert!(
-            (6..=8).contains(&out.len()),
-            "records 0..=5 after 55 ms at 100/s, got {}",
+            (due(before)..=due(after)).contains(&out.len()),
+            "{} records after {before:?}..{after:?} at 100/s",
             out.len()
         );
         let click: Click = serde_json::from_str(&out.records[0].value).unwrap();
