@@ -10,6 +10,7 @@ use riffle::sink::Sink;
 use riffle::source::BadRecordPolicy;
 use riffle::source::datagen::Click;
 use riffle::{DataStream, StreamEnv};
+use riffle_web::views::Latency;
 
 use crate::clicks::{EnrichedClick, IpCountryTable, enrich, is_bot};
 use crate::demos::{EngineArgs, InputArgs};
@@ -57,7 +58,7 @@ pub fn pipeline(
 }
 
 /// What the ETL run did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EtlSummary {
     /// Clicks read from the source.
     pub read: u64,
@@ -69,6 +70,9 @@ pub struct EtlSummary {
     pub bad: u64,
     /// Where the output went.
     pub output: PathBuf,
+    /// How long the latency markers took from the sources to the sink (what the REST API
+    /// reports as the job's end-to-end latency), over the last minute of the run.
+    pub sink_latency: Option<Latency>,
 }
 
 /// Runs the scenario with progress on the terminal and prints its summary.
@@ -111,6 +115,10 @@ pub fn run(args: &EtlArgs) -> riffle::Result<EtlSummary> {
         written: result.records_in(WRITE),
         bad: result.bad_records(),
         output,
+        sink_latency: result
+            .metrics
+            .operator_total(WRITE)
+            .and_then(|sink| Latency::of(&sink.latencies_us)),
     };
     let seconds = result.duration.as_secs_f64();
     println!(
@@ -142,7 +150,24 @@ pub fn run(args: &EtlArgs) -> riffle::Result<EtlSummary> {
     {
         println!("{line}");
     }
+    println!("  {}", latency_line(summary.sink_latency.as_ref()));
     Ok(summary)
+}
+
+/// The summary's line on the latency markers at the sink: the percentiles the REST API reports
+/// (`/api/v1/job`, nearest rank over the sink's subtasks, last minute).
+///
+/// Markers travel in band behind the records but are not held by the buffer timeout, and this
+/// pipeline is one chain: they show the time through the operators, not a record's wait in a
+/// partial batch (see BENCHMARKS.md, "End-to-end latency").
+pub fn latency_line(latency: Option<&Latency>) -> String {
+    match latency {
+        Some(l) => format!(
+            "sink latency  p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms  ({} latency markers)",
+            l.p50_ms, l.p99_ms, l.max_ms, l.samples
+        ),
+        None => "sink latency  no latency markers reached the sink".to_string(),
+    }
 }
 
 impl EtlArgs {
@@ -155,5 +180,23 @@ impl EtlArgs {
             args: EtlArgs,
         }
         Wrapper::parse_from(["riffle"]).args
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_latency_line_gives_the_sink_markers_percentiles() {
+        let latency = Latency::of(&[40, 1_250, 90, 3_000]).unwrap();
+        assert_eq!(
+            latency_line(Some(&latency)),
+            "sink latency  p50 0.090 ms, p99 3.000 ms, max 3.000 ms  (4 latency markers)"
+        );
+        assert_eq!(
+            latency_line(None),
+            "sink latency  no latency markers reached the sink"
+        );
     }
 }

@@ -41,6 +41,28 @@ fn generated_clicks_are_filtered_and_enriched_exactly() {
         stdout.contains(&format!("written       {:>12}", expected.len())),
         "{stdout}"
     );
+    // The latency markers at the sink, as the REST API reports them: each of the 2 source
+    // subtasks sends one when it starts.
+    let latency = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("sink latency  p50 "))
+        .unwrap_or_else(|| panic!("no sink latency line: {stdout}"));
+    // "0.012 ms, p99 0.034 ms, max 0.034 ms  (2 latency markers)"
+    let words: Vec<&str> = latency.split_whitespace().collect();
+    let number = |i: usize| -> f64 {
+        words[i]
+            .trim_start_matches('(')
+            .parse()
+            .unwrap_or_else(|_| panic!("a number at word {i}: {latency}"))
+    };
+    assert_eq!(
+        (words[2], words[5], words[9], words[10]),
+        ("p99", "max", "latency", "markers)"),
+        "{latency}"
+    );
+    let (p50, p99, max, markers) = (number(0), number(3), number(6), number(8));
+    assert!(p50 <= p99 && p99 <= max, "{latency}");
+    assert!(markers >= 2.0, "{latency}");
 }
 
 #[test]
