@@ -116,11 +116,16 @@ impl NexmarkConfig {
     /// Every event of a bounded configuration, in event-number order, computed directly with
     /// the generator (no job): what tests compare a job's output against.
     pub fn generate_all(&self) -> Vec<Event> {
+        self.iter().collect()
+    }
+
+    /// The events of a bounded configuration in event-number order (none if unbounded), one at
+    /// a time: what `riffle nexmark generate` writes.
+    pub fn iter(&self) -> impl Iterator<Item = Event> + use<> {
         let count = self.events.unwrap_or(0) as usize;
         EventGenerator::new(self.generator_config())
             .take(count)
             .map(Event::from)
-            .collect()
     }
 }
 

@@ -8,6 +8,7 @@ mod kafka;
 #[cfg(feature = "kafka")]
 mod kafka_event_time;
 mod late_events;
+mod nexmark;
 mod operations;
 mod simple_etl;
 mod watermark_outliers;
