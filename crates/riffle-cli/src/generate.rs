@@ -59,7 +59,7 @@ impl ClicksArgs {
                     "max_out_of_orderness_ms" => "--disorder-ms".to_string(),
                     other => format!("--{}", other.replace('_', "-")),
                 };
-                Error::config(&flag, message)
+                Error::config(flag, message)
             }
             other => other,
         })?;

@@ -59,7 +59,7 @@ impl GeneratorArgs {
         };
         config.validate().map_err(|e| match e {
             Error::Config { setting, message } => {
-                Error::config(&format!("--{}", setting.replace('_', "-")), message)
+                Error::config(format!("--{}", setting.replace('_', "-")), message)
             }
             other => other,
         })?;

@@ -317,7 +317,7 @@ impl SplitReader<Event> for NexmarkReader {
     fn seek(&mut self, position: &serde_json::Value) -> Result<()> {
         let offset = position
             .as_u64()
-            .filter(|o| *o >= self.split && (o - self.split) % self.splits == 0)
+            .filter(|o| *o >= self.split && (o - self.split).is_multiple_of(self.splits))
             .ok_or_else(|| {
                 Error::user(format!(
                     "bad nexmark position {position} for split {} of {}",
