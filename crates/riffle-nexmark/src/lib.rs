@@ -34,7 +34,7 @@ pub mod source;
 use std::path::PathBuf;
 
 use riffle::sink::{BlackholeSink, FileSink};
-use riffle::{Data, DataStream, Error, Result};
+use riffle::{Data, DataStream, Result};
 
 pub use event::{Auction, Bid, Event, Person};
 pub use source::{NexmarkConfig, NexmarkSource};
@@ -186,7 +186,7 @@ fn sink_rows<T: Data>(rows: DataStream<T>, sink: &ResultSink) {
 }
 
 /// Adds `query` over `events` to the job, its results going to `sink`.
-pub fn add_query(query: Query, events: &DataStream<Event>, sink: &ResultSink) -> Result<(), Error> {
+pub fn add_query(query: Query, events: &DataStream<Event>, sink: &ResultSink) -> Result<()> {
     use queries::*;
     match query {
         Query::Q0 => sink_rows(q0(events), sink),
@@ -206,6 +206,3 @@ pub fn add_query(query: Query, events: &DataStream<Event>, sink: &ResultSink) ->
     }
     Ok(())
 }
-
-/// Result type of this crate (Riffle's).
-pub type NexmarkResult<T> = Result<T>;

@@ -72,6 +72,36 @@ fn nexmark_files_hold_the_generated_events_and_queries_read_them_back() {
 }
 
 #[test]
+fn nexmark_run_all_prints_one_row_per_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let stdout = riffle(
+        &["nexmark", "run", "--all", "--events", "2000", "-p", "2"],
+        dir.path(),
+    );
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("| q") && !l.starts_with("| query"))
+        .collect();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r.split('|').nth(1).unwrap().trim())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "q0", "q1", "q2", "q5", "q11", "q12", "q14", "q15", "q16", "q17", "q18", "q19", "q21",
+            "q22"
+        ]
+    );
+    for row in rows {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        assert_eq!((cells[2], cells[3]), ("2", "2000"), "{row}");
+    }
+    // q0 passes every bid (46 in 50 events).
+    assert!(stdout.contains("| q0 | 2 | 2000 | 1840 |"), "{stdout}");
+}
+
+#[test]
 fn nexmark_names_a_query_it_does_not_implement() {
     let dir = tempfile::tempdir().unwrap();
     let out = crate::riffle_raw(&["nexmark", "run", "--query", "q7"], dir.path());
