@@ -41,7 +41,9 @@ pub struct NexmarkConfig {
     /// Bound of the watermark strategy (default 4 s, the nexmark project's
     /// `WATERMARK FOR dateTime AS dateTime - INTERVAL '4' SECOND`).
     pub max_out_of_orderness: Duration,
-    /// Number of splits (default: the source's parallelism).
+    /// Number of splits (default: the source's parallelism). A checkpoint stores each split's
+    /// next event number, which belongs to one split count: fix this to restore a job at
+    /// another parallelism (a position of another split count is refused, naming the split).
     pub splits: Option<usize>,
     /// Produce at most this many events per second of wall-clock time, over all splits.
     pub rate: Option<f64>,
