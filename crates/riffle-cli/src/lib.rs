@@ -6,4 +6,6 @@
 pub mod clicks;
 pub mod control;
 pub mod demos;
+pub mod generate;
+pub mod nexmark;
 pub mod progress;

@@ -66,6 +66,12 @@ enum Command {
         #[command(flatten)]
         pipeline: Box<PipelineArgs>,
     },
+    /// The Nexmark benchmark: generate its events, run its queries.
+    #[command(subcommand)]
+    Nexmark(riffle_cli::nexmark::NexmarkCommand),
+    /// Write generated input data as JSON lines.
+    #[command(subcommand)]
+    Generate(riffle_cli::generate::GenerateCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -99,6 +105,10 @@ fn main() -> ExitCode {
         }
         Command::Stop { target, savepoint } => control::stop(&target, savepoint.as_deref()),
         Command::Cancel { target } => control::cancel(&target),
+        Command::Nexmark(command) => riffle_cli::nexmark::run(&command).map_err(|e| e.to_string()),
+        Command::Generate(command) => {
+            riffle_cli::generate::run(&command).map_err(|e| e.to_string())
+        }
         Command::Demo {
             scenario,
             pipeline: args,

@@ -10,6 +10,7 @@ mod kafka;
 mod kafka_event_time;
 mod kill_suite;
 mod late_events;
+mod nexmark;
 mod operations;
 mod simple_etl;
 mod watermark_outliers;
