@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 
 command -v cargo >/dev/null || { echo "test.sh: cargo is required (https://rustup.rs)" >&2; exit 1; }
 
+# Formatting first: it needs nothing installed and fails in a second.
+cargo fmt --all --check
+
 # System libraries (RocksDB, libclang for its bindings, OpenSSL and zlib for librdkafka) and
 # Chromium for the web UI test.
 ./scripts/install-deps.sh
@@ -21,5 +24,8 @@ trap './scripts/s3-server.sh stop; ./scripts/kafka.sh stop' EXIT
 eval "$(./scripts/s3-server.sh env)"
 ./scripts/kafka.sh start
 eval "$(./scripts/kafka.sh env)"
+
+# Lints, warnings included (missing docs on public items among them), on every target.
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
 cargo test --workspace --all-features --locked "$@"

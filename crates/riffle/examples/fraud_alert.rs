@@ -11,7 +11,7 @@ use riffle::state::ValueStateDescriptor;
 use riffle::time::WatermarkStrategy;
 use riffle::{EnvConfig, StreamEnv};
 
-/// A transaction: account, amount in cents, event time (epoch ms).
+/// A transaction: account, amount in cents (12_000 is 120.00), event time (epoch ms).
 type Transaction = (u64, u64, i64);
 
 /// The time of the account's last small transaction, while it may still be followed by a large one.
@@ -68,13 +68,13 @@ fn alerts(transactions: Vec<Transaction>) -> riffle::Result<Vec<String>> {
 fn input() -> Vec<Transaction> {
     vec![
         (1, 50, 0),           // small
-        (2, 120_00, 5_000),   // ordinary
-        (1, 600_00, 30_000),  // large, 30 s after the small one: alert
+        (2, 12_000, 5_000),   // ordinary
+        (1, 60_000, 30_000),  // large, 30 s after the small one: alert
         (2, 99, 40_000),      // small
-        (2, 900_00, 110_000), // large, 70 s later: too late, no alert
+        (2, 90_000, 110_000), // large, 70 s later: too late, no alert
         (3, 10, 120_000),     // small
         (3, 40, 150_000),     // small again: renews the minute
-        (3, 700_00, 200_000), // 50 s after the second small one: alert
+        (3, 70_000, 200_000), // 50 s after the second small one: alert
     ]
 }
 

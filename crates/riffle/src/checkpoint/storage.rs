@@ -512,8 +512,8 @@ mod tests {
             &options,
             "savepoint target",
         )
-        .err()
-        .expect("refused");
+        .map(|_| ())
+        .expect_err("refused");
         assert_eq!(
             err.to_string(),
             "invalid configuration: `savepoint target` `s3://bucket/savepoints`: no S3 \

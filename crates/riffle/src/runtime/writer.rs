@@ -222,12 +222,13 @@ mod tests {
         TaskContext::detached("test")
     }
 
-    fn channels(
-        n: usize,
-    ) -> (
+    /// The sending and receiving ends of test channels.
+    type Channels = (
         Vec<Sender<StreamElement<u64>>>,
         Vec<Receiver<StreamElement<u64>>>,
-    ) {
+    );
+
+    fn channels(n: usize) -> Channels {
         (0..n).map(|_| bounded(64)).unzip()
     }
 

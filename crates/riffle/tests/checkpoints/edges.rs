@@ -386,7 +386,7 @@ fn dead_letters_are_exactly_once_across_a_restore() {
     env.from_source(riffle::source::file::FileSource::<Event>::json(&input))
         .uid("events")
         .map(move |e: Event| {
-            if e.id % 500 == 0 {
+            if e.id.is_multiple_of(500) {
                 std::thread::sleep(Duration::from_millis(5)); // room for checkpoints
             }
             fail(e)
