@@ -8,4 +8,5 @@ pub mod control;
 pub mod demos;
 pub mod generate;
 pub mod nexmark;
+pub mod process;
 pub mod progress;

@@ -142,34 +142,6 @@ impl Measurement {
     }
 }
 
-/// CPU seconds (user + system) this process has used, from `/proc/self/stat`; 0 elsewhere.
-pub fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-/// Peak resident memory of this process (`VmHWM`), bytes; 0 where unknown.
-pub fn peak_rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
 /// Runs `riffle nexmark`.
 pub fn run(command: &NexmarkCommand) -> riffle::Result<()> {
     match command {
@@ -298,11 +270,11 @@ pub fn run_query(query: Query, args: &RunArgs) -> riffle::Result<Measurement> {
         None => ResultSink::Discard,
     };
     add_query(query, &events, &sink)?;
-    let cpu_before = cpu_seconds();
+    let cpu_before = crate::process::cpu_seconds("self");
     let started = Instant::now();
     let result = env.execute();
     let seconds = started.elapsed().as_secs_f64();
-    let cpu = cpu_seconds() - cpu_before;
+    let cpu = crate::process::cpu_seconds("self") - cpu_before;
     let _ = std::fs::remove_dir_all(&state_dir);
     let result = result?;
     Ok(Measurement {
@@ -312,7 +284,7 @@ pub fn run_query(query: Query, args: &RunArgs) -> riffle::Result<Measurement> {
         results: result.records_in("results"),
         seconds,
         cpu_seconds: cpu,
-        peak_rss: peak_rss(),
+        peak_rss: crate::process::peak_rss(),
     })
 }
 

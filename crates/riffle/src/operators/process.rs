@@ -18,29 +18,20 @@ pub struct ProcessContext<'c, 'o, Out> {
 impl<Out: Data> ProcessContext<'_, '_, Out> {
     /// Emits a value with the current record's timestamp.
     pub fn emit(&mut self, value: Out) -> Result<()> {
-        self.out.emit(Record {
-            value,
-            timestamp: self.timestamp,
-        })
+        self.out.emit(Record::timed(value, self.timestamp))
     }
 
     /// Emits a value with another timestamp; `i64::MIN` is no event time and fails the job
     /// (a bug of the function, not of its input).
     pub fn emit_with_timestamp(&mut self, value: Out, timestamp: Timestamp) -> Result<()> {
-        let time = EventTime::try_from(timestamp).map_err(crate::Error::user)?;
-        self.out.emit(Record::timed(value, Some(time)))
+        self.out.emit_value(value, timestamp)
     }
 
     /// Sends a value to a side output (with the current record's timestamp); `false` if
     /// nothing in the job consumes it (then counted in `side_output_unconsumed` and dropped).
     pub fn side_output<S: Data>(&mut self, tag: &OutputTag<S>, value: S) -> Result<bool> {
-        self.out.side_output(
-            tag,
-            Record {
-                value,
-                timestamp: self.timestamp,
-            },
-        )
+        self.out
+            .side_output(tag, Record::timed(value, self.timestamp))
     }
 
     /// The current record's event time, if it has one.
