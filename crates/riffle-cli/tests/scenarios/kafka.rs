@@ -76,17 +76,18 @@ pub(crate) fn wait_for_partitions(topic: &str, partitions: usize) {
     }
 }
 
-#[test]
-fn the_seed_job_between_kafka_topics_survives_kill_9_with_every_count_exactly_once() {
-    let prefix = format!("kill9-{}-{}-", std::process::id(), now_ms());
-    let clicks_topic = format!("{prefix}clicks");
-    let dir = tempfile::tempdir().unwrap();
-    let args: Vec<String> = [
+/// The arguments of the seed's job between Kafka topics under `prefix`, without its own
+/// producer: 1 s windows, lateness 0, 3 s out of order, a checkpoint every `checkpoint_ms`,
+/// parallelism 2, checkpoints in `checkpoints/`.
+pub(crate) fn seed_job_args(prefix: &str, checkpoint_ms: u64) -> Vec<String> {
+    let checkpoint_ms = checkpoint_ms.to_string();
+    [
         "demo",
+        "--no-web",
         "--kafka",
         &bootstrap(),
         "--kafka-topic-prefix",
-        &prefix,
+        prefix,
         "--kafka-no-producer",
         "--window-secs",
         "1",
@@ -95,7 +96,7 @@ fn the_seed_job_between_kafka_topics_survives_kill_9_with_every_count_exactly_on
         "--out-of-orderness-secs",
         "3",
         "--checkpoint-interval-ms",
-        "300",
+        &checkpoint_ms,
         "--checkpoint-dir",
         "checkpoints",
         "-p",
@@ -103,7 +104,15 @@ fn the_seed_job_between_kafka_topics_survives_kill_9_with_every_count_exactly_on
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect();
+    .collect()
+}
+
+#[test]
+fn the_seed_job_between_kafka_topics_survives_kill_9_with_every_count_exactly_once() {
+    let prefix = format!("kill9-{}-{}-", std::process::id(), now_ms());
+    let clicks_topic = format!("{prefix}clicks");
+    let dir = tempfile::tempdir().unwrap();
+    let args = seed_job_args(&prefix, 300);
 
     // The first run creates the topics; then the input goes in: 200K clicks over 10 s of event
     // time, 3 malformed records, and one bot click per partition far ahead so that every window

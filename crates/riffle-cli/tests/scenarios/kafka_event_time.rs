@@ -9,9 +9,9 @@ use std::time::Duration;
 use riffle::source::datagen::{ClickGenerator, ClicksConfig, Generator};
 use riffle_cli::clicks::is_bot;
 use riffle_cli::demos::UserCount;
-use riffle_kafka::testing::{TestProducer, bootstrap};
+use riffle_kafka::testing::TestProducer;
 
-use crate::kafka::{now_ms, read_topic, spawn, wait_for_partitions};
+use crate::kafka::{now_ms, read_topic, seed_job_args, spawn, wait_for_partitions};
 
 /// The id of the newest completed checkpoint in `dir` (directories `chk-N` with a manifest).
 fn latest_checkpoint(dir: &std::path::Path) -> u64 {
@@ -30,30 +30,7 @@ fn a_partition_without_new_records_after_a_restore_does_not_hold_the_windows_bac
     let prefix = format!("wm-restore-{}-{}-", std::process::id(), now_ms());
     let clicks_topic = format!("{prefix}clicks");
     let dir = tempfile::tempdir().unwrap();
-    let args: Vec<String> = [
-        "demo",
-        "--no-web",
-        "--kafka",
-        &bootstrap(),
-        "--kafka-topic-prefix",
-        &prefix,
-        "--kafka-no-producer",
-        "--window-secs",
-        "1",
-        "--lateness-secs",
-        "0",
-        "--out-of-orderness-secs",
-        "3",
-        "--checkpoint-interval-ms",
-        "200",
-        "--checkpoint-dir",
-        "checkpoints",
-        "-p",
-        "2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args = seed_job_args(&prefix, 200);
     let mut job = spawn(&args, dir.path());
     wait_for_partitions(&clicks_topic, 8);
 

@@ -81,18 +81,7 @@ fn checkpoints_go_on_after_a_task_finished_and_the_job_ends_with_a_final_one() {
         .unwrap();
     assert!(!earlier.finished);
     // The committed output is the whole count.
-    let total: u64 = committed(&out)
-        .iter()
-        .map(|l| {
-            l.trim_matches('"')
-                .rsplit(' ')
-                .next()
-                .unwrap()
-                .parse::<u64>()
-                .unwrap()
-        })
-        .sum();
-    assert_eq!(total, 20_000);
+    assert_eq!(crate::counted(&committed(&out)), 20_000);
 }
 
 /// A restore of a finished job reads nothing and writes nothing; a crash between the final

@@ -124,8 +124,8 @@ pub fn expected(count: u64) -> Vec<String> {
 /// Count of the generated clicks, for the recovery tests.
 pub const COUNT: u64 = 60_000;
 
-#[allow(dead_code)]
-fn counted(lines: &[String]) -> u64 {
+/// The clicks counted by committed lines `"<user> <window start> <count>"`.
+pub fn counted(lines: &[String]) -> u64 {
     lines
         .iter()
         .map(|l| {

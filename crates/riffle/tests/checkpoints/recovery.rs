@@ -8,18 +8,7 @@ use riffle::testing::fail_once_after;
 fn a_failure_mid_stream_is_recovered_without_duplicates_or_loss() {
     let expected = expected(COUNT);
     assert!(!expected.is_empty());
-    let total: u64 = expected
-        .iter()
-        .map(|l| {
-            l.trim_matches('"')
-                .rsplit(' ')
-                .next()
-                .unwrap()
-                .parse::<u64>()
-                .unwrap()
-        })
-        .sum();
-    assert_eq!(total, COUNT);
+    assert_eq!(crate::counted(&expected), COUNT);
     let dir = tempfile::tempdir().unwrap();
     let env = windowed_job(
         &dir.path().join("out"),
