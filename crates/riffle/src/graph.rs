@@ -26,8 +26,8 @@ use crate::metrics::MetricsRegistry;
 use crate::operators::{ErasedSideOutput, OperatorContext, SideOutputs, TypedSideOutput};
 use crate::record::{Data, StreamElement};
 use crate::runtime::{
-    Discard, Fanout, InputTask, JobControl, Output, RecordWriter, ShipStrategy, TaskContext,
-    TaskDriver, TaskSpec, TaskStoreHandle,
+    Discard, Fanout, InputTask, IntoInput, JobControl, KeyGroupFn, Output, RecordWriter,
+    ShipStrategy, TaskContext, TaskDriver, TaskSpec, TaskStoreHandle,
 };
 use crate::sink::Finalizers;
 use crate::source::DeadLetter;
@@ -80,8 +80,57 @@ pub(crate) struct Edge {
     pub(crate) from: NodeId,
     pub(crate) slot: Slot,
     pub(crate) ship: Ship,
-    /// Type of the records on the edge.
+    /// Type of the records on the edge's channels (the consumer's input type).
     pub(crate) ty: Arc<dyn StreamType>,
+    /// Set on the edges into a multi-input operator, whose producers emit another type.
+    pub(crate) into: Option<IntoInputEdge>,
+}
+
+/// How an edge into one input of a multi-input operator adapts its producer: the producer emits
+/// `from`; `wrap` turns the writer of the consumer's input type (a `Box<dyn Output<U>>`) into an
+/// output of the producer's type (a `Box<dyn Output<A>>`) that wraps each record.
+#[derive(Clone)]
+pub(crate) struct IntoInputEdge {
+    pub(crate) from: Arc<dyn StreamType>,
+    pub(crate) wrap: Arc<dyn Fn(AnyOutput) -> AnyOutput + Send + Sync>,
+}
+
+impl Edge {
+    /// The type the producer of this edge emits.
+    fn produced(&self) -> &Arc<dyn StreamType> {
+        self.into.as_ref().map_or(&self.ty, |into| &into.from)
+    }
+
+    /// This edge (from a stream of `A`) as input of an operator reading `U`: records are wrapped
+    /// by `wrap`; a hash edge keeps its key groups, which `unwrap` finds in a wrapped record.
+    pub(crate) fn into_input<A: Data, U: Data>(
+        self,
+        wrap: fn(A) -> U,
+        unwrap: fn(&U) -> Option<&A>,
+    ) -> Edge {
+        let ship = match self.ship {
+            Ship::Hash(factory) => Ship::Hash(Arc::new(move |max_parallelism| {
+                let of_a: KeyGroupFn<A> = unpack(factory(max_parallelism));
+                let of_u: KeyGroupFn<U> =
+                    Arc::new(move |value: &U| unwrap(value).map_or(0, |a| of_a(a)));
+                Box::new(of_u)
+            })),
+            ship => ship,
+        };
+        Edge {
+            from: self.from,
+            slot: self.slot,
+            ship,
+            ty: TypeOf::<U>::arc(),
+            into: Some(IntoInputEdge {
+                from: self.ty,
+                wrap: Arc::new(move |output: AnyOutput| {
+                    let inner: Box<dyn Output<U>> = unpack(output);
+                    Box::new(Box::new(IntoInput::new(inner, wrap)) as Box<dyn Output<A>>)
+                }),
+            }),
+        }
+    }
 }
 
 /// What a node runs.
@@ -128,9 +177,10 @@ pub(crate) trait StreamType: Send + Sync {
     fn fanout(&self, outputs: Vec<AnyOutput>) -> AnyOutput;
     fn discard(&self) -> AnyOutput;
     fn side_output(&self, output: AnyOutput) -> Box<dyn ErasedSideOutput>;
+    /// The task reading `receivers` (each with the input it belongs to) into `chain`.
     fn input_task(
         &self,
-        receivers: Vec<Box<dyn Any + Send>>,
+        receivers: Receivers,
         chain: AnyOutput,
         ctx: TaskContext,
     ) -> Box<dyn TaskDriver>;
@@ -207,12 +257,14 @@ impl<T: Data> StreamType for TypeOf<T> {
 
     fn input_task(
         &self,
-        receivers: Vec<Box<dyn Any + Send>>,
+        receivers: Receivers,
         chain: AnyOutput,
         ctx: TaskContext,
     ) -> Box<dyn TaskDriver> {
-        let receivers: Vec<Receiver<StreamElement<T>>> =
-            receivers.into_iter().map(unpack).collect();
+        let receivers: Vec<(usize, Receiver<StreamElement<T>>)> = receivers
+            .into_iter()
+            .map(|(input, rx)| (input, unpack(rx)))
+            .collect();
         Box::new(InputTask::new(receivers, unpack(chain), ctx))
     }
 }
@@ -316,7 +368,8 @@ fn layout(nodes: &[Node], config: &EnvConfig) -> Result<Layout> {
         .enumerate()
         .map(|(id, node)| match node.inputs.as_slice() {
             [edge] => {
-                matches!(edge.ship, Ship::Forward)
+                edge.into.is_none()
+                    && matches!(edge.ship, Ship::Forward)
                     && parallelism[edge.from] == parallelism[id]
                     && !node.start_new_chain
             }
@@ -347,17 +400,21 @@ fn layout(nodes: &[Node], config: &EnvConfig) -> Result<Layout> {
     })
 }
 
+/// The receiving ends of a task's channels, each with the index of the edge (input) it belongs to.
+type Receivers = Vec<(usize, Box<dyn Any + Send>)>;
+
 /// Channels of every network edge, by producer and consumer subtask.
 struct Channels {
     /// (consumer, edge index, producer subtask) -> senders in consumer-subtask order.
     senders: HashMap<(NodeId, usize, usize), Vec<Box<dyn Any + Send>>>,
-    /// (consumer, consumer subtask) -> receivers over all its input edges.
-    receivers: HashMap<(NodeId, usize), Vec<Box<dyn Any + Send>>>,
+    /// (consumer, consumer subtask) -> receivers over all its input edges, with the edge's index
+    /// (the input of a multi-input operator it feeds).
+    receivers: HashMap<(NodeId, usize), Receivers>,
 }
 
 fn create_channels(nodes: &[Node], layout: &Layout, config: &EnvConfig) -> Channels {
     let mut senders: HashMap<(NodeId, usize, usize), Vec<Box<dyn Any + Send>>> = HashMap::new();
-    let mut receivers: HashMap<(NodeId, usize), Vec<Box<dyn Any + Send>>> = HashMap::new();
+    let mut receivers: HashMap<(NodeId, usize), Receivers> = HashMap::new();
     for (consumer, node) in nodes.iter().enumerate() {
         if layout.chained[consumer] {
             continue;
@@ -373,7 +430,10 @@ fn create_channels(nodes: &[Node], layout: &Layout, config: &EnvConfig) -> Chann
                     }
                     let (tx, rx) = edge.ty.channel(config.channel_capacity);
                     senders.entry((consumer, index, p)).or_default().push(tx);
-                    receivers.entry((consumer, c)).or_default().push(rx);
+                    receivers
+                        .entry((consumer, c))
+                        .or_default()
+                        .push((index, rx));
                 }
             }
         }
@@ -435,11 +495,11 @@ impl Assembler<'_> {
             if &edge.slot != slot {
                 continue;
             }
-            if edge.ty.record_type() != ty.record_type() {
+            if edge.produced().record_type() != ty.record_type() {
                 return Err(Error::Graph(format!(
                     "`{}` reads {} from `{}`, which emits {}",
                     self.layout.names[consumer],
-                    edge.ty.type_name(),
+                    edge.produced().type_name(),
                     self.layout.names[node],
                     ty.type_name()
                 )));
@@ -453,7 +513,11 @@ impl Assembler<'_> {
                     .remove(&(consumer, index, subtask))
                     .unwrap_or_default();
                 let ship = self.ship(consumer, edge);
-                outputs.push(ty.writer(senders, &ship, self.config, ctx.clone()));
+                let writer = edge.ty.writer(senders, &ship, self.config, ctx.clone());
+                outputs.push(match &edge.into {
+                    Some(into) => (into.wrap)(writer),
+                    None => writer,
+                });
             }
         }
         Ok(match outputs.len() {
@@ -476,7 +540,7 @@ impl Assembler<'_> {
             if let Slot::Side(tag) = &edge.slot
                 && !tags.iter().any(|(t, _)| t == tag)
             {
-                tags.push((tag.clone(), edge.ty.clone()));
+                tags.push((tag.clone(), edge.produced().clone()));
             }
         }
         let mut side = SideOutputs::default();

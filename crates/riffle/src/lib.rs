@@ -56,5 +56,5 @@ pub use config::EnvConfig;
 pub use error::{BoxError, ConnectorErrorKind, Error, Result};
 pub use graph::{JobPlan, PlanEdge, PlanVertex};
 pub use operators::OutputTag;
-pub use record::{Data, Record, Timestamp};
+pub use record::{Data, Either, Record, Timestamp};
 pub use runtime::{JobHandle, JobMonitor, JobResult};

@@ -191,6 +191,46 @@ pub struct LatencyMarker {
     pub created: std::time::Instant,
 }
 
+/// A record of one of two streams: what a two-input operator reads (Flink's `connect`, a
+/// typed union of two streams). `Left` comes from the first input, `Right` from the second.
+///
+/// ```
+/// use riffle::{EnvConfig, Either, StreamEnv, sink::CollectSink};
+///
+/// let env = StreamEnv::with_config(EnvConfig::deterministic());
+/// let (sink, out) = CollectSink::new();
+/// let numbers = env.from_iter(vec![1u64, 2]);
+/// let words = env.from_iter(vec!["a".to_string()]);
+/// numbers.connect(&words).map(|n| Either::Left(n), |w| Either::Right(w)).sink(sink);
+/// env.execute().unwrap();
+/// assert_eq!(out.len(), 3);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize)]
+pub enum Either<A, B> {
+    /// A record of the first input.
+    Left(A),
+    /// A record of the second input.
+    Right(B),
+}
+
+impl<A, B> Either<A, B> {
+    /// The first input's record, if this is one.
+    pub fn left(&self) -> Option<&A> {
+        match self {
+            Either::Left(a) => Some(a),
+            Either::Right(_) => None,
+        }
+    }
+
+    /// The second input's record, if this is one.
+    pub fn right(&self) -> Option<&B> {
+        match self {
+            Either::Left(_) => None,
+            Either::Right(b) => Some(b),
+        }
+    }
+}
+
 /// One element on a channel between two tasks.
 #[derive(Debug)]
 pub enum StreamElement<T> {

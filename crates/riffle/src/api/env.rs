@@ -286,6 +286,7 @@ impl StreamEnv {
                     slot: Slot::Side(DEAD_LETTER_TAG.into()),
                     ship: Ship::Forward,
                     ty: TypeOf::<DeadLetter>::arc(),
+                    into: None,
                 });
                 nodes.push(node);
             }

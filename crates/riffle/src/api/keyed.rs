@@ -39,6 +39,15 @@ pub struct KeyedStream<K, T> {
     key: KeyFn<K, T>,
 }
 
+impl<K, T> Clone for KeyedStream<K, T> {
+    fn clone(&self) -> Self {
+        KeyedStream {
+            input: self.input.clone(),
+            key: self.key.clone(),
+        }
+    }
+}
+
 impl<K, T> KeyedStream<K, T>
 where
     K: Data + Hash + Eq,
@@ -46,6 +55,16 @@ where
 {
     pub(crate) fn new(input: DataStream<T>, key: KeyFn<K, T>) -> Self {
         KeyedStream { input, key }
+    }
+
+    /// Connects this stream to another keyed by the same kind of key: each key's records of
+    /// both meet in one subtask, sharing its state and timers (see
+    /// [`KeyedCoProcessFunction`](crate::operators::KeyedCoProcessFunction)).
+    pub fn connect<B: Data>(
+        &self,
+        other: &KeyedStream<K, B>,
+    ) -> crate::api::KeyedConnectedStreams<K, T, B> {
+        crate::api::KeyedConnectedStreams::new(self.clone(), other.clone())
     }
 
     /// The key selector.

@@ -3,12 +3,14 @@
 //! Declaring a step only adds it to the job graph; [`StreamEnv::execute`] plans the graph (chaining,
 //! channels, parallel subtasks) and runs it.
 
+mod connected;
 mod count_windowed;
 mod env;
 mod keyed;
 mod stream;
 mod windowed;
 
+pub use connected::{ConnectedStreams, KeyedConnectedStreams};
 pub use count_windowed::CountWindowedStream;
 pub use env::StreamEnv;
 pub use keyed::{KeyFn, KeyedStream};

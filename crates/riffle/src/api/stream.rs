@@ -145,6 +145,7 @@ impl<T: Data> DataStream<T> {
             slot: self.slot.clone(),
             ship: self.ship.clone(),
             ty: TypeOf::<T>::arc(),
+            into: None,
         }
     }
 
@@ -280,6 +281,12 @@ impl<T: Data> DataStream<T> {
             Ship::Hash(factory),
         );
         KeyedStream::new(input, key)
+    }
+
+    /// Connects this stream to `other` (of any type) for a two-input operator: see
+    /// [`ConnectedStreams`](crate::api::ConnectedStreams).
+    pub fn connect<B: Data>(&self, other: &DataStream<B>) -> crate::api::ConnectedStreams<T, B> {
+        crate::api::ConnectedStreams::new(self.clone(), other.clone())
     }
 
     /// Merges this stream with others of the same type.

@@ -8,6 +8,7 @@
 
 pub(crate) mod adaptive;
 mod basic;
+mod co_process;
 mod decode;
 mod keyed;
 mod process;
@@ -19,6 +20,8 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 pub use basic::{Filter, FlatMap, Identity, Map, TryMap};
+pub(crate) use co_process::KeyedCo;
+pub use co_process::{CoMap, CoProcess, CoProcessFn, CoProcessFunction, KeyedCoProcessFunction};
 pub use decode::ParseJson;
 pub use keyed::{KeyedContext, KeyedProcess, KeyedProcessFunction, ProcessWithTimers};
 pub use process::{Process, ProcessContext};
@@ -109,6 +112,13 @@ pub trait Operator: Send + 'static {
 
     /// Checkpoint `checkpoint_id` completed on every task: commit what it covers.
     fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+
+    /// Every channel of input `input` ended, in an operator with several inputs (Flink's
+    /// `endInput(inputId)`); the other inputs may go on. Not called for one-input operators,
+    /// whose end is [`close`](Operator::close).
+    fn end_input(&mut self, _input: usize, _out: &mut Collector<'_, Self::Out>) -> Result<()> {
         Ok(())
     }
 

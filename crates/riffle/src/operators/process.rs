@@ -15,7 +15,11 @@ pub struct ProcessContext<'c, 'o, Out> {
     timestamp: Option<EventTime>,
 }
 
-impl<Out: Data> ProcessContext<'_, '_, Out> {
+impl<'c, 'o, Out: Data> ProcessContext<'c, 'o, Out> {
+    pub(crate) fn new(out: &'c mut Collector<'o, Out>, timestamp: Option<EventTime>) -> Self {
+        ProcessContext { out, timestamp }
+    }
+
     /// Emits a value with the current record's timestamp.
     pub fn emit(&mut self, value: Out) -> Result<()> {
         self.out.emit(Record::timed(value, self.timestamp))

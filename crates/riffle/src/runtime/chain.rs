@@ -138,6 +138,10 @@ impl<Op: Operator> Output<Op::In> for ChainLink<Op> {
         self.next.notify_complete(checkpoint_id)
     }
 
+    fn end_input(&mut self, input: usize) -> Result<()> {
+        self.call(|op, out| op.end_input(input, out))
+    }
+
     fn latency_marker(&mut self, marker: LatencyMarker) -> Result<()> {
         self.ctx.metrics.record_latency(marker.created.elapsed());
         self.side.for_each(|s| s.latency_marker(marker))?;
@@ -223,6 +227,60 @@ impl<T: Data> Output<T> for Fanout<T> {
 
     fn finish(&mut self) -> Result<()> {
         self.outputs.iter_mut().try_for_each(|o| o.finish())
+    }
+}
+
+/// One input of a multi-input task seen from its producer: wraps each record into the task's
+/// input type (`Either::Left` for the first input of a two-input operator) before the network
+/// writer partitions it; control events pass unchanged.
+pub(crate) struct IntoInput<A, U> {
+    inner: Box<dyn Output<U>>,
+    wrap: fn(A) -> U,
+    buffer: Vec<Record<U>>,
+}
+
+impl<A, U> IntoInput<A, U> {
+    pub(crate) fn new(inner: Box<dyn Output<U>>, wrap: fn(A) -> U) -> Self {
+        IntoInput {
+            inner,
+            wrap,
+            buffer: Vec::new(),
+        }
+    }
+}
+
+impl<A: Send, U: Send> Output<A> for IntoInput<A, U> {
+    fn open(&mut self) -> Result<()> {
+        self.inner.open()
+    }
+    fn records(&mut self, batch: &mut Vec<Record<A>>) -> Result<()> {
+        let wrap = self.wrap;
+        self.buffer.extend(batch.drain(..).map(|r| Record {
+            value: wrap(r.value),
+            timestamp: r.timestamp,
+        }));
+        self.inner.records(&mut self.buffer)
+    }
+    fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
+        self.inner.watermark(watermark)
+    }
+    fn idle(&mut self, idle: bool) -> Result<()> {
+        self.inner.idle(idle)
+    }
+    fn barrier(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        self.inner.barrier(barrier, snapshot)
+    }
+    fn notify_complete(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.inner.notify_complete(checkpoint_id)
+    }
+    fn latency_marker(&mut self, marker: LatencyMarker) -> Result<()> {
+        self.inner.latency_marker(marker)
+    }
+    fn tick(&mut self) -> Result<()> {
+        self.inner.tick()
+    }
+    fn finish(&mut self) -> Result<()> {
+        self.inner.finish()
     }
 }
 

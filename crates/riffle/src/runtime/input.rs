@@ -3,9 +3,13 @@
 //!
 //! The gate merges watermarks (the minimum over channels that are not idle; it never moves
 //! backwards; a finished channel holds its last watermark — +infinity after a drained input, but
-//! a source stopped with a savepoint ends where it stopped, so nothing fires after the barrier), tracks idleness, aligns checkpoint barriers (a channel that delivered
-//! barrier N is held back until every channel has), and measures the time spent waiting for input.
+//! a source stopped with a savepoint ends where it stopped, so nothing fires after the barrier),
+//! tracks idleness, aligns checkpoint barriers ([`alignment`](super::alignment)), tells a
+//! multi-input task when one of its inputs ended, and measures the time spent waiting for input.
+//! A two-input task has one gate over the channels of both inputs: its watermark is the minimum
+//! over both, and a barrier is aligned across both.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select, TryRecvError};
@@ -15,17 +19,18 @@ use crate::error::{Error, Result};
 use crate::record::{
     CheckpointBarrier, LatencyMarker, MIN_WATERMARK, Record, StreamElement, Timestamp,
 };
+use crate::runtime::alignment::{Aligned, BarrierAligner};
 use crate::runtime::{CANCEL_POLL, Output, TaskContext, TaskDriver};
 
 struct InputChannel<T> {
     rx: Receiver<StreamElement<T>>,
+    /// Which input of the task the channel belongs to (0 but for multi-input operators).
+    input: usize,
     watermark: Timestamp,
     idle: bool,
     /// False while the channel's watermark is behind the gate's after it came back from idle.
     aligned: bool,
     ended: bool,
-    /// Holds a barrier of the checkpoint being aligned.
-    blocked: bool,
 }
 
 impl<T> InputChannel<T> {
@@ -43,42 +48,53 @@ pub(crate) enum GateEvent<T> {
     /// An aligned barrier, with how long the gate held channels back for it.
     Barrier(CheckpointBarrier, Duration),
     LatencyMarker(LatencyMarker),
+    /// Every channel of one input of a multi-input task ended (Flink's `endInput(inputId)`).
+    EndOfInput(usize),
     End,
     Timeout,
 }
 
-/// Merges the channels from all upstream subtasks of a task.
+/// Merges the channels from all upstream subtasks of a task (of all its inputs).
 pub(crate) struct InputGate<T> {
     channels: Vec<InputChannel<T>>,
+    inputs: usize,
     next: usize,
     watermark: Timestamp,
     idle: bool,
-    aligning: Option<CheckpointBarrier>,
-    alignment_started: Option<Instant>,
-    pending: Option<GateEvent<T>>,
+    aligner: BarrierAligner,
+    pending: VecDeque<GateEvent<T>>,
     ctx: TaskContext,
 }
 
 impl<T> InputGate<T> {
-    pub(crate) fn new(receivers: Vec<Receiver<StreamElement<T>>>, ctx: TaskContext) -> Self {
+    /// A gate over `receivers`, each with the input it belongs to.
+    pub(crate) fn new(
+        receivers: Vec<(usize, Receiver<StreamElement<T>>)>,
+        ctx: TaskContext,
+    ) -> Self {
+        let inputs = receivers
+            .iter()
+            .map(|(input, _)| input + 1)
+            .max()
+            .unwrap_or(1);
         InputGate {
+            aligner: BarrierAligner::new(receivers.len()),
             channels: receivers
                 .into_iter()
-                .map(|rx| InputChannel {
+                .map(|(input, rx)| InputChannel {
                     rx,
+                    input,
                     watermark: MIN_WATERMARK,
                     idle: false,
                     aligned: true,
                     ended: false,
-                    blocked: false,
                 })
                 .collect(),
+            inputs,
             next: 0,
             watermark: MIN_WATERMARK,
             idle: false,
-            aligning: None,
-            alignment_started: None,
-            pending: None,
+            pending: VecDeque::new(),
             ctx,
         }
     }
@@ -86,7 +102,7 @@ impl<T> InputGate<T> {
     /// The next event, or [`GateEvent::Timeout`] once `deadline` passes with nothing to yield.
     pub(crate) fn next(&mut self, deadline: Instant) -> Result<GateEvent<T>> {
         loop {
-            if let Some(event) = self.pending.take() {
+            if let Some(event) = self.pending.pop_front() {
                 return Ok(event);
             }
             if self.channels.iter().all(|c| c.ended) {
@@ -100,10 +116,12 @@ impl<T> InputGate<T> {
                     None => continue,
                 },
             };
-            if let Some(event) = self.handle(index, element) {
-                return Ok(event);
-            }
+            self.handle(index, element);
         }
+    }
+
+    fn readable(&self, index: usize) -> bool {
+        !self.channels[index].ended && !self.aligner.is_blocked(index)
     }
 
     /// Takes an element from the first readable channel that has one, round robin.
@@ -111,11 +129,10 @@ impl<T> InputGate<T> {
         let n = self.channels.len();
         for k in 0..n {
             let index = (self.next + k) % n;
-            let channel = &self.channels[index];
-            if channel.ended || channel.blocked {
+            if !self.readable(index) {
                 continue;
             }
-            match channel.rx.try_recv() {
+            match self.channels[index].rx.try_recv() {
                 Ok(element) => {
                     self.next = (index + 1) % n;
                     return Ok(Some((index, element)));
@@ -139,7 +156,7 @@ impl<T> InputGate<T> {
         let mut select = Select::new();
         let mut indices = Vec::with_capacity(self.channels.len());
         for (index, channel) in self.channels.iter().enumerate() {
-            if !channel.ended && !channel.blocked {
+            if self.readable(index) {
                 select.recv(&channel.rx);
                 indices.push(index);
             }
@@ -160,16 +177,17 @@ impl<T> InputGate<T> {
         Ok(received)
     }
 
-    fn handle(&mut self, index: usize, element: StreamElement<T>) -> Option<GateEvent<T>> {
+    /// Queues what `element` of channel `index` yields.
+    fn handle(&mut self, index: usize, element: StreamElement<T>) {
         match element {
-            StreamElement::Records(batch) => Some(GateEvent::Records(batch)),
+            StreamElement::Records(batch) => self.pending.push_back(GateEvent::Records(batch)),
             StreamElement::Watermark(watermark) => {
                 let channel = &mut self.channels[index];
                 channel.watermark = channel.watermark.max(watermark);
                 if !channel.aligned && channel.watermark >= self.watermark {
                     channel.aligned = true;
                 }
-                self.status_and_watermark()
+                self.status_and_watermark();
             }
             StreamElement::Idle(idle) => {
                 let gate_watermark = self.watermark;
@@ -178,32 +196,48 @@ impl<T> InputGate<T> {
                 if !idle && channel.watermark < gate_watermark {
                     channel.aligned = false;
                 }
-                self.status_and_watermark()
+                self.status_and_watermark();
             }
-            StreamElement::Barrier(barrier) => self.on_barrier(index, barrier),
-            StreamElement::LatencyMarker(marker) => Some(GateEvent::LatencyMarker(marker)),
+            StreamElement::Barrier(barrier) => {
+                let aligned = self.aligner.on_barrier(index, barrier);
+                self.release(aligned);
+            }
+            StreamElement::LatencyMarker(marker) => {
+                self.pending.push_back(GateEvent::LatencyMarker(marker))
+            }
             StreamElement::EndOfInput => {
                 self.channels[index].ended = true;
-                if let Some(barrier) = self.aligning
-                    && self.alignment_complete()
+                let aligned = self.aligner.on_end(index);
+                self.release(aligned);
+                let input = self.channels[index].input;
+                if self.inputs > 1
+                    && self
+                        .channels
+                        .iter()
+                        .filter(|c| c.input == input)
+                        .all(|c| c.ended)
                 {
-                    self.pending = self.status_and_watermark();
-                    return Some(self.release(barrier));
+                    self.pending.push_back(GateEvent::EndOfInput(input));
                 }
-                self.status_and_watermark()
+                self.status_and_watermark();
             }
         }
     }
 
-    /// Recomputes the gate's idleness and watermark after a channel changed; returns the first
-    /// change to report (a second one waits in `pending`).
-    fn status_and_watermark(&mut self) -> Option<GateEvent<T>> {
+    fn release(&mut self, aligned: Option<Aligned>) {
+        if let Some(Aligned { barrier, alignment }) = aligned {
+            self.pending
+                .push_back(GateEvent::Barrier(barrier, alignment));
+        }
+    }
+
+    /// Recomputes the gate's idleness and watermark after a channel changed, queueing changes.
+    fn status_and_watermark(&mut self) {
         let live = self.channels.iter().any(|c| !c.ended);
         let all_idle = live && self.channels.iter().filter(|c| !c.ended).all(|c| c.idle);
-        let mut events = Vec::new();
         if all_idle != self.idle {
             self.idle = all_idle;
-            events.push(GateEvent::Idle(all_idle));
+            self.pending.push_back(GateEvent::Idle(all_idle));
         }
         let min = self
             .channels
@@ -215,46 +249,8 @@ impl<T> InputGate<T> {
             && min > self.watermark
         {
             self.watermark = min;
-            events.push(GateEvent::Watermark(min));
+            self.pending.push_back(GateEvent::Watermark(min));
         }
-        let mut events = events.into_iter();
-        let first = events.next();
-        self.pending = events.next();
-        first
-    }
-
-    fn on_barrier(&mut self, index: usize, barrier: CheckpointBarrier) -> Option<GateEvent<T>> {
-        match self.aligning {
-            Some(current) if barrier.id < current.id => return None, // a stale barrier: ignore
-            Some(current) if barrier.id > current.id => {
-                // The previous checkpoint was abandoned upstream: start over with the newer one.
-                self.channels.iter_mut().for_each(|c| c.blocked = false);
-                self.aligning = Some(barrier);
-                self.alignment_started = Some(Instant::now());
-            }
-            Some(_) => {}
-            None => {
-                self.aligning = Some(barrier);
-                self.alignment_started = Some(Instant::now());
-            }
-        }
-        self.channels[index].blocked = true;
-        self.alignment_complete().then(|| self.release(barrier))
-    }
-
-    fn alignment_complete(&self) -> bool {
-        self.channels.iter().all(|c| c.blocked || c.ended)
-    }
-
-    fn release(&mut self, barrier: CheckpointBarrier) -> GateEvent<T> {
-        self.channels.iter_mut().for_each(|c| c.blocked = false);
-        self.aligning = None;
-        let alignment = self
-            .alignment_started
-            .take()
-            .map(|t| t.elapsed())
-            .unwrap_or_default();
-        GateEvent::Barrier(barrier, alignment)
     }
 }
 
@@ -267,7 +263,7 @@ pub(crate) struct InputTask<T> {
 
 impl<T> InputTask<T> {
     pub(crate) fn new(
-        receivers: Vec<Receiver<StreamElement<T>>>,
+        receivers: Vec<(usize, Receiver<StreamElement<T>>)>,
         chain: Box<dyn Output<T>>,
         ctx: TaskContext,
     ) -> Self {
@@ -296,6 +292,7 @@ impl<T: Send> TaskDriver for InputTask<T> {
                 GateEvent::Watermark(watermark) => chain.watermark(watermark)?,
                 GateEvent::Idle(idle) => chain.idle(idle)?,
                 GateEvent::LatencyMarker(marker) => chain.latency_marker(marker)?,
+                GateEvent::EndOfInput(input) => chain.end_input(input)?,
                 GateEvent::Barrier(barrier, alignment) => {
                     let mut snapshot = TaskSnapshot::new(barrier.id);
                     chain.barrier(barrier, &mut snapshot)?;
@@ -341,7 +338,10 @@ mod tests {
     fn gate(n: usize) -> (Vec<Sender<StreamElement<u32>>>, InputGate<u32>) {
         let (tx, rx): (Vec<_>, Vec<_>) = (0..n).map(|_| bounded(16)).unzip();
         let ctx = TaskContext::detached("t");
-        (tx, InputGate::new(rx, ctx))
+        (
+            tx,
+            InputGate::new(rx.into_iter().map(|rx| (0, rx)).collect(), ctx),
+        )
     }
 
     /// Everything the gate yields until it times out, as text.
@@ -365,6 +365,7 @@ mod tests {
                 GateEvent::Idle(i) => out.push(format!("idle:{i}")),
                 GateEvent::LatencyMarker(_) => out.push("latency".into()),
                 GateEvent::Barrier(b, _) => out.push(format!("barrier:{}", b.id)),
+                GateEvent::EndOfInput(i) => out.push(format!("end-input:{i}")),
             }
         }
     }
@@ -451,6 +452,41 @@ mod tests {
         assert_eq!(events(&mut gate), vec!["[1]"]);
         send(&tx[1], StreamElement::Barrier(barrier));
         assert_eq!(events(&mut gate), vec!["barrier:1", "[2]"]);
+    }
+
+    #[test]
+    fn two_inputs_merge_watermarks_align_barriers_and_end_one_by_one() {
+        let (tx, rx): (Vec<_>, Vec<_>) = (0..3).map(|_| bounded(16)).unzip();
+        // Channels 0 and 1 are the first input's, channel 2 the second's.
+        let receivers = rx
+            .into_iter()
+            .zip([0, 0, 1])
+            .map(|(rx, i)| (i, rx))
+            .collect();
+        let mut gate = InputGate::new(receivers, TaskContext::detached("t"));
+        send(&tx[0], StreamElement::Watermark(10));
+        send(&tx[1], StreamElement::Watermark(12));
+        assert_eq!(events(&mut gate), Vec::<String>::new()); // the second input holds it back
+        send(&tx[2], StreamElement::Watermark(7));
+        assert_eq!(events(&mut gate), vec!["wm:7"]);
+        let barrier = CheckpointBarrier {
+            id: 3,
+            timestamp: 0,
+            terminate: false,
+        };
+        send(&tx[2], StreamElement::Barrier(barrier));
+        send(&tx[2], StreamElement::Records(vec![Record::untimed(9)])); // held back
+        send(&tx[0], StreamElement::Barrier(barrier));
+        send(&tx[1], StreamElement::Records(vec![Record::untimed(1)]));
+        assert_eq!(events(&mut gate), vec!["[1]"]);
+        send(&tx[1], StreamElement::Barrier(barrier));
+        assert_eq!(events(&mut gate), vec!["barrier:3", "[9]"]);
+        send(&tx[2], StreamElement::Watermark(MAX_WATERMARK));
+        send(&tx[2], StreamElement::EndOfInput);
+        assert_eq!(events(&mut gate), vec!["wm:10", "end-input:1"]);
+        send(&tx[0], StreamElement::EndOfInput);
+        send(&tx[1], StreamElement::EndOfInput);
+        assert_eq!(events(&mut gate), vec!["end-input:0", "end"]);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! ([`writer`]) that the next task reads through its input gate ([`input`]). A full channel blocks
 //! its producer (back-pressure, measured); control events travel in band with the records.
 
+mod alignment;
 mod chain;
 mod input;
 mod job;
@@ -15,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-pub(crate) use chain::{ChainLink, Discard, Fanout};
+pub(crate) use chain::{ChainLink, Discard, Fanout, IntoInput};
 pub(crate) use input::InputTask;
 pub use job::{JobHandle, JobMonitor, JobOverview, JobResult, JobStatus};
 pub(crate) use job::{TaskSpec, start};
@@ -48,6 +49,11 @@ pub(crate) trait Output<T>: Send {
     fn barrier(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot) -> Result<()>;
     /// Checkpoint `checkpoint_id` completed on every task: commit what it covers.
     fn notify_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+    /// Every channel of input `input` of a multi-input task ended (the task's head operator
+    /// is told; nothing is passed on: the operators after it have one input).
+    fn end_input(&mut self, _input: usize) -> Result<()> {
         Ok(())
     }
     /// A latency marker from a source: recorded by each operator, passed on downstream.

@@ -1,0 +1,4 @@
+//! Two-input operators end to end: connected streams (plain and keyed), and the joins built on
+//! them, checked against results computed independently in the tests.
+
+mod connect;
