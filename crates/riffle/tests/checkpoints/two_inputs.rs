@@ -8,10 +8,11 @@ use std::time::Duration;
 use riffle::checkpoint::{CheckpointConfig, RestartStrategy};
 use riffle::operators::{KeyedCoProcessFunction, KeyedContext};
 use riffle::sink::ExactlyOnceFileSink;
-use riffle::source::datagen::{Click, ClicksConfig, DatagenSource};
+use riffle::source::datagen::DatagenSource;
 use riffle::state::ValueStateDescriptor;
 use riffle::testing::fail_once_after;
 use riffle::{EnvConfig, Result, StreamEnv};
+use riffle_clicks::{Click, ClicksConfig};
 
 use crate::{committed, run};
 
@@ -57,8 +58,8 @@ impl KeyedCoProcessFunction<u64, Click, Click, String> for CountBoth {
     }
 }
 
-fn source(seed: u64, rate: f64) -> DatagenSource<riffle::source::datagen::ClickGenerator> {
-    DatagenSource::clicks(ClicksConfig {
+fn source(seed: u64, rate: f64) -> DatagenSource<riffle_clicks::ClickGenerator> {
+    riffle_clicks::source(ClicksConfig {
         seed,
         users: 200,
         ..ClicksConfig::default()
