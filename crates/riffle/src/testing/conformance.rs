@@ -547,7 +547,7 @@ fn rolling_round_trip(backend: &dyn StateBackend) -> Result<()> {
         Step::Record(Rolling::Partial { key: 1, acc: 100 }, 4),
         Step::Record(Rolling::Record((2, 1)), 5),
     ];
-    let key: crate::api::KeyFn<u64, In> = Arc::new(|e: &In| match e {
+    let key: crate::keys::KeyFn<u64, In> = Arc::new(|e: &In| match e {
         Rolling::Record((k, _)) => *k,
         Rolling::Partial { key, .. } => *key,
     });
