@@ -415,15 +415,7 @@ impl<K: Data + Hash + Eq, T: Data> WindowTest<K, T> {
         self,
         function: P,
     ) -> impl Operator<In = T, Out = Out> {
-        window_operator(
-            self.key,
-            self.settings,
-            ProcessWindow {
-                function,
-                evictor: None,
-                _types: PhantomData,
-            },
-        )
+        window_operator(self.key, self.settings, ProcessWindow::new(function, None))
     }
 }
 

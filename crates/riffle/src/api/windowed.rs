@@ -322,11 +322,7 @@ where
         P: ProcessWindowFunction<K, T, Out> + Clone + Sync,
     {
         let evictor = self.evictor.clone();
-        let make = move || ProcessWindow {
-            function: function.clone(),
-            evictor: evictor.clone(),
-            _types: PhantomData,
-        };
+        let make = move || ProcessWindow::new(function.clone(), evictor.clone());
         match self.trigger.clone() {
             Some(trigger) => self.build("Window", move || Triggered {
                 function: make(),

@@ -34,7 +34,7 @@ pub(crate) struct Timed<X> {
 type StoredTable<K, X> = StateTable<K, (), Timed<X>>;
 
 /// One declared state of the operator.
-struct Slot {
+struct Slot<K> {
     name: &'static str,
     type_name: &'static str,
     table: Box<dyn Any + Send>,
@@ -43,6 +43,21 @@ struct Slot {
     entries: fn(&(dyn Any + Send)) -> (usize, usize),
     snapshot: SnapshotGroup,
     restore: fn(&mut (dyn Any + Send), KeyGroup, &[u8]) -> Result<()>,
+    remove: RemoveKey<K>,
+}
+
+/// Removes one key's entry from a type-erased state table.
+type RemoveKey<K> = fn(&mut (dyn Any + Send), KeyGroup, &K) -> Result<()>;
+
+fn remove_key<K: Data + Hash + Eq, X: Data>(
+    table: &mut (dyn Any + Send),
+    key_group: KeyGroup,
+    key: &K,
+) -> Result<()> {
+    table
+        .downcast_mut::<StoredTable<K, X>>()
+        .expect("slot type")
+        .remove(key_group, key, &())
 }
 
 /// Writes one key group of a type-erased state table (`None`: nothing in it).
@@ -109,7 +124,7 @@ pub(crate) type StateGroupSnapshot = Vec<(String, Vec<u8>)>;
 
 /// The keyed state of one operator instance, by declared name.
 pub struct KeyedState<K> {
-    slots: Vec<Slot>,
+    slots: Vec<Slot<K>>,
     /// The task's store (state goes there when the backend has one) and the operator's id.
     store: Option<Arc<dyn KvStore>>,
     operator_id: String,
@@ -191,6 +206,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
                     entries: entries::<K, X>,
                     snapshot: snapshot_group::<K, X>,
                     restore: restore_group::<K, X>,
+                    remove: remove_key::<K, X>,
                 });
                 self.slots.len() - 1
             }
@@ -329,6 +345,15 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
                 Some(slot) => (slot.restore)(slot.table.as_mut(), key_group, &bytes)?,
                 None => self.pending.push((name, key_group, bytes)),
             }
+        }
+        Ok(())
+    }
+
+    /// Removes every declared state of `key` (a window's state when the window is purged).
+    /// States restored but not declared since keep theirs until declared.
+    pub(crate) fn clear_key(&mut self, key_group: KeyGroup, key: &K) -> Result<()> {
+        for slot in &mut self.slots {
+            (slot.remove)(slot.table.as_mut(), key_group, key)?;
         }
         Ok(())
     }

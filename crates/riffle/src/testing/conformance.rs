@@ -427,6 +427,11 @@ impl KeyedProcessFunction<u64, Visit, String> for Inactivity {
     }
 }
 
+/// Firings of a window, in a window function's per-window state.
+static FIRINGS: ValueStateDescriptor<u64> = ValueStateDescriptor::new("firings");
+/// Windows (or records) of a user, in a window function's global state.
+static WINDOWS: ValueStateDescriptor<u64> = ValueStateDescriptor::new("windows");
+
 /// Visits, watermarks and processing time: on-time records, a late update within the lateness,
 /// state dropped past it, a record too late, windows and timers firing.
 fn script() -> Vec<Step<Visit>> {
@@ -517,11 +522,39 @@ pub fn operator_round_trips(backend: &dyn StateBackend) -> Result<()> {
                      -> Result<()> {
                         let mut times: Vec<i64> = visits.iter().map(|v| v.1).collect();
                         times.sort();
+                        // Firings of this window (per-window state, dropped with the window)
+                        // and windows of this user (global state).
+                        let firing = out.window_state()?.value(&FIRINGS).get()?.unwrap_or(0) + 1;
+                        out.window_state()?.value(&FIRINGS).set(firing)?;
+                        let mut global = out.global_state()?;
+                        let windows =
+                            global.value(&WINDOWS).get()?.unwrap_or(0) + u64::from(firing == 1);
+                        global.value(&WINDOWS).set(windows)?;
                         out.emit(format!(
-                            "{user} {} {times:?} {}",
+                            "{user} {} {times:?} {} firing {firing} window {windows}",
                             window.start,
                             out.is_update()
                         ))
+                    },
+                )
+        },
+        &script,
+    )?;
+    assert_snapshot_round_trip_on(
+        backend,
+        || {
+            WindowTest::new(user, Session::with_gap(Duration::from_secs(30)))
+                .allowed_lateness(Duration::from_secs(20))
+                .process(
+                    |user: &u64,
+                     window: TimeWindow,
+                     visits: &[Visit],
+                     out: &mut WindowCollector<String>|
+                     -> Result<()> {
+                        let mut global = out.global_state()?;
+                        let seen = global.value(&WINDOWS).get()?.unwrap_or(0) + visits.len() as u64;
+                        global.value(&WINDOWS).set(seen)?;
+                        out.emit(format!("{user} session {} total {seen}", window.start))
                     },
                 )
         },

@@ -24,6 +24,7 @@
 //! assert_eq!(out.sorted(), vec![(1, 0, 2), (1, 60_000, 1), (2, 0, 1)]);
 //! ```
 
+mod function_state;
 mod operator;
 mod preagg;
 mod session;
@@ -38,6 +39,7 @@ use crate::operators::Collector;
 use crate::record::{Data, Record, Timestamp};
 pub use crate::state::TimeDomain;
 
+pub use function_state::StateScope;
 use operator::WindowOperator;
 pub use preagg::PreAggregated;
 pub(crate) use preagg::{MergePartials, PreAggregate};
@@ -434,13 +436,16 @@ where
 }
 
 /// Where a window function emits; results carry the window's last millisecond as timestamp.
+/// It also holds the function's keyed state: [`window_state`](WindowCollector::window_state)
+/// and [`global_state`](WindowCollector::global_state).
 pub struct WindowCollector<'c, 'o, Out> {
     out: &'c mut Collector<'o, Out>,
     window: TimeWindow,
     update: bool,
+    state: Option<function_state::Firing<'c>>,
 }
 
-impl<Out: Data> WindowCollector<'_, '_, Out> {
+impl<'c, Out: Data> WindowCollector<'c, '_, Out> {
     /// Emits a result of the window.
     pub fn emit(&mut self, value: Out) -> Result<()> {
         self.out
@@ -462,11 +467,96 @@ impl<Out: Data> WindowCollector<'_, '_, Out> {
         self.out.current_watermark()
     }
 
+    /// State of the current key in the window being fired (Flink's `windowState()`): kept while
+    /// the window is (until its end plus the allowed lateness), dropped when it is purged. Counts
+    /// firings of a window with late updates, for instance. Not available in session windows.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use riffle::{EnvConfig, Result, StreamEnv, sink::CollectSink, time::WatermarkStrategy};
+    /// use riffle::state::ValueStateDescriptor;
+    /// use riffle::window::{TimeWindow, Tumbling, WindowCollector};
+    ///
+    /// const FIRINGS: ValueStateDescriptor<u32> = ValueStateDescriptor::new("firings");
+    /// const WINDOWS: ValueStateDescriptor<u32> = ValueStateDescriptor::new("windows");
+    ///
+    /// let env = StreamEnv::with_config(EnvConfig::deterministic());
+    /// let (sink, out) = CollectSink::new();
+    /// env.from_iter_with_watermarks(
+    ///     vec![(1u64, 1_000i64), (1, 11_000), (1, 2_000)], // the last one is late
+    ///     WatermarkStrategy::monotonous().with_timestamps(|r: &(u64, i64)| r.1),
+    /// )
+    /// .key_by(|r| r.0)
+    /// .window(Tumbling::of(Duration::from_secs(10)))
+    /// .allowed_lateness(Duration::from_secs(60))
+    /// .process(|_, window: TimeWindow, records: &[(u64, i64)], out: &mut WindowCollector<String>| -> Result<()> {
+    ///     let firing = out.window_state()?.value(&FIRINGS).get()?.unwrap_or(0) + 1;
+    ///     out.window_state()?.value(&FIRINGS).set(firing)?;
+    ///     let mut global = out.global_state()?;
+    ///     let windows = global.value(&WINDOWS).get()?.unwrap_or(0) + u32::from(firing == 1);
+    ///     global.value(&WINDOWS).set(windows)?;
+    ///     out.emit(format!("{}: {} records, firing {firing}, window {windows}", window.start, records.len()))
+    /// })
+    /// .sink(sink);
+    /// env.execute().unwrap();
+    /// assert_eq!(out.values(), vec![
+    ///     "0: 1 records, firing 1, window 1",
+    ///     "0: 2 records, firing 2, window 1",
+    ///     "10000: 1 records, firing 1, window 2",
+    /// ]);
+    /// ```
+    pub fn window_state(
+        &mut self,
+    ) -> Result<function_state::StateScope<'_, (Vec<u8>, TimeWindow)>> {
+        self.firing()?.window_state()
+    }
+
+    /// State of the current key across all its windows (Flink's `globalState()`).
+    pub fn global_state(&mut self) -> Result<function_state::StateScope<'_, Vec<u8>>> {
+        Ok(self.firing()?.global_state())
+    }
+
+    fn firing(&mut self) -> Result<&mut function_state::Firing<'c>> {
+        self.state.as_mut().ok_or_else(|| {
+            crate::Error::State(
+                "this window function has no keyed state (it runs outside a window operator)"
+                    .into(),
+            )
+        })
+    }
+
     /// Sends a value to a side output, timestamped with the window's last millisecond; `false`
     /// if nothing in the job consumes that side output (then counted and dropped).
     pub fn side_output<S: Data>(&mut self, tag: &crate::OutputTag<S>, value: S) -> Result<bool> {
         self.out
             .side_output(tag, Record::timed(value, self.window.result_time()))
+    }
+}
+
+/// Writes one key group of a window operator's heap state: its windows' entries, and the window
+/// function's own state when it has any (then as a pair; the entries alone otherwise, the format
+/// of checkpoints taken before window functions had state). Nothing for an empty group.
+pub(crate) fn write_group<E: Serialize>(
+    snapshot: &mut crate::checkpoint::SnapshotWriter,
+    key_group: crate::keys::KeyGroup,
+    entries: &[E],
+    function: Option<Vec<u8>>,
+) -> Result<()> {
+    match function {
+        Some(function) => snapshot.write_keyed(key_group, &(entries, function)),
+        None if entries.is_empty() => Ok(()),
+        None => snapshot.write_keyed(key_group, entries),
+    }
+}
+
+/// Reads what [`write_group`] wrote: the entries, and the function's state if any. (Entries
+/// alone never decode as a pair: the pair needs bytes after them.)
+pub(crate) fn read_group<E: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<(Vec<E>, Option<Vec<u8>>)> {
+    match crate::checkpoint::decode::<(Vec<E>, Vec<u8>)>(bytes) {
+        Ok((entries, function)) => Ok((entries, Some(function))),
+        Err(_) => Ok((crate::checkpoint::decode(bytes)?, None)),
     }
 }
 
@@ -506,6 +596,24 @@ pub(crate) trait WindowFn<K, T>: Send + 'static {
     /// Whether windows fire when time reaches their end.
     fn fires_at_end(&self) -> bool {
         true
+    }
+    /// Called when the operator opens (`merging`: session windows).
+    fn open(&mut self, _ctx: &crate::operators::OperatorContext, _merging: bool) {}
+    /// The function's own keyed state of `key_group` for a checkpoint (`None`: none).
+    fn snapshot_group(&self, _key_group: crate::keys::KeyGroup) -> Result<Option<Vec<u8>>> {
+        Ok(None)
+    }
+    /// Restores what [`snapshot_group`](WindowFn::snapshot_group) wrote.
+    fn restore_group(&mut self, _key_group: crate::keys::KeyGroup, _bytes: &[u8]) -> Result<()> {
+        Ok(())
+    }
+    /// `window` of `key` is purged: drop the function's state of it.
+    fn purge(&mut self, _key: &K, _window: TimeWindow) -> Result<()> {
+        Ok(())
+    }
+    /// Entries and bytes of the function's own state.
+    fn state_size(&self) -> (usize, usize) {
+        (0, 0)
     }
 }
 
@@ -554,12 +662,26 @@ pub(crate) struct ProcessWindow<P, T, Out> {
     pub(crate) function: P,
     /// Removes records from what the function sees.
     pub(crate) evictor: Option<std::sync::Arc<dyn Evictor<T>>>,
+    /// The function's keyed state (per window and global), once open.
+    pub(crate) state: Option<function_state::FunctionState>,
     pub(crate) _types: std::marker::PhantomData<fn(T) -> Out>,
+}
+
+impl<P, T, Out> ProcessWindow<P, T, Out> {
+    /// The window function `function`, with `evictor`.
+    pub(crate) fn new(function: P, evictor: Option<std::sync::Arc<dyn Evictor<T>>>) -> Self {
+        ProcessWindow {
+            function,
+            evictor,
+            state: None,
+            _types: std::marker::PhantomData,
+        }
+    }
 }
 
 impl<K, T, Out, P> WindowFn<K, T> for ProcessWindow<P, T, Out>
 where
-    K: 'static,
+    K: Serialize + 'static,
     T: Data,
     Out: Data,
     P: ProcessWindowFunction<K, T, Out>,
@@ -582,6 +704,30 @@ where
     fn merge(&self, acc: &mut Vec<T>, other: Vec<T>) {
         acc.extend(other);
     }
+    fn open(&mut self, ctx: &crate::operators::OperatorContext, merging: bool) {
+        self.state = Some(function_state::FunctionState::open(ctx, merging));
+    }
+    fn snapshot_group(&self, key_group: crate::keys::KeyGroup) -> Result<Option<Vec<u8>>> {
+        match &self.state {
+            Some(state) => state.snapshot_group(key_group),
+            None => Ok(None),
+        }
+    }
+    fn restore_group(&mut self, key_group: crate::keys::KeyGroup, bytes: &[u8]) -> Result<()> {
+        match &mut self.state {
+            Some(state) => state.restore_group(key_group, bytes),
+            None => Ok(()),
+        }
+    }
+    fn purge(&mut self, key: &K, window: TimeWindow) -> Result<()> {
+        match &mut self.state {
+            Some(state) => state.purge(key, window),
+            None => Ok(()),
+        }
+    }
+    fn state_size(&self) -> (usize, usize) {
+        self.state.as_ref().map_or((0, 0), |s| s.size())
+    }
     fn fire(
         &mut self,
         key: &K,
@@ -590,10 +736,18 @@ where
         update: bool,
         out: &mut Collector<'_, Out>,
     ) -> Result<()> {
+        let state = match self.state.as_mut() {
+            Some(state) => {
+                let (bytes, key_group) = state.key_of(key)?;
+                Some(state.firing(bytes, key_group, window))
+            }
+            None => None,
+        };
         let mut collector = WindowCollector {
             out,
             window,
             update,
+            state,
         };
         match &self.evictor {
             None => self.function.process(key, window, acc, &mut collector),

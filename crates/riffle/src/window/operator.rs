@@ -93,8 +93,11 @@ impl<T: Data> WindowCore<T> {
     }
 
     /// Publishes the operator's state size: a table's entries plus `extra` (timers).
-    pub(crate) fn report_size<K, N, V>(&self, table: Option<&StateTable<K, N, V>>, extra: usize)
-    where
+    pub(crate) fn report_size<K, N, V>(
+        &self,
+        table: Option<&StateTable<K, N, V>>,
+        (extra, extra_bytes): (usize, usize),
+    ) where
         K: Hash + Eq + Clone + Serialize + serde::de::DeserializeOwned,
         N: Hash + Eq + Clone + Serialize + serde::de::DeserializeOwned,
         V: Clone + Serialize + serde::de::DeserializeOwned,
@@ -102,7 +105,7 @@ impl<T: Data> WindowCore<T> {
         let (entries, bytes) = table.expect("opened").size();
         self.ctx()
             .metrics
-            .set_state((entries + extra) as u64, bytes as u64);
+            .set_state((entries + extra) as u64, (bytes + extra_bytes) as u64);
     }
 
     /// The time a record is windowed by: its event time, or the processing time now.
@@ -407,6 +410,7 @@ where
             if purge {
                 for (_, key, mut slot) in table.drain_namespace(&window)? {
                     Self::fire_slot(function, &key, window, &mut slot, out)?;
+                    function.purge(&key, window)?;
                 }
                 self.panes.remove(&window);
             } else {
@@ -437,7 +441,8 @@ where
     }
 
     fn report_size(&self) {
-        self.core.report_size(self.table.as_ref(), 0);
+        self.core
+            .report_size(self.table.as_ref(), self.function.state_size());
     }
 }
 
@@ -453,6 +458,7 @@ where
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.core.open(ctx);
         self.table = Some(ctx.state_table("windows"));
+        self.function.open(ctx, false);
         Ok(())
     }
 
@@ -524,10 +530,13 @@ where
         // The windows that hold state (every old subtask's, on restore); the slots themselves
         // are here when on the heap, in the task's store otherwise.
         snapshot.write_operator(Redistribution::Union, &self.panes)?;
-        if let Some(table) = self.table.as_ref().expect("opened").heap() {
-            for key_group in table.key_groups_with_entries() {
-                snapshot.write_keyed(key_group, &table.group_entries(key_group))?;
-            }
+        // The function's state is on the heap, the slots too unless the task has a store.
+        let heap = self.table.as_ref().expect("opened").heap();
+        let range = self.core.ctx().key_groups;
+        for key_group in range.start..=range.end {
+            let entries = heap.map(|t| t.group_entries(key_group)).unwrap_or_default();
+            let function = self.function.snapshot_group(key_group)?;
+            super::write_group(snapshot, key_group, &entries, function)?;
         }
         Ok(())
     }
@@ -537,8 +546,13 @@ where
             self.panes.extend(panes?);
         }
         let table = self.table.as_mut().expect("opened");
-        for group in state.keyed::<Vec<(TimeWindow, K, Slot<F::Acc>)>>() {
-            let (key_group, entries) = group?;
+        for (key_group, bytes) in &state.keyed {
+            let (entries, function): (Vec<(TimeWindow, K, Slot<F::Acc>)>, _) =
+                super::read_group(bytes)?;
+            if let Some(function) = function {
+                self.function.restore_group(*key_group, &function)?;
+            }
+            let key_group = *key_group;
             for (window, key, slot) in entries {
                 self.panes.insert(window);
                 table.put(key_group, key, window, slot)?;

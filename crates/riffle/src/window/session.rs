@@ -248,8 +248,9 @@ where
     }
 
     fn report_size(&self) {
+        let (entries, bytes) = self.function.state_size();
         self.core
-            .report_size(self.sessions.as_ref(), self.timers.len());
+            .report_size(self.sessions.as_ref(), (self.timers.len() + entries, bytes));
     }
 }
 
@@ -265,6 +266,7 @@ where
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.core.open(ctx);
         self.sessions = Some(ctx.state_table("sessions"));
+        self.function.open(ctx, true);
         Ok(())
     }
 
@@ -295,23 +297,31 @@ where
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
-        if let Some(sessions) = self.sessions.as_ref().expect("opened").heap() {
-            for key_group in sessions.key_groups_with_entries() {
-                let entries: Vec<(&K, &Vec<SessionSlot<F::Acc>>)> = sessions
-                    .group_entries(key_group)
-                    .into_iter()
-                    .map(|(_, k, v)| (k, v))
-                    .collect();
-                snapshot.write_keyed(key_group, &entries)?;
-            }
+        // The function's state is on the heap, the sessions too unless the task has a store.
+        let heap = self.sessions.as_ref().expect("opened").heap();
+        let range = self.core.ctx().key_groups;
+        for key_group in range.start..=range.end {
+            let entries: Vec<(&K, &Vec<SessionSlot<F::Acc>>)> = heap
+                .map(|t| t.group_entries(key_group))
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(_, k, v)| (k, v))
+                .collect();
+            let function = self.function.snapshot_group(key_group)?;
+            super::write_group(snapshot, key_group, &entries, function)?;
         }
         Ok(())
     }
 
     fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
         self.core.watermark = state.watermark().unwrap_or(self.core.watermark);
-        for group in state.keyed::<Vec<(K, Vec<SessionSlot<F::Acc>>)>>() {
-            let (key_group, entries) = group?;
+        for (key_group, bytes) in &state.keyed {
+            let (entries, function): (Vec<(K, Vec<SessionSlot<F::Acc>>)>, _) =
+                super::read_group(bytes)?;
+            if let Some(function) = function {
+                self.function.restore_group(*key_group, &function)?;
+            }
+            let key_group = *key_group;
             for (key, list) in entries {
                 self.register_timers(&key, &list);
                 self.sessions

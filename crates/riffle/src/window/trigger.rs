@@ -249,4 +249,19 @@ where
     fn fires_at_end(&self) -> bool {
         self.trigger.fires_at_end()
     }
+    fn open(&mut self, ctx: &crate::operators::OperatorContext, merging: bool) {
+        self.function.open(ctx, merging)
+    }
+    fn snapshot_group(&self, key_group: crate::keys::KeyGroup) -> Result<Option<Vec<u8>>> {
+        self.function.snapshot_group(key_group)
+    }
+    fn restore_group(&mut self, key_group: crate::keys::KeyGroup, bytes: &[u8]) -> Result<()> {
+        self.function.restore_group(key_group, bytes)
+    }
+    fn purge(&mut self, key: &K, window: TimeWindow) -> Result<()> {
+        self.function.purge(key, window)
+    }
+    fn state_size(&self) -> (usize, usize) {
+        self.function.state_size()
+    }
 }

@@ -2,6 +2,7 @@
 //! exact outputs for every kind of window, lateness, side outputs, processing time, timers, TTL;
 //! property tests of event-time correctness for any arrival order.
 
+mod function_state;
 mod keyed_process;
 mod properties;
 mod round_trips;

@@ -1,0 +1,187 @@
+//! Keyed state of a window function (Flink's `ProcessWindowFunction.Context.windowState()` and
+//! `globalState()`): per-window state of the current key, dropped when its window is purged,
+//! and global state of the current key, kept across its windows.
+//!
+//! Both are kept on the heap, whatever the state backend (a window function fires while the
+//! operator reads its windows from the task's store, which must not be entered again), and
+//! travel in the window operator's checkpoints with the windows of their key group; keep them
+//! small (a few values per key and window).
+//! Keys are held by their canonical encoding ([`encode_key`](crate::keys::encode_key)), so the
+//! function's context needs no key type. Merging (session) windows have no per-window state, as
+//! in Flink: a merged session's state could not be told apart.
+
+use std::hash::Hash;
+
+use crate::aggregate::AggregateFunction;
+use crate::checkpoint::{decode, encode};
+use crate::error::{Error, Result};
+use crate::keys::{KeyGroup, encode_key, key_group_of};
+use crate::operators::OperatorContext;
+use crate::record::Data;
+use crate::state::{
+    AggregatingState, AggregatingStateDescriptor, KeyedState, ListState, ListStateDescriptor,
+    MapState, MapStateDescriptor, ReducingState, ReducingStateDescriptor, ValueState,
+    ValueStateDescriptor,
+};
+use crate::window::TimeWindow;
+
+/// The encoded key of a window function's state.
+pub(crate) type KeyBytes = Vec<u8>;
+
+/// Per-window and global state of one window operator instance.
+pub(crate) struct FunctionState {
+    global: KeyedState<KeyBytes>,
+    windows: KeyedState<(KeyBytes, TimeWindow)>,
+    max_parallelism: usize,
+    merging: bool,
+}
+
+/// What a checkpoint holds of one key group's function state: (global, per-window) states.
+pub(crate) type FunctionStateGroup = (Vec<(String, Vec<u8>)>, Vec<(String, Vec<u8>)>);
+
+impl FunctionState {
+    /// The state of the operator of `ctx` (merging windows have no per-window state).
+    pub(crate) fn open(ctx: &OperatorContext, merging: bool) -> Self {
+        FunctionState {
+            global: KeyedState::new(ctx.key_groups, ctx.clock.clone()),
+            windows: KeyedState::new(ctx.key_groups, ctx.clock.clone()),
+            max_parallelism: ctx.max_parallelism,
+            merging,
+        }
+    }
+
+    /// The encoded key and key group of `key`.
+    pub(crate) fn key_of<K: serde::Serialize>(&self, key: &K) -> Result<(KeyBytes, KeyGroup)> {
+        let mut bytes = Vec::new();
+        encode_key(key, &mut bytes).map_err(|e| Error::State(format!("window key: {e}")))?;
+        Ok((bytes, key_group_of(key, self.max_parallelism)))
+    }
+
+    /// Drops the per-window state of `key` in `window`.
+    pub(crate) fn purge<K: serde::Serialize>(&mut self, key: &K, window: TimeWindow) -> Result<()> {
+        if self.merging {
+            return Ok(());
+        }
+        let (bytes, key_group) = self.key_of(key)?;
+        self.windows.clear_key(key_group, &(bytes, window))
+    }
+
+    /// The state of `key_group`, `None` when there is none.
+    pub(crate) fn snapshot_group(&self, key_group: KeyGroup) -> Result<Option<Vec<u8>>> {
+        let group: FunctionStateGroup = (
+            self.global.snapshot_group(key_group)?,
+            self.windows.snapshot_group(key_group)?,
+        );
+        if group.0.is_empty() && group.1.is_empty() {
+            return Ok(None);
+        }
+        encode(&group).map(Some)
+    }
+
+    /// Restores what [`snapshot_group`](FunctionState::snapshot_group) wrote.
+    pub(crate) fn restore_group(&mut self, key_group: KeyGroup, bytes: &[u8]) -> Result<()> {
+        let (global, windows): FunctionStateGroup = decode(bytes)?;
+        self.global.restore_group(key_group, global)?;
+        self.windows.restore_group(key_group, windows)
+    }
+
+    /// Entries and bytes held.
+    pub(crate) fn size(&self) -> (usize, usize) {
+        let (a, b) = (self.global.size(), self.windows.size());
+        (a.0 + b.0, a.1 + b.1)
+    }
+
+    /// The access of a window function fired for `key` in `window`.
+    pub(crate) fn firing(
+        &mut self,
+        key: KeyBytes,
+        key_group: KeyGroup,
+        window: TimeWindow,
+    ) -> Firing<'_> {
+        Firing {
+            state: self,
+            key,
+            key_group,
+            window,
+        }
+    }
+}
+
+/// The state a window function sees while it fires for one key and window.
+pub(crate) struct Firing<'a> {
+    state: &'a mut FunctionState,
+    key: KeyBytes,
+    key_group: KeyGroup,
+    window: TimeWindow,
+}
+
+impl Firing<'_> {
+    pub(crate) fn window_state(&mut self) -> Result<StateScope<'_, (KeyBytes, TimeWindow)>> {
+        if self.state.merging {
+            return Err(Error::State(
+                "per-window state is not available in merging (session) windows: a merged \
+                 session's state could not be told apart; use global_state()"
+                    .into(),
+            ));
+        }
+        Ok(StateScope {
+            state: &mut self.state.windows,
+            key_group: self.key_group,
+            key: (self.key.clone(), self.window),
+        })
+    }
+
+    pub(crate) fn global_state(&mut self) -> StateScope<'_, KeyBytes> {
+        StateScope {
+            state: &mut self.state.global,
+            key_group: self.key_group,
+            key: self.key.clone(),
+        }
+    }
+}
+
+/// Keyed state scoped to the key (and window) a window function fires for; see
+/// [`WindowCollector::window_state`](crate::window::WindowCollector::window_state) and
+/// [`WindowCollector::global_state`](crate::window::WindowCollector::global_state).
+pub struct StateScope<'a, K> {
+    state: &'a mut KeyedState<K>,
+    key_group: KeyGroup,
+    key: K,
+}
+
+impl<K: Data + Hash + Eq> StateScope<'_, K> {
+    /// A value state.
+    pub fn value<V: Data>(&mut self, descriptor: &ValueStateDescriptor<V>) -> ValueState<'_, K, V> {
+        self.state.value(descriptor, self.key_group, &self.key)
+    }
+
+    /// A list state.
+    pub fn list<V: Data>(&mut self, descriptor: &ListStateDescriptor<V>) -> ListState<'_, K, V> {
+        self.state.list(descriptor, self.key_group, &self.key)
+    }
+
+    /// A map state.
+    pub fn map<UK: Data + Hash + Eq, UV: Data>(
+        &mut self,
+        descriptor: &MapStateDescriptor<UK, UV>,
+    ) -> MapState<'_, K, UK, UV> {
+        self.state.map(descriptor, self.key_group, &self.key)
+    }
+
+    /// A reducing state.
+    pub fn reducing<V: Data>(
+        &mut self,
+        descriptor: &ReducingStateDescriptor<V>,
+    ) -> ReducingState<'_, K, V> {
+        self.state.reducing(descriptor, self.key_group, &self.key)
+    }
+
+    /// An aggregating state.
+    pub fn aggregating<'d, In, A: AggregateFunction<In>>(
+        &'d mut self,
+        descriptor: &'d AggregatingStateDescriptor<In, A>,
+    ) -> AggregatingState<'d, K, In, A> {
+        self.state
+            .aggregating(descriptor, self.key_group, &self.key)
+    }
+}
