@@ -547,8 +547,7 @@ where
         }
         let table = self.table.as_mut().expect("opened");
         for (key_group, bytes) in &state.keyed {
-            let (entries, function): (Vec<(TimeWindow, K, Slot<F::Acc>)>, _) =
-                super::read_group(bytes)?;
+            let (entries, function) = super::read_group::<(TimeWindow, K, Slot<F::Acc>)>(bytes)?;
             if let Some(function) = function {
                 self.function.restore_group(*key_group, &function)?;
             }

@@ -316,8 +316,7 @@ where
     fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
         self.core.watermark = state.watermark().unwrap_or(self.core.watermark);
         for (key_group, bytes) in &state.keyed {
-            let (entries, function): (Vec<(K, Vec<SessionSlot<F::Acc>>)>, _) =
-                super::read_group(bytes)?;
+            let (entries, function) = super::read_group::<(K, Vec<SessionSlot<F::Acc>>)>(bytes)?;
             if let Some(function) = function {
                 self.function.restore_group(*key_group, &function)?;
             }
