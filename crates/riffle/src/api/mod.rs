@@ -3,6 +3,8 @@
 //! Declaring a step only adds it to the job graph; [`StreamEnv::execute`] plans the graph (chaining,
 //! channels, parallel subtasks) and runs it.
 
+mod async_io;
+mod broadcast;
 mod connected;
 mod count_windowed;
 mod env;
@@ -10,6 +12,7 @@ mod keyed;
 mod stream;
 mod windowed;
 
+pub use broadcast::{BroadcastConnectedStream, BroadcastStream, KeyedBroadcastConnectedStream};
 pub use connected::{ConnectedStreams, KeyedConnectedStreams};
 pub use count_windowed::CountWindowedStream;
 pub use env::StreamEnv;
