@@ -1,4 +1,5 @@
 //! Two-input operators end to end: connected streams (plain and keyed), and the joins built on
 //! them, checked against results computed independently in the tests.
 
+mod broadcast;
 mod connect;
