@@ -16,7 +16,8 @@ impl<T: Data> DataStream<T> {
     /// Maps every record through an asynchronous request (a lookup in an external service),
     /// with up to `capacity` requests in flight, `timeout` per request (a timed-out request fails
     /// the job: use [`async_map_with`](DataStream::async_map_with) for retries or a side output
-    /// of failures), results in `order`. The requests run on a tokio runtime the operator owns;
+    /// of failures), results in `order`. The requests run on a tokio runtime shared by the async
+    /// operators of the process (one client, created once, serves every subtask and restart);
     /// records in flight at a checkpoint are in it, and requested again after a restore.
     ///
     /// ```
@@ -57,7 +58,7 @@ impl<T: Data> DataStream<T> {
     }
 
     /// As [`async_map`](DataStream::async_map), with every setting of [`AsyncConfig`]: retries
-    /// with back-off, worker threads, a side output for records whose request failed on every
+    /// with back-off, a side output for records whose request failed on every
     /// attempt. A bad setting fails the job at start, naming it.
     ///
     /// ```

@@ -2,8 +2,13 @@
 //! (a lookup for enrichment) and the operator goes on with the next records while requests are
 //! in flight, instead of waiting for each in turn.
 //!
-//! - The requests run on a tokio runtime the operator owns (one per subtask, a configurable number
-//!   of worker threads); the user function returns a future, which may use any tokio-based client.
+//! - The requests run on a tokio runtime shared by the async operators of the process (threads
+//!   `riffle-async-N`, started on first use, kept for the life of the process): the user function
+//!   returns a future, which may use any tokio-based client. Being shared and long-lived, the
+//!   runtime lets one client (a `reqwest::Client` and its pool of connections) serve every
+//!   subtask and outlive a restart of the job: connections belong to the runtime that opened them,
+//!   so a runtime per subtask would leave the others a pool of dead connections when it ends.
+//!   An operator instance that ends (or fails) cancels its requests still running.
 //! - At most `capacity` records are in the operator at once; when full, the operator waits for one
 //!   to complete, so its task stays busy and its inputs are back-pressured (memory stays bounded).
 //! - Each attempt has a timeout; a failed or timed-out attempt is retried after a back-off that
@@ -63,15 +68,13 @@ pub struct AsyncConfig {
     pub retries: u32,
     /// Delay before the first retry; each further retry waits twice as long as the one before.
     pub backoff: Duration,
-    /// Worker threads of the operator's tokio runtime (per subtask).
-    pub worker_threads: usize,
     /// Side output for records whose request failed on every attempt (`None`: the job fails).
     pub failure_tag: Option<String>,
 }
 
 impl AsyncConfig {
-    /// `capacity` records at once, `timeout` per attempt, results in `order`; no retries, one
-    /// worker thread, a failed request fails the job.
+    /// `capacity` records at once, `timeout` per attempt, results in `order`; no retries, a
+    /// failed request fails the job.
     pub fn new(capacity: usize, timeout: Duration, order: AsyncOrder) -> Self {
         AsyncConfig {
             capacity,
@@ -79,7 +82,6 @@ impl AsyncConfig {
             order,
             retries: 0,
             backoff: Duration::from_millis(100),
-            worker_threads: 1,
             failure_tag: None,
         }
     }
@@ -89,12 +91,6 @@ impl AsyncConfig {
     pub fn with_retries(mut self, retries: u32, backoff: Duration) -> Self {
         self.retries = retries;
         self.backoff = backoff;
-        self
-    }
-
-    /// Worker threads of the operator's tokio runtime (default 1: requests mostly wait).
-    pub fn with_worker_threads(mut self, threads: usize) -> Self {
-        self.worker_threads = threads;
         self
     }
 
@@ -112,9 +108,6 @@ impl AsyncConfig {
         }
         if self.timeout.is_zero() {
             return Err(Error::config("async.timeout", "must be longer than zero"));
-        }
-        if self.worker_threads == 0 {
-            return Err(Error::config("async.worker_threads", "must be at least 1"));
         }
         if self.retries > 0 && self.backoff.is_zero() {
             return Err(Error::config(
@@ -155,6 +148,22 @@ pub(crate) type RequestFuture<U> = Pin<Box<dyn Future<Output = Result<U, BoxErro
 /// A request function with its future boxed.
 pub(crate) type RequestFn<T, U> = Arc<dyn Fn(T) -> RequestFuture<U> + Send + Sync>;
 
+/// An error with its causes (`error sending request: connection refused`): clients such as
+/// reqwest keep the reason in the source.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !message.contains(&cause_text) {
+            message.push_str(": ");
+            message.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    message
+}
+
 /// A request's final outcome, sent from the runtime to the operator.
 struct Completion<U> {
     seq: u64,
@@ -167,13 +176,39 @@ struct Entry<T, U> {
     input: Record<T>,
     /// Set when its request completed (ordered mode holds it until the ones before are done).
     done: Option<(Result<U, String>, u32)>,
+    /// Cancels its request (when the operator instance goes away first).
+    abort: tokio::task::AbortHandle,
+}
+
+/// Worker threads of the shared runtime: requests mostly wait, a few threads serve many.
+const RUNTIME_THREADS: usize = 2;
+
+/// The tokio runtime of the async operators of this process.
+fn shared_runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RUNTIME: std::sync::OnceLock<Result<tokio::runtime::Runtime, String>> =
+        std::sync::OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(RUNTIME_THREADS)
+                .thread_name("riffle-async")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| {
+            Error::user(format!(
+                "cannot start the async operators' tokio runtime: {e}"
+            ))
+        })
 }
 
 /// The operator behind [`DataStream::async_map`](crate::DataStream::async_map).
 pub struct AsyncWait<T, U> {
     f: RequestFn<T, U>,
     config: AsyncConfig,
-    runtime: Option<tokio::runtime::Runtime>,
+    runtime: Option<&'static tokio::runtime::Runtime>,
     sender: Sender<Completion<U>>,
     receiver: Receiver<Completion<U>>,
     /// The records in the operator, by sequence number (input order).
@@ -205,7 +240,7 @@ impl<T: Data, U: Data> AsyncWait<T, U> {
     fn issue(&mut self, input: Record<T>) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let runtime = self.runtime.as_ref().expect("opened");
+        let runtime = self.runtime.expect("opened");
         let (f, sender, value) = (self.f.clone(), self.sender.clone(), input.value.clone());
         let (timeout, retries, backoff) = (
             self.config.timeout,
@@ -219,7 +254,7 @@ impl<T: Data, U: Data> AsyncWait<T, U> {
                 attempt += 1;
                 let outcome = match tokio::time::timeout(timeout, f(value.clone())).await {
                     Ok(Ok(result)) => Ok(result),
-                    Ok(Err(error)) => Err(error.to_string()),
+                    Ok(Err(error)) => Err(error_chain(error.as_ref())),
                     Err(_) => Err(format!("timed out after {timeout:?}")),
                 };
                 match outcome {
@@ -231,19 +266,30 @@ impl<T: Data, U: Data> AsyncWait<T, U> {
                 }
             }
         };
+        let request = runtime.spawn(attempts);
+        let abort = request.abort_handle();
         runtime.spawn(async move {
             // A panicking request is a failed one (not retried), never a lost completion.
-            let (outcome, attempts) = match tokio::spawn(attempts).await {
+            let (outcome, attempts) = match request.await {
                 Ok(done) => done,
+                Err(error) if error.is_cancelled() => return,
                 Err(error) => (Err(format!("the request panicked: {error}")), 1),
             };
+            // The operator may be gone (cancelled job): nobody to tell.
             let _ = sender.send(Completion {
                 seq,
                 outcome,
                 attempts,
             });
         });
-        self.entries.insert(seq, Entry { input, done: None });
+        self.entries.insert(
+            seq,
+            Entry {
+                input,
+                done: None,
+                abort,
+            },
+        );
     }
 
     /// Takes a completion in: emits what it makes emittable.
@@ -333,13 +379,7 @@ impl<T: Data, U: Data> Operator for AsyncWait<T, U> {
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.config.validate()?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(self.config.worker_threads)
-            .thread_name(format!("riffle-async-{}-{}", ctx.name, ctx.subtask))
-            .enable_all()
-            .build()
-            .map_err(|e| Error::io("cannot start the async operator's tokio runtime", e))?;
-        self.runtime = Some(runtime);
+        self.runtime = Some(shared_runtime()?);
         self.ctx = Some(ctx.clone());
         Ok(())
     }
@@ -423,9 +463,9 @@ impl<T: Data, U: Data> Operator for AsyncWait<T, U> {
 
 impl<T, U> Drop for AsyncWait<T, U> {
     fn drop(&mut self) {
-        // Requests still running (a failed job) are dropped, not waited for.
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
+        // Requests still running (a failed or cancelled job) are cancelled, not waited for.
+        for entry in self.entries.values() {
+            entry.abort.abort();
         }
     }
 }
