@@ -22,14 +22,15 @@ impl<T: Data> DataStream<T> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use riffle::{StreamEnv, operators::AsyncOrder, sink::CollectSink};
+    /// use riffle::{EnvConfig, StreamEnv, operators::AsyncOrder, sink::CollectSink};
     ///
-    /// let env = StreamEnv::new();
+    /// let env = StreamEnv::with_config(EnvConfig::deterministic());
     /// let (sink, out) = CollectSink::new();
     /// env.from_iter(vec![1u64, 2, 3])
     ///     .async_map(
     ///         |n| async move {
-    ///             // A real job would call a service here (an HTTP client, a database driver).
+    ///             // A real job calls a service here (an HTTP client, a database driver); the
+    ///             // later records answer first, and still come out in input order.
     ///             tokio::time::sleep(Duration::from_millis(10 * (4 - n))).await;
     ///             Ok::<_, std::io::Error>(format!("user {n}"))
     ///         },

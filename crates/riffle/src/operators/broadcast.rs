@@ -273,7 +273,7 @@ impl<Out> DerefMut for BroadcastContext<'_, '_, Out> {
 /// A function over a stream and a broadcast stream, as Flink's `BroadcastProcessFunction`.
 ///
 /// ```
-/// use riffle::{EnvConfig, Result, StreamEnv, sink::CollectSink, time::WatermarkStrategy};
+/// use riffle::{EnvConfig, Result, StreamEnv, sink::CollectSink};
 /// use riffle::operators::{BroadcastContext, BroadcastProcessFunction, ReadOnlyBroadcastContext};
 /// use riffle::state::MapStateDescriptor;
 ///
@@ -298,20 +298,16 @@ impl<Out> DerefMut for BroadcastContext<'_, '_, Out> {
 ///
 /// let env = StreamEnv::with_config(EnvConfig::deterministic());
 /// let (sink, out) = CollectSink::new();
-/// // Words at t = 10..13 ms; the rule (t = 0) is in place before any of them.
-/// let time = WatermarkStrategy::monotonous().with_timestamps(|w: &(String, i64)| w.1);
-/// let words = env.from_iter_with_watermarks(
-///     ["spam", "ham", "spam", "eggs"].iter().zip(10..).map(|(w, t)| (w.to_string(), t)).collect::<Vec<_>>(),
-///     time.clone(),
-/// );
-/// let rules = env.from_iter_with_watermarks(vec![("spam".to_string(), 0)], time);
-/// words
-///     .map(|w| w.0)
-///     .connect_broadcast(&rules.map(|r| r.0).broadcast_state(&BLOCKED))
-///     .process(Censor)
-///     .sink(sink);
+/// let words = env.from_iter(["spam", "ham", "spam", "eggs"].map(String::from));
+/// let rules = env.from_iter(vec!["spam".to_string()]).broadcast_state(&BLOCKED);
+/// words.connect_broadcast(&rules).process(Censor).sink(sink);
 /// env.execute().unwrap();
-/// # let _ = out;
+/// // The two inputs have no order between them: a "spam" that came before the rule passed.
+/// // (For an answer that does not depend on arrival, see the event-time example of
+/// // KeyedBroadcastProcessFunction.)
+/// let mut passed = out.values();
+/// passed.retain(|w| w != "spam");
+/// assert_eq!(passed, vec!["ham", "eggs"]);
 /// ```
 pub trait BroadcastProcessFunction<In, B, Out>: Send + 'static {
     /// Called once per parallel instance before the first record.
@@ -458,39 +454,61 @@ impl<K, Out> DerefMut for KeyedReadOnlyBroadcastContext<'_, '_, '_, K, Out> {
 /// `KeyedBroadcastProcessFunction`: the keyed input's records have their key's state and timers
 /// and read the broadcast state; the broadcast records (no key) read and write it.
 ///
-/// ```
-/// use riffle::{EnvConfig, Result, StreamEnv, sink::CollectSink};
-/// use riffle::operators::{BroadcastContext, KeyedBroadcastProcessFunction, KeyedReadOnlyBroadcastContext};
-/// use riffle::state::{MapStateDescriptor, ValueStateDescriptor};
+/// The two inputs have no order between them, but the operator's watermark is the lower of
+/// both: a record that waits for an event-time timer at its own time sees every broadcast record
+/// up to that time (when the broadcast stream has timestamps and watermarks), whichever came
+/// first. This example judges payments by the limits of their country that way:
 ///
-/// /// Alerts when a user's spending passes the limit of their country (limits are broadcast).
+/// ```
+/// use riffle::{EnvConfig, Result, StreamEnv, Timestamp, sink::CollectSink, time::WatermarkStrategy};
+/// use riffle::operators::{BroadcastContext, KeyedBroadcastProcessFunction, KeyedReadOnlyBroadcastContext};
+/// use riffle::state::{MapStateDescriptor, TimeDomain, ValueStateDescriptor};
+///
 /// const LIMITS: MapStateDescriptor<String, u64> = MapStateDescriptor::new("limits");
-/// const SPENT: ValueStateDescriptor<u64> = ValueStateDescriptor::new("spent");
+/// const AMOUNT: ValueStateDescriptor<u64> = ValueStateDescriptor::new("amount");
+///
+/// /// (country, amount or limit, event time)
+/// type Entry = (String, u64, Timestamp);
 ///
 /// #[derive(Clone)]
-/// struct Limit;
+/// struct OverLimit;
 ///
-/// impl KeyedBroadcastProcessFunction<u64, (u64, String, u64), (String, u64), String> for Limit {
-///     fn process_element(&mut self, user: &u64, (_, country, amount): (u64, String, u64),
-///                        ctx: &mut KeyedReadOnlyBroadcastContext<u64, String>) -> Result<()> {
-///         let spent = ctx.value(&SPENT).get()?.unwrap_or(0) + amount;
-///         ctx.value(&SPENT).set(spent)?;
-///         match ctx.broadcast_state(&LIMITS)?.get(&country) {
-///             Some(&limit) if spent > limit => ctx.emit(format!("user {user}: {spent} > {limit}")),
-///             _ => Ok(()),
-///         }
-///     }
-///     fn process_broadcast_element(&mut self, (country, limit): (String, u64),
-///                                  ctx: &mut BroadcastContext<String>) -> Result<()> {
-///         ctx.broadcast_state(&LIMITS)?.insert(country, limit);
+/// impl KeyedBroadcastProcessFunction<String, Entry, Entry, String> for OverLimit {
+///     fn process_element(&mut self, _: &String, payment: Entry,
+///                        ctx: &mut KeyedReadOnlyBroadcastContext<String, String>) -> Result<()> {
+///         ctx.value(&AMOUNT).set(payment.1)?;
+///         ctx.register_event_time_timer(payment.2); // judged when the limits are known
 ///         Ok(())
+///     }
+///     fn process_broadcast_element(&mut self, limit: Entry, ctx: &mut BroadcastContext<String>) -> Result<()> {
+///         ctx.broadcast_state(&LIMITS)?.insert(limit.0, limit.1);
+///         Ok(())
+///     }
+///     fn on_timer(&mut self, country: &String, _: Timestamp, _: TimeDomain,
+///                 ctx: &mut KeyedReadOnlyBroadcastContext<String, String>) -> Result<()> {
+///         let amount = ctx.value(&AMOUNT).get()?.unwrap_or(0);
+///         match ctx.broadcast_state(&LIMITS)?.get(country) {
+///             Some(&limit) if amount > limit => ctx.emit(format!("{country}: {amount} > {limit}")),
+///             Some(_) => Ok(()),
+///             None => ctx.emit(format!("{country}: no limit")),
+///         }
 ///     }
 /// }
 ///
 /// let env = StreamEnv::with_config(EnvConfig::deterministic());
 /// let (sink, out) = CollectSink::new();
-/// let limits = env.from_iter(vec![("fr".to_string(), 100u64)]).broadcast_state(&LIMITS);
-/// # let _ = (limits, sink, out);
+/// let time = || WatermarkStrategy::monotonous().with_timestamps(|e: &Entry| e.2);
+/// let entry = |country: &str, n, at| (country.to_string(), n, at);
+/// let payments = env.from_iter_with_watermarks(
+///     vec![entry("fr", 150, 10), entry("de", 50, 20), entry("it", 500, 30)], time());
+/// let limits = env.from_iter_with_watermarks(vec![entry("fr", 100, 0), entry("de", 100, 0)], time());
+/// payments
+///     .key_by(|p| p.0.clone())
+///     .connect_broadcast(&limits.broadcast_state(&LIMITS))
+///     .process(OverLimit)
+///     .sink(sink);
+/// env.execute().unwrap();
+/// assert_eq!(out.values(), vec!["fr: 150 > 100", "it: no limit"]);
 /// ```
 pub trait KeyedBroadcastProcessFunction<K, In, B, Out>: Send + 'static {
     /// Called once per parallel instance before the first record.

@@ -181,14 +181,13 @@ fn limits() -> Vec<Limit> {
             COUNTRIES
                 .iter()
                 .enumerate()
-                .filter_map(move |(c, country)| {
-                    (*country != "it" || v >= 2).then(|| {
-                        (
-                            country.to_string(),
-                            30 + 10 * v as u64 + c as u64 * 5,
-                            v * 10_000,
-                        )
-                    })
+                .filter(move |(_, country)| **country != "it" || v >= 2)
+                .map(move |(c, country)| {
+                    (
+                        country.to_string(),
+                        30 + 10 * v as u64 + c as u64 * 5,
+                        v * 10_000,
+                    )
                 })
         })
         .collect()
