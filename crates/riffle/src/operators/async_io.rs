@@ -469,3 +469,116 @@ impl<T, U> Drop for AsyncWait<T, U> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{OperatorHarness, Step, assert_snapshot_round_trip};
+
+    /// Doubles after `n % 4` ms: later records often answer first.
+    fn doubling(config: AsyncConfig) -> AsyncWait<u64, u64> {
+        let f: RequestFn<u64, u64> = Arc::new(|n: u64| {
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(n % 4)).await;
+                Ok(n * 2)
+            })
+        });
+        AsyncWait::new(f, config)
+    }
+
+    fn config(order: AsyncOrder) -> AsyncConfig {
+        AsyncConfig::new(5, Duration::from_secs(5), order)
+    }
+
+    #[test]
+    fn ordered_results_keep_input_order_and_leave_before_the_watermark() -> Result<()> {
+        let mut harness =
+            OperatorHarness::builder(doubling(config(AsyncOrder::Ordered))).build()?;
+        for n in (0..20u64).rev() {
+            harness.process(n, n as i64)?;
+        }
+        // Every record of time <= 10 out before the watermark 10; ordered: all before them too.
+        harness.watermark(10)?;
+        let before: Vec<u64> = harness.take_values();
+        assert_eq!(before, (0..20u64).rev().map(|n| n * 2).collect::<Vec<_>>());
+        assert_eq!(harness.watermarks(), vec![10]);
+        Ok(())
+    }
+
+    #[test]
+    fn unordered_results_covered_by_a_watermark_leave_before_it() -> Result<()> {
+        let mut harness =
+            OperatorHarness::builder(doubling(config(AsyncOrder::Unordered))).build()?;
+        for n in 0..40u64 {
+            harness.process(n, n as i64 * 10)?;
+        }
+        harness.watermark(200)?;
+        let mut before = harness.take_values();
+        before.sort();
+        let covered: Vec<u64> = (0..=20u64).map(|n| n * 2).collect();
+        assert!(
+            covered.iter().all(|c| before.contains(c)),
+            "every record of time <= 200 before the watermark: {before:?}"
+        );
+        harness.finish()?;
+        before.extend(harness.take_values());
+        before.sort();
+        assert_eq!(before, (0..40u64).map(|n| n * 2).collect::<Vec<_>>());
+        Ok(())
+    }
+
+    #[test]
+    fn records_in_flight_survive_a_snapshot_at_any_point() -> Result<()> {
+        let steps: Vec<Step<u64>> = (0..30u64)
+            .flat_map(|n| {
+                let mut steps = vec![Step::Record(n, n as i64 * 10)];
+                if n % 9 == 8 {
+                    steps.push(Step::Watermark(n as i64 * 10 - 50));
+                }
+                steps
+            })
+            .collect();
+        for order in [AsyncOrder::Ordered, AsyncOrder::Unordered] {
+            assert_snapshot_round_trip(|| doubling(config(order)), &steps)?;
+        }
+        // A snapshot taken while every record is in flight holds them all.
+        let mut slow = OperatorHarness::builder(AsyncWait::new(
+            Arc::new(|n: u64| -> RequestFuture<u64> {
+                Box::pin(async move {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    Ok(n)
+                })
+            }),
+            config(AsyncOrder::Unordered),
+        ))
+        .build()?;
+        for n in 0..5u64 {
+            slow.process(n, 1)?;
+        }
+        let state = slow.snapshot(1)?;
+        let held: Vec<Vec<(u64, Option<Timestamp>)>> = state.operator().collect::<Result<_>>()?;
+        assert_eq!(held, vec![(0..5).map(|n| (n, Some(1))).collect::<Vec<_>>()]);
+        Ok(())
+    }
+
+    #[test]
+    fn bad_settings_fail_naming_them() {
+        let err = |c: AsyncConfig| c.validate().unwrap_err().to_string();
+        let base = config(AsyncOrder::Ordered);
+        assert!(
+            err(AsyncConfig {
+                capacity: 0,
+                ..base.clone()
+            })
+            .contains("`async.capacity`")
+        );
+        assert!(
+            err(AsyncConfig {
+                timeout: Duration::ZERO,
+                ..base.clone()
+            })
+            .contains("`async.timeout`")
+        );
+        assert!(err(base.with_retries(2, Duration::ZERO)).contains("`async.backoff`"));
+    }
+}

@@ -542,3 +542,21 @@ fn a_crash_with_requests_in_flight_loses_and_duplicates_nothing() {
         "some lookups were made again after the restore"
     );
 }
+
+#[test]
+fn a_bad_setting_fails_the_job_at_start_naming_it() {
+    let env = StreamEnv::new();
+    env.from_iter(0..5u64)
+        .async_map(
+            |n| async move { Ok::<_, std::io::Error>(n) },
+            0,
+            Duration::from_secs(1),
+            AsyncOrder::Ordered,
+        )
+        .sink(CollectSink::new().0);
+    let error = env.execute().unwrap_err().to_string();
+    assert!(
+        error.contains("`async.capacity` must be at least 1"),
+        "{error}"
+    );
+}

@@ -18,7 +18,9 @@ use riffle::sink::CollectSink;
 use riffle::source::datagen::DatagenSource;
 use riffle::source::function::FnGenerator;
 use riffle::state::{MapStateDescriptor, TimeDomain, ValueStateDescriptor};
-use riffle::testing::{Step, assert_snapshot_round_trip};
+use riffle::testing::{
+    MemoryKvBackend, Step, assert_snapshot_round_trip, assert_snapshot_round_trip_on,
+};
 use riffle::time::WatermarkStrategy;
 use riffle::{Either, EnvConfig, Result, StreamEnv, Timestamp};
 
@@ -293,6 +295,18 @@ fn broadcast_operators_survive_a_snapshot_at_any_point() -> Result<()> {
         }
         steps
     };
+    // Keyed state byte-encoded in a key-value store (the path RocksDB takes), and on the heap.
+    assert_snapshot_round_trip_on(
+        &MemoryKvBackend,
+        || {
+            KeyedBroadcastProcess::new(
+                Arc::new(|p: &Payment| p.0),
+                OverLimit,
+                limits_declared.clone(),
+            )
+        },
+        &script,
+    )?;
     assert_snapshot_round_trip(
         || {
             KeyedBroadcastProcess::new(
