@@ -560,3 +560,35 @@ fn a_bad_setting_fails_the_job_at_start_naming_it() {
         "{error}"
     );
 }
+
+/// Lookups per second against the local server answering after 2 ms, by capacity (the figures of
+/// docs/enrichment.md): `cargo test -p riffle --test joins measure_async_capacity --release --
+/// --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn measure_async_capacity() {
+    let server = Server::start();
+    for capacity in [1, 10, 100, 500] {
+        for order in [AsyncOrder::Ordered, AsyncOrder::Unordered] {
+            let env = StreamEnv::with_config(EnvConfig {
+                parallelism: 1,
+                ..EnvConfig::default()
+            });
+            let count = (capacity as u64 * 40).clamp(200, 20_000);
+            env.from_iter(0..count)
+                .async_map(
+                    lookup(&server, |_| 2),
+                    capacity,
+                    Duration::from_secs(10),
+                    order,
+                )
+                .sink(riffle::sink::BlackholeSink::new());
+            let started = Instant::now();
+            env.execute().unwrap();
+            let per_second = count as f64 / started.elapsed().as_secs_f64();
+            println!(
+                "capacity {capacity:>4} {order:?}: {per_second:>8.0} lookups/s ({count} lookups)"
+            );
+        }
+    }
+}
