@@ -242,6 +242,18 @@ fn keyed_broadcast_judges_each_record_by_the_rule_version_of_its_time() -> Resul
         .connect_broadcast(&limits)
         .process(OverLimit)
         .sink(sink);
+        // The rules go to every subtask, the payments by key.
+        let plan = env.plan()?;
+        let into = |ship: &str| {
+            plan.edges
+                .iter()
+                .filter(|e| e.ship == ship)
+                .map(|e| plan.vertices[e.to].operators[0].clone())
+                .collect::<Vec<_>>()
+        };
+        let op = "KeyedBroadcastProcess".to_string();
+        assert!(into("BROADCAST").contains(&op), "{plan:?}");
+        assert!(into("HASH").contains(&op), "{plan:?}");
         env.execute()?;
         assert_eq!(out.sorted(), expected, "p={parallelism}");
     }
