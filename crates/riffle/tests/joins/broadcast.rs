@@ -472,3 +472,94 @@ fn broadcast_state_restores_at_more_subtasks() {
 fn broadcast_state_restores_at_fewer_subtasks() {
     restore_rescaled(3, 1);
 }
+
+/// A task fails after the rules arrived and the rules source finished: the job restarts from its
+/// latest checkpoint, where the rules are only in the broadcast state (the finished source does
+/// not read them again), and the exactly-once sink commits each event once.
+#[test]
+fn broadcast_state_comes_back_after_a_failure() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let env = StreamEnv::with_config(EnvConfig {
+        parallelism: 2,
+        checkpoints: CheckpointConfig {
+            interval: Some(Duration::from_millis(50)),
+            storage: dir.path().join("chk").to_str().unwrap().to_string(),
+            restart: riffle::checkpoint::RestartStrategy::FixedDelay {
+                attempts: 2,
+                delay: Duration::from_millis(50),
+            },
+            ..CheckpointConfig::default()
+        },
+        ..EnvConfig::default()
+    });
+    let rules = env
+        .from_iter((0..RULE_COUNT).map(|i| (format!("rule-{i}"), i as u64)))
+        .uid("rules")
+        .name("rules")
+        .broadcast_state(&RULES);
+    static CRASHED: AtomicBool = AtomicBool::new(false);
+    let processed = Arc::new(AtomicU64::new(0));
+    env.from_source(
+        DatagenSource::new(FnGenerator::new(|i| i))
+            .count(EVENTS)
+            .rate(40_000.0)
+            .splits(2),
+    )
+    .uid("events")
+    .key_by(|i| i % KEYS)
+    .connect_broadcast(&rules)
+    .process(CountAndRules)
+    .uid("count-and-rules")
+    .map(move |(key, seen, rules)| {
+        if processed.fetch_add(1, Ordering::SeqCst) == EVENTS / 2
+            && !CRASHED.swap(true, Ordering::SeqCst)
+        {
+            panic!("a failure half-way, long after the rules arrived");
+        }
+        format!("{key} {seen} {rules}")
+    })
+    .uid("crash")
+    .sink(riffle::sink::ExactlyOnceFileSink::new(&out))
+    .uid("sink");
+    let result = env.execute().unwrap();
+    assert_eq!(result.restarts, 1);
+    assert_eq!(
+        result.records_out("rules"),
+        0,
+        "the finished rules source read nothing after the restore"
+    );
+    let mut by_key: BTreeMap<u64, Vec<(u64, usize)>> = BTreeMap::new();
+    for entry in std::fs::read_dir(&out).unwrap().flatten() {
+        if entry.path().is_file() {
+            for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
+                let fields: Vec<u64> = line
+                    .trim_matches('"')
+                    .split(' ')
+                    .map(|f| f.parse().unwrap())
+                    .collect();
+                by_key
+                    .entry(fields[0])
+                    .or_default()
+                    .push((fields[1], fields[2] as usize));
+            }
+        }
+    }
+    assert_eq!(by_key.len() as u64, KEYS);
+    for (key, mut lines) in by_key {
+        lines.sort();
+        let seen: Vec<u64> = lines.iter().map(|l| l.0).collect();
+        assert_eq!(
+            seen,
+            (1..=EVENTS / KEYS).collect::<Vec<_>>(),
+            "key {key}: each event once"
+        );
+        // Once a subtask had the rules, it kept them across the restore.
+        let first_with_rules = lines.iter().position(|l| l.1 == RULE_COUNT).unwrap();
+        assert!(
+            lines[first_with_rules..].iter().all(|l| l.1 == RULE_COUNT),
+            "key {key}: rules lost on restore"
+        );
+    }
+}
