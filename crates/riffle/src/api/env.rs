@@ -108,11 +108,11 @@ impl StreamEnv {
     /// ```
     /// use std::time::Duration;
     /// use riffle::{StreamEnv, time::WatermarkStrategy};
-    /// use riffle::source::datagen::{Click, ClicksConfig, DatagenSource};
+    /// use riffle_clicks::{Click, ClicksConfig};
     ///
     /// let env = StreamEnv::new();
     /// let clicks = env.from_source_with_watermarks(
-    ///     DatagenSource::clicks(ClicksConfig::default()).count(1_000),
+    ///     riffle_clicks::source(ClicksConfig::default()).count(1_000),
     ///     WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5)).with_timestamps(|c: &Click| c.event_time),
     /// );
     /// ```

@@ -85,8 +85,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::source::datagen::Click;
     use crate::testing::OperatorHarness;
+    use riffle_clicks::Click;
 
     fn harness() -> OperatorHarness<Vec<u8>, Click> {
         let tag = OutputTag::<DeadLetter>::new(DEAD_LETTER_TAG);
