@@ -10,9 +10,11 @@
 //!   the same, plus keyed state and timers for the keyed input's records and timers
 //!   ([`KeyedReadOnlyBroadcastContext`]).
 //!
-//! Only broadcast records may change the broadcast state: every subtask sees every one of them in
-//! the same order, so every subtask's copy stays equal (provided `process_broadcast_element` is
-//! deterministic). The state is non-keyed operator state: at a checkpoint every subtask writes its
+//! Only broadcast records may change the broadcast state and every subtask sees every one of
+//! them, so every subtask's copy stays equal, provided `process_broadcast_element` is
+//! deterministic and the order of updates does not matter where it can differ: records of one
+//! subtask of the broadcast stream arrive in order everywhere, records of different ones
+//! interleave differently on each subtask (as in Flink). The state is non-keyed operator state: at a checkpoint every subtask writes its
 //! copy ([`Redistribution::Broadcast`]); a restore at any parallelism gives every new subtask
 //! exactly one copy.
 
