@@ -448,14 +448,14 @@ fn requests_in_flight_at_a_savepoint_are_issued_again_after_the_restore() {
     let server = Server::start();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    // Every lookup takes 700 ms: at the savepoint (300 ms in) the records read are all in flight.
+    // Every lookup takes 1.5 s: at the savepoint (300 ms in) the records read are all in flight.
     let env = exactly_once_job(
         &server,
         &out,
         &dir.path().join("chk1"),
         100,
         100.0,
-        700,
+        1_500,
         |s| s,
     );
     let job = env.execute_async().unwrap();
