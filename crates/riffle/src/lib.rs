@@ -38,6 +38,7 @@ pub mod aggregate;
 pub mod api;
 pub mod checkpoint;
 pub mod config;
+mod control;
 pub mod error;
 pub(crate) mod graph;
 pub mod keys;

@@ -6,7 +6,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::api::stream::{DataStream, operator_node};
+use crate::api::declared::operator_node;
+use crate::api::stream::DataStream;
 use crate::error::BoxError;
 use crate::graph::{Ship, Slot};
 use crate::operators::{AsyncConfig, AsyncOrder, AsyncWait};

@@ -9,8 +9,9 @@
 
 use std::hash::Hash;
 
+use crate::api::declared::operator_node;
 use crate::api::keyed::KeyedStream;
-use crate::api::stream::{DataStream, operator_node};
+use crate::api::stream::DataStream;
 use crate::graph::{Edge, Node, Ship, Slot};
 use crate::operators::{
     BroadcastProcess, BroadcastProcessFunction, BroadcastStateDeclarations, KeyedBroadcastProcess,

@@ -7,18 +7,19 @@ mod async_io;
 mod broadcast;
 mod connected;
 mod count_windowed;
+mod declared;
 mod env;
 mod keyed;
 mod stream;
 mod windowed;
 
+pub use crate::keys::KeyFn;
 pub use broadcast::{BroadcastConnectedStream, BroadcastStream, KeyedBroadcastConnectedStream};
 pub use connected::{ConnectedStreams, KeyedConnectedStreams};
 pub use count_windowed::CountWindowedStream;
 pub use env::StreamEnv;
-pub use keyed::{KeyFn, KeyedStream};
+pub use keyed::KeyedStream;
 pub use stream::{DataStream, DataStreamSink};
 pub use windowed::WindowedStream;
 
-/// Name of the side output where a source sends records it could not decode.
-pub const DEAD_LETTER_TAG: &str = "dead-letter";
+pub use crate::source::DEAD_LETTER_TAG;

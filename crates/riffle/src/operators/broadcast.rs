@@ -608,7 +608,7 @@ impl<K, A, B, Out, P> KeyedBroadcastProcess<K, A, B, Out, P> {
     /// The operator for `function`, keying the first input with `key`, with the broadcast states
     /// `declarations`.
     pub fn new(
-        key: crate::api::KeyFn<K, A>,
+        key: crate::keys::KeyFn<K, A>,
         function: P,
         declarations: BroadcastStateDeclarations,
     ) -> Self {

@@ -602,7 +602,7 @@ fn keyed_broadcast_round_trip(backend: &dyn StateBackend) -> Result<()> {
     }
     let mut declarations = BroadcastStateDeclarations::default();
     declarations.declare(&THRESHOLDS);
-    let key: crate::api::KeyFn<u64, Visit> = Arc::new(|v: &Visit| v.0);
+    let key: crate::keys::KeyFn<u64, Visit> = Arc::new(|v: &Visit| v.0);
     assert_snapshot_round_trip_on(
         backend,
         || KeyedBroadcastProcess::new(key.clone(), Thresholds, declarations.clone()),
@@ -622,7 +622,7 @@ fn rolling_round_trip(backend: &dyn StateBackend) -> Result<()> {
         Step::Record(Rolling::Partial { key: 1, acc: 100 }, 4),
         Step::Record(Rolling::Record((2, 1)), 5),
     ];
-    let key: crate::api::KeyFn<u64, In> = Arc::new(|e: &In| match e {
+    let key: crate::keys::KeyFn<u64, In> = Arc::new(|e: &In| match e {
         Rolling::Record((k, _)) => *k,
         Rolling::Partial { key, .. } => *key,
     });
