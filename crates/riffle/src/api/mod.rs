@@ -3,6 +3,8 @@
 //! Declaring a step only adds it to the job graph; [`StreamEnv::execute`] plans the graph (chaining,
 //! channels, parallel subtasks) and runs it.
 
+mod async_io;
+mod broadcast;
 mod connected;
 mod count_windowed;
 mod declared;
@@ -12,6 +14,7 @@ mod stream;
 mod windowed;
 
 pub use crate::keys::KeyFn;
+pub use broadcast::{BroadcastConnectedStream, BroadcastStream, KeyedBroadcastConnectedStream};
 pub use connected::{ConnectedStreams, KeyedConnectedStreams};
 pub use count_windowed::CountWindowedStream;
 pub use env::StreamEnv;

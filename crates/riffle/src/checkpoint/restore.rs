@@ -141,6 +141,7 @@ impl RestoreAssignment {
             .expect("used lock")
             .insert(operator_id.to_string());
         let mut state = RestoreState::default();
+        let broadcast_from = broadcast_copy_for(&operator.subtasks, operator.parallelism, subtask);
         for old in &operator.subtasks {
             if let Some(watermark) = old.watermark {
                 state.watermark = Some(state.watermark.map_or(watermark, |w| w.min(watermark)));
@@ -156,6 +157,7 @@ impl RestoreAssignment {
                 let mine = match mode {
                     Redistribution::Union => true,
                     Redistribution::RoundRobin => old.subtask % parallelism == subtask,
+                    Redistribution::Broadcast => Some(old.subtask) == broadcast_from,
                 };
                 if mine {
                     state.operator.push(slice(bytes, extent)?);
@@ -204,6 +206,25 @@ impl RestoreAssignment {
             .map(|(id, _)| id.clone())
             .collect()
     }
+}
+
+/// The old subtask whose copy of broadcast state new subtask `subtask` restores: old subtask
+/// `subtask % old_parallelism` when it wrote one, else the first that did (`None`: no copy).
+fn broadcast_copy_for(
+    subtasks: &[crate::checkpoint::SubtaskState],
+    old_parallelism: usize,
+    subtask: usize,
+) -> Option<usize> {
+    let copies = || {
+        subtasks.iter().filter(|old| {
+            old.file.is_some() && matches!(old.operator, Some((Redistribution::Broadcast, _)))
+        })
+    };
+    let preferred = subtask % old_parallelism.max(1);
+    copies()
+        .find(|old| old.subtask == preferred)
+        .or_else(|| copies().min_by_key(|old| old.subtask))
+        .map(|old| old.subtask)
 }
 
 fn kind_name(manifest: &Manifest) -> &'static str {
@@ -286,6 +307,100 @@ mod tests {
         files.extend(manifest.files().map(|f| f.path.clone()));
         files.dedup();
         files
+    }
+
+    /// An assignment of broadcast state written by `old` subtasks (`None`: wrote no file), each
+    /// copy one byte: its subtask's index.
+    fn broadcast_assignment(old: &[Option<usize>]) -> (tempfile::TempDir, RestoreAssignment) {
+        use crate::checkpoint::{OperatorState, SubtaskState};
+        let dir = tempfile::tempdir().unwrap();
+        let storage = storage(dir.path());
+        let mut files = HashMap::new();
+        let subtasks = old
+            .iter()
+            .enumerate()
+            .map(|(subtask, wrote)| {
+                let file = wrote.map(|copy| {
+                    let file = storage
+                        .write(&format!("chk-1/rules/{subtask}.state"), vec![copy as u8])
+                        .unwrap();
+                    files.insert(file.path.clone(), vec![copy as u8]);
+                    file
+                });
+                SubtaskState {
+                    subtask,
+                    operator: file
+                        .as_ref()
+                        .map(|_| (Redistribution::Broadcast, Extent { offset: 0, len: 1 })),
+                    file,
+                    keyed: Vec::new(),
+                    watermark: None,
+                }
+            })
+            .collect();
+        let manifest = Manifest {
+            version: crate::checkpoint::manifest::MANIFEST_VERSION,
+            job: "riffle-job".into(),
+            checkpoint_id: 1,
+            kind: crate::checkpoint::SnapshotKind::Checkpoint,
+            timestamp: 0,
+            max_parallelism: 128,
+            key_hash_version: crate::keys::KEY_HASH_VERSION,
+            operators: [(
+                "rules".to_string(),
+                OperatorState {
+                    name: "BroadcastProcess".into(),
+                    parallelism: old.len(),
+                    subtasks,
+                },
+            )]
+            .into(),
+            stores: Vec::new(),
+            finished: false,
+        };
+        let assignment = RestoreAssignment {
+            manifest,
+            files,
+            storage,
+            description: "test".into(),
+            used: Mutex::new(BTreeSet::new()),
+        };
+        (dir, assignment)
+    }
+
+    /// The broadcast copies each new subtask of `parallelism` restores.
+    fn copies(assignment: &RestoreAssignment, parallelism: usize) -> Vec<Vec<Vec<u8>>> {
+        let range = KeyGroupRange { start: 0, end: 127 };
+        (0..parallelism)
+            .map(|subtask| {
+                assignment
+                    .state_for("rules", subtask, parallelism, range)
+                    .unwrap()
+                    .map_or(Vec::new(), |state| state.operator)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn broadcast_state_gives_every_new_subtask_exactly_one_copy_at_any_parallelism() {
+        // 3 -> 1, 3 -> 3 (each its own copy), 3 -> 5 (round the old copies).
+        let (_dir, three) = broadcast_assignment(&[Some(0), Some(1), Some(2)]);
+        assert_eq!(copies(&three, 1), vec![vec![vec![0]]]);
+        assert_eq!(
+            copies(&three, 3),
+            vec![vec![vec![0]], vec![vec![1]], vec![vec![2]]]
+        );
+        let five: Vec<Vec<Vec<u8>>> = [0, 1, 2, 0, 1].iter().map(|&c| vec![vec![c]]).collect();
+        assert_eq!(copies(&three, 5), five);
+        // 1 -> 3: the one copy to everyone.
+        let (_dir, one) = broadcast_assignment(&[Some(0)]);
+        assert_eq!(copies(&one, 3), vec![vec![vec![0]]; 3]);
+        // An old subtask without a copy: its successor takes the first copy there is.
+        let (_dir, gap) = broadcast_assignment(&[None, Some(1), Some(2)]);
+        assert_eq!(
+            copies(&gap, 3),
+            vec![vec![vec![1]], vec![vec![1]], vec![vec![2]]]
+        );
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! Keyed state is written per key group, so that a restore at another parallelism hands each
 //! new subtask exactly the key groups it owns. Non-keyed operator state (a source's positions, a
 //! sink's pending files) is a blob per subtask, redistributed on restore either whole to every
-//! subtask (union: each source subtask picks the positions of the splits it reads) or round robin
-//! (each pending transaction to exactly one new subtask).
+//! subtask (union: each source subtask picks the positions of the splits it reads), round robin
+//! (each pending transaction to exactly one new subtask), or broadcast (every subtask holds an
+//! equal copy, as Flink's broadcast state: each new subtask gets exactly one copy).
 
 use std::collections::BTreeMap;
 
@@ -22,6 +23,11 @@ pub enum Redistribution {
     Union,
     /// The state of old subtask `i` goes to new subtask `i % parallelism`.
     RoundRobin,
+    /// Every old subtask wrote an equal copy (broadcast state): new subtask `i` gets exactly one,
+    /// the copy of old subtask `i % old parallelism` (its own copy when the parallelism did not
+    /// change), or the first copy written if that subtask wrote none. So a restore at any
+    /// parallelism, more or fewer subtasks, gives every subtask the whole state once.
+    Broadcast,
 }
 
 /// Encodes a value with the state codec (postcard: compact, self-describing enough for serde).

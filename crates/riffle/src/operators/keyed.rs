@@ -313,6 +313,14 @@ impl<K, In, Out, P> KeyedProcess<K, In, Out, P> {
     }
 }
 
+impl<K, In, Out, P> KeyedProcess<K, In, Out, P> {
+    /// The function it runs (for operators built around a keyed process, which keep more state
+    /// in the function).
+    pub(crate) fn function_mut(&mut self) -> &mut P {
+        &mut self.function
+    }
+}
+
 impl<K, In, Out, P> KeyedProcess<K, In, Out, P>
 where
     K: Data + Hash + Eq,

@@ -7,7 +7,9 @@
 //! directly through their [`Collector`]: no channel, no copy, no serialization.
 
 pub(crate) mod adaptive;
+mod async_io;
 mod basic;
+mod broadcast;
 mod co_process;
 mod decode;
 mod keyed;
@@ -18,7 +20,14 @@ use std::any::Any;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+pub(crate) use async_io::RequestFn;
+pub use async_io::{AsyncConfig, AsyncFailure, AsyncOrder, AsyncWait};
 pub use basic::{Filter, FlatMap, Identity, Map, TryMap};
+pub use broadcast::{
+    BroadcastContext, BroadcastProcess, BroadcastProcessFunction, BroadcastStateDeclarations,
+    BroadcastStates, KeyedBroadcastProcess, KeyedBroadcastProcessFunction,
+    KeyedReadOnlyBroadcastContext, ReadOnlyBroadcastContext,
+};
 pub(crate) use co_process::KeyedCo;
 pub use co_process::{CoMap, CoProcess, CoProcessFn, CoProcessFunction, KeyedCoProcessFunction};
 pub use decode::ParseJson;

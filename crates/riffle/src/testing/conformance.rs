@@ -458,7 +458,8 @@ fn script() -> Vec<Step<Visit>> {
 /// Every stateful operator survives a checkpoint at any point of a scripted run with its keyed
 /// state in `backend`: tumbling windows with lateness and early firings, sliding windows,
 /// merging session windows, processing-time windows, a full-window function, a keyed process
-/// function with state TTL and both kinds of timers, and a rolling aggregate. See
+/// function with state TTL and both kinds of timers, a rolling aggregate, and a keyed broadcast
+/// function (keyed state, timers and broadcast state). See
 /// [`assert_snapshot_round_trip_on`].
 pub fn operator_round_trips(backend: &dyn StateBackend) -> Result<()> {
     use crate::aggregate::Sum;
@@ -565,7 +566,81 @@ pub fn operator_round_trips(backend: &dyn StateBackend) -> Result<()> {
         || KeyedProcess::new(Arc::new(user), Inactivity),
         &script,
     )?;
-    rolling_round_trip(backend)
+    rolling_round_trip(backend)?;
+    keyed_broadcast_round_trip(backend)
+}
+
+/// Per-page thresholds, broadcast.
+static THRESHOLDS: MapStateDescriptor<u64, u64> = MapStateDescriptor::new("thresholds");
+static VISIT_COUNT: ValueStateDescriptor<u64> = ValueStateDescriptor::new("visit-count");
+
+/// Counts each user's visits (keyed state) and, 10 s of event time after each, reports the count
+/// against the user's threshold (broadcast state) from a timer.
+#[derive(Clone)]
+struct Thresholds;
+
+impl crate::operators::KeyedBroadcastProcessFunction<u64, Visit, (u64, u64), String>
+    for Thresholds
+{
+    fn process_element(
+        &mut self,
+        _: &u64,
+        visit: Visit,
+        ctx: &mut crate::operators::KeyedReadOnlyBroadcastContext<'_, '_, '_, u64, String>,
+    ) -> Result<()> {
+        let visits = ctx.value(&VISIT_COUNT).get()?.unwrap_or(0) + 1;
+        ctx.value(&VISIT_COUNT).set(visits)?;
+        ctx.register_event_time_timer(visit.1 + 10_000);
+        Ok(())
+    }
+    fn process_broadcast_element(
+        &mut self,
+        (user, threshold): (u64, u64),
+        ctx: &mut crate::operators::BroadcastContext<'_, '_, String>,
+    ) -> Result<()> {
+        ctx.broadcast_state(&THRESHOLDS)?.insert(user, threshold);
+        Ok(())
+    }
+    fn on_timer(
+        &mut self,
+        user: &u64,
+        at: Timestamp,
+        _: TimeDomain,
+        ctx: &mut crate::operators::KeyedReadOnlyBroadcastContext<'_, '_, '_, u64, String>,
+    ) -> Result<()> {
+        let visits = ctx.value(&VISIT_COUNT).get()?.unwrap_or(0);
+        let threshold = ctx.broadcast_state(&THRESHOLDS)?.get(user).copied();
+        ctx.emit(format!(
+            "{user} at {at}: {visits} visits, threshold {threshold:?}"
+        ))
+    }
+}
+
+/// A keyed broadcast function (keyed state and timers, broadcast state) round trip.
+fn keyed_broadcast_round_trip(backend: &dyn StateBackend) -> Result<()> {
+    use crate::Either;
+    use crate::operators::{BroadcastStateDeclarations, KeyedBroadcastProcess};
+    let mut steps: Vec<Step<Either<Visit, (u64, u64)>>> =
+        vec![Step::Record(Either::Right((1, 2)), 0)];
+    for (i, step) in script().into_iter().enumerate() {
+        steps.push(match step {
+            Step::Record(visit, at) => Step::Record(Either::Left(visit), at),
+            Step::Watermark(w) => Step::Watermark(w),
+            Step::Advance(by) => Step::Advance(by),
+        });
+        if i == 4 {
+            steps.push(Step::Record(Either::Right((2, 1)), 0));
+            steps.push(Step::Record(Either::Right((1, 3)), 0));
+        }
+    }
+    let mut declarations = BroadcastStateDeclarations::default();
+    declarations.declare(&THRESHOLDS);
+    let key: crate::keys::KeyFn<u64, Visit> = Arc::new(|v: &Visit| v.0);
+    assert_snapshot_round_trip_on(
+        backend,
+        || KeyedBroadcastProcess::new(key.clone(), Thresholds, declarations.clone()),
+        &steps,
+    )
 }
 
 /// The rolling aggregate (with partial aggregates from a pre-aggregation) round trip.

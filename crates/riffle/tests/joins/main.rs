@@ -1,4 +1,6 @@
 //! Two-input operators end to end: connected streams (plain and keyed), and the joins built on
 //! them, checked against results computed independently in the tests.
 
+mod async_io;
+mod broadcast;
 mod connect;
