@@ -535,6 +535,9 @@ impl Coordinator {
             id,
             timestamp: triggered_at,
             terminate,
+            // Savepoints are always aligned: they hold no in-flight records and restore at any
+            // parallelism.
+            unaligned: self.config.unaligned && kind == SnapshotKind::Checkpoint,
         };
         if terminate {
             self.terminating = true;

@@ -23,7 +23,7 @@ use crate::graph::{AnyOutput, Edge, JobPlan, Node, NodeId, NodeKind, Ship, Slot,
 use crate::keys::KeyGroupRange;
 use crate::metrics::MetricsRegistry;
 use crate::operators::{OperatorContext, SideOutputs};
-use crate::runtime::{JobControl, TaskContext, TaskSpec, TaskStoreHandle};
+use crate::runtime::{InFlightSetup, JobControl, TaskContext, TaskSpec, TaskStoreHandle};
 use crate::sink::Finalizers;
 use crate::source::DeadLetter;
 use crate::source::task::SourceTaskSetup;
@@ -101,7 +101,22 @@ impl Assembler<'_> {
                     .remove(&(consumer, index, subtask))
                     .unwrap_or_default();
                 let ship = self.ship(consumer, edge);
-                let writer = edge.ty.writer(senders, &ship, self.config, ctx.clone())?;
+                let in_flight = self.in_flight(
+                    InFlightSetup::output_id(
+                        &self.layout.ids[node],
+                        &self.layout.ids[consumer],
+                        index,
+                    ),
+                    format!(
+                        "{} -> {} (in-flight output)",
+                        self.layout.names[node], self.layout.names[consumer]
+                    ),
+                    node,
+                    subtask,
+                )?;
+                let writer = edge
+                    .ty
+                    .writer(senders, &ship, self.config, ctx.clone(), in_flight)?;
                 outputs.push(match &edge.into {
                     Some(into) => (into.wrap)(writer)?,
                     None => writer,
@@ -137,6 +152,31 @@ impl Assembler<'_> {
             side.insert(tag, ty.side_output(output)?);
         }
         Ok(side)
+    }
+
+    /// Where the in-flight data `id` of `node`'s subtask `subtask` goes, with what the restored
+    /// checkpoint has of it.
+    fn in_flight(
+        &self,
+        id: String,
+        name: String,
+        node: NodeId,
+        subtask: usize,
+    ) -> Result<InFlightSetup> {
+        let parallelism = self.layout.parallelism[node];
+        let restored = match self.run.restore {
+            Some(restore) => restore.in_flight_for(&id, subtask, parallelism)?,
+            None => None,
+        };
+        let checkpoints = &self.config.checkpoints;
+        Ok(InFlightSetup {
+            id,
+            name,
+            subtask,
+            parallelism,
+            restored,
+            unaligned: checkpoints.unaligned && checkpoints.enabled(),
+        })
     }
 
     fn restore_state(&self, node: NodeId, op: &OperatorContext) -> Result<Option<RestoreState>> {
@@ -293,7 +333,13 @@ impl Assembler<'_> {
                     .receivers
                     .remove(&(head, subtask))
                     .unwrap_or_default();
-                in_type.input_task(receivers, chain, ctx)?
+                let in_flight = self.in_flight(
+                    InFlightSetup::input_id(&self.layout.ids[head]),
+                    format!("{} (in-flight input)", self.layout.names[head]),
+                    head,
+                    subtask,
+                )?;
+                in_type.input_task(receivers, chain, ctx, in_flight)?
             }
         };
         Ok(TaskSpec {

@@ -19,8 +19,12 @@ use crate::graph::{AnyOutput, Ship};
 use crate::operators::{ErasedSideOutput, TypedSideOutput};
 use crate::record::{Data, StreamElement};
 use crate::runtime::{
-    Discard, Fanout, InputTask, Output, RecordWriter, ShipStrategy, TaskContext, TaskDriver,
+    Discard, Fanout, InFlightSetup, InputTask, Output, RecordWriter, ShipStrategy, TaskContext,
+    TaskDriver,
 };
+
+/// The producer's end of a channel: its sender, and a receiver to take back what is queued.
+type ProducerEnd<T> = (Sender<StreamElement<T>>, Receiver<StreamElement<T>>);
 
 /// The receiving ends of a task's channels, each with the index of the edge (input) it belongs to.
 pub(crate) type Receivers = Vec<(usize, Box<dyn Any + Send>)>;
@@ -32,15 +36,18 @@ pub(crate) type Receivers = Vec<(usize, Box<dyn Any + Send>)>;
 pub(crate) trait StreamType: Send + Sync {
     fn record_type(&self) -> TypeId;
     fn type_name(&self) -> &'static str;
-    /// A bounded channel: (sender, receiver).
+    /// A bounded channel: (the producer's end: a sender with a receiver of the same channel,
+    /// for unaligned barriers to take back what is queued; the consumer's receiver).
     fn channel(&self, capacity: usize) -> (Box<dyn Any + Send>, Box<dyn Any + Send>);
-    /// The network writer over `senders` (one per consumer subtask it may send to).
+    /// The network writer over `senders` (producer's ends of [`StreamType::channel`], one per
+    /// consumer subtask it may send to), its in-flight output set up by `in_flight`.
     fn writer(
         &self,
         senders: Vec<Box<dyn Any + Send>>,
         ship: &Ship,
         config: &EnvConfig,
         ctx: TaskContext,
+        in_flight: InFlightSetup,
     ) -> Result<AnyOutput>;
     /// One output that hands every record to each of `outputs`.
     fn fanout(&self, outputs: Vec<AnyOutput>) -> Result<AnyOutput>;
@@ -48,12 +55,14 @@ pub(crate) trait StreamType: Send + Sync {
     fn discard(&self) -> AnyOutput;
     /// `output` as a side output an operator can emit to by tag.
     fn side_output(&self, output: AnyOutput) -> Result<Box<dyn ErasedSideOutput>>;
-    /// The task reading `receivers` (each with the input it belongs to) into `chain`.
+    /// The task reading `receivers` (each with the input it belongs to) into `chain`, its
+    /// in-flight input set up by `in_flight`.
     fn input_task(
         &self,
         receivers: Receivers,
         chain: AnyOutput,
         ctx: TaskContext,
+        in_flight: InFlightSetup,
     ) -> Result<Box<dyn TaskDriver>>;
 }
 
@@ -88,7 +97,7 @@ impl<T: Data> StreamType for TypeOf<T> {
 
     fn channel(&self, capacity: usize) -> (Box<dyn Any + Send>, Box<dyn Any + Send>) {
         let (tx, rx) = crossbeam_channel::bounded::<StreamElement<T>>(capacity);
-        (Box::new(tx), Box::new(rx))
+        (Box::new((tx, rx.clone())), Box::new(rx))
     }
 
     fn writer(
@@ -97,9 +106,10 @@ impl<T: Data> StreamType for TypeOf<T> {
         ship: &Ship,
         config: &EnvConfig,
         ctx: TaskContext,
+        in_flight: InFlightSetup,
     ) -> Result<AnyOutput> {
-        let senders: Vec<Sender<StreamElement<T>>> =
-            senders.into_iter().map(downcast).collect::<Result<_>>()?;
+        let ends: Vec<ProducerEnd<T>> = senders.into_iter().map(downcast).collect::<Result<_>>()?;
+        let (senders, receivers): (Vec<_>, Vec<_>) = ends.into_iter().unzip();
         let strategy = match ship {
             Ship::Forward => ShipStrategy::Forward,
             Ship::Rebalance => ShipStrategy::Rebalance,
@@ -112,7 +122,8 @@ impl<T: Data> StreamType for TypeOf<T> {
             config.max_parallelism,
             config.buffer_size,
             ctx,
-        );
+        )
+        .with_in_flight(in_flight, receivers)?;
         Ok(Box::new(Box::new(writer) as Box<dyn Output<T>>))
     }
 
@@ -137,12 +148,18 @@ impl<T: Data> StreamType for TypeOf<T> {
         receivers: Receivers,
         chain: AnyOutput,
         ctx: TaskContext,
+        in_flight: InFlightSetup,
     ) -> Result<Box<dyn TaskDriver>> {
         let receivers: Vec<(usize, Receiver<StreamElement<T>>)> = receivers
             .into_iter()
             .map(|(input, rx)| Ok((input, downcast(rx)?)))
             .collect::<Result<_>>()?;
-        Ok(Box::new(InputTask::new(receivers, downcast(chain)?, ctx)))
+        Ok(Box::new(InputTask::new(
+            receivers,
+            downcast(chain)?,
+            ctx,
+            in_flight,
+        )?))
     }
 }
 
@@ -160,12 +177,13 @@ mod tests {
                 &Ship::Forward,
                 &EnvConfig::default(),
                 TaskContext::detached("t"),
+                InFlightSetup::detached(false),
             )
             .err()
             .unwrap();
         assert!(
             err.to_string().contains("job graph type mix-up: expected")
-                && err.to_string().contains("Sender"),
+                && err.to_string().contains("Sender<"),
             "{err}"
         );
         assert!(ty.fanout(vec![TypeOf::<String>::arc().discard()]).is_err());
