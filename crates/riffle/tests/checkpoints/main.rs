@@ -10,6 +10,7 @@ mod key_hash;
 mod recovery;
 mod s3;
 mod savepoints;
+mod unaligned;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,0 +1,294 @@
+//! Unaligned checkpoints (Flink's FLIP-76) end to end: under heavy back-pressure they complete
+//! where aligned ones time out; a failure after one is recovered exactly (the records in flight
+//! are replayed, none twice); a checkpoint with records in flight refuses another parallelism.
+//!
+//! The job: two click sources, a union, and a slow operator in the union's task (every batch
+//! takes a while), with small channels: the sources' channels into the union stay full, so an
+//! aligned barrier waits behind every batch queued there.
+
+use std::path::Path;
+use std::time::Duration;
+
+use riffle::aggregate::Count;
+use riffle::checkpoint::{CheckpointConfig, CheckpointStats, RestartStrategy, RestoreFrom};
+use riffle::sink::{BlackholeSink, ExactlyOnceFileSink};
+use riffle::source::datagen::{Click, ClicksConfig, DatagenSource};
+use riffle::testing::fail_once_after;
+use riffle::time::WatermarkStrategy;
+use riffle::window::Tumbling;
+use riffle::{DataStream, EnvConfig, StreamEnv};
+
+use crate::{committed, run};
+
+/// Clicks of one source (`offset` tells the two sources' users apart), within the watermark
+/// bound: every run has one exact answer.
+fn clicks(env: &StreamEnv, name: &str, offset: u64, count: u64) -> DataStream<Click> {
+    let config = ClicksConfig {
+        users: 200,
+        late_share: 0.0,
+        events_per_second: 2_000.0,
+        seed: offset + 1,
+        ..ClicksConfig::default()
+    };
+    let source = DatagenSource::clicks(config).count(count).splits(2);
+    env.from_source_with_watermarks(
+        source,
+        WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5))
+            .with_timestamps(|c: &Click| c.event_time),
+    )
+    .uid(name)
+    .map(move |mut c: Click| {
+        c.user_id += offset;
+        c
+    })
+    .uid(&format!("{name}-users"))
+}
+
+/// Sleeps `per_record` for each record of a batch: the union's task is the bottleneck.
+fn slow(stream: &DataStream<Click>, per_record: Duration) -> DataStream<Click> {
+    stream
+        .map(move |c: Click| {
+            std::thread::sleep(per_record);
+            c
+        })
+        .uid("slow")
+}
+
+fn config(checkpoints: &Path, unaligned: bool, timeout: Duration) -> EnvConfig {
+    EnvConfig {
+        parallelism: 1,
+        buffer_size: 32,
+        channel_capacity: 32,
+        watermark_interval: Duration::from_millis(10),
+        checkpoints: CheckpointConfig {
+            interval: Some(Duration::from_millis(100)),
+            timeout,
+            retained: 1_000,
+            storage: checkpoints.to_str().unwrap().to_string(),
+            restart: RestartStrategy::FixedDelay {
+                attempts: 3,
+                delay: Duration::from_millis(50),
+            },
+            ..CheckpointConfig::default()
+        }
+        .unaligned(unaligned),
+        ..EnvConfig::default()
+    }
+}
+
+/// The checkpoints of a back-pressured run of `seconds`, aligned or not.
+fn backpressured_run(unaligned: bool, seconds: u64, timeout: Duration) -> Vec<CheckpointStats> {
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamEnv::with_config(config(dir.path(), unaligned, timeout));
+    let a = clicks(&env, "a", 0, u64::MAX);
+    let b = clicks(&env, "b", 1_000_000, u64::MAX);
+    slow(&a.union(&[&b]), Duration::from_millis(2)).sink(BlackholeSink::new());
+    let job = env.execute_async().unwrap();
+    std::thread::sleep(Duration::from_secs(seconds));
+    let checkpoints = job.checkpoints();
+    job.cancel();
+    let _ = job.wait();
+    checkpoints
+}
+
+fn durations(checkpoints: &[CheckpointStats]) -> Vec<String> {
+    checkpoints
+        .iter()
+        .map(|c| format!("{}: {} ms {}", c.id, c.duration_ms, c.status))
+        .collect()
+}
+
+#[test]
+fn under_backpressure_unaligned_checkpoints_complete_where_aligned_ones_time_out() {
+    // One batch takes 64 ms in the union's task, and 32 batches wait in each source's channel:
+    // an aligned barrier needs about 4 s to get through, past the timeout of 1.5 s. An
+    // unaligned one overtakes them: about the time of a few batches.
+    let timeout = Duration::from_millis(1_500);
+    let aligned = backpressured_run(false, 4, timeout);
+    println!("aligned: {:?}", durations(&aligned));
+    assert!(
+        aligned.iter().any(|c| c.status.contains("timed out")),
+        "{aligned:?}"
+    );
+    assert!(
+        aligned.iter().all(|c| !c.completed()),
+        "no aligned checkpoint completes: {:?}",
+        durations(&aligned)
+    );
+    let unaligned = backpressured_run(true, 4, timeout);
+    println!("unaligned: {:?}", durations(&unaligned));
+    let completed: Vec<_> = unaligned.iter().filter(|c| c.completed()).collect();
+    assert!(
+        completed.len() >= 3,
+        "unaligned checkpoints complete: {:?}",
+        durations(&unaligned)
+    );
+    // They hold the records they overtook.
+    assert!(
+        completed.iter().any(|c| c.size_bytes > 0),
+        "{:?}",
+        completed
+    );
+}
+
+/// Not a test: prints how long aligned and unaligned checkpoints take under the back-pressure
+/// above, with no timeout (`cargo test -p riffle --test checkpoints measure_ -- --ignored
+/// --nocapture`).
+#[test]
+#[ignore]
+fn measure_checkpoint_durations_under_backpressure() {
+    for unaligned in [false, true] {
+        let checkpoints = backpressured_run(unaligned, 20, Duration::from_secs(60));
+        let completed: Vec<u64> = checkpoints
+            .iter()
+            .filter(|c| c.completed())
+            .map(|c| c.duration_ms)
+            .collect();
+        let sizes: Vec<u64> = checkpoints.iter().map(|c| c.size_bytes).collect();
+        println!("unaligned {unaligned}: durations (ms) {completed:?}, sizes {sizes:?}");
+    }
+}
+
+/// Two click sources into a union, one input slow (a slow operator in its own task between
+/// its source and the union), then `crash`, counted per user in 5 s windows into an
+/// exactly-once file sink (parallelism 2 after the shuffle).
+///
+/// The slow input makes both kinds of in-flight records: the source's queue into the slow task
+/// is full (in-flight output), and the union snapshots at the other input's barrier while the
+/// slow task still sends its last batch before its barrier (in-flight input).
+fn union_with_a_slow_input(
+    out: &Path,
+    checkpoints: &Path,
+    unaligned: bool,
+    count: u64,
+    crash: impl Fn(Click) -> Click + Send + Sync + 'static,
+) -> StreamEnv {
+    let env = StreamEnv::with_config(config(checkpoints, unaligned, Duration::from_secs(10)));
+    let a = slow(&clicks(&env, "a", 0, count), Duration::from_micros(100)).start_new_chain();
+    let b = env
+        .from_source_with_watermarks(
+            DatagenSource::clicks(ClicksConfig {
+                users: 200,
+                late_share: 0.0,
+                events_per_second: 2_000.0,
+                seed: 2,
+                ..ClicksConfig::default()
+            })
+            .count(count)
+            .rate(6_000.0),
+            WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5))
+                .with_timestamps(|c: &Click| c.event_time),
+        )
+        .uid("b")
+        .map(|mut c: Click| {
+            c.user_id += 1_000_000;
+            c
+        })
+        .uid("b-users");
+    a.union(&[&b])
+        .map(crash)
+        .uid("crash")
+        .key_by(|c| c.user_id)
+        .window(Tumbling::of(Duration::from_secs(5)))
+        .aggregate(Count)
+        .uid("count")
+        .set_parallelism(2)
+        .map(|r| format!("{} {} {}", r.key, r.window_start, r.value))
+        .set_parallelism(2)
+        .sink(ExactlyOnceFileSink::new(out))
+        .uid("sink")
+        .set_parallelism(2);
+    env
+}
+
+const COUNT: u64 = 15_000;
+
+/// The ids of the in-flight state (with a file) in checkpoint `id` of the storage at `root`.
+fn in_flight_state(root: &Path, id: u64) -> Vec<String> {
+    let storage = riffle::checkpoint::CheckpointStorage::open(
+        root.to_str().unwrap(),
+        &[],
+        "riffle-job",
+        "test",
+    )
+    .unwrap();
+    let manifest = storage.read_manifest(&format!("chk-{id}")).unwrap();
+    manifest
+        .operators
+        .iter()
+        .filter(|(op, state)| {
+            op.contains("#in-flight") && state.subtasks.iter().any(|s| s.file.is_some())
+        })
+        .map(|(op, _)| op.clone())
+        .collect()
+}
+
+#[test]
+fn a_failure_after_unaligned_checkpoints_is_recovered_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected_env = union_with_a_slow_input(
+        &dir.path().join("expected"),
+        &dir.path().join("chk-expected"),
+        false,
+        COUNT,
+        |c| c,
+    );
+    assert_eq!(run(&expected_env).unwrap().restarts, 0);
+    let expected = committed(&dir.path().join("expected"));
+    assert!(!expected.is_empty());
+
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let env = union_with_a_slow_input(&out, &chk, true, COUNT, fail_once_after(16_000));
+    let result = run(&env).unwrap();
+    assert_eq!(result.restarts, 1);
+    let restored = result.restores[0];
+    assert!(
+        restored > 0,
+        "restored from a checkpoint: {:?}",
+        result.restores
+    );
+    let in_flight = in_flight_state(&chk, restored);
+    assert!(
+        in_flight.iter().any(|id| id.ends_with("#in-flight-input"))
+            && in_flight.iter().any(|id| id.contains("#in-flight-output")),
+        "checkpoint {restored} had records in flight both ways: {in_flight:?}"
+    );
+    println!("checkpoint {restored} restored records in flight of {in_flight:?}");
+    assert_eq!(committed(&out), expected);
+}
+
+#[test]
+fn a_checkpoint_with_records_in_flight_restores_only_at_its_parallelism() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let env = union_with_a_slow_input(&out, &chk, true, COUNT, fail_once_after(10_000));
+    env.configure(|c: &mut EnvConfig| c.checkpoints.restart = RestartStrategy::None);
+    assert!(run(&env).is_err());
+    let storage = riffle::checkpoint::CheckpointStorage::open(
+        chk.to_str().unwrap(),
+        &[],
+        "riffle-job",
+        "test",
+    )
+    .unwrap();
+    let with_records = storage
+        .completed_checkpoints()
+        .unwrap()
+        .into_iter()
+        .rev()
+        .find(|&id| !in_flight_state(&chk, id).is_empty())
+        .expect("a checkpoint with records in flight");
+    // The same job at parallelism 2 everywhere: the sources' in-flight output belongs to
+    // channels that no longer exist.
+    let env = union_with_a_slow_input(&out, &chk, true, COUNT, |c| c);
+    env.configure(|c: &mut EnvConfig| {
+        c.parallelism = 2;
+        c.checkpoints.restore = Some(RestoreFrom::Checkpoint(with_records));
+        c.checkpoints.restart = RestartStrategy::None;
+    });
+    let err = run(&env).unwrap_err().to_string();
+    assert!(
+        err.contains("unaligned checkpoint") && err.contains("restores only at"),
+        "{err}"
+    );
+}
