@@ -11,12 +11,13 @@ use std::time::Duration;
 
 use riffle::aggregate::Count;
 use riffle::checkpoint::{CheckpointConfig, CheckpointStats, RestartStrategy, RestoreFrom};
+use riffle::operators::{Collector, Operator, OperatorContext};
 use riffle::sink::{BlackholeSink, ExactlyOnceFileSink};
 use riffle::source::datagen::{Click, ClicksConfig, DatagenSource};
 use riffle::testing::fail_once_after;
 use riffle::time::WatermarkStrategy;
 use riffle::window::Tumbling;
-use riffle::{DataStream, EnvConfig, StreamEnv};
+use riffle::{DataStream, EnvConfig, Record, StreamEnv};
 
 use crate::{committed, run};
 
@@ -151,7 +152,7 @@ fn measure_checkpoint_durations_under_backpressure() {
 
 /// Two click sources into a union, one input slow (a slow operator in its own task between
 /// its source and the union), then `crash`, counted per user in 5 s windows into an
-/// exactly-once file sink (parallelism 2 after the shuffle).
+/// exactly-once file sink (parallelism 2 after the union: the keyed task reads two channels).
 ///
 /// The slow input makes both kinds of in-flight records: the source's queue into the slow task
 /// is full (in-flight output), and the union snapshots at the other input's barrier while the
@@ -188,8 +189,18 @@ fn union_with_a_slow_input(
     a.union(&[&b])
         .map(crash)
         .uid("crash")
+        .rebalance()
+        .transform("spread", || SlowOnSubtask0 {
+            slow: false,
+            copies: 1,
+        })
+        .uid("spread")
+        .set_parallelism(2)
         .key_by(|c| c.user_id)
         .window(Tumbling::of(Duration::from_secs(5)))
+        // Counted where the keys are (no pre-aggregation before the shuffle): the keyed task
+        // reads the two channels of `spread`.
+        .pre_aggregate(false)
         .aggregate(Count)
         .uid("count")
         .set_parallelism(2)
@@ -202,6 +213,39 @@ fn union_with_a_slow_input(
 }
 
 const COUNT: u64 = 15_000;
+
+/// Passes each record on `copies` times; subtask 0 takes 1 ms per record (`slow`). With
+/// several copies, subtask 0 fills and sends output batches while it is still busy with its
+/// input batch: the task after it gets the barrier from subtask 1 first, snapshots, and then
+/// reads what subtask 0 sends before it reaches its barrier (in-flight input).
+struct SlowOnSubtask0 {
+    slow: bool,
+    copies: usize,
+}
+
+impl Operator for SlowOnSubtask0 {
+    type In = Click;
+    type Out = Click;
+    fn open(&mut self, ctx: &OperatorContext) -> riffle::Result<()> {
+        self.slow = ctx.subtask == 0;
+        Ok(())
+    }
+    fn process(
+        &mut self,
+        batch: &mut Vec<Record<Click>>,
+        out: &mut Collector<'_, Click>,
+    ) -> riffle::Result<()> {
+        for record in batch.drain(..) {
+            if self.slow {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            for _ in 0..self.copies {
+                out.emit(record.clone())?;
+            }
+        }
+        Ok(())
+    }
+}
 
 /// The ids of the in-flight state (with a file) in checkpoint `id` of the storage at `root`.
 fn in_flight_state(root: &Path, id: u64) -> Vec<String> {
@@ -223,22 +267,35 @@ fn in_flight_state(root: &Path, id: u64) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_failure_after_unaligned_checkpoints_is_recovered_exactly() {
-    let dir = tempfile::tempdir().unwrap();
-    let expected_env = union_with_a_slow_input(
-        &dir.path().join("expected"),
-        &dir.path().join("chk-expected"),
+/// The failure-free output of the job, with aligned checkpoints.
+fn expected(dir: &Path) -> Vec<String> {
+    let env = union_with_a_slow_input(
+        &dir.join("expected"),
+        &dir.join("chk-expected"),
         false,
         COUNT,
         |c| c,
     );
-    assert_eq!(run(&expected_env).unwrap().restarts, 0);
-    let expected = committed(&dir.path().join("expected"));
+    assert_eq!(run(&env).unwrap().restarts, 0);
+    let expected = committed(&dir.join("expected"));
     assert!(!expected.is_empty());
+    expected
+}
 
-    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
-    let env = union_with_a_slow_input(&out, &chk, true, COUNT, fail_once_after(16_000));
+/// Runs the job with unaligned checkpoints (on `backend`'s state, if given) and a failure
+/// after `after` records; checks that it restored records in flight both ways and that its
+/// output equals `expected`.
+fn recovered_exactly(
+    dir: &Path,
+    backend: Option<std::sync::Arc<dyn riffle::state::StateBackend>>,
+    after: u64,
+    expected: &[String],
+) {
+    let (out, chk) = (dir.join("out"), dir.join("chk"));
+    let env = union_with_a_slow_input(&out, &chk, true, COUNT, fail_once_after(after));
+    if let Some(backend) = backend {
+        env.configure(|c: &mut EnvConfig| c.state_backend = backend);
+    }
     let result = run(&env).unwrap();
     assert_eq!(result.restarts, 1);
     let restored = result.restores[0];
@@ -254,6 +311,93 @@ fn a_failure_after_unaligned_checkpoints_is_recovered_exactly() {
         "checkpoint {restored} had records in flight both ways: {in_flight:?}"
     );
     println!("checkpoint {restored} restored records in flight of {in_flight:?}");
+    assert_eq!(committed(&out), expected);
+}
+
+#[test]
+fn a_failure_after_unaligned_checkpoints_is_recovered_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let expected = expected(dir.path());
+    recovered_exactly(&dir.path().join("heap"), None, 16_000, &expected);
+}
+
+/// Clicks of both sources, spread over two subtasks (4 copies each; subtask 0 slow), then a
+/// running count per user whose state is in `backend`, emitting `"<user> <n>"` for the n-th
+/// click of a user.
+fn running_counts(
+    out: &Path,
+    checkpoints: &Path,
+    unaligned: bool,
+    backend: std::sync::Arc<dyn riffle::state::StateBackend>,
+    crash: impl Fn(Click) -> Click + Send + Sync + 'static,
+) -> StreamEnv {
+    static SEEN: riffle::state::ValueStateDescriptor<u64> =
+        riffle::state::ValueStateDescriptor::new("seen");
+    let mut config = config(checkpoints, unaligned, Duration::from_secs(10));
+    config.state_backend = backend;
+    let env = StreamEnv::with_config(config);
+    let a = clicks(&env, "a", 0, 3_000);
+    let b = clicks(&env, "b", 1_000_000, 3_000);
+    a.union(&[&b])
+        .map(crash)
+        .uid("crash")
+        .rebalance()
+        .transform("spread", || SlowOnSubtask0 {
+            slow: false,
+            copies: 4,
+        })
+        .uid("spread")
+        .set_parallelism(2)
+        .key_by(|c| c.user_id)
+        .process(
+            |user: &u64,
+             _: Click,
+             ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, String>| {
+                let mut seen = ctx.value(&SEEN);
+                let n = seen.get()?.unwrap_or(0) + 1;
+                seen.set(n)?;
+                ctx.emit(format!("{user} {n}"))
+            },
+        )
+        .uid("count")
+        .set_parallelism(2)
+        .sink(ExactlyOnceFileSink::new(out))
+        .uid("sink")
+        .set_parallelism(2);
+    env
+}
+
+#[test]
+fn a_keyed_task_with_state_in_a_store_recovers_its_in_flight_input_exactly() {
+    // The keyed task snapshots (operators and store) at the first barrier of its two channels
+    // and goes on counting what the slow subtask of `spread` still sends before its barrier: a
+    // store checkpoint taken later would hold those clicks too, and the restore would count
+    // them twice.
+    let backend = || -> std::sync::Arc<dyn riffle::state::StateBackend> {
+        std::sync::Arc::new(riffle::testing::MemoryKvBackend)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let env = running_counts(
+        &dir.path().join("expected"),
+        &dir.path().join("chk-expected"),
+        false,
+        backend(),
+        |c| c,
+    );
+    assert_eq!(run(&env).unwrap().restarts, 0);
+    let expected = committed(&dir.path().join("expected"));
+    assert_eq!(expected.len(), 24_000);
+    let (out, chk) = (dir.path().join("out"), dir.path().join("chk"));
+    let env = running_counts(&out, &chk, true, backend(), fail_once_after(3_000));
+    let result = run(&env).unwrap();
+    assert_eq!(result.restarts, 1);
+    let restored = result.restores[0];
+    let in_flight = in_flight_state(&chk, restored);
+    println!("checkpoint {restored} restored records in flight of {in_flight:?}");
+    assert!(
+        in_flight.contains(&"count#in-flight-input".to_string()),
+        "the keyed task had records in flight at checkpoint {restored}: {in_flight:?}"
+    );
     assert_eq!(committed(&out), expected);
 }
 
