@@ -26,7 +26,9 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::checkpoint::{OperatorSnapshot, Redistribution, SnapshotWriter, decode, encode};
+use crate::checkpoint::{
+    IN_FLIGHT_MARKER, OperatorSnapshot, Redistribution, SnapshotWriter, decode, encode,
+};
 use crate::error::{Error, Result};
 use crate::record::{Data, EventTime, Record, StreamElement, Timestamp};
 
@@ -52,12 +54,12 @@ pub(crate) struct InFlightSetup {
 impl InFlightSetup {
     /// The id of the in-flight input of a task whose head operator has id `head`.
     pub(crate) fn input_id(head: &str) -> String {
-        format!("{head}#in-flight-input")
+        format!("{head}{IN_FLIGHT_MARKER}input")
     }
 
     /// The id of the in-flight output of `producer` on its edge to input `input` of `consumer`.
     pub(crate) fn output_id(producer: &str, consumer: &str, input: usize) -> String {
-        format!("{producer}#in-flight-output->{consumer}#{input}")
+        format!("{producer}{IN_FLIGHT_MARKER}output->{consumer}#{input}")
     }
 
     /// A setup for unit tests: nothing restored.

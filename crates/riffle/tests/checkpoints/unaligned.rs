@@ -125,10 +125,16 @@ fn under_backpressure_unaligned_checkpoints_complete_where_aligned_ones_time_out
         durations(&unaligned)
     );
     // They hold the records they overtook.
+    assert!(completed.iter().all(|c| c.unaligned));
     assert!(
-        completed.iter().any(|c| c.size_bytes > 0),
+        completed.iter().any(|c| c.in_flight_bytes > 0),
         "{:?}",
         completed
+    );
+    assert!(
+        aligned
+            .iter()
+            .all(|c| !c.unaligned && c.in_flight_bytes == 0)
     );
 }
 
@@ -145,8 +151,10 @@ fn measure_checkpoint_durations_under_backpressure() {
             .filter(|c| c.completed())
             .map(|c| c.duration_ms)
             .collect();
-        let sizes: Vec<u64> = checkpoints.iter().map(|c| c.size_bytes).collect();
-        println!("unaligned {unaligned}: durations (ms) {completed:?}, sizes {sizes:?}");
+        let sizes: Vec<u64> = checkpoints.iter().map(|c| c.in_flight_bytes).collect();
+        println!(
+            "unaligned {unaligned}: durations (ms) {completed:?}, in flight (bytes) {sizes:?}"
+        );
     }
 }
 
@@ -288,7 +296,7 @@ fn in_flight_state(root: &Path, id: u64) -> Vec<String> {
         .operators
         .iter()
         .filter(|(op, state)| {
-            op.contains("#in-flight") && state.subtasks.iter().any(|s| s.file.is_some())
+            riffle::checkpoint::is_in_flight(op) && state.subtasks.iter().any(|s| s.file.is_some())
         })
         .map(|(op, _)| op.clone())
         .collect()
@@ -376,7 +384,7 @@ fn savepoints_stay_aligned_and_restore_at_another_parallelism() {
         manifest
             .operators
             .keys()
-            .all(|id| !id.contains("#in-flight")),
+            .all(|id| !riffle::checkpoint::is_in_flight(id)),
         "{:?}",
         manifest.operators.keys()
     );
