@@ -360,20 +360,16 @@ impl<T: Data> TaskDriver for InputTask<T> {
                     }
                 }
                 GateEvent::Complete(Aligned { barrier, alignment }, log) => {
-                    let Some(mut snapshot) = taken.take() else {
-                        continue;
-                    };
-                    if snapshot.checkpoint_id != barrier.id {
-                        ctx.discard(snapshot);
-                        continue;
+                    // Always the snapshot of this barrier (the gate abandons older ones first).
+                    if let Some(mut snapshot) = taken.take_if(|s| s.checkpoint_id == barrier.id) {
+                        if let Some(log) = log
+                            && let Some(input) = in_flight.snapshot(&log)?
+                        {
+                            snapshot.operators.push(input);
+                        }
+                        ctx.submit(snapshot, alignment)?;
+                        last_barrier = barrier.id;
                     }
-                    if let Some(log) = log
-                        && let Some(input) = in_flight.snapshot(&log)?
-                    {
-                        snapshot.operators.push(input);
-                    }
-                    ctx.submit(snapshot, alignment)?;
-                    last_barrier = barrier.id;
                 }
                 GateEvent::Abandon(id) => {
                     if let Some(snapshot) = taken.take_if(|s| s.checkpoint_id == id) {
