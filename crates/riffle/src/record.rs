@@ -182,6 +182,10 @@ pub struct CheckpointBarrier {
     pub timestamp: Timestamp,
     /// The savepoint of a stop: sources end their input right after this barrier.
     pub terminate: bool,
+    /// An unaligned checkpoint's barrier (Flink's FLIP-76): it overtakes the records queued
+    /// ahead of it, which become part of the snapshot; a task takes its snapshot at the first
+    /// barrier of its inputs instead of aligning them. Savepoints are always aligned.
+    pub unaligned: bool,
 }
 
 /// When a source sent a latency marker.

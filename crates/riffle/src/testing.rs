@@ -343,6 +343,7 @@ impl<In: Data, Out: Data> OperatorHarness<In, Out> {
             id: checkpoint_id,
             timestamp: self.processing_time(),
             terminate: false,
+            unaligned: false,
         };
         self.chain.barrier(barrier, &mut snapshot)?;
         let operator = snapshot

@@ -345,6 +345,12 @@ pub struct EngineArgs {
     /// Take a checkpoint every this many milliseconds (outputs then become exactly-once).
     #[arg(long, value_name = "MS")]
     pub checkpoint_interval_ms: Option<u64>,
+    /// Take unaligned checkpoints (Flink's FLIP-76): barriers overtake the records queued between
+    /// tasks, which go into the checkpoint, so checkpoints complete quickly under heavy
+    /// back-pressure (larger checkpoints; one with records in flight restores only at the same
+    /// parallelism; savepoints stay aligned). Needs --checkpoint-interval-ms or --restore.
+    #[arg(long)]
+    pub unaligned_checkpoints: bool,
     /// Where checkpoints go: a directory or s3://bucket/prefix (S3 settings from the AWS_*
     /// environment: AWS_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ALLOW_HTTP).
     #[arg(long, value_name = "LOCATION")]
@@ -465,6 +471,12 @@ impl EngineArgs {
             Some(ms) => Some(Duration::from_millis(ms)),
             // Restoring keeps checkpointing, at the default interval.
             None if restore.is_some() => Some(Duration::from_secs(10)),
+            None if self.unaligned_checkpoints => {
+                return Err(Error::config(
+                    "--unaligned-checkpoints",
+                    "needs checkpoints: add --checkpoint-interval-ms (or --restore)",
+                ));
+            }
             None => None,
         };
         Ok(CheckpointConfig {
@@ -477,7 +489,8 @@ impl EngineArgs {
             }),
             restore,
             ..CheckpointConfig::default()
-        })
+        }
+        .unaligned(self.unaligned_checkpoints))
     }
 
     /// A sink for JSON lines in `dir`: exactly-once when the job takes checkpoints. A fresh
@@ -645,5 +658,41 @@ pub fn web_flag(error: Error) -> Error {
             Error::config(flag, message)
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(flags: &[&str]) -> EngineArgs {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            args: EngineArgs,
+        }
+        Wrapper::parse_from(std::iter::once("riffle").chain(flags.iter().copied())).args
+    }
+
+    #[test]
+    fn unaligned_checkpoints_need_checkpoints_and_are_named_by_their_flag() {
+        let config = args(&["--checkpoint-interval-ms", "500", "--unaligned-checkpoints"])
+            .checkpoint_config("demo")
+            .unwrap();
+        assert!(config.unaligned);
+        assert!(
+            !args(&["--checkpoint-interval-ms", "500"])
+                .checkpoint_config("demo")
+                .unwrap()
+                .unaligned
+        );
+        let err = args(&["--unaligned-checkpoints"])
+            .checkpoint_config("demo")
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::Config { setting, .. } if setting == "--unaligned-checkpoints"),
+            "{err}"
+        );
     }
 }

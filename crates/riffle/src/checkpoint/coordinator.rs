@@ -36,7 +36,7 @@ use crate::checkpoint::manifest::{
 };
 use crate::checkpoint::storage::SHARED_DIR;
 use crate::checkpoint::{
-    CheckpointConfig, CheckpointStorage, FINAL_SNAPSHOT, StoreSnapshot, TaskSnapshot,
+    CheckpointConfig, CheckpointStorage, FINAL_SNAPSHOT, StoreSnapshot, TaskSnapshot, is_in_flight,
 };
 use crate::checkpoint::{Ending, Finalizers};
 use crate::control::JobControl;
@@ -66,6 +66,11 @@ pub struct CheckpointStats {
     pub state_size_bytes: u64,
     /// Operator subtasks that wrote state.
     pub subtasks_with_state: usize,
+    /// Whether it was an unaligned checkpoint (its barriers overtook queued records).
+    pub unaligned: bool,
+    /// Bytes of the records in flight it holds (unaligned checkpoints; part of
+    /// `state_size_bytes`).
+    pub in_flight_bytes: u64,
 }
 
 impl CheckpointStats {
@@ -535,6 +540,9 @@ impl Coordinator {
             id,
             timestamp: triggered_at,
             terminate,
+            // Savepoints are always aligned: they hold no in-flight records and restore at any
+            // parallelism.
+            unaligned: self.config.unaligned && kind == SnapshotKind::Checkpoint,
         };
         if terminate {
             self.terminating = true;
@@ -606,13 +614,21 @@ impl Coordinator {
             .map(|(_, _, a)| *a)
             .max()
             .unwrap_or_default();
-        let (status, state_size, subtasks) = match &outcome {
+        let (status, state_size, subtasks, in_flight) = match &outcome {
             Ok(manifest) => (
                 "completed".to_string(),
                 manifest.size(),
                 manifest.files().count(),
+                manifest
+                    .operators
+                    .iter()
+                    .filter(|(id, _)| is_in_flight(id))
+                    .flat_map(|(_, op)| &op.subtasks)
+                    .filter_map(|s| s.file.as_ref())
+                    .map(|f| f.size)
+                    .sum(),
             ),
-            Err(reason) => (reason.clone(), 0, 0),
+            Err(reason) => (reason.clone(), 0, 0, 0),
         };
         let stats = CheckpointStats {
             id: pending.id,
@@ -624,10 +640,12 @@ impl Coordinator {
             size_bytes: pending.written,
             state_size_bytes: state_size,
             subtasks_with_state: subtasks,
+            unaligned: self.config.unaligned && pending.kind == SnapshotKind::Checkpoint,
+            in_flight_bytes: in_flight,
         };
         match &outcome {
             Ok(_) => {
-                tracing::info!(id = stats.id, kind = ?stats.kind, duration_ms = stats.duration_ms, size = stats.size_bytes, state_size = stats.state_size_bytes, "checkpoint completed")
+                tracing::info!(id = stats.id, kind = ?stats.kind, duration_ms = stats.duration_ms, size = stats.size_bytes, state_size = stats.state_size_bytes, in_flight = stats.in_flight_bytes, "checkpoint completed")
             }
             Err(reason) => {
                 tracing::warn!(id = stats.id, reason, "checkpoint failed; the job goes on")

@@ -21,3 +21,17 @@ pub use snapshot::{
     TaskSnapshot, decode, encode, encode_into,
 };
 pub use storage::CheckpointStorage;
+
+/// What the ids of in-flight records in a checkpoint contain (unaligned checkpoints:
+/// `<operator uid>#in-flight-input`, `<producer uid>#in-flight-output-><consumer uid>#<input>`).
+pub const IN_FLIGHT_MARKER: &str = "#in-flight-";
+
+/// Whether operator state `id` holds records in flight of an unaligned checkpoint.
+///
+/// ```
+/// assert!(riffle::checkpoint::is_in_flight("window#in-flight-input"));
+/// assert!(!riffle::checkpoint::is_in_flight("window"));
+/// ```
+pub fn is_in_flight(id: &str) -> bool {
+    id.contains(IN_FLIGHT_MARKER)
+}

@@ -168,6 +168,36 @@ impl RestoreAssignment {
         Ok((!state.is_empty()).then_some(state))
     }
 
+    /// The in-flight records (of an unaligned checkpoint) stored under `id` for `subtask` of
+    /// `parallelism`, encoded. They belong to the channels of one subtask: a checkpoint that has
+    /// some restores only at the parallelism it was taken at.
+    pub(crate) fn in_flight_for(
+        &self,
+        id: &str,
+        subtask: usize,
+        parallelism: usize,
+    ) -> Result<Option<Vec<u8>>> {
+        let Some(operator) = self.manifest.operators.get(id) else {
+            return Ok(None);
+        };
+        self.used.lock().expect("used lock").insert(id.to_string());
+        if operator.parallelism != parallelism {
+            return Err(Error::Checkpoint(format!(
+                "{} is an unaligned checkpoint with records in flight at `{}`, taken at \
+                 parallelism {}: it restores only at that parallelism, not at {parallelism}. \
+                 Change the parallelism from a savepoint (always aligned) or an aligned checkpoint",
+                self.description, operator.name, operator.parallelism
+            )));
+        }
+        let Some(old) = operator.subtasks.iter().find(|s| s.subtask == subtask) else {
+            return Ok(None);
+        };
+        match (&old.file, old.operator) {
+            (Some(file), Some((_, extent))) => Ok(Some(slice(&self.files[&file.path], extent)?)),
+            _ => Ok(None),
+        }
+    }
+
     /// Copies into `store` the entries of `range` from every store checkpoint that holds some of
     /// them (downloaded to `local` first).
     pub(crate) fn restore_store(

@@ -8,6 +8,11 @@
 //! multi-input task when one of its inputs ended, and measures the time spent waiting for input.
 //! A two-input task has one gate over the channels of both inputs: its watermark is the minimum
 //! over both, and a barrier is aligned across both.
+//!
+//! For an unaligned checkpoint the gate records what the channels still before their barrier
+//! deliver after the snapshot (the in-flight input, see [`in_flight`](super::in_flight)), and
+//! hands it over when the last barrier arrived. After a restore, each channel first yields the
+//! in-flight input the checkpoint recorded for it, then what its producer sends.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -17,9 +22,10 @@ use crossbeam_channel::{Receiver, Select, TryRecvError};
 use crate::checkpoint::{FINAL_SNAPSHOT, TaskSnapshot};
 use crate::error::{Error, Result};
 use crate::record::{
-    CheckpointBarrier, LatencyMarker, MIN_WATERMARK, Record, StreamElement, Timestamp,
+    CheckpointBarrier, Data, LatencyMarker, MIN_WATERMARK, Record, StreamElement, Timestamp,
 };
-use crate::runtime::alignment::{Aligned, BarrierAligner};
+use crate::runtime::alignment::{Aligned, BarrierAligner, Steps};
+use crate::runtime::in_flight::{InFlightLog, InFlightSetup};
 use crate::runtime::{CANCEL_POLL, Output, TaskContext, TaskDriver};
 
 struct InputChannel<T> {
@@ -45,8 +51,14 @@ pub(crate) enum GateEvent<T> {
     Records(Vec<Record<T>>),
     Watermark(Timestamp),
     Idle(bool),
-    /// An aligned barrier, with how long the gate held channels back for it.
-    Barrier(CheckpointBarrier, Duration),
+    /// Take the task's snapshot for this barrier and forward it (aligned: every channel
+    /// delivered it; unaligned: the first did).
+    Snapshot(CheckpointBarrier),
+    /// The snapshot of the barrier is complete: every channel delivered it or ended. With how
+    /// long the gate held channels back, and the in-flight input of an unaligned barrier.
+    Complete(Aligned, Option<InFlightLog<T>>),
+    /// The unaligned snapshot taken for this checkpoint will not complete: a newer one began.
+    Abandon(u64),
     LatencyMarker(LatencyMarker),
     /// Every channel of one input of a multi-input task ended (Flink's `endInput(inputId)`).
     EndOfInput(usize),
@@ -62,11 +74,15 @@ pub(crate) struct InputGate<T> {
     watermark: Timestamp,
     idle: bool,
     aligner: BarrierAligner,
+    /// The in-flight input of the unaligned snapshot in progress.
+    log: InFlightLog<T>,
+    /// Per channel, what it yields before its receiver: the in-flight input restored.
+    replay: Vec<VecDeque<StreamElement<T>>>,
     pending: VecDeque<GateEvent<T>>,
     ctx: TaskContext,
 }
 
-impl<T> InputGate<T> {
+impl<T: Clone> InputGate<T> {
     /// A gate over `receivers`, each with the input it belongs to.
     pub(crate) fn new(
         receivers: Vec<(usize, Receiver<StreamElement<T>>)>,
@@ -79,6 +95,8 @@ impl<T> InputGate<T> {
             .unwrap_or(1);
         InputGate {
             aligner: BarrierAligner::new(receivers.len()),
+            log: InFlightLog::new(receivers.len()),
+            replay: (0..receivers.len()).map(|_| VecDeque::new()).collect(),
             channels: receivers
                 .into_iter()
                 .map(|(input, rx)| InputChannel {
@@ -96,6 +114,13 @@ impl<T> InputGate<T> {
             idle: false,
             pending: VecDeque::new(),
             ctx,
+        }
+    }
+
+    /// Each channel yields the elements of `log` for it first (the in-flight input restored).
+    pub(crate) fn replay_first(&mut self, log: InFlightLog<T>) {
+        for (replay, elements) in self.replay.iter_mut().zip(log.channels) {
+            replay.extend(elements);
         }
     }
 
@@ -131,6 +156,10 @@ impl<T> InputGate<T> {
             let index = (self.next + k) % n;
             if !self.readable(index) {
                 continue;
+            }
+            if let Some(element) = self.replay[index].pop_front() {
+                self.next = (index + 1) % n;
+                return Ok(Some((index, element)));
             }
             match self.channels[index].rx.try_recv() {
                 Ok(element) => {
@@ -179,6 +208,9 @@ impl<T> InputGate<T> {
 
     /// Queues what `element` of channel `index` yields.
     fn handle(&mut self, index: usize, element: StreamElement<T>) {
+        if self.aligner.is_recording(index) {
+            self.log.record(index, &element);
+        }
         match element {
             StreamElement::Records(batch) => self.pending.push_back(GateEvent::Records(batch)),
             StreamElement::Watermark(watermark) => {
@@ -199,16 +231,16 @@ impl<T> InputGate<T> {
                 self.status_and_watermark();
             }
             StreamElement::Barrier(barrier) => {
-                let aligned = self.aligner.on_barrier(index, barrier);
-                self.release(aligned);
+                let steps = self.aligner.on_barrier(index, barrier);
+                self.apply(steps);
             }
             StreamElement::LatencyMarker(marker) => {
                 self.pending.push_back(GateEvent::LatencyMarker(marker))
             }
             StreamElement::EndOfInput => {
                 self.channels[index].ended = true;
-                let aligned = self.aligner.on_end(index);
-                self.release(aligned);
+                let steps = self.aligner.on_end(index);
+                self.apply(steps);
                 let input = self.channels[index].input;
                 if self.inputs > 1
                     && self
@@ -224,10 +256,23 @@ impl<T> InputGate<T> {
         }
     }
 
-    fn release(&mut self, aligned: Option<Aligned>) {
-        if let Some(Aligned { barrier, alignment }) = aligned {
+    /// Queues the steps of barrier alignment.
+    fn apply(&mut self, steps: Steps) {
+        if let Some(id) = steps.abandon {
+            self.log.clear();
+            self.pending.push_back(GateEvent::Abandon(id));
+        }
+        if let Some(barrier) = steps.snapshot {
+            self.log.clear();
+            self.pending.push_back(GateEvent::Snapshot(barrier));
+        }
+        if let Some(aligned) = steps.complete {
+            let in_flight = aligned.barrier.unaligned.then(|| {
+                let channels = self.log.channels.len();
+                std::mem::replace(&mut self.log, InFlightLog::new(channels))
+            });
             self.pending
-                .push_back(GateEvent::Barrier(barrier, alignment));
+                .push_back(GateEvent::Complete(aligned, in_flight));
         }
     }
 
@@ -259,33 +304,46 @@ pub(crate) struct InputTask<T> {
     gate: InputGate<T>,
     chain: Box<dyn Output<T>>,
     ctx: TaskContext,
+    in_flight: InFlightSetup,
 }
 
-impl<T> InputTask<T> {
+impl<T: Data> InputTask<T> {
+    /// The task reading `receivers` into `chain`; the gate first yields the in-flight input
+    /// that `in_flight` restores, if any.
     pub(crate) fn new(
         receivers: Vec<(usize, Receiver<StreamElement<T>>)>,
         chain: Box<dyn Output<T>>,
         ctx: TaskContext,
-    ) -> Self {
-        InputTask {
-            gate: InputGate::new(receivers, ctx.clone()),
+        in_flight: InFlightSetup,
+    ) -> Result<Self> {
+        let channels = receivers.len();
+        let mut gate = InputGate::new(receivers, ctx.clone());
+        if let Some(log) = in_flight.restored_log::<T>(channels)? {
+            gate.replay_first(log);
+        }
+        Ok(InputTask {
+            gate,
             chain,
             ctx,
-        }
+            in_flight,
+        })
     }
 }
 
-impl<T: Send> TaskDriver for InputTask<T> {
+impl<T: Data> TaskDriver for InputTask<T> {
     fn run(self: Box<Self>) -> Result<()> {
         let InputTask {
             mut gate,
             mut chain,
             ctx,
+            in_flight,
         } = *self;
         chain.open()?;
         let mut next_tick = Instant::now() + ctx.buffer_timeout;
         let mut notified = 0;
         let mut last_barrier = 0;
+        // The snapshot taken, until its barrier is complete.
+        let mut taken: Option<TaskSnapshot> = None;
         loop {
             match gate.next(next_tick)? {
                 GateEvent::Records(mut batch) => chain.records(&mut batch)?,
@@ -293,11 +351,30 @@ impl<T: Send> TaskDriver for InputTask<T> {
                 GateEvent::Idle(idle) => chain.idle(idle)?,
                 GateEvent::LatencyMarker(marker) => chain.latency_marker(marker)?,
                 GateEvent::EndOfInput(input) => chain.end_input(input)?,
-                GateEvent::Barrier(barrier, alignment) => {
+                GateEvent::Snapshot(barrier) => {
                     let mut snapshot = TaskSnapshot::new(barrier.id);
                     chain.barrier(barrier, &mut snapshot)?;
-                    ctx.submit(snapshot, alignment)?;
-                    last_barrier = barrier.id;
+                    ctx.snapshot_store(&mut snapshot)?;
+                    if let Some(older) = taken.replace(snapshot) {
+                        ctx.discard(older);
+                    }
+                }
+                GateEvent::Complete(Aligned { barrier, alignment }, log) => {
+                    // Always the snapshot of this barrier (the gate abandons older ones first).
+                    if let Some(mut snapshot) = taken.take_if(|s| s.checkpoint_id == barrier.id) {
+                        if let Some(log) = log
+                            && let Some(input) = in_flight.snapshot(&log)?
+                        {
+                            snapshot.operators.push(input);
+                        }
+                        ctx.submit(snapshot, alignment)?;
+                        last_barrier = barrier.id;
+                    }
+                }
+                GateEvent::Abandon(id) => {
+                    if let Some(snapshot) = taken.take_if(|s| s.checkpoint_id == id) {
+                        ctx.discard(snapshot);
+                    }
                 }
                 GateEvent::End => break,
                 GateEvent::Timeout => {}
@@ -319,6 +396,7 @@ impl<T: Send> TaskDriver for InputTask<T> {
                 id: FINAL_SNAPSHOT,
                 timestamp: 0,
                 terminate: false,
+                unaligned: false,
             };
             let mut snapshot = TaskSnapshot::new(FINAL_SNAPSHOT);
             chain.barrier(barrier, &mut snapshot)?;
@@ -364,7 +442,26 @@ mod tests {
                 GateEvent::Watermark(w) => out.push(format!("wm:{w}")),
                 GateEvent::Idle(i) => out.push(format!("idle:{i}")),
                 GateEvent::LatencyMarker(_) => out.push("latency".into()),
-                GateEvent::Barrier(b, _) => out.push(format!("barrier:{}", b.id)),
+                GateEvent::Snapshot(b) => out.push(format!("barrier:{}", b.id)),
+                GateEvent::Complete(a, None) => assert!(!a.barrier.unaligned),
+                GateEvent::Complete(a, Some(log)) => out.push(format!(
+                    "complete:{} in flight {:?}",
+                    a.barrier.id,
+                    log.channels
+                        .iter()
+                        .map(|elements| elements
+                            .iter()
+                            .map(|e| match e {
+                                StreamElement::Records(b) => {
+                                    format!("{:?}", b.iter().map(|r| r.value).collect::<Vec<_>>())
+                                }
+                                StreamElement::Watermark(w) => format!("wm:{w}"),
+                                other => format!("{other:?}"),
+                            })
+                            .collect::<Vec<_>>())
+                        .collect::<Vec<_>>()
+                )),
+                GateEvent::Abandon(id) => out.push(format!("abandon:{id}")),
                 GateEvent::EndOfInput(i) => out.push(format!("end-input:{i}")),
             }
         }
@@ -425,6 +522,7 @@ mod tests {
             id: 1,
             timestamp: 0,
             terminate: true,
+            unaligned: false,
         };
         send(&tx[0], StreamElement::Watermark(5));
         send(&tx[1], StreamElement::Watermark(20));
@@ -445,6 +543,7 @@ mod tests {
             id: 1,
             timestamp: 0,
             terminate: false,
+            unaligned: false,
         };
         send(&tx[0], StreamElement::Barrier(barrier));
         send(&tx[0], StreamElement::Records(vec![Record::untimed(2)])); // after the barrier: held back
@@ -473,6 +572,7 @@ mod tests {
             id: 3,
             timestamp: 0,
             terminate: false,
+            unaligned: false,
         };
         send(&tx[2], StreamElement::Barrier(barrier));
         send(&tx[2], StreamElement::Records(vec![Record::untimed(9)])); // held back
@@ -487,6 +587,77 @@ mod tests {
         send(&tx[0], StreamElement::EndOfInput);
         send(&tx[1], StreamElement::EndOfInput);
         assert_eq!(events(&mut gate), vec!["end-input:0", "end"]);
+    }
+
+    fn unaligned(id: u64) -> StreamElement<u32> {
+        StreamElement::Barrier(CheckpointBarrier {
+            id,
+            timestamp: 0,
+            terminate: false,
+            unaligned: true,
+        })
+    }
+
+    #[test]
+    fn an_unaligned_barrier_snapshots_at_once_and_records_the_other_channels_until_theirs() {
+        let (tx, mut gate) = gate(3);
+        send(&tx[1], StreamElement::Records(vec![Record::untimed(1)]));
+        assert_eq!(events(&mut gate), vec!["[1]"]);
+        send(&tx[0], unaligned(1));
+        send(&tx[0], StreamElement::Records(vec![Record::untimed(2)])); // after its barrier
+        assert_eq!(
+            events(&mut gate),
+            vec!["barrier:1", "[2]"],
+            "nothing held back"
+        );
+        // Channels 1 and 2 have not delivered the barrier: what they deliver is processed
+        // and recorded; channel 0's records are not (they are after its barrier).
+        send(&tx[1], StreamElement::Records(vec![Record::untimed(3)]));
+        send(&tx[1], StreamElement::Watermark(7));
+        send(&tx[1], unaligned(1));
+        send(&tx[1], StreamElement::Records(vec![Record::untimed(4)]));
+        send(&tx[0], StreamElement::Records(vec![Record::untimed(5)]));
+        assert_eq!(events(&mut gate), vec!["[3]", "[5]", "[4]"]);
+        send(&tx[2], StreamElement::Records(vec![Record::untimed(6)]));
+        send(&tx[2], StreamElement::EndOfInput);
+        assert_eq!(
+            events(&mut gate),
+            vec![
+                r#"[6]"#,
+                r#"complete:1 in flight [[], ["[3]", "wm:7"], ["[6]"]]"#
+            ]
+        );
+    }
+
+    #[test]
+    fn a_newer_unaligned_barrier_abandons_the_snapshot_and_starts_recording_again() {
+        let (tx, mut gate) = gate(2);
+        send(&tx[0], unaligned(1));
+        send(&tx[1], StreamElement::Records(vec![Record::untimed(1)]));
+        send(&tx[1], unaligned(2));
+        assert_eq!(
+            events(&mut gate),
+            vec!["barrier:1", "[1]", "abandon:1", "barrier:2"]
+        );
+        send(&tx[0], StreamElement::Records(vec![Record::untimed(2)]));
+        send(&tx[0], unaligned(2));
+        assert_eq!(
+            events(&mut gate),
+            vec!["[2]", r#"complete:2 in flight [["[2]"], []]"#]
+        );
+    }
+
+    #[test]
+    fn the_restored_in_flight_input_comes_before_the_channel() {
+        let (tx, mut gate) = gate(2);
+        let mut log = InFlightLog::new(2);
+        log.record(1, &StreamElement::Records(vec![Record::untimed(10)]));
+        log.record(1, &StreamElement::Watermark(5));
+        gate.replay_first(log);
+        send(&tx[1], StreamElement::Records(vec![Record::untimed(11)]));
+        send(&tx[0], StreamElement::Watermark(8));
+        send(&tx[1], StreamElement::Watermark(9));
+        assert_eq!(events(&mut gate), vec!["[10]", "wm:5", "[11]", "wm:8"]);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 mod alignment;
 mod chain;
+mod in_flight;
 mod input;
 mod job;
 mod task;
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 
 pub(crate) use crate::control::JobControl;
 pub(crate) use chain::{ChainLink, Discard, Fanout, IntoInput};
+pub(crate) use in_flight::InFlightSetup;
 pub(crate) use input::InputTask;
 pub use job::{JobHandle, JobMonitor, JobOverview, JobResult, JobStatus};
 pub(crate) use job::{TaskSpec, start};
@@ -115,8 +117,28 @@ impl TaskContext {
         })
     }
 
-    /// Hands a snapshot to the uploader, with a checkpoint of the task's store (the synchronous
-    /// part: the store flushes its memory and links its files; uploading happens elsewhere).
+    /// Adds a checkpoint of the task's store to `snapshot` (the synchronous part: the store
+    /// flushes its memory and links its files; uploading happens elsewhere). Taken with the
+    /// operators' snapshots: an unaligned snapshot is submitted later, after its in-flight input.
+    pub(crate) fn snapshot_store(&self, snapshot: &mut TaskSnapshot) -> crate::Result<()> {
+        let (Some(_), Some(store), None) = (&self.checkpoints, &self.store, &snapshot.store) else {
+            return Ok(());
+        };
+        let dir = store
+            .local_dir
+            .join(format!("chk-{}", snapshot.checkpoint_id));
+        let files = store.store.checkpoint(&dir)?;
+        snapshot.store = Some(crate::checkpoint::StoreSnapshot {
+            store_id: store.id.clone(),
+            key_groups: store.key_groups,
+            dir,
+            files,
+        });
+        Ok(())
+    }
+
+    /// Hands a snapshot to the uploader, with a checkpoint of the task's store if it has none
+    /// yet.
     pub(crate) fn submit(
         &self,
         mut snapshot: TaskSnapshot,
@@ -125,20 +147,17 @@ impl TaskContext {
         let Some(hub) = &self.checkpoints else {
             return Ok(());
         };
-        if let Some(store) = &self.store {
-            let dir = store
-                .local_dir
-                .join(format!("chk-{}", snapshot.checkpoint_id));
-            let files = store.store.checkpoint(&dir)?;
-            snapshot.store = Some(crate::checkpoint::StoreSnapshot {
-                store_id: store.id.clone(),
-                key_groups: store.key_groups,
-                dir,
-                files,
-            });
-        }
+        self.snapshot_store(&mut snapshot)?;
         hub.submit(self.task_index, snapshot, alignment);
         Ok(())
+    }
+
+    /// Drops a snapshot that will not be submitted (its checkpoint was abandoned), with the
+    /// local checkpoint of its store.
+    pub(crate) fn discard(&self, snapshot: TaskSnapshot) {
+        if let Some(store) = snapshot.store {
+            let _ = std::fs::remove_dir_all(&store.dir);
+        }
     }
 
     /// Whether the job takes checkpoints: a task that finishes then takes a final snapshot.

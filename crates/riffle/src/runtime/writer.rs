@@ -1,15 +1,25 @@
 //! The network output of a chain: partitions records over the channels of the next task,
 //! collects them into batches, and sends a batch when it is full or when the buffer timeout ticks.
 //! Control events are broadcast to every channel after the pending batches, so they stay in order.
+//!
+//! The barrier of an **unaligned** checkpoint is the exception: it overtakes what is queued.
+//! Channels are multi-consumer, so a writer of a job with unaligned checkpoints keeps a receiver
+//! of each of its channels; at the barrier it takes back what the consumer has not read yet,
+//! sends the barrier, and keeps what it took back (with its partial batches) as *overflow*: it is
+//! sent on that channel before anything else, and it is the writer's in-flight output in the
+//! snapshot ([`in_flight`](super::in_flight)). After a restore the overflow starts as the
+//! in-flight output of the checkpoint.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::checkpoint::TaskSnapshot;
 use crate::error::Result;
 use crate::keys::{KeyGroup, subtask_for_key_group};
-use crate::record::{CheckpointBarrier, LatencyMarker, Record, StreamElement, Timestamp};
+use crate::record::{CheckpointBarrier, Data, LatencyMarker, Record, StreamElement, Timestamp};
+use crate::runtime::in_flight::{InFlightLog, InFlightSetup};
 use crate::runtime::{Output, TaskContext};
 
 /// Computes the key group of a record (the key selector followed by the stable key hash).
@@ -42,6 +52,14 @@ enum Partitioner<T> {
 /// Writes a stream to the channels of its consumer task.
 pub(crate) struct RecordWriter<T> {
     channels: Vec<Sender<StreamElement<T>>>,
+    /// What goes on each channel before anything else: taken back at an unaligned barrier, or
+    /// restored from a checkpoint's in-flight output.
+    overflow: Vec<VecDeque<StreamElement<T>>>,
+    /// Receivers of the channels, to take back what is queued at an unaligned barrier (empty
+    /// unless the job takes unaligned checkpoints).
+    take_back: Vec<Receiver<StreamElement<T>>>,
+    /// Where the in-flight output goes in a snapshot.
+    in_flight: Option<InFlightSetup>,
     buffers: Vec<Vec<Record<T>>>,
     partitioner: Partitioner<T>,
     batch_size: usize,
@@ -52,7 +70,20 @@ pub(crate) struct RecordWriter<T> {
     ended: bool,
 }
 
-impl<T: Clone + Send> RecordWriter<T> {
+/// Sends `element` on `tx` after what `overflow` holds for that channel.
+fn send_on<T>(
+    ctx: &TaskContext,
+    tx: &Sender<StreamElement<T>>,
+    overflow: &mut VecDeque<StreamElement<T>>,
+    element: StreamElement<T>,
+) -> Result<()> {
+    while let Some(first) = overflow.pop_front() {
+        ctx.send(tx, first)?;
+    }
+    ctx.send(tx, element)
+}
+
+impl<T: Data> RecordWriter<T> {
     /// A writer over `channels`, one per consumer subtask it may send to (a forward edge gives one).
     pub(crate) fn new(
         channels: Vec<Sender<StreamElement<T>>>,
@@ -75,6 +106,9 @@ impl<T: Clone + Send> RecordWriter<T> {
         };
         RecordWriter {
             buffers: (0..n).map(|_| Vec::with_capacity(batch_size)).collect(),
+            overflow: (0..n).map(|_| VecDeque::new()).collect(),
+            take_back: Vec::new(),
+            in_flight: None,
             channels,
             partitioner,
             batch_size,
@@ -84,17 +118,48 @@ impl<T: Clone + Send> RecordWriter<T> {
         }
     }
 
+    /// This writer's in-flight output goes into snapshots as `setup` says; `receivers` (of
+    /// the same channels) let it take back what is queued at an unaligned barrier. The
+    /// in-flight output restored, if any, is sent before anything else.
+    pub(crate) fn with_in_flight(
+        mut self,
+        setup: InFlightSetup,
+        receivers: Vec<Receiver<StreamElement<T>>>,
+    ) -> Result<Self> {
+        if let Some(log) = setup.restored_log::<T>(self.channels.len())? {
+            for (overflow, elements) in self.overflow.iter_mut().zip(log.channels) {
+                overflow.extend(elements);
+            }
+        }
+        if setup.unaligned {
+            self.take_back = receivers;
+        }
+        self.in_flight = Some(setup);
+        Ok(self)
+    }
+
+    fn send(&mut self, channel: usize, element: StreamElement<T>) -> Result<()> {
+        send_on(
+            &self.ctx,
+            &self.channels[channel],
+            &mut self.overflow[channel],
+            element,
+        )
+    }
+
     fn send_buffer(&mut self, channel: usize) -> Result<()> {
         let full = std::mem::replace(
             &mut self.buffers[channel],
             Vec::with_capacity(self.batch_size),
         );
-        self.ctx
-            .send(&self.channels[channel], StreamElement::Records(full))
+        self.send(channel, StreamElement::Records(full))
     }
 
     fn flush_all(&mut self) -> Result<()> {
         for channel in 0..self.channels.len() {
+            while let Some(first) = self.overflow[channel].pop_front() {
+                self.ctx.send(&self.channels[channel], first)?;
+            }
             if !self.buffers[channel].is_empty() {
                 self.send_buffer(channel)?;
             }
@@ -109,17 +174,51 @@ impl<T: Clone + Send> RecordWriter<T> {
         }
         Ok(())
     }
+
+    /// The barrier of an unaligned checkpoint: ahead of everything queued on each channel;
+    /// what it overtook is the in-flight output of `snapshot`.
+    fn overtake(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot) -> Result<()> {
+        let mut log = InFlightLog::new(self.channels.len());
+        for channel in 0..self.channels.len() {
+            let queued = &mut log.channels[channel];
+            // Only this writer sends on the channel: once taken back, it has room for the barrier.
+            while let Ok(element) = self.take_back[channel].try_recv() {
+                match element {
+                    // An older barrier still queued: its checkpoint was abandoned.
+                    StreamElement::Barrier(_) => {}
+                    element => queued.push(element),
+                }
+            }
+            queued.extend(self.overflow[channel].drain(..));
+            if !self.buffers[channel].is_empty() {
+                let partial = std::mem::replace(
+                    &mut self.buffers[channel],
+                    Vec::with_capacity(self.batch_size),
+                );
+                queued.push(StreamElement::Records(partial));
+            }
+            self.ctx
+                .send(&self.channels[channel], StreamElement::Barrier(barrier))?;
+        }
+        if let Some(setup) = &self.in_flight
+            && let Some(in_flight) = setup.snapshot(&log)?
+        {
+            snapshot.operators.push(in_flight);
+        }
+        for (overflow, queued) in self.overflow.iter_mut().zip(log.channels) {
+            overflow.extend(queued);
+        }
+        Ok(())
+    }
 }
 
-impl<T: Clone + Send> Output<T> for RecordWriter<T> {
+impl<T: Data> Output<T> for RecordWriter<T> {
     fn records(&mut self, batch: &mut Vec<Record<T>>) -> Result<()> {
         match &mut self.partitioner {
             Partitioner::Single => {
                 if self.buffers[0].is_empty() && batch.len() >= self.batch_size {
                     let full = std::mem::replace(batch, Vec::with_capacity(self.batch_size));
-                    return self
-                        .ctx
-                        .send(&self.channels[0], StreamElement::Records(full));
+                    return self.send(0, StreamElement::Records(full));
                 }
                 self.buffers[0].append(batch);
                 if self.buffers[0].len() >= self.batch_size {
@@ -136,8 +235,12 @@ impl<T: Clone + Send> Output<T> for RecordWriter<T> {
                             &mut self.buffers[channel],
                             Vec::with_capacity(self.batch_size),
                         );
-                        self.ctx
-                            .send(&self.channels[channel], StreamElement::Records(full))?;
+                        send_on(
+                            &self.ctx,
+                            &self.channels[channel],
+                            &mut self.overflow[channel],
+                            StreamElement::Records(full),
+                        )?;
                     }
                     channel = if channel + 1 == n { 0 } else { channel + 1 };
                 }
@@ -155,8 +258,12 @@ impl<T: Clone + Send> Output<T> for RecordWriter<T> {
                     buffer.push(record);
                     if buffer.len() >= self.batch_size {
                         let full = std::mem::replace(buffer, Vec::with_capacity(self.batch_size));
-                        self.ctx
-                            .send(&self.channels[channel], StreamElement::Records(full))?;
+                        send_on(
+                            &self.ctx,
+                            &self.channels[channel],
+                            &mut self.overflow[channel],
+                            StreamElement::Records(full),
+                        )?;
                     }
                 }
             }
@@ -181,9 +288,12 @@ impl<T: Clone + Send> Output<T> for RecordWriter<T> {
         self.broadcast_control(|| StreamElement::Idle(idle))
     }
 
-    fn barrier(&mut self, barrier: CheckpointBarrier, _snapshot: &mut TaskSnapshot) -> Result<()> {
+    fn barrier(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot) -> Result<()> {
         if self.ended {
             return Ok(());
+        }
+        if barrier.unaligned && !self.take_back.is_empty() {
+            return self.overtake(barrier, snapshot);
         }
         self.broadcast_control(|| StreamElement::Barrier(barrier))
     }
@@ -195,10 +305,7 @@ impl<T: Clone + Send> Output<T> for RecordWriter<T> {
         if !self.buffers[channel].is_empty() {
             self.send_buffer(channel)?;
         }
-        self.ctx.send(
-            &self.channels[channel],
-            StreamElement::LatencyMarker(marker),
-        )
+        self.send(channel, StreamElement::LatencyMarker(marker))
     }
 
     fn tick(&mut self) -> Result<()> {
@@ -329,6 +436,106 @@ mod tests {
         write(&mut writer, 5..6);
         writer.tick().unwrap();
         assert_eq!(drain(&rx[0]).0, vec![5]);
+    }
+
+    fn unaligned(id: u64) -> CheckpointBarrier {
+        CheckpointBarrier {
+            id,
+            timestamp: 0,
+            terminate: false,
+            unaligned: true,
+        }
+    }
+
+    /// A writer over two channels that can take back what is queued, and the channels' receivers.
+    fn overtaking(batch_size: usize) -> (RecordWriter<u64>, Vec<Receiver<StreamElement<u64>>>) {
+        let (tx, rx) = channels(2);
+        let writer = RecordWriter::new(tx, ShipStrategy::Rebalance, 128, batch_size, ctx())
+            .with_in_flight(InFlightSetup::detached(true), rx.clone())
+            .unwrap();
+        (writer, rx)
+    }
+
+    #[test]
+    fn an_unaligned_barrier_overtakes_what_is_queued_which_is_the_in_flight_output() {
+        let (mut writer, rx) = overtaking(2);
+        write(&mut writer, 0..5); // [0, 2] and [1, 3] sent, [4] pending
+        writer.watermark(9).unwrap();
+        let mut snapshot = TaskSnapshot::new(1);
+        writer.barrier(unaligned(1), &mut snapshot).unwrap();
+        // The barrier is first on each channel, before what was queued.
+        for rx in &rx {
+            assert!(matches!(rx.try_recv(), Ok(StreamElement::Barrier(b)) if b.id == 1));
+            assert!(rx.is_empty());
+        }
+        let [in_flight] = snapshot.operators.as_slice() else {
+            panic!("{snapshot:?}")
+        };
+        let (_, bytes) = in_flight.writer.operator.clone().unwrap();
+        let log = InFlightLog::<u64>::decode(&bytes).unwrap();
+        assert_eq!(log.records(), 5);
+        // What was taken back goes out after the barrier, in order, before anything new.
+        write(&mut writer, [5]);
+        writer.tick().unwrap();
+        assert_eq!(
+            drain(&rx[0]),
+            (vec![0, 2, 4], vec!["wm:9".to_string()]),
+            "records 0, 2, watermark 9, the partial batch [4]"
+        );
+        assert_eq!(drain(&rx[1]), (vec![1, 3, 5], vec!["wm:9".to_string()]));
+    }
+
+    #[test]
+    fn an_aligned_barrier_or_one_with_nothing_queued_leaves_no_in_flight_output() {
+        let (mut writer, rx) = overtaking(10);
+        let mut snapshot = TaskSnapshot::new(1);
+        writer.barrier(unaligned(1), &mut snapshot).unwrap();
+        assert!(snapshot.operators.is_empty());
+        write(&mut writer, 0..2);
+        writer
+            .barrier(
+                CheckpointBarrier {
+                    unaligned: false,
+                    ..unaligned(2)
+                },
+                &mut snapshot,
+            )
+            .unwrap();
+        assert!(snapshot.operators.is_empty());
+        let (values, control) = drain(&rx[0]);
+        assert_eq!(values, vec![0]);
+        assert_eq!(control.len(), 2, "{control:?}");
+        assert!(
+            control[1].contains("id: 2"),
+            "the aligned barrier after the records"
+        );
+    }
+
+    #[test]
+    fn the_restored_in_flight_output_goes_first() {
+        let mut log = InFlightLog::<u64>::new(1);
+        log.record(0, &StreamElement::Records(vec![Record::untimed(7)]));
+        log.record(0, &StreamElement::Watermark(3));
+        let setup = InFlightSetup {
+            restored: Some(log.encode().unwrap()),
+            ..InFlightSetup::detached(false)
+        };
+        let (tx, rx) = channels(1);
+        let mut writer = RecordWriter::new(tx, ShipStrategy::Forward, 128, 1, ctx())
+            .with_in_flight(setup.clone(), rx.clone())
+            .unwrap();
+        write(&mut writer, [8]);
+        assert_eq!(drain(&rx[0]), (vec![7, 8], vec!["wm:3".to_string()]));
+        let (tx, _) = channels(2);
+        let err = RecordWriter::<u64>::new(tx, ShipStrategy::Rebalance, 128, 1, ctx())
+            .with_in_flight(setup, Vec::new())
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .contains("unaligned checkpoint restores only"),
+            "{err}"
+        );
     }
 
     #[test]

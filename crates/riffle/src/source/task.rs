@@ -521,6 +521,7 @@ impl<T: Data> TaskDriver for SourceTask<T> {
                 id: crate::checkpoint::FINAL_SNAPSHOT,
                 timestamp: 0,
                 terminate: false,
+                unaligned: false,
             })
             .map_err(|e| e.in_operator(&self.name, self.subtask))?;
         }

@@ -11,6 +11,7 @@ mod recovery;
 mod s3;
 mod savepoints;
 mod two_inputs;
+mod unaligned;
 
 use std::path::Path;
 use std::time::Duration;
