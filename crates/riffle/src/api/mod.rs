@@ -5,8 +5,10 @@
 
 mod connected;
 mod count_windowed;
+mod dedup;
 mod env;
 mod keyed;
+mod regular_join;
 mod stream;
 mod windowed;
 
@@ -14,6 +16,7 @@ pub use connected::{ConnectedStreams, KeyedConnectedStreams};
 pub use count_windowed::CountWindowedStream;
 pub use env::StreamEnv;
 pub use keyed::{KeyFn, KeyedStream};
+pub use regular_join::RegularJoinBuilder;
 pub use stream::{DataStream, DataStreamSink};
 pub use windowed::WindowedStream;
 

@@ -2,3 +2,5 @@
 //! them, checked against results computed independently in the tests.
 
 mod connect;
+mod dedup;
+mod regular_join;
