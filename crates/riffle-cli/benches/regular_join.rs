@@ -64,8 +64,9 @@ fn config(backend: Arc<dyn StateBackend>, local: &std::path::Path) -> EnvConfig 
     }
 }
 
-/// `n` orders and the shipments of the even ones (a left join pads the odd ones; for half of
-/// the even ones the shipment comes before the order, for the other half after it).
+/// `n` orders and the shipments of the even ones, in reverse order: a left join pads the odd
+/// orders for good, and the orders whose shipment comes after them (about the first third,
+/// depending on how fast each source runs) until it comes.
 fn orders_and_shipments(n: u64) -> (Vec<Order>, Vec<Shipment>) {
     // A permutation of 0..n (999 983 is a prime that does not divide n).
     let shuffle = |i: u64| i * 999_983 % n;
@@ -73,6 +74,7 @@ fn orders_and_shipments(n: u64) -> (Vec<Order>, Vec<Shipment>) {
         .map(|i| (shuffle(i), i % 10_000, (i % 1_000) as u32))
         .collect();
     let shipments = (0..n)
+        .rev()
         .filter(|i| i % 2 == 0)
         .map(|i| (shuffle(i), (i % 7) as u32))
         .collect();
