@@ -18,11 +18,13 @@ use crate::operators::{KeyedContext, KeyedProcessFunction};
 use crate::record::Data;
 use crate::state::{StateTtl, ValueStateDescriptor};
 
-fn descriptor<V>(name: &'static str, ttl: Option<Duration>) -> ValueStateDescriptor<V> {
+/// A value state named `name` whose entries expire `ttl` after their last write (never if zero).
+fn descriptor<V>(name: &'static str, ttl: Duration) -> ValueStateDescriptor<V> {
     let descriptor = ValueStateDescriptor::new(name);
-    match ttl.filter(|ttl| !ttl.is_zero()) {
-        Some(ttl) => descriptor.with_ttl(StateTtl::after_write(ttl)),
-        None => descriptor,
+    if ttl.is_zero() {
+        descriptor
+    } else {
+        descriptor.with_ttl(StateTtl::after_write(ttl))
     }
 }
 
@@ -45,13 +47,13 @@ fn descriptor<V>(name: &'static str, ttl: Option<Duration>) -> ValueStateDescrip
 /// ```
 #[derive(Clone, Debug)]
 pub struct KeepFirst {
-    ttl: Option<Duration>,
+    ttl: Duration,
 }
 
 impl KeepFirst {
     /// Keeps each key for `ttl` after its first record (zero: forever).
     pub fn new(ttl: Duration) -> Self {
-        KeepFirst { ttl: Some(ttl) }
+        KeepFirst { ttl }
     }
 }
 
@@ -89,13 +91,13 @@ impl<K: Data + std::hash::Hash + Eq, T: Data> KeyedProcessFunction<K, T, T> for 
 /// ```
 #[derive(Clone, Debug)]
 pub struct KeepLast {
-    ttl: Option<Duration>,
+    ttl: Duration,
 }
 
 impl KeepLast {
     /// Keeps each key for `ttl` after its latest record (zero: forever).
     pub fn new(ttl: Duration) -> Self {
-        KeepLast { ttl: Some(ttl) }
+        KeepLast { ttl }
     }
 }
 

@@ -348,3 +348,17 @@ fn batch_join_of_the_test_is_itself_right() {
     assert_eq!(batch_join(JoinType::Left, &lefts, &rights).len(), 3);
     assert_eq!(batch_join(JoinType::Right, &lefts, &rights).len(), 3);
 }
+
+#[test]
+fn a_retract_sink_fails_the_job_on_a_retraction_of_a_row_it_does_not_hold() {
+    let env = StreamEnv::with_config(EnvConfig::deterministic());
+    let (sink, table) = RetractSink::new();
+    env.from_iter(vec![Change::insert(1u32), Change::delete(2)])
+        .sink(sink);
+    let err = env.execute().unwrap_err().to_string();
+    assert!(
+        err.contains("changelog retracts 2 with -D, which the table does not hold"),
+        "{err}"
+    );
+    assert_eq!(table.rows(), vec![1], "the insert before it was applied");
+}
