@@ -2,6 +2,12 @@
 //! remembered for 10 minutes of event time, then forgotten by a timer, so state stays bounded
 //! whatever the number of ids (the seed's "keyBy a unique id" made safe).
 //!
+//! The built-in operators, `key_by(id).deduplicate(ttl)` (keep the first) and
+//! `deduplicate_keep_last(ttl)` (a changelog of the latest), remember ids for a time-to-live of
+//! *processing* time, as Flink SQL's deduplication does (`deduplicate_built_in` below); this
+//! example's keyed process function shows the *event-time* variant, for when duplicates are
+//! known to come within a span of event time and replays of old input must give the same answer.
+//!
 //! ```sh
 //! cargo run -p riffle --example deduplication
 //! ```
@@ -62,6 +68,19 @@ fn deduplicate(events: Vec<Event>) -> riffle::Result<(Vec<Event>, u64)> {
     Ok((output.values(), remembered))
 }
 
+/// The same with the built-in operator: ids remembered for 10 minutes of processing time (the
+/// whole run here), so the late repeat of `a` is dropped too.
+fn deduplicate_built_in(events: Vec<Event>) -> riffle::Result<Vec<Event>> {
+    let env = StreamEnv::with_config(EnvConfig::deterministic());
+    let (sink, output) = CollectSink::new();
+    env.from_iter(events)
+        .key_by(|event| event.0.clone())
+        .deduplicate(Duration::from_secs(600))
+        .sink(sink);
+    env.execute()?;
+    Ok(output.values())
+}
+
 fn input() -> Vec<Event> {
     let event = |id: &str, payload, minute: i64| (id.to_string(), payload, minute * 60_000);
     vec![
@@ -79,6 +98,10 @@ fn main() -> riffle::Result<()> {
     for event in events {
         println!("{event:?}");
     }
+    println!("built-in, processing-time TTL:");
+    for event in deduplicate_built_in(input())? {
+        println!("{event:?}");
+    }
     Ok(())
 }
 
@@ -90,5 +113,12 @@ mod tests {
         let ids: Vec<(&str, u32)> = events.iter().map(|e| (e.0.as_str(), e.1)).collect();
         assert_eq!(ids, vec![("a", 1), ("b", 2), ("c", 3), ("a", 4)]);
         assert_eq!(remembered, 0, "every id was forgotten by its timer");
+    }
+
+    #[test]
+    fn the_built_in_operator_remembers_ids_for_its_processing_time_ttl() {
+        let events = super::deduplicate_built_in(super::input()).unwrap();
+        let ids: Vec<(&str, u32)> = events.iter().map(|e| (e.0.as_str(), e.1)).collect();
+        assert_eq!(ids, vec![("a", 1), ("b", 2), ("c", 3)]);
     }
 }

@@ -36,6 +36,7 @@
 
 pub mod aggregate;
 pub mod api;
+pub mod change;
 pub mod checkpoint;
 pub mod config;
 mod control;
@@ -56,6 +57,7 @@ mod util;
 pub mod window;
 
 pub use api::{DataStream, DataStreamSink, KeyedStream, StreamEnv, WindowedStream};
+pub use change::{Change, RowKind};
 pub use config::EnvConfig;
 pub use error::{BoxError, ConnectorErrorKind, Error, Result};
 pub use graph::{JobPlan, PlanEdge, PlanVertex};

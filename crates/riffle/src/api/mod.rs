@@ -8,8 +8,10 @@ mod broadcast;
 mod connected;
 mod count_windowed;
 mod declared;
+mod dedup;
 mod env;
 mod keyed;
+mod regular_join;
 mod stream;
 mod windowed;
 
@@ -19,6 +21,7 @@ pub use connected::{ConnectedStreams, KeyedConnectedStreams};
 pub use count_windowed::CountWindowedStream;
 pub use env::StreamEnv;
 pub use keyed::KeyedStream;
+pub use regular_join::RegularJoinBuilder;
 pub use stream::{DataStream, DataStreamSink};
 pub use windowed::WindowedStream;
 

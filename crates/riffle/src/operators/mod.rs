@@ -12,8 +12,10 @@ mod basic;
 mod broadcast;
 mod co_process;
 mod decode;
+mod dedup;
 mod keyed;
 mod process;
+mod regular_join;
 mod rolling;
 
 use std::any::Any;
@@ -31,8 +33,10 @@ pub use broadcast::{
 pub(crate) use co_process::KeyedCo;
 pub use co_process::{CoMap, CoProcess, CoProcessFn, CoProcessFunction, KeyedCoProcessFunction};
 pub use decode::ParseJson;
+pub use dedup::{KeepFirst, KeepLast};
 pub use keyed::{KeyedContext, KeyedProcess, KeyedProcessFunction, ProcessWithTimers};
 pub use process::{Process, ProcessContext};
+pub use regular_join::{JoinType, RegularJoinFunction};
 pub use rolling::Rolling;
 pub(crate) use rolling::{RollingAggregate, RollingCombine};
 

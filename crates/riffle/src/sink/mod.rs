@@ -4,6 +4,9 @@
 //! ([`FileSink`]), standard output ([`StdoutSink`]), a blackhole for benchmarks
 //! ([`BlackholeSink`]), an in-memory collector for tests ([`CollectSink`]), and a throttle that
 //! makes any sink slow ([`ThrottledSink`], the seed's back-pressure scenario).
+//! Changelog streams ([`Change`](crate::change::Change)) go to any sink as appends (a JSON line
+//! with an `op` field), or are applied into a table by [`UpsertSink`] (by key) and
+//! [`RetractSink`] (as a multiset).
 //!
 //! These sinks give at-least-once delivery: what they wrote before a failure stays written, and
 //! what the job replays after a restore is written again. [`ExactlyOnceFileSink`] commits in
@@ -15,6 +18,7 @@ mod file;
 mod function;
 mod operator;
 mod simple;
+mod upsert;
 
 pub use collect::{CollectSink, Collected};
 pub use exactly_once::ExactlyOnceFileSink;
@@ -22,6 +26,7 @@ pub use file::FileSink;
 pub use function::FnSink;
 pub use operator::SinkOperator;
 pub use simple::{BlackholeSink, StdoutSink, ThrottledSink};
+pub use upsert::{Materialized, RetractSink, UpsertSink};
 
 use crate::error::Result;
 use crate::operators::OperatorContext;

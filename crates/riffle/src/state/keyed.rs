@@ -39,7 +39,7 @@ struct Slot<K> {
     type_name: &'static str,
     table: Box<dyn Any + Send>,
     ttl: Option<StateTtl>,
-    expire: fn(&mut (dyn Any + Send), Timestamp, i64) -> Result<usize>,
+    expire: fn(&mut (dyn Any + Send), Timestamp, i64, KeyGroupRange) -> Result<usize>,
     entries: fn(&(dyn Any + Send)) -> (usize, usize),
     snapshot: SnapshotGroup,
     restore: fn(&mut (dyn Any + Send), KeyGroup, &[u8]) -> Result<()>,
@@ -63,15 +63,17 @@ fn remove_key<K: Data + Hash + Eq, X: Data>(
 /// Writes one key group of a type-erased state table (`None`: nothing in it).
 type SnapshotGroup = fn(&(dyn Any + Send), KeyGroup) -> Result<Option<Vec<u8>>>;
 
+/// Removes the entries of `groups` that expired (`ttl` ms after their last update).
 fn expire<K: Data + Hash + Eq, X: Data>(
     table: &mut (dyn Any + Send),
     now: Timestamp,
     ttl: i64,
+    groups: KeyGroupRange,
 ) -> Result<usize> {
     let table = table
         .downcast_mut::<StoredTable<K, X>>()
         .expect("slot type");
-    table.retain(|_, _, v| now - v.touched < ttl)
+    table.remove_where(groups, |_, _, v| now - v.touched >= ttl)
 }
 
 fn entries<K: Data + Hash + Eq, X: Data>(table: &(dyn Any + Send)) -> (usize, usize) {
@@ -134,11 +136,17 @@ pub struct KeyedState<K> {
     range: KeyGroupRange,
     clock: Arc<dyn Clock>,
     last_sweep: Timestamp,
+    /// The first key group of the next sweep of store-backed state.
+    sweep_next: KeyGroup,
     _key: std::marker::PhantomData<fn(K)>,
 }
 
 /// How often expired entries are swept at most.
 const SWEEP_INTERVAL_MS: i64 = 1_000;
+
+/// A sweep of state in a store covers this share of the key groups, the next sweep the next
+/// share: a full pass takes `SWEEP_SLICES` sweeps, and no sweep reads the whole state.
+const SWEEP_SLICES: usize = 8;
 
 impl<K: Data + Hash + Eq> KeyedState<K> {
     /// Empty state on the heap for the key groups of `range`.
@@ -152,6 +160,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
             range,
             clock,
             last_sweep: now,
+            sweep_next: range.start,
             _key: std::marker::PhantomData,
         }
     }
@@ -301,18 +310,36 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         }
     }
 
-    /// Removes expired entries (at most once a second); returns how many.
+    /// Removes expired entries (at most once a second); returns how many. On the heap every
+    /// entry is looked at; in a store (RocksDB) one slice of the key groups per sweep (an
+    /// eighth: a full pass takes 8 sweeps), so a sweep never reads or rewrites the whole
+    /// state. Expired entries read as absent until they are swept either way.
     pub fn sweep_expired(&mut self) -> usize {
         let now = self.clock.now();
         if now - self.last_sweep < SWEEP_INTERVAL_MS {
             return 0;
         }
         self.last_sweep = now;
+        let groups = if self.store.is_some() {
+            let len = (self.range.end - self.range.start) as usize + 1;
+            let slice = len.div_ceil(SWEEP_SLICES) as KeyGroup;
+            let start = self.sweep_next.clamp(self.range.start, self.range.end);
+            let end = start.saturating_add(slice - 1).min(self.range.end);
+            self.sweep_next = if end >= self.range.end {
+                self.range.start
+            } else {
+                end + 1
+            };
+            KeyGroupRange { start, end }
+        } else {
+            self.range
+        };
         self.slots
             .iter_mut()
             .filter_map(|slot| {
-                slot.ttl
-                    .map(|ttl| (slot.expire)(slot.table.as_mut(), now, ttl.ttl.as_millis() as i64))
+                slot.ttl.map(|ttl| {
+                    (slot.expire)(slot.table.as_mut(), now, ttl.ttl.as_millis() as i64, groups)
+                })
             })
             .map(|removed| removed.unwrap_or(0))
             .sum()
@@ -699,6 +726,88 @@ mod tests {
         clock.advance(Duration::from_secs(11));
         assert_eq!(s.sweep_expired(), 100);
         assert_eq!(s.size().0, 1, "state without TTL stays");
+        Ok(())
+    }
+
+    #[test]
+    fn a_store_is_swept_a_slice_of_key_groups_at_a_time_and_kept_entries_are_not_rewritten()
+    -> Result<()> {
+        use crate::keys::key_group_of;
+        #[derive(Debug, Default)]
+        struct CountingStore {
+            inner: crate::testing::MemoryKvStore,
+            puts: std::sync::atomic::AtomicUsize,
+        }
+        impl KvStore for CountingStore {
+            fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+                self.inner.get(key)
+            }
+            fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+                self.puts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.inner.put(key, value)
+            }
+            fn delete(&self, key: &[u8]) -> Result<()> {
+                self.inner.delete(key)
+            }
+            fn scan(
+                &self,
+                prefixes: &[Vec<u8>],
+                visit: &mut crate::state::VisitWhile<'_>,
+            ) -> Result<()> {
+                self.inner.scan(prefixes, visit)
+            }
+            fn estimate(&self) -> (u64, u64) {
+                self.inner.estimate()
+            }
+            fn checkpoint(&self, dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>> {
+                self.inner.checkpoint(dir)
+            }
+            fn restore_from(&self, dir: &std::path::Path, range: KeyGroupRange) -> Result<()> {
+                self.inner.restore_from(dir, range)
+            }
+        }
+        let range = KeyGroupRange { start: 0, end: 127 };
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let store = Arc::new(CountingStore::default());
+        let mut s = KeyedState::in_store(range, clock.clone(), Some(store.clone()), "op");
+        for key in 0..1_000u64 {
+            s.value(&SESSION, key_group_of(&key, 128), &key).set(key)?;
+        }
+        clock.advance(Duration::from_secs(9));
+        for key in 1_000..1_100u64 {
+            s.value(&SESSION, key_group_of(&key, 128), &key).set(key)?;
+        }
+        // The first 1 000 expired; the last 100 live through the 8 sweeps (until 19 s).
+        clock.advance(Duration::from_secs(2));
+        let puts = store.puts.load(std::sync::atomic::Ordering::Relaxed);
+        let mut swept = Vec::new();
+        for sweep in 0..8 {
+            if sweep > 0 {
+                clock.advance(Duration::from_secs(1));
+            }
+            swept.push(s.sweep_expired());
+        }
+        assert!(
+            swept.iter().all(|&n| n > 50 && n < 250),
+            "each sweep takes one slice: {swept:?}"
+        );
+        assert_eq!(swept.iter().sum::<usize>(), 1_000);
+        assert_eq!(
+            store.puts.load(std::sync::atomic::Ordering::Relaxed),
+            puts,
+            "live entries are not rewritten"
+        );
+        for key in [0u64, 999] {
+            assert_eq!(
+                s.value(&SESSION, key_group_of(&key, 128), &key).get()?,
+                None
+            );
+        }
+        assert_eq!(
+            s.value(&SESSION, key_group_of(&1_050u64, 128), &1_050)
+                .get()?,
+            Some(1_050)
+        );
         Ok(())
     }
 

@@ -327,6 +327,38 @@ where
         }
     }
 
+    /// Removes the entries of key groups `groups` (all of them on the heap) for which `expired`
+    /// is true, without rewriting the others; returns how many went. In a store, only those
+    /// key groups are scanned: a caller sweeping a large state a slice at a time (the TTL
+    /// sweep) reads and writes no more than that slice.
+    pub fn remove_where(
+        &mut self,
+        groups: KeyGroupRange,
+        mut expired: impl FnMut(&N, &K, &V) -> bool,
+    ) -> Result<usize> {
+        match self {
+            StateTable::Heap(table) => Ok(table.retain(|ns, key, value| !expired(ns, key, value))),
+            StateTable::Kv(table) => {
+                let prefixes: Vec<Vec<u8>> = (groups.start.max(table.range.start)
+                    ..=groups.end.min(table.range.end))
+                    .map(|kg| table.state_prefix(kg).to_vec())
+                    .collect();
+                let mut gone = Vec::new();
+                table.store.scan(&prefixes, &mut |stored, bytes| {
+                    let (ns, key): (N, K) = KvTable::<K, N, V>::decode_key(stored)?;
+                    if expired(&ns, &key, &decode(bytes)?) {
+                        gone.push(stored.to_vec());
+                    }
+                    Ok(true)
+                })?;
+                for stored in &gone {
+                    table.store.delete(stored)?;
+                }
+                Ok(gone.len())
+            }
+        }
+    }
+
     /// Entries and bytes (for the store: its estimate, shared by the task's states).
     pub fn size(&self) -> (usize, usize) {
         match self {

@@ -4,3 +4,5 @@
 mod async_io;
 mod broadcast;
 mod connect;
+mod dedup;
+mod regular_join;

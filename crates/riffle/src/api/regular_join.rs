@@ -1,0 +1,108 @@
+//! The regular (unbounded) join of two keyed streams, as Flink SQL's: `a.key_by(f)
+//! .join_regular(&b.key_by(g))`, inner or outer, with a state time-to-live, emitting a
+//! changelog (see [`operators::RegularJoinFunction`](crate::operators::RegularJoinFunction)).
+
+use std::hash::Hash;
+use std::time::Duration;
+
+use crate::api::connected::KeyedConnectedStreams;
+use crate::api::keyed::KeyedStream;
+use crate::api::stream::DataStream;
+use crate::change::Change;
+use crate::operators::{JoinType, KeyedProcess, RegularJoinFunction};
+use crate::record::Data;
+
+impl<K: Data + Hash + Eq, A: Data> KeyedStream<K, A> {
+    /// Joins this stream with `other` on equal keys, without a window: each record joins every
+    /// record of its key of the other stream, earlier or later (Flink SQL's regular join). The
+    /// join is inner unless [`left`](RegularJoinBuilder::left), [`right`](RegularJoinBuilder::right)
+    /// or [`full`](RegularJoinBuilder::full) is chosen; [`apply`](RegularJoinBuilder::apply)
+    /// gives its output, a changelog.
+    ///
+    /// ```
+    /// use riffle::{Change, EnvConfig, StreamEnv, sink::CollectSink};
+    /// use std::time::Duration;
+    ///
+    /// let env = StreamEnv::with_config(EnvConfig::deterministic());
+    /// let (sink, out) = CollectSink::new();
+    /// let users = env.from_iter(vec![(1u64, "ann".to_string()), (2, "bob".to_string())]);
+    /// let orders = env.from_iter(vec![(1u64, 30u32)]);
+    /// users.key_by(|u| u.0)
+    ///     .join_regular(&orders.key_by(|o| o.0))
+    ///     .left()
+    ///     .with_state_ttl(Duration::from_secs(24 * 3600))
+    ///     .apply(|user, order| (user.unwrap().1.clone(), order.map(|o| o.1)))
+    ///     .sink(sink);
+    /// env.execute().unwrap();
+    /// // The final table: bob has no order; ann's padded row, if one was emitted, was retracted.
+    /// let mut table = riffle::change::RetractTable::new();
+    /// table.apply_all(out.values()).unwrap();
+    /// assert_eq!(table.rows(), vec![("ann".to_string(), Some(30)), ("bob".to_string(), None)]);
+    /// ```
+    pub fn join_regular<B: Data>(&self, other: &KeyedStream<K, B>) -> RegularJoinBuilder<K, A, B> {
+        RegularJoinBuilder {
+            streams: self.connect(other),
+            join: JoinType::Inner,
+            ttl: None,
+        }
+    }
+}
+
+/// A regular join being declared (see [`KeyedStream::join_regular`]).
+pub struct RegularJoinBuilder<K, A, B> {
+    streams: KeyedConnectedStreams<K, A, B>,
+    join: JoinType,
+    ttl: Option<Duration>,
+}
+
+impl<K: Data + Hash + Eq, A: Data, B: Data> RegularJoinBuilder<K, A, B> {
+    /// An inner join: only matched pairs (the default).
+    pub fn inner(self) -> Self {
+        self.join_type(JoinType::Inner)
+    }
+
+    /// A left outer join: rows of this stream without a match too, with `None` on the right.
+    pub fn left(self) -> Self {
+        self.join_type(JoinType::Left)
+    }
+
+    /// A right outer join: rows of the other stream without a match too, `None` on the left.
+    pub fn right(self) -> Self {
+        self.join_type(JoinType::Right)
+    }
+
+    /// A full outer join: rows of either stream without a match too.
+    pub fn full(self) -> Self {
+        self.join_type(JoinType::Full)
+    }
+
+    /// The kind of join.
+    pub fn join_type(mut self, join: JoinType) -> Self {
+        self.join = join;
+        self
+    }
+
+    /// Forgets each row `ttl` of processing time after it arrived (Flink's
+    /// `table.exec.state.ttl`), silently: rows arriving later no longer join it. Without it (or
+    /// with zero) rows are kept forever and the state grows with the input.
+    pub fn with_state_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// The join's output for each pair: `join(left, right)`, with `None` for the missing side
+    /// of an unmatched row of an outer join (both are `Some` in an inner join). Emits the
+    /// changelog of the results: `+I` for each, `-D` for a padded result that a later match
+    /// replaced.
+    pub fn apply<Out, F>(self, join: F) -> DataStream<Change<Out>>
+    where
+        Out: Data,
+        F: Fn(Option<&A>, Option<&B>) -> Out + Send + Sync + 'static,
+    {
+        let function = RegularJoinFunction::new(self.join, self.ttl, join);
+        let key = self.streams.key();
+        self.streams.add_keyed("RegularJoin", move || {
+            KeyedProcess::new(key.clone(), function.clone())
+        })
+    }
+}

@@ -1,0 +1,293 @@
+//! The regular join of two keyed streams (Flink SQL's unbounded join): every row of one input
+//! joins every row of the same key of the other input that arrived before or after it, for as
+//! long as the rows are kept (forever, or for the state time-to-live). The result is a changelog
+//! ([`Change`]), because an outer join revises what it emitted: a row of an outer side that
+//! finds no match is emitted padded with `None` (`+I`), and when a matching row of the other
+//! side arrives later, the padded result is retracted (`-D`) before the joined one (`+I`).
+//!
+//! Built with [`KeyedStream::join_regular`](crate::KeyedStream::join_regular); the function
+//! here runs in a [`KeyedProcess`](crate::operators::KeyedProcess) over [`Either`], so its rows
+//! live in the job's keyed state (heap or RocksDB), are checkpointed per key group and restore at
+//! any parallelism.
+//!
+//! **Inputs are append-only**: every input record is an insert. Deletes and updates of input
+//! rows (changelog inputs) are not supported by this version.
+//!
+//! **State**: per key, the rows of each input, each with its arrival time (processing time) and
+//! whether its `None`-padded result is out. With a time-to-live, a row is forgotten `ttl` after
+//! it arrived, silently (nothing is retracted, as in Flink): a row arriving later no longer
+//! joins it. A key's rows of one input are one state entry, read and written whole for each
+//! record of the key: meant for keys with a moderate number of rows each.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::change::Change;
+use crate::error::Result;
+use crate::operators::{KeyedContext, KeyedProcessFunction};
+use crate::record::{Data, Either, Timestamp};
+use crate::state::{ListStateDescriptor, StateTtl};
+
+/// Which rows of a regular join without a match are emitted, padded with `None`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum JoinType {
+    /// Only matched pairs.
+    Inner,
+    /// Matched pairs, and rows of the first (left) input without a match.
+    Left,
+    /// Matched pairs, and rows of the second (right) input without a match.
+    Right,
+    /// Matched pairs, and rows of either input without a match.
+    Full,
+}
+
+impl JoinType {
+    /// Whether unmatched rows of the first input are emitted.
+    pub fn left_outer(self) -> bool {
+        matches!(self, JoinType::Left | JoinType::Full)
+    }
+
+    /// Whether unmatched rows of the second input are emitted.
+    pub fn right_outer(self) -> bool {
+        matches!(self, JoinType::Right | JoinType::Full)
+    }
+}
+
+/// A row kept by the join.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Kept<T> {
+    row: T,
+    /// Processing time it arrived: it expires `ttl` later.
+    arrived: Timestamp,
+    /// Its `None`-padded result was emitted and not yet retracted.
+    padded: bool,
+}
+
+type JoinFn<A, B, Out> = Arc<dyn Fn(Option<&A>, Option<&B>) -> Out + Send + Sync>;
+
+/// The keyed function of a regular join (see the [module](self)): reads [`Either`] the first
+/// input's rows (`Left`) or the second's (`Right`), emits [`Change`]s of `join(left, right)`.
+///
+/// ```
+/// use riffle::{Change, Either};
+/// use riffle::operators::{JoinType, KeyedProcess, RegularJoinFunction};
+/// use riffle::testing::OperatorHarness;
+///
+/// let join = RegularJoinFunction::new(JoinType::Left, None, |l: Option<&(u64, char)>, r: Option<&(u64, u32)>| {
+///     (l.map(|l| l.1), r.map(|r| r.1))
+/// });
+/// let key = std::sync::Arc::new(|e: &Either<(u64, char), (u64, u32)>| match e {
+///     Either::Left(l) => l.0,
+///     Either::Right(r) => r.0,
+/// });
+/// let mut h = OperatorHarness::builder(KeyedProcess::new(key, join)).build().unwrap();
+/// h.process(Either::Left((1, 'a')), 10).unwrap();
+/// h.process(Either::Right((1, 7)), 20).unwrap();
+/// assert_eq!(h.take_values(), vec![
+///     Change::insert((Some('a'), None)),
+///     Change::delete((Some('a'), None)),
+///     Change::insert((Some('a'), Some(7))),
+/// ]);
+/// ```
+pub struct RegularJoinFunction<A, B, Out> {
+    join: JoinType,
+    ttl: Option<Duration>,
+    apply: JoinFn<A, B, Out>,
+}
+
+impl<A, B, Out> Clone for RegularJoinFunction<A, B, Out> {
+    fn clone(&self) -> Self {
+        RegularJoinFunction {
+            join: self.join,
+            ttl: self.ttl,
+            apply: self.apply.clone(),
+        }
+    }
+}
+
+impl<A, B, Out> RegularJoinFunction<A, B, Out> {
+    /// A join of kind `join`, keeping rows for `ttl` of processing time after they arrived
+    /// (`None` or zero: forever), emitting `apply(left, right)` (`None` on a padded side).
+    pub fn new(
+        join: JoinType,
+        ttl: Option<Duration>,
+        apply: impl Fn(Option<&A>, Option<&B>) -> Out + Send + Sync + 'static,
+    ) -> Self {
+        RegularJoinFunction {
+            join,
+            ttl: ttl.filter(|ttl| !ttl.is_zero()),
+            apply: Arc::new(apply),
+        }
+    }
+
+    fn descriptor<T>(&self, name: &'static str) -> ListStateDescriptor<Kept<T>> {
+        let descriptor = ListStateDescriptor::new(name);
+        match self.ttl {
+            // The list of a key is gone `ttl` after its last write, when every row in it expired.
+            Some(ttl) => descriptor.with_ttl(StateTtl::after_write(ttl)),
+            None => descriptor,
+        }
+    }
+
+    /// The live rows of `descriptor` for the current key, and whether some expired.
+    fn live<K: Data + std::hash::Hash + Eq, T: Data, O: Data>(
+        &self,
+        descriptor: &ListStateDescriptor<Kept<T>>,
+        now: Timestamp,
+        ctx: &mut KeyedContext<K, Change<O>>,
+    ) -> Result<(Vec<Kept<T>>, bool)> {
+        let mut rows = ctx.list(descriptor).get()?;
+        let before = rows.len();
+        if let Some(ttl) = self.ttl {
+            let ttl = ttl.as_millis() as i64;
+            rows.retain(|row| now - row.arrived < ttl);
+        }
+        let expired = rows.len() != before;
+        Ok((rows, expired))
+    }
+}
+
+impl<K, A, B, Out> KeyedProcessFunction<K, Either<A, B>, Change<Out>>
+    for RegularJoinFunction<A, B, Out>
+where
+    K: Data + std::hash::Hash + Eq,
+    A: Data,
+    B: Data,
+    Out: Data,
+{
+    fn process_element(
+        &mut self,
+        _key: &K,
+        value: Either<A, B>,
+        ctx: &mut KeyedContext<K, Change<Out>>,
+    ) -> Result<()> {
+        let lefts = self.descriptor::<A>("regular-join-left");
+        let rights = self.descriptor::<B>("regular-join-right");
+        let apply = self.apply.clone();
+        match value {
+            Either::Left(a) => {
+                let outer = self.join.left_outer();
+                self.arrive(a, &lefts, &rights, outer, |l, r| apply(l, r), ctx)
+            }
+            Either::Right(b) => {
+                let outer = self.join.right_outer();
+                self.arrive(b, &rights, &lefts, outer, |r, l| apply(l, r), ctx)
+            }
+        }
+    }
+}
+
+impl<A, B, Out> RegularJoinFunction<A, B, Out> {
+    /// A row of one side arrives: join it with the other side's live rows (retracting their
+    /// padded results), or emit it padded if its side is `outer`; then keep it. `apply` gives
+    /// the output of (a row of this side, a row of the other).
+    fn arrive<K, M, O>(
+        &self,
+        row: M,
+        mine: &ListStateDescriptor<Kept<M>>,
+        others: &ListStateDescriptor<Kept<O>>,
+        outer: bool,
+        apply: impl Fn(Option<&M>, Option<&O>) -> Out,
+        ctx: &mut KeyedContext<K, Change<Out>>,
+    ) -> Result<()>
+    where
+        K: Data + std::hash::Hash + Eq,
+        M: Data,
+        O: Data,
+        Out: Data,
+    {
+        let now = ctx.current_processing_time();
+        let (mut other_rows, mut others_changed) = self.live(others, now, ctx)?;
+        let padded = other_rows.is_empty() && outer;
+        if padded {
+            ctx.emit(Change::insert(apply(Some(&row), None)))?;
+        }
+        for other in &mut other_rows {
+            if other.padded {
+                ctx.emit(Change::delete(apply(None, Some(&other.row))))?;
+                other.padded = false;
+                others_changed = true;
+            }
+            ctx.emit(Change::insert(apply(Some(&row), Some(&other.row))))?;
+        }
+        if others_changed {
+            if other_rows.is_empty() {
+                ctx.list(others).clear()?;
+            } else {
+                ctx.list(others).update(other_rows)?;
+            }
+        }
+        let (mut my_rows, _) = self.live(mine, now, ctx)?;
+        my_rows.push(Kept {
+            row,
+            arrived: now,
+            padded,
+        });
+        ctx.list(mine).update(my_rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::KeyFn;
+    use crate::operators::KeyedProcess;
+    use crate::testing::OperatorHarness;
+
+    type L = (u64, char);
+    type R = (u64, u32);
+    type Out = (Option<char>, Option<u32>);
+
+    fn harness(
+        join: JoinType,
+        ttl: Option<Duration>,
+    ) -> OperatorHarness<Either<L, R>, Change<Out>> {
+        let key: KeyFn<u64, Either<L, R>> = Arc::new(|e: &Either<L, R>| match e {
+            Either::Left(l) => l.0,
+            Either::Right(r) => r.0,
+        });
+        let function = RegularJoinFunction::new(join, ttl, |l: Option<&L>, r: Option<&R>| {
+            (l.map(|l| l.1), r.map(|r| r.1))
+        });
+        OperatorHarness::builder(KeyedProcess::new(key, function))
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_full_join_retracts_padded_rows_of_both_sides_when_they_match() -> Result<()> {
+        let mut h = harness(JoinType::Full, None);
+        h.process(Either::Right((1, 10)), 1)?;
+        h.process(Either::Right((1, 11)), 2)?;
+        h.process(Either::Left((1, 'a')), 3)?;
+        h.process(Either::Left((1, 'b')), 4)?;
+        h.process(Either::Left((2, 'c')), 5)?;
+        assert_eq!(
+            h.take_values(),
+            vec![
+                Change::insert((None, Some(10))),
+                Change::insert((None, Some(11))),
+                Change::delete((None, Some(10))),
+                Change::insert((Some('a'), Some(10))),
+                Change::delete((None, Some(11))),
+                Change::insert((Some('a'), Some(11))),
+                Change::insert((Some('b'), Some(10))),
+                Change::insert((Some('b'), Some(11))),
+                Change::insert((Some('c'), None)),
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn an_inner_join_emits_only_pairs() -> Result<()> {
+        let mut h = harness(JoinType::Inner, None);
+        h.process(Either::Left((1, 'a')), 1)?;
+        h.process(Either::Right((2, 5)), 2)?;
+        h.process(Either::Right((1, 7)), 3)?;
+        assert_eq!(h.take_values(), vec![Change::insert((Some('a'), Some(7)))]);
+        Ok(())
+    }
+}
