@@ -6,15 +6,21 @@
 mod connected;
 mod count_windowed;
 mod env;
+mod interval_join;
 mod keyed;
 mod stream;
+mod window_join;
 mod windowed;
 
 pub use connected::{ConnectedStreams, KeyedConnectedStreams};
 pub use count_windowed::CountWindowedStream;
 pub use env::StreamEnv;
+pub use interval_join::{IntervalJoin, IntervalJoined};
 pub use keyed::{KeyFn, KeyedStream};
 pub use stream::{DataStream, DataStreamSink};
+pub use window_join::{
+    CoGroup, EqualTo, Join, TwoStreams, WhereKey, WindowedCoGroup, WindowedJoin,
+};
 pub use windowed::WindowedStream;
 
 /// Name of the side output where a source sends records it could not decode.

@@ -10,6 +10,7 @@ pub(crate) mod adaptive;
 mod basic;
 mod co_process;
 mod decode;
+mod interval_join;
 mod keyed;
 mod process;
 mod rolling;
@@ -23,6 +24,9 @@ pub use basic::{Filter, FlatMap, Identity, Map, TryMap};
 pub(crate) use co_process::KeyedCo;
 pub use co_process::{CoMap, CoProcess, CoProcessFn, CoProcessFunction, KeyedCoProcessFunction};
 pub use decode::ParseJson;
+pub use interval_join::{
+    IntervalJoinOperator, IntervalJoinSpec, JoinContext, ProcessJoinFunction,
+};
 pub use keyed::{KeyedContext, KeyedProcess, KeyedProcessFunction, ProcessWithTimers};
 pub use process::{Process, ProcessContext};
 pub use rolling::Rolling;

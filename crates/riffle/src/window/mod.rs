@@ -24,6 +24,7 @@
 //! assert_eq!(out.sorted(), vec![(1, 0, 2), (1, 60_000, 1), (2, 0, 1)]);
 //! ```
 
+pub(crate) mod join;
 mod operator;
 mod preagg;
 mod session;
