@@ -2,3 +2,4 @@
 //! them, checked against results computed independently in the tests.
 
 mod connect;
+mod interval;
