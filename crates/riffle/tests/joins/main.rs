@@ -3,3 +3,4 @@
 
 mod connect;
 mod interval;
+mod window_join;
