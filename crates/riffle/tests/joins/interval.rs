@@ -420,3 +420,4 @@ fn joined_results_per_key_are_counted_once() -> Result<()> {
     assert!(counts.values().all(|&n| n == 1));
     Ok(())
 }
+
