@@ -26,7 +26,7 @@ use riffle::state::{HeapBackend, StateBackend, TaskStore};
 use riffle::testing::{MemoryKvBackend, OperatorHarness};
 use riffle::time::WatermarkStrategy;
 use riffle::window::{Session, Sliding, Tumbling, Windows};
-use riffle::{DataStream, EnvConfig, Either, StreamEnv};
+use riffle::{DataStream, Either, EnvConfig, StreamEnv};
 
 /// The allocator of the `riffle` binary, counting the bytes allocated while `COUNTING` is on,
 /// so that the heap state of buffered records can be measured exactly.
@@ -125,7 +125,10 @@ fn interval() -> Figure {
     let (cpu, pairs) = run(env, "IntervalJoin");
     Figure {
         name: "interval join, between(0, 10 min), 100K keys, heap state".into(),
-        value: format!("{:.2}M input records per CPU-second", (2 * n) as f64 / cpu / 1e6),
+        value: format!(
+            "{:.2}M input records per CPU-second",
+            (2 * n) as f64 / cpu / 1e6
+        ),
         detail: format!(
             "{n} impressions + {n} clicks (1 per ms of event time per side, disorder within 2 s, \
              watermark bound 5 s), parallelism 1; {pairs} joined pairs ({:.2}M pairs per \
@@ -152,7 +155,10 @@ fn window(windows: Windows, label: &str) -> Figure {
     let (cpu, pairs) = run(env, "WindowJoin");
     Figure {
         name: format!("window join, {label}, 100K keys, heap state"),
-        value: format!("{:.2}M input records per CPU-second", (2 * n) as f64 / cpu / 1e6),
+        value: format!(
+            "{:.2}M input records per CPU-second",
+            (2 * n) as f64 / cpu / 1e6
+        ),
         detail: format!(
             "{n} + {n} records (1 per ms of event time per side, disorder within 2 s, \
              watermark bound 5 s), parallelism 1; {pairs} joined pairs"

@@ -150,11 +150,7 @@ impl<K: Data + Hash + Eq, A: Data, B: Data> IntervalJoined<K, A, B> {
     pub fn process<Out, F>(self, function: F) -> DataStream<Out>
     where
         Out: Data,
-        F: FnMut(A, B, &mut JoinContext<'_, '_, Out>) -> Result<()>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
+        F: FnMut(A, B, &mut JoinContext<'_, '_, Out>) -> Result<()> + Clone + Send + Sync + 'static,
     {
         self.process_function(function)
     }

@@ -22,8 +22,7 @@ use crate::operators::OutputTag;
 use crate::record::{Data, Either};
 use crate::window::join::{CoGroupAll, JoinPairs};
 use crate::window::{
-    ProcessWindow, ProcessWindowFunction, WindowCollector, WindowSettings, Windows,
-    window_operator,
+    ProcessWindow, ProcessWindowFunction, WindowCollector, WindowSettings, Windows, window_operator,
 };
 
 /// Marks a join of pairs ([`DataStream::join`]).
@@ -204,7 +203,9 @@ impl<K: Data + Hash + Eq, A: Data, B: Data> WindowedJoin<K, A, B> {
         Out: Data,
         F: Fn(A, B) -> Out + Clone + Send + Sync + 'static,
     {
-        self.flat_apply(move |a, b, out: &mut WindowCollector<'_, '_, Out>| out.emit(function(a, b)))
+        self.flat_apply(move |a, b, out: &mut WindowCollector<'_, '_, Out>| {
+            out.emit(function(a, b))
+        })
     }
 
     /// Calls `function(left, right, out)` for every pair of a left and a right record of one

@@ -419,12 +419,24 @@ where
                 Either::Left(a) if late => {
                     let ctx = &self.runtime.as_ref().expect("opened").ctx;
                     let record = Record::timed(a, record.timestamp);
-                    Self::late(self.spec.left_late.as_ref(), record, ctx, &mut self.late_log, out)?;
+                    Self::late(
+                        self.spec.left_late.as_ref(),
+                        record,
+                        ctx,
+                        &mut self.late_log,
+                        out,
+                    )?;
                 }
                 Either::Right(b) if late => {
                     let ctx = &self.runtime.as_ref().expect("opened").ctx;
                     let record = Record::timed(b, record.timestamp);
-                    Self::late(self.spec.right_late.as_ref(), record, ctx, &mut self.late_log, out)?;
+                    Self::late(
+                        self.spec.right_late.as_ref(),
+                        record,
+                        ctx,
+                        &mut self.late_log,
+                        out,
+                    )?;
                 }
                 Either::Left(a) => self.left(&key, key_group, a, ts, out)?,
                 Either::Right(b) => self.right(&key, key_group, b, ts, out)?,

@@ -24,9 +24,7 @@ pub use basic::{Filter, FlatMap, Identity, Map, TryMap};
 pub(crate) use co_process::KeyedCo;
 pub use co_process::{CoMap, CoProcess, CoProcessFn, CoProcessFunction, KeyedCoProcessFunction};
 pub use decode::ParseJson;
-pub use interval_join::{
-    IntervalJoinOperator, IntervalJoinSpec, JoinContext, ProcessJoinFunction,
-};
+pub use interval_join::{IntervalJoinOperator, IntervalJoinSpec, JoinContext, ProcessJoinFunction};
 pub use keyed::{KeyedContext, KeyedProcess, KeyedProcessFunction, ProcessWithTimers};
 pub use process::{Process, ProcessContext};
 pub use rolling::Rolling;

@@ -11,7 +11,7 @@ use riffle::operators::{IntervalJoinOperator, IntervalJoinSpec, JoinContext};
 use riffle::sink::CollectSink;
 use riffle::testing::{OperatorHarness, Step, assert_snapshot_round_trip};
 use riffle::time::WatermarkStrategy;
-use riffle::{EnvConfig, Either, OutputTag, Record, Result, StreamEnv};
+use riffle::{Either, EnvConfig, OutputTag, Record, Result, StreamEnv};
 
 /// An order: (user, order id, time).
 type Order = (u64, u32, i64);
@@ -40,7 +40,11 @@ type Op = IntervalJoinOperator<
 >;
 
 fn operator(spec: IntervalJoinSpec<Order, Payment>) -> Op {
-    IntervalJoinOperator::new(Arc::new(key), spec, pair as fn(Order, Payment, &mut JoinContext<Paid>) -> Result<()>)
+    IntervalJoinOperator::new(
+        Arc::new(key),
+        spec,
+        pair as fn(Order, Payment, &mut JoinContext<Paid>) -> Result<()>,
+    )
 }
 
 fn order(user: u64, id: u32, at: i64) -> Either<Order, Payment> {
@@ -52,7 +56,10 @@ fn payment(user: u64, amount: u64, at: i64) -> Either<Order, Payment> {
 }
 
 fn at(records: Vec<Record<Paid>>) -> Vec<(Paid, Option<i64>)> {
-    let mut v: Vec<_> = records.into_iter().map(|r| (r.value, r.timestamp())).collect();
+    let mut v: Vec<_> = records
+        .into_iter()
+        .map(|r| (r.value, r.timestamp()))
+        .collect();
     v.sort();
     v
 }
@@ -124,9 +131,7 @@ fn exclusive_bounds_through_the_api() -> Result<()> {
     env.execute()?;
     assert_eq!(
         out.sorted(),
-        (96..=105)
-            .map(|t| (100, t, t.max(100)))
-            .collect::<Vec<_>>()
+        (96..=105).map(|t| (100, t, t.max(100))).collect::<Vec<_>>()
     );
     Ok(())
 }
@@ -144,7 +149,10 @@ fn a_lower_bound_above_the_upper_one_fails_at_start_naming_the_setting() {
         .sink(CollectSink::new().0);
     let error = env.execute().unwrap_err().to_string();
     assert!(error.contains("interval join bounds"), "{error}");
-    assert!(error.contains("lower bound (5 ms) is above the upper bound (4 ms)"), "{error}");
+    assert!(
+        error.contains("lower bound (5 ms) is above the upper bound (4 ms)"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -236,7 +244,10 @@ fn a_record_that_cannot_join_any_later_record_is_not_buffered() -> Result<()> {
 fn a_record_without_timestamp_fails_the_job_with_a_clear_error() -> Result<()> {
     let mut h = OperatorHarness::builder(operator(IntervalJoinSpec::new(0, 1))).build()?;
     let error = h.process_untimed(order(1, 1, 0)).unwrap_err().to_string();
-    assert!(error.contains("interval join received a record without a timestamp"), "{error}");
+    assert!(
+        error.contains("interval join received a record without a timestamp"),
+        "{error}"
+    );
     Ok(())
 }
 
@@ -265,10 +276,7 @@ pub fn script() -> Vec<Step<Either<Order, Payment>>> {
 
 #[test]
 fn the_interval_join_survives_a_checkpoint_at_any_point_on_the_heap() -> Result<()> {
-    assert_snapshot_round_trip(
-        || operator(IntervalJoinSpec::new(-500, 1_000)),
-        &script(),
-    )
+    assert_snapshot_round_trip(|| operator(IntervalJoinSpec::new(-500, 1_000)), &script())
 }
 
 #[test]
@@ -304,7 +312,14 @@ fn a_job_joins_the_same_pairs_at_parallelism_1_2_and_3() -> Result<()> {
             .sink(sink);
         let result = env.execute()?;
         assert_eq!(out.sorted(), expected, "p={parallelism}");
-        assert_eq!(result.metrics.operator_total("IntervalJoin").unwrap().late_records_dropped, 0);
+        assert_eq!(
+            result
+                .metrics
+                .operator_total("IntervalJoin")
+                .unwrap()
+                .late_records_dropped,
+            0
+        );
     }
     Ok(())
 }
@@ -420,4 +435,3 @@ fn joined_results_per_key_are_counted_once() -> Result<()> {
     assert!(counts.values().all(|&n| n == 1));
     Ok(())
 }
-

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use riffle::sink::CollectSink;
 use riffle::time::WatermarkStrategy;
 use riffle::window::{Session, Sliding, Tumbling, Windows};
-use riffle::{DataStream, EnvConfig, Either, OutputTag, Result, StreamEnv};
+use riffle::{DataStream, Either, EnvConfig, OutputTag, Result, StreamEnv};
 
 /// A view: (user, view id, time).
 type View = (u64, u32, i64);
@@ -88,7 +88,10 @@ fn join_results_carry_the_windows_last_millisecond() -> Result<()> {
     env.execute()?;
     let records = out.records();
     assert_eq!(records.len(), 1);
-    assert_eq!((records[0].value, records[0].timestamp()), ((1, 2), Some(9)));
+    assert_eq!(
+        (records[0].value, records[0].timestamp()),
+        ((1, 2), Some(9))
+    );
     Ok(())
 }
 
@@ -167,8 +170,14 @@ fn late_records_of_either_stream_go_to_the_late_output() -> Result<()> {
     // watermarks passed its window.
     let strategy_v = WatermarkStrategy::monotonous().with_timestamps(|v: &View| v.2);
     let strategy_c = WatermarkStrategy::monotonous().with_timestamps(|c: &Click| c.2);
-    let v = env.from_iter_with_watermarks(vec![(1, 1, 1_000), (1, 2, 25_000), (1, 3, 2_000)], strategy_v);
-    let c = env.from_iter_with_watermarks(vec![(1, 10, 1_500), (1, 11, 30_000), (1, 12, 500)], strategy_c);
+    let v = env.from_iter_with_watermarks(
+        vec![(1, 1, 1_000), (1, 2, 25_000), (1, 3, 2_000)],
+        strategy_v,
+    );
+    let c = env.from_iter_with_watermarks(
+        vec![(1, 10, 1_500), (1, 11, 30_000), (1, 12, 500)],
+        strategy_c,
+    );
     let joined = v
         .join(&c)
         .where_key(|v| v.0)
@@ -293,7 +302,12 @@ fn batch_join(views: &[View], clicks: &[Click], windows: Windows) -> Vec<(u64, i
 }
 
 /// An arrival order in which no record comes more than `disorder` ms after a later one.
-fn arrivals<T: Clone>(mut records: Vec<T>, time: fn(&T) -> i64, disorder: i64, seeds: &[u32]) -> Vec<T> {
+fn arrivals<T: Clone>(
+    mut records: Vec<T>,
+    time: fn(&T) -> i64,
+    disorder: i64,
+    seeds: &[u32],
+) -> Vec<T> {
     records.sort_by_key(time);
     let mut keyed: Vec<(i64, std::cmp::Reverse<usize>, T)> = records
         .into_iter()
