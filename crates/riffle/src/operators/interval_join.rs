@@ -135,7 +135,9 @@ impl<Out: Data> JoinContext<'_, '_, Out> {
     }
 }
 
-/// The interval of an interval join and where its late records go.
+/// The interval of an interval join and where its late records go (what
+/// [`IntervalJoined`](crate::api::IntervalJoined) builds; see [`IntervalJoinOperator`] for an
+/// example). Bounds are inclusive: an exclusive lower bound `l` is the inclusive `l + 1`.
 #[derive(Clone, Debug)]
 pub struct IntervalJoinSpec<A, B> {
     /// Smallest `right.ts - left.ts` that joins (inclusive).
@@ -196,7 +198,29 @@ fn cleanup_time(ts: Timestamp, reach: i128) -> Timestamp {
 }
 
 /// The operator of [`IntervalJoin`](crate::api::IntervalJoin): reads [`Either`] (`Left` from
-/// the first stream, `Right` from the second), keyed by `key`.
+/// the first stream, `Right` from the second), keyed by `key`. Use it directly to test a join
+/// function in the [`OperatorHarness`](crate::testing::OperatorHarness):
+///
+/// ```
+/// use std::sync::Arc;
+/// use riffle::Either;
+/// use riffle::operators::{IntervalJoinOperator, IntervalJoinSpec, JoinContext};
+/// use riffle::testing::OperatorHarness;
+///
+/// type In = Either<(u64, i64), (u64, i64)>;
+/// let key = Arc::new(|e: &In| match e { Either::Left(l) => l.0, Either::Right(r) => r.0 });
+/// let join = IntervalJoinOperator::new(
+///     key,
+///     IntervalJoinSpec::new(-1_000, 1_000),
+///     |l: (u64, i64), r: (u64, i64), ctx: &mut JoinContext<i64>| ctx.emit(r.1 - l.1),
+/// );
+/// let mut h = OperatorHarness::builder(join).build().unwrap();
+/// h.process(Either::Left((7, 5_000)), 5_000).unwrap();
+/// h.process(Either::Right((7, 5_400)), 5_400).unwrap();
+/// h.process(Either::Right((7, 6_001)), 6_001).unwrap(); // 1 001 ms after: no
+/// h.watermark(6_001).unwrap(); // the left record can no longer join: cleaned up
+/// assert_eq!(h.take_values(), vec![400]);
+/// ```
 pub struct IntervalJoinOperator<K, A, B, Out, P> {
     key: KeyFn<K, Either<A, B>>,
     spec: IntervalJoinSpec<A, B>,
