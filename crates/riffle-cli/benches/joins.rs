@@ -110,12 +110,12 @@ struct Figure {
 
 /// Impressions and clicks of 100K ads; a click joins the impressions of its ad of the 10 minutes
 /// before it (the seed's ad demo), i.e. `between(0, 600 s)`.
-fn interval() -> Figure {
+fn interval(config: EnvConfig, backend: &str) -> Figure {
     let n = 2_000_000u64;
     let keys = 100_000;
     let impressions = events(n, keys, 0, 0x9E37_79B9_7F4A_7C15);
     let clicks = events(n, keys, 60_000, 0xD1B5_4A32_D192_ED03);
-    let env = StreamEnv::with_config(config());
+    let env = StreamEnv::with_config(config);
     source(&env, impressions)
         .key_by(|i| i.0)
         .interval_join(&source(&env, clicks).key_by(|c| c.0))
@@ -124,7 +124,7 @@ fn interval() -> Figure {
         .sink(BlackholeSink::new());
     let (cpu, pairs) = run(env, "IntervalJoin");
     Figure {
-        name: "interval join, between(0, 10 min), 100K keys, heap state".into(),
+        name: format!("interval join, between(0, 10 min), 100K keys, {backend} state"),
         value: format!(
             "{:.2}M input records per CPU-second",
             (2 * n) as f64 / cpu / 1e6
@@ -136,6 +136,21 @@ fn interval() -> Figure {
             pairs as f64 / cpu / 1e6
         ),
     }
+}
+
+/// [`interval`] with RocksDB state (default state cache, 256 MB block cache).
+fn interval_rocksdb() -> Figure {
+    let local = tempfile::tempdir().unwrap();
+    let config = EnvConfig {
+        state_backend: Arc::new(
+            riffle_rocksdb::RocksDbBackend::new()
+                .memory(256 << 20)
+                .write_buffer(64 << 20),
+        ),
+        local_state_dir: local.path().to_path_buf(),
+        ..config()
+    };
+    interval(config, "RocksDB")
 }
 
 /// Views and clicks of 100K users joined per user and window.
@@ -253,7 +268,8 @@ fn main() {
         .collect();
     type Bench = Box<dyn Fn() -> Figure>;
     let benches: Vec<(&str, Bench)> = vec![
-        ("interval", Box::new(interval)),
+        ("interval-heap", Box::new(|| interval(config(), "heap"))),
+        ("interval-rocksdb", Box::new(interval_rocksdb)),
         (
             "window-tumbling",
             Box::new(|| window(Tumbling::of(Duration::from_secs(10)), "10 s tumbling")),
