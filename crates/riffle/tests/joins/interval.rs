@@ -435,3 +435,93 @@ fn joined_results_per_key_are_counted_once() -> Result<()> {
     assert!(counts.values().all(|&n| n == 1));
     Ok(())
 }
+
+#[test]
+fn a_job_recovers_its_buffered_records_from_a_checkpoint_after_a_failure() -> Result<()> {
+    use riffle::checkpoint::{CheckpointConfig, RestartStrategy};
+    use riffle::sink::ExactlyOnceFileSink;
+    use riffle::source::collection::CollectionSource;
+    use std::time::Duration;
+    let orders: Vec<Order> = (0..4_000u32)
+        .map(|i| ((i % 25) as u64, i, i as i64 * 10 - (i as i64 * 37 % 300)))
+        .collect();
+    let payments: Vec<Payment> = (0..4_000u64)
+        .map(|i| (i % 25, i, i as i64 * 10 - (i as i64 * 53 % 300)))
+        .collect();
+    let expected: Vec<String> = {
+        let mut lines: Vec<String> = batch_join(&orders, &payments, -100, 400)
+            .into_iter()
+            .map(|(o, p, at)| format!("{} {} {} {at}", o.0, o.1, p.1))
+            .collect();
+        lines.sort();
+        lines
+    };
+    for parallelism in [2, 3] {
+        let dir = tempfile::tempdir().unwrap();
+        let env = StreamEnv::with_config(EnvConfig {
+            parallelism,
+            buffer_size: 64,
+            watermark_interval: Duration::from_millis(10),
+            checkpoints: CheckpointConfig {
+                interval: Some(Duration::from_millis(50)),
+                storage: dir.path().join("chk").to_str().unwrap().to_string(),
+                restart: RestartStrategy::FixedDelay {
+                    attempts: 3,
+                    delay: Duration::from_millis(20),
+                },
+                ..CheckpointConfig::default()
+            },
+            ..EnvConfig::default()
+        });
+        let bound = Duration::from_millis(300);
+        let fail = riffle::testing::fail_once_after::<Order>(2_500);
+        let o = env
+            .from_source_with_watermarks(
+                CollectionSource::new(orders.clone()),
+                WatermarkStrategy::bounded_out_of_orderness(bound).with_timestamps(|o: &Order| o.2),
+            )
+            .uid("orders")
+            .map(move |o: Order| {
+                if o.1 % 200 == 0 {
+                    std::thread::sleep(Duration::from_millis(15)); // room for checkpoints
+                }
+                fail(o)
+            })
+            .uid("crash");
+        let p = env
+            .from_source_with_watermarks(
+                CollectionSource::new(payments.clone()),
+                WatermarkStrategy::bounded_out_of_orderness(bound)
+                    .with_timestamps(|p: &Payment| p.2),
+            )
+            .uid("payments");
+        o.key_by(|o| o.0)
+            .interval_join(&p.key_by(|p| p.0))
+            .between(-100, 400)
+            .process(|o, p, ctx| {
+                let at = ctx.timestamp();
+                ctx.emit(format!("{} {} {} {at}", o.0, o.1, p.1))
+            })
+            .uid("join")
+            .sink(ExactlyOnceFileSink::new(dir.path().join("out")))
+            .uid("sink");
+        let result = env.execute()?;
+        assert_eq!(result.restarts, 1, "p={parallelism}");
+        assert!(
+            result.restores[0] > 0,
+            "restored from a checkpoint: {:?}",
+            result.restores
+        );
+        let mut lines = Vec::new();
+        for entry in std::fs::read_dir(dir.path().join("out")).unwrap().flatten() {
+            if entry.path().is_file() {
+                let text = std::fs::read_to_string(entry.path()).unwrap();
+                lines.extend(text.lines().map(|l| l.trim_matches('"').to_string()));
+            }
+        }
+        lines.sort();
+        assert_eq!(lines.len(), expected.len(), "p={parallelism}");
+        assert_eq!(lines, expected, "p={parallelism}");
+    }
+    Ok(())
+}
