@@ -474,7 +474,7 @@ fn a_job_recovers_its_buffered_records_from_a_checkpoint_after_a_failure() -> Re
             ..EnvConfig::default()
         });
         let bound = Duration::from_millis(300);
-        let fail = riffle::testing::fail_once_after::<Order>(2_500);
+        let fail = riffle::testing::fail_once_after::<Order>(3_500);
         let o = env
             .from_source_with_watermarks(
                 CollectionSource::new(orders.clone()),
@@ -482,8 +482,8 @@ fn a_job_recovers_its_buffered_records_from_a_checkpoint_after_a_failure() -> Re
             )
             .uid("orders")
             .map(move |o: Order| {
-                if o.1 % 200 == 0 {
-                    std::thread::sleep(Duration::from_millis(15)); // room for checkpoints
+                if o.1.is_multiple_of(100) {
+                    std::thread::sleep(Duration::from_millis(20)); // room for checkpoints
                 }
                 fail(o)
             })
