@@ -10,7 +10,6 @@
 //! watermark when it arrives is late: it goes to its side's late output, or is dropped and
 //! counted in `late_records_dropped` (and logged, rate-limited), as windows do.
 
-use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -177,8 +176,29 @@ impl<A, B> IntervalJoinSpec<A, B> {
     }
 }
 
-/// One side's buffered records of a key, by event time.
-type Buffer<T> = BTreeMap<Timestamp, Vec<T>>;
+/// One side's buffered records of a key with their event times, sorted by time (records of
+/// equal time in arrival order): one allocation per key and side, cheap to copy and to scan.
+type Buffer<T> = Vec<(Timestamp, T)>;
+
+/// The records of `buffer` whose time is in `from..=to`.
+fn in_range<T>(buffer: &Buffer<T>, from: Timestamp, to: Timestamp) -> &[(Timestamp, T)] {
+    let start = buffer.partition_point(|(ts, _)| *ts < from);
+    let end = buffer.partition_point(|(ts, _)| *ts <= to);
+    &buffer[start..end.max(start)]
+}
+
+/// Adds a record at `ts` after the records of time `<= ts`.
+fn insert<T>(buffer: &mut Buffer<T>, ts: Timestamp, value: T) {
+    let at = buffer.partition_point(|(t, _)| *t <= ts);
+    buffer.insert(at, (ts, value));
+}
+
+/// Drops the records whose cleanup time (by `reach`) is at or before `time`; whether any was.
+fn expire<T>(buffer: &mut Buffer<T>, reach: i128, time: Timestamp) -> bool {
+    let n = buffer.partition_point(|(ts, _)| cleanup_time(*ts, reach) <= time);
+    buffer.drain(..n);
+    n > 0
+}
 
 /// The `[from, to]` range of `ts + lower ..= ts + upper` within the timestamp range, if any.
 fn window(ts: Timestamp, lower: i128, upper: i128) -> Option<(Timestamp, Timestamp)> {
@@ -270,16 +290,14 @@ where
         if let Some((from, to)) = window(ts, lower, upper)
             && let Some(rights) = runtime.state.value(&self.right, key_group, key).get()?
         {
-            for (&right_ts, bucket) in rights.range(from..=to) {
-                for right in bucket {
-                    let mut ctx = JoinContext {
-                        out,
-                        left: ts,
-                        right: right_ts,
-                    };
-                    self.function
-                        .process_element(value.clone(), right.clone(), &mut ctx)?;
-                }
+            for (right_ts, right) in in_range(&rights, from, to) {
+                let mut ctx = JoinContext {
+                    out,
+                    left: ts,
+                    right: *right_ts,
+                };
+                self.function
+                    .process_element(value.clone(), right.clone(), &mut ctx)?;
             }
         }
         // Right records still to come are at or after the watermark: keep this one only if one
@@ -289,7 +307,7 @@ where
         }
         let mut buffer = runtime.state.value(&self.left, key_group, key);
         let mut lefts = buffer.get()?.unwrap_or_default();
-        lefts.entry(ts).or_default().push(value);
+        insert(&mut lefts, ts, value);
         buffer.set(lefts)?;
         let at = cleanup_time(ts, upper);
         runtime
@@ -313,16 +331,14 @@ where
         if let Some((from, to)) = window(ts, -upper, -lower)
             && let Some(lefts) = runtime.state.value(&self.left, key_group, key).get()?
         {
-            for (&left_ts, bucket) in lefts.range(from..=to) {
-                for left in bucket {
-                    let mut ctx = JoinContext {
-                        out,
-                        left: left_ts,
-                        right: ts,
-                    };
-                    self.function
-                        .process_element(left.clone(), value.clone(), &mut ctx)?;
-                }
+            for (left_ts, left) in in_range(&lefts, from, to) {
+                let mut ctx = JoinContext {
+                    out,
+                    left: *left_ts,
+                    right: ts,
+                };
+                self.function
+                    .process_element(left.clone(), value.clone(), &mut ctx)?;
             }
         }
         if i128::from(ts) - lower < i128::from(out.current_watermark()) {
@@ -330,7 +346,7 @@ where
         }
         let mut buffer = runtime.state.value(&self.right, key_group, key);
         let mut rights = buffer.get()?.unwrap_or_default();
-        rights.entry(ts).or_default().push(value);
+        insert(&mut rights, ts, value);
         buffer.set(rights)?;
         let at = cleanup_time(ts, -lower);
         runtime
@@ -374,32 +390,22 @@ where
         let key_group = runtime.key_group(key)?;
         let (lower, upper) = (i128::from(self.spec.lower), i128::from(self.spec.upper));
         let mut lefts = runtime.state.value(&self.left, key_group, key);
-        if let Some(mut buffer) = lefts.get()? {
-            let before = buffer.len();
-            while let Some(entry) = buffer.first_entry() {
-                if cleanup_time(*entry.key(), upper) > time {
-                    break;
-                }
-                entry.remove();
-            }
+        if let Some(mut buffer) = lefts.get()?
+            && expire(&mut buffer, upper, time)
+        {
             if buffer.is_empty() {
                 lefts.clear()?;
-            } else if buffer.len() != before {
+            } else {
                 lefts.set(buffer)?;
             }
         }
         let mut rights = runtime.state.value(&self.right, key_group, key);
-        if let Some(mut buffer) = rights.get()? {
-            let before = buffer.len();
-            while let Some(entry) = buffer.first_entry() {
-                if cleanup_time(*entry.key(), -lower) > time {
-                    break;
-                }
-                entry.remove();
-            }
+        if let Some(mut buffer) = rights.get()?
+            && expire(&mut buffer, -lower, time)
+        {
             if buffer.is_empty() {
                 rights.clear()?;
-            } else if buffer.len() != before {
+            } else {
                 rights.set(buffer)?;
             }
         }
@@ -513,6 +519,26 @@ mod tests {
         assert_eq!(window(i64::MIN + 1, -10, 0), Some((i64::MIN, i64::MIN + 1)));
         assert_eq!(window(i64::MAX, 1, 2), None);
         assert_eq!(window(0, 3, 2), None);
+    }
+
+    #[test]
+    fn buffers_stay_sorted_and_scan_by_time() {
+        let mut buffer: Buffer<char> = Vec::new();
+        for (ts, c) in [(5, 'a'), (3, 'b'), (5, 'c'), (9, 'd'), (1, 'e')] {
+            insert(&mut buffer, ts, c);
+        }
+        assert_eq!(
+            buffer,
+            vec![(1, 'e'), (3, 'b'), (5, 'a'), (5, 'c'), (9, 'd')]
+        );
+        assert_eq!(in_range(&buffer, 3, 5), &buffer[1..4]);
+        assert!(in_range(&buffer, 6, 8).is_empty());
+        // Kept until the watermark passes ts + 2 (reaches ts + 3): at 7, those at 1 and 3 go.
+        assert!(expire(&mut buffer, 2, 7));
+        assert_eq!(buffer, vec![(5, 'a'), (5, 'c'), (9, 'd')]);
+        assert!(expire(&mut buffer, 2, 8));
+        assert_eq!(buffer, vec![(9, 'd')]);
+        assert!(!expire(&mut buffer, 2, 11));
     }
 
     #[test]
