@@ -23,10 +23,10 @@ use riffle::operators::{IntervalJoinOperator, IntervalJoinSpec, JoinContext};
 use riffle::sink::BlackholeSink;
 use riffle::source::collection::CollectionSource;
 use riffle::state::{HeapBackend, StateBackend, TaskStore};
-use riffle::testing::{MemoryKvBackend, OperatorHarness};
 use riffle::time::WatermarkStrategy;
 use riffle::window::{Session, Sliding, Tumbling, Windows};
 use riffle::{DataStream, Either, EnvConfig, StreamEnv};
+use riffle_testing::{MemoryKvBackend, OperatorHarness};
 
 /// The allocator of the `riffle` binary, counting the bytes allocated while `COUNTING` is on,
 /// so that the heap state of buffered records can be measured exactly.

@@ -25,11 +25,12 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use riffle::checkpoint::CheckpointConfig;
 use riffle::source::BadRecordPolicy;
-use riffle::source::datagen::{ClickGenerator, ClicksConfig, Generator, JsonPayloads};
+use riffle::source::datagen::{Generator, JsonPayloads};
 use riffle::time::{Clock, SystemClock};
 use riffle::{EnvConfig, StreamEnv};
 use riffle_cli::clicks::EnrichedClick;
 use riffle_cli::demos::etl;
+use riffle_clicks::{ClickGenerator, ClicksConfig};
 use riffle_kafka::testing::{TestProducer, bootstrap};
 use riffle_kafka::{
     KafkaConnection, KafkaSink, KafkaSource, StartFrom, delete_topics, ensure_topics,

@@ -26,12 +26,11 @@ use hdrhistogram::Histogram;
 use riffle::operators::OperatorContext;
 use riffle::sink::{BlackholeSink, Sink, SinkWriter};
 use riffle::source::BadRecordPolicy;
-use riffle::source::datagen::{
-    ClickGenerator, ClicksConfig, DatagenSource, Generator, JsonPayloads, Schedule, Timetable,
-};
+use riffle::source::datagen::{DatagenSource, Generator, JsonPayloads, Schedule, Timetable};
 use riffle::{Data, EnvConfig, Record, Result, StreamEnv};
 use riffle_cli::clicks::EnrichedClick;
 use riffle_cli::demos::etl;
+use riffle_clicks::{ClickGenerator, ClicksConfig};
 use serde::Serialize;
 
 /// The allocator of the `riffle` binary (so the figures are the binary's), counting the bytes
@@ -409,7 +408,7 @@ fn latency(rate: f64, buffer_timeout: Duration) -> Figure {
     )
     .map(|mut probe: Probe| {
         let payload = std::mem::take(&mut probe.payload);
-        let click: riffle::source::datagen::Click = serde_json::from_str(&payload).expect("valid");
+        let click: riffle_clicks::Click = serde_json::from_str(&payload).expect("valid");
         (probe, click)
     })
     .filter(|(_, click)| !riffle_cli::clicks::is_bot(&click.user_agent))

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::sync::OnceLock;
 
 use aho_corasick::AhoCorasick;
-use riffle::source::datagen::Click;
+use riffle_clicks::Click;
 use serde::{Deserialize, Serialize};
 
 /// Substrings of the User-Agent of automated clients (compared ignoring ASCII case).

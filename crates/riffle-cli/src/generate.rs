@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use riffle::Error;
-use riffle::source::datagen::{ClickGenerator, ClicksConfig, Generator};
+use riffle::source::datagen::Generator;
+use riffle_clicks::{ClickGenerator, ClicksConfig};
 
 /// What `riffle generate` writes.
 #[derive(Subcommand, Debug)]

@@ -160,7 +160,7 @@ fn subtask_writer(
         .key(|e: &Event| e.user.clone())
         .exactly_once()
         .transactional_id_prefix(format!("{output}-txn"));
-    sink.writer(&riffle::testing::operator_context(
+    sink.writer(&riffle_testing::operator_context(
         "sink",
         run,
         subtask,

@@ -25,7 +25,7 @@ fn writer(
         .exactly_once()
         .transaction_pool(pool)
         .broker_timeout(broker_timeout);
-    let mut ctx = riffle::testing::operator_context("sink", "run", 0, 1);
+    let mut ctx = riffle_testing::operator_context("sink", "run", 0, 1);
     ctx.job_name = job.to_string();
     sink.writer(&ctx).unwrap()
 }

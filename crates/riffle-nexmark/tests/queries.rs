@@ -663,7 +663,7 @@ fn q17_recovers_exactly_after_a_failure_from_the_sources_positions() {
     });
     let events = NexmarkSource::new(config.clone())
         .stream(&env)
-        .map(riffle::testing::fail_once_after(12_000));
+        .map(riffle_testing::fail_once_after(12_000));
     queries::q17(&events).sink(ExactlyOnceFileSink::new(dir.path().join("out")));
     let result = env.execute().unwrap();
     assert_eq!(result.restarts, 1);

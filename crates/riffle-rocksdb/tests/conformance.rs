@@ -11,7 +11,7 @@ fn rocksdb_gives_the_heap_backends_output() {
     let work = tempfile::tempdir().unwrap();
     // Small memtables: the runs flush, compact and checkpoint several SST files.
     let backend = RocksDbBackend::new().memory(32 << 20).write_buffer(1 << 20);
-    riffle::testing::conformance::check_backend(Arc::new(backend), work.path());
+    riffle_testing::conformance::check_backend(Arc::new(backend), work.path());
 }
 
 #[test]
@@ -23,7 +23,7 @@ fn every_stateful_operator_round_trips_on_rocksdb() -> riffle::Result<()> {
             .memory(8 << 20)
             .write_buffer(1 << 20)
             .state_cache(cache);
-        riffle::testing::conformance::operator_round_trips(&backend)?;
+        riffle_testing::conformance::operator_round_trips(&backend)?;
     }
     Ok(())
 }

@@ -621,7 +621,7 @@ fn listening_beyond_loopback_without_a_token_fails_naming_the_setting() {
 #[test]
 fn a_failing_job_shows_restarting_then_running_with_its_failure() {
     use riffle::checkpoint::{CheckpointConfig, RestartStrategy};
-    use riffle::testing::fail_once_after;
+    use riffle_testing::fail_once_after;
     let dir = tempfile::tempdir().unwrap();
     let env = StreamEnv::with_config(riffle::EnvConfig {
         parallelism: 1,
@@ -638,12 +638,10 @@ fn a_failing_job_shows_restarting_then_running_with_its_failure() {
         ..riffle::EnvConfig::default()
     });
     let (sink, _) = CollectSink::new();
-    env.from_source(
-        riffle::source::datagen::DatagenSource::clicks(Default::default()).rate(5_000.0),
-    )
-    .map(fail_once_after(5_000))
-    .name("flaky map")
-    .sink(sink);
+    env.from_source(riffle_clicks::source(Default::default()).rate(5_000.0))
+        .map(fail_once_after(5_000))
+        .name("flaky map")
+        .sink(sink);
     let job = env.execute_async().unwrap();
     let web = WebServer::start(job.monitor(), config(dir.path())).unwrap();
     let client = JobClient::new(&web.address().to_string(), None);

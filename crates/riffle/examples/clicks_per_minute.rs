@@ -6,18 +6,18 @@
 
 use std::time::Duration;
 
-use riffle::source::datagen::{Click, ClicksConfig, DatagenSource};
 use riffle::{
     OutputTag, StreamEnv, aggregate::Count, sink::FileSink, time::WatermarkStrategy,
     window::Tumbling,
 };
+use riffle_clicks::{Click, ClicksConfig};
 
 fn main() -> riffle::Result<()> {
     let env = StreamEnv::new();
     let late = OutputTag::<Click>::new("late-clicks");
     let counts = env
         .from_source_with_watermarks(
-            DatagenSource::clicks(ClicksConfig::default()).count(1_000_000),
+            riffle_clicks::source(ClicksConfig::default()).count(1_000_000),
             WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5))
                 .with_timestamps(|c: &Click| c.event_time),
         )

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 use serde::Serialize;
 
+use crate::checkpoint::Finalizers;
 use crate::checkpoint::RestoreState;
 use crate::checkpoint::coordinator::CheckpointHub;
 use crate::checkpoint::restore::RestoreAssignment;
@@ -29,7 +30,6 @@ use crate::runtime::{
     Discard, Fanout, InputTask, IntoInput, JobControl, KeyGroupFn, Output, RecordWriter,
     ShipStrategy, TaskContext, TaskDriver, TaskSpec, TaskStoreHandle,
 };
-use crate::sink::Finalizers;
 use crate::source::DeadLetter;
 use crate::source::task::{ErasedSource, SourceTaskSetup};
 use crate::state::TaskStore;
@@ -677,7 +677,7 @@ impl Assembler<'_> {
                 let restore = self.restore_state(head, &op)?;
                 let output = self.output(head, &Slot::Main, &out_type, subtask, &ctx)?;
                 let dead_letter_type = TypeOf::<DeadLetter>::arc();
-                let slot = Slot::Side(crate::api::DEAD_LETTER_TAG.to_string());
+                let slot = Slot::Side(crate::source::DEAD_LETTER_TAG.to_string());
                 let dead_letter =
                     unpack(self.output(head, &slot, &dead_letter_type, subtask, &ctx)?);
                 source.task(SourceTaskSetup {

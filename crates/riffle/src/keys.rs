@@ -37,6 +37,9 @@ use serde::Serialize;
 use serde::ser::{self, SerializeMap, SerializeSeq};
 use xxhash_rust::xxh3::xxh3_64;
 
+/// The key selector of a keyed stream: the key of a record.
+pub type KeyFn<K, T> = std::sync::Arc<dyn Fn(&T) -> K + Send + Sync>;
+
 /// Index of a key group, in `0..max_parallelism`.
 pub type KeyGroup = u16;
 

@@ -9,13 +9,15 @@
 //!
 //! ```
 //! use riffle::{StreamEnv, sink::CollectSink};
-//! use riffle::source::datagen::{ClicksConfig, DatagenSource};
+//!
+//! /// A click: (user id, user agent).
+//! type Click = (u64, String);
 //!
 //! let env = StreamEnv::new();
 //! let (sink, output) = CollectSink::new();
-//! env.from_source(DatagenSource::clicks(ClicksConfig::default()).count(10_000))
-//!     .filter(|click| !click.user_agent.contains("bot"))
-//!     .map(|click| click.user_id)
+//! env.from_fn(10_000, |i| -> Click { (i % 100, if i % 3 == 0 { "Googlebot" } else { "Firefox" }.into()) })
+//!     .filter(|click| !click.1.contains("bot"))
+//!     .map(|click| click.0)
 //!     .sink(sink);
 //! let result = env.execute().unwrap();
 //! assert_eq!(result.records_in("Filter"), 10_000);
@@ -36,6 +38,7 @@ pub mod aggregate;
 pub mod api;
 pub mod checkpoint;
 pub mod config;
+mod control;
 pub mod error;
 pub(crate) mod graph;
 pub mod keys;
@@ -46,6 +49,7 @@ pub mod runtime;
 pub mod sink;
 pub mod source;
 pub mod state;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod time;
 mod util;

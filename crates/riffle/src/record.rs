@@ -290,10 +290,7 @@ mod tests {
             "value + 8 bytes of optional event time"
         );
         // The seed's click: 88 bytes, 96 with its event time, as with the i64 before.
-        assert_eq!(
-            std::mem::size_of::<Record<crate::source::datagen::Click>>(),
-            96
-        );
+        assert_eq!(std::mem::size_of::<Record<riffle_clicks::Click>>(), 96);
     }
 
     proptest::proptest! {

@@ -26,9 +26,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::aggregate::AggregateFunction;
-use crate::api::KeyFn;
 use crate::checkpoint::{RestoreState, TaskSnapshot};
 use crate::error::Result;
+use crate::keys::KeyFn;
 use crate::keys::KeyGroupRange;
 use crate::metrics::{MetricsRegistry, OperatorSnapshot};
 use crate::operators::{

@@ -115,7 +115,7 @@ type GeneratorFactory = Arc<dyn Fn() -> Box<dyn WatermarkGenerator> + Send + Syn
 /// ```
 /// use std::time::Duration;
 /// use riffle::time::WatermarkStrategy;
-/// use riffle::source::datagen::Click;
+/// use riffle_clicks::Click;
 ///
 /// let strategy = WatermarkStrategy::<Click>::bounded_out_of_orderness(Duration::from_secs(5))
 ///     .with_timestamps(|click| click.event_time)

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use riffle::metrics::{MetricsSnapshot, process_rss_bytes};
 use riffle::sink::{BlackholeSink, ThrottledSink};
-use riffle::source::datagen::{ClicksConfig, DatagenSource};
 use riffle::{EnvConfig, StreamEnv};
+use riffle_clicks::ClicksConfig;
 
 const PARALLELISM: usize = 2;
 const BATCH: usize = 256;
@@ -33,7 +33,7 @@ fn a_slow_sink_backpressures_the_source_and_memory_stays_bounded() {
         channel_capacity: CAPACITY,
         ..EnvConfig::default()
     });
-    env.from_source(DatagenSource::clicks(ClicksConfig::default()))
+    env.from_source(riffle_clicks::source(ClicksConfig::default()))
         .map(|click| click.user_id)
         .rebalance()
         .map(|user| user)

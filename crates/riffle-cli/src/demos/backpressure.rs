@@ -9,8 +9,8 @@ use riffle::metrics::{OperatorRates, find_bottleneck, process_rss_bytes};
 use riffle::operators::KeyedContext;
 use riffle::sink::{FileSink, Sink, ThrottledSink};
 use riffle::source::BadRecordPolicy;
-use riffle::source::datagen::Click;
 use riffle::{DataStream, Result, StreamEnv};
+use riffle_clicks::Click;
 
 use crate::clicks::{EnrichedClick, IpCountryTable, enrich, is_bot};
 use crate::demos::{EngineArgs, InputArgs};

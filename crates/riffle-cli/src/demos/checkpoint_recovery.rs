@@ -17,8 +17,8 @@ use clap::Args;
 use riffle::checkpoint::CheckpointStorage;
 use riffle::keys::{key_group_of, subtask_for_key_group};
 use riffle::operators::KeyedContext;
-use riffle::source::datagen::Click;
 use riffle::{Error, StreamEnv};
+use riffle_clicks::Click;
 
 use crate::demos::windowed_count::{
     WindowedSummary, count_per_user, run_windowed, write_counts_and_late,

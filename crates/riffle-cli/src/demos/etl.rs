@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use clap::Args;
 use riffle::sink::Sink;
 use riffle::source::BadRecordPolicy;
-use riffle::source::datagen::Click;
 use riffle::{DataStream, StreamEnv};
+use riffle_clicks::Click;
 use riffle_web::views::Latency;
 
 use crate::clicks::{EnrichedClick, IpCountryTable, enrich, is_bot};

@@ -8,7 +8,7 @@
 
 use riffle::StreamEnv;
 use riffle::source::DeadLetter;
-use riffle::source::datagen::Click;
+use riffle_clicks::Click;
 use riffle_kafka::{KafkaConnection, KafkaSink, KafkaSource, StartFrom, ensure_topics};
 
 use crate::demos::UserCount;

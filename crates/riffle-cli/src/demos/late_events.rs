@@ -16,8 +16,8 @@ use std::path::Path;
 
 use clap::Args;
 use riffle::sink::{CollectSink, FileSink};
-use riffle::source::datagen::{Click, DEFAULT_START_TIME};
 use riffle::{EnvConfig, StreamEnv};
+use riffle_clicks::{Click, DEFAULT_START_TIME};
 
 use crate::demos::windowed_count::{WINDOW, count_per_user};
 use crate::demos::{EngineArgs, EventTimeArgs, InputArgs, UserCount, clock_time};

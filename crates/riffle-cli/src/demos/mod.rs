@@ -18,11 +18,12 @@ use clap::Args;
 use riffle::checkpoint::{CheckpointConfig, RestoreFrom};
 use riffle::sink::{ExactlyOnceFileSink, FileSink, Sink};
 use riffle::source::BadRecordPolicy;
-use riffle::source::datagen::{Click, ClickGenerator, ClicksConfig, DatagenSource, JsonPayloads};
+use riffle::source::datagen::{DatagenSource, JsonPayloads};
 use riffle::source::file::FileSource;
 use riffle::time::WatermarkStrategy;
 use riffle::window::WindowResult;
 use riffle::{DataStream, EnvConfig, Error, StreamEnv};
+use riffle_clicks::{Click, ClickGenerator, ClicksConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::progress::RunOptions;
@@ -167,7 +168,7 @@ impl InputArgs {
         let count = self.count.map_or(default_count, |n| (n > 0).then_some(n));
         let mut config = self.clicks_config()?;
         tweak(&mut config);
-        let source = DatagenSource::clicks(config).limit(count).pace(self.rate);
+        let source = riffle_clicks::source(config).limit(count).pace(self.rate);
         Ok(env
             .from_source_with_watermarks(source, strategy)
             .uid("clicks"))

@@ -5,8 +5,8 @@
 //! time and watermarks per split.
 
 use clap::Args;
-use riffle::source::datagen::Click;
 use riffle::{DataStream, StreamEnv};
+use riffle_clicks::Click;
 
 use crate::clicks::{EnrichedClick, IpCountryTable, enrich, is_bot};
 use crate::demos::windowed_count::{WindowedSummary, run_windowed};

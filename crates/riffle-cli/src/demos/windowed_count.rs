@@ -4,9 +4,9 @@
 
 use clap::Args;
 use riffle::aggregate::Count;
-use riffle::source::datagen::Click;
 use riffle::window::Tumbling;
 use riffle::{DataStream, OutputTag, StreamEnv};
+use riffle_clicks::Click;
 
 use crate::demos::{EngineArgs, EventTimeArgs, InputArgs, UserCount, clock_time};
 use crate::progress::{Report, human, megabytes, run_with_progress};

@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use riffle::source::datagen::{ClickGenerator, ClicksConfig, DEFAULT_START_TIME, Generator};
+use riffle::source::datagen::Generator;
 use riffle_cli::clicks::is_bot;
 use riffle_cli::demos::UserCount;
+use riffle_clicks::{ClickGenerator, ClicksConfig, DEFAULT_START_TIME};
 use riffle_kafka::testing::{TestProducer, bootstrap, read_committed};
 
 pub(crate) fn now_ms() -> u64 {
@@ -127,7 +128,7 @@ fn the_seed_job_between_kafka_topics_survives_kill_9_with_every_count_exactly_on
     });
     // Very late clicks (6 minutes) fall in windows long closed: to `late-clicks`, unless they
     // arrive before every partition has a watermark (then they are counted in their window).
-    let is_late = |c: &riffle::source::datagen::Click| c.event_time < DEFAULT_START_TIME - 60_000;
+    let is_late = |c: &riffle_clicks::Click| c.event_time < DEFAULT_START_TIME - 60_000;
     let clicks: Vec<_> = (0..200_000u64).map(|i| generator.generate(i)).collect();
     let window_of = |t: i64| t - t.rem_euclid(1000);
     let mut expected: BTreeMap<(u64, i64), u64> = BTreeMap::new();

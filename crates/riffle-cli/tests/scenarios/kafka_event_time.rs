@@ -6,9 +6,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use riffle::source::datagen::{ClickGenerator, ClicksConfig, Generator};
+use riffle::source::datagen::Generator;
 use riffle_cli::clicks::is_bot;
 use riffle_cli::demos::UserCount;
+use riffle_clicks::{ClickGenerator, ClicksConfig};
 use riffle_kafka::testing::TestProducer;
 
 use crate::kafka::{now_ms, read_topic, seed_job_args, spawn, wait_for_partitions};

@@ -15,8 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use riffle::source::datagen::{ClickGenerator, ClicksConfig, Generator};
+use riffle::source::datagen::Generator;
 use riffle_cli::demos::UserCount;
+use riffle_clicks::{ClickGenerator, ClicksConfig};
 
 /// Bad lines in the input: each becomes exactly one dead letter.
 const BAD_LINES: usize = 10;

@@ -1,9 +1,9 @@
 //! Scenario 3, late events: the subway click of 15:42 arriving at 15:48, under the three settings
 //! the seed compares. Exact outcomes.
 
-use riffle::source::datagen::DEFAULT_START_TIME;
 use riffle_cli::demos::late_events::{LateEventsArgs, LateRun, SUBWAY_USER, run};
 use riffle_cli::demos::{EngineArgs, UserCount};
+use riffle_clicks::DEFAULT_START_TIME;
 
 fn count(minute: i64, count: u64, update: bool) -> UserCount {
     let start = DEFAULT_START_TIME + (minute - 40) * 60_000;

@@ -1,7 +1,8 @@
 //! Scenario 1, simple ETL: parse, drop bots, enrich with the country, write JSON lines.
 
-use riffle::source::datagen::{ClickGenerator, ClicksConfig, Generator};
+use riffle::source::datagen::Generator;
 use riffle_cli::clicks::{IpCountryTable, enrich, is_bot};
+use riffle_clicks::{ClickGenerator, ClicksConfig};
 
 use crate::{riffle, riffle_raw, sorted_lines};
 

@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use riffle::source::datagen::{Click, ClickGenerator, ClicksConfig, Generator};
+use riffle::source::datagen::Generator;
 use riffle_cli::clicks::is_bot;
 use riffle_cli::demos::UserCount;
+use riffle_clicks::{Click, ClickGenerator, ClicksConfig};
 
 use crate::{riffle, sorted_lines};
 

@@ -69,4 +69,4 @@ pub fn committed_offsets(group: &str, topic: &str, partitions: i32) -> BTreeMap<
 }
 
 #[allow(unused_imports)]
-pub use riffle::testing::eventually;
+pub use riffle_testing::eventually;

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use riffle::checkpoint::CheckpointConfig;
 use riffle::sink::CollectSink;
-use riffle::source::datagen::{Click, ClicksConfig, DatagenSource};
 use riffle::time::WatermarkStrategy;
 use riffle::{EnvConfig, JobHandle, StreamEnv};
+use riffle_clicks::{Click, ClicksConfig};
 use riffle_web::WebConfig;
 
 #[allow(unused_imports)]
-pub use riffle::testing::eventually;
+pub use riffle_testing::eventually;
 
 pub fn config(dir: &std::path::Path) -> WebConfig {
     WebConfig {
@@ -38,7 +38,7 @@ pub fn running_job(dir: &std::path::Path) -> JobHandle {
     });
     let (sink, _) = CollectSink::new();
     env.from_source_with_watermarks(
-        DatagenSource::clicks(ClicksConfig::default()).rate(20_000.0),
+        riffle_clicks::source(ClicksConfig::default()).rate(20_000.0),
         WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(2))
             .with_timestamps(|c: &Click| c.event_time),
     )

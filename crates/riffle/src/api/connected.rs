@@ -8,10 +8,12 @@
 use std::hash::Hash;
 use std::sync::Arc;
 
-use crate::api::keyed::{KeyFn, KeyedStream};
-use crate::api::stream::{DataStream, operator_node};
+use crate::api::declared::operator_node;
+use crate::api::keyed::KeyedStream;
+use crate::api::stream::DataStream;
 use crate::error::Result;
 use crate::graph::{Edge, Node, Ship, Slot};
+use crate::keys::KeyFn;
 use crate::operators::{
     CoMap, CoProcess, CoProcessFn, CoProcessFunction, KeyedCo, KeyedCoProcessFunction,
     KeyedProcess, Operator, ProcessContext,

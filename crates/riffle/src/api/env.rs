@@ -4,38 +4,19 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::api::DEAD_LETTER_TAG;
-use crate::api::stream::{DataStream, sink_node};
+use crate::api::declared::{EnvInner, sink_node};
+use crate::api::stream::DataStream;
 use crate::config::EnvConfig;
 use crate::error::{Error, Result};
-use crate::graph::{self, Edge, JobPlan, Node, NodeId, NodeKind, Ship, Slot, TypeOf};
+use crate::graph::{self, Edge, JobPlan, Node, NodeKind, Ship, Slot, TypeOf};
 use crate::record::Data;
 use crate::runtime::{JobHandle, JobResult, start};
 use crate::sink::FileSink;
+use crate::source::DEAD_LETTER_TAG;
 use crate::source::collection::CollectionSource;
 use crate::source::task::SourceSpec;
 use crate::source::{BadRecordPolicy, DeadLetter, Source};
 use crate::time::WatermarkStrategy;
-
-/// The shared state behind a [`StreamEnv`] and the streams it created.
-pub(crate) struct EnvInner {
-    pub(crate) config: RefCell<EnvConfig>,
-    pub(crate) nodes: RefCell<Vec<Node>>,
-    /// Misuses of the API found while declaring the job; reported by `execute`.
-    pub(crate) errors: RefCell<Vec<String>>,
-}
-
-impl EnvInner {
-    pub(crate) fn add_node(&self, node: Node) -> NodeId {
-        let mut nodes = self.nodes.borrow_mut();
-        nodes.push(node);
-        nodes.len() - 1
-    }
-
-    pub(crate) fn defer_error(&self, message: String) {
-        self.errors.borrow_mut().push(message);
-    }
-}
 
 /// Declares and runs a job: the entry point of the DataStream API.
 ///
@@ -108,11 +89,11 @@ impl StreamEnv {
     /// ```
     /// use std::time::Duration;
     /// use riffle::{StreamEnv, time::WatermarkStrategy};
-    /// use riffle::source::datagen::{Click, ClicksConfig, DatagenSource};
+    /// use riffle_clicks::{Click, ClicksConfig};
     ///
     /// let env = StreamEnv::new();
     /// let clicks = env.from_source_with_watermarks(
-    ///     DatagenSource::clicks(ClicksConfig::default()).count(1_000),
+    ///     riffle_clicks::source(ClicksConfig::default()).count(1_000),
     ///     WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5)).with_timestamps(|c: &Click| c.event_time),
     /// );
     /// ```

@@ -4,10 +4,12 @@ use std::hash::Hash;
 use std::sync::Arc;
 
 use crate::aggregate::{AggregateFunction, Max, MaxBy, Min, MinBy, Number, Reduce, Sum};
-use crate::api::stream::{DataStream, operator_node};
+use crate::api::declared::operator_node;
+use crate::api::stream::DataStream;
 use crate::api::{CountWindowedStream, WindowedStream};
 use crate::error::Result;
 use crate::graph::{Node, Ship, Slot};
+use crate::keys::KeyFn;
 use crate::operators::{
     KeyedContext, KeyedProcess, KeyedProcessFunction, ProcessWithTimers, Rolling, RollingAggregate,
     RollingCombine,
@@ -15,9 +17,6 @@ use crate::operators::{
 use crate::record::{Data, Timestamp};
 use crate::state::TimeDomain;
 use crate::window::Windows;
-
-/// The key selector of a keyed stream.
-pub type KeyFn<K, T> = Arc<dyn Fn(&T) -> K + Send + Sync>;
 
 /// A stream partitioned by a key: every record of a key is processed by the same subtask, which
 /// owns the key's key group (and, with the state API, its state).

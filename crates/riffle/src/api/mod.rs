@@ -5,6 +5,7 @@
 
 mod connected;
 mod count_windowed;
+mod declared;
 mod env;
 mod interval_join;
 mod keyed;
@@ -12,16 +13,16 @@ mod stream;
 mod window_join;
 mod windowed;
 
+pub use crate::keys::KeyFn;
 pub use connected::{ConnectedStreams, KeyedConnectedStreams};
 pub use count_windowed::CountWindowedStream;
 pub use env::StreamEnv;
 pub use interval_join::{IntervalJoin, IntervalJoined};
-pub use keyed::{KeyFn, KeyedStream};
+pub use keyed::KeyedStream;
 pub use stream::{DataStream, DataStreamSink};
 pub use window_join::{
     CoGroup, EqualTo, Join, TwoStreams, WhereKey, WindowedCoGroup, WindowedJoin,
 };
 pub use windowed::WindowedStream;
 
-/// Name of the side output where a source sends records it could not decode.
-pub const DEAD_LETTER_TAG: &str = "dead-letter";
+pub use crate::source::DEAD_LETTER_TAG;

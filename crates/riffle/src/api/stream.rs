@@ -5,18 +5,15 @@ use std::marker::PhantomData;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::api::DEAD_LETTER_TAG;
-use crate::api::env::EnvInner;
+use crate::api::declared::{EnvInner, operator_node, sink_node};
 use crate::api::keyed::KeyedStream;
 use crate::error::{BoxError, Result};
-use crate::graph::{AnyOutput, Edge, KeyGroupFactory, Node, NodeId, NodeKind, Ship, Slot, TypeOf};
+use crate::graph::{Edge, KeyGroupFactory, Node, NodeId, Ship, Slot, TypeOf};
 use crate::keys::key_group_of;
-use crate::operators::{
-    Filter, FlatMap, Identity, Map, Operator, OutputTag, ParseJson, SinkOperator, TryMap,
-};
+use crate::operators::{Filter, FlatMap, Identity, Map, Operator, OutputTag, ParseJson, TryMap};
 use crate::record::Data;
-use crate::runtime::{ChainLink, Output};
 use crate::sink::{Sink, StdoutSink};
+use crate::source::DEAD_LETTER_TAG;
 use crate::source::{BadRecordPolicy, DeadLetter};
 
 /// A stream of records of type `T`.
@@ -55,76 +52,6 @@ impl<T> Clone for DataStream<T> {
             _type: PhantomData,
         }
     }
-}
-
-/// A node that runs `Op` built per subtask by `factory`.
-pub(crate) fn operator_node<Op: Operator>(
-    name: impl Into<String>,
-    inputs: Vec<Edge>,
-    factory: impl Fn() -> Result<Op> + Send + Sync + 'static,
-) -> Node {
-    Node {
-        name: name.into(),
-        uid: None,
-        parallelism: None,
-        inputs,
-        out_type: TypeOf::<Op::Out>::arc(),
-        kind: NodeKind::Operator {
-            in_type: TypeOf::<Op::In>::arc(),
-            build: Arc::new(move |ctx, output: AnyOutput, side, restore| {
-                let output = *output.downcast::<Box<dyn Output<Op::Out>>>().map_err(|_| {
-                    crate::Error::Graph(format!("`{}`: output of another type", ctx.name))
-                })?;
-                let op = factory().map_err(|e| e.in_operator(&ctx.name, ctx.subtask))?;
-                let link: Box<dyn Output<Op::In>> =
-                    Box::new(ChainLink::new(op, ctx, output, side).with_restore(restore));
-                Ok(Box::new(link))
-            }),
-            validate: None,
-        },
-        start_new_chain: false,
-        bad_records: None,
-        keyed: false,
-    }
-}
-
-/// A node that writes its input to `sink`.
-pub(crate) fn sink_node<T: Data, S: Sink<T>>(name: String, sink: S) -> Node {
-    let sink = Arc::new(sink);
-    let for_validation = sink.clone();
-    let mut node = Node {
-        name,
-        uid: None,
-        parallelism: None,
-        inputs: Vec::new(),
-        out_type: TypeOf::<()>::arc(),
-        kind: NodeKind::Operator {
-            in_type: TypeOf::<T>::arc(),
-            build: Arc::new(|_, _, _, _| unreachable!("replaced below")),
-            validate: Some(Arc::new(move || for_validation.validate())),
-        },
-        start_new_chain: false,
-        bad_records: None,
-        keyed: false,
-    };
-    if let NodeKind::Operator { build, .. } = &mut node.kind {
-        *build = Arc::new(move |ctx, _output, side, restore| {
-            let writer = sink
-                .writer(&ctx)
-                .map_err(|e| e.in_operator(&ctx.name, ctx.subtask))?;
-            let link: Box<dyn Output<T>> = Box::new(
-                ChainLink::new(
-                    SinkOperator::new(writer),
-                    ctx,
-                    Box::new(crate::runtime::Discard),
-                    side,
-                )
-                .with_restore(restore),
-            );
-            Ok(Box::new(link))
-        });
-    }
-    node
 }
 
 impl<T: Data> DataStream<T> {

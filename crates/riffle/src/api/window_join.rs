@@ -14,8 +14,8 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::api::KeyFn;
 use crate::api::KeyedConnectedStreams;
-use crate::api::keyed::KeyFn;
 use crate::api::stream::DataStream;
 use crate::error::Result;
 use crate::operators::OutputTag;

@@ -23,14 +23,14 @@ use crate::window::{
 /// ```
 /// use std::time::Duration;
 /// use riffle::{StreamEnv, OutputTag, aggregate::Count, window::Tumbling};
-/// use riffle::source::datagen::{Click, ClicksConfig, DatagenSource};
+/// use riffle_clicks::{Click, ClicksConfig};
 /// use riffle::time::WatermarkStrategy;
 ///
 /// let env = StreamEnv::new();
 /// let late = OutputTag::<Click>::new("late-clicks");
 /// let counts = env
 ///     .from_source_with_watermarks(
-///         DatagenSource::clicks(ClicksConfig::default()).count(10_000),
+///         riffle_clicks::source(ClicksConfig::default()).count(10_000),
 ///         WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5)).with_timestamps(|c: &Click| c.event_time),
 ///     )
 ///     .key_by(|click| click.user_id)

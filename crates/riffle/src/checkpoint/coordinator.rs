@@ -38,10 +38,10 @@ use crate::checkpoint::storage::SHARED_DIR;
 use crate::checkpoint::{
     CheckpointConfig, CheckpointStorage, FINAL_SNAPSHOT, StoreSnapshot, TaskSnapshot,
 };
+use crate::checkpoint::{Ending, Finalizers};
+use crate::control::JobControl;
 use crate::error::{Error, Result};
 use crate::record::{CheckpointBarrier, Timestamp};
-use crate::runtime::JobControl;
-use crate::sink::{Ending, Finalizers};
 use crate::time::Clock;
 
 /// Outcome of a checkpoint or savepoint.

@@ -3,6 +3,7 @@
 
 mod config;
 pub(crate) mod coordinator;
+mod finalize;
 mod manifest;
 pub(crate) mod restore;
 mod snapshot;
@@ -10,6 +11,8 @@ pub(crate) mod storage;
 
 pub use config::{CheckpointConfig, RestartStrategy, RestoreFrom, SHORT_INTERVAL_WARNING};
 pub use coordinator::CheckpointStats;
+pub(crate) use finalize::Finalizers;
+pub use finalize::{Ending, Finalizer};
 pub use manifest::{
     Extent, FileRef, MANIFEST_FILE, Manifest, OperatorState, SnapshotKind, StoreState, SubtaskState,
 };

@@ -222,7 +222,8 @@ mod tests {
     use crate::aggregate::Count;
     use crate::checkpoint::CheckpointConfig;
     use crate::checkpoint::manifest::MANIFEST_FILE;
-    use crate::source::datagen::{Click, ClicksConfig, DatagenSource};
+    use crate::source::datagen::DatagenSource;
+    use crate::source::function::FnGenerator;
     use crate::time::WatermarkStrategy;
     use crate::window::Tumbling;
     use crate::{EnvConfig, StreamEnv};
@@ -242,18 +243,15 @@ mod tests {
                 },
                 ..EnvConfig::default()
             });
-            let config = ClicksConfig {
-                users: 50,
-                late_share: 0.0,
-                ..ClicksConfig::default()
-            };
+            // (user, event time): 50 users, a record every 5 ms of event time.
+            let visits = FnGenerator::new(|i| (i % 50, i as i64 * 5));
             env.from_source_with_watermarks(
-                DatagenSource::clicks(config).count(6_000).rate(20_000.0),
+                DatagenSource::new(visits).count(6_000).rate(20_000.0),
                 WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5))
-                    .with_timestamps(|c: &Click| c.event_time),
+                    .with_timestamps(|c: &(u64, i64)| c.1),
             )
             .uid("clicks")
-            .key_by(|c| c.user_id)
+            .key_by(|c| c.0)
             .window(Tumbling::of(Duration::from_secs(60)))
             .aggregate(Count)
             .uid("count")

@@ -6,10 +6,10 @@
 
 use std::marker::PhantomData;
 
-use crate::api::DEAD_LETTER_TAG;
 use crate::error::Result;
 use crate::operators::{Collector, Operator, OperatorContext, OutputTag};
 use crate::record::{Data, Record};
+use crate::source::DEAD_LETTER_TAG;
 use crate::source::{BadInput, BadRecordHandler, BadRecordPolicy, DeadLetter};
 
 /// Parses JSON payloads into records of type `Out`.
@@ -85,8 +85,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::source::datagen::Click;
     use crate::testing::OperatorHarness;
+    use riffle_clicks::Click;
 
     fn harness() -> OperatorHarness<Vec<u8>, Click> {
         let tag = OutputTag::<DeadLetter>::new(DEAD_LETTER_TAG);

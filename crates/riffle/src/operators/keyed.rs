@@ -6,9 +6,9 @@ use std::hash::Hash;
 use std::marker::PhantomData;
 
 use crate::aggregate::AggregateFunction;
-use crate::api::KeyFn;
 use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::{Error, Result};
+use crate::keys::KeyFn;
 use crate::keys::{KeyGroup, key_group_of};
 use crate::operators::{Collector, Operator, OperatorContext, OutputTag};
 use crate::record::{Data, EventTime, Record, Timestamp};

@@ -14,7 +14,6 @@ mod interval_join;
 mod keyed;
 mod process;
 mod rolling;
-mod sink;
 
 use std::any::Any;
 use std::marker::PhantomData;
@@ -29,7 +28,6 @@ pub use keyed::{KeyedContext, KeyedProcess, KeyedProcessFunction, ProcessWithTim
 pub use process::{Process, ProcessContext};
 pub use rolling::Rolling;
 pub(crate) use rolling::{RollingAggregate, RollingCombine};
-pub use sink::SinkOperator;
 
 use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::Result;
@@ -162,7 +160,7 @@ pub struct OperatorContext {
     /// Whether this run restored a checkpoint or savepoint (`false`: a fresh start).
     pub restored: bool,
     /// Where a sink leaves what is to be committed once every task finished successfully.
-    pub(crate) finalizers: Option<crate::sink::Finalizers>,
+    pub(crate) finalizers: Option<crate::checkpoint::Finalizers>,
     /// The task's key-value store, when the job's state backend has one.
     pub store: Option<std::sync::Arc<dyn crate::state::KvStore>>,
 }

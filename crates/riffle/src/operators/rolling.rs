@@ -13,9 +13,9 @@ use std::marker::PhantomData;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::AggregateFunction;
-use crate::api::KeyFn;
 use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::Result;
+use crate::keys::KeyFn;
 use crate::keys::KeyGroup;
 use crate::operators::adaptive::AdaptiveFold;
 use crate::operators::keyed::KeyedRuntime;

@@ -23,13 +23,13 @@ use crate::checkpoint::coordinator::{self, CheckpointStats, SavepointRequest};
 use crate::checkpoint::restore::RestoreAssignment;
 use crate::checkpoint::storage::CHECKPOINT_PREFIX;
 use crate::checkpoint::{CheckpointStorage, RestartStrategy, RestoreFrom};
+use crate::checkpoint::{Ending, Finalizers};
 use crate::config::EnvConfig;
 use crate::error::{Error, Result, panic_message};
 use crate::graph::{self, JobPlan, Node, RunContext};
 use crate::metrics::{MetricsRegistry, MetricsSnapshot, TaskMetrics};
 use crate::record::Timestamp;
 use crate::runtime::{JobControl, TaskDriver};
-use crate::sink::{Ending, Finalizers};
 use serde::Serialize;
 
 /// A task ready to run.

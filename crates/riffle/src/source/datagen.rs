@@ -1,4 +1,6 @@
-//! Data generators: deterministic, replayable synthetic streams, and the seed's click stream.
+//! Data generators: deterministic, replayable synthetic streams (record `i` is a function of
+//! `i`, so a source splits and rewinds exactly). The seed's click stream is built on it in the
+//! `riffle-clicks` crate.
 //!
 //! Record `i` of a generated stream is a pure function of the generator's seed and of `i`, so a
 //! split's position (how many records it produced) is all a checkpoint needs to replay it, and the
@@ -10,10 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::record::{Data, Timestamp};
+use crate::record::Data;
 use crate::source::{Boundedness, ReadStatus, Source, SourceOutput, SplitReader};
 
 /// A deterministic function from a record index to a record.
@@ -104,9 +106,10 @@ impl PaceClock for ManualPaceClock {
 /// the same schedule would restart it.
 ///
 /// ```
-/// use riffle::source::datagen::{ClicksConfig, DatagenSource, Schedule};
+/// use riffle::source::datagen::{DatagenSource, Schedule};
+/// use riffle::source::function::FnGenerator;
 /// let schedule = Schedule::new(500_000.0);
-/// let source = DatagenSource::clicks(ClicksConfig::default()).paced_by(schedule.clone());
+/// let source = DatagenSource::new(FnGenerator::new(|i| i)).paced_by(schedule.clone());
 /// assert!(schedule.timetable().is_none(), "a schedule starts at the first read");
 /// ```
 #[derive(Clone, Debug)]
@@ -220,8 +223,9 @@ fn offset(index: u64, rate: f64) -> Duration {
 /// A source of generated records: bounded by a count or unbounded, unlimited or paced.
 ///
 /// ```
-/// use riffle::source::datagen::{ClicksConfig, DatagenSource};
-/// let source = DatagenSource::clicks(ClicksConfig::default()).count(1_000).rate(10_000.0);
+/// use riffle::source::datagen::{DatagenSource, mix};
+/// use riffle::source::function::FnGenerator;
+/// let source = DatagenSource::new(FnGenerator::new(|i| mix(42, i, 0) % 100)).count(1_000).rate(10_000.0);
 /// ```
 pub struct DatagenSource<G> {
     generator: Arc<G>,
@@ -284,13 +288,6 @@ impl<G: Generator> DatagenSource<G> {
     /// The generator.
     pub fn generator(&self) -> &G {
         &self.generator
-    }
-}
-
-impl DatagenSource<ClickGenerator> {
-    /// The seed's click stream.
-    pub fn clicks(config: ClicksConfig) -> Self {
-        DatagenSource::new(ClickGenerator::new(config))
     }
 }
 
@@ -444,135 +441,15 @@ impl<G: Generator> SplitReader<G::Item> for DatagenReader<G> {
     }
 }
 
-/// One click of the seed's stream.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Click {
-    /// The user who clicked.
-    pub user_id: u64,
-    /// The page clicked.
-    pub url: String,
-    /// The client's User-Agent header (bots included).
-    pub user_agent: String,
-    /// The client's IPv4 address, dotted quad.
-    pub ip: String,
-    /// When the click happened, epoch milliseconds.
-    pub event_time: Timestamp,
-}
-
-/// Shape of the generated click stream.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ClicksConfig {
-    /// Seed of the stream: the same seed gives the same clicks.
-    pub seed: u64,
-    /// Number of distinct users (default 1M, the seed's scenario 2).
-    pub users: u64,
-    /// Share of clicks from bots (default 0.3, the seed's ~30%).
-    pub bot_share: f64,
-    /// Share of clicks from one hot user, the skewed key of the seed (default 0).
-    pub hot_key_share: f64,
-    /// The hot user's id.
-    pub hot_user: u64,
-    /// Event time of the first click, epoch ms (default 2026-01-15 15:40:00 UTC).
-    pub start_time: Timestamp,
-    /// Clicks per second of event time (default 100 000, the seed's scenario 2 rate).
-    pub events_per_second: f64,
-    /// Clicks arrive up to this many ms out of order (default 2 000).
-    pub max_out_of_orderness_ms: i64,
-    /// Share of very late clicks, mobile users back from the subway (default 0.001).
-    pub late_share: f64,
-    /// How late a very late click is (default 6 minutes: 15:42 arriving at 15:48).
-    pub late_delay_ms: i64,
-}
-
-/// 2026-01-15 15:40:00 UTC.
-pub const DEFAULT_START_TIME: Timestamp = 1_768_491_600_000;
-
-impl Default for ClicksConfig {
-    fn default() -> Self {
-        ClicksConfig {
-            seed: 42,
-            users: 1_000_000,
-            bot_share: 0.3,
-            hot_key_share: 0.0,
-            hot_user: 42,
-            start_time: DEFAULT_START_TIME,
-            events_per_second: 100_000.0,
-            max_out_of_orderness_ms: 2_000,
-            late_share: 0.001,
-            late_delay_ms: 6 * 60 * 1000,
-        }
-    }
-}
-
-impl ClicksConfig {
-    /// Checks the shares and counts; the error names the field.
-    pub fn validate(&self) -> Result<()> {
-        for (name, share) in [
-            ("bot_share", self.bot_share),
-            ("hot_key_share", self.hot_key_share),
-            ("late_share", self.late_share),
-        ] {
-            if !(0.0..=1.0).contains(&share) {
-                return Err(Error::config(
-                    name,
-                    format!("must be between 0 and 1, got {share}"),
-                ));
-            }
-        }
-        if self.users == 0 {
-            return Err(Error::config("users", "must be at least 1"));
-        }
-        if !(self.events_per_second > 0.0 && self.events_per_second.is_finite()) {
-            return Err(Error::config(
-                "events_per_second",
-                "must be a positive number",
-            ));
-        }
-        if self.max_out_of_orderness_ms < 0 || self.late_delay_ms < 0 {
-            return Err(Error::config(
-                "max_out_of_orderness_ms",
-                "delays must not be negative",
-            ));
-        }
-        Ok(())
-    }
-}
-
-const BROWSERS: &[&str] = &[
-    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36",
-    "Mozilla/5.0 (Macintosh; Intel Mac OS X 14_5) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Safari/605.1.15",
-    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Mobile/15E148",
-    "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Mobile Safari/537.36",
-    "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0",
-];
-
-const BOTS: &[&str] = &[
-    "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
-    "Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)",
-    "Mozilla/5.0 (compatible; AhrefsBot/7.0; +http://ahrefs.com/robot/)",
-    "python-requests/2.32.3",
-    "curl/8.11.0",
-];
-
-const PAGES: &[&str] = &[
-    "/",
-    "/search",
-    "/product",
-    "/cart",
-    "/checkout",
-    "/article",
-    "/profile",
-];
-
-/// Generates the seed's clicks.
-#[derive(Clone, Debug)]
-pub struct ClickGenerator {
-    config: ClicksConfig,
-    ms_per_event: f64,
-}
-
-/// SplitMix64: a well-mixed 64-bit value for each (seed, index, stream) triple.
-fn mix(seed: u64, index: u64, stream: u64) -> u64 {
+/// SplitMix64: a well-mixed 64-bit value for each (seed, index, stream) triple, for
+/// generators that draw record `index` independently of the others (deterministic, splittable).
+///
+/// ```
+/// use riffle::source::datagen::{mix, unit};
+/// assert_eq!(mix(1, 2, 3), mix(1, 2, 3));
+/// assert!((0.0..1.0).contains(&unit(mix(1, 2, 3))));
+/// ```
+pub fn mix(seed: u64, index: u64, stream: u64) -> u64 {
     let mut z = seed
         ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15)
         ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03);
@@ -582,87 +459,8 @@ fn mix(seed: u64, index: u64, stream: u64) -> u64 {
 }
 
 /// A uniform value in `[0, 1)`.
-fn unit(bits: u64) -> f64 {
+pub fn unit(bits: u64) -> f64 {
     (bits >> 11) as f64 / (1u64 << 53) as f64
-}
-
-impl ClickGenerator {
-    /// A generator for `config`.
-    pub fn new(config: ClicksConfig) -> Self {
-        let ms_per_event = 1000.0 / config.events_per_second;
-        ClickGenerator {
-            config,
-            ms_per_event,
-        }
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &ClicksConfig {
-        &self.config
-    }
-
-    /// The IPv4 address of a user (stable: a user keeps one address).
-    pub fn ip_of(&self, user_id: u64) -> String {
-        let bits = mix(self.config.seed, user_id, 7);
-        let mut first = 1 + (bits % 223) as u8; // 1..=223: unicast
-        if first == 127 || first == 10 {
-            first += 1;
-        }
-        format!(
-            "{}.{}.{}.{}",
-            first,
-            (bits >> 8) as u8,
-            (bits >> 16) as u8,
-            (bits >> 24) as u8
-        )
-    }
-
-    /// The event time click `index` would have if it arrived on time.
-    pub fn on_time_event_time(&self, index: u64) -> Timestamp {
-        self.config.start_time + (index as f64 * self.ms_per_event) as i64
-    }
-}
-
-impl Generator for ClickGenerator {
-    type Item = Click;
-
-    fn generate(&self, index: u64) -> Click {
-        let c = &self.config;
-        let seed = c.seed;
-        let user_id = if unit(mix(seed, index, 1)) < c.hot_key_share {
-            c.hot_user
-        } else {
-            1 + mix(seed, index, 2) % c.users
-        };
-        let bot = unit(mix(seed, index, 3)) < c.bot_share;
-        let agents = if bot { BOTS } else { BROWSERS };
-        let user_agent = agents[(mix(seed, index, 4) % agents.len() as u64) as usize].to_string();
-        let page_bits = mix(seed, index, 5);
-        let page = PAGES[(page_bits % PAGES.len() as u64) as usize];
-        let url = if page == "/" {
-            page.to_string()
-        } else {
-            format!("{page}/{}", (page_bits >> 8) % 10_000)
-        };
-        let mut event_time = self.on_time_event_time(index);
-        if c.max_out_of_orderness_ms > 0 {
-            event_time -= (mix(seed, index, 6) % (c.max_out_of_orderness_ms as u64 + 1)) as i64;
-        }
-        if unit(mix(seed, index, 8)) < c.late_share {
-            event_time -= c.late_delay_ms;
-        }
-        Click {
-            user_id,
-            url,
-            user_agent,
-            ip: self.ip_of(user_id),
-            event_time,
-        }
-    }
-
-    fn name(&self) -> String {
-        "clicks".into()
-    }
 }
 
 /// Wraps a generator so that it emits its records as JSON strings (the raw payloads a Kafka
@@ -689,6 +487,16 @@ where
 mod tests {
     use super::*;
 
+    /// Record `i` is `(i, a value mixed from i)`.
+    struct Pairs;
+
+    impl Generator for Pairs {
+        type Item = (u64, u64);
+        fn generate(&self, index: u64) -> (u64, u64) {
+            (index, mix(7, index, 1) % 1000)
+        }
+    }
+
     fn read_all<T>(source: &impl Source<T>, parallelism: usize) -> Vec<T>
     where
         T: Data,
@@ -704,65 +512,12 @@ mod tests {
     }
 
     #[test]
-    fn clicks_are_deterministic_and_match_the_configured_shares() {
-        let generator = ClickGenerator::new(ClicksConfig {
-            users: 1000,
-            ..ClicksConfig::default()
-        });
-        assert_eq!(generator.generate(12345), generator.generate(12345));
-        let clicks: Vec<Click> = (0..20_000).map(|i| generator.generate(i)).collect();
-        let bots = clicks
-            .iter()
-            .filter(|c| BOTS.contains(&c.user_agent.as_str()))
-            .count();
-        assert!((5_400..6_600).contains(&bots), "about 30% bots, got {bots}");
-        assert!(clicks.iter().all(|c| (1..=1000).contains(&c.user_id)));
-        let ip_of_7: Vec<_> = clicks
-            .iter()
-            .filter(|c| c.user_id == 7)
-            .map(|c| c.ip.clone())
-            .collect();
-        assert!(
-            ip_of_7.windows(2).all(|w| w[0] == w[1]),
-            "a user keeps one address"
-        );
-        let late = clicks
-            .iter()
-            .enumerate()
-            .filter(|(i, c)| generator.on_time_event_time(*i as u64) - c.event_time > 2_000);
-        assert!((5..50).contains(&late.count()), "about 0.1% very late");
-    }
-
-    #[test]
-    fn the_hot_key_takes_its_share() {
-        let generator = ClickGenerator::new(ClicksConfig {
-            hot_key_share: 0.8,
-            ..ClicksConfig::default()
-        });
-        let hot = (0..10_000)
-            .filter(|&i| generator.generate(i).user_id == 42)
-            .count();
-        assert!((7_700..8_300).contains(&hot), "got {hot}");
-    }
-
-    #[test]
     fn the_union_of_splits_is_the_same_stream_for_any_split_count() {
-        let config = ClicksConfig {
-            users: 50,
-            ..ClicksConfig::default()
-        };
-        let mut a = read_all(
-            &DatagenSource::clicks(config.clone()).count(1001).splits(3),
-            2,
-        );
-        let mut b = read_all(
-            &DatagenSource::clicks(config.clone()).count(1001).splits(8),
-            4,
-        );
-        let generator = ClickGenerator::new(config);
-        let mut expected: Vec<Click> = (0..1001).map(|i| generator.generate(i)).collect();
+        let mut a = read_all(&DatagenSource::new(Pairs).count(1001).splits(3), 2);
+        let mut b = read_all(&DatagenSource::new(Pairs).count(1001).splits(8), 4);
+        let mut expected: Vec<(u64, u64)> = (0..1001).map(|i| Pairs.generate(i)).collect();
         for v in [&mut a, &mut b, &mut expected] {
-            v.sort_by_key(|c| (c.event_time, c.user_id, c.url.clone()));
+            v.sort();
         }
         assert_eq!(a, expected);
         assert_eq!(b, expected);
@@ -770,14 +525,12 @@ mod tests {
 
     #[test]
     fn a_reader_resumes_from_its_position() {
-        let source = DatagenSource::clicks(ClicksConfig::default())
-            .count(100)
-            .splits(1);
+        let source = DatagenSource::new(Pairs).count(100).splits(1);
         let mut reader = source.reader(0).unwrap();
         let mut out = SourceOutput::with_capacity(10);
         reader.read(&mut out, 30).unwrap();
         let position = reader.position();
-        let rest_a: Vec<Click> = {
+        let rest_a: Vec<(u64, u64)> = {
             let mut out = SourceOutput::with_capacity(100);
             reader.read(&mut out, 100).unwrap();
             out.records.into_iter().map(|r| r.value).collect()
@@ -786,7 +539,7 @@ mod tests {
         replay.seek(&position).unwrap();
         let mut out = SourceOutput::with_capacity(100);
         assert_eq!(replay.read(&mut out, 100).unwrap(), ReadStatus::Finished);
-        let rest_b: Vec<Click> = out.records.into_iter().map(|r| r.value).collect();
+        let rest_b: Vec<(u64, u64)> = out.records.into_iter().map(|r| r.value).collect();
         assert_eq!(rest_a.len(), 70);
         assert_eq!(rest_a, rest_b);
     }
@@ -794,7 +547,7 @@ mod tests {
     #[test]
     fn pacing_holds_records_back_until_they_are_due() {
         // On the real clock; the manual-clock tests below pin the schedule exactly.
-        let source = DatagenSource::new(JsonPayloads(ClickGenerator::new(ClicksConfig::default())))
+        let source = DatagenSource::new(JsonPayloads(Pairs))
             .rate(100.0)
             .splits(1);
         Source::splits(&source, 1).unwrap();
@@ -815,11 +568,8 @@ mod tests {
             "{} records after {before:?}..{after:?} at 100/s",
             out.len()
         );
-        let click: Click = serde_json::from_str(&out.records[0].value).unwrap();
-        assert!(
-            click.event_time <= DEFAULT_START_TIME,
-            "the first clicks happen at the start time or before"
-        );
+        let first: (u64, u64) = serde_json::from_str(&out.records[0].value).unwrap();
+        assert_eq!(first, Pairs.generate(0), "records come in order, as JSON");
     }
 
     /// Stamps each record with its index, the instant it was generated (emitted) and the

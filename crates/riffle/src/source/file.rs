@@ -33,7 +33,8 @@ pub enum FileFormat {
 /// Reads records from a file or a directory of files.
 ///
 /// ```no_run
-/// use riffle::source::{BadRecordPolicy, datagen::Click, file::FileSource};
+/// use riffle::source::{BadRecordPolicy, file::FileSource};
+/// use riffle_clicks::Click;
 /// let clicks = FileSource::<Click>::json("clicks.jsonl").bad_records(BadRecordPolicy::Skip);
 /// ```
 pub struct FileSource<T> {

@@ -7,6 +7,10 @@
 //! dead-letter output (the default), never lost without a count.
 
 mod bad_records;
+/// Name of the side output where a source (or a parser, or a window operator) sends records
+/// it could not decode or place.
+pub const DEAD_LETTER_TAG: &str = "dead-letter";
+
 pub mod collection;
 pub mod datagen;
 pub mod file;

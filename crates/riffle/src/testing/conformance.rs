@@ -22,7 +22,7 @@ use crate::aggregate::Count;
 use crate::checkpoint::{CheckpointConfig, RestartStrategy, RestoreFrom};
 use crate::operators::{KeyedContext, KeyedProcessFunction};
 use crate::sink::ExactlyOnceFileSink;
-use crate::source::datagen::{Click, ClicksConfig, DatagenSource};
+use crate::source::datagen::{DatagenSource, Generator, mix};
 use crate::state::{
     HeapBackend, ListStateDescriptor, MapStateDescriptor, StateBackend, StateTtl, TimeDomain,
     ValueStateDescriptor,
@@ -34,6 +34,34 @@ use crate::{EnvConfig, JobResult, Result, StreamEnv, Timestamp};
 
 /// Clicks in the conformance job.
 const COUNT: u64 = 40_000;
+
+/// A click of the conformance job.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Click {
+    user_id: u64,
+    url: String,
+    event_time: Timestamp,
+}
+
+/// Clicks of 200 users on 50 pages, 2 000 per second of event time, up to 2 s out of order
+/// (within the watermark bound: nothing late, every run has one exact answer).
+struct Clicks;
+
+impl Generator for Clicks {
+    type Item = Click;
+    fn generate(&self, i: u64) -> Click {
+        Click {
+            user_id: 1 + mix(42, i, 2) % 200,
+            url: format!("/page/{}", mix(42, i, 5) % 50),
+            event_time: 1_768_491_600_000 + i as Timestamp / 2
+                - (mix(42, i, 6) % 2_001) as Timestamp,
+        }
+    }
+    fn name(&self) -> String {
+        "clicks".into()
+    }
+}
+
 /// Event-time buckets of the keyed process function.
 const BUCKET: Timestamp = 10_000;
 
@@ -116,14 +144,7 @@ fn job(
         local_state_dir: work.join("local"),
         ..EnvConfig::default()
     });
-    // Nothing late: every run has one exact answer.
-    let config = ClicksConfig {
-        users: 200,
-        late_share: 0.0,
-        events_per_second: 2_000.0,
-        ..ClicksConfig::default()
-    };
-    let source = DatagenSource::clicks(config)
+    let source = DatagenSource::new(Clicks)
         .count(COUNT)
         .rate(40_000.0)
         .splits(4);
@@ -527,7 +548,7 @@ fn rolling_round_trip(backend: &dyn StateBackend) -> Result<()> {
         Step::Record(Rolling::Partial { key: 1, acc: 100 }, 4),
         Step::Record(Rolling::Record((2, 1)), 5),
     ];
-    let key: crate::api::KeyFn<u64, In> = Arc::new(|e: &In| match e {
+    let key: crate::keys::KeyFn<u64, In> = Arc::new(|e: &In| match e {
         Rolling::Record((k, _)) => *k,
         Rolling::Partial { key, .. } => *key,
     });

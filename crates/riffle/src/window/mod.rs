@@ -609,7 +609,7 @@ where
 
 /// The window operator for `settings`: aligned windows or sessions.
 pub(crate) fn window_operator<K, T, F>(
-    key: crate::api::KeyFn<K, T>,
+    key: crate::keys::KeyFn<K, T>,
     settings: WindowSettings<F::Late>,
     function: F,
 ) -> AnyWindowOperator<K, T, F>

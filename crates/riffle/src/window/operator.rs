@@ -13,14 +13,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::DEAD_LETTER_TAG;
-use crate::api::KeyFn;
 use crate::checkpoint::{Redistribution, RestoreState, SnapshotWriter};
 use crate::error::{Error, Result};
+use crate::keys::KeyFn;
 use crate::keys::{KeyGroup, key_group_of};
 use crate::operators::OutputTag;
 use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, MIN_WATERMARK, Record, Timestamp};
+use crate::source::DEAD_LETTER_TAG;
 use crate::source::{BadInput, BadRecordHandler, BadRecordPolicy, DeadLetter};
 use crate::state::StateTable;
 use crate::util::RateLimitedLog;

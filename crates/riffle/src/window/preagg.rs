@@ -19,8 +19,8 @@ use std::marker::PhantomData;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::AggregateFunction;
-use crate::api::KeyFn;
 use crate::error::{Error, Result};
+use crate::keys::KeyFn;
 use crate::operators::adaptive::AdaptiveFold;
 use crate::operators::{Collector, Operator};
 use crate::record::{Data, MIN_WATERMARK, Record, Timestamp};

@@ -7,9 +7,9 @@ use std::hash::Hash;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::KeyFn;
 use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::Result;
+use crate::keys::KeyFn;
 use crate::keys::KeyGroup;
 use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, Record, Timestamp};

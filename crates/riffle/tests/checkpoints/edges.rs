@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use riffle::checkpoint::{CheckpointStorage, RestoreFrom, SnapshotKind};
-use riffle::source::datagen::{Click, ClicksConfig, DatagenSource};
 use riffle::{EnvConfig, Error, StreamEnv};
+use riffle_clicks::{Click, ClicksConfig};
 
 use crate::{COUNT, committed, expected, run, windowed_job};
 
@@ -18,7 +18,7 @@ fn one_split_job(out: &Path, checkpoints: &Path, count: u64) -> StreamEnv {
     let env = windowed_job(out, checkpoints, 2, count, |c| c);
     // Same graph, one split.
     let env2 = StreamEnv::with_config(env.config());
-    let source = DatagenSource::clicks(ClicksConfig {
+    let source = riffle_clicks::source(ClicksConfig {
         users: 300,
         late_share: 0.0,
         events_per_second: 2_000.0,

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use riffle::checkpoint::{CheckpointConfig, RestoreFrom, SnapshotWriter};
 use riffle::operators::{Collector, Operator};
-use riffle::source::datagen::Click;
 use riffle::testing::fail_once_after;
 use riffle::{EnvConfig, Record, Result, StreamEnv};
+use riffle_clicks::Click;
 
 use crate::faulty_store::FaultyStore;
 use crate::{COUNT, committed, expected, run, windowed_job};
@@ -240,15 +240,15 @@ fn checkpoints_complete_under_heavy_backpressure() {
         },
         ..EnvConfig::default()
     });
-    env.from_source(riffle::source::datagen::DatagenSource::clicks(
-        Default::default(),
-    ))
-    .map(|c| c.user_id)
-    .key_by(|u| *u)
-    .process(
-        |_: &u64, u: u64, ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>| ctx.emit(u),
-    )
-    .sink(ThrottledSink::new(BlackholeSink::new(), 5_000.0));
+    env.from_source(riffle_clicks::source(Default::default()))
+        .map(|c| c.user_id)
+        .key_by(|u| *u)
+        .process(
+            |_: &u64, u: u64, ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>| {
+                ctx.emit(u)
+            },
+        )
+        .sink(ThrottledSink::new(BlackholeSink::new(), 5_000.0));
     let job = env.execute_async().unwrap();
     std::thread::sleep(Duration::from_secs(3));
     let before = job.metrics();

@@ -10,6 +10,7 @@ mod key_hash;
 mod recovery;
 mod s3;
 mod savepoints;
+mod two_inputs;
 
 use std::path::Path;
 use std::time::Duration;
@@ -17,20 +18,21 @@ use std::time::Duration;
 use riffle::aggregate::Count;
 use riffle::checkpoint::{CheckpointConfig, RestartStrategy};
 use riffle::sink::ExactlyOnceFileSink;
-use riffle::source::datagen::{Click, ClicksConfig, DatagenSource};
+use riffle::source::datagen::DatagenSource;
 use riffle::time::WatermarkStrategy;
 use riffle::window::Tumbling;
 use riffle::{EnvConfig, JobResult, Result, StreamEnv};
+use riffle_clicks::{Click, ClicksConfig};
 
 /// Clicks within the watermark bound (nothing late: every run has one exact answer).
-pub fn clicks(count: u64) -> DatagenSource<riffle::source::datagen::ClickGenerator> {
+pub fn clicks(count: u64) -> DatagenSource<riffle_clicks::ClickGenerator> {
     let config = ClicksConfig {
         users: 300,
         late_share: 0.0,
         events_per_second: 2_000.0,
         ..ClicksConfig::default()
     };
-    DatagenSource::clicks(config)
+    riffle_clicks::source(config)
         .count(count)
         .rate(40_000.0)
         .splits(4)

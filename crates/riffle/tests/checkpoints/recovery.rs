@@ -122,12 +122,13 @@ fn windows_fire_after_a_restore_that_finds_the_files_read() {
     use riffle::aggregate::Count;
     use riffle::checkpoint::{CheckpointConfig, RestartStrategy};
     use riffle::sink::ExactlyOnceFileSink;
-    use riffle::source::datagen::{Click, ClickGenerator, ClicksConfig, DatagenSource, Generator};
+    use riffle::source::datagen::{DatagenSource, Generator};
     use riffle::source::file::FileSource;
     use riffle::source::function::FnGenerator;
     use riffle::time::WatermarkStrategy;
     use riffle::window::Tumbling;
     use riffle::{EnvConfig, StreamEnv};
+    use riffle_clicks::{Click, ClickGenerator, ClicksConfig};
     use std::time::Duration;
 
     let dir = tempfile::tempdir().unwrap();

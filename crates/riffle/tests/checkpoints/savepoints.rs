@@ -111,7 +111,7 @@ fn state_that_maps_to_no_operator_fails_the_restore_unless_allowed() {
             .key_by(|c| c.user_id)
             .process(
                 |_: &u64,
-                 c: riffle::source::datagen::Click,
+                 c: riffle_clicks::Click,
                  ctx: &mut riffle::operators::KeyedContext<'_, '_, u64, u64>| {
                     ctx.emit(c.user_id)
                 },

@@ -6,12 +6,13 @@ use std::time::{Duration, Instant};
 
 use riffle::aggregate::Count;
 use riffle::sink::CollectSink;
-use riffle::source::datagen::{Click, ClickGenerator, ClicksConfig, DatagenSource, Generator};
+use riffle::source::datagen::Generator;
 use riffle::source::file::FileSource;
 use riffle::source::{Boundedness, DeadLetter, ReadStatus, Source, SourceOutput, SplitReader};
 use riffle::time::{Clock, SystemClock, WatermarkStrategy};
 use riffle::window::{Tumbling, WindowResult};
 use riffle::{EnvConfig, OutputTag, StreamEnv};
+use riffle_clicks::{Click, ClickGenerator, ClicksConfig};
 
 use crate::run;
 
@@ -71,7 +72,7 @@ fn windowed_counts_equal_the_batch_truth_with_and_without_pre_aggregation_at_any
             let env = env(parallelism);
             let (sink, out) = CollectSink::new();
             env.from_source_with_watermarks(
-                DatagenSource::clicks(config.clone()).count(count),
+                riffle_clicks::source(config.clone()).count(count),
                 strategy(Duration::from_secs(5)),
             )
             .key_by(|c| c.user_id)
@@ -104,7 +105,7 @@ fn late_clicks_reach_the_side_output_unchanged_and_nothing_is_lost() {
         let (late_sink, late_out) = CollectSink::new();
         let counts = env
             .from_source_with_watermarks(
-                DatagenSource::clicks(config.clone())
+                riffle_clicks::source(config.clone())
                     .count(count)
                     .rate(20_000.0),
                 strategy(Duration::from_secs(5)),
@@ -320,7 +321,7 @@ fn a_bounded_run_gives_the_same_answer_as_the_streaming_run() {
         let env = env(2);
         let (sink, out) = CollectSink::new();
         env.from_source_with_watermarks(
-            DatagenSource::clicks(config.clone())
+            riffle_clicks::source(config.clone())
                 .count(count)
                 .pace(rate),
             strategy,

@@ -3,7 +3,7 @@
 
 use riffle::Error;
 use riffle::sink::CollectSink;
-use riffle::source::datagen::{ClicksConfig, DatagenSource};
+use riffle_clicks::ClicksConfig;
 
 use crate::{env, run};
 
@@ -62,7 +62,7 @@ fn a_panic_in_a_user_function_fails_the_job_downstream_of_a_shuffle() {
 fn a_failure_in_a_sink_stops_an_unbounded_job() {
     let env = env(2);
     let (sink, _) = CollectSink::new();
-    env.from_source(DatagenSource::clicks(ClicksConfig::default()))
+    env.from_source(riffle_clicks::source(ClicksConfig::default()))
         .map(|c| c.user_id)
         .rebalance()
         .try_map(|id| {

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use riffle::sink::{CollectSink, ThrottledSink};
-use riffle::source::datagen::{ClicksConfig, DatagenSource};
 use riffle::{EnvConfig, StreamEnv};
+use riffle_clicks::ClicksConfig;
 
 /// Clicks at 20K/s through a rebalance into a sink that takes 2K/s per subtask, for 3 s; the
 /// latencies (µs) each operator recorded.
@@ -17,7 +17,7 @@ fn run(latency_interval: Option<Duration>) -> Vec<(String, Vec<u64>)> {
         ..EnvConfig::default()
     });
     let (sink, _) = CollectSink::new();
-    env.from_source(DatagenSource::clicks(ClicksConfig::default()).rate(20_000.0))
+    env.from_source(riffle_clicks::source(ClicksConfig::default()).rate(20_000.0))
         .rebalance()
         .map(|c| c.user_id)
         .name("user")

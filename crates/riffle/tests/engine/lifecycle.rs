@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use riffle::Error;
 use riffle::sink::CollectSink;
-use riffle::source::datagen::{ClicksConfig, DatagenSource};
+use riffle_clicks::ClicksConfig;
 
 use crate::env;
 
@@ -12,7 +12,7 @@ use crate::env;
 fn stop_drains_an_unbounded_job_and_loses_nothing_in_flight() {
     let env = env(2);
     let (sink, out) = CollectSink::new();
-    env.from_source(DatagenSource::clicks(ClicksConfig::default()).rate(20_000.0))
+    env.from_source(riffle_clicks::source(ClicksConfig::default()).rate(20_000.0))
         .map(|c| c.user_id)
         .key_by(|u| *u)
         .process(
@@ -38,7 +38,7 @@ fn stop_drains_an_unbounded_job_and_loses_nothing_in_flight() {
 #[test]
 fn cancel_ends_a_running_job_with_cancelled() {
     let env = env(2);
-    env.from_source(DatagenSource::clicks(ClicksConfig::default()))
+    env.from_source(riffle_clicks::source(ClicksConfig::default()))
         .map(|c| c.user_id)
         .rebalance()
         .map(|u| u)

@@ -10,11 +10,11 @@ use std::time::Duration;
 use riffle::aggregate::Count;
 use riffle::sink::CollectSink;
 use riffle::source::DeadLetter;
-use riffle::source::datagen::Click;
 use riffle::source::file::FileSource;
 use riffle::time::WatermarkStrategy;
 use riffle::window::{Session, Tumbling, Windows};
 use riffle::{EnvConfig, OutputTag, StreamEnv};
+use riffle_clicks::Click;
 
 use crate::run;
 

@@ -1,0 +1,26 @@
+//! Test harnesses for Riffle: add this crate as a dev-dependency to test your operators, sinks
+//! and state backends the way Riffle tests its own (Flink's `*OperatorTestHarness`).
+//!
+//! - [`OperatorHarness`] drives one operator by hand: push records and watermarks, move
+//!   processing time, end the input, and read the exact output, side outputs and state size;
+//!   a two-input operator takes [`riffle::Either`] records.
+//! - [`assert_snapshot_round_trip`] (and [`assert_snapshot_round_trip_on`] for a given state
+//!   backend) checks that an operator snapshotted anywhere in a script and restored goes on
+//!   exactly as if it had never stopped.
+//! - [`conformance`] is the suite every state backend passes (heap and RocksDB do).
+//!
+//! The harness lives in the core crate behind its `testing` feature, which only this crate
+//! turns on: a job's own build of `riffle` carries none of it.
+//!
+//! ```
+//! use riffle_testing::OperatorHarness;
+//! use riffle::operators::Map;
+//!
+//! let mut h = OperatorHarness::builder(Map::new(std::sync::Arc::new(|x: u64| x * 2)))
+//!     .build()
+//!     .unwrap();
+//! h.process(21, 1_000).unwrap();
+//! assert_eq!(h.take_values(), vec![42]);
+//! ```
+
+pub use riffle::testing::*;
