@@ -66,6 +66,16 @@ where
         crate::api::KeyedConnectedStreams::new(self.clone(), other.clone())
     }
 
+    /// Joins this stream's records with the other stream's records of the same key whose times
+    /// are within an interval around theirs: say which with
+    /// [`between`](crate::api::IntervalJoin::between) (Flink's `intervalJoin`).
+    pub fn interval_join<B: Data>(
+        &self,
+        other: &KeyedStream<K, B>,
+    ) -> crate::api::IntervalJoin<K, T, B> {
+        crate::api::IntervalJoin::new(self.clone(), other.clone())
+    }
+
     /// The key selector.
     pub fn key_selector(&self) -> Arc<dyn Fn(&T) -> K + Send + Sync> {
         self.key.clone()

@@ -10,9 +10,11 @@ mod count_windowed;
 mod declared;
 mod dedup;
 mod env;
+mod interval_join;
 mod keyed;
 mod regular_join;
 mod stream;
+mod window_join;
 mod windowed;
 
 pub use crate::keys::KeyFn;
@@ -20,9 +22,13 @@ pub use broadcast::{BroadcastConnectedStream, BroadcastStream, KeyedBroadcastCon
 pub use connected::{ConnectedStreams, KeyedConnectedStreams};
 pub use count_windowed::CountWindowedStream;
 pub use env::StreamEnv;
+pub use interval_join::{IntervalJoin, IntervalJoined};
 pub use keyed::KeyedStream;
 pub use regular_join::RegularJoinBuilder;
 pub use stream::{DataStream, DataStreamSink};
+pub use window_join::{
+    CoGroup, EqualTo, Join, TwoStreams, WhereKey, WindowedCoGroup, WindowedJoin,
+};
 pub use windowed::WindowedStream;
 
 pub use crate::source::DEAD_LETTER_TAG;

@@ -216,6 +216,24 @@ impl<T: Data> DataStream<T> {
         crate::api::ConnectedStreams::new(self.clone(), other.clone())
     }
 
+    /// Joins this stream with `other` by key and window (Flink's `join`): see
+    /// [`WindowedJoin::apply`](crate::api::WindowedJoin::apply) for an example.
+    pub fn join<B: Data>(
+        &self,
+        other: &DataStream<B>,
+    ) -> crate::api::TwoStreams<T, B, crate::api::Join> {
+        crate::api::TwoStreams::new(self.clone(), other.clone())
+    }
+
+    /// Groups this stream's and `other`'s records by key and window (Flink's `coGroup`): see
+    /// [`WindowedCoGroup::apply`](crate::api::WindowedCoGroup::apply) for an example.
+    pub fn co_group<B: Data>(
+        &self,
+        other: &DataStream<B>,
+    ) -> crate::api::TwoStreams<T, B, crate::api::CoGroup> {
+        crate::api::TwoStreams::new(self.clone(), other.clone())
+    }
+
     /// Merges this stream with others of the same type.
     pub fn union(&self, others: &[&DataStream<T>]) -> DataStream<T> {
         let inputs = std::iter::once(self.edge())

@@ -567,7 +567,8 @@ pub fn operator_round_trips(backend: &dyn StateBackend) -> Result<()> {
         &script,
     )?;
     rolling_round_trip(backend)?;
-    keyed_broadcast_round_trip(backend)
+    keyed_broadcast_round_trip(backend)?;
+    interval_join_round_trip(backend)
 }
 
 /// Per-page thresholds, broadcast.
@@ -662,6 +663,44 @@ fn rolling_round_trip(backend: &dyn StateBackend) -> Result<()> {
     assert_snapshot_round_trip_on(
         backend,
         || RollingAggregate::new(key.clone(), Sum::of(|v: &(u64, u64)| v.1)),
+        &steps,
+    )
+}
+
+/// The interval join round trip: both sides buffered across the cut, joins with what was
+/// restored, cleanup timers restored, late records of both sides (17 pairs, 9 late records).
+fn interval_join_round_trip(backend: &dyn StateBackend) -> Result<()> {
+    use crate::Either;
+    use crate::operators::{IntervalJoinOperator, IntervalJoinSpec, JoinContext};
+    type In = Either<(u64, u32), (u64, u32)>;
+    let key: crate::api::KeyFn<u64, In> = Arc::new(|e: &In| match e {
+        Either::Left((k, _)) | Either::Right((k, _)) => *k,
+    });
+    let mut steps: Vec<Step<In>> = Vec::new();
+    for i in 0..40u32 {
+        let t = i64::from(i) * 300 - i64::from(i % 4) * 400;
+        let record = if i % 3 == 0 {
+            Either::Right((u64::from(i % 2), i))
+        } else {
+            Either::Left((u64::from(i % 2), i))
+        };
+        steps.push(Step::Record(record, t));
+        if i % 4 == 3 {
+            // Some records of either side come after the watermark passed them: late.
+            steps.push(Step::Watermark(t + 1_250));
+        }
+    }
+    assert_snapshot_round_trip_on(
+        backend,
+        || {
+            IntervalJoinOperator::new(
+                key.clone(),
+                IntervalJoinSpec::new(-700, 1_200),
+                |l: (u64, u32), r: (u64, u32), ctx: &mut JoinContext<(u64, u32, u32)>| {
+                    ctx.emit((l.0, l.1, r.1))
+                },
+            )
+        },
         &steps,
     )
 }

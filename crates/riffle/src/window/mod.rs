@@ -25,6 +25,7 @@
 //! ```
 
 mod function_state;
+pub(crate) mod join;
 mod operator;
 mod preagg;
 mod session;

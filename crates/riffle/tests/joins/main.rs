@@ -5,4 +5,6 @@ mod async_io;
 mod broadcast;
 mod connect;
 mod dedup;
+mod interval;
 mod regular_join;
+mod window_join;
