@@ -84,6 +84,9 @@ enum Scenario {
     LateEvents(LateEventsArgs),
     /// Scenario 4, back-pressure: a slow sink stalls the pipeline; watch where and that memory stays flat.
     Backpressure(BackpressureArgs),
+    /// Joins of two streams: ad clicks joined to their impression within 10 minutes (interval
+    /// join), click-through rate per campaign per minute, late records of both sides aside.
+    Join(riffle_cli::demos::join::JoinArgs),
     /// Scenario 5, checkpoint and recovery: a task dies, the job restores its latest checkpoint, and the
     /// committed output is checked against a run without failure.
     CheckpointRecovery(CheckpointRecoveryArgs),
@@ -119,6 +122,7 @@ fn main() -> ExitCode {
                 Some(Scenario::WindowedCount(args)) => windowed_count::run(&args).map(drop),
                 Some(Scenario::LateEvents(args)) => late_events::run(&args).map(drop),
                 Some(Scenario::Backpressure(args)) => backpressure::run(&args).map(drop),
+                Some(Scenario::Join(args)) => riffle_cli::demos::join::run(&args).map(drop),
                 Some(Scenario::CheckpointRecovery(args)) => {
                     checkpoint_recovery::run(&args).map(drop)
                 }

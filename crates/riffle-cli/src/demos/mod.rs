@@ -4,6 +4,7 @@
 pub mod backpressure;
 pub mod checkpoint_recovery;
 pub mod etl;
+pub mod join;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod kafka_args;

@@ -4,6 +4,7 @@
 mod backpressure;
 mod checkpoint_recovery;
 mod hostile_input;
+mod join;
 #[cfg(feature = "kafka")]
 mod kafka;
 #[cfg(feature = "kafka")]
