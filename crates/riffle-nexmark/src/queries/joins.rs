@@ -273,17 +273,23 @@ fn in_lifetime(a: &Auction, b: &Bid) -> bool {
     b.auction == a.id && a.date_time <= b.date_time && b.date_time <= a.expires
 }
 
-/// The state of one auction in the winning-bids join.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-enum AuctionState {
-    /// The auction arrived and is open; its best bid so far.
-    Open(Box<Auction>, Option<Bid>),
+/// The state of one auction in the winning-bids join, small enough to read at every bid (the
+/// auction and its best bid are kept apart and read only when needed).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+enum Life {
+    /// The auction arrived and is open: its lifetime, and the price and time of its best bid.
+    Open {
+        start: Timestamp,
+        expires: Timestamp,
+        best: Option<(i64, Timestamp)>,
+    },
     /// Closed (its result was emitted): later bids are outside its lifetime.
     Closed,
 }
 
-static AUCTION_STATE: ValueStateDescriptor<AuctionState> =
-    ValueStateDescriptor::new("auction-state");
+static LIFE: ValueStateDescriptor<Life> = ValueStateDescriptor::new("life");
+static OPEN_AUCTION: ValueStateDescriptor<Auction> = ValueStateDescriptor::new("open-auction");
+static BEST_BID: ValueStateDescriptor<Bid> = ValueStateDescriptor::new("best-bid");
 static EARLY_BIDS: ListStateDescriptor<Bid> = ListStateDescriptor::new("early-bids");
 
 /// The winning-bids join, keyed by auction id: bids (first input) of auctions (second input).
@@ -291,13 +297,19 @@ static EARLY_BIDS: ListStateDescriptor<Bid> = ListStateDescriptor::new("early-bi
 struct WinningBids;
 
 impl WinningBids {
-    fn offer(best: &mut Option<Bid>, b: Bid) {
-        if best
-            .as_ref()
-            .is_none_or(|w| winner_order(&b) < winner_order(w))
-        {
-            *best = Some(b);
-        }
+    /// Makes `b` the best bid.
+    fn crown(
+        ctx: &mut KeyedContext<'_, '_, i64, (Auction, Bid)>,
+        start: Timestamp,
+        expires: Timestamp,
+        b: Bid,
+    ) -> Result<()> {
+        ctx.value(&LIFE).set(Life::Open {
+            start,
+            expires,
+            best: Some((b.price, b.date_time)),
+        })?;
+        ctx.value(&BEST_BID).set(b)
     }
 }
 
@@ -308,20 +320,31 @@ impl KeyedCoProcessFunction<i64, Bid, Auction, (Auction, Bid)> for WinningBids {
         b: Bid,
         ctx: &mut KeyedContext<'_, '_, i64, (Auction, Bid)>,
     ) -> Result<()> {
-        match ctx.value(&AUCTION_STATE).get()? {
-            Some(AuctionState::Open(a, mut best)) => {
-                if in_lifetime(&a, &b) {
-                    let changes = best
-                        .as_ref()
-                        .is_none_or(|w| winner_order(&b) < winner_order(w));
-                    if changes {
-                        Self::offer(&mut best, b);
-                        ctx.value(&AUCTION_STATE).set(AuctionState::Open(a, best))?;
-                    }
+        match ctx.value(&LIFE).get()? {
+            Some(Life::Open {
+                start,
+                expires,
+                best,
+            }) => {
+                if b.date_time < start || b.date_time > expires {
+                    return Ok(());
+                }
+                let wins = match best {
+                    None => true,
+                    Some((price, _)) if b.price != price => b.price > price,
+                    Some((_, time)) if b.date_time != time => b.date_time < time,
+                    // Same price and time: the rest of the order decides.
+                    Some(_) => match ctx.value(&BEST_BID).get()? {
+                        Some(w) => winner_order(&b) < winner_order(&w),
+                        None => true,
+                    },
+                };
+                if wins {
+                    Self::crown(ctx, start, expires, b)?;
                 }
                 Ok(())
             }
-            Some(AuctionState::Closed) => Ok(()),
+            Some(Life::Closed) => Ok(()),
             None => ctx.list(&EARLY_BIDS).add(b),
         }
     }
@@ -336,14 +359,22 @@ impl KeyedCoProcessFunction<i64, Bid, Auction, (Auction, Bid)> for WinningBids {
         if !early.is_empty() {
             ctx.list(&EARLY_BIDS).clear()?;
         }
-        let mut best = None;
-        for b in early.into_iter().filter(|b| in_lifetime(&a, b)) {
-            Self::offer(&mut best, b);
-        }
+        let best = early
+            .into_iter()
+            .filter(|b| in_lifetime(&a, b))
+            .min_by(|x, y| winner_order(x).cmp(&winner_order(y)));
         // Fires when the watermark reaches `expires`: every bid at or before it has come.
         ctx.register_event_time_timer(a.expires);
-        ctx.value(&AUCTION_STATE)
-            .set(AuctionState::Open(Box::new(a), best))
+        let (start, expires) = (a.date_time, a.expires);
+        ctx.value(&OPEN_AUCTION).set(a)?;
+        match best {
+            Some(b) => Self::crown(ctx, start, expires, b),
+            None => ctx.value(&LIFE).set(Life::Open {
+                start,
+                expires,
+                best: None,
+            }),
+        }
     }
 
     fn on_timer(
@@ -353,10 +384,16 @@ impl KeyedCoProcessFunction<i64, Bid, Auction, (Auction, Bid)> for WinningBids {
         _: TimeDomain,
         ctx: &mut KeyedContext<'_, '_, i64, (Auction, Bid)>,
     ) -> Result<()> {
-        if let Some(AuctionState::Open(a, best)) = ctx.value(&AUCTION_STATE).get()? {
-            ctx.value(&AUCTION_STATE).set(AuctionState::Closed)?;
-            if let Some(b) = best {
-                ctx.emit(((*a).clone(), b))?;
+        if let Some(Life::Open { best, .. }) = ctx.value(&LIFE).get()? {
+            ctx.value(&LIFE).set(Life::Closed)?;
+            let auction = ctx.value(&OPEN_AUCTION).get()?;
+            ctx.value(&OPEN_AUCTION).clear()?;
+            if best.is_some() {
+                let bid = ctx.value(&BEST_BID).get()?;
+                ctx.value(&BEST_BID).clear()?;
+                if let (Some(a), Some(b)) = (auction, bid) {
+                    ctx.emit((a, b))?;
+                }
             }
         }
         Ok(())
@@ -369,8 +406,9 @@ impl KeyedCoProcessFunction<i64, Bid, Auction, (Auction, Bid)> for WinningBids {
 /// q9's `ORDER BY price DESC, dateTime ASC` then bidder, channel, url, extra. Auctions without
 /// such a bid give no row (an inner join).
 ///
-/// A two-input keyed operator by auction id: the auction and its best bid so far in keyed state,
-/// a timer at `expires`; bids before their auction wait in a list; after the close a marker
+/// A two-input keyed operator by auction id: the auction and its best bid so far in keyed state
+/// (with a small record of its lifetime and best price, the only state most bids read), a timer
+/// at `expires`; bids before their auction wait in a list; after the close a marker
 /// stays so that later bids are dropped at once.
 pub fn winning_bids(events: &DataStream<Event>) -> DataStream<(Auction, Bid)> {
     bids(events)
