@@ -973,3 +973,47 @@ fn q13_joins_bids_with_the_side_table() {
         .collect();
     check_append(&config, queries::q13, &expected);
 }
+
+#[test]
+fn q7_compares_a_bid_at_a_windows_end_with_that_windows_maximum() {
+    // `B.dateTime BETWEEN window_end - 10 s AND window_end` is inclusive: the bid at 10 000
+    // (in the second window) also matches the first window's maximum of 5.
+    let bid = |date_time: Timestamp, price: i64| {
+        Event::Bid(Bid {
+            auction: 1_000,
+            bidder: 1_001,
+            price,
+            channel: "Google".into(),
+            url: "https://x".into(),
+            date_time,
+            extra: String::new(),
+        })
+    };
+    let events = vec![
+        bid(2_000, 3),
+        bid(9_999, 5),
+        bid(10_000, 5),
+        bid(10_001, 7),
+        bid(15_000, 6),
+    ];
+    for p in [1, 2] {
+        let env = StreamEnv::with_config(EnvConfig {
+            parallelism: p,
+            ..EnvConfig::default()
+        });
+        let (sink, out) = CollectSink::new();
+        let stream = env.from_iter_with_watermarks(
+            events.clone(),
+            riffle::time::WatermarkStrategy::monotonous().with_timestamps(Event::date_time),
+        );
+        queries::q7(&stream).sink(sink);
+        env.execute().unwrap();
+        let mut got: Vec<(Timestamp, i64)> = out
+            .values()
+            .iter()
+            .map(|r| (r.date_time, r.price))
+            .collect();
+        got.sort();
+        assert_eq!(got, vec![(9_999, 5), (10_000, 5), (10_001, 7)], "p = {p}");
+    }
+}
