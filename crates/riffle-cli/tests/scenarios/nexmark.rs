@@ -90,8 +90,8 @@ fn nexmark_run_all_prints_one_row_per_query() {
     assert_eq!(
         names,
         [
-            "q0", "q1", "q2", "q5", "q11", "q12", "q14", "q15", "q16", "q17", "q18", "q19", "q21",
-            "q22"
+            "q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q9", "q11", "q12", "q13", "q14",
+            "q15", "q16", "q17", "q18", "q19", "q20", "q21", "q22"
         ]
     );
     for row in rows {
