@@ -81,7 +81,7 @@ pub struct GenerateArgs {
 /// Options of `riffle nexmark run`.
 #[derive(Args, Clone, Debug)]
 pub struct RunArgs {
-    /// The query: q0, q1, q2, q5, q11, q12, q14, q15, q16, q17, q18, q19, q21, q22.
+    /// The query: q0–q9, q11–q22 (not q10).
     #[arg(long, value_name = "QUERY", required_unless_present = "all")]
     pub query: Option<Query>,
     /// Run every implemented query, each in its own process, and print one table.

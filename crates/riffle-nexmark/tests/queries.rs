@@ -10,8 +10,10 @@ use riffle::sink::CollectSink;
 use riffle::state::StateBackend;
 use riffle::time::ManualClock;
 use riffle::{DataStream, EnvConfig, StreamEnv, Timestamp};
-use riffle_nexmark::queries::{self, BidderCount, Change, Op, Q5Row, Q15Row, Q16Row, Q17Row};
-use riffle_nexmark::{Bid, Event, NexmarkConfig, NexmarkSource};
+use riffle_nexmark::queries::{
+    self, BidderCount, Change, Op, Q4Row, Q5Row, Q15Row, Q16Row, Q17Row,
+};
+use riffle_nexmark::{Auction, Bid, Event, NexmarkConfig, NexmarkSource, Person};
 use serde::Serialize;
 
 /// 2026-01-14 20:00:00 UTC: the slow configurations cross midnight.
@@ -710,4 +712,361 @@ fn q17_recovers_exactly_after_a_failure_from_the_sources_positions() {
         .map(|(k, r)| (k, (r.total_bids, r.sum_price, r.max_price)))
         .collect();
     assert!(got == want, "final rows equal the batch result");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Joins
+
+fn persons_of(config: &NexmarkConfig) -> Vec<Person> {
+    config
+        .generate_all()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Person(p) => Some(p),
+            _ => None,
+        })
+        .collect()
+}
+
+fn auctions_of(config: &NexmarkConfig) -> Vec<Auction> {
+    config
+        .generate_all()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Auction(a) => Some(a),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Checks an append-only query at p = 1 and p = 2 on heap state, and p = 2 on RocksDB.
+fn check_append_keyed<T: riffle::Data, E: Serialize>(
+    config: &NexmarkConfig,
+    query: impl Fn(&DataStream<Event>) -> DataStream<T> + Copy,
+    expected: &[E],
+) {
+    check_append(config, query, expected);
+    let rocks = sorted_json(&run(config, 2, Backend::RocksDb, query));
+    assert_same(&rocks, &sorted_json(expected), "RocksDB");
+}
+
+/// 20 000 events, 1 000 per second (20 s of event time), shuffled in groups of 100: auctions
+/// live up to ~3 s, so most close before the end of input and the rest at it.
+fn joins() -> NexmarkConfig {
+    config(20_000, 1_000.0, 100)
+}
+
+#[test]
+fn q3_joins_local_sellers_with_their_category_10_auctions() {
+    let config = joins();
+    let people: HashMap<i64, Person> = persons_of(&config)
+        .into_iter()
+        // The generator writes states in lower case; the SQL's literals are upper case.
+        .filter(|p| ["or", "id", "ca"].contains(&p.state.to_lowercase().as_str()))
+        .map(|p| (p.id, p))
+        .collect();
+    let expected: Vec<serde_json::Value> = auctions_of(&config)
+        .into_iter()
+        .filter(|a| a.category == 10)
+        .filter_map(|a| {
+            let p = people.get(&a.seller)?;
+            Some(serde_json::json!({"name": p.name, "city": p.city, "state": p.state, "id": a.id}))
+        })
+        .collect();
+    assert!(expected.len() > 10, "{} rows", expected.len());
+    check_append_keyed(&config, queries::q3, &expected);
+}
+
+#[test]
+fn q20_expands_category_10_bids_with_their_auction() {
+    let config = joins();
+    let by_id: HashMap<i64, Auction> = auctions_of(&config)
+        .into_iter()
+        .map(|a| (a.id, a))
+        .collect();
+    let expected: Vec<serde_json::Value> = bids_of(&config)
+        .into_iter()
+        .filter_map(|b| {
+            let a = by_id.get(&b.auction).filter(|a| a.category == 10)?;
+            Some(serde_json::json!({
+                "auction": b.auction, "bidder": b.bidder, "price": b.price, "channel": b.channel,
+                "url": b.url, "bid_dateTime": b.date_time, "bid_extra": b.extra,
+                "itemName": a.item_name, "description": a.description, "initialBid": a.initial_bid,
+                "reserve": a.reserve, "auction_dateTime": a.date_time, "expires": a.expires,
+                "seller": a.seller, "category": a.category, "auction_extra": a.extra}))
+        })
+        .collect();
+    assert!(expected.len() > 100, "{} rows", expected.len());
+    check_append_keyed(&config, queries::q20, &expected);
+}
+
+/// Each auction with its winning bid, by a plain scan: the bids of its lifetime sorted by price
+/// descending, then time, bidder, channel, url, extra.
+fn winners(config: &NexmarkConfig) -> Vec<(Auction, Bid)> {
+    let bids = bids_of(config);
+    auctions_of(config)
+        .into_iter()
+        .filter_map(|a| {
+            let mut mine: Vec<&Bid> = bids
+                .iter()
+                .filter(|b| {
+                    b.auction == a.id && b.date_time >= a.date_time && b.date_time <= a.expires
+                })
+                .collect();
+            mine.sort_by_key(|b| {
+                (
+                    Reverse(b.price),
+                    b.date_time,
+                    b.bidder,
+                    b.channel.clone(),
+                    b.url.clone(),
+                    b.extra.clone(),
+                )
+            });
+            let best = (*mine.first()?).clone();
+            Some((a, best))
+        })
+        .collect()
+}
+
+#[test]
+fn q9_finds_the_winning_bid_of_each_auction() {
+    let config = joins();
+    let won = winners(&config);
+    let end = config
+        .generate_all()
+        .iter()
+        .map(Event::date_time)
+        .max()
+        .unwrap();
+    assert!(
+        won.iter().filter(|(a, _)| a.expires < end - 5_000).count() > 100,
+        "many auctions close before the end of input"
+    );
+    let expected: Vec<serde_json::Value> = won
+        .into_iter()
+        .map(|(a, b)| {
+            serde_json::json!({
+                "id": a.id, "itemName": a.item_name, "description": a.description,
+                "initialBid": a.initial_bid, "reserve": a.reserve, "dateTime": a.date_time,
+                "expires": a.expires, "seller": a.seller, "category": a.category, "extra": a.extra,
+                "auction": b.auction, "bidder": b.bidder, "price": b.price,
+                "bid_dateTime": b.date_time, "bid_extra": b.extra})
+        })
+        .collect();
+    check_append_keyed(&config, queries::q9, &expected);
+}
+
+#[test]
+fn q4_averages_the_winning_prices_per_category() {
+    let config = joins();
+    let mut per_category: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for (a, b) in winners(&config) {
+        per_category.entry(a.category).or_default().push(b.price);
+    }
+    let expected: BTreeMap<i64, Q4Row> = per_category
+        .into_iter()
+        .map(|(category, prices)| {
+            let avg = prices.iter().sum::<i64>() / prices.len() as i64;
+            (
+                category,
+                Q4Row {
+                    id: category,
+                    final_price: avg,
+                },
+            )
+        })
+        .collect();
+    assert!(expected.len() >= 3);
+    check_changelog(&config, queries::q4, |r| r.id, &expected);
+}
+
+#[test]
+fn q6_averages_each_sellers_latest_closed_auctions() {
+    let config = joins();
+    let mut per_seller: BTreeMap<i64, Vec<(Timestamp, i64, i64)>> = BTreeMap::new();
+    for (a, b) in winners(&config) {
+        per_seller
+            .entry(a.seller)
+            .or_default()
+            .push((a.expires, a.id, b.price));
+    }
+    let mut expected = Vec::new();
+    let mut long = 0;
+    for (seller, mut closed) in per_seller {
+        closed.sort();
+        long += usize::from(closed.len() > 11);
+        for i in 0..closed.len() {
+            let window = &closed[i.saturating_sub(10)..=i];
+            let avg = window.iter().map(|c| c.2).sum::<i64>() / window.len() as i64;
+            expected.push(serde_json::json!({"seller": seller, "avg_price": avg}));
+        }
+    }
+    assert!(long > 0, "some sellers close more than 11 auctions");
+    check_append_keyed(&config, queries::q6, &expected);
+}
+
+#[test]
+fn q7_finds_the_highest_bids_of_each_window() {
+    // 100 events per second: 200 s of event time, 20 windows. Then one event every 400 ms: event
+    // n falls on a window's end when n is a multiple of 25, and the odd multiples are bids (the
+    // 50-event cycle opens with a person), which the SQL's inclusive range also compares.
+    for config in [config(20_000, 100.0, 40), config(4_000, 2.5, 8)] {
+        let bids = bids_of(&config);
+        let mut max: BTreeMap<Timestamp, i64> = BTreeMap::new();
+        for b in &bids {
+            let end = (b.date_time / 10_000 + 1) * 10_000;
+            let m = max.entry(end).or_insert(i64::MIN);
+            *m = (*m).max(b.price);
+        }
+        // The SQL's join: every bid with a window's max price within [end - 10 s, end].
+        let expected: Vec<serde_json::Value> = bids
+            .iter()
+            .filter(|b| {
+                max.iter().any(|(end, price)| {
+                    b.price == *price && b.date_time >= end - 10_000 && b.date_time <= *end
+                })
+            })
+            .map(|b| {
+                serde_json::json!({"auction": b.auction, "bidder": b.bidder, "price": b.price, "dateTime": b.date_time, "extra": b.extra})
+            })
+            .collect();
+        assert!(max.len() >= 20, "{} windows", max.len());
+        check_append_keyed(&config, queries::q7, &expected);
+    }
+    let edge = bids_of(&config(4_000, 2.5, 8))
+        .iter()
+        .filter(|b| b.date_time % 10_000 == 0)
+        .count();
+    assert!(edge > 10, "{edge} bids fall on a window's end");
+}
+
+#[test]
+fn q8_finds_new_persons_selling_in_the_same_window() {
+    let config = config(20_000, 100.0, 40);
+    let mut sellers: BTreeSet<(i64, Timestamp)> = BTreeSet::new();
+    for a in auctions_of(&config) {
+        sellers.insert((a.seller, a.date_time.div_euclid(10_000) * 10_000));
+    }
+    let expected: Vec<serde_json::Value> = persons_of(&config)
+        .into_iter()
+        .filter_map(|p| {
+            let start = p.date_time.div_euclid(10_000) * 10_000;
+            sellers
+                .contains(&(p.id, start))
+                .then(|| serde_json::json!({"id": p.id, "name": p.name, "stime": start}))
+        })
+        .collect();
+    assert!(expected.len() > 10, "{} rows", expected.len());
+    check_append_keyed(&config, queries::q8, &expected);
+}
+
+#[test]
+fn q13_joins_bids_with_the_side_table() {
+    let config = slow();
+    let expected: Vec<serde_json::Value> = bids_of(&config)
+        .into_iter()
+        .map(|b| {
+            serde_json::json!({"auction": b.auction, "bidder": b.bidder, "price": b.price,
+                "dateTime": b.date_time, "value": format!("value-{}", b.auction % 10_000)})
+        })
+        .collect();
+    check_append(&config, queries::q13, &expected);
+}
+
+#[test]
+fn q7_compares_a_bid_at_a_windows_end_with_that_windows_maximum() {
+    // `B.dateTime BETWEEN window_end - 10 s AND window_end` is inclusive: the bid at 10 000
+    // (in the second window) also matches the first window's maximum of 5.
+    let bid = |date_time: Timestamp, price: i64| {
+        Event::Bid(Bid {
+            auction: 1_000,
+            bidder: 1_001,
+            price,
+            channel: "Google".into(),
+            url: "https://x".into(),
+            date_time,
+            extra: String::new(),
+        })
+    };
+    let events = vec![
+        bid(2_000, 3),
+        bid(9_999, 5),
+        bid(10_000, 5),
+        bid(10_001, 7),
+        bid(15_000, 6),
+    ];
+    for p in [1, 2] {
+        let env = StreamEnv::with_config(EnvConfig {
+            parallelism: p,
+            ..EnvConfig::default()
+        });
+        let (sink, out) = CollectSink::new();
+        let stream = env.from_iter_with_watermarks(
+            events.clone(),
+            riffle::time::WatermarkStrategy::monotonous().with_timestamps(Event::date_time),
+        );
+        queries::q7(&stream).sink(sink);
+        env.execute().unwrap();
+        let mut got: Vec<(Timestamp, i64)> = out
+            .values()
+            .iter()
+            .map(|r| (r.date_time, r.price))
+            .collect();
+        got.sort();
+        assert_eq!(got, vec![(9_999, 5), (10_000, 5), (10_001, 7)], "p = {p}");
+    }
+}
+
+#[test]
+fn q9_recovers_exactly_after_a_failure_with_open_auctions_and_their_timers() {
+    use riffle::checkpoint::CheckpointConfig;
+    use riffle::sink::ExactlyOnceFileSink;
+    use std::time::Duration;
+
+    // 20 000 events paced over ~2 s, checkpoints every 100 ms, a task failure after 12 000
+    // events: open auctions, their best bids, waiting bids and timers come back from the
+    // checkpoint; each auction's row is written exactly once.
+    let mut config = joins();
+    config.rate = Some(10_000.0);
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamEnv::with_config(EnvConfig {
+        parallelism: 2,
+        local_state_dir: dir.path().join("state"),
+        checkpoints: CheckpointConfig {
+            interval: Some(Duration::from_millis(100)),
+            storage: dir.path().join("chk").display().to_string(),
+            ..CheckpointConfig::default()
+        },
+        ..EnvConfig::default()
+    });
+    let events = NexmarkSource::new(config.clone())
+        .stream(&env)
+        .map(riffle_testing::fail_once_after(12_000));
+    queries::q9(&events).sink(ExactlyOnceFileSink::new(dir.path().join("out")));
+    let result = env.execute().unwrap();
+    assert_eq!(result.restarts, 1);
+    assert!(result.completed_checkpoints() > 0);
+
+    let mut got: Vec<(i64, i64, i64, Timestamp)> = Vec::new();
+    for entry in std::fs::read_dir(dir.path().join("out")).unwrap().flatten() {
+        if entry.path().is_file() {
+            for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
+                let row: queries::Q9Row = serde_json::from_str(line).unwrap();
+                got.push((row.id, row.bidder, row.price, row.bid_date_time));
+            }
+        }
+    }
+    got.sort();
+    let mut want: Vec<(i64, i64, i64, Timestamp)> = winners(&config)
+        .into_iter()
+        .map(|(a, b)| (a.id, b.bidder, b.price, b.date_time))
+        .collect();
+    want.sort();
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "one row per auction: none lost, none twice"
+    );
+    assert!(got == want, "rows equal the batch result");
 }
