@@ -15,6 +15,8 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/counting.rs"]
+mod counting;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,36 +30,9 @@ use riffle::window::{Session, Sliding, Tumbling, Windows};
 use riffle::{DataStream, Either, EnvConfig, StreamEnv};
 use riffle_testing::{MemoryKvBackend, OperatorHarness};
 
-/// The allocator of the `riffle` binary, counting the bytes allocated while `COUNTING` is on,
-/// so that the heap state of buffered records can be measured exactly.
+/// The allocator of the `riffle` binary, counting the bytes allocated while counting is on.
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-struct Counting;
-
-static ALLOCATED: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
-static COUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-fn count(delta: isize) {
-    if COUNTING.load(std::sync::atomic::Ordering::Relaxed) {
-        ALLOCATED.fetch_add(delta, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-unsafe impl std::alloc::GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        count(layout.size() as isize);
-        unsafe { mimalloc::MiMalloc.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        count(-(layout.size() as isize));
-        unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
-        count(new_size as isize - layout.size() as isize);
-        unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
-    }
-}
+static ALLOCATOR: counting::Counting = counting::Counting;
 
 /// An impression or a click: (ad id, event time ms).
 type Event = (u64, i64);
@@ -226,8 +201,8 @@ fn state() -> Figure {
         }
         .build()
         .unwrap();
-        let before = ALLOCATED.load(std::sync::atomic::Ordering::Relaxed);
-        COUNTING.store(count_heap, std::sync::atomic::Ordering::Relaxed);
+        let before = counting::ALLOCATED.load(std::sync::atomic::Ordering::Relaxed);
+        counting::COUNTING.store(count_heap, std::sync::atomic::Ordering::Relaxed);
         for record in &records {
             let ts = match record {
                 Either::Left(l) => l.1,
@@ -235,8 +210,8 @@ fn state() -> Figure {
             };
             h.process(record.clone(), ts).unwrap();
         }
-        COUNTING.store(false, std::sync::atomic::Ordering::Relaxed);
-        let allocated = ALLOCATED.load(std::sync::atomic::Ordering::Relaxed) - before;
+        counting::COUNTING.store(false, std::sync::atomic::Ordering::Relaxed);
+        let allocated = counting::ALLOCATED.load(std::sync::atomic::Ordering::Relaxed) - before;
         assert!(h.take_values().is_empty());
         if !count_heap {
             // A store's entries reach it at a checkpoint, and its size estimate is refreshed

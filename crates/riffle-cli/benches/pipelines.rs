@@ -17,6 +17,8 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/counting.rs"]
+mod counting;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -36,37 +38,10 @@ use serde::Serialize;
 /// The allocator of the `riffle` binary (so the figures are the binary's), counting the bytes
 /// allocated so that state memory can be measured exactly.
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-struct Counting;
-
-static ALLOCATED: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
-/// Counting is on only while memory is measured: a shared counter would slow the other benchmarks.
-static COUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-fn count(delta: isize) {
-    if COUNTING.load(std::sync::atomic::Ordering::Relaxed) {
-        ALLOCATED.fetch_add(delta, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-unsafe impl std::alloc::GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        count(layout.size() as isize);
-        unsafe { mimalloc::MiMalloc.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        count(-(layout.size() as isize));
-        unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
-        count(new_size as isize - layout.size() as isize);
-        unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
-    }
-}
+static ALLOCATOR: counting::Counting = counting::Counting;
 
 fn allocated() -> isize {
-    ALLOCATED.load(std::sync::atomic::Ordering::Relaxed)
+    counting::ALLOCATED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 fn config(parallelism: usize) -> EnvConfig {
@@ -901,7 +876,7 @@ fn state_memory() -> Figure {
     use riffle::state::Table;
     let keys = 1_000_000u64;
     let window = riffle::window::TimeWindow::new(0, 60_000);
-    COUNTING.store(true, std::sync::atomic::Ordering::SeqCst);
+    counting::COUNTING.store(true, std::sync::atomic::Ordering::SeqCst);
     let before = allocated();
     let mut table: Table<u64, riffle::window::TimeWindow, (u64, bool, bool)> =
         Table::new(KeyGroupRange { start: 0, end: 127 });
@@ -912,7 +887,7 @@ fn state_memory() -> Figure {
             .0 += 1;
     }
     let after = allocated();
-    COUNTING.store(false, std::sync::atomic::Ordering::SeqCst);
+    counting::COUNTING.store(false, std::sync::atomic::Ordering::SeqCst);
     let per_key = (after - before) as f64 / keys as f64;
     let estimate = table.heap_bytes() as f64 / keys as f64;
     std::hint::black_box(&table);
