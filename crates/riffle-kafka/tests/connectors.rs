@@ -523,3 +523,51 @@ fn a_throttled_kafka_sink_back_pressures_the_source_and_the_lag_grows() {
         "{most_in_flight} records between source and sink"
     );
 }
+
+/// Measures what a restore costs the exactly-once sink per transaction the restored checkpoint
+/// pre-committed: when its commit went through (a check), when a SIGKILL interrupted the commit
+/// (the rewrite: read the records back, write them again in a new transaction), and the same with
+/// as many records committed after it in the same partitions by another subtask (the check then
+/// scans the partitions' tail). Prints a table; run by hand (docs/operations.md, "What a restore
+/// costs"): `cargo test -p riffle-kafka --test connectors measure_restore -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn measure_restore_of_committed_and_interrupted_transactions() {
+    println!(
+        "records per transaction | committed: check (s) | interrupted: rewrite (s) | interrupted, as many committed after it (s)"
+    );
+    for records in [10_000u64, 50_000, 150_000] {
+        let mut seconds = [0.0f64; 3];
+        for (i, case) in ["committed", "interrupted", "tail"].into_iter().enumerate() {
+            let output = topic(&format!("restore-cost-{records}-{case}"), 2);
+            let mut first = subtask_writer(&output, "run1", 0, 2);
+            first.recover(Vec::new()).unwrap();
+            first.write(&mut batch(0..records)).unwrap();
+            let committable = first.pre_commit(1).unwrap().unwrap();
+            if case == "committed" {
+                first.commit(1).unwrap();
+                drop(first);
+            } else {
+                std::mem::forget(first); // as after kill -9 between the checkpoint and the commit
+            }
+            let mut expected = records;
+            if case == "tail" {
+                let mut other = subtask_writer(&output, "run1", 1, 2);
+                other.recover(Vec::new()).unwrap();
+                other.write(&mut batch(records..2 * records)).unwrap();
+                other.pre_commit(1).unwrap().unwrap();
+                other.commit(1).unwrap();
+                expected += records;
+            }
+            let started = Instant::now();
+            let mut second = subtask_writer(&output, "run2", 0, 2);
+            second.recover(vec![committable]).unwrap();
+            seconds[i] = started.elapsed().as_secs_f64();
+            assert_eq!(committed_ns(&output).len() as u64, expected, "exactly once");
+        }
+        println!(
+            "{records} | {:.2} | {:.2} | {:.2}",
+            seconds[0], seconds[1], seconds[2]
+        );
+    }
+}
