@@ -128,7 +128,12 @@ fn end_to_end_keep_first_and_keep_last_at_any_parallelism() -> Result<()> {
         let (firsts, first_out) = CollectSink::new();
         let (upsert, table) = UpsertSink::new(|e: &Event| e.0);
         let (changes, changes_out) = CollectSink::new();
-        let keyed = env.from_iter(events.clone()).key_by(|e| e.0);
+        // One source subtask keeps each id's events in order through the shuffle (a split
+        // collection would interleave them): "first" and "last" then have one answer.
+        let keyed = env
+            .from_iter(events.clone())
+            .set_parallelism(1)
+            .key_by(|e| e.0);
         keyed.deduplicate(Duration::from_secs(3600)).sink(firsts);
         let latest = keyed.deduplicate_keep_last(Duration::from_secs(3600));
         latest.sink(upsert);
