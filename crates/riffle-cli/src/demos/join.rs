@@ -490,6 +490,14 @@ pub fn run(args: &JoinArgs) -> riffle::Result<JoinSummary> {
         "riffle demo join: {} impressions, {} clicks; a click joins its impression within {} s after it",
         summary.impressions, summary.clicks, args.join_within_secs
     );
+    if let Some(from) = &result.restored_from {
+        println!("  started from {from}");
+    }
+    if let Some(id) = result.already_finished {
+        println!(
+            "  the job had already finished (its final checkpoint {id} was restored): nothing read, nothing written"
+        );
+    }
     let dir = output.display();
     println!(
         "  joined            {:>10}  -> {dir}/joined/part-*.jsonl",

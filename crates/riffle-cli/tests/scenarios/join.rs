@@ -189,3 +189,31 @@ fn the_demo_reads_both_streams_from_files_and_writes_each_output() {
         "the bad line is a dead letter"
     );
 }
+
+#[test]
+fn restoring_a_finished_join_writes_nothing_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "demo",
+        "join",
+        "--count",
+        "20000",
+        "--output",
+        "out",
+        "--no-web",
+        "--checkpoint-interval-ms",
+        "100",
+        "--checkpoint-dir",
+        "chk",
+    ];
+    riffle(&args, dir.path());
+    let joined = sorted_lines(&dir.path().join("out/joined"));
+    let rates = sorted_lines(&dir.path().join("out/ctr"));
+    assert!(!joined.is_empty());
+    let mut restore = args.to_vec();
+    restore.extend(["--restore", "latest"]);
+    let out = riffle(&restore, dir.path());
+    assert!(out.contains("the job had already finished"), "{out}");
+    assert_eq!(sorted_lines(&dir.path().join("out/joined")), joined);
+    assert_eq!(sorted_lines(&dir.path().join("out/ctr")), rates);
+}
