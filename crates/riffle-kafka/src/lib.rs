@@ -25,12 +25,14 @@
 
 mod admin;
 mod connection;
+mod group;
 mod sink;
 mod source;
 pub mod testing;
 
 pub use admin::{create_partitions, delete_topics, ensure_topics};
 pub use connection::KafkaConnection;
+pub use group::{GroupProtocol, KafkaGroup, run_in_group};
 pub use sink::KafkaSink;
 pub use source::{KafkaPartition, KafkaSource, StartFrom};
 
