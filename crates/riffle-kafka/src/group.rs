@@ -370,18 +370,21 @@ impl KafkaGroup {
         transactions.offsets.clear();
     }
 
-    /// Aborts every transaction the run left open.
-    fn abort_run(&self) -> riffle::Result<()> {
+    /// Aborts every transaction the run left open. A producer that cannot abort (fenced: the
+    /// broker aborted its transaction after the timeout while the process was paused) is
+    /// dropped; the next run creates a new one.
+    fn abort_run(&self) {
         let mut transactions = self.inner.transactions.lock().expect("transactions lock");
         let open = std::mem::take(&mut transactions.open);
         transactions.offsets.clear();
         for (_, txn) in open {
-            txn.producer
-                .abort_transaction(TIMEOUT)
-                .map_err(|e| kafka_error(format!("cannot abort `{}`", txn.id), e))?;
-            transactions.free.push(txn);
+            match txn.producer.abort_transaction(TIMEOUT) {
+                Ok(()) => transactions.free.push(txn),
+                Err(e) => {
+                    tracing::warn!(transactional_id = %txn.id, error = %e, "group: cannot abort a transaction; the producer is replaced");
+                }
+            }
         }
-        Ok(())
     }
 
     /// A source reader of the run records where partition (topic, partition) stands at
@@ -496,10 +499,10 @@ impl KafkaGroup {
             }
         };
         let result = self.commit_transaction(&txn, &offsets);
-        if result.is_err() {
-            let _ = txn.producer.abort_transaction(TIMEOUT);
+        // A producer whose transaction could neither commit nor abort is dropped.
+        if result.is_ok() || txn.producer.abort_transaction(TIMEOUT).is_ok() {
+            transactions.free.push(txn);
         }
-        transactions.free.push(txn);
         result?;
         transactions.committed = checkpoint;
         Ok(())
@@ -547,27 +550,59 @@ impl KafkaGroup {
 /// [`KafkaSink::in_group`]), runs it, and when the group moves partitions, aborts what the run
 /// left uncommitted and runs it again on the new assignment, from the committed offsets.
 ///
+/// A run never restores from the job's checkpoints: after a failure, the job's restart strategy
+/// (`EnvConfig::checkpoints.restart`) applies here, and the next run starts from the committed
+/// offsets, since the checkpoints after them did not commit. The job needs a checkpoint interval
+/// (commits happen at checkpoints), and no restore setting; both are checked at start.
+///
 /// [`KafkaSource::in_group`]: crate::KafkaSource::in_group
 /// [`KafkaSink::in_group`]: crate::KafkaSink::in_group
 pub fn run_in_group(
     group: &KafkaGroup,
     mut build: impl FnMut(&KafkaGroup) -> riffle::Result<StreamEnv>,
 ) -> riffle::Result<riffle::JobResult> {
+    let (mut failures, mut backoff) = (0u32, None);
     loop {
         let generation = group.wait_for_assignment();
         group.begin_run(generation);
         tracing::info!(group = group.name(), generation, partitions = ?group.assignment(), "group: run starts");
         let env = build(group)?;
+        let config = env.config();
+        if config.checkpoints.interval.is_none() {
+            return Err(riffle::Error::config(
+                "checkpoints.interval",
+                "a job in a process group commits at checkpoints: it needs a checkpoint interval",
+            ));
+        }
+        if config.checkpoints.restore.is_some() {
+            return Err(riffle::Error::config(
+                "checkpoints.restore",
+                "a job in a process group resumes from its group's committed offsets, not from a checkpoint",
+            ));
+        }
+        let restart = config.checkpoints.restart;
+        env.configure(|c| c.checkpoints.restart = riffle::checkpoint::RestartStrategy::None);
+        let started = Instant::now();
         let result = env.execute();
         let rebalanced = group.generation() != generation;
-        group.abort_run()?;
+        group.abort_run();
         match result {
-            Ok(result) if !rebalanced => return Ok(result),
-            Err(e) if !rebalanced => return Err(e),
-            _ => tracing::info!(
-                group = group.name(),
-                "group: the assignment changed; the run starts again"
-            ),
+            _ if rebalanced => {
+                tracing::info!(
+                    group = group.name(),
+                    "group: the assignment changed; the run starts again"
+                );
+            }
+            Ok(result) => return Ok(result),
+            Err(e) => {
+                failures += 1;
+                let Some(delay) = restart.next_delay(failures, started.elapsed(), &mut backoff)
+                else {
+                    return Err(e);
+                };
+                tracing::warn!(group = group.name(), error = %e, attempt = failures, "group: the run failed; it starts again from the committed offsets");
+                std::thread::sleep(delay);
+            }
         }
     }
 }

@@ -40,7 +40,8 @@ fn member_process() {
     let group = KafkaGroup::join(kafka(), group, [input.clone()]).unwrap();
     run_in_group(&group, |group| {
         eprintln!(
-            "member {}: run on {:?}",
+            "{} member {}: run on {:?}",
+            clock(),
             std::process::id(),
             group.assignment()
         );
@@ -255,4 +256,123 @@ fn a_process_paused_past_its_session_is_fenced_and_nothing_is_doubled() {
 fn signal(signal: &str, pid: &str) {
     let status = Command::new("kill").args([signal, pid]).status().unwrap();
     assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// The CPU time (user + system) a process used so far, from `/proc`.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: u64 = fields
+        .get(11..13)
+        .map(|f| f.iter().map(|t| t.parse::<u64>().unwrap_or(0)).sum())
+        .unwrap_or(0);
+    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+}
+
+/// Committed offsets of `group` for each of the input's `partitions`.
+fn progress(group: &str, input: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    common::committed_offsets(group, input, partitions)
+}
+
+/// Hand-run measurement (BENCHMARKS.md): a stateless group job, Kafka → Kafka, exactly-once,
+/// checkpoints every 100 ms: records per CPU-second of one and of two member processes, and the
+/// fail-over time (SIGKILL of one of two members until every input partition commits again).
+/// The members join first and settle (5 s), then the input is written.
+///
+/// `cargo test --release -p riffle-kafka --test group measure_group -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn measure_group() {
+    let partitions = 6;
+    let count = 300_000;
+    let total = |offsets: &BTreeMap<i32, i64>| offsets.values().sum::<i64>();
+    for members in [1, 2] {
+        let (input, output) = (topic("measure-in", partitions), topic("measure-out", 3));
+        let group = group_name("measure");
+        let running: Vec<Member> = (0..members)
+            .map(|_| Member::start(&group, &input, &output, 0))
+            .collect();
+        std::thread::sleep(Duration::from_secs(5));
+        let cpu_before: Duration = running.iter().map(|m| cpu_time(m.0.id())).sum();
+        let start = Instant::now();
+        input_records(&input, partitions, count);
+        while total(&progress(&group, &input, partitions)) < count as i64 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let wall = start.elapsed();
+        let cpu = running.iter().map(|m| cpu_time(m.0.id())).sum::<Duration>() - cpu_before;
+        eprintln!(
+            "{members} member(s): {count} records in {:.2} s wall from the first write ({:.0} records/s), {:.2} CPU-s of the members ({:.0} records per CPU-s)",
+            wall.as_secs_f64(),
+            count as f64 / wall.as_secs_f64(),
+            cpu.as_secs_f64(),
+            count as f64 / cpu.as_secs_f64()
+        );
+    }
+    // Fail-over: two members own three partitions each, slowed down so that the run lasts; one
+    // is killed.
+    let (input, output) = (topic("failover-in", partitions), topic("failover-out", 3));
+    let group = group_name("failover");
+    let mut running: Vec<Member> = (0..2)
+        .map(|_| Member::start(&group, &input, &output, 500))
+        .collect();
+    std::thread::sleep(Duration::from_secs(5));
+    input_records(&input, partitions, 60_000);
+    wait_for_output(&output, 2_000, Duration::from_secs(120));
+    let before = progress(&group, &input, partitions);
+    running[0].kill();
+    let killed = Instant::now();
+    eprintln!("{} killed one member", clock());
+    loop {
+        let now = progress(&group, &input, partitions);
+        if before
+            .iter()
+            .all(|(p, o)| now.get(p).is_some_and(|n| n > o))
+        {
+            break;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(120), "no fail-over");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!(
+        "fail-over: {:.2} s from SIGKILL until every partition committed again (broker session timeout 6 s)",
+        killed.elapsed().as_secs_f64()
+    );
+}
+
+/// Wall-clock seconds (for lines of several processes to be put in order).
+fn clock() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    format!("{:.3}", now.as_secs_f64() % 1000.0)
+}
+
+#[test]
+fn a_group_job_without_checkpoints_or_with_a_restore_fails_at_start_naming_the_setting() {
+    let input = topic("group-config-in", 1);
+    let group = KafkaGroup::join(kafka(), group_name("config"), [input.clone()]).unwrap();
+    let job = |config: EnvConfig| {
+        let input = input.clone();
+        move |group: &KafkaGroup| {
+            let env = StreamEnv::with_config(config.clone());
+            env.from_source(KafkaSource::<Value>::json(kafka(), [input.clone()]).in_group(group))
+                .sink(KafkaSink::json(kafka(), "unused").in_group(group));
+            Ok(env)
+        }
+    };
+    let error = run_in_group(&group, job(EnvConfig::default())).unwrap_err();
+    assert!(
+        error.to_string().contains("checkpoints.interval"),
+        "{error}"
+    );
+    let mut restoring = EnvConfig::default();
+    restoring.checkpoints.interval = Some(Duration::from_millis(100));
+    restoring.checkpoints.restore = Some(riffle::checkpoint::RestoreFrom::Latest);
+    let error = run_in_group(&group, job(restoring)).unwrap_err();
+    assert!(error.to_string().contains("checkpoints.restore"), "{error}");
 }
