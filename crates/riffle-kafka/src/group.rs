@@ -39,7 +39,7 @@
 //! .unwrap();
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -48,7 +48,10 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use riffle::checkpoint::{CheckpointStorage, Manifest, ManifestPart, RestoreFrom, checkpoint_dir};
+use riffle::keys::KeyGroupRange;
 use riffle::{ConnectorErrorKind, StreamEnv};
+use serde::{Deserialize, Serialize};
 
 use crate::sink::Deliveries;
 use crate::{KafkaConnection, kafka_error, kafka_failure};
@@ -173,7 +176,31 @@ struct Transactions {
     run: u64,
     /// Producers created (names the next one's transactional id).
     created: usize,
+    /// Where the run's snapshots are named by the offsets they were taken at.
+    state: Option<RunState>,
 }
+
+/// The run's checkpoint storage, seen from its root (shared by the group's processes), and the
+/// markers written in it.
+struct RunState {
+    storage: CheckpointStorage,
+    /// The run's job directory under the root.
+    job: String,
+    /// By partition, the offsets of the markers written, oldest first.
+    markers: BTreeMap<(String, i32), VecDeque<i64>>,
+}
+
+/// What a marker says: the snapshot taken at a partition's committed offset.
+#[derive(Debug, Serialize, Deserialize)]
+struct Marker {
+    job: String,
+    checkpoint: u64,
+}
+
+/// Markers kept per partition: the committed one and the one before.
+const MARKERS_KEPT: usize = 2;
+/// The file of a marker, in its directory.
+const MARKER_FILE: &str = "marker.json";
 
 /// Membership of one process in a Kafka consumer group, and the process's transactions: what
 /// the sources, sinks and [`run_in_group`] of a process share. Cheap to clone.
@@ -362,8 +389,9 @@ impl KafkaGroup {
     }
 
     /// Starts a run at `generation`: what an earlier run left is gone.
-    fn begin_run(&self, generation: u64) {
+    fn begin_run(&self, generation: u64, state: Option<RunState>) {
         let mut transactions = self.inner.transactions.lock().expect("transactions lock");
+        transactions.state = state;
         transactions.run = generation;
         self.inner.run.store(generation, Ordering::Release);
         transactions.committed = 0;
@@ -472,6 +500,13 @@ impl KafkaGroup {
         }
         let later = transactions.open.split_off(&checkpoint);
         let due = std::mem::replace(&mut transactions.open, later);
+        tracing::debug!(
+            checkpoint,
+            due = ?due.keys().collect::<Vec<_>>(),
+            open = ?transactions.open.keys().collect::<Vec<_>>(),
+            offsets = transactions.offsets.get(&checkpoint).map_or(0, |o| o.len()),
+            "group: commit"
+        );
         if due.len() > 1 {
             // Records before this barrier sit in two transactions (a checkpoint in between was
             // aborted after some sinks saw its barrier): they cannot commit atomically.
@@ -498,7 +533,9 @@ impl KafkaGroup {
                 transactions.open.remove(&u64::MAX).expect("opened above")
             }
         };
-        let result = self.commit_transaction(&txn, &offsets);
+        let result = self
+            .write_markers(&mut transactions, checkpoint, &offsets)
+            .and_then(|()| self.commit_transaction(&txn, &offsets));
         // A producer whose transaction could neither commit nor abort is dropped.
         if result.is_ok() || txn.producer.abort_transaction(TIMEOUT).is_ok() {
             transactions.free.push(txn);
@@ -506,6 +543,151 @@ impl KafkaGroup {
         result?;
         transactions.committed = checkpoint;
         Ok(())
+    }
+
+    /// Names checkpoint `checkpoint` by the offsets about to commit: a marker per partition,
+    /// written before the commit, so that a committed offset always has its snapshot. The
+    /// markers before the previous one are removed.
+    fn write_markers(
+        &self,
+        transactions: &mut Transactions,
+        checkpoint: u64,
+        offsets: &BTreeMap<(String, i32), i64>,
+    ) -> riffle::Result<()> {
+        let Some(state) = &mut transactions.state else {
+            return Ok(());
+        };
+        let marker = serde_json::to_vec(&Marker {
+            job: state.job.clone(),
+            checkpoint,
+        })
+        .map_err(riffle::Error::user)?;
+        for ((topic, partition), offset) in offsets {
+            let dir = marker_dir(&self.inner.name, topic, *partition, *offset);
+            state
+                .storage
+                .write(&format!("{dir}/{MARKER_FILE}"), marker.clone())?;
+            let written = state
+                .markers
+                .entry((topic.clone(), *partition))
+                .or_default();
+            if written.back() != Some(offset) {
+                written.push_back(*offset);
+            }
+            while written.len() > MARKERS_KEPT {
+                let old = written.pop_front().expect("longer than kept");
+                let old = marker_dir(&self.inner.name, topic, *partition, old);
+                if let Err(e) = state.storage.delete_dir(&old) {
+                    tracing::warn!(marker = %old, error = %e, "group: cannot remove an old marker");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The keyed state of the partitions this process owns, composed from the snapshots named by
+    /// their committed offsets into one manifest under `storage` (a restore of it); `None` when
+    /// no partition committed yet.
+    fn compose_restore(
+        &self,
+        storage: &CheckpointStorage,
+        location: &str,
+        job: &str,
+        generation: u64,
+        max_parallelism: usize,
+    ) -> riffle::Result<Option<RestoreFrom>> {
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition) in self.assignment() {
+            tpl.add_partition(&topic, partition);
+        }
+        let committed = self
+            .inner
+            .member
+            .committed_offsets(tpl, TIMEOUT)
+            .map_err(|e| kafka_error("cannot read the group's committed offsets", e))?;
+        let mut snapshots: BTreeMap<(String, u64), Vec<KeyGroupRange>> = BTreeMap::new();
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for element in committed.elements() {
+            let Offset::Offset(offset) = element.offset() else {
+                continue; // nothing committed yet: no state
+            };
+            let (topic, partition) = (element.topic(), element.partition());
+            let dir = marker_dir(&self.inner.name, topic, partition, offset);
+            let Some(bytes) = storage.read_optional(&format!("{dir}/{MARKER_FILE}"))? else {
+                return Err(riffle::Error::Checkpoint(format!(
+                    "{topic}-{partition} committed offset {offset} in group `{}`, but no snapshot                      in {} is named by it (`{dir}`): the checkpoint storage is not the one the                      group used, or was cleaned",
+                    self.inner.name,
+                    storage.description()
+                )));
+            };
+            let marker: Marker = serde_json::from_slice(&bytes).map_err(|e| {
+                riffle::Error::Checkpoint(format!("`{dir}` is not a usable marker: {e}"))
+            })?;
+            let partitions = match counts.get(topic) {
+                Some(n) => *n,
+                None => {
+                    let n = self.partition_count(topic)?;
+                    counts.insert(topic.to_string(), n);
+                    n
+                }
+            };
+            if partitions > max_parallelism {
+                return Err(riffle::Error::config(
+                    "max_parallelism",
+                    format!(
+                        "is {max_parallelism}, below the {partitions} partitions of `{topic}`:                          a partition must own at least one key group"
+                    ),
+                ));
+            }
+            snapshots
+                .entry((marker.job, marker.checkpoint))
+                .or_default()
+                .push(KeyGroupRange::for_subtask(
+                    partition as usize,
+                    partitions,
+                    max_parallelism,
+                ));
+        }
+        if snapshots.is_empty() {
+            return Ok(None);
+        }
+        let parts = snapshots
+            .into_iter()
+            .map(|((prefix, checkpoint), key_groups)| {
+                let manifest =
+                    storage.read_manifest(&format!("{prefix}/{}", checkpoint_dir(checkpoint)))?;
+                Ok(ManifestPart {
+                    prefix,
+                    manifest,
+                    key_groups,
+                })
+            })
+            .collect::<riffle::Result<Vec<_>>>()?;
+        let manifest = Manifest::compose(job, parts).map_err(riffle::Error::Checkpoint)?;
+        let dir = format!(
+            "{}-restore/{}-{generation}",
+            self.inner.name, self.inner.instance
+        );
+        storage.write_manifest(&dir, &manifest)?;
+        tracing::info!(group = %self.inner.name, manifest = %dir, "group: restoring the partitions' state");
+        Ok(Some(RestoreFrom::Manifest {
+            location: location.to_string(),
+            dir,
+        }))
+    }
+
+    fn partition_count(&self, topic: &str) -> riffle::Result<usize> {
+        let metadata = self
+            .inner
+            .member
+            .fetch_metadata(Some(topic), TIMEOUT)
+            .map_err(|e| kafka_error(format!("cannot read the partitions of `{topic}`"), e))?;
+        Ok(metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .map(|t| t.partitions().len())
+            .unwrap_or(0))
     }
 
     fn commit_transaction(
@@ -564,7 +746,7 @@ pub fn run_in_group(
     let (mut failures, mut backoff) = (0u32, None);
     loop {
         let generation = group.wait_for_assignment();
-        group.begin_run(generation);
+        group.begin_run(generation, None);
         tracing::info!(group = group.name(), generation, partitions = ?group.assignment(), "group: run starts");
         let env = build(group)?;
         let config = env.config();
@@ -581,7 +763,37 @@ pub fn run_in_group(
             ));
         }
         let restart = config.checkpoints.restart;
-        env.configure(|c| c.checkpoints.restart = riffle::checkpoint::RestartStrategy::None);
+        // Each process's snapshots in their own directory of the shared storage.
+        let job = format!("{}-{}-{generation}", config.job_name, group.inner.instance);
+        let location = config.checkpoints.storage.clone();
+        let open = || {
+            CheckpointStorage::open(
+                &location,
+                &config.checkpoints.storage_options,
+                "",
+                "checkpoints.storage",
+            )
+        };
+        let restore = group.compose_restore(
+            &open()?,
+            &location,
+            &job,
+            generation,
+            config.max_parallelism,
+        )?;
+        env.configure(|c| {
+            c.job_name = job.clone();
+            c.checkpoints.restart = riffle::checkpoint::RestartStrategy::None;
+            c.checkpoints.restore = restore;
+        });
+        group.begin_run(
+            generation,
+            Some(RunState {
+                storage: open()?,
+                job,
+                markers: BTreeMap::new(),
+            }),
+        );
         let started = Instant::now();
         let result = env.execute();
         let rebalanced = group.generation() != generation;
@@ -605,4 +817,9 @@ pub fn run_in_group(
             }
         }
     }
+}
+
+/// The directory of the marker naming the snapshot taken at `offset` of `topic`-`partition`.
+fn marker_dir(group: &str, topic: &str, partition: i32, offset: i64) -> String {
+    format!("{group}-state/{topic}-{partition}/{offset}")
 }

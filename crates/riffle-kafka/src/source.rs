@@ -489,6 +489,11 @@ impl<T: Data> SplitReader<T> for KafkaReader<T> {
     }
 
     fn start_at_beginning(&mut self) -> riffle::Result<()> {
+        if self.group.is_some() {
+            // In a group, a partition starts at the group's committed offset, always (a
+            // restore of keyed state carries no positions).
+            return Ok(());
+        }
         let (low, _) = self
             .consumer
             .fetch_watermarks(&self.split.topic, self.split.partition, LOOKUP_TIMEOUT)

@@ -20,6 +20,14 @@ use riffle_kafka::{KafkaGroup, KafkaSink, KafkaSource, run_in_group};
 use serde_json::{Value, json};
 
 const MEMBER_ENV: &str = "RIFFLE_GROUP_MEMBER";
+/// The tests that start member processes run one at a time: each keeps the cores busy, and
+/// timing (sessions, mid-run actions) should not depend on what the others do.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Per record in a member's map: 12 000 records take each of 3 members ~10 s (2 subtasks).
 const DELAY_US: u64 = 5_000;
 
@@ -31,12 +39,21 @@ fn member_process() {
         return;
     };
     let parts: Vec<&str> = settings.split(' ').collect();
-    let [group, input, output, delay] = parts[..] else {
-        panic!("{MEMBER_ENV}: expected `group input output delay-µs`, got `{settings}`");
+    let [mode, group, input, output, delay, storage] = parts[..] else {
+        panic!(
+            "{MEMBER_ENV}: expected `mode group input output delay-µs storage`, got `{settings}`"
+        );
     };
+    let counting = mode == "count";
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,riffle_kafka=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let delay = Duration::from_micros(delay.parse().expect("delay in µs"));
     let (input, output) = (input.to_string(), output.to_string());
-    let checkpoints = tempfile::tempdir().unwrap();
     let group = KafkaGroup::join(kafka(), group, [input.clone()]).unwrap();
     run_in_group(&group, |group| {
         eprintln!(
@@ -49,22 +66,37 @@ fn member_process() {
             parallelism: 2,
             checkpoints: CheckpointConfig {
                 interval: Some(Duration::from_millis(100)),
-                storage: checkpoints.path().display().to_string(),
+                storage: storage.to_string(),
                 ..CheckpointConfig::default()
             },
             ..EnvConfig::default()
         });
-        env.from_source(KafkaSource::<Value>::json(kafka(), [input.clone()]).in_group(group))
+        let records = env
+            .from_source(KafkaSource::<Value>::json(kafka(), [input.clone()]).in_group(group))
             .map(move |record: Value| {
                 std::thread::sleep(delay);
-                let id = record["id"].as_u64().expect("an id");
-                json!({ "id": id, "square": id * id })
-            })
-            .sink(
-                KafkaSink::json(kafka(), output.clone())
-                    .key_field("id")
-                    .in_group(group),
-            );
+                record
+            });
+        let sink = KafkaSink::json(kafka(), output.clone()).in_group(group);
+        if counting {
+            // One output partition per user (the key), so its counts stay in order.
+            let sink = sink.key_field("user");
+            // Keyed state across processes: the input is partitioned by key group, so a
+            // partition's owner owns its users' counts.
+            records
+                .map(|record: Value| (record["user"].as_str().expect("a user").to_string(), 1u64))
+                .key_by(|(user, _)| user.clone())
+                .reduce(|(user, a), (_, b)| (user, a + b))
+                .map(|(user, count)| json!({ "user": user, "count": count }))
+                .sink(sink);
+        } else {
+            records
+                .map(|record: Value| {
+                    let id = record["id"].as_u64().expect("an id");
+                    json!({ "id": id, "square": id * id })
+                })
+                .sink(sink);
+        }
         Ok(env)
     })
     .unwrap();
@@ -75,9 +107,21 @@ struct Member(Child);
 
 impl Member {
     fn start(group: &str, input: &str, output: &str, delay_us: u64) -> Member {
+        Self::start_mode("copy", group, input, output, delay_us)
+    }
+
+    fn start_mode(mode: &str, group: &str, input: &str, output: &str, delay_us: u64) -> Member {
+        // The group's checkpoint storage, shared by its processes (S3 in production).
+        let storage = std::env::temp_dir().join(format!("riffle-group-test-{group}"));
         let child = Command::new(std::env::current_exe().unwrap())
             .args(["--ignored", "--exact", "member_process", "--nocapture"])
-            .env(MEMBER_ENV, format!("{group} {input} {output} {delay_us}"))
+            .env(
+                MEMBER_ENV,
+                format!(
+                    "{mode} {group} {input} {output} {delay_us} {}",
+                    storage.display()
+                ),
+            )
             .stdout(Stdio::null())
             .spawn()
             .expect("a member process");
@@ -113,8 +157,10 @@ fn input_records(input: &str, partitions: i32, count: u64) {
 
 /// The number of records in the committed output now.
 fn committed(output: &str) -> usize {
-    read_committed(output, Duration::from_secs(5), |_, quiet| {
-        quiet > Duration::from_millis(200)
+    // Quiet for long enough that the reader's start (assignment, first fetch) is not taken for
+    // the end of the output.
+    read_committed(output, Duration::from_secs(10), |_, quiet| {
+        quiet > Duration::from_millis(1_500)
     })
     .len()
 }
@@ -180,6 +226,7 @@ fn group_name(name: &str) -> String {
 
 #[test]
 fn three_processes_one_killed_mid_run_write_every_record_once() {
+    let _serial = one_at_a_time();
     let (input, output) = (topic("group-in", 6), topic("group-out", 3));
     let count = 12_000;
     input_records(&input, 6, count);
@@ -195,6 +242,7 @@ fn three_processes_one_killed_mid_run_write_every_record_once() {
 
 #[test]
 fn a_process_that_joins_mid_run_takes_partitions_and_nothing_is_lost_or_doubled() {
+    let _serial = one_at_a_time();
     let (input, output) = (topic("group-join-in", 6), topic("group-join-out", 3));
     let count = 12_000;
     input_records(&input, 6, count);
@@ -211,6 +259,7 @@ fn a_process_that_joins_mid_run_takes_partitions_and_nothing_is_lost_or_doubled(
 
 #[test]
 fn a_rolling_restart_of_every_process_loses_and_doubles_nothing() {
+    let _serial = one_at_a_time();
     let (input, output) = (topic("group-roll-in", 6), topic("group-roll-out", 3));
     let count = 12_000;
     input_records(&input, 6, count);
@@ -230,6 +279,7 @@ fn a_rolling_restart_of_every_process_loses_and_doubles_nothing() {
 
 #[test]
 fn a_process_paused_past_its_session_is_fenced_and_nothing_is_doubled() {
+    let _serial = one_at_a_time();
     let (input, output) = (topic("group-pause-in", 6), topic("group-pause-out", 3));
     let count = 12_000;
     input_records(&input, 6, count);
@@ -287,6 +337,7 @@ fn progress(group: &str, input: &str, partitions: i32) -> BTreeMap<i32, i64> {
 #[test]
 #[ignore = "a measurement, run by hand"]
 fn measure_group() {
+    let _serial = one_at_a_time();
     let partitions = 6;
     let count = 300_000;
     let total = |offsets: &BTreeMap<i32, i64>| offsets.values().sum::<i64>();
@@ -375,4 +426,100 @@ fn a_group_job_without_checkpoints_or_with_a_restore_fails_at_start_naming_the_s
     restoring.checkpoints.restore = Some(riffle::checkpoint::RestoreFrom::Latest);
     let error = run_in_group(&group, job(restoring)).unwrap_err();
     assert!(error.to_string().contains("checkpoints.restore"), "{error}");
+}
+
+/// Clicks of `users` users, `per_user` each, written to the partition that owns the user's key
+/// group (as a Kafka shuffle would), in order.
+fn keyed_input(input: &str, partitions: i32, users: u64, per_user: u64) {
+    let records: Vec<(i32, String, String)> = (0..per_user)
+        .flat_map(|_| 0..users)
+        .map(|u| {
+            let user = format!("u{u}");
+            let key_group = riffle::keys::key_group_of(&user, 128);
+            let partition =
+                riffle::keys::subtask_for_key_group(key_group, 128, partitions as usize) as i32;
+            (partition, user.clone(), json!({ "user": user }).to_string())
+        })
+        .collect();
+    produce(input, &records);
+}
+
+/// The committed output holds, for every user, running counts that only grow (a count
+/// written twice would be a duplicate: the rolling count folds batches, so not every count
+/// appears) and end at `per_user` (a lost or doubled record changes the end).
+fn assert_counts_exactly_once(output: &str, users: u64, per_user: u64) {
+    let records = read_committed(output, Duration::from_secs(180), |_, quiet| {
+        quiet > Duration::from_secs(5)
+    });
+    let mut counts: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for record in &records {
+        let value: Value = serde_json::from_str(&record.value).unwrap();
+        counts
+            .entry(value["user"].as_str().unwrap().to_string())
+            .or_default()
+            .push(value["count"].as_u64().unwrap());
+    }
+    for u in 0..users {
+        let user = format!("u{u}");
+        let seen = counts.remove(&user).unwrap_or_default();
+        assert!(
+            seen.windows(2).all(|w| w[0] < w[1]),
+            "the running counts of {user} go back (a duplicate): {seen:?}"
+        );
+        assert_eq!(
+            seen.last(),
+            Some(&per_user),
+            "the final count of {user}: {seen:?}"
+        );
+    }
+    assert!(counts.is_empty(), "unexpected users: {:?}", counts.keys());
+}
+
+/// Waits until the group committed at least `count` input records.
+fn wait_for_input(group: &str, input: &str, partitions: i32, count: i64) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let done: i64 = progress(group, input, partitions).values().sum();
+        if done >= count {
+            return done;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the group committed {done} of {count} records"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn keyed_state_moves_with_its_partitions_when_a_process_is_killed_or_joins() {
+    let _serial = one_at_a_time();
+    let (input, output) = (topic("group-count-in", 6), topic("group-count-out", 3));
+    let (users, per_user) = (60, 200);
+    let total = (users * per_user) as i64;
+    keyed_input(&input, 6, users, per_user);
+    let group = group_name("count");
+    let start = |members: &mut Vec<Member>| {
+        members.push(Member::start_mode(
+            "count",
+            &group,
+            &input,
+            &output,
+            DELAY_US / 2,
+        ));
+    };
+    let mut members = Vec::new();
+    start(&mut members);
+    start(&mut members);
+    wait_for_input(&group, &input, 6, total / 6);
+    members[0].kill();
+    start(&mut members);
+    let done = wait_for_input(&group, &input, 6, total / 2);
+    assert!(
+        done < total,
+        "the run had already ended: the test must act mid-run"
+    );
+    start(&mut members);
+    wait_for_input(&group, &input, 6, total);
+    assert_counts_exactly_once(&output, users, per_user);
 }

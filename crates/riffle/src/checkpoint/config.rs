@@ -86,6 +86,15 @@ pub enum RestoreFrom {
     Checkpoint(u64),
     /// A savepoint: a directory or `s3://` location written by `savepoint`.
     Savepoint(String),
+    /// The manifest in directory `dir` under `location`, whose files' paths are relative to
+    /// `location`: what a process group composes from the snapshots of several processes
+    /// ([`Manifest::compose`](crate::checkpoint::Manifest::compose)).
+    Manifest {
+        /// A directory or `s3://` location.
+        location: String,
+        /// The manifest's directory under it.
+        dir: String,
+    },
 }
 
 /// Checkpointing settings of a job.

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::Redistribution;
-use crate::keys::KeyGroup;
+use crate::keys::{KeyGroup, KeyGroupRange};
 use crate::record::Timestamp;
 
 /// Version of the manifest format.
@@ -117,6 +117,18 @@ pub struct Manifest {
     /// end: the job is done, and a restore from it reads nothing (the job's final checkpoint).
     #[serde(default)]
     pub finished: bool,
+}
+
+/// A part of a composed manifest ([`Manifest::compose`]).
+#[derive(Clone, Debug)]
+pub struct ManifestPart {
+    /// Where the part's snapshot lies, relative to the composed manifest's storage root: the
+    /// prefix of its files' paths.
+    pub prefix: String,
+    /// The part's manifest.
+    pub manifest: Manifest,
+    /// The key groups taken from it.
+    pub key_groups: Vec<KeyGroupRange>,
 }
 
 /// The key of the manifest's own checksum in its JSON object.
@@ -266,6 +278,101 @@ impl Manifest {
             }
         }
         Ok(())
+    }
+
+    /// One manifest of the keyed state of several snapshots: from each part, the key groups of
+    /// its ranges, with its files' paths prefixed by the part's `prefix` (where its snapshot
+    /// lies relative to the composed manifest's storage root). Non-keyed operator state is left
+    /// out (a process group's sources start at their committed offsets); an operator's watermark
+    /// is the lowest of the parts'. Used by a process group to restore the partitions a process
+    /// now owns from the snapshots of the processes that committed them (`docs/scale-out.md`).
+    ///
+    /// Key-value stores (RocksDB) cannot be composed yet: their files hold key groups beyond
+    /// the ranges, which a restore would take.
+    pub fn compose(job: &str, parts: Vec<ManifestPart>) -> Result<Manifest, String> {
+        let first = parts.first().ok_or("nothing to compose")?;
+        let mut composed = Manifest {
+            version: MANIFEST_VERSION,
+            job: job.to_string(),
+            checkpoint_id: parts
+                .iter()
+                .map(|p| p.manifest.checkpoint_id)
+                .max()
+                .unwrap_or(0),
+            kind: SnapshotKind::Savepoint,
+            timestamp: parts
+                .iter()
+                .map(|p| p.manifest.timestamp)
+                .max()
+                .unwrap_or(0),
+            max_parallelism: first.manifest.max_parallelism,
+            key_hash_version: first.manifest.key_hash_version,
+            operators: BTreeMap::new(),
+            stores: Vec::new(),
+            finished: false,
+        };
+        for part in parts {
+            let manifest = &part.manifest;
+            if manifest.max_parallelism != composed.max_parallelism
+                || manifest.key_hash_version != composed.key_hash_version
+            {
+                return Err(format!(
+                    "`{}` has {} key groups (hash scheme {}), others {} (scheme {})",
+                    part.prefix,
+                    manifest.max_parallelism,
+                    manifest.key_hash_version,
+                    composed.max_parallelism,
+                    composed.key_hash_version
+                ));
+            }
+            if !manifest.stores.is_empty() {
+                return Err(format!(
+                    "`{}` holds key-value store (RocksDB) state, which cannot be composed yet",
+                    part.prefix
+                ));
+            }
+            let wanted = |kg: &KeyGroup| part.key_groups.iter().any(|r| r.contains(*kg));
+            for (id, op) in &manifest.operators {
+                let target =
+                    composed
+                        .operators
+                        .entry(id.clone())
+                        .or_insert_with(|| OperatorState {
+                            name: op.name.clone(),
+                            parallelism: 1,
+                            subtasks: Vec::new(),
+                        });
+                for subtask in &op.subtasks {
+                    let keyed: Vec<(KeyGroup, Extent)> = subtask
+                        .keyed
+                        .iter()
+                        .filter(|(kg, _)| wanted(kg))
+                        .copied()
+                        .collect();
+                    if keyed.is_empty() && subtask.watermark.is_none() {
+                        continue;
+                    }
+                    let file = subtask
+                        .file
+                        .as_ref()
+                        .filter(|_| !keyed.is_empty())
+                        .map(|f| FileRef {
+                            path: format!("{}/{}", part.prefix, f.path),
+                            ..f.clone()
+                        });
+                    target.subtasks.push(SubtaskState {
+                        subtask: target.subtasks.len(),
+                        file,
+                        keyed,
+                        operator: None,
+                        watermark: subtask.watermark,
+                    });
+                }
+                target.parallelism = target.subtasks.len().max(1);
+            }
+        }
+        composed.validate()?;
+        Ok(composed)
     }
 
     /// Total bytes of the checkpoint's files (store files included, shared ones too).

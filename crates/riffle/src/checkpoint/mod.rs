@@ -14,13 +14,14 @@ pub use coordinator::CheckpointStats;
 pub(crate) use finalize::Finalizers;
 pub use finalize::{Ending, Finalizer};
 pub use manifest::{
-    Extent, FileRef, MANIFEST_FILE, Manifest, OperatorState, SnapshotKind, StoreState, SubtaskState,
+    Extent, FileRef, MANIFEST_FILE, Manifest, ManifestPart, OperatorState, SnapshotKind,
+    StoreState, SubtaskState,
 };
 pub use snapshot::{
     FINAL_SNAPSHOT, OperatorSnapshot, Redistribution, RestoreState, SnapshotWriter, StoreSnapshot,
     TaskSnapshot, decode, encode, encode_into,
 };
-pub use storage::CheckpointStorage;
+pub use storage::{CheckpointStorage, checkpoint_dir};
 
 /// What the ids of in-flight records in a checkpoint contain (unaligned checkpoints:
 /// `<operator uid>#in-flight-input`, `<producer uid>#in-flight-output-><consumer uid>#<input>`).

@@ -33,6 +33,11 @@ impl std::fmt::Debug for CheckpointStorage {
 /// Prefix of checkpoint directories: `chk-<id>`.
 pub(crate) const CHECKPOINT_PREFIX: &str = "chk-";
 
+/// The directory of checkpoint `id` under a job's storage root.
+pub fn checkpoint_dir(id: u64) -> String {
+    format!("{CHECKPOINT_PREFIX}{id}")
+}
+
 /// Directory of store files shared between checkpoints.
 pub(crate) const SHARED_DIR: &str = "shared";
 
@@ -151,6 +156,22 @@ impl CheckpointStorage {
         let json = manifest.to_json().map_err(Error::user)?;
         self.write(&format!("{dir}/{MANIFEST_FILE}"), json)
             .map(drop)
+    }
+
+    /// Reads `relative` as it is (no checksum to check it against); `None` when it does not exist.
+    pub fn read_optional(&self, relative: &str) -> Result<Option<Vec<u8>>> {
+        let path = self.path(relative);
+        match self
+            .runtime
+            .block_on(async { self.store.get(&path).await?.bytes().await })
+        {
+            Ok(bytes) => Ok(Some(bytes.to_vec())),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(storage_error(
+                format!("cannot read `{path}` from {}", self.description),
+                e,
+            )),
+        }
     }
 
     /// Reads the manifest of `dir`.

@@ -210,6 +210,15 @@ fn initial_restore(
             )?;
             Some(RestoreAssignment::load(&Arc::new(storage), "")?)
         }
+        RestoreFrom::Manifest { location, dir } => {
+            let storage = CheckpointStorage::open(
+                location,
+                &config.checkpoints.storage_options,
+                "",
+                "restore location",
+            )?;
+            Some(RestoreAssignment::load(&Arc::new(storage), dir)?)
+        }
     };
     if let Some(restore) = &restore {
         restore.check_max_parallelism(config.max_parallelism)?;
