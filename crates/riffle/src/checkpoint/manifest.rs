@@ -399,6 +399,66 @@ impl Manifest {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_composed_manifest_takes_the_parts_key_groups_with_their_files_prefixed() {
+        let mut part = sample();
+        part.stores.clear();
+        let window = &part.operators["window"];
+        let composed = Manifest::compose(
+            "job-b",
+            vec![
+                ManifestPart {
+                    prefix: "job-a-1".into(),
+                    manifest: part.clone(),
+                    key_groups: vec![KeyGroupRange { start: 0, end: 3 }],
+                },
+                ManifestPart {
+                    prefix: "job-a-2".into(),
+                    manifest: part.clone(),
+                    key_groups: vec![KeyGroupRange { start: 4, end: 7 }],
+                },
+            ],
+        )
+        .unwrap();
+        let composed_window = &composed.operators["window"];
+        // Key group 0 from the first part, 5 from the second: nothing else, no operator state.
+        let keyed: Vec<(String, KeyGroup)> = composed_window
+            .subtasks
+            .iter()
+            .flat_map(|s| {
+                let path = s.file.as_ref().map(|f| f.path.clone()).unwrap_or_default();
+                s.keyed.iter().map(move |(kg, _)| (path.clone(), *kg))
+            })
+            .collect();
+        let original = window.subtasks[0].file.as_ref().unwrap().path.clone();
+        assert_eq!(
+            keyed,
+            vec![
+                (format!("job-a-1/{original}"), 0),
+                (format!("job-a-2/{original}"), 5)
+            ]
+        );
+        assert!(
+            composed_window
+                .subtasks
+                .iter()
+                .all(|s| s.operator.is_none())
+        );
+        assert_eq!(composed.job, "job-b");
+        assert_eq!(composed.kind, SnapshotKind::Savepoint);
+        composed.validate().unwrap();
+        // A part with a key-value store is refused: its files hold other key groups too.
+        let refused = Manifest::compose(
+            "job-b",
+            vec![ManifestPart {
+                prefix: "job-a-1".into(),
+                manifest: sample(),
+                key_groups: vec![KeyGroupRange { start: 0, end: 3 }],
+            }],
+        );
+        assert!(refused.unwrap_err().contains("cannot be composed"));
+    }
+
     /// A manifest with every part filled: two operators, keyed and operator state, a store.
     pub(crate) fn sample() -> Manifest {
         let file = |path: &str, size| FileRef {
