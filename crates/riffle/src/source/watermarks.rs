@@ -309,8 +309,8 @@ impl<T: Serialize> SourceWatermarks<T> {
             .filter(|s| !s.finished && !self.is_idle(s, now))
             .collect();
         let mut updates = Vec::new();
-        let idle = active.is_empty()
-            && (idleness.is_some() || self.supplied || self.splits.is_empty());
+        let idle =
+            active.is_empty() && (idleness.is_some() || self.supplied || self.splits.is_empty());
         if idle != self.idle {
             self.idle = idle;
             updates.push(WatermarkUpdate::Idle(idle));
@@ -511,9 +511,17 @@ mod tests {
         // The strategy's generator and idleness timeout are not used for such splits.
         let mut t = tracker(2, &clock).supplied_by_readers();
         read(&mut t, 0, &[50_000]);
-        assert_eq!(t.poll(), vec![], "no reader said anything: both at the minimum");
+        assert_eq!(
+            t.poll(),
+            vec![],
+            "no reader said anything: both at the minimum"
+        );
         t.on_supplied(0, Some(7_000), None);
-        assert_eq!(t.poll(), vec![], "split 1 holds the watermark at its minimum");
+        assert_eq!(
+            t.poll(),
+            vec![],
+            "split 1 holds the watermark at its minimum"
+        );
         t.on_supplied(1, Some(5_000), None);
         assert_eq!(t.poll(), vec![WatermarkUpdate::Watermark(5_000)]);
         // Never backwards; silence is no idleness (the reader says when).
