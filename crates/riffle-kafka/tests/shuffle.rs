@@ -369,3 +369,75 @@ fn a_crash_mid_run_restored_from_the_checkpoint_gives_the_failure_free_result() 
     assert!(expected.len() > 100, "{} rows", expected.len());
     assert_eq!(got, expected);
 }
+
+/// CPU time (user + system) of the process `pid` ("self" for this one), in seconds.
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime is the 12th, stime the 13th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The pid of the local Kafka broker (a JVM running `kafka.Kafka`), if found.
+fn broker_pid() -> Option<String> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            (name.chars().all(|c| c.is_ascii_digit())
+                && String::from_utf8_lossy(&cmdline).contains("kafka.Kafka"))
+            .then_some(name)
+        })
+}
+
+/// The cost of a Kafka shuffle against the in-process one: the seed's windowed count per user
+/// (500K clicks, ~350K after the bot filter, parallelism 2, checkpoints every second), events
+/// per CPU-second of this process, and the broker's CPU meanwhile (shared with whatever else
+/// uses it). Release build:
+/// `cargo test --release -p riffle-kafka --test shuffle measure_shuffle -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn measure_shuffle_cost() {
+    let count = 500_000u64;
+    let broker = broker_pid();
+    println!("shuffle | wall (s) | riffle CPU (s) | events per riffle CPU-second | broker CPU (s)");
+    for mode in ["in-process", "kafka exactly-once", "kafka at-least-once"] {
+        let dir = tempfile::tempdir().unwrap();
+        let env = env(dir.path(), 2);
+        env.configure(|c| c.checkpoints.interval = Some(Duration::from_secs(1)));
+        let (sink, out) = CollectSink::new();
+        let keyed = clicks(&env, count, None).key_by(|c| c.user_id);
+        let keyed = match mode {
+            "in-process" => keyed,
+            "kafka exactly-once" => keyed.through_kafka(shuffle("measure", 2)),
+            _ => keyed.through_kafka(shuffle("measure", 2).at_least_once()),
+        };
+        count_per_minute(&keyed).sink(sink);
+        let (cpu, broker_cpu, started) = (
+            cpu_seconds("self"),
+            broker.as_deref().map_or(0.0, cpu_seconds),
+            Instant::now(),
+        );
+        env.execute().unwrap();
+        let wall = started.elapsed().as_secs_f64();
+        let cpu = cpu_seconds("self") - cpu;
+        let broker_cpu = broker.as_deref().map_or(0.0, cpu_seconds) - broker_cpu;
+        let events: u64 = out.values().iter().map(|r| r.2).sum();
+        println!(
+            "{mode} | {wall:.2} | {cpu:.2} | {:.0} | {broker_cpu:.2} ({events} events counted)",
+            count as f64 / cpu
+        );
+    }
+}
