@@ -20,7 +20,7 @@ use riffle::time::WatermarkStrategy;
 use riffle::window::Tumbling;
 use riffle::{DataStream, EnvConfig, KeyedStream, Record, StreamEnv};
 use riffle_clicks::{Click, ClicksConfig};
-use riffle_kafka::{KafkaShuffle, KafkaShuffleExt, KafkaSink};
+use riffle_kafka::{KafkaShuffle, KafkaShuffleExt, KafkaSink, ensure_topics};
 
 /// A shuffle through a topic no other test uses.
 fn shuffle(name: &str, partitions: usize) -> KafkaShuffle {
@@ -331,20 +331,27 @@ impl SplitReader<(u64, i64)> for IdleSecondReader {
 #[test]
 fn a_crash_mid_run_restored_from_the_checkpoint_gives_the_failure_free_result() {
     let count = 4_000;
-    let run = |crash_at: Option<u64>, output: &str| {
+    let run = |crash_at: Option<(&str, u64)>, output: &str| {
         let dir = tempfile::tempdir().unwrap();
         let env = env(dir.path(), 2);
-        let keyed = clicks(&env, count, Some(4_000.0))
+        let mut humans = clicks(&env, count, Some(4_000.0));
+        if let Some(("writing", after)) = crash_at {
+            // On the writing side, with a transaction open on the shuffle topic.
+            humans = humans
+                .map(riffle_testing::fail_once_after(after))
+                .uid("crash");
+        }
+        let keyed = humans
             .key_by(|c| c.user_id)
             .through_kafka(shuffle("crash", 2));
         let keyed = match crash_at {
             // On the reading side of the shuffle, after records came through it.
-            Some(after) => keyed
+            Some(("reading", after)) => keyed
                 .unkeyed()
                 .map(riffle_testing::fail_once_after(after))
                 .uid("crash")
                 .key_by(|c: &Click| c.user_id),
-            None => keyed,
+            _ => keyed,
         };
         count_per_minute(&keyed)
             .map(|(user, start, n)| format!("{user} {start} {n}"))
@@ -359,15 +366,50 @@ fn a_crash_mid_run_restored_from_the_checkpoint_gives_the_failure_free_result() 
     };
     let (expected, clean) = run(None, &topic("shuffle-clean-out", 2));
     assert_eq!(clean.restarts, 0);
-    let (got, crashed) = run(Some(1_500), &topic("shuffle-crash-out", 2));
-    assert!(
-        crashed.restarts == 1 && !crashed.restores.is_empty(),
-        "the job should have restored a checkpoint: {} restarts, restores {:?}",
-        crashed.restarts,
-        crashed.restores
-    );
     assert!(expected.len() > 100, "{} rows", expected.len());
-    assert_eq!(got, expected);
+    for side in ["reading", "writing"] {
+        let (got, crashed) = run(Some((side, 1_500)), &topic("shuffle-crash-out", 2));
+        assert!(
+            crashed.restarts == 1 && !crashed.restores.is_empty(),
+            "crash on the {side} side: the job should have restored a checkpoint: {} restarts, \
+             restores {:?}",
+            crashed.restarts,
+            crashed.restores
+        );
+        assert_eq!(got, expected, "crash on the {side} side");
+    }
+}
+
+#[test]
+fn bad_shuffle_settings_fail_at_start_naming_the_setting() {
+    // Exactly-once without checkpoints.
+    let plain = StreamEnv::new();
+    let (sink, _) = CollectSink::new();
+    plain
+        .from_iter(vec![(1u64, 1_000i64)])
+        .key_by(|t| t.0)
+        .through_kafka(shuffle("no-checkpoints", 2))
+        .process(|_, t, ctx| ctx.emit(t))
+        .sink(sink);
+    let err = plain.execute().unwrap_err().to_string();
+    assert!(err.contains("`exactly_once`"), "{err}");
+    // A topic that exists with another partition count.
+    let existing = shuffle("resized", 2);
+    ensure_topics(&kafka(), &[(&existing.topic(), 3)], 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let checkpointed = env(dir.path(), 2);
+    let (sink, _) = CollectSink::new();
+    checkpointed
+        .from_iter(vec![(1u64, 1_000i64)])
+        .key_by(|t| t.0)
+        .through_kafka(existing)
+        .process(|_, t, ctx| ctx.emit(t))
+        .sink(sink);
+    let err = checkpointed.execute().unwrap_err().to_string();
+    assert!(
+        err.contains("`partitions`") && err.contains("exists with 3 partitions"),
+        "{err}"
+    );
 }
 
 /// CPU time (user + system) of the process `pid` ("self" for this one), in seconds.
