@@ -29,7 +29,7 @@
 
 mod admin;
 mod connection;
-mod shuffle;
+pub mod shuffle;
 mod sink;
 mod source;
 pub mod testing;

@@ -26,7 +26,7 @@
 //! producer not heard from yet holds the partition at the minimum; an idle or ended producer is
 //! left out until it writes again) and the partition's watermark is the minimum over the
 //! others; it feeds the source's per-split watermark machinery
-//! ([`Source::supplies_watermarks`](riffle::source::Source::supplies_watermarks)), so windows
+//! ([`Source::supplies_watermarks`]), so windows
 //! downstream fire as they would in one process. A partition whose producers all ended is
 //! finished (a bounded job ends).
 //!
