@@ -101,6 +101,10 @@ transaction.state.log.min.isr=1
 transaction.state.log.num.partitions=8
 min.insync.replicas=1
 group.initial.rebalance.delay.ms=0
+group.consumer.session.timeout.ms=6000
+group.consumer.min.session.timeout.ms=2000
+group.consumer.heartbeat.interval.ms=1000
+group.consumer.min.heartbeat.interval.ms=500
 auto.create.topics.enable=false
 EOF
 }

@@ -39,7 +39,7 @@ use riffle::record::{Data, Record};
 use riffle::sink::{Ending, Finalizer, Guarantee, Sink, SinkWriter};
 use serde::{Deserialize, Serialize};
 
-use crate::{KafkaConnection, kafka_error, kafka_failure};
+use crate::{KafkaConnection, KafkaGroup, kafka_error, kafka_failure};
 use riffle::ConnectorErrorKind;
 
 /// The header naming the transaction a recovery's copy of a record belongs to.
@@ -75,6 +75,7 @@ pub struct KafkaSink<T> {
     prefix: Option<String>,
     pool: usize,
     timeout: Duration,
+    group: Option<KafkaGroup>,
     _type: PhantomData<fn(T)>,
 }
 
@@ -115,6 +116,7 @@ impl<T: Data> KafkaSink<T> {
             prefix: None,
             pool: 4,
             timeout: TIMEOUT,
+            group: None,
             _type: PhantomData,
         }
     }
@@ -175,6 +177,15 @@ impl<T: Data> KafkaSink<T> {
         self
     }
 
+    /// Writes in the transactions of a process group (implies exactly-once): the records of
+    /// every sink of the process commit in one transaction with the source offsets of the
+    /// checkpoint that completed (`docs/scale-out.md`, [`KafkaGroup`]).
+    pub fn in_group(mut self, group: &KafkaGroup) -> Self {
+        self.group = Some(group.clone());
+        self.guarantee = Guarantee::ExactlyOnce;
+        self
+    }
+
     fn encoder(&self) -> Encoder<T> {
         Encoder {
             key: self.key.clone(),
@@ -211,6 +222,12 @@ impl<T: Data> Sink<T> for KafkaSink<T> {
         if self.timeout.is_zero() {
             return Err(riffle::Error::config("broker_timeout", "must be positive"));
         }
+        if self.group.is_some() && self.guarantee != Guarantee::ExactlyOnce {
+            return Err(riffle::Error::config(
+                "in_group",
+                "a sink in a process group writes in the group's transactions: it is exactly-once",
+            ));
+        }
         if self.guarantee == Guarantee::ExactlyOnce && self.pool < 2 {
             return Err(riffle::Error::config(
                 "transaction_pool",
@@ -230,6 +247,16 @@ impl<T: Data> Sink<T> for KafkaSink<T> {
             topic: self.topic.clone(),
             timeout: self.timeout,
         };
+        if let Some(group) = &self.group {
+            return Ok(Box::new(GroupWriter {
+                group: group.clone(),
+                topic: self.topic.clone(),
+                timeout: self.timeout,
+                epoch: 0,
+                producer: None,
+                encoder: self.encoder(),
+            }));
+        }
         Ok(match self.guarantee {
             Guarantee::AtLeastOnce => Box::new(AtLeastOnceWriter {
                 producer: target.producer(None)?,
@@ -295,7 +322,7 @@ impl<T: Data> Encoder<T> {
 /// Collects delivery reports: the first failure, and for a transactional producer the offset
 /// range written in each partition.
 #[derive(Default)]
-struct Deliveries {
+pub(crate) struct Deliveries {
     /// Whether a delivery failed (checked after every batch; the message is in `failure`).
     failed: AtomicBool,
     failure: Mutex<Option<KafkaError>>,
@@ -333,6 +360,20 @@ impl ProducerContext for Deliveries {
     }
 }
 
+/// Fails if a delivery of a producer with these `deliveries` failed (`to` names where it wrote).
+pub(crate) fn delivery_failure(deliveries: &Deliveries, to: &str) -> riffle::Result<()> {
+    if !deliveries.failed.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    match deliveries.failure.lock().expect("failed lock").as_ref() {
+        Some(error) => Err(kafka_error(
+            format!("a record could not be written to `{to}`"),
+            error.clone(),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Where a sink (or a shuffle's producer) writes.
 #[derive(Clone)]
 pub(crate) struct Target {
@@ -367,7 +408,7 @@ impl Target {
                 .map_err(|e| kafka_error(format!("cannot initialise transactions of `{id}`"), e))?;
         }
         Ok(KafkaProducer {
-            producer,
+            producer: Arc::new(producer),
             topic: self.topic.clone(),
             timeout: self.timeout,
         })
@@ -387,7 +428,7 @@ impl Target {
 }
 
 pub(crate) struct KafkaProducer {
-    producer: BaseProducer<Deliveries>,
+    producer: Arc<BaseProducer<Deliveries>>,
     topic: String,
     timeout: Duration,
 }
@@ -421,17 +462,7 @@ impl KafkaProducer {
 
     /// Fails if a delivery failed.
     fn check(&self) -> riffle::Result<()> {
-        let deliveries = self.producer.context();
-        if !deliveries.failed.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        match deliveries.failure.lock().expect("failed lock").as_ref() {
-            Some(error) => Err(kafka_error(
-                format!("a record could not be written to `{}`", self.topic),
-                error.clone(),
-            )),
-            None => Ok(()),
-        }
+        delivery_failure(self.producer.context(), &self.topic)
     }
 
     /// Waits until every queued record is delivered.
@@ -474,6 +505,69 @@ impl<T: Data> SinkWriter<T> for AtLeastOnceWriter<T> {
 
     fn close(&mut self) -> riffle::Result<Option<Finalizer>> {
         self.producer.flush().map(|()| None)
+    }
+}
+
+/// Writes into the transactions of a process group: the records after barrier `epoch` go to the
+/// group's transaction for that epoch, which the group commits with the offsets of the next
+/// checkpoint that completes.
+struct GroupWriter<T> {
+    group: KafkaGroup,
+    topic: String,
+    timeout: Duration,
+    /// The last barrier this subtask saw (0: none yet).
+    epoch: u64,
+    /// The producer of the epoch's transaction, once something was written in it.
+    producer: Option<KafkaProducer>,
+    encoder: Encoder<T>,
+}
+
+impl<T: Data> SinkWriter<T> for GroupWriter<T> {
+    fn write(&mut self, batch: &mut Vec<Record<T>>) -> riffle::Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if self.group.rebalanced() {
+            return Err(self.group.rebalanced_error());
+        }
+        if self.producer.is_none() {
+            self.producer = Some(KafkaProducer {
+                producer: self.group.producer(self.epoch)?,
+                topic: self.topic.clone(),
+                timeout: self.timeout,
+            });
+        }
+        let producer = self.producer.as_ref().expect("set above");
+        for record in batch.drain(..) {
+            let has_key = self.encoder.encode(&record.value)?;
+            let key = has_key.then_some(self.encoder.key_bytes.as_slice());
+            producer.send(key, &self.encoder.value)?;
+        }
+        producer.serve()
+    }
+
+    fn flush(&mut self) -> riffle::Result<()> {
+        match &self.producer {
+            Some(producer) => producer.serve(),
+            None => Ok(()),
+        }
+    }
+
+    fn pre_commit(&mut self, checkpoint_id: u64) -> riffle::Result<Option<Vec<u8>>> {
+        if let Some(producer) = self.producer.take() {
+            producer.flush()?;
+        }
+        self.epoch = checkpoint_id;
+        Ok(None)
+    }
+
+    fn commit(&mut self, checkpoint_id: u64) -> riffle::Result<()> {
+        self.group.commit(checkpoint_id)
+    }
+
+    fn close(&mut self) -> riffle::Result<Option<Finalizer>> {
+        // What was not committed is aborted by the group's run (`run_in_group`).
+        Ok(None)
     }
 }
 

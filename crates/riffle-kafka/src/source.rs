@@ -16,7 +16,7 @@ use riffle::record::Data;
 use riffle::source::{BadRecordPolicy, Boundedness, ReadStatus, Source, SourceOutput, SplitReader};
 use serde::de::DeserializeOwned;
 
-use crate::{KafkaConnection, kafka_error, kafka_failure};
+use crate::{KafkaConnection, KafkaGroup, kafka_error, kafka_failure};
 
 /// Time allowed to metadata and offset lookups when a reader starts.
 pub(crate) const LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -71,6 +71,8 @@ pub struct KafkaSource<T> {
     discovery: Option<Duration>,
     /// A client for metadata (partition lists), created on first use.
     metadata: Mutex<Option<BaseConsumer>>,
+    /// The process group whose assignment says which partitions this process reads.
+    in_group: Option<KafkaGroup>,
 }
 
 impl<T: Data + DeserializeOwned> KafkaSource<T> {
@@ -111,6 +113,7 @@ impl<T: Data> KafkaSource<T> {
             policy: BadRecordPolicy::DeadLetter,
             discovery: Some(Duration::from_secs(30)),
             metadata: Mutex::new(None),
+            in_group: None,
         }
     }
 
@@ -137,6 +140,18 @@ impl<T: Data> KafkaSource<T> {
     /// the partitions found at start only). New partitions are read from their beginning.
     pub fn partition_discovery(mut self, interval: Option<Duration>) -> Self {
         self.discovery = interval;
+        self
+    }
+
+    /// Reads the partitions that `group` assigns to this process, from the group's committed
+    /// offsets (`docs/scale-out.md`, [`KafkaGroup`]). The offsets at each checkpoint commit in
+    /// the group's transaction, with the outputs of the process's sinks in the group; a change of
+    /// assignment ends the run ([`run_in_group`](crate::run_in_group) starts the next one).
+    pub fn in_group(mut self, group: &KafkaGroup) -> Self {
+        self.group_id = Some(group.name().to_string());
+        self.start = StartFrom::GroupOffsets;
+        self.discovery = None;
+        self.in_group = Some(group.clone());
         self
     }
 
@@ -206,6 +221,18 @@ impl<T: Data> Source<T> for KafkaSource<T> {
                 "a Kafka source needs at least one topic name",
             ));
         }
+        if let Some(group) = &self.in_group
+            && let Some(topic) = self.topics.iter().find(|t| !group.topics().contains(t))
+        {
+            return Err(riffle::Error::config(
+                "in_group",
+                format!(
+                    "topic `{topic}` is not one of the topics of group `{}` ({})",
+                    group.name(),
+                    group.topics().join(", ")
+                ),
+            ));
+        }
         if self.discovery.is_some_and(|d| d.is_zero()) {
             return Err(riffle::Error::config(
                 "partition_discovery",
@@ -216,7 +243,15 @@ impl<T: Data> Source<T> for KafkaSource<T> {
     }
 
     fn splits(&self, _parallelism: usize) -> riffle::Result<Vec<KafkaPartition>> {
-        self.partitions()
+        match &self.in_group {
+            Some(group) => Ok(group
+                .assignment()
+                .into_iter()
+                .filter(|(topic, _)| self.topics.contains(topic))
+                .map(|(topic, partition)| KafkaPartition { topic, partition })
+                .collect()),
+            None => self.partitions(),
+        }
     }
 
     /// A topic's partitions go round-robin from a subtask given by the topic's name, so that a
@@ -260,6 +295,7 @@ impl<T: Data> Source<T> for KafkaSource<T> {
             end: lag,
             decode: self.decode.clone(),
             last_error_log: None,
+            group: self.in_group.clone(),
         };
         reader.assign()?;
         Ok(Box::new(reader))
@@ -354,6 +390,8 @@ struct KafkaReader<T> {
     end: Arc<AtomicI64>,
     decode: Decoder<T>,
     last_error_log: Option<Instant>,
+    /// The process group this partition was assigned by.
+    group: Option<KafkaGroup>,
 }
 
 impl<T> KafkaReader<T> {
@@ -375,6 +413,11 @@ impl<T: Data> SplitReader<T> for KafkaReader<T> {
     }
 
     fn read(&mut self, out: &mut SourceOutput<T>, max: usize) -> riffle::Result<ReadStatus> {
+        if let Some(group) = &self.group
+            && group.rebalanced()
+        {
+            return Err(group.rebalanced_error());
+        }
         let mut read = 0;
         while read < max {
             let message = match self.consumer.poll(Duration::ZERO) {
@@ -420,6 +463,17 @@ impl<T: Data> SplitReader<T> for KafkaReader<T> {
         serde_json::json!({ "offset": self.next })
     }
 
+    fn checkpoint_started(&mut self, checkpoint_id: u64) {
+        if let Some(group) = &self.group {
+            group.record_offset(
+                checkpoint_id,
+                &self.split.topic,
+                self.split.partition,
+                self.next,
+            );
+        }
+    }
+
     fn seek(&mut self, position: &serde_json::Value) -> riffle::Result<()> {
         let offset = position
             .get("offset")
@@ -444,6 +498,9 @@ impl<T: Data> SplitReader<T> for KafkaReader<T> {
     }
 
     fn checkpoint_complete(&mut self, position: &serde_json::Value) -> riffle::Result<()> {
+        if self.group.is_some() {
+            return Ok(()); // committed in the group's transaction
+        }
         let Some(offset) = position.get("offset").and_then(|o| o.as_i64()) else {
             return Ok(());
         };

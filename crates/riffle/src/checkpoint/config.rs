@@ -38,8 +38,18 @@ pub enum RestartStrategy {
 
 impl RestartStrategy {
     /// The delay before restart number `attempt` (1-based) after a run that lasted `ran`;
-    /// `None` when the job must fail. `backoff` carries the current exponential delay.
-    pub(crate) fn next_delay(
+    /// `None` when the job must fail. `backoff` carries the current exponential delay (start
+    /// with `None`). For drivers that restart jobs themselves, as a process group does.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use riffle::checkpoint::RestartStrategy;
+    /// let strategy = RestartStrategy::FixedDelay { attempts: 2, delay: Duration::from_secs(1) };
+    /// let mut backoff = None;
+    /// assert_eq!(strategy.next_delay(2, Duration::ZERO, &mut backoff), Some(Duration::from_secs(1)));
+    /// assert_eq!(strategy.next_delay(3, Duration::ZERO, &mut backoff), None);
+    /// ```
+    pub fn next_delay(
         &self,
         attempt: u32,
         ran: Duration,

@@ -144,6 +144,11 @@ pub trait SplitReader<T>: Send {
     /// The position after the last record read, to store in a checkpoint.
     fn position(&self) -> serde_json::Value;
 
+    /// Checkpoint `checkpoint_id` is taken now: [`position`](SplitReader::position) is called
+    /// next for it. A Kafka reader in a process group records its offset under the checkpoint's
+    /// id, to commit it in the same Kafka transaction as the outputs.
+    fn checkpoint_started(&mut self, _checkpoint_id: u64) {}
+
     /// Continues reading after `position` (a value returned by [`position`](SplitReader::position)).
     fn seek(&mut self, position: &serde_json::Value) -> Result<()>;
 

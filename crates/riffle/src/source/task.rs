@@ -406,6 +406,9 @@ impl<T: Data> SourceTask<T> {
     /// Writes the splits' positions and watermarks, sends the barrier down the chain, hands the
     /// snapshot over.
     fn inject(&mut self, barrier: CheckpointBarrier) -> Result<()> {
+        for split in &mut self.splits {
+            split.reader.checkpoint_started(barrier.id);
+        }
         let values: Vec<serde_json::Value> =
             self.splits.iter().map(|s| s.reader.position()).collect();
         let splits: Vec<SplitCheckpoint> = self
