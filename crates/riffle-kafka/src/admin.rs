@@ -59,6 +59,51 @@ pub fn ensure_topics(
     )
 }
 
+/// Creates `topic` with `partitions` partitions and the topic settings `configs` if it does
+/// not exist; if it does, checks that it has `partitions` partitions (the error names
+/// `setting`). Returns whether it was created.
+pub(crate) fn ensure_topic_with(
+    kafka: &KafkaConnection,
+    topic: &str,
+    partitions: i32,
+    replication: i32,
+    configs: &[(&str, &str)],
+    setting: &str,
+) -> riffle::Result<()> {
+    let admin = admin(kafka)?;
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
+    for (key, value) in configs {
+        new = new.set(key, value);
+    }
+    let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
+    let results = wait(admin.create_topics([&new], &options))?
+        .map_err(|e| kafka_error(format!("cannot create topic `{topic}`"), e))?;
+    check(
+        results,
+        "create topic",
+        Some(RDKafkaErrorCode::TopicAlreadyExists),
+    )?;
+    let metadata = admin
+        .inner()
+        .fetch_metadata(Some(topic), ADMIN_TIMEOUT)
+        .map_err(|e| kafka_error(format!("cannot read the partitions of `{topic}`"), e))?;
+    let found = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .map_or(0, |t| t.partitions().len());
+    if found != partitions as usize {
+        return Err(riffle::Error::config(
+            setting,
+            format!(
+                "is {partitions}, but topic `{topic}` exists with {found} partitions (a shuffle \
+                 topic's partition count cannot change: delete the topic, or use another uid)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Deletes `topics` (those that do not exist are skipped).
 pub fn delete_topics(kafka: &KafkaConnection, topics: &[&str]) -> riffle::Result<()> {
     let admin = admin(kafka)?;

@@ -8,6 +8,10 @@
 //!   checkpoint barrier) or exactly-once (a Kafka transaction per checkpoint, committed when the
 //!   checkpoint completes; a restarted job fences what its predecessor left open and finishes the
 //!   commits the failure interrupted).
+//! - [`KafkaShuffle`]: a `key_by` through a Kafka repartition topic
+//!   (`stream.key_by(f).through_kafka(shuffle)`, see [`KafkaShuffleExt`]), with the producers'
+//!   watermarks carried in the topic and exactly-once by transactions: the way a job's shuffle
+//!   crosses processes.
 //! - [`KafkaConnection`]: the bootstrap servers and any librdkafka client setting (SASL and SSL
 //!   included), passed through; secrets never appear in logs or `Debug` output.
 //!
@@ -26,6 +30,7 @@
 mod admin;
 mod connection;
 mod group;
+pub mod shuffle;
 mod sink;
 mod source;
 pub mod testing;
@@ -33,6 +38,7 @@ pub mod testing;
 pub use admin::{create_partitions, delete_topics, ensure_topics};
 pub use connection::KafkaConnection;
 pub use group::{GroupProtocol, KafkaGroup, run_in_group};
+pub use shuffle::{KafkaShuffle, KafkaShuffleExt};
 pub use sink::KafkaSink;
 pub use source::{KafkaPartition, KafkaSource, StartFrom};
 

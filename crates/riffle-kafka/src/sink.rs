@@ -271,17 +271,7 @@ impl<T: Data> Sink<T> for KafkaSink<T> {
                     ctx.job_name
                 );
                 Box::new(TransactionalWriter {
-                    target,
-                    prefix,
-                    subtask: ctx.subtask,
-                    parallelism: ctx.parallelism,
-                    run: ctx.run_id.clone(),
-                    pool_size: self.pool,
-                    free: Vec::new(),
-                    ready: false,
-                    open: None,
-                    pending: BTreeMap::new(),
-                    sequence: 0,
+                    txns: Transactions::new(target, prefix, ctx, self.pool),
                     encoder: self.encoder(),
                 })
             }
@@ -384,19 +374,19 @@ pub(crate) fn delivery_failure(deliveries: &Deliveries, to: &str) -> riffle::Res
     }
 }
 
-/// Where a sink writes.
+/// Where a sink (or a shuffle's producer) writes.
 #[derive(Clone)]
-struct Target {
-    kafka: KafkaConnection,
-    topic: String,
+pub(crate) struct Target {
+    pub(crate) kafka: KafkaConnection,
+    pub(crate) topic: String,
     /// See [`KafkaSink::broker_timeout`].
-    timeout: Duration,
+    pub(crate) timeout: Duration,
 }
 
 impl Target {
     /// A producer, transactional when `transactional_id` is given (its transactions initialised:
     /// whatever an earlier producer with the same id left open is aborted).
-    fn producer(&self, transactional_id: Option<&str>) -> riffle::Result<KafkaProducer> {
+    pub(crate) fn producer(&self, transactional_id: Option<&str>) -> riffle::Result<KafkaProducer> {
         let mut config = self.kafka.client_config_with(&[
             ("enable.idempotence", "true"),
             ("acks", "all"),
@@ -437,7 +427,7 @@ impl Target {
     }
 }
 
-struct KafkaProducer {
+pub(crate) struct KafkaProducer {
     producer: Arc<BaseProducer<Deliveries>>,
     topic: String,
     timeout: Duration,
@@ -454,7 +444,7 @@ impl KafkaProducer {
     }
 
     /// Queues `record`, waiting for room in the producer's queue.
-    fn enqueue(&self, mut record: BaseRecord<'_, [u8], [u8]>) -> riffle::Result<()> {
+    pub(crate) fn enqueue(&self, mut record: BaseRecord<'_, [u8], [u8]>) -> riffle::Result<()> {
         loop {
             match self.producer.send(record) {
                 Ok(()) => return Ok(()),
@@ -476,7 +466,7 @@ impl KafkaProducer {
     }
 
     /// Waits until every queued record is delivered.
-    fn flush(&self) -> riffle::Result<()> {
+    pub(crate) fn flush(&self) -> riffle::Result<()> {
         self.producer
             .flush(self.timeout)
             .map_err(|e| kafka_error(format!("cannot flush to `{}`", self.topic), e))?;
@@ -484,7 +474,7 @@ impl KafkaProducer {
     }
 
     /// Serves delivery reports without waiting.
-    fn serve(&self) -> riffle::Result<()> {
+    pub(crate) fn serve(&self) -> riffle::Result<()> {
         self.producer.poll(Duration::ZERO);
         self.check()
     }
@@ -617,7 +607,10 @@ struct PendingTransaction {
     info: TransactionInfo,
 }
 
-struct TransactionalWriter<T> {
+/// The transactions of one writing subtask: a pool of transactional producers, the open
+/// transaction, the pre-committed ones waiting for their checkpoints; shared by the exactly-once
+/// sink and the producer of a Kafka shuffle (which writes its own records into the open one).
+pub(crate) struct Transactions {
     target: Target,
     prefix: String,
     subtask: usize,
@@ -632,6 +625,11 @@ struct TransactionalWriter<T> {
     /// Pre-committed transactions by checkpoint, waiting for it to complete.
     pending: BTreeMap<u64, PendingTransaction>,
     sequence: u64,
+}
+
+/// The exactly-once sink's writer: encodes records into the open transaction.
+struct TransactionalWriter<T> {
+    txns: Transactions,
     encoder: Encoder<T>,
 }
 
@@ -645,12 +643,15 @@ fn label(run: &str, subtask: usize, sequence: u64) -> Vec<u8> {
     label
 }
 
-/// The `riffle.txn` header of a record written in the transaction labelled `label`.
-fn txn_header(label: &[u8]) -> OwnedHeaders {
-    OwnedHeaders::new_with_capacity(1).insert(Header {
-        key: TXN_HEADER,
-        value: Some(label),
-    })
+/// The headers of a record written in the transaction labelled `label`: its own (a shuffle's
+/// records carry some) and `riffle.txn`.
+fn txn_header(headers: Option<OwnedHeaders>, label: &[u8]) -> OwnedHeaders {
+    headers
+        .unwrap_or_else(|| OwnedHeaders::new_with_capacity(1))
+        .insert(Header {
+            key: TXN_HEADER,
+            value: Some(label),
+        })
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -661,7 +662,34 @@ fn transactional_id(prefix: &str, subtask: usize, slot: usize) -> String {
     format!("{prefix}-{subtask}-{slot}")
 }
 
-impl<T: Data> TransactionalWriter<T> {
+impl Transactions {
+    /// The transactions of subtask `ctx.subtask`, with ids `<prefix>-<subtask>-<slot>`.
+    pub(crate) fn new(
+        target: Target,
+        prefix: String,
+        ctx: &OperatorContext,
+        pool_size: usize,
+    ) -> Self {
+        Transactions {
+            target,
+            prefix,
+            subtask: ctx.subtask,
+            parallelism: ctx.parallelism,
+            run: ctx.run_id.clone(),
+            pool_size,
+            free: Vec::new(),
+            ready: false,
+            open: None,
+            pending: BTreeMap::new(),
+            sequence: 0,
+        }
+    }
+
+    /// The producer of the open transaction (one begins if none is open).
+    pub(crate) fn producer(&mut self) -> riffle::Result<&KafkaProducer> {
+        Ok(&self.open()?.slot.producer)
+    }
+
     /// The slots of the checkpointed subtask `old` that this subtask fences on restore, since no
     /// producer of the job uses their ids any more: those beyond a pool that shrank, and all of a
     /// subtask that no longer exists and maps onto this one.
@@ -780,24 +808,48 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter<T> {
         if batch.is_empty() {
             return Ok(());
         }
-        self.open()?;
-        let open = self.open.as_ref().expect("opened above");
+        let producer = self.txns.producer()?;
         for record in batch.drain(..) {
             let has_key = self.encoder.encode(&record.value)?;
             let key = has_key.then_some(self.encoder.key_bytes.as_slice());
-            open.slot.producer.send(key, &self.encoder.value)?;
+            producer.send(key, &self.encoder.value)?;
         }
-        open.slot.producer.serve()
+        producer.serve()
     }
 
     fn flush(&mut self) -> riffle::Result<()> {
+        self.txns.serve()
+    }
+
+    fn pre_commit(&mut self, checkpoint_id: u64) -> riffle::Result<Option<Vec<u8>>> {
+        self.txns.pre_commit(checkpoint_id).map(Some)
+    }
+
+    fn commit(&mut self, checkpoint_id: u64) -> riffle::Result<()> {
+        self.txns.commit(checkpoint_id)
+    }
+
+    fn recover(&mut self, committables: Vec<Vec<u8>>) -> riffle::Result<()> {
+        self.txns.recover(committables)
+    }
+
+    fn close(&mut self) -> riffle::Result<Option<Finalizer>> {
+        self.txns.close().map(Some)
+    }
+}
+
+impl Transactions {
+    /// Serves the open transaction's delivery reports; fails if a delivery failed.
+    pub(crate) fn serve(&mut self) -> riffle::Result<()> {
         match &self.open {
             Some(open) => open.slot.producer.serve(),
             None => Ok(()),
         }
     }
 
-    fn pre_commit(&mut self, checkpoint_id: u64) -> riffle::Result<Option<Vec<u8>>> {
+    /// At the barrier of `checkpoint_id`: flushes the open transaction, keeps it until the
+    /// checkpoint completes; returns what the checkpoint stores.
+    pub(crate) fn pre_commit(&mut self, checkpoint_id: u64) -> riffle::Result<Vec<u8>> {
         self.init_pool()?;
         if let Some(pending) = self.pre_commit_open()? {
             self.pending.insert(checkpoint_id, pending);
@@ -808,10 +860,10 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter<T> {
             pool_size: self.pool_size,
             pending: self.pending.values().map(|p| p.info.clone()).collect(),
         })
-        .map(Some)
     }
 
-    fn commit(&mut self, checkpoint_id: u64) -> riffle::Result<()> {
+    /// Checkpoint `checkpoint_id` completed: commits the transactions it covers.
+    pub(crate) fn commit(&mut self, checkpoint_id: u64) -> riffle::Result<()> {
         let later = self.pending.split_off(&(checkpoint_id + 1));
         let due = std::mem::replace(&mut self.pending, later);
         for (_, pending) in due {
@@ -821,7 +873,9 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter<T> {
         Ok(())
     }
 
-    fn recover(&mut self, committables: Vec<Vec<u8>>) -> riffle::Result<()> {
+    /// On restore: fences the ids of earlier runs and finishes the commits of the restored
+    /// checkpoint that a failure interrupted.
+    pub(crate) fn recover(&mut self, committables: Vec<Vec<u8>>) -> riffle::Result<()> {
         let committables = committables
             .iter()
             .map(|bytes| riffle::checkpoint::decode::<Committable>(bytes))
@@ -851,10 +905,11 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter<T> {
         Ok(())
     }
 
-    fn close(&mut self) -> riffle::Result<Option<Finalizer>> {
+    /// The input ended: pre-commits the open transaction; the finalizer commits what is due.
+    pub(crate) fn close(&mut self) -> riffle::Result<Finalizer> {
         let last = self.pre_commit_open()?;
         let pending = std::mem::take(&mut self.pending);
-        Ok(Some(Box::new(move |ending| {
+        Ok(Box::new(move |ending| {
             for (checkpoint, txn) in pending {
                 if matches!(ending, Ending::Stopped { up_to } if checkpoint > up_to) {
                     // After the savepoint: not to be visible; the restored job aborts it.
@@ -866,7 +921,7 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter<T> {
                 commit(&txn.slot)?;
             }
             Ok(())
-        })))
+        }))
     }
 }
 
@@ -966,6 +1021,7 @@ fn rewrite(target: &Target, txn: &TransactionInfo, slot: &Slot) -> riffle::Resul
         key: Option<Vec<u8>>,
         payload: Vec<u8>,
         timestamp: Option<i64>,
+        headers: Option<OwnedHeaders>,
     }
     let consumer = target.consumer("read_uncommitted")?;
     let mut records = Vec::new();
@@ -986,6 +1042,7 @@ fn rewrite(target: &Target, txn: &TransactionInfo, slot: &Slot) -> riffle::Resul
                         key: message.key().map(<[u8]>::to_vec),
                         payload: message.payload().unwrap_or_default().to_vec(),
                         timestamp: message.timestamp().to_millis(),
+                        headers: message.headers().map(|h| h.detach()),
                     });
                 }
                 Ok(message.offset() >= last)
@@ -1001,7 +1058,7 @@ fn rewrite(target: &Target, txn: &TransactionInfo, slot: &Slot) -> riffle::Resul
         let mut record = BaseRecord::to(&producer.topic)
             .partition(copy.partition)
             .payload(copy.payload.as_slice())
-            .headers(txn_header(&txn.label));
+            .headers(txn_header(copy.headers.clone(), &txn.label));
         if let Some(key) = &copy.key {
             record = record.key(key.as_slice());
         }

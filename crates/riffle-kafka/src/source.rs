@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use crate::{KafkaConnection, KafkaGroup, kafka_error, kafka_failure};
 
 /// Time allowed to metadata and offset lookups when a reader starts.
-const LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How soon to look again when a partition had nothing to read.
 const EMPTY_POLL_BACKOFF: Duration = Duration::from_millis(2);
 
@@ -308,7 +308,7 @@ impl<T: Data> Source<T> for KafkaSource<T> {
 
 /// Resolves where a partition starts to a concrete offset, so that a checkpoint taken before its
 /// first record still stores a position that means the same thing after a restore.
-fn start_offset<C: ConsumerContext>(
+pub(crate) fn start_offset<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     split: &KafkaPartition,
     start: StartFrom,
@@ -361,8 +361,8 @@ fn start_offset<C: ConsumerContext>(
 }
 
 /// Receives a consumer's statistics: the partition's last stable offset, for the lag metric.
-struct PartitionContext {
-    end: Arc<AtomicI64>,
+pub(crate) struct PartitionContext {
+    pub(crate) end: Arc<AtomicI64>,
 }
 
 impl ClientContext for PartitionContext {

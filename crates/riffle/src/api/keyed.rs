@@ -76,6 +76,12 @@ where
         crate::api::IntervalJoin::new(self.clone(), other.clone())
     }
 
+    /// The stream before `key_by`, not partitioned (its next operator gets the default edge):
+    /// for libraries that partition it another way, such as a Kafka shuffle.
+    pub fn unkeyed(&self) -> DataStream<T> {
+        self.input.forward()
+    }
+
     /// The key selector.
     pub fn key_selector(&self) -> Arc<dyn Fn(&T) -> K + Send + Sync> {
         self.key.clone()

@@ -65,6 +65,14 @@ impl<T: Data> DataStream<T> {
         }
     }
 
+    /// The environment this stream belongs to (to add sources to the same job from a library
+    /// that extends the API, such as a Kafka shuffle).
+    pub fn env(&self) -> crate::StreamEnv {
+        crate::StreamEnv {
+            inner: self.env.clone(),
+        }
+    }
+
     /// The edge from this stream into a new consumer.
     pub(crate) fn edge(&self) -> Edge {
         Edge {

@@ -101,6 +101,13 @@ pub trait Operator: Send + 'static {
         Ok(())
     }
 
+    /// The input went idle (`true`: no upstream split has records, so the watermark cannot
+    /// move) or became active again (`false`). The runtime forwards the change downstream;
+    /// operators that tell other processes about event time (a Kafka shuffle's producer) react.
+    fn on_idle(&mut self, _idle: bool) -> Result<()> {
+        Ok(())
+    }
+
     /// Called periodically (every buffer timeout) on the task's thread: processing-time work.
     fn on_tick(&mut self, _out: &mut Collector<'_, Self::Out>) -> Result<()> {
         Ok(())

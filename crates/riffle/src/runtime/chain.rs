@@ -113,6 +113,7 @@ impl<Op: Operator> Output<Op::In> for ChainLink<Op> {
     }
 
     fn idle(&mut self, idle: bool) -> Result<()> {
+        self.call(|op, _| op.on_idle(idle))?;
         self.side.for_each(|s| s.idle(idle))?;
         self.next.idle(idle)
     }

@@ -77,6 +77,19 @@ pub trait SinkWriter<T>: Send {
         Ok(())
     }
 
+    /// The watermark of the sink's input advanced (most sinks ignore it; a Kafka shuffle's
+    /// producer writes it into its topic for the consumers).
+    fn on_watermark(&mut self, _watermark: crate::record::Timestamp) -> Result<()> {
+        Ok(())
+    }
+
+    /// The sink's input went idle or became active again (see [`Operator::on_idle`]).
+    ///
+    /// [`Operator::on_idle`]: crate::operators::Operator::on_idle
+    fn on_idle(&mut self, _idle: bool) -> Result<()> {
+        Ok(())
+    }
+
     /// At the barrier of `checkpoint_id`: makes what was written since the last barrier durable
     /// and returns what is to be committed when the checkpoint completes (it is stored in the
     /// checkpoint). At-least-once sinks flush and return nothing.

@@ -4,7 +4,7 @@
 use crate::checkpoint::{FINAL_SNAPSHOT, Redistribution, RestoreState, SnapshotWriter};
 use crate::error::Result;
 use crate::operators::{Collector, Operator, OperatorContext};
-use crate::record::{Data, Record};
+use crate::record::{Data, Record, Timestamp};
 use crate::sink::SinkWriter;
 
 /// Writes every batch to a sink writer; pre-commits at barriers, commits on completion, recovers
@@ -60,6 +60,14 @@ impl<T: Data> Operator for SinkOperator<T> {
 
     fn process(&mut self, batch: &mut Vec<Record<T>>, _out: &mut Collector<'_, ()>) -> Result<()> {
         self.recovered()?.write(batch)
+    }
+
+    fn on_watermark(&mut self, watermark: Timestamp, _out: &mut Collector<'_, ()>) -> Result<()> {
+        self.recovered()?.on_watermark(watermark)
+    }
+
+    fn on_idle(&mut self, idle: bool) -> Result<()> {
+        self.recovered()?.on_idle(idle)
     }
 
     fn on_tick(&mut self, _out: &mut Collector<'_, ()>) -> Result<()> {

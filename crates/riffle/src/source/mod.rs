@@ -121,6 +121,16 @@ pub trait Source<T: Data>: Send + Sync + 'static {
     fn discovery_interval(&self) -> Option<std::time::Duration> {
         None
     }
+
+    /// Whether the split readers tell their splits' watermarks and idleness themselves (with
+    /// [`SourceOutput::split_watermark`] and [`SourceOutput::split_idle`]), as the consumer of a
+    /// Kafka shuffle does from its producers' watermark records. Such a split's watermark is
+    /// what its reader said last (the minimum until it said anything; never below a restored
+    /// one), and it is idle when its reader says so: the job's watermark strategy generates
+    /// nothing for it. Default `false`.
+    fn supplies_watermarks(&self) -> bool {
+        false
+    }
 }
 
 /// Reads one split.
@@ -178,6 +188,10 @@ pub enum ReadStatus {
 pub struct SourceOutput<T> {
     pub(crate) records: Vec<Record<T>>,
     pub(crate) bad: Vec<BadInput>,
+    /// The split's watermark, as its reader knows it (see [`Source::supplies_watermarks`]).
+    pub(crate) watermark: Option<Timestamp>,
+    /// The split's idleness, as its reader knows it.
+    pub(crate) idle: Option<bool>,
 }
 
 /// A record a reader could not decode.
@@ -193,7 +207,22 @@ impl<T> SourceOutput<T> {
         SourceOutput {
             records: Vec::with_capacity(capacity),
             bad: Vec::new(),
+            watermark: None,
+            idle: None,
         }
+    }
+
+    /// The split's watermark is now `watermark` (it never moves back): for sources whose
+    /// readers know their splits' event time ([`Source::supplies_watermarks`]); ignored for
+    /// the others. Records emitted in the same read are sent before it.
+    pub fn split_watermark(&mut self, watermark: Timestamp) {
+        self.watermark = Some(self.watermark.map_or(watermark, |w| w.max(watermark)));
+    }
+
+    /// The split is idle (`true`: it does not hold the subtask's watermark back) or active
+    /// again; for sources whose readers know their splits' event time.
+    pub fn split_idle(&mut self, idle: bool) {
+        self.idle = Some(idle);
     }
 
     /// Emits a record without an event timestamp (the job's watermark strategy assigns one).

@@ -112,13 +112,20 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
             operator_id: setup.operator_id,
             parallelism: setup.parallelism,
             last_barrier: 0,
-            watermarks: SourceWatermarks::new(
-                self.strategy
-                    .clone()
-                    .after_every_batch_if(setup.watermark_after_every_batch),
-                0,
-                setup.clock,
-            ),
+            watermarks: {
+                let watermarks = SourceWatermarks::new(
+                    self.strategy
+                        .clone()
+                        .after_every_batch_if(setup.watermark_after_every_batch),
+                    0,
+                    setup.clock,
+                );
+                if self.source.supplies_watermarks() {
+                    watermarks.supplied_by_readers()
+                } else {
+                    watermarks
+                }
+            },
             watermark_interval: setup.watermark_interval,
             latency_interval: setup.latency_interval,
             splits: Vec::new(),
@@ -354,6 +361,8 @@ impl<T: Data> SourceTask<T> {
                     earliest = Some(earliest.map_or(at, |e| e.min(at)));
                 }
             }
+            self.watermarks
+                .on_supplied(index, out.watermark.take(), out.idle.take());
             let outliers = self
                 .watermarks
                 .on_records(index, &mut out.records, &mut out.bad);

@@ -39,11 +39,18 @@ struct SplitState {
     floor: Timestamp,
     /// Timestamps of the outliers read in a row, not yet corroborated.
     outliers: Vec<Timestamp>,
+    /// The watermark the split's reader supplied (sources that supply them).
+    supplied: Timestamp,
+    /// Whether the split's reader said the split is idle (sources that supply watermarks).
+    supplied_idle: bool,
 }
 
 impl SplitState {
     /// The split's watermark: its generator's, never below the restored one.
-    fn watermark(&self) -> Option<Timestamp> {
+    fn watermark(&self, supplied: bool) -> Option<Timestamp> {
+        if supplied {
+            return Some(self.supplied.max(self.floor));
+        }
         let generator = self.generator.as_ref()?;
         Some(generator.current_watermark().max(self.floor))
     }
@@ -98,6 +105,10 @@ pub(crate) struct SourceWatermarks<T> {
     clock: Arc<dyn Clock>,
     emitted: Timestamp,
     idle: bool,
+    /// The readers supply their splits' watermarks and idleness ([`Source::supplies_watermarks`]).
+    ///
+    /// [`Source::supplies_watermarks`]: crate::source::Source::supplies_watermarks
+    supplied: bool,
 }
 
 impl<T: Serialize> SourceWatermarks<T> {
@@ -112,11 +123,38 @@ impl<T: Serialize> SourceWatermarks<T> {
             clock,
             emitted: MIN_WATERMARK,
             idle: false,
+            supplied: false,
         };
         for _ in 0..splits {
             watermarks.add_split();
         }
         watermarks
+    }
+
+    /// The readers supply their splits' watermarks and idleness: the strategy's generator and
+    /// idleness timeout are not used.
+    pub(crate) fn supplied_by_readers(mut self) -> Self {
+        self.supplied = true;
+        self
+    }
+
+    /// What the reader of `split` said about its event time in its last read.
+    pub(crate) fn on_supplied(
+        &mut self,
+        split: usize,
+        watermark: Option<Timestamp>,
+        idle: Option<bool>,
+    ) {
+        if !self.supplied {
+            return;
+        }
+        let state = &mut self.splits[split];
+        if let Some(watermark) = watermark {
+            state.supplied = state.supplied.max(watermark);
+        }
+        if let Some(idle) = idle {
+            state.supplied_idle = idle;
+        }
     }
 
     /// Assigns event time to the records just read from `split`, moves those too far ahead of
@@ -181,7 +219,7 @@ impl<T: Serialize> SourceWatermarks<T> {
             corroboration: self.strategy.outlier_corroboration.max(1),
         });
         let mut outliers = 0;
-        if state.generator.is_some() {
+        if state.generator.is_some() && !self.supplied {
             for record in records.iter() {
                 if let Some(time) = record.timestamp
                     && state.on_event(time.millis(), rule)
@@ -197,7 +235,9 @@ impl<T: Serialize> SourceWatermarks<T> {
     pub(crate) fn snapshot_split(&self, split: usize) -> SplitWatermark {
         let state = &self.splits[split];
         SplitWatermark {
-            watermark: state.watermark().filter(|w| *w > MIN_WATERMARK),
+            watermark: state
+                .watermark(self.supplied)
+                .filter(|w| *w > MIN_WATERMARK),
             idle: !state.finished && self.is_idle(state, self.clock.now()),
         }
     }
@@ -211,7 +251,9 @@ impl<T: Serialize> SourceWatermarks<T> {
         if let Some(watermark) = restored.watermark {
             state.floor = state.floor.max(watermark);
         }
-        if restored.idle
+        if self.supplied {
+            state.supplied_idle = restored.idle;
+        } else if restored.idle
             && let Some(limit) = idleness
         {
             state.last_record_at = now.saturating_sub(limit);
@@ -223,6 +265,9 @@ impl<T: Serialize> SourceWatermarks<T> {
     }
 
     fn is_idle(&self, state: &SplitState, now: Timestamp) -> bool {
+        if self.supplied {
+            return state.supplied_idle;
+        }
         self.idleness()
             .is_some_and(|limit| now.saturating_sub(state.last_record_at) >= limit)
     }
@@ -241,6 +286,8 @@ impl<T: Serialize> SourceWatermarks<T> {
             finished: false,
             floor: MIN_WATERMARK,
             outliers: Vec::new(),
+            supplied: MIN_WATERMARK,
+            supplied_idle: false,
         });
     }
 
@@ -251,7 +298,7 @@ impl<T: Serialize> SourceWatermarks<T> {
 
     /// What to send downstream now (at most an idleness change and a watermark).
     pub(crate) fn poll(&mut self) -> Vec<WatermarkUpdate> {
-        if self.strategy.generator.is_none() {
+        if self.strategy.generator.is_none() && !self.supplied {
             return Vec::new();
         }
         let now = self.clock.now();
@@ -262,12 +309,16 @@ impl<T: Serialize> SourceWatermarks<T> {
             .filter(|s| !s.finished && !self.is_idle(s, now))
             .collect();
         let mut updates = Vec::new();
-        let idle = active.is_empty() && (idleness.is_some() || self.splits.is_empty());
+        let idle =
+            active.is_empty() && (idleness.is_some() || self.supplied || self.splits.is_empty());
         if idle != self.idle {
             self.idle = idle;
             updates.push(WatermarkUpdate::Idle(idle));
         }
-        let watermark = active.iter().filter_map(|s| s.watermark()).min();
+        let watermark = active
+            .iter()
+            .filter_map(|s| s.watermark(self.supplied))
+            .min();
         if let Some(watermark) = watermark
             && watermark > self.emitted
         {
@@ -452,6 +503,55 @@ mod tests {
         let mut t = SourceWatermarks::new(strategy, 1, clock);
         assert_eq!(on(&mut t, &[10_000, 86_400_000]), 0);
         assert_eq!(t.poll(), vec![WatermarkUpdate::Watermark(86_399_899)]);
+    }
+
+    #[test]
+    fn readers_that_supply_watermarks_decide_their_splits_event_time() {
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        // The strategy's generator and idleness timeout are not used for such splits.
+        let mut t = tracker(2, &clock).supplied_by_readers();
+        read(&mut t, 0, &[50_000]);
+        assert_eq!(
+            t.poll(),
+            vec![],
+            "no reader said anything: both at the minimum"
+        );
+        t.on_supplied(0, Some(7_000), None);
+        assert_eq!(
+            t.poll(),
+            vec![],
+            "split 1 holds the watermark at its minimum"
+        );
+        t.on_supplied(1, Some(5_000), None);
+        assert_eq!(t.poll(), vec![WatermarkUpdate::Watermark(5_000)]);
+        // Never backwards; silence is no idleness (the reader says when).
+        t.on_supplied(1, Some(4_000), None);
+        clock.advance(Duration::from_secs(60));
+        assert_eq!(t.poll(), vec![]);
+        t.on_supplied(1, None, Some(true));
+        assert_eq!(t.poll(), vec![WatermarkUpdate::Watermark(7_000)]);
+        t.on_supplied(0, None, Some(true));
+        assert_eq!(t.poll(), vec![WatermarkUpdate::Idle(true)]);
+        assert_eq!(
+            t.snapshot_split(0),
+            SplitWatermark {
+                watermark: Some(7_000),
+                idle: true
+            }
+        );
+        t.on_supplied(1, Some(9_000), Some(false));
+        assert_eq!(
+            t.poll(),
+            vec![
+                WatermarkUpdate::Idle(false),
+                WatermarkUpdate::Watermark(9_000)
+            ]
+        );
+        // Restored: the stored watermark is a floor, the stored idleness holds until told.
+        let mut after = tracker(2, &clock).supplied_by_readers();
+        after.restore_split(0, t.snapshot_split(0));
+        after.restore_split(1, t.snapshot_split(1));
+        assert_eq!(after.poll(), vec![WatermarkUpdate::Watermark(9_000)]);
     }
 
     #[test]
