@@ -102,7 +102,10 @@ fn job(
         )
         .uid("clicks")
         .map(move |c| {
-            if seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 20 == 0 {
+            if seen
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                .is_multiple_of(20)
+            {
                 std::thread::sleep(Duration::from_millis(1));
             }
             c
