@@ -37,7 +37,9 @@
 //!
 //! The source reads uncompressed files only (a compressed file would have to stay one range).
 //! A file must not change while a job that reads it can restore a checkpoint of it: the ranges
-//! of a file that changed size no longer match the checkpoint's.
+//! of a file that changed size no longer match the checkpoint's. A checkpoint that holds the file
+//! as one split (taken before files were cut, or with a larger split size) restores onto its
+//! ranges ([`SplitReader::former_split_id`]).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
@@ -499,6 +501,17 @@ impl<T: Data> SplitReader<T> for FileReader<T> {
 
     fn stream(&self) -> Option<String> {
         Some(self.split.path.display().to_string())
+    }
+
+    /// A range of a file that was one split (a checkpoint taken before the file was cut, or
+    /// with a larger split size) resumes from the whole file's position: [`seek`] reads from
+    /// the range's start if the position is before it, from the position if it is inside, and
+    /// nothing if it is past the range.
+    ///
+    /// [`seek`]: SplitReader::seek
+    fn former_split_id(&self) -> Option<String> {
+        (self.split.start > 0 || self.split.end.is_some())
+            .then(|| self.split.path.display().to_string())
     }
 
     fn read(&mut self, out: &mut SourceOutput<T>, max: usize) -> Result<ReadStatus> {

@@ -138,6 +138,14 @@ pub trait SplitReader<T>: Send {
         None
     }
 
+    /// The id the split's data had before it was cut into parts (a file's path, for a byte
+    /// range of it): a checkpoint with no entry for [`split_id`](SplitReader::split_id) but one
+    /// for this id (taken when the file was one split) resumes the part from that position,
+    /// which [`seek`](SplitReader::seek) then maps onto the part. `None` (the default): none.
+    fn former_split_id(&self) -> Option<String> {
+        None
+    }
+
     /// Reads up to `max` records into `out`.
     fn read(&mut self, out: &mut SourceOutput<T>, max: usize) -> Result<ReadStatus>;
 

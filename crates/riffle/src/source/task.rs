@@ -303,7 +303,11 @@ impl<T: Data> SourceTask<T> {
         let mut event_time: Option<SplitWatermark> = None;
         let mut all_restored = true;
         for reader in &mut parts {
-            let Some(restored) = self.restored.get(&reader.split_id()) else {
+            let restored = self.restored.get(&reader.split_id()).or_else(|| {
+                let former = reader.former_split_id()?;
+                self.restored.get(&former)
+            });
+            let Some(restored) = restored else {
                 all_restored = false;
                 if new {
                     reader.start_at_beginning()?;

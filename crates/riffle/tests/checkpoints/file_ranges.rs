@@ -69,13 +69,14 @@ fn expected(clicks: &[Click]) -> (Vec<String>, Vec<String>) {
     (lines, windows)
 }
 
-/// Reads `input` at `parallelism` in ranges of [`SPLIT_SIZE`], slowly (a pause every 20
+/// Reads `input` at `parallelism` in ranges of `split_size` bytes, slowly (a pause every 20
 /// clicks), with `crash` on the way; writes each click's line to `out/lines` and the count per
 /// user and 1 s window to `out/windows`, exactly once; checkpoints every 40 ms.
 fn job(
     input: &Path,
     dir: &Path,
     parallelism: usize,
+    split_size: u64,
     crash: impl Fn(Click) -> Click + Send + Sync + 'static,
 ) -> StreamEnv {
     let env = StreamEnv::with_config(EnvConfig {
@@ -96,7 +97,7 @@ fn job(
     let seen = std::sync::atomic::AtomicU64::new(0);
     let clicks = env
         .from_source_with_watermarks(
-            FileSource::<Click>::json(input).split_size(SPLIT_SIZE),
+            FileSource::<Click>::json(input).split_size(split_size),
             WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(1))
                 .with_timestamps(|c: &Click| c.event_time),
         )
@@ -178,7 +179,13 @@ fn a_failure_in_the_middle_of_the_ranges_restores_each_at_its_position() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("clicks.jsonl");
     let clicks = write_clicks(&input);
-    let env = job(&input, dir.path(), 2, fail_once_after(CLICKS / 2));
+    let env = job(
+        &input,
+        dir.path(),
+        2,
+        SPLIT_SIZE,
+        fail_once_after(CLICKS / 2),
+    );
     let result = run(&env).unwrap();
     assert_eq!(result.restarts, 1);
     assert!(
@@ -209,13 +216,18 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Runs the job at `from` parallelism, stops it with a savepoint part-way, and runs it again
-/// from the savepoint at `to` parallelism: the output of both runs together is exact.
-fn savepoint_at_one_parallelism_restores_at_another(from: usize, to: usize) {
+/// Runs the job at `from` parallelism (ranges of `split_sizes.0`), stops it with a savepoint
+/// part-way, and runs it again from the savepoint at `to` parallelism (ranges of
+/// `split_sizes.1`): the output of both runs together is exact.
+fn savepoint_at_one_parallelism_restores_at_another(
+    from: usize,
+    to: usize,
+    split_sizes: (u64, u64),
+) {
     let base = tempfile::tempdir().unwrap();
     let input = base.path().join("clicks.jsonl");
     let clicks = write_clicks(&input);
-    let first = job(&input, base.path(), from, |c| c);
+    let first = job(&input, base.path(), from, split_sizes.0, |c| c);
     let handle = first.execute_async().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let savepoint = handle
@@ -230,7 +242,7 @@ fn savepoint_at_one_parallelism_restores_at_another(from: usize, to: usize) {
 
     let dir = tempfile::tempdir().unwrap();
     copy_dir(&base.path().join("out"), &dir.path().join("out"));
-    let second = job(&input, dir.path(), to, |c| c);
+    let second = job(&input, dir.path(), to, split_sizes.1, |c| c);
     second.configure(|c: &mut EnvConfig| {
         c.checkpoints.restore = Some(RestoreFrom::Savepoint(savepoint.clone()))
     });
@@ -252,12 +264,20 @@ fn savepoint_at_one_parallelism_restores_at_another(from: usize, to: usize) {
 
 #[test]
 fn a_savepoint_at_parallelism_2_restores_at_1() {
-    savepoint_at_one_parallelism_restores_at_another(2, 1);
+    savepoint_at_one_parallelism_restores_at_another(2, 1, (SPLIT_SIZE, SPLIT_SIZE));
 }
 
 #[test]
 fn a_savepoint_at_parallelism_1_restores_at_3() {
-    savepoint_at_one_parallelism_restores_at_another(1, 3);
+    savepoint_at_one_parallelism_restores_at_another(1, 3, (SPLIT_SIZE, SPLIT_SIZE));
+}
+
+/// A savepoint of the file read as one split (as before files were cut into ranges: the split
+/// is the path, its position an offset in the file) restores onto ranges at parallelism 2: each
+/// range resumes from the file's position (from its start, inside, or not at all).
+#[test]
+fn a_savepoint_of_the_whole_file_restores_onto_ranges() {
+    savepoint_at_one_parallelism_restores_at_another(1, 2, (u64::MAX, SPLIT_SIZE));
 }
 
 /// One subtask owns every range of the file: it reads them one after the other, so the file
