@@ -189,3 +189,63 @@ fn ctrl_c_stops_an_unbounded_run_cleanly_with_a_summary() {
     assert_eq!(read, written + bots, "nothing in flight was lost");
     assert_eq!(sorted_lines(&dir.path().join("out")).len() as u64, written);
 }
+
+/// One file of ~4 MB (four 1 MiB ranges) at `-p 2`: both subtasks read it (each writes its
+/// own part file, the pipeline being chained), and together they write exactly what `-p 1`
+/// writes.
+#[test]
+fn one_file_at_parallelism_2_is_read_by_both_subtasks_with_the_output_of_parallelism_1() {
+    let dir = tempfile::tempdir().unwrap();
+    riffle(
+        &[
+            "generate",
+            "clicks",
+            "--count",
+            "30000",
+            "--users",
+            "500",
+            "--output",
+            "clicks.jsonl",
+        ],
+        dir.path(),
+    );
+    let size = std::fs::metadata(dir.path().join("clicks.jsonl"))
+        .unwrap()
+        .len();
+    assert!(size > 3 << 20, "more than three 1 MiB ranges: {size} bytes");
+    for (p, out) in [("1", "out1"), ("2", "out2")] {
+        riffle(
+            &[
+                "demo",
+                "etl",
+                "--input",
+                "clicks.jsonl",
+                "--output",
+                out,
+                "--no-web",
+                "-p",
+                p,
+            ],
+            dir.path(),
+        );
+    }
+    let one = sorted_lines(&dir.path().join("out1"));
+    let two = sorted_lines(&dir.path().join("out2"));
+    assert!(one.len() > 15_000, "{} clicks written", one.len());
+    assert!(
+        one == two,
+        "{} lines at -p 1, {} at -p 2",
+        one.len(),
+        two.len()
+    );
+    let part = |subtask: usize| {
+        std::fs::read_to_string(dir.path().join(format!("out2/part-{subtask}.jsonl")))
+            .map_or(0, |text| text.lines().count())
+    };
+    let (first, second) = (part(0), part(1));
+    assert_eq!(first + second, two.len());
+    assert!(
+        first.min(second) * 3 > first.max(second),
+        "both subtasks read a share: {first} and {second} clicks"
+    );
+}

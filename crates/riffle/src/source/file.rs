@@ -1,6 +1,6 @@
 //! The file source: newline-delimited JSON, CSV with a header, or raw lines, from one file or
-//! every file of a directory tree (one split per file). Bounded; a position is a byte offset, so a
-//! checkpoint can resume a file where it stopped.
+//! every file of a directory tree. Bounded; a position is a byte offset, so a checkpoint can
+//! resume a file where it stopped.
 //!
 //! A directory is read recursively: every file under it, subdirectories included, in path order
 //! (deterministic: the same tree gives the same splits). Entries whose name starts with `.`
@@ -9,6 +9,37 @@
 //!
 //! Lines end at `\n`; one `\r` before it (CRLF) is not part of the line; the last line needs no
 //! end. Lines of whitespace only are skipped.
+//!
+//! # Parallel reading of one file
+//!
+//! A file is cut into byte ranges ([`FileSplit`]), so that every source subtask reads a share of
+//! even a single large file. A range `[start, end)` owns every line that *starts* inside it: a
+//! reader of a range with `start > 0` skips to the byte after the first `\n` at or after
+//! `start - 1`, and it reads the line that crosses `end` to its end. Every line is thus read
+//! exactly once, whatever the ranges. The checkpointed position of a range is the offset of the
+//! next line to read.
+//!
+//! The ranges depend only on the file's size, never on the parallelism: by default a file is cut
+//! into 32 ranges of at least 1 MiB and at most 64 MiB each (a file of at most 1 MiB is one
+//! range; [`FileSource::split_size`] fixes the size instead). Range `i` of the source goes to subtask
+//! `i % parallelism`, which interleaves a file's ranges over the subtasks; a checkpoint taken at
+//! one parallelism restores at another (each range resumes at its own position, wherever it
+//! lands). A subtask reads the ranges of one file that it owns one after the other, in file
+//! order, with one watermark generator for the file ([`SplitReader::stream`]): its event time
+//! advances as if it read the file front to back, skipping the other subtasks' ranges, so
+//! window state stays about one range's worth of event time ahead of the slowest subtask.
+//! Different files are read side by side, as before.
+//!
+//! A CSV file's header is its first non-blank line: every range reads it from the start of
+//! the file, and the range that owns that line does not take it for a record. Bad records are
+//! placed by line number in a file's first range (`line 3`), by byte offset in the others
+//! (`byte 1048721`), whose line count is not known without reading what precedes them.
+//!
+//! The source reads uncompressed files only (a compressed file would have to stay one range).
+//! A file must not change while a job that reads it can restore a checkpoint of it: the ranges
+//! of a file that changed size no longer match the checkpoint's. A checkpoint that holds the file
+//! as one split (taken before files were cut, or with a larger split size) restores onto its
+//! ranges ([`SplitReader::former_split_id`]).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
@@ -42,8 +73,16 @@ pub struct FileSource<T> {
     format: FileFormat,
     policy: BadRecordPolicy,
     setting: String,
+    split_size: Option<u64>,
     _type: PhantomData<fn() -> T>,
 }
+
+/// Ranges a file is cut into by default ([`FileSource::split_size`]).
+const DEFAULT_RANGES_PER_FILE: u64 = 32;
+/// The smallest default range: a smaller file is one range.
+const MIN_DEFAULT_SPLIT_SIZE: u64 = 1 << 20;
+/// The largest default range.
+const MAX_DEFAULT_SPLIT_SIZE: u64 = 64 << 20;
 
 impl<T> FileSource<T> {
     /// Newline-delimited JSON from `path` (a file, or a directory of files).
@@ -62,8 +101,33 @@ impl<T> FileSource<T> {
             format,
             policy: BadRecordPolicy::default(),
             setting: "input".into(),
+            split_size: None,
             _type: PhantomData,
         }
+    }
+
+    /// Cuts every file into byte ranges of `bytes` (the last one shorter), read in parallel by
+    /// the source's subtasks. By default a file is cut into 32 ranges of 1 MiB to 64 MiB. Smaller
+    /// ranges balance the subtasks better and keep their event time closer together; each one
+    /// costs an open, a seek and an entry in every checkpoint. Zero fails the job at start.
+    ///
+    /// ```no_run
+    /// use riffle::source::file::FileSource;
+    /// let lines = FileSource::lines("big.log").split_size(16 << 20);
+    /// ```
+    pub fn split_size(mut self, bytes: u64) -> Self {
+        self.split_size = Some(bytes);
+        self
+    }
+
+    /// The size of the ranges of a file of `len` bytes.
+    fn range_size(&self, len: u64) -> u64 {
+        self.split_size
+            .unwrap_or_else(|| {
+                len.div_ceil(DEFAULT_RANGES_PER_FILE)
+                    .clamp(MIN_DEFAULT_SPLIT_SIZE, MAX_DEFAULT_SPLIT_SIZE)
+            })
+            .max(1)
     }
 
     /// What to do with lines that cannot be decoded (default: dead-letter).
@@ -138,7 +202,7 @@ impl FileSource<String> {
 }
 
 impl<T: Data> Source<T> for FileSource<T> {
-    type Split = PathBuf;
+    type Split = FileSplit;
 
     fn name(&self) -> String {
         format!("file {}", self.path.display())
@@ -149,6 +213,12 @@ impl<T: Data> Source<T> for FileSource<T> {
     }
 
     fn validate(&self) -> Result<()> {
+        if self.split_size == Some(0) {
+            return Err(Error::config(
+                "split_size",
+                "must be at least 1 byte (the size of a file's byte ranges)",
+            ));
+        }
         for file in self.files()? {
             File::open(&file)
                 .map_err(|e| Error::config(&self.setting, format!("`{}`: {e}", file.display())))?;
@@ -156,25 +226,88 @@ impl<T: Data> Source<T> for FileSource<T> {
         Ok(())
     }
 
-    fn splits(&self, _parallelism: usize) -> Result<Vec<PathBuf>> {
-        self.files()
+    /// Every file's byte ranges, file after file, each file's in order. The ranges do not depend
+    /// on `parallelism`, so a checkpoint restores at any parallelism: split `i` goes to subtask
+    /// `i % parallelism`, which interleaves a file's ranges over the subtasks.
+    fn splits(&self, _parallelism: usize) -> Result<Vec<FileSplit>> {
+        let mut splits = Vec::new();
+        for path in self.files()? {
+            let len = std::fs::metadata(&path)
+                .map_err(|e| Error::config(&self.setting, format!("`{}`: {e}", path.display())))?
+                .len();
+            let size = self.range_size(len);
+            let mut start = 0u64;
+            loop {
+                let next = start.saturating_add(size);
+                if next >= len {
+                    splits.push(FileSplit {
+                        path: path.clone(),
+                        start,
+                        end: None,
+                    });
+                    break;
+                }
+                splits.push(FileSplit {
+                    path: path.clone(),
+                    start,
+                    end: Some(next),
+                });
+                start = next;
+            }
+        }
+        Ok(splits)
     }
 
-    fn reader(&self, path: PathBuf) -> Result<Box<dyn SplitReader<T>>> {
-        let file = File::open(&path)
-            .map_err(|e| Error::io(format!("cannot open `{}`", path.display()), e))?;
+    fn reader(&self, split: FileSplit) -> Result<Box<dyn SplitReader<T>>> {
+        let file = File::open(&split.path)
+            .map_err(|e| Error::io(format!("cannot open `{}`", split.path.display()), e))?;
+        let mut lines = LineSplitter::new(BufReader::with_capacity(READ_BUFFER, file));
+        lines.offset = split.start;
         Ok(Box::new(FileReader {
-            lines: LineSplitter::new(BufReader::with_capacity(1 << 16, file)),
-            path,
+            lines,
+            id: split.id(),
+            split,
             format: self.format,
+            aligned: false,
             header: None,
             line: Vec::with_capacity(256),
+            line_start: 0,
             _type: PhantomData,
         }))
     }
 
     fn bad_record_policy(&self) -> BadRecordPolicy {
         self.policy
+    }
+}
+
+/// Bytes read from a file at a time.
+const READ_BUFFER: usize = 1 << 16;
+
+/// A unit of parallel reading of a [`FileSource`]: the lines of a file that *start* in the byte
+/// range `[start, end)` (a line that crosses `end` is read to its end by this range, and skipped
+/// by the next one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileSplit {
+    /// The file.
+    pub path: PathBuf,
+    /// The first byte of the range.
+    pub start: u64,
+    /// The byte after the range; `None` for the file's last range, which reads to the end of
+    /// the file as it is when read.
+    pub end: Option<u64>,
+}
+
+impl FileSplit {
+    /// The split's name in checkpoints, dead letters and errors: the path for a whole file (as
+    /// before files were cut into ranges, so such checkpoints still restore),
+    /// `path@start-end` for a range, `path@start-` for a file's last range.
+    pub fn id(&self) -> String {
+        match (self.start, self.end) {
+            (0, None) => self.path.display().to_string(),
+            (start, None) => format!("{}@{start}-", self.path.display()),
+            (start, Some(end)) => format!("{}@{start}-{end}", self.path.display()),
+        }
     }
 }
 
@@ -216,36 +349,108 @@ impl<R: BufRead> LineSplitter<R> {
         Ok(true)
     }
 
+    /// Skips the rest of the current line (up to and including its `\n`), without keeping it
+    /// (a line may be longer than memory holds); does not count it as a line.
+    pub(crate) fn skip_line(&mut self) -> std::io::Result<()> {
+        let n = self.reader.skip_until(b'\n')?;
+        self.offset += n as u64;
+        Ok(())
+    }
+
     /// The underlying reader (to seek it).
     pub(crate) fn get_mut(&mut self) -> &mut R {
         &mut self.reader
     }
 }
 
+/// Reads one [`FileSplit`].
 struct FileReader<T> {
     lines: LineSplitter<BufReader<File>>,
-    path: PathBuf,
+    split: FileSplit,
+    id: String,
     format: FileFormat,
-    /// The CSV header, once read.
-    header: Option<csv::StringRecord>,
+    /// Whether `lines` is at the start of a line the range owns (a range that starts inside a
+    /// line first skips it; done at the first read, unless a restored position was sought).
+    aligned: bool,
+    /// CSV: the header (the file's first non-blank line) and that line's offset, once read;
+    /// `Some(None)` when the file has no non-blank line.
+    header: Option<Option<(csv::StringRecord, u64)>>,
     line: Vec<u8>,
+    /// Offset of the line in `line`.
+    line_start: u64,
     _type: PhantomData<fn() -> T>,
 }
 
 impl<T: Data> FileReader<T> {
     fn io_error(&self, e: std::io::Error) -> Error {
-        Error::io(format!("cannot read `{}`", self.path.display()), e)
+        Error::io(format!("cannot read `{}`", self.split.path.display()), e)
     }
 
     /// Reads one line into `self.line` (without its end); false at the end of the file.
     fn next_line(&mut self) -> Result<bool> {
+        self.line_start = self.lines.offset;
         self.lines
             .next_line(&mut self.line)
-            .map_err(|e| Error::io(format!("cannot read `{}`", self.path.display()), e))
+            .map_err(|e| Error::io(format!("cannot read `{}`", self.split.path.display()), e))
     }
 
-    /// Decodes the current line; false if it was a CSV header rather than a record.
-    fn decode(&mut self, out: &mut SourceOutput<T>) -> Result<bool> {
+    /// Moves to the first line that starts in the range: the byte after the first `\n` at or
+    /// after `start - 1` (so a line starting exactly at `start` is the range's).
+    fn align(&mut self) -> Result<()> {
+        self.aligned = true;
+        let start = self.split.start;
+        self.lines.line_number = 0;
+        let at = start.saturating_sub(1);
+        self.lines
+            .get_mut()
+            .seek(SeekFrom::Start(at))
+            .map_err(|e| self.io_error(e))?;
+        self.lines.offset = at;
+        if start > 0 {
+            self.lines.skip_line().map_err(|e| self.io_error(e))?;
+        }
+        Ok(())
+    }
+
+    /// Reads the CSV header: the first non-blank line of the file, whichever range this is.
+    fn read_header(&mut self) -> Result<()> {
+        let file = File::open(&self.split.path)
+            .map_err(|e| Error::io(format!("cannot open `{}`", self.split.path.display()), e))?;
+        let mut lines = LineSplitter::new(BufReader::with_capacity(READ_BUFFER, file));
+        let mut line = Vec::new();
+        let mut header = None;
+        loop {
+            let offset = lines.offset;
+            if !lines.next_line(&mut line).map_err(|e| self.io_error(e))? {
+                break;
+            }
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let fields = parse_csv_line(&line).map_err(|e| Error::BadRecord {
+                source_name: self.split.path.display().to_string(),
+                position: format!("line {}", lines.line_number),
+                message: format!("cannot read the CSV header: {e}"),
+            })?;
+            header = Some((fields, offset));
+            break;
+        }
+        self.header = Some(header);
+        Ok(())
+    }
+
+    /// Where the current line is, for bad records: its line number when the range starts the
+    /// file (the count is known), else its byte offset.
+    fn line_position(&self) -> String {
+        if self.split.start == 0 {
+            format!("line {}", self.lines.line_number)
+        } else {
+            format!("byte {}", self.line_start)
+        }
+    }
+
+    /// Decodes the current line.
+    fn decode(&mut self, out: &mut SourceOutput<T>) {
         let decoded = match self.format {
             FileFormat::Lines => match std::str::from_utf8(&self.line) {
                 Ok(text) => {
@@ -260,14 +465,8 @@ impl<T: Data> FileReader<T> {
                 serde_json::from_slice::<T>(&self.line).map_err(|e| e.to_string())
             }
             FileFormat::Csv => {
-                let Some(header) = &self.header else {
-                    self.header =
-                        Some(parse_csv_line(&self.line).map_err(|e| Error::BadRecord {
-                            source_name: self.path.display().to_string(),
-                            position: "line 1".into(),
-                            message: format!("cannot read the CSV header: {e}"),
-                        })?);
-                    return Ok(false);
+                let Some(Some((header, _))) = &self.header else {
+                    unreachable!("a file with a record line has a header");
                 };
                 parse_csv_line(&self.line).and_then(|fields| {
                     fields
@@ -278,13 +477,8 @@ impl<T: Data> FileReader<T> {
         };
         match decoded {
             Ok(value) => out.emit(value),
-            Err(error) => out.bad_record(
-                format!("line {}", self.lines.line_number),
-                error,
-                &self.line,
-            ),
+            Err(error) => out.bad_record(self.line_position(), error, &self.line),
         }
-        Ok(true)
     }
 }
 
@@ -302,26 +496,60 @@ fn parse_csv_line(line: &[u8]) -> std::result::Result<csv::StringRecord, String>
 
 impl<T: Data> SplitReader<T> for FileReader<T> {
     fn split_id(&self) -> String {
-        self.path.display().to_string()
+        self.id.clone()
+    }
+
+    fn stream(&self) -> Option<String> {
+        Some(self.split.path.display().to_string())
+    }
+
+    /// A range of a file that was one split (a checkpoint taken before the file was cut, or
+    /// with a larger split size) resumes from the whole file's position: [`seek`] reads from
+    /// the range's start if the position is before it, from the position if it is inside, and
+    /// nothing if it is past the range.
+    ///
+    /// [`seek`]: SplitReader::seek
+    fn former_split_id(&self) -> Option<String> {
+        (self.split.start > 0 || self.split.end.is_some())
+            .then(|| self.split.path.display().to_string())
     }
 
     fn read(&mut self, out: &mut SourceOutput<T>, max: usize) -> Result<ReadStatus> {
+        if !self.aligned {
+            self.align()?;
+        }
+        if self.format == FileFormat::Csv && self.header.is_none() {
+            self.read_header()?;
+        }
         let mut read = 0;
         while read < max {
+            if self.split.end.is_some_and(|end| self.lines.offset >= end) {
+                // The next line starts in the next range.
+                return Ok(ReadStatus::Finished);
+            }
             if !self.next_line()? {
                 return Ok(ReadStatus::Finished);
             }
             if self.line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            if self.decode(out)? {
-                read += 1;
+            if let Some(Some((_, header_at))) = &self.header
+                && *header_at == self.line_start
+            {
+                continue;
             }
+            self.decode(out);
+            read += 1;
         }
         Ok(ReadStatus::Ready)
     }
 
+    /// `{"offset": the next line's byte offset in the file, "line": lines read in the range}`
+    /// (the offset is where the range resumes; the line count numbers bad records).
     fn position(&self) -> serde_json::Value {
+        if !self.aligned {
+            return serde_json::json!({ "offset": self.split.start, "line": 0 });
+        }
         serde_json::json!({ "offset": self.lines.offset, "line": self.lines.line_number })
     }
 
@@ -331,18 +559,10 @@ impl<T: Data> SplitReader<T> for FileReader<T> {
         let (Some(offset), Some(line)) = (offset, line) else {
             return Err(Error::user(format!("bad file position {position}")));
         };
-        if self.format == FileFormat::Csv && self.header.is_none() && offset > 0 {
-            // The header is needed to decode what follows: read it again first.
-            self.lines
-                .get_mut()
-                .seek(SeekFrom::Start(0))
-                .map_err(|e| self.io_error(e))?;
-            self.lines.offset = 0;
-            self.lines.line_number = 0;
-            if self.next_line()? {
-                let mut ignored = SourceOutput::with_capacity(0);
-                self.decode(&mut ignored)?;
-            }
+        if offset <= self.split.start {
+            // Nothing of the range read yet: find its first line as a fresh reader does.
+            self.aligned = false;
+            return Ok(());
         }
         self.lines
             .get_mut()
@@ -350,6 +570,7 @@ impl<T: Data> SplitReader<T> for FileReader<T> {
             .map_err(|e| self.io_error(e))?;
         self.lines.offset = offset;
         self.lines.line_number = line;
+        self.aligned = true;
         Ok(())
     }
 }
@@ -369,6 +590,27 @@ mod tests {
     struct Row {
         id: u64,
         name: String,
+    }
+
+    /// The split of a whole file.
+    fn whole(path: &Path) -> FileSplit {
+        FileSplit {
+            path: path.to_path_buf(),
+            start: 0,
+            end: None,
+        }
+    }
+
+    /// Reads `split` to its end, `max` records per call.
+    fn read_split<T: Data>(
+        source: &FileSource<T>,
+        split: FileSplit,
+        max: usize,
+    ) -> SourceOutput<T> {
+        let mut reader = source.reader(split).unwrap();
+        let mut out = SourceOutput::with_capacity(16);
+        while reader.read(&mut out, max).unwrap() != ReadStatus::Finished {}
+        out
     }
 
     fn read_all(source: &FileSource<Row>) -> (Vec<Row>, Vec<String>) {
@@ -431,7 +673,7 @@ mod tests {
         let path = dir.path().join("raw.txt");
         std::fs::write(&path, b"{\"id\": 1}\n\xff\xfe\nplain\n").unwrap();
         let source = FileSource::lines(&path);
-        let mut reader = source.reader(path).unwrap();
+        let mut reader = source.reader(whole(&path)).unwrap();
         let mut out = SourceOutput::with_capacity(10);
         while reader.read(&mut out, 10).unwrap() != ReadStatus::Finished {}
         let lines: Vec<String> = out.records.iter().map(|r| r.value.clone()).collect();
@@ -446,11 +688,11 @@ mod tests {
         let path = dir.path().join("rows.csv");
         std::fs::write(&path, "id,name\n1,a\n2,b\n3,c\n").unwrap();
         let source = FileSource::<Row>::csv(&path);
-        let mut reader = source.reader(path.clone()).unwrap();
+        let mut reader = source.reader(whole(&path)).unwrap();
         let mut out = SourceOutput::with_capacity(10);
         reader.read(&mut out, 1).unwrap();
         let position = reader.position();
-        let mut resumed = source.reader(path).unwrap();
+        let mut resumed = source.reader(whole(&path)).unwrap();
         resumed.seek(&position).unwrap();
         let mut out = SourceOutput::with_capacity(10);
         while resumed.read(&mut out, 10).unwrap() != ReadStatus::Finished {}
@@ -610,7 +852,7 @@ mod tests {
             let path = dir.path().join("fuzz.jsonl");
             std::fs::write(&path, &input).unwrap();
             let source = FileSource::<Row>::json(&path);
-            let mut reader = source.reader(path).unwrap();
+            let mut reader = source.reader(whole(&path)).unwrap();
             let mut out = SourceOutput::with_capacity(16);
             while reader.read(&mut out, 7).unwrap() != ReadStatus::Finished {}
             let non_blank = expected_lines(&input)
@@ -618,6 +860,181 @@ mod tests {
                 .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
                 .count();
             proptest::prop_assert_eq!(out.records.len() + out.bad.len(), non_blank);
+        }
+    }
+    #[test]
+    fn a_file_is_cut_into_ranges_that_do_not_depend_on_the_parallelism() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rows.jsonl");
+        std::fs::write(&path, vec![b'\n'; 250]).unwrap();
+        std::fs::write(dir.path().join("empty.jsonl"), "").unwrap();
+        let source = FileSource::<Row>::json(dir.path()).split_size(100);
+        let ids = |p| {
+            source
+                .splits(p)
+                .unwrap()
+                .iter()
+                .map(|s| {
+                    s.id()
+                        .strip_prefix(&*dir.path().display().to_string())
+                        .unwrap()
+                        .to_string()
+                })
+                .collect::<Vec<_>>()
+        };
+        // A file of one range keeps the path as its id (the id of whole-file splits before).
+        let expected = [
+            "/empty.jsonl",
+            "/rows.jsonl@0-100",
+            "/rows.jsonl@100-200",
+            "/rows.jsonl@200-",
+        ];
+        assert_eq!(ids(1), expected);
+        assert_eq!(ids(3), expected);
+        // By default: 32 ranges of 1 MiB to 64 MiB.
+        let default = FileSource::<Row>::json(&path);
+        assert_eq!(default.range_size(0), 1 << 20);
+        assert_eq!(default.range_size(5 << 20), 1 << 20);
+        assert_eq!(default.range_size(100 << 20), (100 << 20) / 32);
+        assert_eq!(default.range_size(10 << 30), 64 << 20);
+        assert_eq!(default.splits(2).unwrap(), vec![whole(&path)]);
+        let err = Source::<Row>::validate(&default.split_size(0)).unwrap_err();
+        assert!(
+            matches!(&err, Error::Config { setting, .. } if setting == "split_size"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn every_range_of_a_csv_file_knows_its_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rows.csv");
+        let mut text = String::from("\n  \nname,id\n");
+        for id in 0..40 {
+            text.push_str(&format!("n{id},{id}\n"));
+        }
+        text.push_str("bad,x\n");
+        std::fs::write(&path, &text).unwrap();
+        let source = FileSource::<Row>::csv(&path).split_size(7);
+        let splits = source.splits(2).unwrap();
+        assert!(splits.len() > 20);
+        let mut ids = Vec::new();
+        let mut bad = Vec::new();
+        for split in splits {
+            let mut out = read_split(&source, split, 3);
+            ids.extend(out.records.drain(..).map(|r| r.value.id));
+            bad.extend(out.bad.drain(..).map(|b| (b.position, b.payload)));
+        }
+        assert_eq!(ids, (0..40).collect::<Vec<_>>());
+        let offset = text.find("bad,x").unwrap();
+        assert_eq!(bad, vec![(format!("byte {offset}"), "bad,x".to_string())]);
+    }
+
+    #[test]
+    fn a_range_that_starts_inside_a_line_longer_than_it_reads_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lines.txt");
+        let long = "x".repeat(50);
+        std::fs::write(&path, format!("a\n{long}\nb\r\nc")).unwrap();
+        let source = FileSource::lines(&path);
+        let range = |start, end| FileSplit {
+            path: path.clone(),
+            start,
+            end,
+        };
+        let lines = |split| {
+            read_split(&source, split, 10)
+                .records
+                .into_iter()
+                .map(|r| r.value)
+                .collect::<Vec<String>>()
+        };
+        // The long line starts at 2 and ends at 52 (its `\n`): [0, 3) reads it to its end.
+        assert_eq!(lines(range(0, Some(3))), ["a", long.as_str()]);
+        assert!(lines(range(3, Some(20))).is_empty());
+        assert!(lines(range(20, Some(52))).is_empty());
+        // A line starting exactly at a range's start is that range's.
+        assert_eq!(lines(range(53, Some(54))), ["b"]);
+        assert_eq!(lines(range(52, Some(53))), Vec::<String>::new());
+        assert_eq!(lines(range(54, None)), ["c"]);
+    }
+
+    /// `(content, ending)` lines as bytes: contents of any length (some longer than a range),
+    /// blank and whitespace-only ones among them, LF or CRLF endings, maybe none at the end.
+    fn file_bytes(lines: &[(String, bool)], final_newline: bool) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for (i, (content, crlf)) in lines.iter().enumerate() {
+            bytes.extend_from_slice(content.as_bytes());
+            if i + 1 < lines.len() || final_newline {
+                bytes.extend_from_slice(if *crlf { b"\r\n" } else { b"\n" });
+            }
+        }
+        bytes
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::util::fuzz_config(256))]
+
+        /// Random lines, random range boundaries, random read sizes, and a checkpoint taken at
+        /// a random point of every range and resumed by a new reader: every non-blank line
+        /// comes out exactly once, in file order.
+        #[test]
+        fn ranges_read_every_line_once_in_order(
+            lines in proptest::collection::vec(
+                (
+                    proptest::prop_oneof![
+                        8 => "[a-z{}\" ]{0,12}",
+                        1 => "[ \t\r]{0,3}",
+                        1 => "[a-z]{40,120}",
+                    ],
+                    proptest::bool::ANY,
+                ),
+                0..40,
+            ),
+            final_newline in proptest::bool::ANY,
+            cuts in proptest::collection::vec(0.0f64..1.0, 0..12),
+            max in 1usize..5,
+            resume_after in 0usize..6,
+        ) {
+            let bytes = file_bytes(&lines, final_newline);
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("lines.txt");
+            std::fs::write(&path, &bytes).unwrap();
+            let mut bounds: Vec<u64> = cuts
+                .iter()
+                .map(|c| (c * bytes.len() as f64) as u64)
+                .filter(|&c| c > 0)
+                .collect();
+            bounds.sort_unstable();
+            bounds.dedup();
+            let mut starts = vec![0];
+            starts.extend(&bounds);
+            let source = FileSource::lines(&path);
+            let mut read = Vec::new();
+            for (i, &start) in starts.iter().enumerate() {
+                let split = FileSplit { path: path.clone(), start, end: starts.get(i + 1).copied() };
+                let mut reader = source.reader(split.clone()).unwrap();
+                let mut out = SourceOutput::with_capacity(16);
+                let mut calls = 0;
+                let mut finished = false;
+                while calls < resume_after && !finished {
+                    finished = reader.read(&mut out, max).unwrap() == ReadStatus::Finished;
+                    calls += 1;
+                }
+                // A checkpoint here, and a new reader that resumes from it.
+                let position = reader.position();
+                let mut resumed = source.reader(split).unwrap();
+                resumed.seek(&position).unwrap();
+                while resumed.read(&mut out, max).unwrap() != ReadStatus::Finished {}
+                proptest::prop_assert!(out.bad.is_empty());
+                read.extend(out.records.drain(..).map(|r| r.value));
+            }
+            let expected: Vec<String> = expected_lines(&bytes)
+                .into_iter()
+                .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+                .map(|l| String::from_utf8(l).unwrap())
+                .collect();
+            proptest::prop_assert_eq!(read, expected);
         }
     }
 }

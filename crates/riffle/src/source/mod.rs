@@ -138,6 +138,24 @@ pub trait SplitReader<T>: Send {
     /// A name for the split (file path, partition), used in dead letters and errors.
     fn split_id(&self) -> String;
 
+    /// The stream this split is a part of, when several splits are parts of one ordered stream
+    /// (the byte ranges of one file). A subtask reads the parts of a stream that it owns one
+    /// after the other, in the order of [`Source::splits`], and tracks their event time with one
+    /// watermark generator, as if it read the stream itself with the other subtasks' parts left
+    /// out. `None` (the default): the split is read alongside the subtask's other splits, with
+    /// its own watermark.
+    fn stream(&self) -> Option<String> {
+        None
+    }
+
+    /// The id the split's data had before it was cut into parts (a file's path, for a byte
+    /// range of it): a checkpoint with no entry for [`split_id`](SplitReader::split_id) but one
+    /// for this id (taken when the file was one split) resumes the part from that position,
+    /// which [`seek`](SplitReader::seek) then maps onto the part. `None` (the default): none.
+    fn former_split_id(&self) -> Option<String> {
+        None
+    }
+
     /// Reads up to `max` records into `out`.
     fn read(&mut self, out: &mut SourceOutput<T>, max: usize) -> Result<ReadStatus>;
 

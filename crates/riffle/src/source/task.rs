@@ -1,7 +1,9 @@
 //! The task loop of a source subtask: reads its splits in turn, assigns event time and applies the
 //! bad-record policy, pushes batches into the chain, emits watermarks (per split, merged) at the
 //! watermark interval, sleeps when there is nothing to read, and ends the input when the splits
-//! are exhausted (with the final watermark) or when the job is stopped.
+//! are exhausted (with the final watermark) or when the job is stopped. The parts of one stream
+//! (the byte ranges of a file, [`SplitReader::stream`]) that a subtask owns are one slot: read
+//! one after the other, in order, with one watermark.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -144,9 +146,7 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
         };
         // Restoring, a split the checkpoint does not know appeared after it was taken.
         let restoring = setup.restore.is_some();
-        for reader in readers {
-            task.add_split(reader, restoring)?;
-        }
+        task.add_splits(readers, restoring)?;
         Ok(Box::new(task))
     }
 }
@@ -196,8 +196,13 @@ impl<T: Data, S: Source<T>> DiscoverSplits<T> for Discovery<T, S> {
     }
 }
 
+/// What the task reads as one input with one watermark: a split, or the parts of one stream
+/// (the byte ranges of one file) that the subtask owns, read one after the other.
 struct SplitSlot<T> {
-    reader: Box<dyn SplitReader<T>>,
+    /// The splits, in the order of [`Source::splits`].
+    parts: Vec<Box<dyn SplitReader<T>>>,
+    /// The part being read: every part before it is exhausted.
+    current: usize,
     finished: bool,
     retry_at: Option<Instant>,
 }
@@ -255,7 +260,8 @@ pub(crate) struct SourceTask<T> {
     restored: HashMap<String, SplitCheckpoint>,
     /// Looks for new splits while the job runs, when the source asks for it.
     discovery: Option<Box<dyn DiscoverSplits<T>>>,
-    /// The positions each checkpoint stored (one per split, in split order), until it completes.
+    /// The positions each checkpoint stored (one per split, in slot and part order), until it
+    /// completes.
     positions_in_flight: VecDeque<(u64, Vec<serde_json::Value>)>,
     watermarks: SourceWatermarks<T>,
     watermark_interval: Duration,
@@ -270,22 +276,66 @@ pub(crate) struct SourceTask<T> {
 }
 
 impl<T: Data> SourceTask<T> {
-    /// Starts reading a split: from its restored position, with its restored watermark, if the
-    /// checkpoint has it, else from its beginning if it is `new` (appeared after the job first
-    /// started), else from the source's configured start.
-    fn add_split(&mut self, mut reader: Box<dyn SplitReader<T>>, new: bool) -> Result<()> {
+    /// Starts reading splits (in the order of [`Source::splits`]): the parts of one stream
+    /// ([`SplitReader::stream`]) make one slot, read one after the other; any other split is a
+    /// slot of its own.
+    fn add_splits(&mut self, readers: Vec<Box<dyn SplitReader<T>>>, new: bool) -> Result<()> {
+        let mut slots: Vec<Vec<Box<dyn SplitReader<T>>>> = Vec::new();
+        let mut by_stream: HashMap<String, usize> = HashMap::new();
+        for reader in readers {
+            let Some(stream) = reader.stream() else {
+                slots.push(vec![reader]);
+                continue;
+            };
+            match by_stream.get(&stream) {
+                Some(&slot) => slots[slot].push(reader),
+                None => {
+                    by_stream.insert(stream, slots.len());
+                    slots.push(vec![reader]);
+                }
+            }
+        }
+        for parts in slots {
+            self.add_slot(parts, new)?;
+        }
+        Ok(())
+    }
+
+    /// Starts reading a slot's splits: each from its restored position if the checkpoint has
+    /// it, else from its beginning if it is `new` (appeared after the job first started), else
+    /// from the source's configured start. The slot's watermark resumes at the lowest of its
+    /// parts' restored watermarks (their slots at the old parallelism may have been apart).
+    fn add_slot(&mut self, mut parts: Vec<Box<dyn SplitReader<T>>>, new: bool) -> Result<()> {
         self.watermarks.add_split();
-        if let Some(restored) = self.restored.get(&reader.split_id()) {
+        let mut event_time: Option<SplitWatermark> = None;
+        let mut all_restored = true;
+        for reader in &mut parts {
+            let restored = self.restored.get(&reader.split_id()).or_else(|| {
+                let former = reader.former_split_id()?;
+                self.restored.get(&former)
+            });
+            let Some(restored) = restored else {
+                all_restored = false;
+                if new {
+                    reader.start_at_beginning()?;
+                }
+                continue;
+            };
             let position: serde_json::Value =
                 serde_json::from_str(&restored.position).map_err(Error::user)?;
             reader.seek(&position)?;
-            self.watermarks
-                .restore_split(self.splits.len(), restored.event_time);
-        } else if new {
-            reader.start_at_beginning()?;
+            let part = restored.event_time;
+            event_time = Some(event_time.map_or(part, |slot| SplitWatermark {
+                watermark: slot.watermark.zip(part.watermark).map(|(a, b)| a.min(b)),
+                idle: slot.idle && part.idle,
+            }));
+        }
+        if all_restored && let Some(event_time) = event_time {
+            self.watermarks.restore_split(self.splits.len(), event_time);
         }
         self.splits.push(SplitSlot {
-            reader,
+            parts,
+            current: 0,
             finished: false,
             retry_at: None,
         });
@@ -297,11 +347,11 @@ impl<T: Data> SourceTask<T> {
         let Some(discovery) = &mut self.discovery else {
             return Ok(());
         };
-        for reader in discovery.poll(now)? {
+        let readers = discovery.poll(now)?;
+        for reader in &readers {
             tracing::info!(operator = %self.name, subtask = self.subtask, split = %reader.split_id(), "reading a new split");
-            self.add_split(reader, true)?;
         }
-        Ok(())
+        self.add_splits(readers, true)
     }
 
     /// A checkpoint completed: tells each reader the position it stored (the latest completed).
@@ -315,8 +365,9 @@ impl<T: Data> SourceTask<T> {
             latest = self.positions_in_flight.pop_front();
         }
         if let Some((_, positions)) = latest {
-            for (slot, position) in self.splits.iter_mut().zip(&positions) {
-                slot.reader.checkpoint_complete(position)?;
+            let readers = self.splits.iter_mut().flat_map(|s| s.parts.iter_mut());
+            for (reader, position) in readers.zip(&positions) {
+                reader.checkpoint_complete(position)?;
             }
         }
         Ok(())
@@ -324,9 +375,9 @@ impl<T: Data> SourceTask<T> {
 
     /// Publishes each split's lag behind its end, for the readers that know it.
     fn report_lag(&self) {
-        for slot in &self.splits {
-            if let Some(lag) = slot.reader.lag() {
-                self.metrics.set_split_lag(&slot.reader.split_id(), lag);
+        for reader in self.splits.iter().flat_map(|s| &s.parts) {
+            if let Some(lag) = reader.lag() {
+                self.metrics.set_split_lag(&reader.split_id(), lag);
             }
         }
     }
@@ -347,13 +398,20 @@ impl<T: Data> SourceTask<T> {
                 earliest = Some(earliest.map_or(at, |e| e.min(at)));
                 continue;
             }
-            let status = slot.reader.read(out, self.batch_size)?;
+            let part = slot.current;
+            let status = slot.parts[part].read(out, self.batch_size)?;
             slot.retry_at = None;
             match status {
                 ReadStatus::Ready => {}
                 ReadStatus::Finished => {
-                    slot.finished = true;
-                    self.watermarks.split_finished(index);
+                    slot.current += 1;
+                    if slot.current == slot.parts.len() {
+                        slot.finished = true;
+                        self.watermarks.split_finished(index);
+                    } else {
+                        // The next part is read right away.
+                        progressed = true;
+                    }
                 }
                 ReadStatus::Pending(at) => {
                     let at = at.unwrap_or(now + Duration::from_millis(1));
@@ -370,7 +428,7 @@ impl<T: Data> SourceTask<T> {
                 self.metrics.add_watermark_outliers(outliers);
             }
             if !out.bad.is_empty() {
-                let split = self.splits[index].reader.split_id();
+                let split = self.splits[index].parts[part].split_id();
                 let dead_letter = &mut self.dead_letter;
                 self.bad_records
                     .handle(out.bad.drain(..), &split, &self.metrics, |letter| {
@@ -406,22 +464,22 @@ impl<T: Data> SourceTask<T> {
     /// Writes the splits' positions and watermarks, sends the barrier down the chain, hands the
     /// snapshot over.
     fn inject(&mut self, barrier: CheckpointBarrier) -> Result<()> {
-        for split in &mut self.splits {
-            split.reader.checkpoint_started(barrier.id);
+        let mut values: Vec<serde_json::Value> = Vec::new();
+        let mut splits: Vec<SplitCheckpoint> = Vec::new();
+        for (index, slot) in self.splits.iter_mut().enumerate() {
+            // Every part of a slot carries the slot's event time.
+            let event_time = self.watermarks.snapshot_split(index);
+            for reader in &mut slot.parts {
+                reader.checkpoint_started(barrier.id);
+                let position = reader.position();
+                splits.push(SplitCheckpoint {
+                    split: reader.split_id(),
+                    position: position.to_string(),
+                    event_time,
+                });
+                values.push(position);
+            }
         }
-        let values: Vec<serde_json::Value> =
-            self.splits.iter().map(|s| s.reader.position()).collect();
-        let splits: Vec<SplitCheckpoint> = self
-            .splits
-            .iter()
-            .zip(&values)
-            .enumerate()
-            .map(|(index, (s, position))| SplitCheckpoint {
-                split: s.reader.split_id(),
-                position: position.to_string(),
-                event_time: self.watermarks.snapshot_split(index),
-            })
-            .collect();
         self.positions_in_flight.push_back((barrier.id, values));
         let mut writer = SnapshotWriter::default();
         SplitCheckpoint::encode_all(&splits, &mut writer)?;

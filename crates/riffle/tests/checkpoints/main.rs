@@ -6,6 +6,7 @@ mod backends;
 mod edges;
 mod faults;
 mod faulty_store;
+mod file_ranges;
 mod key_hash;
 mod recovery;
 mod s3;
