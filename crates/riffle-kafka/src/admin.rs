@@ -83,15 +83,24 @@ pub(crate) fn ensure_topic_with(
         "create topic",
         Some(RDKafkaErrorCode::TopicAlreadyExists),
     )?;
-    let metadata = admin
-        .inner()
-        .fetch_metadata(Some(topic), ADMIN_TIMEOUT)
-        .map_err(|e| kafka_error(format!("cannot read the partitions of `{topic}`"), e))?;
-    let found = metadata
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic)
-        .map_or(0, |t| t.partitions().len());
+    // A topic just created may show no partitions (or an error) for a moment: look again
+    // until it has some.
+    let deadline = std::time::Instant::now() + ADMIN_TIMEOUT;
+    let found = loop {
+        let metadata = admin
+            .inner()
+            .fetch_metadata(Some(topic), ADMIN_TIMEOUT)
+            .map_err(|e| kafka_error(format!("cannot read the partitions of `{topic}`"), e))?;
+        let found = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+            .map_or(0, |t| t.partitions().len());
+        if found > 0 || std::time::Instant::now() >= deadline {
+            break found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
     if found != partitions as usize {
         return Err(riffle::Error::config(
             setting,
