@@ -839,21 +839,14 @@ impl<T: Data> SplitReader<T> for ShuffleReader<T> {
     fn read(&mut self, out: &mut SourceOutput<T>, max: usize) -> riffle::Result<ReadStatus> {
         let mut read = 0;
         while read < max {
-            let message = match self.consumer.poll(Duration::ZERO) {
-                None => break,
-                Some(Ok(message)) => message,
-                Some(Err(e)) => {
-                    if self
-                        .last_error_log
-                        .is_none_or(|at| at.elapsed() > Duration::from_secs(10))
-                    {
-                        tracing::warn!(partition = %self.split_id, error = %e, "Kafka consumer error (retrying)");
-                        self.last_error_log = Some(Instant::now());
-                    }
-                    return Ok(ReadStatus::Pending(Some(
-                        Instant::now() + Duration::from_millis(100),
-                    )));
-                }
+            let message = match crate::source::next_message(
+                &self.consumer,
+                &self.split_id,
+                &mut self.last_error_log,
+            ) {
+                Ok(Some(message)) => message,
+                Ok(None) => break,
+                Err(status) => return Ok(status),
             };
             let offset = message.offset();
             if offset < self.next {

@@ -473,6 +473,20 @@ impl KafkaProducer {
         self.check()
     }
 
+    /// Encodes and queues every record of `batch` (emptied), then serves delivery reports.
+    fn send_batch<T: Data>(
+        &self,
+        encoder: &mut Encoder<T>,
+        batch: &mut Vec<Record<T>>,
+    ) -> riffle::Result<()> {
+        for record in batch.drain(..) {
+            let has_key = encoder.encode(&record.value)?;
+            let key = has_key.then_some(encoder.key_bytes.as_slice());
+            self.send(key, &encoder.value)?;
+        }
+        self.serve()
+    }
+
     /// Serves delivery reports without waiting.
     pub(crate) fn serve(&self) -> riffle::Result<()> {
         self.producer.poll(Duration::ZERO);
@@ -487,12 +501,7 @@ struct AtLeastOnceWriter<T> {
 
 impl<T: Data> SinkWriter<T> for AtLeastOnceWriter<T> {
     fn write(&mut self, batch: &mut Vec<Record<T>>) -> riffle::Result<()> {
-        for record in batch.drain(..) {
-            let has_key = self.encoder.encode(&record.value)?;
-            let key = has_key.then_some(self.encoder.key_bytes.as_slice());
-            self.producer.send(key, &self.encoder.value)?;
-        }
-        self.producer.serve()
+        self.producer.send_batch(&mut self.encoder, batch)
     }
 
     fn flush(&mut self) -> riffle::Result<()> {
@@ -538,12 +547,7 @@ impl<T: Data> SinkWriter<T> for GroupWriter<T> {
             });
         }
         let producer = self.producer.as_ref().expect("set above");
-        for record in batch.drain(..) {
-            let has_key = self.encoder.encode(&record.value)?;
-            let key = has_key.then_some(self.encoder.key_bytes.as_slice());
-            producer.send(key, &self.encoder.value)?;
-        }
-        producer.serve()
+        producer.send_batch(&mut self.encoder, batch)
     }
 
     fn flush(&mut self) -> riffle::Result<()> {
@@ -809,12 +813,7 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter<T> {
             return Ok(());
         }
         let producer = self.txns.producer()?;
-        for record in batch.drain(..) {
-            let has_key = self.encoder.encode(&record.value)?;
-            let key = has_key.then_some(self.encoder.key_bytes.as_slice());
-            producer.send(key, &self.encoder.value)?;
-        }
-        producer.serve()
+        producer.send_batch(&mut self.encoder, batch)
     }
 
     fn flush(&mut self) -> riffle::Result<()> {

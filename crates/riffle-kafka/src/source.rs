@@ -360,6 +360,29 @@ pub(crate) fn start_offset<C: ConsumerContext>(
     }
 }
 
+/// The next message of a partition's consumer: `Ok(None)` when none is there now, `Err(status)`
+/// to return from `read` after a client error (broker and network errors are retried by the
+/// client; they are logged at most every 10 s through `last_error_log`).
+pub(crate) fn next_message<'a, C: ConsumerContext>(
+    consumer: &'a BaseConsumer<C>,
+    split_id: &str,
+    last_error_log: &mut Option<Instant>,
+) -> Result<Option<rdkafka::message::BorrowedMessage<'a>>, ReadStatus> {
+    match consumer.poll(Duration::ZERO) {
+        None => Ok(None),
+        Some(Ok(message)) => Ok(Some(message)),
+        Some(Err(e)) => {
+            if last_error_log.is_none_or(|at| at.elapsed() > Duration::from_secs(10)) {
+                tracing::warn!(partition = %split_id, error = %e, "Kafka consumer error (retrying)");
+                *last_error_log = Some(Instant::now());
+            }
+            Err(ReadStatus::Pending(Some(
+                Instant::now() + Duration::from_millis(100),
+            )))
+        }
+    }
+}
+
 /// Receives a consumer's statistics: the partition's last stable offset, for the lag metric.
 pub(crate) struct PartitionContext {
     pub(crate) end: Arc<AtomicI64>,
@@ -420,23 +443,12 @@ impl<T: Data> SplitReader<T> for KafkaReader<T> {
         }
         let mut read = 0;
         while read < max {
-            let message = match self.consumer.poll(Duration::ZERO) {
-                None => break,
-                Some(Ok(message)) => message,
-                Some(Err(e)) => {
-                    // Broker and network errors are retried by the client; say so now and then.
-                    if self
-                        .last_error_log
-                        .is_none_or(|at| at.elapsed() > Duration::from_secs(10))
-                    {
-                        tracing::warn!(partition = %self.split_id, error = %e, "Kafka consumer error (retrying)");
-                        self.last_error_log = Some(Instant::now());
-                    }
-                    return Ok(ReadStatus::Pending(Some(
-                        Instant::now() + Duration::from_millis(100),
-                    )));
-                }
-            };
+            let message =
+                match next_message(&self.consumer, &self.split_id, &mut self.last_error_log) {
+                    Ok(Some(message)) => message,
+                    Ok(None) => break,
+                    Err(status) => return Ok(status),
+                };
             let offset = message.offset();
             if offset < self.next {
                 continue; // fetched before a seek
