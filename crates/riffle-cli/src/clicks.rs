@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::sync::OnceLock;
 
 use aho_corasick::AhoCorasick;
-use riffle_clicks::Click;
+use riffle_clicks::{Click, CompactString};
 use serde::{Deserialize, Serialize};
 
 /// Substrings of the User-Agent of automated clients (compared ignoring ASCII case).
@@ -107,10 +107,8 @@ impl<'de> Deserialize<'de> for Country {
 /// Longest-prefix match of IPv4 addresses to countries.
 #[derive(Clone, Debug, Default)]
 pub struct IpCountryTable {
-    /// Prefix lengths present in the table, longest first.
-    lengths: Vec<u8>,
-    /// (prefix length, masked address) -> country.
-    prefixes: HashMap<(u8, u32), Country>,
+    /// For each prefix length present in the table, longest first: masked address -> country.
+    by_length: Vec<(u8, HashMap<u32, Country, foldhash::fast::FixedState>)>,
 }
 
 /// The table shipped with Riffle (synthetic: see the file's header).
@@ -147,34 +145,72 @@ impl IpCountryTable {
                 .filter(|l| *l <= 32)
                 .ok_or_else(|| bad("bad prefix length"))?;
             let country = Country::parse(country.trim()).ok_or_else(|| bad("bad country code"))?;
-            table
-                .prefixes
-                .insert((length, mask(u32::from(address), length)), country);
-            if !table.lengths.contains(&length) {
-                table.lengths.push(length);
-            }
+            let index = match table.by_length.iter().position(|(l, _)| *l == length) {
+                Some(index) => index,
+                None => {
+                    table.by_length.push((length, HashMap::default()));
+                    table.by_length.len() - 1
+                }
+            };
+            table.by_length[index]
+                .1
+                .insert(mask(u32::from(address), length), country);
         }
-        table.lengths.sort_unstable_by(|a, b| b.cmp(a));
+        table.by_length.sort_unstable_by_key(|(length, _)| std::cmp::Reverse(*length));
         Ok(table)
     }
 
     /// The country of `ip` (dotted quad), if a prefix covers it.
     pub fn lookup(&self, ip: &str) -> Option<Country> {
-        let address = u32::from(ip.parse::<Ipv4Addr>().ok()?);
-        self.lengths
+        let address = u32::from(parse_ipv4(ip)?);
+        self.by_length
             .iter()
-            .find_map(|&length| self.prefixes.get(&(length, mask(address, length))).copied())
+            .find_map(|(length, prefixes)| prefixes.get(&mask(address, *length)).copied())
     }
 
     /// Number of prefixes.
     pub fn len(&self) -> usize {
-        self.prefixes.len()
+        self.by_length
+            .iter()
+            .map(|(_, prefixes)| prefixes.len())
+            .sum()
     }
 
     /// Whether the table is empty.
     pub fn is_empty(&self) -> bool {
-        self.prefixes.is_empty()
+        self.len() == 0
     }
+}
+
+/// A dotted quad as the standard library reads it (`Ipv4Addr::from_str`): the usual form
+/// (four decimal octets, no leading zeros) read in one pass, anything else left to the standard
+/// parser, so both accept and refuse the same text.
+fn parse_ipv4(ip: &str) -> Option<Ipv4Addr> {
+    fn usual(ip: &[u8]) -> Option<Ipv4Addr> {
+        let mut octets = [0u8; 4];
+        let mut at = 0;
+        for (i, octet) in octets.iter_mut().enumerate() {
+            if i > 0 {
+                if ip.get(at) != Some(&b'.') {
+                    return None;
+                }
+                at += 1;
+            }
+            let start = at;
+            let mut value: u32 = 0;
+            while at < ip.len() && at - start < 3 && ip[at].is_ascii_digit() {
+                value = value * 10 + u32::from(ip[at] - b'0');
+                at += 1;
+            }
+            let digits = at - start;
+            if digits == 0 || (digits > 1 && ip[start] == b'0') {
+                return None;
+            }
+            *octet = u8::try_from(value).ok()?;
+        }
+        (at == ip.len()).then_some(Ipv4Addr::from(octets))
+    }
+    usual(ip.as_bytes()).or_else(|| ip.parse().ok())
 }
 
 fn mask(address: u32, length: u8) -> u32 {
@@ -191,9 +227,9 @@ pub struct EnrichedClick {
     /// The user who clicked.
     pub user_id: u64,
     /// The page clicked.
-    pub url: String,
+    pub url: CompactString,
     /// The client's address.
-    pub ip: String,
+    pub ip: CompactString,
     /// Country of the address (`ZZ` if unknown).
     pub country: Country,
     /// When the click happened, epoch milliseconds.
@@ -224,6 +260,40 @@ mod tests {
         assert_eq!(table.lookup("17.1.3.4").unwrap().as_str(), "NL");
         assert_eq!(table.lookup("10.0.0.1"), None);
         assert_eq!(table.lookup("not an ip"), None);
+    }
+
+    #[test]
+    fn addresses_are_read_as_the_standard_library_reads_them() {
+        let cases = [
+            "1.2.3.4",
+            "0.0.0.0",
+            "255.255.255.255",
+            "256.1.1.1",
+            "01.2.3.4",
+            "1.2.3",
+            "1.2.3.4.",
+            "1.2.3.4.5",
+            "1..3.4",
+            "",
+            ".",
+            "1.2.3.04",
+            "1.2.3.0",
+            "1.2.3.1000",
+            "+1.2.3.4",
+            "1.2.3.-4",
+            " 1.2.3.4",
+            "1.2.3.4 ",
+            "１.2.3.4",
+            "001.2.3.4",
+            "99.199.249.250",
+        ];
+        for ip in cases {
+            assert_eq!(parse_ipv4(ip), ip.parse::<Ipv4Addr>().ok(), "{ip:?}");
+        }
+        for bits in (0..u32::MAX).step_by(7_919_993) {
+            let ip = Ipv4Addr::from(bits).to_string();
+            assert_eq!(parse_ipv4(&ip), Some(Ipv4Addr::from(bits)));
+        }
     }
 
     #[test]

@@ -21,22 +21,30 @@ use riffle::source::datagen::{DatagenSource, Generator, mix, unit};
 use riffle::{Error, Result, Timestamp};
 use serde::{Deserialize, Serialize};
 
+pub use compact_str::CompactString;
+
+mod json;
+
 /// The seed's click stream: a [`DatagenSource`] of [`ClickGenerator`].
 pub fn source(config: ClicksConfig) -> DatagenSource<ClickGenerator> {
     DatagenSource::new(ClickGenerator::new(config))
 }
 
 /// One click of the seed's stream.
+///
+/// The text fields are [`CompactString`]s: up to 24 bytes (an address, most paths) are held in
+/// the record itself, so decoding and dropping a click allocates only for a long User-Agent.
+/// [`Click::from_json`] decodes one from its JSON text (what `serde_json` reads, faster).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Click {
     /// The user who clicked.
     pub user_id: u64,
     /// The page clicked.
-    pub url: String,
+    pub url: CompactString,
     /// The client's User-Agent header (bots included).
-    pub user_agent: String,
+    pub user_agent: CompactString,
     /// The client's IPv4 address, dotted quad.
-    pub ip: String,
+    pub ip: CompactString,
     /// When the click happened, epoch milliseconds.
     pub event_time: Timestamp,
 }
@@ -169,13 +177,13 @@ impl ClickGenerator {
     }
 
     /// The IPv4 address of a user (stable: a user keeps one address).
-    pub fn ip_of(&self, user_id: u64) -> String {
+    pub fn ip_of(&self, user_id: u64) -> CompactString {
         let bits = mix(self.config.seed, user_id, 7);
         let mut first = 1 + (bits % 223) as u8; // 1..=223: unicast
         if first == 127 || first == 10 {
             first += 1;
         }
-        format!(
+        compact_str::format_compact!(
             "{}.{}.{}.{}",
             first,
             (bits >> 8) as u8,
@@ -203,13 +211,14 @@ impl Generator for ClickGenerator {
         };
         let bot = unit(mix(seed, index, 3)) < c.bot_share;
         let agents = if bot { BOTS } else { BROWSERS };
-        let user_agent = agents[(mix(seed, index, 4) % agents.len() as u64) as usize].to_string();
+        let user_agent =
+            CompactString::const_new(agents[(mix(seed, index, 4) % agents.len() as u64) as usize]);
         let page_bits = mix(seed, index, 5);
         let page = PAGES[(page_bits % PAGES.len() as u64) as usize];
         let url = if page == "/" {
-            page.to_string()
+            CompactString::const_new(page)
         } else {
-            format!("{page}/{}", (page_bits >> 8) % 10_000)
+            compact_str::format_compact!("{page}/{}", (page_bits >> 8) % 10_000)
         };
         let mut event_time = self.on_time_event_time(index);
         if c.max_out_of_orderness_ms > 0 {

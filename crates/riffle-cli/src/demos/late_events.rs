@@ -55,7 +55,7 @@ fn at(minute: i64, second: i64) -> i64 {
 fn click(user_id: u64, event_time: i64) -> Click {
     Click {
         user_id,
-        url: format!("/article/{}", event_time / 1000 % 1000),
+        url: format!("/article/{}", event_time / 1000 % 1000).into(),
         user_agent: "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X)".into(),
         ip: "151.5.12.7".into(),
         event_time,

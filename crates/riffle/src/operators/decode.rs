@@ -12,9 +12,14 @@ use crate::record::{Data, Record};
 use crate::source::DEAD_LETTER_TAG;
 use crate::source::{BadInput, BadRecordHandler, BadRecordPolicy, DeadLetter};
 
+/// A decoder of one JSON payload of its own (one that knows the schema, say), given the payload
+/// as text: a payload that is not UTF-8 is left to `serde_json` (and its error).
+pub type JsonDecoder<Out> = fn(&str) -> serde_json::Result<Out>;
+
 /// Parses JSON payloads into records of type `Out`.
 pub struct ParseJson<In, Out> {
     policy: BadRecordPolicy,
+    decoder: Option<JsonDecoder<Out>>,
     handler: Option<(BadRecordHandler, OperatorContext)>,
     dead_letters: OutputTag<DeadLetter>,
     seen: u64,
@@ -27,6 +32,7 @@ impl<In, Out> ParseJson<In, Out> {
     pub fn new(policy: BadRecordPolicy) -> Self {
         ParseJson {
             policy,
+            decoder: None,
             handler: None,
             dead_letters: OutputTag::new(DEAD_LETTER_TAG),
             seen: 0,
@@ -34,13 +40,30 @@ impl<In, Out> ParseJson<In, Out> {
             _type: PhantomData,
         }
     }
+
+    /// A parser decoding with `decoder` instead of `serde_json`'s derived `Deserialize`.
+    pub fn with_decoder(policy: BadRecordPolicy, decoder: JsonDecoder<Out>) -> Self {
+        ParseJson {
+            decoder: Some(decoder),
+            ..ParseJson::new(policy)
+        }
+    }
 }
 
 /// Parses one payload; text that is known to be UTF-8 skips the validation.
-fn parse<In: AsRef<[u8]> + 'static, Out: Data>(payload: &In) -> serde_json::Result<Out> {
-    match (payload as &dyn std::any::Any).downcast_ref::<String>() {
-        Some(text) => serde_json::from_str(text),
-        None => serde_json::from_slice(payload.as_ref()),
+fn parse<In: AsRef<[u8]> + 'static, Out: Data>(
+    payload: &In,
+    decoder: Option<JsonDecoder<Out>>,
+) -> serde_json::Result<Out> {
+    let text = match (payload as &dyn std::any::Any).downcast_ref::<String>() {
+        Some(text) => Some(text.as_str()),
+        None if decoder.is_some() => std::str::from_utf8(payload.as_ref()).ok(),
+        None => None,
+    };
+    match (text, decoder) {
+        (Some(text), Some(decode)) => decode(text),
+        (Some(text), None) => serde_json::from_str(text),
+        (None, _) => serde_json::from_slice(payload.as_ref()),
     }
 }
 
@@ -57,7 +80,7 @@ impl<In: Data + AsRef<[u8]>, Out: Data> Operator for ParseJson<In, Out> {
         let (handler, ctx) = self.handler.as_mut().expect("opened");
         for record in batch.drain(..) {
             self.seen += 1;
-            match parse::<In, Out>(&record.value) {
+            match parse::<In, Out>(&record.value, self.decoder) {
                 Ok(value) => self.buffer.push(Record {
                     value,
                     timestamp: record.timestamp,
@@ -116,9 +139,9 @@ mod tests {
         )
             .prop_map(|(user_id, url, user_agent, ip, event_time)| Click {
                 user_id,
-                url,
-                user_agent,
-                ip,
+                url: url.into(),
+                user_agent: user_agent.into(),
+                ip: ip.into(),
                 event_time,
             })
     }

@@ -33,7 +33,7 @@ pub use broadcast::{
 };
 pub(crate) use co_process::KeyedCo;
 pub use co_process::{CoMap, CoProcess, CoProcessFn, CoProcessFunction, KeyedCoProcessFunction};
-pub use decode::ParseJson;
+pub use decode::{JsonDecoder, ParseJson};
 pub use dedup::{KeepFirst, KeepLast};
 pub use interval_join::{IntervalJoinOperator, IntervalJoinSpec, JoinContext, ProcessJoinFunction};
 pub use keyed::{KeyedContext, KeyedProcess, KeyedProcessFunction, ProcessWithTimers};

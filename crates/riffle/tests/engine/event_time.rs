@@ -268,7 +268,7 @@ fn clicks_from_the_future_are_quarantined_as_bad_input() {
         .map(|(i, ts)| {
             serde_json::to_string(&Click {
                 user_id: 1,
-                url: format!("/{i}"),
+                url: format!("/{i}").into(),
                 user_agent: "x".into(),
                 ip: "1.1.1.1".into(),
                 event_time: *ts,
