@@ -42,6 +42,7 @@ pub struct FileSource<T> {
     format: FileFormat,
     policy: BadRecordPolicy,
     setting: String,
+    decoder: Option<fn(&[u8]) -> serde_json::Result<T>>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -49,6 +50,18 @@ impl<T> FileSource<T> {
     /// Newline-delimited JSON from `path` (a file, or a directory of files).
     pub fn json(path: impl Into<PathBuf>) -> Self {
         FileSource::new(path.into(), FileFormat::JsonLines)
+    }
+
+    /// Newline-delimited JSON from `path`, each line decoded by `decoder` (one that knows the
+    /// schema, e.g. `riffle_clicks::Click::from_json`) instead of the derived `Deserialize`; a
+    /// line it refuses is a bad record with its error's text.
+    pub fn json_with(
+        path: impl Into<PathBuf>,
+        decoder: fn(&[u8]) -> serde_json::Result<T>,
+    ) -> Self {
+        let mut source = FileSource::new(path.into(), FileFormat::JsonLines);
+        source.decoder = Some(decoder);
+        source
     }
 
     /// CSV with a header line from `path` (a file, or a directory of files).
@@ -62,6 +75,7 @@ impl<T> FileSource<T> {
             format,
             policy: BadRecordPolicy::default(),
             setting: "input".into(),
+            decoder: None,
             _type: PhantomData,
         }
     }
@@ -169,6 +183,7 @@ impl<T: Data> Source<T> for FileSource<T> {
             format: self.format,
             header: None,
             line: Vec::with_capacity(256),
+            decoder: self.decoder,
             _type: PhantomData,
         }))
     }
@@ -229,6 +244,7 @@ struct FileReader<T> {
     /// The CSV header, once read.
     header: Option<csv::StringRecord>,
     line: Vec<u8>,
+    decoder: Option<fn(&[u8]) -> serde_json::Result<T>>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -256,9 +272,10 @@ impl<T: Data> FileReader<T> {
                 }
                 Err(e) => Err(format!("not UTF-8: {e}")),
             },
-            FileFormat::JsonLines => {
-                serde_json::from_slice::<T>(&self.line).map_err(|e| e.to_string())
-            }
+            FileFormat::JsonLines => match self.decoder {
+                Some(decode) => decode(&self.line).map_err(|e| e.to_string()),
+                None => serde_json::from_slice::<T>(&self.line).map_err(|e| e.to_string()),
+            },
             FileFormat::Csv => {
                 let Some(header) = &self.header else {
                     self.header =
