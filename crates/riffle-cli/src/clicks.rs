@@ -156,7 +156,9 @@ impl IpCountryTable {
                 .1
                 .insert(mask(u32::from(address), length), country);
         }
-        table.by_length.sort_unstable_by_key(|(length, _)| std::cmp::Reverse(*length));
+        table
+            .by_length
+            .sort_unstable_by_key(|(length, _)| std::cmp::Reverse(*length));
         Ok(table)
     }
 

@@ -159,7 +159,7 @@ impl InputArgs {
         tweak: impl FnOnce(&mut ClicksConfig),
     ) -> riffle::Result<DataStream<Click>> {
         if let Some(path) = &self.input {
-            let source = FileSource::<Click>::json(path)
+            let source = FileSource::<Click>::json_with(path, Click::from_json)
                 .setting_name("--input")
                 .bad_records(self.bad_records);
             return Ok(env

@@ -74,6 +74,7 @@ pub struct FileSource<T> {
     policy: BadRecordPolicy,
     setting: String,
     split_size: Option<u64>,
+    decoder: Option<fn(&[u8]) -> serde_json::Result<T>>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -90,6 +91,18 @@ impl<T> FileSource<T> {
         FileSource::new(path.into(), FileFormat::JsonLines)
     }
 
+    /// Newline-delimited JSON from `path`, each line decoded by `decoder` (one that knows the
+    /// schema, e.g. `riffle_clicks::Click::from_json`) instead of the derived `Deserialize`; a
+    /// line it refuses is a bad record with its error's text.
+    pub fn json_with(
+        path: impl Into<PathBuf>,
+        decoder: fn(&[u8]) -> serde_json::Result<T>,
+    ) -> Self {
+        let mut source = FileSource::new(path.into(), FileFormat::JsonLines);
+        source.decoder = Some(decoder);
+        source
+    }
+
     /// CSV with a header line from `path` (a file, or a directory of files).
     pub fn csv(path: impl Into<PathBuf>) -> Self {
         FileSource::new(path.into(), FileFormat::Csv)
@@ -102,6 +115,7 @@ impl<T> FileSource<T> {
             policy: BadRecordPolicy::default(),
             setting: "input".into(),
             split_size: None,
+            decoder: None,
             _type: PhantomData,
         }
     }
@@ -272,6 +286,7 @@ impl<T: Data> Source<T> for FileSource<T> {
             header: None,
             line: Vec::with_capacity(256),
             line_start: 0,
+            decoder: self.decoder,
             _type: PhantomData,
         }))
     }
@@ -378,6 +393,7 @@ struct FileReader<T> {
     line: Vec<u8>,
     /// Offset of the line in `line`.
     line_start: u64,
+    decoder: Option<fn(&[u8]) -> serde_json::Result<T>>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -461,9 +477,10 @@ impl<T: Data> FileReader<T> {
                 }
                 Err(e) => Err(format!("not UTF-8: {e}")),
             },
-            FileFormat::JsonLines => {
-                serde_json::from_slice::<T>(&self.line).map_err(|e| e.to_string())
-            }
+            FileFormat::JsonLines => match self.decoder {
+                Some(decode) => decode(&self.line).map_err(|e| e.to_string()),
+                None => serde_json::from_slice::<T>(&self.line).map_err(|e| e.to_string()),
+            },
             FileFormat::Csv => {
                 let Some(Some((header, _))) = &self.header else {
                     unreachable!("a file with a record line has a header");
