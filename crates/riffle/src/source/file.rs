@@ -50,6 +50,9 @@ use crate::error::{Error, Result};
 use crate::record::Data;
 use crate::source::{BadRecordPolicy, Boundedness, ReadStatus, Source, SourceOutput, SplitReader};
 
+/// A decoder of one JSON line that knows its type's schema (see [`FileSource::json_with`]).
+type JsonDecoder<T> = fn(&[u8]) -> serde_json::Result<T>;
+
 /// How the lines of a file are decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileFormat {
@@ -74,7 +77,7 @@ pub struct FileSource<T> {
     policy: BadRecordPolicy,
     setting: String,
     split_size: Option<u64>,
-    decoder: Option<fn(&[u8]) -> serde_json::Result<T>>,
+    decoder: Option<JsonDecoder<T>>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -393,7 +396,7 @@ struct FileReader<T> {
     line: Vec<u8>,
     /// Offset of the line in `line`.
     line_start: u64,
-    decoder: Option<fn(&[u8]) -> serde_json::Result<T>>,
+    decoder: Option<JsonDecoder<T>>,
     _type: PhantomData<fn() -> T>,
 }
 
