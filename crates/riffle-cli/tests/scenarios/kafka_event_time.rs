@@ -80,6 +80,11 @@ fn a_partition_without_new_records_after_a_restore_does_not_hold_the_windows_bac
     // Partitions 0-6 now, partition 7 held back: nothing can fire (7 has no watermark).
     write(0..7);
     let checkpoints = dir.path().join("checkpoints/demo-pipeline-kafka");
+    // The job's first checkpoint (a loaded machine starts it slowly), then 4 s more of them.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while latest_checkpoint(&checkpoints) == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let before = latest_checkpoint(&checkpoints);
     std::thread::sleep(Duration::from_secs(4));
     let after = latest_checkpoint(&checkpoints);
