@@ -1070,3 +1070,90 @@ fn q9_recovers_exactly_after_a_failure_with_open_auctions_and_their_timers() {
     );
     assert!(got == want, "rows equal the batch result");
 }
+
+#[test]
+fn winning_bids_count_bids_that_come_before_their_auction_within_its_lifetime() {
+    // Arrival order: bids of auction 1 before it (one within its lifetime, one before it
+    // starts), then the auction and later bids (one lower, one after it expires); auction 2's
+    // two bids of the same price (the earlier wins); a bid of auction 3, which never comes.
+    let bid = |auction: i64, price: i64, date_time: Timestamp| {
+        Event::Bid(Bid {
+            auction,
+            bidder: 2_000 + price,
+            price,
+            channel: "Google".into(),
+            url: "https://x".into(),
+            date_time,
+            extra: String::new(),
+        })
+    };
+    let auction = |id: i64, date_time: Timestamp, expires: Timestamp, category: i64| {
+        Event::Auction(Auction {
+            id,
+            item_name: format!("item-{id}"),
+            description: String::new(),
+            initial_bid: 1,
+            reserve: 1,
+            date_time,
+            expires,
+            seller: 1_000,
+            category,
+            extra: String::new(),
+        })
+    };
+    let events = vec![
+        bid(1, 70, 1_000),
+        bid(1, 80, 800),
+        bid(3, 99, 1_500),
+        auction(1, 900, 5_000, 10),
+        bid(1, 60, 2_000),
+        bid(1, 90, 6_000),
+        auction(2, 1_000, 3_000, 11),
+        bid(2, 5, 2_500),
+        bid(2, 5, 2_400),
+    ];
+    for p in [1, 2] {
+        for backend in [Backend::Heap, Backend::RocksDb] {
+            let state_dir = tempfile::tempdir().unwrap();
+            let state_backend: Arc<dyn StateBackend> = match backend {
+                Backend::Heap => Arc::new(riffle::state::HeapBackend),
+                Backend::RocksDb => Arc::new(riffle_rocksdb::RocksDbBackend::new()),
+            };
+            let env = StreamEnv::with_config(EnvConfig {
+                parallelism: p,
+                state_backend,
+                local_state_dir: state_dir.path().to_path_buf(),
+                ..EnvConfig::default()
+            });
+            let stream = env.from_iter_with_watermarks(
+                events.clone(),
+                riffle::time::WatermarkStrategy::bounded_out_of_orderness(
+                    std::time::Duration::from_secs(10),
+                )
+                .with_timestamps(Event::date_time),
+            );
+            let (q9_sink, q9_out) = CollectSink::new();
+            queries::q9(&stream).sink(q9_sink);
+            let (q4_sink, q4_out) = CollectSink::new();
+            queries::q4(&stream).sink(q4_sink);
+            env.execute().unwrap();
+            let mut q9: Vec<(i64, i64, Timestamp)> = q9_out
+                .values()
+                .iter()
+                .map(|r| (r.id, r.price, r.bid_date_time))
+                .collect();
+            q9.sort();
+            assert_eq!(
+                q9,
+                vec![(1, 70, 1_000), (2, 5, 2_400)],
+                "q9, p = {p}, {backend:?}"
+            );
+            let q4 = apply(q4_out.values(), |r: &Q4Row| r.id);
+            let want: BTreeMap<i64, Q4Row> = [(10, 70), (11, 5)]
+                .into_iter()
+                .map(|(id, final_price)| (id, Q4Row { id, final_price }))
+                .collect();
+            assert_eq!(q4, want, "q4, p = {p}, {backend:?}");
+        }
+    }
+}
