@@ -1,6 +1,8 @@
-//! The Nexmark queries that join two streams (q3, q4, q6, q7, q8, q9, q13, q20), written on
-//! Riffle's two-input API: `a.key_by(f).connect(&b.key_by(g)).process(KeyedCoProcessFunction)`,
-//! where both inputs share the key's state and timers.
+//! The Nexmark queries that join two streams (q3, q4, q6, q7, q8, q9, q13, q20), written as
+//! `KeyedCoProcessFunction`s: on Riffle's two-input API,
+//! `a.key_by(f).connect(&b.key_by(g)).process(..)` (q3, q8), where both inputs share the key's
+//! state and timers, or on one keyed stream of `Either` (q4, q6, q9, q20: bids and auctions,
+//! which come from one source, so that a split's order is kept).
 //!
 //! Every result is emitted when it is final, so the output is append-only (q4's per-category
 //! average is a changelog as q15–q19's): regular joins (q3, q20) emit a match as soon as both
@@ -9,7 +11,8 @@
 //! windows) emit when the watermark passes the auction's `expires` or the window's end, and
 //! the end of a bounded input passes every time.
 
-use riffle::operators::{KeyedCoProcessFunction, KeyedContext};
+use riffle::operators::{KeyedCoProcessFunction, KeyedContext, KeyedProcessFunction};
+use riffle::record::Either;
 use riffle::state::{ListStateDescriptor, TimeDomain, ValueStateDescriptor};
 use riffle::{DataStream, Result, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -35,6 +38,56 @@ pub fn auctions(events: &DataStream<Event>) -> DataStream<Auction> {
             _ => None,
         })
         .name("auctions")
+}
+
+/// Runs a [`KeyedCoProcessFunction`] on one keyed stream of [`Either`]: both sides of a join
+/// come through one channel, so the order of a source split is kept (an auction reaches the
+/// join before the bids generated after it). Two connected inputs are read batch by batch, and
+/// a batch of auctions (6% of the events) fills far more slowly than one of bids: most bids
+/// would come before their auction and wait.
+#[derive(Clone)]
+struct OneInput<P>(P);
+
+impl<K, A, B, Out, P> KeyedProcessFunction<K, Either<A, B>, Out> for OneInput<P>
+where
+    K: riffle::Data + std::hash::Hash + Eq,
+    A: riffle::Data,
+    B: riffle::Data,
+    Out: riffle::Data,
+    P: KeyedCoProcessFunction<K, A, B, Out>,
+{
+    fn process_element(
+        &mut self,
+        key: &K,
+        value: Either<A, B>,
+        ctx: &mut KeyedContext<'_, '_, K, Out>,
+    ) -> Result<()> {
+        match value {
+            Either::Left(a) => self.0.process_element1(key, a, ctx),
+            Either::Right(b) => self.0.process_element2(key, b, ctx),
+        }
+    }
+
+    fn on_timer(
+        &mut self,
+        key: &K,
+        timestamp: Timestamp,
+        domain: TimeDomain,
+        ctx: &mut KeyedContext<'_, '_, K, Out>,
+    ) -> Result<()> {
+        self.0.on_timer(key, timestamp, domain, ctx)
+    }
+}
+
+/// The bids (`Left`) and auctions (`Right`) of an event stream, in its order.
+fn bids_and_auctions(events: &DataStream<Event>) -> DataStream<Either<Bid, Auction>> {
+    events
+        .flat_map(|e| match e {
+            Event::Bid(b) => Some(Either::Left(b)),
+            Event::Auction(a) => Some(Either::Right(a)),
+            Event::Person(_) => None,
+        })
+        .name("bids and auctions")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -238,14 +291,16 @@ impl KeyedCoProcessFunction<i64, Bid, Auction, Q20Row> for ExpandBids {
 /// FROM bid AS B INNER JOIN auction AS A on B.auction = A.id WHERE A.category = 10;
 /// ```
 ///
-/// Keyed by auction id. An auction stays in keyed state (bids may come at any time); of an
-/// auction in another category only a marker stays, so its bids are dropped on arrival. A bid
+/// Keyed by auction id, over one stream of bids and auctions (a split's order is kept). An
+/// auction stays in keyed state (bids may come at any time); of an auction in another category only a marker stays, so its bids are dropped on arrival. A bid
 /// that comes before its auction waits in a list.
 pub fn q20(events: &DataStream<Event>) -> DataStream<Q20Row> {
-    bids(events)
-        .key_by(|b| b.auction)
-        .connect(&auctions(events).key_by(|a| a.id))
-        .process(ExpandBids)
+    bids_and_auctions(events)
+        .key_by(|e| match e {
+            Either::Left(b) => b.auction,
+            Either::Right(a) => a.id,
+        })
+        .process_function(OneInput(ExpandBids))
         .name("q20")
         .uid("q20")
 }
@@ -483,16 +538,19 @@ impl KeyedCoProcessFunction<i64, Bid, Auction, (Auction, Bid)> for WinningBids {
 /// ties as q9's `ORDER BY price DESC, dateTime ASC` then bidder, channel, url, extra. Auctions
 /// without such a bid give no row (an inner join).
 ///
-/// A two-input keyed operator by auction id. Per auction a small record that every bid reads
+/// A keyed operator by auction id over one stream of bids and auctions (so a split's order is
+/// kept: an auction comes before the bids generated after it). Per auction a small record that every bid reads
 /// (its lifetime, and the price and time of its best bid so far); the auction and its best bid
 /// apart, written when they change and read when the auction closes; a timer at `expires`.
 /// After the close the auction's state is gone. Bids that come before their auction wait (a
 /// timer at each drops it once the watermark passes it: its auction could only come late).
 pub fn winning_bids(events: &DataStream<Event>) -> DataStream<(Auction, Bid)> {
-    bids(events)
-        .key_by(|b| b.auction)
-        .connect(&auctions(events).key_by(|a| a.id))
-        .process(WinningBids)
+    bids_and_auctions(events)
+        .key_by(|e| match e {
+            Either::Left(b) => b.auction,
+            Either::Right(a) => a.id,
+        })
+        .process_function(OneInput(WinningBids))
         .name("winning bids")
         .uid("winning-bids")
 }
@@ -608,25 +666,27 @@ pub fn winning_prices(
     events: &DataStream<Event>,
     tag: impl Fn(&Auction) -> i64 + Clone + Send + Sync + 'static,
 ) -> DataStream<WinningPrice> {
-    let prices = bids(events)
-        .map(|b| PriceAt {
-            auction: b.auction,
-            price: b.price,
-            date_time: b.date_time,
+    events
+        .flat_map(move |e| match e {
+            Event::Bid(b) => Some(Either::Left(PriceAt {
+                auction: b.auction,
+                price: b.price,
+                date_time: b.date_time,
+            })),
+            Event::Auction(a) => Some(Either::Right(Lifetime {
+                id: a.id,
+                start: a.date_time,
+                expires: a.expires,
+                tag: tag(&a),
+            })),
+            Event::Person(_) => None,
         })
-        .name("bid prices");
-    let lifetimes = auctions(events)
-        .map(move |a| Lifetime {
-            id: a.id,
-            start: a.date_time,
-            expires: a.expires,
-            tag: tag(&a),
+        .name("bid prices and auction lifetimes")
+        .key_by(|e| match e {
+            Either::Left(b) => b.auction,
+            Either::Right(a) => a.id,
         })
-        .name("auction lifetimes");
-    prices
-        .key_by(|b| b.auction)
-        .connect(&lifetimes.key_by(|a| a.id))
-        .process(WinningPrices)
+        .process_function(OneInput(WinningPrices))
         .name("winning prices")
         .uid("winning-prices")
 }
