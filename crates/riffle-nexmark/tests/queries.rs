@@ -1075,7 +1075,8 @@ fn q9_recovers_exactly_after_a_failure_with_open_auctions_and_their_timers() {
 fn winning_bids_count_bids_that_come_before_their_auction_within_its_lifetime() {
     // Arrival order: bids of auction 1 before it (one within its lifetime, one before it
     // starts), then the auction and later bids (one lower, one after it expires); auction 2's
-    // two bids of the same price (the earlier wins); a bid of auction 3, which never comes.
+    // two bids of the same price (the earlier wins); a bid of auction 3, which never comes;
+    // three bids of auction 4 at one time before it (of which only the best waits).
     let bid = |auction: i64, price: i64, date_time: Timestamp| {
         Event::Bid(Bid {
             auction,
@@ -1105,7 +1106,11 @@ fn winning_bids_count_bids_that_come_before_their_auction_within_its_lifetime() 
         bid(1, 70, 1_000),
         bid(1, 80, 800),
         bid(3, 99, 1_500),
+        bid(4, 30, 1_200),
+        bid(4, 40, 1_200),
+        bid(4, 35, 1_200),
         auction(1, 900, 5_000, 10),
+        auction(4, 1_000, 4_000, 10),
         bid(1, 60, 2_000),
         bid(1, 90, 6_000),
         auction(2, 1_000, 3_000, 11),
@@ -1145,11 +1150,11 @@ fn winning_bids_count_bids_that_come_before_their_auction_within_its_lifetime() 
             q9.sort();
             assert_eq!(
                 q9,
-                vec![(1, 70, 1_000), (2, 5, 2_400)],
+                vec![(1, 70, 1_000), (2, 5, 2_400), (4, 40, 1_200)],
                 "q9, p = {p}, {backend:?}"
             );
             let q4 = apply(q4_out.values(), |r: &Q4Row| r.id);
-            let want: BTreeMap<i64, Q4Row> = [(10, 70), (11, 5)]
+            let want: BTreeMap<i64, Q4Row> = [(10, 55), (11, 5)]
                 .into_iter()
                 .map(|(id, final_price)| (id, Q4Row { id, final_price }))
                 .collect();

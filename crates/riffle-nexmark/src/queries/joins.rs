@@ -322,14 +322,19 @@ fn winner_order(b: &Bid) -> (std::cmp::Reverse<i64>, Timestamp, i64, &str, &str,
     )
 }
 
-/// Something with an event time: a bid, or what a join keeps of one.
+/// A bid, or what a join keeps of one: its event time, and the order of bids.
 trait At {
     fn at(&self) -> Timestamp;
+    /// Whether this bid wins over `other` (of the same auction).
+    fn beats(&self, other: &Self) -> bool;
 }
 
 impl At for Bid {
     fn at(&self) -> Timestamp {
         self.date_time
+    }
+    fn beats(&self, other: &Self) -> bool {
+        winner_order(self) < winner_order(other)
     }
 }
 
@@ -344,6 +349,9 @@ struct PriceAt {
 impl At for PriceAt {
     fn at(&self) -> Timestamp {
         self.date_time
+    }
+    fn beats(&self, other: &Self) -> bool {
+        self.price > other.price
     }
 }
 
@@ -368,20 +376,27 @@ enum Life<W, B, T> {
 
 impl<W: At, B, T> Life<W, B, T> {
     /// Adds a bid that came before its auction, with a timer that drops it when the watermark
-    /// passes it.
+    /// passes it. Of the waiting bids with the same time only the best is kept: any lifetime
+    /// holds both or neither, so the other can never win. `None`: nothing changed.
     fn wait<K, O>(
         waiting: Option<Vec<W>>,
         bid: W,
         ctx: &mut KeyedContext<'_, '_, K, O>,
-    ) -> Life<W, B, T>
+    ) -> Option<Life<W, B, T>>
     where
         K: riffle::Data + std::hash::Hash + Eq,
         O: riffle::Data,
     {
-        ctx.register_event_time_timer(bid.at());
         let mut waiting = waiting.unwrap_or_default();
-        waiting.push(bid);
-        Life::Waiting(waiting)
+        match waiting.iter_mut().find(|w| w.at() == bid.at()) {
+            Some(same) if bid.beats(same) => *same = bid,
+            Some(_) => return None,
+            None => {
+                ctx.register_event_time_timer(bid.at());
+                waiting.push(bid);
+            }
+        }
+        Some(Life::Waiting(waiting))
     }
 
     /// The bids that waited for the auction that came now (their timers are deleted).
@@ -480,8 +495,11 @@ impl KeyedCoProcessFunction<i64, Bid, Auction, (Auction, Bid)> for WinningBids {
                 ctx.value(&BEST_BID).set(b)?;
                 life
             }
-            Some(Life::Waiting(waiting)) => Life::wait(Some(waiting), b, ctx),
-            None => Life::wait(None, b, ctx),
+            Some(Life::Waiting(waiting)) => match Life::wait(Some(waiting), b, ctx) {
+                Some(life) => life,
+                None => return Ok(()),
+            },
+            None => Life::wait(None, b, ctx).expect("a first bid waits"),
         };
         ctx.value(&BID_LIFE).set(life)
     }
@@ -608,8 +626,11 @@ impl KeyedCoProcessFunction<i64, PriceAt, Lifetime, WinningPrice> for WinningPri
                     tag,
                 }
             }
-            Some(Life::Waiting(waiting)) => Life::wait(Some(waiting), b, ctx),
-            None => Life::wait(None, b, ctx),
+            Some(Life::Waiting(waiting)) => match Life::wait(Some(waiting), b, ctx) {
+                Some(life) => life,
+                None => return Ok(()),
+            },
+            None => Life::wait(None, b, ctx).expect("a first bid waits"),
         };
         ctx.value(&PRICE_LIFE).set(life)
     }
