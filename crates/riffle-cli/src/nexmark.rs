@@ -99,8 +99,9 @@ pub struct RunArgs {
     /// Read the events from a `riffle nexmark generate` directory instead of generating them.
     #[arg(long, value_name = "DIR")]
     pub input: Option<PathBuf>,
-    /// Write the results as JSON lines under DIR/<query>/ (changelog rows marked +I / +U);
-    /// without it they are counted and dropped, as the benchmark does.
+    /// Write the results as JSON lines under DIR/<query>/ (changelog rows marked +I / +U; q10:
+    /// CSV files under DIR/q10/dt=<date>/hm=<HH%3Amm>/); without it they are counted and
+    /// dropped, as the benchmark does (q10 writes into a scratch directory, removed after).
     #[arg(long, value_name = "DIR")]
     pub output: Option<PathBuf>,
     /// Generate at most this many events per second (wall clock).

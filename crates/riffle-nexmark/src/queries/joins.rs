@@ -292,8 +292,9 @@ impl KeyedCoProcessFunction<i64, Bid, Auction, Q20Row> for ExpandBids {
 /// ```
 ///
 /// Keyed by auction id, over one stream of bids and auctions (a split's order is kept). An
-/// auction stays in keyed state (bids may come at any time); of an auction in another category only a marker stays, so its bids are dropped on arrival. A bid
-/// that comes before its auction waits in a list.
+/// auction stays in keyed state (bids may come at any time); of an auction in another category
+/// only a marker stays, so its bids are dropped on arrival. A bid that comes before its auction
+/// waits in a list.
 pub fn q20(events: &DataStream<Event>) -> DataStream<Q20Row> {
     bids_and_auctions(events)
         .key_by(|e| match e {
