@@ -81,7 +81,7 @@ pub struct GenerateArgs {
 /// Options of `riffle nexmark run`.
 #[derive(Args, Clone, Debug)]
 pub struct RunArgs {
-    /// The query: q0–q9, q11–q22 (not q10).
+    /// The query: q0–q22.
     #[arg(long, value_name = "QUERY", required_unless_present = "all")]
     pub query: Option<Query>,
     /// Run every implemented query, each in its own process, and print one table.
@@ -99,8 +99,9 @@ pub struct RunArgs {
     /// Read the events from a `riffle nexmark generate` directory instead of generating them.
     #[arg(long, value_name = "DIR")]
     pub input: Option<PathBuf>,
-    /// Write the results as JSON lines under DIR/<query>/ (changelog rows marked +I / +U);
-    /// without it they are counted and dropped, as the benchmark does.
+    /// Write the results as JSON lines under DIR/<query>/ (changelog rows marked +I / +U; q10:
+    /// CSV files under DIR/q10/dt=<date>/hm=<HH%3Amm>/); without it they are counted and
+    /// dropped, as the benchmark does (q10 writes into a scratch directory, removed after).
     #[arg(long, value_name = "DIR")]
     pub output: Option<PathBuf>,
     /// Generate at most this many events per second (wall clock).
@@ -267,6 +268,9 @@ pub fn run_query(query: Query, args: &RunArgs) -> riffle::Result<Measurement> {
             }
             ResultSink::Files(dir.clone())
         }
+        // q10's query is to write files: without --output they go to the run's scratch
+        // directory, removed after the run.
+        None if query == Query::Q10 => ResultSink::Files(state_dir.join("q10-output")),
         None => ResultSink::Discard,
     };
     add_query(query, &events, &sink)?;

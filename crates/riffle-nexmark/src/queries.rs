@@ -7,8 +7,8 @@
 //! windows fire when the watermark passes them, with no allowed lateness, as in Flink SQL.
 //!
 //! The queries that join two streams (q3, q4, q6, q7, q8, q9, q13, q20) are in the submodule
-//! `joins`, re-exported here. Not here: q10 (a file-system sink partitioned by date and minute)
-//! and q23.
+//! `joins`, re-exported here. q10 writes into a partitioned file sink ([`q10_sink`]). q23 is not
+//! a query of the nexmark project's Flink suite (q0–q22), so it is not here.
 //!
 //! Updating queries (q15–q19: unbounded group aggregations, deduplication, top-N) produce a
 //! changelog, [`Change`]: each row is marked `+I` (first row of its key) or `+U` (replaces the
@@ -322,6 +322,148 @@ pub fn q22(events: &DataStream<Event>) -> DataStream<Q22Row> {
             }
         })
         .name("q22")
+}
+
+// ---------------------------------------------------------------------------------------------
+// q10: bids to a partitioned file system
+
+/// Row of q10: a bid's columns and its partition (`dt`, `hm`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Q10Row {
+    /// Auction id.
+    pub auction: i64,
+    /// Bidder id.
+    pub bidder: i64,
+    /// Price, cents.
+    pub price: i64,
+    /// Event time, epoch ms.
+    #[serde(rename = "dateTime")]
+    pub date_time: Timestamp,
+    /// Padding.
+    pub extra: String,
+    /// `DATE_FORMAT(dateTime, 'yyyy-MM-dd')`.
+    pub dt: String,
+    /// `DATE_FORMAT(dateTime, 'HH:mm')`.
+    pub hm: String,
+}
+
+/// q10, log to file system: every bid with its date and minute, written into a file system
+/// partitioned by them ([`q10_sink`]):
+///
+/// ```sql
+/// CREATE TABLE nexmark_q10 (auction BIGINT, bidder BIGINT, price BIGINT,
+///     dateTime TIMESTAMP(3), extra VARCHAR, dt STRING, hm STRING)
+/// PARTITIONED BY (dt, hm) WITH ('connector' = 'filesystem', 'format' = 'csv', ...);
+/// INSERT INTO nexmark_q10
+/// SELECT auction, bidder, price, dateTime, extra,
+///     DATE_FORMAT(dateTime, 'yyyy-MM-dd'), DATE_FORMAT(dateTime, 'HH:mm')
+/// FROM bid;
+/// ```
+pub fn q10(events: &DataStream<Event>) -> DataStream<Q10Row> {
+    bids(events)
+        .map(|b| {
+            let c = Civil::of(b.date_time);
+            Q10Row {
+                auction: b.auction,
+                bidder: b.bidder,
+                price: b.price,
+                date_time: b.date_time,
+                extra: b.extra,
+                dt: c.date(),
+                hm: c.hour_minute(),
+            }
+        })
+        .name("q10")
+}
+
+/// A partition value in a directory name, escaped as Flink's file system connector does
+/// (`PartitionPathUtils.escapePathName`: `%XX` for `:`, `/`, `%`, `=`, `#`, `?`, `\\`, `"`, `'`,
+/// `*`, `[`, `]`, `^`, `{`, `}` and control characters): `00:00` -> `00%3A00`.
+pub fn escape_partition_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        if c.is_control()
+            || matches!(
+                c,
+                ':' | '/'
+                    | '%'
+                    | '='
+                    | '#'
+                    | '?'
+                    | '\\'
+                    | '"'
+                    | '\''
+                    | '*'
+                    | '['
+                    | ']'
+                    | '^'
+                    | '{'
+                    | '}'
+            )
+        {
+            for byte in c.to_string().bytes() {
+                out.push_str(&format!("%{byte:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// q10's partition directory of a row: `dt=2026-01-15/hm=00%3A00`.
+pub fn q10_partition(row: &Q10Row) -> String {
+    format!(
+        "dt={}/hm={}",
+        escape_partition_value(&row.dt),
+        escape_partition_value(&row.hm)
+    )
+}
+
+/// A `TIMESTAMP(3)` as Flink's CSV format writes it: `yyyy-MM-dd HH:mm:ss.SSS` (UTC).
+pub fn sql_timestamp(millis: Timestamp) -> String {
+    let c = Civil::of(millis);
+    let ms = millis.rem_euclid(1_000);
+    let second = millis.rem_euclid(60_000) / 1_000;
+    format!("{} {}:{second:02}.{ms:03}", c.date(), c.hour_minute())
+}
+
+/// One CSV field: quoted (inner quotes doubled) when it holds a comma, a quote or a line break.
+fn csv_field(field: &str, line: &mut Vec<u8>) {
+    if field.contains([',', '"', '\n', '\r']) {
+        line.push(b'"');
+        line.extend_from_slice(field.replace('"', "\"\"").as_bytes());
+        line.push(b'"');
+    } else {
+        line.extend_from_slice(field.as_bytes());
+    }
+}
+
+/// q10's CSV line of a row (the partition columns are in the directory, not in the file, as
+/// in Flink's file system connector): `auction,bidder,price,dateTime,extra`.
+pub fn q10_csv(row: &Q10Row, line: &mut Vec<u8>) {
+    use std::io::Write;
+    let _ = write!(
+        line,
+        "{},{},{},{},",
+        row.auction,
+        row.bidder,
+        row.price,
+        sql_timestamp(row.date_time)
+    );
+    csv_field(&row.extra, line);
+}
+
+/// q10's sink: CSV part files (`.csv`) under `dir/dt=<date>/hm=<HH%3Amm>/`, exactly-once (see
+/// [`PartitionedFileSink`](crate::partitioned::PartitionedFileSink)).
+pub fn q10_sink(
+    dir: impl Into<std::path::PathBuf>,
+) -> crate::partitioned::PartitionedFileSink<Q10Row> {
+    crate::partitioned::PartitionedFileSink::new(dir, q10_partition, |row, line| {
+        q10_csv(row, line);
+        Ok(())
+    })
+    .extension("csv")
 }
 
 // ---------------------------------------------------------------------------------------------

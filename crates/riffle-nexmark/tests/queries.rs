@@ -1070,3 +1070,220 @@ fn q9_recovers_exactly_after_a_failure_with_open_auctions_and_their_timers() {
     );
     assert!(got == want, "rows equal the batch result");
 }
+
+#[test]
+fn winning_bids_count_bids_that_come_before_their_auction_within_its_lifetime() {
+    // Arrival order: bids of auction 1 before it (one within its lifetime, one before it
+    // starts), then the auction and later bids (one lower, one after it expires); auction 2's
+    // two bids of the same price (the earlier wins); a bid of auction 3, which never comes;
+    // three bids of auction 4 at one time before it (of which only the best waits).
+    let bid = |auction: i64, price: i64, date_time: Timestamp| {
+        Event::Bid(Bid {
+            auction,
+            bidder: 2_000 + price,
+            price,
+            channel: "Google".into(),
+            url: "https://x".into(),
+            date_time,
+            extra: String::new(),
+        })
+    };
+    let auction = |id: i64, date_time: Timestamp, expires: Timestamp, category: i64| {
+        Event::Auction(Auction {
+            id,
+            item_name: format!("item-{id}"),
+            description: String::new(),
+            initial_bid: 1,
+            reserve: 1,
+            date_time,
+            expires,
+            seller: 1_000,
+            category,
+            extra: String::new(),
+        })
+    };
+    let events = vec![
+        bid(1, 70, 1_000),
+        bid(1, 80, 800),
+        bid(3, 99, 1_500),
+        bid(4, 30, 1_200),
+        bid(4, 40, 1_200),
+        bid(4, 35, 1_200),
+        auction(1, 900, 5_000, 10),
+        auction(4, 1_000, 4_000, 10),
+        bid(1, 60, 2_000),
+        bid(1, 90, 6_000),
+        auction(2, 1_000, 3_000, 11),
+        bid(2, 5, 2_500),
+        bid(2, 5, 2_400),
+    ];
+    for p in [1, 2] {
+        for backend in [Backend::Heap, Backend::RocksDb] {
+            let state_dir = tempfile::tempdir().unwrap();
+            let state_backend: Arc<dyn StateBackend> = match backend {
+                Backend::Heap => Arc::new(riffle::state::HeapBackend),
+                Backend::RocksDb => Arc::new(riffle_rocksdb::RocksDbBackend::new()),
+            };
+            let env = StreamEnv::with_config(EnvConfig {
+                parallelism: p,
+                state_backend,
+                local_state_dir: state_dir.path().to_path_buf(),
+                ..EnvConfig::default()
+            });
+            let stream = env.from_iter_with_watermarks(
+                events.clone(),
+                riffle::time::WatermarkStrategy::bounded_out_of_orderness(
+                    std::time::Duration::from_secs(10),
+                )
+                .with_timestamps(Event::date_time),
+            );
+            let (q9_sink, q9_out) = CollectSink::new();
+            queries::q9(&stream).sink(q9_sink);
+            let (q4_sink, q4_out) = CollectSink::new();
+            queries::q4(&stream).sink(q4_sink);
+            env.execute().unwrap();
+            let mut q9: Vec<(i64, i64, Timestamp)> = q9_out
+                .values()
+                .iter()
+                .map(|r| (r.id, r.price, r.bid_date_time))
+                .collect();
+            q9.sort();
+            assert_eq!(
+                q9,
+                vec![(1, 70, 1_000), (2, 5, 2_400), (4, 40, 1_200)],
+                "q9, p = {p}, {backend:?}"
+            );
+            let q4 = apply(q4_out.values(), |r: &Q4Row| r.id);
+            let want: BTreeMap<i64, Q4Row> = [(10, 55), (11, 5)]
+                .into_iter()
+                .map(|(id, final_price)| (id, Q4Row { id, final_price }))
+                .collect();
+            assert_eq!(q4, want, "q4, p = {p}, {backend:?}");
+        }
+    }
+}
+
+/// The committed rows of a partitioned output: partition directory -> sorted lines. Fails on
+/// a file left in progress or a file outside a `dt=../hm=..` directory.
+fn partitioned_rows(dir: &std::path::Path) -> BTreeMap<String, Vec<String>> {
+    let mut rows: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for dt in std::fs::read_dir(dir).unwrap().flatten() {
+        let dt_name = dt.file_name().to_string_lossy().into_owned();
+        assert!(dt.path().is_dir(), "only partitions at the top: {dt_name}");
+        for hm in std::fs::read_dir(dt.path()).unwrap().flatten() {
+            let hm_name = hm.file_name().to_string_lossy().into_owned();
+            assert!(
+                hm.path().is_dir(),
+                "only minute partitions in {dt_name}: {hm_name}"
+            );
+            for file in std::fs::read_dir(hm.path()).unwrap().flatten() {
+                let name = file.file_name().to_string_lossy().into_owned();
+                if name == ".in-progress" {
+                    let left: Vec<_> = std::fs::read_dir(file.path()).unwrap().collect();
+                    assert!(
+                        left.is_empty(),
+                        "files left in progress in {dt_name}/{hm_name}"
+                    );
+                    continue;
+                }
+                assert!(
+                    name.starts_with("part-") && name.ends_with(".csv"),
+                    "{name}"
+                );
+                let text = std::fs::read_to_string(file.path()).unwrap();
+                rows.entry(format!("{dt_name}/{hm_name}"))
+                    .or_default()
+                    .extend(text.lines().map(str::to_string));
+            }
+        }
+    }
+    for lines in rows.values_mut() {
+        lines.sort();
+    }
+    rows
+}
+
+/// q10's expected files, computed here: per `dt=<date>/hm=<HH%3Amm>` (Flink escapes `:` in
+/// partition paths) the bids' CSV lines `auction,bidder,price,yyyy-MM-dd HH:mm:ss.SSS,extra`.
+fn q10_expected(config: &NexmarkConfig) -> BTreeMap<String, Vec<String>> {
+    let mut rows: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for b in bids_of(config) {
+        let date = utc_date(b.date_time);
+        let minute = b.date_time.rem_euclid(3_600_000) / 60_000;
+        let second = b.date_time.rem_euclid(60_000) / 1_000;
+        let ms = b.date_time.rem_euclid(1_000);
+        let hour = utc_hour(b.date_time);
+        assert!(!b.extra.contains([',', '"', '\n']), "plain CSV fields");
+        rows.entry(format!("dt={date}/hm={hour:02}%3A{minute:02}"))
+            .or_default()
+            .push(format!(
+                "{},{},{},{date} {hour:02}:{minute:02}:{second:02}.{ms:03},{}",
+                b.auction, b.bidder, b.price, b.extra
+            ));
+    }
+    for lines in rows.values_mut() {
+        lines.sort();
+    }
+    rows
+}
+
+#[test]
+fn q10_writes_every_bid_into_its_date_and_minute_partition() {
+    // 22 hours of event time: ~1 300 minute partitions over two days, more than the 64 files a
+    // subtask keeps open, so files also roll when a partition is evicted.
+    let config = slow();
+    let expected = q10_expected(&config);
+    assert!(expected.len() > 1_000, "{} partitions", expected.len());
+    assert!(expected.keys().any(|k| k.starts_with("dt=2026-01-14")));
+    assert!(expected.keys().any(|k| k.starts_with("dt=2026-01-15")));
+    for p in [1, 2] {
+        let out = tempfile::tempdir().unwrap();
+        let dir = out.path().join("q10");
+        let rows = run(&config, p, Backend::Heap, |events| {
+            let rows = queries::q10(events);
+            rows.sink(queries::q10_sink(&dir));
+            rows.filter(|_| false)
+        });
+        assert!(rows.is_empty());
+        let got = partitioned_rows(&dir);
+        assert_eq!(got.len(), expected.len(), "partitions at p = {p}");
+        assert!(got == expected, "rows at p = {p}");
+    }
+}
+
+#[test]
+fn q10_recovers_exactly_once_after_a_failure() {
+    use riffle::checkpoint::CheckpointConfig;
+    use std::time::Duration;
+
+    // 4 000 events paced over ~2 s, checkpoints every 100 ms, a task failure after 2 500
+    // events: the files of completed checkpoints stay, the rest is aborted and replayed.
+    let mut config = slow();
+    config.rate = Some(2_000.0);
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamEnv::with_config(EnvConfig {
+        parallelism: 2,
+        local_state_dir: dir.path().join("state"),
+        checkpoints: CheckpointConfig {
+            interval: Some(Duration::from_millis(100)),
+            storage: dir.path().join("chk").display().to_string(),
+            ..CheckpointConfig::default()
+        },
+        ..EnvConfig::default()
+    });
+    let events = NexmarkSource::new(config.clone())
+        .stream(&env)
+        .map(riffle_testing::fail_once_after(2_500));
+    queries::q10(&events).sink(queries::q10_sink(dir.path().join("out")));
+    let result = env.execute().unwrap();
+    assert_eq!(result.restarts, 1);
+    assert!(result.completed_checkpoints() > 0);
+    let got = partitioned_rows(&dir.path().join("out"));
+    let expected = q10_expected(&config);
+    let (got_rows, want_rows) = (
+        got.values().map(Vec::len).sum::<usize>(),
+        expected.values().map(Vec::len).sum::<usize>(),
+    );
+    assert_eq!(got_rows, want_rows, "every bid once: none lost, none twice");
+    assert!(got == expected, "rows equal the batch result");
+}

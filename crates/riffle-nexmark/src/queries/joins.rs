@@ -1,6 +1,8 @@
-//! The Nexmark queries that join two streams (q3, q4, q6, q7, q8, q9, q13, q20), written on
-//! Riffle's two-input API: `a.key_by(f).connect(&b.key_by(g)).process(KeyedCoProcessFunction)`,
-//! where both inputs share the key's state and timers.
+//! The Nexmark queries that join two streams (q3, q4, q6, q7, q8, q9, q13, q20), written as
+//! `KeyedCoProcessFunction`s: on Riffle's two-input API,
+//! `a.key_by(f).connect(&b.key_by(g)).process(..)` (q3, q8), where both inputs share the key's
+//! state and timers, or on one keyed stream of `Either` (q4, q6, q9, q20: bids and auctions,
+//! which come from one source, so that a split's order is kept).
 //!
 //! Every result is emitted when it is final, so the output is append-only (q4's per-category
 //! average is a changelog as q15–q19's): regular joins (q3, q20) emit a match as soon as both
@@ -9,7 +11,8 @@
 //! windows) emit when the watermark passes the auction's `expires` or the window's end, and
 //! the end of a bounded input passes every time.
 
-use riffle::operators::{KeyedCoProcessFunction, KeyedContext};
+use riffle::operators::{KeyedCoProcessFunction, KeyedContext, KeyedProcessFunction};
+use riffle::record::Either;
 use riffle::state::{ListStateDescriptor, TimeDomain, ValueStateDescriptor};
 use riffle::{DataStream, Result, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -35,6 +38,56 @@ pub fn auctions(events: &DataStream<Event>) -> DataStream<Auction> {
             _ => None,
         })
         .name("auctions")
+}
+
+/// Runs a [`KeyedCoProcessFunction`] on one keyed stream of [`Either`]: both sides of a join
+/// come through one channel, so the order of a source split is kept (an auction reaches the
+/// join before the bids generated after it). Two connected inputs are read batch by batch, and
+/// a batch of auctions (6% of the events) fills far more slowly than one of bids: most bids
+/// would come before their auction and wait.
+#[derive(Clone)]
+struct OneInput<P>(P);
+
+impl<K, A, B, Out, P> KeyedProcessFunction<K, Either<A, B>, Out> for OneInput<P>
+where
+    K: riffle::Data + std::hash::Hash + Eq,
+    A: riffle::Data,
+    B: riffle::Data,
+    Out: riffle::Data,
+    P: KeyedCoProcessFunction<K, A, B, Out>,
+{
+    fn process_element(
+        &mut self,
+        key: &K,
+        value: Either<A, B>,
+        ctx: &mut KeyedContext<'_, '_, K, Out>,
+    ) -> Result<()> {
+        match value {
+            Either::Left(a) => self.0.process_element1(key, a, ctx),
+            Either::Right(b) => self.0.process_element2(key, b, ctx),
+        }
+    }
+
+    fn on_timer(
+        &mut self,
+        key: &K,
+        timestamp: Timestamp,
+        domain: TimeDomain,
+        ctx: &mut KeyedContext<'_, '_, K, Out>,
+    ) -> Result<()> {
+        self.0.on_timer(key, timestamp, domain, ctx)
+    }
+}
+
+/// The bids (`Left`) and auctions (`Right`) of an event stream, in its order.
+fn bids_and_auctions(events: &DataStream<Event>) -> DataStream<Either<Bid, Auction>> {
+    events
+        .flat_map(|e| match e {
+            Event::Bid(b) => Some(Either::Left(b)),
+            Event::Auction(a) => Some(Either::Right(a)),
+            Event::Person(_) => None,
+        })
+        .name("bids and auctions")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -238,14 +291,17 @@ impl KeyedCoProcessFunction<i64, Bid, Auction, Q20Row> for ExpandBids {
 /// FROM bid AS B INNER JOIN auction AS A on B.auction = A.id WHERE A.category = 10;
 /// ```
 ///
-/// Keyed by auction id. An auction stays in keyed state (bids may come at any time); of an
-/// auction in another category only a marker stays, so its bids are dropped on arrival. A bid
-/// that comes before its auction waits in a list.
+/// Keyed by auction id, over one stream of bids and auctions (a split's order is kept). An
+/// auction stays in keyed state (bids may come at any time); of an auction in another category
+/// only a marker stays, so its bids are dropped on arrival. A bid that comes before its auction
+/// waits in a list.
 pub fn q20(events: &DataStream<Event>) -> DataStream<Q20Row> {
-    bids(events)
-        .key_by(|b| b.auction)
-        .connect(&auctions(events).key_by(|a| a.id))
-        .process(ExpandBids)
+    bids_and_auctions(events)
+        .key_by(|e| match e {
+            Either::Left(b) => b.auction,
+            Either::Right(a) => a.id,
+        })
+        .process_function(OneInput(ExpandBids))
         .name("q20")
         .uid("q20")
 }
@@ -267,66 +323,155 @@ fn winner_order(b: &Bid) -> (std::cmp::Reverse<i64>, Timestamp, i64, &str, &str,
     )
 }
 
-/// Whether `b` is a bid of auction `a` within its lifetime
-/// (`B.dateTime BETWEEN A.dateTime AND A.expires`).
-fn in_lifetime(a: &Auction, b: &Bid) -> bool {
-    b.auction == a.id && a.date_time <= b.date_time && b.date_time <= a.expires
+/// A bid, or what a join keeps of one: its event time, and the order of bids.
+trait At {
+    fn at(&self) -> Timestamp;
+    /// Whether this bid wins over `other` (of the same auction).
+    fn beats(&self, other: &Self) -> bool;
 }
 
-/// The state of one auction in the winning-bids join, small enough to read at every bid (the
-/// auction and its best bid are kept apart and read only when needed).
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-enum Life {
-    /// The auction arrived and is open: its lifetime, and the price and time of its best bid.
-    Open {
-        start: Timestamp,
-        expires: Timestamp,
-        best: Option<(i64, Timestamp)>,
-    },
-    /// Closed (its result was emitted): later bids are outside its lifetime.
-    Closed,
-}
-
-static LIFE: ValueStateDescriptor<Life> = ValueStateDescriptor::new("life");
-static OPEN_AUCTION: ValueStateDescriptor<Auction> = ValueStateDescriptor::new("open-auction");
-static BEST_BID: ValueStateDescriptor<Bid> = ValueStateDescriptor::new("best-bid");
-static EARLY_BIDS: ListStateDescriptor<Bid> = ListStateDescriptor::new("early-bids");
-
-/// The winning-bids join, keyed by auction id: bids (first input) of auctions (second input).
-#[derive(Clone)]
-struct WinningBids;
-
-impl WinningBids {
-    /// Makes `b` the best bid.
-    fn crown(
-        ctx: &mut KeyedContext<'_, '_, i64, (Auction, Bid)>,
-        start: Timestamp,
-        expires: Timestamp,
-        b: Bid,
-    ) -> Result<()> {
-        ctx.value(&LIFE).set(Life::Open {
-            start,
-            expires,
-            best: Some((b.price, b.date_time)),
-        })?;
-        ctx.value(&BEST_BID).set(b)
+impl At for Bid {
+    fn at(&self) -> Timestamp {
+        self.date_time
+    }
+    fn beats(&self, other: &Self) -> bool {
+        winner_order(self) < winner_order(other)
     }
 }
 
+/// What q4 and q6 need of a bid: its auction, price and time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct PriceAt {
+    auction: i64,
+    price: i64,
+    date_time: Timestamp,
+}
+
+impl At for PriceAt {
+    fn at(&self) -> Timestamp {
+        self.date_time
+    }
+    fn beats(&self, other: &Self) -> bool {
+        self.price > other.price
+    }
+}
+
+/// The record of one auction in a winning-bids join that every bid of it reads: small, so a
+/// bid costs one lookup of a few dozen bytes (the auction's other columns and the best bid, if
+/// the query needs them, are kept apart and read when the auction closes).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum Life<W, B, T> {
+    /// The auction has not come yet: the bids for it so far, each with a timer at its time.
+    /// When the watermark passes a waiting bid, an auction it could match (one that starts at or
+    /// before the bid) can only come late, so the bid is dropped.
+    Waiting(Vec<W>),
+    /// The auction is open: its lifetime, what the query keeps of it (`tag`), and the best bid
+    /// so far as far as the order of bids needs it (`best`).
+    Open {
+        start: Timestamp,
+        expires: Timestamp,
+        best: Option<B>,
+        tag: T,
+    },
+}
+
+impl<W: At, B, T> Life<W, B, T> {
+    /// Adds a bid that came before its auction, with a timer that drops it when the watermark
+    /// passes it. Of the waiting bids with the same time only the best is kept: any lifetime
+    /// holds both or neither, so the other can never win. `None`: nothing changed.
+    fn wait<K, O>(
+        waiting: Option<Vec<W>>,
+        bid: W,
+        ctx: &mut KeyedContext<'_, '_, K, O>,
+    ) -> Option<Life<W, B, T>>
+    where
+        K: riffle::Data + std::hash::Hash + Eq,
+        O: riffle::Data,
+    {
+        let mut waiting = waiting.unwrap_or_default();
+        match waiting.iter_mut().find(|w| w.at() == bid.at()) {
+            Some(same) if bid.beats(same) => *same = bid,
+            Some(_) => return None,
+            None => {
+                ctx.register_event_time_timer(bid.at());
+                waiting.push(bid);
+            }
+        }
+        Some(Life::Waiting(waiting))
+    }
+
+    /// The bids that waited for the auction that came now (their timers are deleted).
+    fn arrived<K, O>(life: Option<Self>, ctx: &mut KeyedContext<'_, '_, K, O>) -> Vec<W>
+    where
+        K: riffle::Data + std::hash::Hash + Eq,
+        O: riffle::Data,
+    {
+        match life {
+            Some(Life::Waiting(waiting)) => {
+                for w in &waiting {
+                    ctx.delete_event_time_timer(w.at());
+                }
+                waiting
+            }
+            // An auction id comes once; a second one replaces the first.
+            _ => Vec::new(),
+        }
+    }
+
+    /// The waiting bids still in time when the watermark reaches `at`.
+    fn purge(mut waiting: Vec<W>, at: Timestamp) -> Option<Self> {
+        waiting.retain(|w| w.at() > at);
+        (!waiting.is_empty()).then_some(Life::Waiting(waiting))
+    }
+}
+
+/// Whether `t` is within the lifetime `[start, expires]`
+/// (`B.dateTime BETWEEN A.dateTime AND A.expires`).
+fn in_lifetime(start: Timestamp, expires: Timestamp, t: Timestamp) -> bool {
+    start <= t && t <= expires
+}
+
+/// Writes a value state, or clears it (`None`).
+fn store<K, O, V>(
+    ctx: &mut KeyedContext<'_, '_, K, O>,
+    descriptor: &ValueStateDescriptor<V>,
+    value: Option<V>,
+) -> Result<()>
+where
+    K: riffle::Data + std::hash::Hash + Eq,
+    O: riffle::Data,
+    V: riffle::Data,
+{
+    match value {
+        Some(v) => ctx.value(descriptor).set(v),
+        None => ctx.value(descriptor).clear(),
+    }
+}
+
+/// What q9 keeps of an open auction per bid: its lifetime and its best bid's price and time
+/// (the full best bid is read only on a tie of both).
+type BidLife = Life<Bid, (i64, Timestamp), ()>;
+
+static BID_LIFE: ValueStateDescriptor<BidLife> = ValueStateDescriptor::new("life");
+static OPEN_AUCTION: ValueStateDescriptor<Auction> = ValueStateDescriptor::new("open-auction");
+static BEST_BID: ValueStateDescriptor<Bid> = ValueStateDescriptor::new("best-bid");
+
+/// The winning-bids join of q9, keyed by auction id: bids (first input) of auctions (second).
+#[derive(Clone)]
+struct WinningBids;
+
+type WonCtx<'c, 'o> = KeyedContext<'c, 'o, i64, (Auction, Bid)>;
+
 impl KeyedCoProcessFunction<i64, Bid, Auction, (Auction, Bid)> for WinningBids {
-    fn process_element1(
-        &mut self,
-        _: &i64,
-        b: Bid,
-        ctx: &mut KeyedContext<'_, '_, i64, (Auction, Bid)>,
-    ) -> Result<()> {
-        match ctx.value(&LIFE).get()? {
+    fn process_element1(&mut self, _: &i64, b: Bid, ctx: &mut WonCtx<'_, '_>) -> Result<()> {
+        let life = match ctx.value(&BID_LIFE).get()? {
             Some(Life::Open {
                 start,
                 expires,
                 best,
+                tag,
             }) => {
-                if b.date_time < start || b.date_time > expires {
+                if !in_lifetime(start, expires, b.date_time) {
                     return Ok(());
                 }
                 let wins = match best {
@@ -339,84 +484,233 @@ impl KeyedCoProcessFunction<i64, Bid, Auction, (Auction, Bid)> for WinningBids {
                         None => true,
                     },
                 };
-                if wins {
-                    Self::crown(ctx, start, expires, b)?;
+                if !wins {
+                    return Ok(());
                 }
-                Ok(())
+                let life = Life::Open {
+                    start,
+                    expires,
+                    best: Some((b.price, b.date_time)),
+                    tag,
+                };
+                ctx.value(&BEST_BID).set(b)?;
+                life
             }
-            Some(Life::Closed) => Ok(()),
-            None => ctx.list(&EARLY_BIDS).add(b),
-        }
+            Some(Life::Waiting(waiting)) => match Life::wait(Some(waiting), b, ctx) {
+                Some(life) => life,
+                None => return Ok(()),
+            },
+            None => Life::wait(None, b, ctx).expect("a first bid waits"),
+        };
+        ctx.value(&BID_LIFE).set(life)
     }
 
-    fn process_element2(
-        &mut self,
-        _: &i64,
-        a: Auction,
-        ctx: &mut KeyedContext<'_, '_, i64, (Auction, Bid)>,
-    ) -> Result<()> {
-        let early = ctx.list(&EARLY_BIDS).get()?;
-        if !early.is_empty() {
-            ctx.list(&EARLY_BIDS).clear()?;
-        }
-        let best = early
+    fn process_element2(&mut self, _: &i64, a: Auction, ctx: &mut WonCtx<'_, '_>) -> Result<()> {
+        let life = ctx.value(&BID_LIFE).get()?;
+        let best = Life::arrived(life, ctx)
             .into_iter()
-            .filter(|b| in_lifetime(&a, b))
+            .filter(|b| in_lifetime(a.date_time, a.expires, b.date_time))
             .min_by(|x, y| winner_order(x).cmp(&winner_order(y)));
         // Fires when the watermark reaches `expires`: every bid at or before it has come.
         ctx.register_event_time_timer(a.expires);
-        let (start, expires) = (a.date_time, a.expires);
+        ctx.value(&BID_LIFE).set(Life::Open {
+            start: a.date_time,
+            expires: a.expires,
+            best: best.as_ref().map(|b| (b.price, b.date_time)),
+            tag: (),
+        })?;
         ctx.value(&OPEN_AUCTION).set(a)?;
-        match best {
-            Some(b) => Self::crown(ctx, start, expires, b),
-            None => ctx.value(&LIFE).set(Life::Open {
-                start,
-                expires,
-                best: None,
-            }),
-        }
+        store(ctx, &BEST_BID, best)
     }
 
     fn on_timer(
         &mut self,
         _: &i64,
-        _: Timestamp,
+        at: Timestamp,
         _: TimeDomain,
-        ctx: &mut KeyedContext<'_, '_, i64, (Auction, Bid)>,
+        ctx: &mut WonCtx<'_, '_>,
     ) -> Result<()> {
-        if let Some(Life::Open { best, .. }) = ctx.value(&LIFE).get()? {
-            ctx.value(&LIFE).set(Life::Closed)?;
-            let auction = ctx.value(&OPEN_AUCTION).get()?;
-            ctx.value(&OPEN_AUCTION).clear()?;
-            if best.is_some() {
-                let bid = ctx.value(&BEST_BID).get()?;
-                ctx.value(&BEST_BID).clear()?;
-                if let (Some(a), Some(b)) = (auction, bid) {
+        // The close reads the auction and its best bid, not the per-bid record.
+        match ctx.value(&OPEN_AUCTION).get()? {
+            Some(a) if at >= a.expires => {
+                let best = ctx.value(&BEST_BID).get()?;
+                ctx.value(&BID_LIFE).clear()?;
+                ctx.value(&OPEN_AUCTION).clear()?;
+                if let Some(b) = best {
+                    ctx.value(&BEST_BID).clear()?;
                     ctx.emit((a, b))?;
                 }
+                Ok(())
             }
+            Some(_) => Ok(()),
+            None => match ctx.value(&BID_LIFE).get()? {
+                Some(Life::Waiting(waiting)) => store(ctx, &BID_LIFE, Life::purge(waiting, at)),
+                _ => Ok(()),
+            },
         }
-        Ok(())
     }
 }
 
 /// Each auction with its winning bid, emitted when the auction closes (the watermark passes
-/// its `expires`; the end of input closes the rest), at event time `expires`: the highest bid
-/// within the auction's lifetime (`B.dateTime BETWEEN A.dateTime AND A.expires`), ties as
-/// q9's `ORDER BY price DESC, dateTime ASC` then bidder, channel, url, extra. Auctions without
-/// such a bid give no row (an inner join).
+/// its `expires`; the end of a bounded input closes the rest), at event time `expires`: the
+/// highest bid within the auction's lifetime (`B.dateTime BETWEEN A.dateTime AND A.expires`),
+/// ties as q9's `ORDER BY price DESC, dateTime ASC` then bidder, channel, url, extra. Auctions
+/// without such a bid give no row (an inner join).
 ///
-/// A two-input keyed operator by auction id: the auction and its best bid so far in keyed state
-/// (with a small record of its lifetime and best price, the only state most bids read), a timer
-/// at `expires`; bids before their auction wait in a list; after the close a marker
-/// stays so that later bids are dropped at once.
+/// A keyed operator by auction id over one stream of bids and auctions (so a split's order is
+/// kept: an auction comes before the bids generated after it). Per auction a small record that every bid reads
+/// (its lifetime, and the price and time of its best bid so far); the auction and its best bid
+/// apart, written when they change and read when the auction closes; a timer at `expires`.
+/// After the close the auction's state is gone. Bids that come before their auction wait (a
+/// timer at each drops it once the watermark passes it: its auction could only come late).
 pub fn winning_bids(events: &DataStream<Event>) -> DataStream<(Auction, Bid)> {
-    bids(events)
-        .key_by(|b| b.auction)
-        .connect(&auctions(events).key_by(|a| a.id))
-        .process(WinningBids)
+    bids_and_auctions(events)
+        .key_by(|e| match e {
+            Either::Left(b) => b.auction,
+            Either::Right(a) => a.id,
+        })
+        .process_function(OneInput(WinningBids))
         .name("winning bids")
         .uid("winning-bids")
+}
+
+/// An auction with its winning price (q4's `MAX(B.price)`, q6's top-1 price), from
+/// [`winning_prices`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WinningPrice {
+    /// The auction's id.
+    pub id: i64,
+    /// What the query kept of the auction (q4: its category; q6: its seller).
+    pub tag: i64,
+    /// When the auction closed.
+    pub expires: Timestamp,
+    /// The highest price bid within its lifetime.
+    pub price: i64,
+}
+
+/// What q4 and q6 keep of an open auction: its lifetime, the highest price so far and the tag.
+type PriceLife = Life<PriceAt, i64, i64>;
+
+static PRICE_LIFE: ValueStateDescriptor<PriceLife> = ValueStateDescriptor::new("price-life");
+
+/// An auction as q4 and q6 need it: id, lifetime, tag.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+struct Lifetime {
+    id: i64,
+    start: Timestamp,
+    expires: Timestamp,
+    tag: i64,
+}
+
+/// The winning-price join, keyed by auction id: one small record per auction.
+#[derive(Clone)]
+struct WinningPrices;
+
+type PriceCtx<'c, 'o> = KeyedContext<'c, 'o, i64, WinningPrice>;
+
+impl KeyedCoProcessFunction<i64, PriceAt, Lifetime, WinningPrice> for WinningPrices {
+    fn process_element1(&mut self, _: &i64, b: PriceAt, ctx: &mut PriceCtx<'_, '_>) -> Result<()> {
+        let life = match ctx.value(&PRICE_LIFE).get()? {
+            Some(Life::Open {
+                start,
+                expires,
+                best,
+                tag,
+            }) => {
+                if !in_lifetime(start, expires, b.date_time) || best.is_some_and(|p| p >= b.price) {
+                    return Ok(());
+                }
+                Life::Open {
+                    start,
+                    expires,
+                    best: Some(b.price),
+                    tag,
+                }
+            }
+            Some(Life::Waiting(waiting)) => match Life::wait(Some(waiting), b, ctx) {
+                Some(life) => life,
+                None => return Ok(()),
+            },
+            None => Life::wait(None, b, ctx).expect("a first bid waits"),
+        };
+        ctx.value(&PRICE_LIFE).set(life)
+    }
+
+    fn process_element2(&mut self, _: &i64, a: Lifetime, ctx: &mut PriceCtx<'_, '_>) -> Result<()> {
+        let life = ctx.value(&PRICE_LIFE).get()?;
+        let best = Life::arrived(life, ctx)
+            .into_iter()
+            .filter(|b| in_lifetime(a.start, a.expires, b.date_time))
+            .map(|b| b.price)
+            .max();
+        ctx.register_event_time_timer(a.expires);
+        ctx.value(&PRICE_LIFE).set(Life::Open {
+            start: a.start,
+            expires: a.expires,
+            best,
+            tag: a.tag,
+        })
+    }
+
+    fn on_timer(
+        &mut self,
+        id: &i64,
+        at: Timestamp,
+        _: TimeDomain,
+        ctx: &mut PriceCtx<'_, '_>,
+    ) -> Result<()> {
+        match ctx.value(&PRICE_LIFE).get()? {
+            Some(Life::Open {
+                expires, best, tag, ..
+            }) if at >= expires => {
+                ctx.value(&PRICE_LIFE).clear()?;
+                match best {
+                    Some(price) => ctx.emit(WinningPrice {
+                        id: *id,
+                        tag,
+                        expires,
+                        price,
+                    }),
+                    None => Ok(()),
+                }
+            }
+            Some(Life::Waiting(waiting)) => store(ctx, &PRICE_LIFE, Life::purge(waiting, at)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Each auction with its winning price, as [`winning_bids`] but keeping only what q4 and q6
+/// need: per auction one record of a few dozen bytes (its lifetime, the highest price so far,
+/// and `tag(auction)`), read by every bid and written when the price rises. Bids and auctions
+/// are cut down to those columns before they are shuffled.
+pub fn winning_prices(
+    events: &DataStream<Event>,
+    tag: impl Fn(&Auction) -> i64 + Clone + Send + Sync + 'static,
+) -> DataStream<WinningPrice> {
+    events
+        .flat_map(move |e| match e {
+            Event::Bid(b) => Some(Either::Left(PriceAt {
+                auction: b.auction,
+                price: b.price,
+                date_time: b.date_time,
+            })),
+            Event::Auction(a) => Some(Either::Right(Lifetime {
+                id: a.id,
+                start: a.date_time,
+                expires: a.expires,
+                tag: tag(&a),
+            })),
+            Event::Person(_) => None,
+        })
+        .name("bid prices and auction lifetimes")
+        .key_by(|e| match e {
+            Either::Left(b) => b.auction,
+            Either::Right(a) => a.id,
+        })
+        .process_function(OneInput(WinningPrices))
+        .name("winning prices")
+        .uid("winning-prices")
 }
 
 /// Row of q9: the auction's columns, then its winning bid's.
@@ -503,15 +797,13 @@ static CATEGORY_SUM: ValueStateDescriptor<(i64, i64)> = ValueStateDescriptor::ne
 /// GROUP BY Q.category;
 /// ```
 ///
-/// The winning price of an auction is final when it closes ([`winning_bids`]); per category a
+/// The winning price of an auction is final when it closes ([`winning_prices`]); per category a
 /// keyed sum and count give the average, emitted as a changelog row (`+I`, then `+U`) at each
 /// closed auction. The last row of a category is the result.
 pub fn q4(events: &DataStream<Event>) -> DataStream<Change<Q4Row>> {
-    winning_bids(events)
-        .map(|(a, b)| (a.category, b.price))
-        .name("q4 finals")
-        .key_by(|(category, _)| *category)
-        .process(|category, (_, price), ctx| {
+    winning_prices(events, |a| a.category)
+        .key_by(|w| w.tag)
+        .process(|category, WinningPrice { price, .. }, ctx| {
             let mut state = ctx.value(&CATEGORY_SUM);
             let before = state.get()?;
             let (sum, count) = before.unwrap_or((0, 0));
@@ -567,17 +859,17 @@ static LATEST_PRICES: ValueStateDescriptor<Vec<i64>> = ValueStateDescriptor::new
 ///
 /// Flink cannot run this SQL (its OVER window does not take the top-1's retractions; the
 /// project's file says so). Here, as in Beam's Query 6, the seller's auctions are taken in the
-/// order they close, `(expires, id)`, which is final: each closed auction ([`winning_bids`])
+/// order they close, `(expires, id)`, which is final: each closed auction ([`winning_prices`])
 /// waits, keyed by seller, until the watermark reaches its `expires` (all auctions closing at or
 /// before it have come), then in that order gives one row: the integer average winning price of
 /// it and the seller's [`Q6_ROWS`]` - 1` closed auctions before it.
 pub fn q6(events: &DataStream<Event>) -> DataStream<Q6Row> {
-    winning_bids(events)
-        .map(|(a, b)| Closed {
-            expires: a.expires,
-            id: a.id,
-            seller: a.seller,
-            price: b.price,
+    winning_prices(events, |a| a.seller)
+        .map(|w| Closed {
+            expires: w.expires,
+            id: w.id,
+            seller: w.tag,
+            price: w.price,
         })
         .name("q6 closed")
         .key_by(|c| c.seller)

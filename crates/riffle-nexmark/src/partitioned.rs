@@ -1,0 +1,543 @@
+//! A partitioned, exactly-once file sink: what q10 writes into (Flink's `filesystem` connector
+//! with `PARTITIONED BY`).
+//!
+//! Each record goes to the directory of its partition, a relative path the sink is given a
+//! function for (q10: `dt=2026-01-15/hm=00:00`). Within a partition the protocol is the one of
+//! Riffle's `ExactlyOnceFileSink`:
+//!
+//! * records go to an in-progress file, `<dir>/<partition>/.in-progress/part-<job>-<subtask>-<run>-<n>.<ext>`;
+//! * at the barrier of checkpoint N every open file is closed and synced (the file, then its
+//!   directory) and becomes pending for N (the list is stored in the checkpoint);
+//! * when N completes, its pending files are renamed into their partition's directory:
+//!   visible, atomically, and the directory is synced;
+//! * on recovery the files of the restored checkpoint are committed (it completed), and every
+//!   other in-progress file that this job's earlier runs left in any partition is deleted: data
+//!   after the checkpoint is replayed, never duplicated. A bounded job commits its last files
+//!   when it ends.
+//!
+//! Files roll at each checkpoint, at a size, and when more partitions are open than the sink
+//! keeps open files for (the least recently written one is closed; a partition written again
+//! opens a new file). `<job>` is a hash of the job's name: two jobs can share a directory.
+//! A fresh start (no checkpoint restored) of a job whose committed files are already in the
+//! directory fails at start, naming the directory.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use riffle::checkpoint::{decode, encode};
+use riffle::operators::OperatorContext;
+use riffle::sink::{Ending, Finalizer, Guarantee, Sink, SinkWriter};
+use riffle::{Data, Error, Record, Result};
+use serde::{Deserialize, Serialize};
+
+/// Sub-directory of a partition's in-progress files.
+const IN_PROGRESS: &str = ".in-progress";
+
+/// How deep partition directories may nest below the sink's directory (q10: `dt=../hm=..`).
+const MAX_DEPTH: usize = 4;
+
+type PartitionFn<T> = Arc<dyn Fn(&T) -> String + Send + Sync>;
+type LineFn<T> = Arc<dyn Fn(&T, &mut Vec<u8>) -> Result<()> + Send + Sync>;
+
+/// Writes each record as one line into the directory of its partition, visible once the
+/// checkpoint that covers it completed; see the [module documentation](self).
+///
+/// ```no_run
+/// use riffle_nexmark::partitioned::PartitionedFileSink;
+/// let sink = PartitionedFileSink::new(
+///     "out/bids",
+///     |t: &(String, i64)| format!("day={}", t.0),
+///     |t: &(String, i64), line: &mut Vec<u8>| {
+///         line.extend_from_slice(t.1.to_string().as_bytes());
+///         Ok(())
+///     },
+/// )
+/// .extension("csv");
+/// ```
+pub struct PartitionedFileSink<T> {
+    dir: PathBuf,
+    setting: String,
+    extension: String,
+    roll_size: u64,
+    max_open: usize,
+    partition: PartitionFn<T>,
+    line: LineFn<T>,
+    _type: PhantomData<fn(T)>,
+}
+
+impl<T> PartitionedFileSink<T> {
+    /// A sink writing into `dir`: `partition(record)` is the record's directory below it (a
+    /// relative path of plain names, such as `dt=2026-01-15/hm=00:00`), `line` writes the
+    /// record's line (without its newline). Files roll at 128 MB; 64 files are kept open.
+    pub fn new(
+        dir: impl Into<PathBuf>,
+        partition: impl Fn(&T) -> String + Send + Sync + 'static,
+        line: impl Fn(&T, &mut Vec<u8>) -> Result<()> + Send + Sync + 'static,
+    ) -> Self {
+        PartitionedFileSink {
+            dir: dir.into(),
+            setting: "output".into(),
+            extension: "jsonl".into(),
+            roll_size: 128 << 20,
+            max_open: 64,
+            partition: Arc::new(partition),
+            line: Arc::new(line),
+            _type: PhantomData,
+        }
+    }
+
+    /// The extension of the part files (default `jsonl`).
+    pub fn extension(mut self, extension: &str) -> Self {
+        self.extension = extension.to_string();
+        self
+    }
+
+    /// Starts a new part file in a partition once its current one holds this many bytes.
+    pub fn roll_size(mut self, bytes: u64) -> Self {
+        self.roll_size = bytes;
+        self
+    }
+
+    /// How many part files a subtask keeps open at once (one per partition written since the
+    /// last checkpoint, up to this many).
+    pub fn max_open_files(mut self, files: usize) -> Self {
+        self.max_open = files;
+        self
+    }
+
+    /// The name of the setting the directory came from, used in configuration errors.
+    pub fn setting_name(mut self, setting: &str) -> Self {
+        self.setting = setting.to_string();
+        self
+    }
+}
+
+fn io(context: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::io(format!("{context} `{}`", path.display()), e)
+}
+
+/// Whether `partition` is a relative path of plain names (no `..`, no root, no empty part,
+/// not the in-progress directory).
+fn valid_partition(partition: &str) -> bool {
+    !partition.is_empty()
+        && partition.split('/').count() <= MAX_DEPTH
+        && partition
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != ".." && part != IN_PROGRESS)
+}
+
+/// Syncs a directory, so that the names created or renamed in it survive a power loss.
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io("cannot sync", dir, e))
+}
+
+/// The part-file tag of job `name`: 8 hex digits of a stable hash.
+fn job_tag(name: &str) -> String {
+    format!("{:08x}", riffle::keys::stable_hash(name) as u32)
+}
+
+/// Every directory below `dir` (itself included) down to [`MAX_DEPTH`] levels, except
+/// in-progress ones.
+fn partition_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut found = vec![dir.to_path_buf()];
+    let mut level = vec![dir.to_path_buf()];
+    for _ in 0..MAX_DEPTH {
+        let mut next = Vec::new();
+        for d in &level {
+            let Ok(entries) = std::fs::read_dir(d) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) && entry.file_name() != IN_PROGRESS {
+                    next.push(entry.path());
+                }
+            }
+        }
+        found.extend(next.iter().cloned());
+        level = next;
+    }
+    found
+}
+
+/// A committed part file of job `job` anywhere in `dir`'s partitions, if there is one.
+fn committed_output_of(dir: &Path, job: &str) -> Option<PathBuf> {
+    let prefix = format!("part-{job}-");
+    partition_dirs(dir).into_iter().find_map(|d| {
+        std::fs::read_dir(&d)
+            .ok()?
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+    })
+}
+
+impl<T: Data> Sink<T> for PartitionedFileSink<T> {
+    fn name(&self) -> String {
+        format!("partitioned files {} (exactly-once)", self.dir.display())
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.roll_size == 0 || self.max_open == 0 {
+            return Err(Error::config(
+                &self.setting,
+                "part files need a positive roll size and at least one open file",
+            ));
+        }
+        if self.extension.is_empty() || self.extension.contains('/') {
+            return Err(Error::config(
+                &self.setting,
+                format!("`{}` is not a file extension", self.extension),
+            ));
+        }
+        std::fs::create_dir_all(&self.dir).map_err(|e| {
+            Error::config(
+                &self.setting,
+                format!("cannot create `{}`: {e}", self.dir.display()),
+            )
+        })
+    }
+
+    fn guarantee(&self) -> Guarantee {
+        Guarantee::ExactlyOnce
+    }
+
+    fn writer(&self, ctx: &OperatorContext) -> Result<Box<dyn SinkWriter<T>>> {
+        let job = job_tag(&ctx.job_name);
+        if !ctx.restored
+            && let Some(file) = committed_output_of(&self.dir, &job)
+        {
+            return Err(Error::config(
+                &self.setting,
+                format!(
+                    "`{}` already holds committed output of job `{}` ({}); a fresh start would \
+                     write it a second time. Restore the job from its checkpoints, or start over \
+                     with an empty directory",
+                    self.dir.display(),
+                    ctx.job_name,
+                    file.display()
+                ),
+            ));
+        }
+        Ok(Box::new(PartitionWriter {
+            job,
+            dir: self.dir.clone(),
+            extension: self.extension.clone(),
+            subtask: ctx.subtask,
+            parallelism: ctx.parallelism,
+            run: ctx
+                .run_id
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric())
+                .collect(),
+            roll_size: self.roll_size,
+            max_open: self.max_open,
+            partition: self.partition.clone(),
+            line: self.line.clone(),
+            sequence: 0,
+            writes: 0,
+            open: HashMap::new(),
+            closed: Vec::new(),
+            pending: BTreeMap::new(),
+            buffer: Vec::with_capacity(256),
+        }))
+    }
+}
+
+/// A part file: its partition (relative directory) and name.
+type PartFile = (String, String);
+
+/// What a checkpoint stores for one sink subtask: the files to commit when it completes.
+#[derive(Debug, Serialize, Deserialize)]
+struct Committable {
+    subtask: usize,
+    dir: PathBuf,
+    files: Vec<PartFile>,
+}
+
+struct OpenFile {
+    name: String,
+    writer: BufWriter<File>,
+    bytes: u64,
+    /// When it was last written (a count of writes): the least recent is closed first.
+    used: u64,
+}
+
+struct PartitionWriter<T> {
+    job: String,
+    dir: PathBuf,
+    extension: String,
+    subtask: usize,
+    parallelism: usize,
+    run: String,
+    roll_size: u64,
+    max_open: usize,
+    partition: PartitionFn<T>,
+    line: LineFn<T>,
+    sequence: u64,
+    writes: u64,
+    open: HashMap<String, OpenFile>,
+    /// Closed since the last barrier: pending for the next checkpoint.
+    closed: Vec<PartFile>,
+    /// Pre-committed files by checkpoint, not yet visible.
+    pending: BTreeMap<u64, Vec<PartFile>>,
+    buffer: Vec<u8>,
+}
+
+/// Makes `file` of `partition` visible: renames it out of the in-progress directory.
+/// Idempotent.
+fn commit_file(dir: &Path, (partition, file): &PartFile) -> Result<()> {
+    let from = dir.join(partition).join(IN_PROGRESS).join(file);
+    let to = dir.join(partition).join(file);
+    match std::fs::rename(&from, &to) {
+        Ok(()) => Ok(()),
+        Err(_) if to.exists() => Ok(()), // committed before a failure
+        Err(e) => Err(io("cannot commit", &from, e)),
+    }
+}
+
+fn commit_files(dir: &Path, files: &[PartFile]) -> Result<()> {
+    let mut partitions = HashSet::new();
+    for file in files {
+        commit_file(dir, file)?;
+        partitions.insert(&file.0);
+    }
+    for partition in partitions {
+        sync_dir(&dir.join(partition))?;
+    }
+    Ok(())
+}
+
+impl<T> PartitionWriter<T> {
+    /// The open file of `partition`, opened (and, beyond the open-file limit, another closed)
+    /// if needed.
+    fn file(&mut self, partition: &str) -> Result<&mut OpenFile> {
+        if !self.open.contains_key(partition) {
+            if !valid_partition(partition) {
+                return Err(Error::user(format!(
+                    "`{partition}` is not a partition directory (a relative path of at most \
+                     {MAX_DEPTH} plain names)"
+                )));
+            }
+            if self.open.len() >= self.max_open {
+                let oldest = self
+                    .open
+                    .iter()
+                    .min_by_key(|(_, f)| f.used)
+                    .map(|(p, _)| p.clone())
+                    .expect("at least one open file");
+                self.close(&oldest)?;
+            }
+            let in_progress = self.dir.join(partition).join(IN_PROGRESS);
+            if !in_progress.is_dir() {
+                std::fs::create_dir_all(&in_progress)
+                    .map_err(|e| io("cannot create", &in_progress, e))?;
+                sync_dir(&self.dir.join(partition))?;
+            }
+            let name = format!(
+                "part-{}-{}-{}-{}.{}",
+                self.job, self.subtask, self.run, self.sequence, self.extension
+            );
+            self.sequence += 1;
+            let path = in_progress.join(&name);
+            let file = OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(&path)
+                .map_err(|e| io("cannot open", &path, e))?;
+            self.open.insert(
+                partition.to_string(),
+                OpenFile {
+                    name,
+                    writer: BufWriter::with_capacity(1 << 16, file),
+                    bytes: 0,
+                    used: 0,
+                },
+            );
+        }
+        self.writes += 1;
+        let file = self.open.get_mut(partition).expect("opened above");
+        file.used = self.writes;
+        Ok(file)
+    }
+
+    /// Closes the open file of `partition` (flushed and synced): it joins the files of the
+    /// next checkpoint.
+    fn close(&mut self, partition: &str) -> Result<()> {
+        if let Some(open) = self.open.remove(partition) {
+            let in_progress = self.dir.join(partition).join(IN_PROGRESS);
+            let path = in_progress.join(&open.name);
+            let file = open
+                .writer
+                .into_inner()
+                .map_err(|e| io("cannot write", &path, e.into_error()))?;
+            file.sync_all().map_err(|e| io("cannot sync", &path, e))?;
+            sync_dir(&in_progress)?;
+            self.closed.push((partition.to_string(), open.name));
+        }
+        Ok(())
+    }
+
+    fn close_all(&mut self) -> Result<()> {
+        let mut partitions: Vec<String> = self.open.keys().cloned().collect();
+        partitions.sort();
+        for partition in partitions {
+            self.close(&partition)?;
+        }
+        Ok(())
+    }
+}
+
+impl<T: Data> SinkWriter<T> for PartitionWriter<T> {
+    fn write(&mut self, batch: &mut Vec<Record<T>>) -> Result<()> {
+        let mut buffer = std::mem::take(&mut self.buffer);
+        let result = (|| {
+            for record in batch.drain(..) {
+                let partition = (self.partition)(&record.value);
+                buffer.clear();
+                (self.line)(&record.value, &mut buffer)?;
+                buffer.push(b'\n');
+                let dir = self.dir.clone();
+                let roll_size = self.roll_size;
+                let file = self.file(&partition)?;
+                file.writer.write_all(&buffer).map_err(|e| {
+                    io(
+                        "cannot write",
+                        &dir.join(&partition).join(IN_PROGRESS).join(&file.name),
+                        e,
+                    )
+                })?;
+                file.bytes += buffer.len() as u64;
+                if file.bytes >= roll_size {
+                    self.close(&partition)?;
+                }
+            }
+            Ok(())
+        })();
+        self.buffer = buffer;
+        result
+    }
+
+    fn pre_commit(&mut self, checkpoint_id: u64) -> Result<Option<Vec<u8>>> {
+        self.close_all()?;
+        let closed = std::mem::take(&mut self.closed);
+        if !closed.is_empty() {
+            self.pending
+                .entry(checkpoint_id)
+                .or_default()
+                .extend(closed);
+        }
+        let files: Vec<PartFile> = self.pending.values().flatten().cloned().collect();
+        if files.is_empty() {
+            return Ok(None);
+        }
+        encode(&Committable {
+            subtask: self.subtask,
+            dir: std::fs::canonicalize(&self.dir).unwrap_or_else(|_| self.dir.clone()),
+            files,
+        })
+        .map(Some)
+    }
+
+    fn commit(&mut self, checkpoint_id: u64) -> Result<()> {
+        let later = self.pending.split_off(&(checkpoint_id + 1));
+        let due = std::mem::replace(&mut self.pending, later);
+        let files: Vec<PartFile> = due.into_values().flatten().collect();
+        commit_files(&self.dir, &files)
+    }
+
+    fn recover(&mut self, committables: Vec<Vec<u8>>) -> Result<()> {
+        let mut keep = HashSet::new();
+        for bytes in committables {
+            let committable: Committable = decode(&bytes)?;
+            if committable.subtask % self.parallelism == self.subtask {
+                commit_files(&committable.dir, &committable.files)?;
+            }
+            keep.extend(committable.files.into_iter().map(|(_, name)| name));
+        }
+        // Abort what this job's earlier runs left uncommitted, in every partition; other jobs'
+        // files are theirs to handle, and this run's own are being written.
+        let job = format!("part-{}-", self.job);
+        let mine = format!("-{}-", self.run);
+        for partition in partition_dirs(&self.dir) {
+            let in_progress = partition.join(IN_PROGRESS);
+            let Ok(entries) = std::fs::read_dir(&in_progress) else {
+                continue;
+            };
+            let mut removed = false;
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with(&job) && !keep.contains(&name) && !name.contains(&mine) {
+                    let _ = std::fs::remove_file(entry.path());
+                    removed = true;
+                }
+            }
+            if removed {
+                sync_dir(&in_progress)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) -> Result<Option<Finalizer>> {
+        self.close_all()?;
+        let pending = std::mem::take(&mut self.pending);
+        let closed = std::mem::take(&mut self.closed);
+        let dir = self.dir.clone();
+        Ok(Some(Box::new(move |ending| {
+            let files: Vec<PartFile> = match ending {
+                Ending::Drained => pending.into_values().flatten().chain(closed).collect(),
+                // What came after the savepoint stays in progress: the restored job aborts it.
+                Ending::Stopped { up_to } => pending
+                    .range(..=up_to)
+                    .flat_map(|(_, files)| files.iter().cloned())
+                    .collect(),
+            };
+            commit_files(&dir, &files)
+        })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_are_relative_paths_of_plain_names() {
+        assert!(valid_partition("dt=2026-01-15/hm=00:00"));
+        for bad in [
+            "",
+            "/abs",
+            "a//b",
+            "../up",
+            "a/./b",
+            "a/.in-progress",
+            "a/b/c/d/e",
+        ] {
+            assert!(!valid_partition(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn partition_dirs_skip_in_progress_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("dt=1/hm=2").join(IN_PROGRESS)).unwrap();
+        let mut found: Vec<String> = partition_dirs(dir.path())
+            .into_iter()
+            .map(|p| {
+                p.strip_prefix(dir.path())
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        found.sort();
+        assert_eq!(found, vec!["", "dt=1", "dt=1/hm=2"]);
+    }
+}
