@@ -30,12 +30,10 @@ use std::sync::Arc;
 
 use riffle::checkpoint::{decode, encode};
 use riffle::operators::OperatorContext;
-use riffle::sink::{Ending, Finalizer, Guarantee, Sink, SinkWriter};
+use riffle::sink::part_files::{IN_PROGRESS, due_at_end, job_tag, remove_stale, sync_dir};
+use riffle::sink::{Finalizer, Guarantee, Sink, SinkWriter};
 use riffle::{Data, Error, Record, Result};
 use serde::{Deserialize, Serialize};
-
-/// Sub-directory of a partition's in-progress files.
-const IN_PROGRESS: &str = ".in-progress";
 
 /// How deep partition directories may nest below the sink's directory (q10: `dt=../hm=..`).
 const MAX_DEPTH: usize = 4;
@@ -128,18 +126,6 @@ fn valid_partition(partition: &str) -> bool {
         && partition
             .split('/')
             .all(|part| !part.is_empty() && part != "." && part != ".." && part != IN_PROGRESS)
-}
-
-/// Syncs a directory, so that the names created or renamed in it survive a power loss.
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io("cannot sync", dir, e))
-}
-
-/// The part-file tag of job `name`: 8 hex digits of a stable hash.
-fn job_tag(name: &str) -> String {
-    format!("{:08x}", riffle::keys::stable_hash(name) as u32)
 }
 
 /// Every directory below `dir` (itself included) down to [`MAX_DEPTH`] levels, except
@@ -289,23 +275,13 @@ struct PartitionWriter<T> {
     buffer: Vec<u8>,
 }
 
-/// Makes `file` of `partition` visible: renames it out of the in-progress directory.
-/// Idempotent.
-fn commit_file(dir: &Path, (partition, file): &PartFile) -> Result<()> {
-    let from = dir.join(partition).join(IN_PROGRESS).join(file);
-    let to = dir.join(partition).join(file);
-    match std::fs::rename(&from, &to) {
-        Ok(()) => Ok(()),
-        Err(_) if to.exists() => Ok(()), // committed before a failure
-        Err(e) => Err(io("cannot commit", &from, e)),
-    }
-}
-
+/// Commits `files` (each out of its partition's in-progress directory) and syncs their
+/// partitions.
 fn commit_files(dir: &Path, files: &[PartFile]) -> Result<()> {
     let mut partitions = HashSet::new();
-    for file in files {
-        commit_file(dir, file)?;
-        partitions.insert(&file.0);
+    for (partition, file) in files {
+        riffle::sink::part_files::commit_file(&dir.join(partition), file)?;
+        partitions.insert(partition);
     }
     for partition in partitions {
         sync_dir(&dir.join(partition))?;
@@ -463,24 +439,8 @@ impl<T: Data> SinkWriter<T> for PartitionWriter<T> {
         }
         // Abort what this job's earlier runs left uncommitted, in every partition; other jobs'
         // files are theirs to handle, and this run's own are being written.
-        let job = format!("part-{}-", self.job);
-        let mine = format!("-{}-", self.run);
         for partition in partition_dirs(&self.dir) {
-            let in_progress = partition.join(IN_PROGRESS);
-            let Ok(entries) = std::fs::read_dir(&in_progress) else {
-                continue;
-            };
-            let mut removed = false;
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.starts_with(&job) && !keep.contains(&name) && !name.contains(&mine) {
-                    let _ = std::fs::remove_file(entry.path());
-                    removed = true;
-                }
-            }
-            if removed {
-                sync_dir(&in_progress)?;
-            }
+            remove_stale(&partition, &self.job, &self.run, &keep)?;
         }
         Ok(())
     }
@@ -491,15 +451,7 @@ impl<T: Data> SinkWriter<T> for PartitionWriter<T> {
         let closed = std::mem::take(&mut self.closed);
         let dir = self.dir.clone();
         Ok(Some(Box::new(move |ending| {
-            let files: Vec<PartFile> = match ending {
-                Ending::Drained => pending.into_values().flatten().chain(closed).collect(),
-                // What came after the savepoint stays in progress: the restored job aborts it.
-                Ending::Stopped { up_to } => pending
-                    .range(..=up_to)
-                    .flat_map(|(_, files)| files.iter().cloned())
-                    .collect(),
-            };
-            commit_files(&dir, &files)
+            commit_files(&dir, &due_at_end(pending, closed, ending))
         })))
     }
 }

@@ -32,10 +32,10 @@ use crate::error::{Error, Result};
 use crate::operators::OperatorContext;
 use crate::record::{Data, Record};
 use crate::sink::file::check_writable_dir;
-use crate::sink::{Ending, Finalizer, Guarantee, Sink, SinkWriter};
-
-/// Sub-directory of the in-progress files.
-const IN_PROGRESS: &str = ".in-progress";
+use crate::sink::part_files::{
+    IN_PROGRESS, commit_file, due_at_end, job_tag, remove_stale, sync_dir,
+};
+use crate::sink::{Finalizer, Guarantee, Sink, SinkWriter};
 
 /// Writes records as JSON lines, visible only once the checkpoint that covers them completed.
 ///
@@ -203,22 +203,6 @@ fn io(context: &str, path: &Path, e: std::io::Error) -> Error {
     Error::io(format!("{context} `{}`", path.display()), e)
 }
 
-/// Makes `file` visible: renames it from the in-progress directory. Idempotent.
-fn commit_file(dir: &Path, file: &str) -> Result<()> {
-    let from = dir.join(IN_PROGRESS).join(file);
-    let to = dir.join(file);
-    match std::fs::rename(&from, &to) {
-        Ok(()) => Ok(()),
-        Err(_) if to.exists() => Ok(()), // committed before the failure
-        Err(e) => Err(io("cannot commit", &from, e)),
-    }
-}
-
-/// The part-file tag of job `name`: 8 hex digits of a stable hash.
-fn job_tag(name: &str) -> String {
-    format!("{:08x}", xxhash_rust::xxh3::xxh3_64(name.as_bytes()) as u32)
-}
-
 /// A committed part file of job `job` in `dir`, if there is one.
 fn committed_output_of(dir: &Path, job: &str) -> Option<String> {
     let prefix = format!("part-{job}-");
@@ -227,15 +211,6 @@ fn committed_output_of(dir: &Path, job: &str) -> Option<String> {
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .find(|name| name.starts_with(&prefix))
-}
-
-/// Syncs a directory, so that the names created or renamed in it survive a power loss.
-fn sync_dir(dir: &Path) -> Result<()> {
-    #[cfg(test)]
-    tests::SYNCED.with(|s| s.borrow_mut().push(dir.to_path_buf()));
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io("cannot sync", dir, e))
 }
 
 fn commit_files(dir: &Path, files: &[String]) -> Result<()> {
@@ -372,24 +347,7 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter {
         }
         // Abort what this job's earlier runs left uncommitted (beyond the restored checkpoint);
         // other jobs' files in the same directory are theirs to handle.
-        let in_progress = self.dir.join(IN_PROGRESS);
-        let Ok(entries) = std::fs::read_dir(&in_progress) else {
-            return Ok(());
-        };
-        let job = format!("part-{}-", self.job);
-        let mine = format!("-{}-", self.run);
-        let mut removed = false;
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(&job) && !keep.contains(&name) && !name.contains(&mine) {
-                let _ = std::fs::remove_file(entry.path());
-                removed = true;
-            }
-        }
-        if removed {
-            sync_dir(&in_progress)?;
-        }
-        Ok(())
+        remove_stale(&self.dir, &self.job, &self.run, &keep)
     }
 
     fn close(&mut self) -> Result<Option<Finalizer>> {
@@ -398,15 +356,7 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter {
         let closed = std::mem::take(&mut self.closed);
         let dir = self.dir.clone();
         Ok(Some(Box::new(move |ending| {
-            let files: Vec<String> = match ending {
-                Ending::Drained => pending.into_values().flatten().chain(closed).collect(),
-                // What came after the savepoint stays in progress: the restored job aborts it.
-                Ending::Stopped { up_to } => pending
-                    .range(..=up_to)
-                    .flat_map(|(_, files)| files.iter().cloned())
-                    .collect(),
-            };
-            commit_files(&dir, &files)
+            commit_files(&dir, &due_at_end(pending, closed, ending))
         })))
     }
 }
@@ -415,10 +365,8 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter {
 mod tests {
     use super::*;
 
-    thread_local! {
-        /// The directories synced on this thread, in order.
-        pub(super) static SYNCED: std::cell::RefCell<Vec<PathBuf>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
+    use crate::sink::Ending;
+    use crate::sink::part_files::SYNCED;
 
     fn writer(dir: &Path, subtask: usize, run: &str) -> TransactionalWriter {
         TransactionalWriter {

@@ -17,6 +17,7 @@ mod exactly_once;
 mod file;
 mod function;
 mod operator;
+pub mod part_files;
 mod simple;
 mod upsert;
 
