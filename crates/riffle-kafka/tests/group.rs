@@ -261,7 +261,9 @@ fn a_process_that_joins_mid_run_takes_partitions_and_nothing_is_lost_or_doubled(
 fn a_rolling_restart_of_every_process_loses_and_doubles_nothing() {
     let _serial = one_at_a_time();
     let (input, output) = (topic("group-roll-in", 6), topic("group-roll-out", 3));
-    let count = 12_000;
+    // Three members copy 1,200 records a second; the restarts take 15 s and more: the input
+    // lasts past them.
+    let count = 36_000;
     input_records(&input, 6, count);
     let group = group_name("roll");
     let mut members: Vec<Member> = (0..3)
@@ -271,7 +273,8 @@ fn a_rolling_restart_of_every_process_loses_and_doubles_nothing() {
     for member in &mut members {
         member.kill();
         *member = Member::start(&group, &input, &output, DELAY_US);
-        std::thread::sleep(Duration::from_millis(DELAY_US));
+        // Let the new member join and the group settle before the next restart.
+        std::thread::sleep(Duration::from_secs(5));
     }
     assert_mid_run(&output, count);
     assert_exactly_once(&output, count);
@@ -281,7 +284,9 @@ fn a_rolling_restart_of_every_process_loses_and_doubles_nothing() {
 fn a_process_paused_past_its_session_is_fenced_and_nothing_is_doubled() {
     let _serial = one_at_a_time();
     let (input, output) = (topic("group-pause-in", 6), topic("group-pause-out", 3));
-    let count = 12_000;
+    // The two others copy up to 800 records a second while the third is paused (12 s): the
+    // input lasts past the pause, so the zombie wakes up mid-run.
+    let count = 30_000;
     input_records(&input, 6, count);
     let group = group_name("pause");
     let mut members: Vec<Member> = (0..3)
