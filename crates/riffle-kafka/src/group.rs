@@ -64,6 +64,8 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// Transactional producers of a process: one collects the records after the last barrier, one
 /// or two wait for their checkpoint to complete.
 const POOL: usize = 3;
+/// How long one poll for the reports of the records an abort purges waits.
+const REPORTS_POLL: Duration = Duration::from_millis(20);
 /// An assignment must hold this long before a run starts on it (members join one by one).
 const SETTLE: Duration = Duration::from_millis(500);
 
@@ -161,6 +163,28 @@ struct Open {
     id: String,
 }
 
+impl Open {
+    /// Aborts the transaction, and the producer forgets the aborted transaction's delivery
+    /// failures. librdkafka purges what is still queued or in flight and waits for the purged
+    /// records' reports before it aborts: a thread serves them meanwhile (nothing else polls
+    /// the producer once its run ended).
+    fn abort(&self) -> rdkafka::error::KafkaResult<()> {
+        let aborted = AtomicBool::new(false);
+        let result = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while !aborted.load(Ordering::Acquire) {
+                    self.producer.poll(REPORTS_POLL);
+                }
+            });
+            let result = self.producer.abort_transaction(TIMEOUT);
+            aborted.store(true, Ordering::Release);
+            result
+        });
+        self.producer.context().clear();
+        result
+    }
+}
+
 /// The process's transactional producers and the offsets checkpoints recorded.
 #[derive(Default)]
 struct Transactions {
@@ -168,8 +192,9 @@ struct Transactions {
     /// Open transactions by the barrier after which their records were written (0: the run's
     /// start).
     open: BTreeMap<u64, Open>,
-    /// By checkpoint: the next offset of each partition the run reads.
-    offsets: BTreeMap<u64, BTreeMap<(String, i32), i64>>,
+    /// By checkpoint: the next offset of each partition the run reads, and what else its reader
+    /// needs to resume there (a shuffle partition's producer clocks).
+    offsets: BTreeMap<u64, BTreeMap<(String, i32), Position>>,
     /// The last checkpoint committed in this run.
     committed: u64,
     /// The generation the current run started at.
@@ -190,11 +215,22 @@ struct RunState {
     markers: BTreeMap<(String, i32), VecDeque<i64>>,
 }
 
-/// What a marker says: the snapshot taken at a partition's committed offset.
+/// Where a partition's reader stood at a checkpoint.
+#[derive(Clone, Debug)]
+struct Position {
+    next: i64,
+    /// What the reader needs besides the offset to resume there (kept in the marker).
+    reader: Option<serde_json::Value>,
+}
+
+/// What a marker says: the snapshot taken at a partition's committed offset, and where the
+/// partition's reader stood.
 #[derive(Debug, Serialize, Deserialize)]
 struct Marker {
     job: String,
     checkpoint: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reader: Option<serde_json::Value>,
 }
 
 /// Markers kept per partition: the committed one and the one before.
@@ -211,6 +247,16 @@ pub struct KafkaGroup {
     inner: Arc<GroupInner>,
 }
 
+impl std::fmt::Debug for KafkaGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaGroup")
+            .field("name", &self.inner.name)
+            .field("topics", &self.inner.topics)
+            .field("generation", &self.generation())
+            .finish()
+    }
+}
+
 struct GroupInner {
     name: String,
     kafka: KafkaConnection,
@@ -221,6 +267,11 @@ struct GroupInner {
     generation: Arc<AtomicU64>,
     /// The generation the current run started at (what readers compare with).
     run: AtomicU64,
+    /// The topics whose partitions carry keyed state (a Kafka shuffle's repartition topics);
+    /// empty: every topic of the group does.
+    keyed: Mutex<BTreeSet<String>>,
+    /// The reader positions the markers of the current run's committed offsets hold.
+    restored: Mutex<BTreeMap<(String, i32), serde_json::Value>>,
     /// Names this process's transactional ids.
     instance: String,
     stop: Arc<AtomicBool>,
@@ -235,7 +286,7 @@ impl Drop for GroupInner {
         }
         let transactions = self.transactions.lock().expect("transactions lock");
         for open in transactions.open.values() {
-            let _ = open.producer.abort_transaction(TIMEOUT);
+            let _ = open.abort();
         }
     }
 }
@@ -330,6 +381,8 @@ impl KafkaGroup {
                 transactions,
                 generation,
                 run: AtomicU64::new(u64::MAX),
+                keyed: Mutex::new(BTreeSet::new()),
+                restored: Mutex::new(BTreeMap::new()),
                 instance,
                 stop,
                 poller: Mutex::new(Some(poller)),
@@ -396,6 +449,9 @@ impl KafkaGroup {
         self.inner.run.store(generation, Ordering::Release);
         transactions.committed = 0;
         transactions.offsets.clear();
+        if transactions.state.is_none() {
+            self.inner.restored.lock().expect("restored lock").clear();
+        }
     }
 
     /// Aborts every transaction the run left open. A producer that cannot abort (fenced: the
@@ -406,7 +462,7 @@ impl KafkaGroup {
         let open = std::mem::take(&mut transactions.open);
         transactions.offsets.clear();
         for (_, txn) in open {
-            match txn.producer.abort_transaction(TIMEOUT) {
+            match txn.abort() {
                 Ok(()) => transactions.free.push(txn),
                 Err(e) => {
                     tracing::warn!(transactional_id = %txn.id, error = %e, "group: cannot abort a transaction; the producer is replaced");
@@ -416,14 +472,82 @@ impl KafkaGroup {
     }
 
     /// A source reader of the run records where partition (topic, partition) stands at
-    /// checkpoint `checkpoint`.
-    pub(crate) fn record_offset(&self, checkpoint: u64, topic: &str, partition: i32, next: i64) {
+    /// checkpoint `checkpoint`: the next offset, and what else it needs to resume there
+    /// (`reader`, given back by [`restored_reader`](Self::restored_reader) to the next run that
+    /// starts at that offset).
+    pub(crate) fn record_offset(
+        &self,
+        checkpoint: u64,
+        topic: &str,
+        partition: i32,
+        next: i64,
+        reader: Option<serde_json::Value>,
+    ) {
         let mut transactions = self.inner.transactions.lock().expect("transactions lock");
         transactions
             .offsets
             .entry(checkpoint)
             .or_default()
-            .insert((topic.to_string(), partition), next);
+            .insert((topic.to_string(), partition), Position { next, reader });
+    }
+
+    /// What the reader of (topic, partition) recorded with the offset this run starts at.
+    pub(crate) fn restored_reader(&self, topic: &str, partition: i32) -> Option<serde_json::Value> {
+        let restored = self.inner.restored.lock().expect("restored lock");
+        restored.get(&(topic.to_string(), partition)).cloned()
+    }
+
+    /// Says that `topic`'s partitions carry keyed state (a repartition topic: partition `P`
+    /// holds the key groups of subtask `P`). Once a topic is named, the others carry none;
+    /// while none is, every topic of the group does.
+    pub(crate) fn carries_keyed_state(&self, topic: &str) {
+        let mut keyed = self.inner.keyed.lock().expect("keyed lock");
+        keyed.insert(topic.to_string());
+    }
+
+    /// Whether `topic`'s partitions carry keyed state.
+    fn keyed(&self, topic: &str) -> bool {
+        let keyed = self.inner.keyed.lock().expect("keyed lock");
+        keyed.is_empty() || keyed.contains(topic)
+    }
+
+    /// The producer indices of the records a shuffle writer subtask writes in this run, and
+    /// their count: a producer is a partition of the group's topics that carry no keyed state
+    /// (the source topics), numbered over all of them, topic by topic; subtask `subtask` of
+    /// `parallelism` writes for the partitions this process owns and the Kafka source gives that
+    /// subtask.
+    pub(crate) fn producers(
+        &self,
+        subtask: usize,
+        parallelism: usize,
+    ) -> riffle::Result<(Vec<u32>, u32)> {
+        let keyed = self.inner.keyed.lock().expect("keyed lock").clone();
+        let sources: Vec<&String> = self
+            .inner
+            .topics
+            .iter()
+            .filter(|t| !keyed.contains(*t))
+            .collect();
+        let mut first = BTreeMap::new();
+        let mut count = 0usize;
+        for topic in sources {
+            first.insert(topic.clone(), count);
+            count += self.partition_count(topic)?;
+        }
+        let mut mine = Vec::new();
+        for (topic, partition) in self.assignment() {
+            let Some(start) = first.get(&topic) else {
+                continue;
+            };
+            let split = crate::KafkaPartition {
+                topic: topic.clone(),
+                partition,
+            };
+            if crate::source::partition_owner(&split, parallelism) == subtask {
+                mine.push((start + partition as usize) as u32);
+            }
+        }
+        Ok((mine, count as u32))
     }
 
     /// The producer of the transaction that collects the records written after barrier
@@ -495,6 +619,13 @@ impl KafkaGroup {
         if checkpoint <= transactions.committed {
             return Ok(());
         }
+        if !transactions.offsets.contains_key(&checkpoint) {
+            // Not a checkpoint of this run (its sources record their offsets at every barrier):
+            // the restored one, which a restore announces as complete at the start. Its
+            // records were committed by the run that took it; what this run wrote so far waits
+            // for this run's first checkpoint.
+            return Ok(());
+        }
         if self.generation() != transactions.run {
             return Err(self.rebalanced_error());
         }
@@ -537,7 +668,7 @@ impl KafkaGroup {
             .write_markers(&mut transactions, checkpoint, &offsets)
             .and_then(|()| self.commit_transaction(&txn, &offsets));
         // A producer whose transaction could neither commit nor abort is dropped.
-        if result.is_ok() || txn.producer.abort_transaction(TIMEOUT).is_ok() {
+        if result.is_ok() || txn.abort().is_ok() {
             transactions.free.push(txn);
         }
         result?;
@@ -552,21 +683,26 @@ impl KafkaGroup {
         &self,
         transactions: &mut Transactions,
         checkpoint: u64,
-        offsets: &BTreeMap<(String, i32), i64>,
+        offsets: &BTreeMap<(String, i32), Position>,
     ) -> riffle::Result<()> {
         let Some(state) = &mut transactions.state else {
             return Ok(());
         };
-        let marker = serde_json::to_vec(&Marker {
-            job: state.job.clone(),
-            checkpoint,
-        })
-        .map_err(riffle::Error::user)?;
-        for ((topic, partition), offset) in offsets {
+        for ((topic, partition), position) in offsets {
+            if !self.keyed(topic) && position.reader.is_none() {
+                continue;
+            }
+            let marker = serde_json::to_vec(&Marker {
+                job: state.job.clone(),
+                checkpoint,
+                reader: position.reader.clone(),
+            })
+            .map_err(riffle::Error::user)?;
+            let offset = &position.next;
             let dir = marker_dir(&self.inner.name, topic, *partition, *offset);
             state
                 .storage
-                .write(&format!("{dir}/{MARKER_FILE}"), marker.clone())?;
+                .write(&format!("{dir}/{MARKER_FILE}"), marker)?;
             let written = state
                 .markers
                 .entry((topic.clone(), *partition))
@@ -593,13 +729,13 @@ impl KafkaGroup {
         storage: &CheckpointStorage,
         location: &str,
         job: &str,
-        generation: u64,
         max_parallelism: usize,
     ) -> riffle::Result<Option<RestoreFrom>> {
         let mut tpl = TopicPartitionList::new();
         for (topic, partition) in self.assignment() {
             tpl.add_partition(&topic, partition);
         }
+        let mut restored = BTreeMap::new();
         let committed = self
             .inner
             .member
@@ -613,7 +749,18 @@ impl KafkaGroup {
             };
             let (topic, partition) = (element.topic(), element.partition());
             let dir = marker_dir(&self.inner.name, topic, partition, offset);
-            let Some(bytes) = storage.read_optional(&format!("{dir}/{MARKER_FILE}"))? else {
+            let marker = storage.read_optional(&format!("{dir}/{MARKER_FILE}"))?;
+            if !self.keyed(topic) {
+                // A source partition: only where its reader stood (its event time), if recorded.
+                if let Some(reader) = marker
+                    .and_then(|bytes| serde_json::from_slice::<Marker>(&bytes).ok())
+                    .and_then(|marker| marker.reader)
+                {
+                    restored.insert((topic.to_string(), partition), reader);
+                }
+                continue;
+            }
+            let Some(bytes) = marker else {
                 return Err(riffle::Error::Checkpoint(format!(
                     "{topic}-{partition} committed offset {offset} in group `{}`, but no snapshot                      in {} is named by it (`{dir}`): the checkpoint storage is not the one the                      group used, or was cleaned",
                     self.inner.name,
@@ -623,6 +770,9 @@ impl KafkaGroup {
             let marker: Marker = serde_json::from_slice(&bytes).map_err(|e| {
                 riffle::Error::Checkpoint(format!("`{dir}` is not a usable marker: {e}"))
             })?;
+            if let Some(reader) = marker.reader {
+                restored.insert((topic.to_string(), partition), reader);
+            }
             let partitions = match counts.get(topic) {
                 Some(n) => *n,
                 None => {
@@ -648,6 +798,7 @@ impl KafkaGroup {
                     max_parallelism,
                 ));
         }
+        *self.inner.restored.lock().expect("restored lock") = restored;
         if snapshots.is_empty() {
             return Ok(None);
         }
@@ -664,10 +815,7 @@ impl KafkaGroup {
             })
             .collect::<riffle::Result<Vec<_>>>()?;
         let manifest = Manifest::compose(job, parts).map_err(riffle::Error::Checkpoint)?;
-        let dir = format!(
-            "{}-restore/{}-{generation}",
-            self.inner.name, self.inner.instance
-        );
+        let dir = format!("{}-restore/{job}", self.inner.name);
         storage.write_manifest(&dir, &manifest)?;
         tracing::info!(group = %self.inner.name, manifest = %dir, "group: restoring the partitions' state");
         Ok(Some(RestoreFrom::Manifest {
@@ -693,7 +841,7 @@ impl KafkaGroup {
     fn commit_transaction(
         &self,
         txn: &Open,
-        offsets: &BTreeMap<(String, i32), i64>,
+        offsets: &BTreeMap<(String, i32), Position>,
     ) -> riffle::Result<()> {
         txn.producer
             .flush(TIMEOUT)
@@ -701,8 +849,8 @@ impl KafkaGroup {
         crate::sink::delivery_failure(txn.producer.context(), &txn.id)?;
         if !offsets.is_empty() {
             let mut tpl = TopicPartitionList::new();
-            for ((topic, partition), next) in offsets {
-                tpl.add_partition_offset(topic, *partition, Offset::Offset(*next))
+            for ((topic, partition), position) in offsets {
+                tpl.add_partition_offset(topic, *partition, Offset::Offset(position.next))
                     .map_err(|e| kafka_error("bad offset", e))?;
             }
             let metadata = self.inner.member.group_metadata().ok_or_else(|| {
@@ -741,9 +889,21 @@ impl KafkaGroup {
 /// [`KafkaSink::in_group`]: crate::KafkaSink::in_group
 pub fn run_in_group(
     group: &KafkaGroup,
+    build: impl FnMut(&KafkaGroup) -> riffle::Result<StreamEnv>,
+) -> riffle::Result<riffle::JobResult> {
+    run_in_group_with(group, build, StreamEnv::execute)
+}
+
+/// [`run_in_group`], with each run executed by `execute` (which runs the environment to its
+/// end: `StreamEnv::execute`, or a loop over `execute_async` that shows progress and stops the
+/// job on Ctrl-C). A run that `execute` ends with `Ok` ends the group's job.
+pub fn run_in_group_with(
+    group: &KafkaGroup,
     mut build: impl FnMut(&KafkaGroup) -> riffle::Result<StreamEnv>,
+    mut execute: impl FnMut(&StreamEnv) -> riffle::Result<riffle::JobResult>,
 ) -> riffle::Result<riffle::JobResult> {
     let (mut failures, mut backoff) = (0u32, None);
+    let mut runs = 0u64;
     loop {
         let generation = group.wait_for_assignment();
         group.begin_run(generation, None);
@@ -763,8 +923,13 @@ pub fn run_in_group(
             ));
         }
         let restart = config.checkpoints.restart;
-        // Each process's snapshots in their own directory of the shared storage.
-        let job = format!("{}-{}-{generation}", config.job_name, group.inner.instance);
+        // Each run's snapshots in their own directory of the shared storage (checkpoint ids
+        // start again at 1 in every run, and markers name snapshots by job and id).
+        runs += 1;
+        let job = format!(
+            "{}-{}-{generation}-{runs}",
+            config.job_name, group.inner.instance
+        );
         let location = config.checkpoints.storage.clone();
         let open = || {
             CheckpointStorage::open(
@@ -774,13 +939,7 @@ pub fn run_in_group(
                 "checkpoints.storage",
             )
         };
-        let restore = group.compose_restore(
-            &open()?,
-            &location,
-            &job,
-            generation,
-            config.max_parallelism,
-        )?;
+        let restore = group.compose_restore(&open()?, &location, &job, config.max_parallelism)?;
         env.configure(|c| {
             c.job_name = job.clone();
             c.checkpoints.restart = riffle::checkpoint::RestartStrategy::None;
@@ -795,7 +954,7 @@ pub fn run_in_group(
             }),
         );
         let started = Instant::now();
-        let result = env.execute();
+        let result = execute(&env);
         let rebalanced = group.generation() != generation;
         group.abort_run();
         match result {

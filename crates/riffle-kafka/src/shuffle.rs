@@ -67,14 +67,16 @@ use riffle::keys::{KeyGroup, encode_key, key_group_of, subtask_for_key_group};
 use riffle::operators::OperatorContext;
 use riffle::record::{Data, MIN_WATERMARK, Record, Timestamp};
 use riffle::sink::{Finalizer, Guarantee, Sink, SinkWriter};
-use riffle::source::{BadRecordPolicy, Boundedness, ReadStatus, Source, SourceOutput, SplitReader};
+use riffle::source::{
+    BadRecordPolicy, Boundedness, ReadStatus, Source, SourceOutput, SplitReader, SplitWatermark,
+};
 use riffle::{DataStream, KeyedStream};
 use serde::{Deserialize, Serialize};
 
 use crate::admin::ensure_topic_with;
-use crate::sink::{KafkaProducer, Target, Transactions};
+use crate::sink::{GroupOutput, KafkaProducer, Target, Transactions};
 use crate::source::{LOOKUP_TIMEOUT, PartitionContext, start_offset};
-use crate::{KafkaConnection, KafkaPartition, StartFrom, kafka_error};
+use crate::{KafkaConnection, KafkaGroup, KafkaPartition, StartFrom, kafka_error};
 
 /// Header: the index of the producer task that wrote the record (u32, big-endian).
 const PRODUCER_HEADER: &str = "riffle.p";
@@ -109,6 +111,8 @@ pub struct KafkaShuffle {
     replication: i32,
     /// Whether the job takes checkpoints (read from the environment when the shuffle is added).
     checkpointing: bool,
+    /// The process group whose members write and read the topic (`in_group`).
+    in_group: Option<KafkaGroup>,
 }
 
 impl KafkaShuffle {
@@ -129,7 +133,60 @@ impl KafkaShuffle {
             watermark_interval: Duration::from_millis(200),
             replication: 1,
             checkpointing: false,
+            in_group: None,
         }
+    }
+
+    /// A shuffle between the processes of `group` (`docs/scale-out.md`): each process reads the
+    /// repartition partitions the group assigns to it, from the group's committed offsets, and
+    /// writes in the group's transactions, so that its input offsets, its records in the topic
+    /// and its sinks' outputs commit together. The topic must be one of the group's topics
+    /// (create it with [`create_topic`](Self::create_topic) before [`KafkaGroup::join`]); its
+    /// partitions carry the keyed state after the shuffle, which moves with them. The stream
+    /// written must come straight from the group's Kafka source (same parallelism, no
+    /// repartition in between): its producers are the source topics' partitions, whose
+    /// watermarks the topic carries.
+    ///
+    /// ```no_run
+    /// use riffle::{StreamEnv, aggregate::Count, window::Tumbling};
+    /// use riffle_kafka::{KafkaConnection, KafkaGroup, KafkaShuffle, KafkaShuffleExt, KafkaSink, KafkaSource, run_in_group};
+    /// # use std::time::Duration;
+    /// let kafka = KafkaConnection::new("127.0.0.1:9092");
+    /// let shuffle = KafkaShuffle::new(kafka.clone(), "clicks-job", "by-user").partitions(8);
+    /// shuffle.create_topic().unwrap();
+    /// let group = KafkaGroup::join(kafka.clone(), "clicks-job", ["clicks".to_string(), shuffle.topic()]).unwrap();
+    /// run_in_group(&group, |group| {
+    ///     let env = StreamEnv::new(); // with a checkpoint interval
+    ///     env.from_source(KafkaSource::<serde_json::Value>::json(kafka.clone(), ["clicks"]).in_group(group))
+    ///         .key_by(|click| click["user_id"].as_u64())
+    ///         .through_kafka(shuffle.clone().json().in_group(group))
+    ///         .window(Tumbling::of(Duration::from_secs(60)))
+    ///         .aggregate(Count)
+    ///         .map(|(user, count)| serde_json::json!({ "user_id": user, "count": count }))
+    ///         .sink(KafkaSink::json(kafka.clone(), "agg-clicks").in_group(group));
+    ///     Ok(env)
+    /// })
+    /// .unwrap();
+    /// ```
+    pub fn in_group(mut self, group: &KafkaGroup) -> Self {
+        self.in_group = Some(group.clone());
+        self.guarantee = Guarantee::ExactlyOnce;
+        self
+    }
+
+    /// Creates the repartition topic with the configured partitions when it does not exist (a
+    /// topic with another partition count is an error naming `partitions`). A job creates it
+    /// when it starts; a process group needs it before it joins, since it reads it.
+    pub fn create_topic(&self) -> riffle::Result<()> {
+        self.kafka.validate("kafka")?;
+        ensure_topic_with(
+            &self.kafka,
+            &self.topic(),
+            self.partitions as i32,
+            self.replication,
+            &[("retention.ms", "-1")],
+            "partitions",
+        )
     }
 
     /// The number of shuffle partitions (the topic's partitions; at most the job's
@@ -220,15 +277,21 @@ impl KafkaShuffle {
                 ));
             }
         }
-        self.kafka.validate("kafka")?;
-        ensure_topic_with(
-            &self.kafka,
-            &self.topic(),
-            self.partitions as i32,
-            self.replication,
-            &[("retention.ms", "-1")],
-            "partitions",
-        )
+        if let Some(group) = &self.in_group
+            && !group.topics().contains(&self.topic())
+        {
+            return Err(riffle::Error::config(
+                "in_group",
+                format!(
+                    "the repartition topic `{}` is not one of the topics of group `{}` ({}): \
+                     join the group with it",
+                    self.topic(),
+                    group.name(),
+                    group.topics().join(", ")
+                ),
+            ));
+        }
+        self.create_topic()
     }
 
     /// The shuffle partition of `key_group`.
@@ -258,6 +321,9 @@ where
         let config = env.config();
         shuffle.checkpointing = config.checkpoints.enabled();
         let topic = shuffle.topic();
+        if let Some(group) = &shuffle.in_group {
+            group.carries_keyed_state(&topic);
+        }
         let key = self.key_selector();
         stream
             .sink(ShuffleSink {
@@ -318,16 +384,15 @@ impl<K: Data + Hash + Eq, T: Data> Sink<T> for ShuffleSink<K, T> {
             topic: shuffle.topic(),
             timeout: shuffle.timeout,
         };
-        let output = match shuffle.guarantee {
-            Guarantee::AtLeastOnce => Output::AtLeastOnce(target.producer(None)?),
-            Guarantee::ExactlyOnce => {
-                let prefix = format!("riffle-{}-{}", shuffle.topic(), ctx.job_name);
-                Output::ExactlyOnce(Box::new(Transactions::new(
-                    target,
-                    prefix,
-                    ctx,
-                    shuffle.pool,
-                )))
+        let (output, producers, count) = match (&shuffle.in_group, shuffle.guarantee) {
+            (Some(group), _) => {
+                let (producers, count) = group.producers(ctx.subtask, ctx.parallelism)?;
+                let output = Output::Group(GroupOutput::new(group, &target.topic, target.timeout));
+                (output, producers, count)
+            }
+            (None, guarantee) => {
+                let output = Self::output(shuffle, guarantee, target, ctx)?;
+                (output, vec![ctx.subtask as u32], ctx.parallelism as u32)
             }
         };
         Ok(Box::new(ShuffleWriter {
@@ -337,8 +402,8 @@ impl<K: Data + Hash + Eq, T: Data> Sink<T> for ShuffleSink<K, T> {
             codec: shuffle.codec,
             partitions: shuffle.partitions,
             max_parallelism: ctx.max_parallelism,
-            producer: (ctx.subtask as u32).to_be_bytes(),
-            count: (ctx.parallelism as u32).to_be_bytes(),
+            producers: producers.iter().map(|p| p.to_be_bytes()).collect(),
+            count: count.to_be_bytes(),
             key_bytes: Vec::new(),
             value: Vec::new(),
             interval: shuffle.watermark_interval,
@@ -350,10 +415,35 @@ impl<K: Data + Hash + Eq, T: Data> Sink<T> for ShuffleSink<K, T> {
     }
 }
 
-/// Where a producer task writes: a plain producer or the open transaction.
+impl<K, T> ShuffleSink<K, T> {
+    /// Where a producer task of a job in one process writes.
+    fn output(
+        shuffle: &KafkaShuffle,
+        guarantee: Guarantee,
+        target: Target,
+        ctx: &OperatorContext,
+    ) -> riffle::Result<Output> {
+        Ok(match guarantee {
+            Guarantee::AtLeastOnce => Output::AtLeastOnce(target.producer(None)?),
+            Guarantee::ExactlyOnce => {
+                let prefix = format!("riffle-{}-{}", shuffle.topic(), ctx.job_name);
+                Output::ExactlyOnce(Box::new(Transactions::new(
+                    target,
+                    prefix,
+                    ctx,
+                    shuffle.pool,
+                )))
+            }
+        })
+    }
+}
+
+/// Where a producer task writes: a plain producer, the open transaction, or the process
+/// group's transaction.
 enum Output {
     AtLeastOnce(KafkaProducer),
     ExactlyOnce(Box<Transactions>),
+    Group(GroupOutput),
 }
 
 impl Output {
@@ -361,6 +451,7 @@ impl Output {
         match self {
             Output::AtLeastOnce(producer) => Ok(producer),
             Output::ExactlyOnce(txns) => txns.producer(),
+            Output::Group(output) => output.producer(),
         }
     }
 }
@@ -372,7 +463,9 @@ struct ShuffleWriter<K, T> {
     codec: Codec,
     partitions: usize,
     max_parallelism: usize,
-    producer: [u8; 4],
+    /// The producer indices this task writes for: its subtask index in one process; in a
+    /// process group, the source partitions it reads (none: it reads nothing).
+    producers: Vec<[u8; 4]>,
     count: [u8; 4],
     key_bytes: Vec<u8>,
     value: Vec<u8>,
@@ -387,11 +480,16 @@ struct ShuffleWriter<K, T> {
 }
 
 impl<K: Data, T: Data> ShuffleWriter<K, T> {
-    fn headers(&self, control: Option<&[u8]>, time: Option<&[u8]>) -> OwnedHeaders {
+    fn headers(
+        &self,
+        producer: &[u8; 4],
+        control: Option<&[u8]>,
+        time: Option<&[u8]>,
+    ) -> OwnedHeaders {
         let mut headers = OwnedHeaders::new_with_capacity(3)
             .insert(Header {
                 key: PRODUCER_HEADER,
-                value: Some(&self.producer[..]),
+                value: Some(&producer[..]),
             })
             .insert(Header {
                 key: COUNT_HEADER,
@@ -412,17 +510,26 @@ impl<K: Data, T: Data> ShuffleWriter<K, T> {
         headers
     }
 
-    /// Writes a control record into every partition.
+    /// Writes a control record into every partition, for each producer this task writes for.
     fn control(&mut self, kind: &[u8], payload: &[u8]) -> riffle::Result<()> {
-        let headers = self.headers(Some(kind), None);
+        if self.producers.is_empty() {
+            return Ok(());
+        }
+        let headers: Vec<OwnedHeaders> = self
+            .producers
+            .iter()
+            .map(|producer| self.headers(producer, Some(kind), None))
+            .collect();
         let producer = self.output.producer()?;
-        for partition in 0..self.partitions as i32 {
-            producer.enqueue(
-                BaseRecord::to(&self.topic)
-                    .partition(partition)
-                    .payload(payload)
-                    .headers(headers.clone()),
-            )?;
+        for headers in headers {
+            for partition in 0..self.partitions as i32 {
+                producer.enqueue(
+                    BaseRecord::to(&self.topic)
+                        .partition(partition)
+                        .payload(payload)
+                        .headers(headers.clone()),
+                )?;
+            }
         }
         Ok(())
     }
@@ -436,6 +543,11 @@ impl<K: Data, T: Data> ShuffleWriter<K, T> {
             return Ok(());
         }
         let watermark = self.watermark;
+        tracing::trace!(
+            watermark,
+            producers = self.producers.len(),
+            "shuffle: watermark"
+        );
         self.control(b"w", &watermark.to_be_bytes())?;
         self.sent = watermark;
         self.sent_at = Some(Instant::now());
@@ -459,7 +571,16 @@ impl<K: Data, T: Data> SinkWriter<T> for ShuffleWriter<K, T> {
             return Ok(());
         }
         self.idle = false;
-        let plain = self.headers(None, None);
+        let Some(&producer) = self.producers.first() else {
+            return Err(riffle::Error::config(
+                "in_group",
+                "records reach a Kafka shuffle writer whose subtask reads no partition of the \
+                 group's source topics: the stream into a group's shuffle must come straight \
+                 from its Kafka source, at the same parallelism",
+            ));
+        };
+        let plain = self.headers(&producer, None, None);
+        tracing::trace!(records = batch.len(), topic = %self.topic, "shuffle: write");
         for record in batch.drain(..) {
             let key = (self.key)(&record.value);
             self.key_bytes.clear();
@@ -473,8 +594,8 @@ impl<K: Data, T: Data> SinkWriter<T> for ShuffleWriter<K, T> {
             let timestamp = record.timestamp();
             let (headers, kafka_time) = match timestamp {
                 Some(t) if t > 0 => (plain.clone(), Some(t)),
-                Some(t) => (self.headers(None, Some(&t.to_be_bytes())), None),
-                None => (self.headers(None, Some(&[])), None),
+                Some(t) => (self.headers(&producer, None, Some(&t.to_be_bytes())), None),
+                None => (self.headers(&producer, None, Some(&[])), None),
             };
             let mut out = BaseRecord::to(&self.topic)
                 .partition(partition)
@@ -509,6 +630,7 @@ impl<K: Data, T: Data> SinkWriter<T> for ShuffleWriter<K, T> {
         match &mut self.output {
             Output::AtLeastOnce(producer) => producer.serve(),
             Output::ExactlyOnce(txns) => txns.serve(),
+            Output::Group(output) => output.serve(),
         }
     }
 
@@ -517,6 +639,7 @@ impl<K: Data, T: Data> SinkWriter<T> for ShuffleWriter<K, T> {
         match &mut self.output {
             Output::AtLeastOnce(producer) => producer.flush().map(|()| None),
             Output::ExactlyOnce(txns) => txns.pre_commit(checkpoint_id).map(Some),
+            Output::Group(output) => output.pre_commit(checkpoint_id).map(|()| None),
         }
     }
 
@@ -524,22 +647,29 @@ impl<K: Data, T: Data> SinkWriter<T> for ShuffleWriter<K, T> {
         match &mut self.output {
             Output::AtLeastOnce(_) => Ok(()),
             Output::ExactlyOnce(txns) => txns.commit(checkpoint_id),
+            Output::Group(output) => output.commit(checkpoint_id),
         }
     }
 
     fn recover(&mut self, committables: Vec<Vec<u8>>) -> riffle::Result<()> {
         match &mut self.output {
-            Output::AtLeastOnce(_) => Ok(()),
             Output::ExactlyOnce(txns) => txns.recover(committables),
+            Output::AtLeastOnce(_) | Output::Group(_) => Ok(()),
         }
     }
 
     fn close(&mut self) -> riffle::Result<Option<Finalizer>> {
+        if let Output::Group(_) = self.output {
+            // A group's run ends when partitions move, and its open transaction is aborted:
+            // the producers did not end, other processes go on for them.
+            return Ok(None);
+        }
         self.send_watermark(true)?;
         self.control(b"e", &[])?;
         match &mut self.output {
             Output::AtLeastOnce(producer) => producer.flush().map(|()| None),
             Output::ExactlyOnce(txns) => txns.close().map(Some),
+            Output::Group(_) => unreachable!("returned above"),
         }
     }
 }
@@ -678,7 +808,18 @@ impl<T: Data> Source<T> for ShuffleSource<T> {
 
     fn splits(&self, _parallelism: usize) -> riffle::Result<Vec<KafkaPartition>> {
         let topic = self.shuffle.topic();
-        Ok((0..self.shuffle.partitions as i32)
+        let partitions: Vec<i32> = match &self.shuffle.in_group {
+            // The partitions the group assigns to this process.
+            Some(group) => group
+                .assignment()
+                .into_iter()
+                .filter(|(t, _)| *t == topic)
+                .map(|(_, partition)| partition)
+                .collect(),
+            None => (0..self.shuffle.partitions as i32).collect(),
+        };
+        Ok(partitions
+            .into_iter()
             .map(|partition| KafkaPartition {
                 topic: topic.clone(),
                 partition,
@@ -707,6 +848,11 @@ impl<T: Data> Source<T> for ShuffleSource<T> {
             end: Arc::new(AtomicI64::new(-1)),
         };
         let end = context.end.clone();
+        // In a process group, the offsets are the group's (committed in its transactions).
+        let group_id = match &self.shuffle.in_group {
+            Some(group) => group.name().to_string(),
+            None => self.shuffle.topic(),
+        };
         let isolation = match self.shuffle.guarantee {
             Guarantee::ExactlyOnce => "read_committed",
             Guarantee::AtLeastOnce => "read_uncommitted",
@@ -720,12 +866,25 @@ impl<T: Data> Source<T> for ShuffleSource<T> {
                 ("fetch.wait.max.ms", "50"),
             ])
             .set("isolation.level", isolation)
-            .set("group.id", self.shuffle.topic())
+            .set("group.id", group_id)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .create_with_context(context)
             .map_err(|e| kafka_error("cannot create a shuffle consumer", e))?;
         let next = start_offset(&consumer, &split, StartFrom::GroupOffsets)?;
+        // A group's run starts at the committed offset, with the producer clocks recorded there.
+        let clock = match &self.shuffle.in_group {
+            Some(group) => match group.restored_reader(&split.topic, split.partition) {
+                Some(clock) => serde_json::from_value(clock).map_err(|e| {
+                    riffle::Error::Checkpoint(format!(
+                        "bad producer clocks for {}-{} in the group's marker: {e}",
+                        split.topic, split.partition
+                    ))
+                })?,
+                None => PartitionClock::default(),
+            },
+            None => PartitionClock::default(),
+        };
         let mut reader = ShuffleReader {
             consumer,
             split_id: format!("{}-{}", split.topic, split.partition),
@@ -733,8 +892,9 @@ impl<T: Data> Source<T> for ShuffleSource<T> {
             next,
             end,
             codec: self.shuffle.codec,
-            clock: PartitionClock::default(),
+            clock,
             told: None,
+            group: self.shuffle.in_group.clone(),
             last_error_log: None,
             _type: std::marker::PhantomData,
         };
@@ -753,6 +913,8 @@ struct ShuffleReader<T> {
     clock: PartitionClock,
     /// The partition's event time as last told to the source.
     told: Option<PartitionTime>,
+    /// The process group this partition was assigned by.
+    group: Option<KafkaGroup>,
     last_error_log: Option<Instant>,
     _type: std::marker::PhantomData<fn() -> T>,
 }
@@ -837,6 +999,11 @@ impl<T: Data> SplitReader<T> for ShuffleReader<T> {
     }
 
     fn read(&mut self, out: &mut SourceOutput<T>, max: usize) -> riffle::Result<ReadStatus> {
+        if let Some(group) = &self.group
+            && group.rebalanced()
+        {
+            return Err(group.rebalanced_error());
+        }
         let mut read = 0;
         while read < max {
             let message = match crate::source::next_message(
@@ -887,6 +1054,19 @@ impl<T: Data> SplitReader<T> for ShuffleReader<T> {
         serde_json::json!({ "offset": self.next, "producers": self.clock })
     }
 
+    fn checkpoint_started(&mut self, checkpoint_id: u64, _event_time: SplitWatermark) {
+        if let Some(group) = &self.group {
+            let clock = serde_json::to_value(&self.clock).ok();
+            group.record_offset(
+                checkpoint_id,
+                &self.split.topic,
+                self.split.partition,
+                self.next,
+                clock,
+            );
+        }
+    }
+
     fn seek(&mut self, position: &serde_json::Value) -> riffle::Result<()> {
         let bad = || {
             riffle::Error::Checkpoint(format!(
@@ -907,6 +1087,11 @@ impl<T: Data> SplitReader<T> for ShuffleReader<T> {
     }
 
     fn start_at_beginning(&mut self) -> riffle::Result<()> {
+        if self.group.is_some() {
+            // In a group, a partition starts at the committed offset, always (a restore of
+            // keyed state carries no positions).
+            return Ok(());
+        }
         let (low, _) = self
             .consumer
             .fetch_watermarks(&self.split.topic, self.split.partition, LOOKUP_TIMEOUT)
@@ -916,6 +1101,9 @@ impl<T: Data> SplitReader<T> for ShuffleReader<T> {
     }
 
     fn checkpoint_complete(&mut self, position: &serde_json::Value) -> riffle::Result<()> {
+        if self.group.is_some() {
+            return Ok(()); // committed in the group's transaction
+        }
         let Some(offset) = position.get("offset").and_then(|o| o.as_i64()) else {
             return Ok(());
         };

@@ -249,11 +249,7 @@ impl<T: Data> Sink<T> for KafkaSink<T> {
         };
         if let Some(group) = &self.group {
             return Ok(Box::new(GroupWriter {
-                group: group.clone(),
-                topic: self.topic.clone(),
-                timeout: self.timeout,
-                epoch: 0,
-                producer: None,
+                output: GroupOutput::new(group, &self.topic, self.timeout),
                 encoder: self.encoder(),
             }));
         }
@@ -357,6 +353,15 @@ impl ProducerContext for Deliveries {
                 self.failed.store(true, Ordering::Release);
             }
         }
+    }
+}
+
+impl Deliveries {
+    /// Forgets the failures and offsets seen: the transaction they belonged to was aborted.
+    pub(crate) fn clear(&self) {
+        *self.failure.lock().expect("failure lock") = None;
+        self.failed.store(false, Ordering::Release);
+        self.ranges.lock().expect("ranges lock").clear();
     }
 }
 
@@ -517,10 +522,10 @@ impl<T: Data> SinkWriter<T> for AtLeastOnceWriter<T> {
     }
 }
 
-/// Writes into the transactions of a process group: the records after barrier `epoch` go to the
+/// Where a writer subtask of a process group writes: the records after barrier `epoch` go to the
 /// group's transaction for that epoch, which the group commits with the offsets of the next
-/// checkpoint that completes.
-struct GroupWriter<T> {
+/// checkpoint that completes. Shared by the group's sinks and Kafka shuffles.
+pub(crate) struct GroupOutput {
     group: KafkaGroup,
     topic: String,
     timeout: Duration,
@@ -528,14 +533,22 @@ struct GroupWriter<T> {
     epoch: u64,
     /// The producer of the epoch's transaction, once something was written in it.
     producer: Option<KafkaProducer>,
-    encoder: Encoder<T>,
 }
 
-impl<T: Data> SinkWriter<T> for GroupWriter<T> {
-    fn write(&mut self, batch: &mut Vec<Record<T>>) -> riffle::Result<()> {
-        if batch.is_empty() {
-            return Ok(());
+impl GroupOutput {
+    pub(crate) fn new(group: &KafkaGroup, topic: &str, timeout: Duration) -> GroupOutput {
+        GroupOutput {
+            group: group.clone(),
+            topic: topic.to_string(),
+            timeout,
+            epoch: 0,
+            producer: None,
         }
+    }
+
+    /// The producer of the epoch's transaction (begun on first use); fails once the group
+    /// moved partitions, so that nothing more is written in this run.
+    pub(crate) fn producer(&mut self) -> riffle::Result<&KafkaProducer> {
         if self.group.rebalanced() {
             return Err(self.group.rebalanced_error());
         }
@@ -546,27 +559,54 @@ impl<T: Data> SinkWriter<T> for GroupWriter<T> {
                 timeout: self.timeout,
             });
         }
-        let producer = self.producer.as_ref().expect("set above");
-        producer.send_batch(&mut self.encoder, batch)
+        Ok(self.producer.as_ref().expect("set above"))
     }
 
-    fn flush(&mut self) -> riffle::Result<()> {
+    pub(crate) fn serve(&self) -> riffle::Result<()> {
         match &self.producer {
             Some(producer) => producer.serve(),
             None => Ok(()),
         }
     }
 
-    fn pre_commit(&mut self, checkpoint_id: u64) -> riffle::Result<Option<Vec<u8>>> {
+    /// Barrier `checkpoint_id`: what follows goes to the next transaction.
+    pub(crate) fn pre_commit(&mut self, checkpoint_id: u64) -> riffle::Result<()> {
         if let Some(producer) = self.producer.take() {
             producer.flush()?;
         }
         self.epoch = checkpoint_id;
-        Ok(None)
+        Ok(())
+    }
+
+    pub(crate) fn commit(&self, checkpoint_id: u64) -> riffle::Result<()> {
+        self.group.commit(checkpoint_id)
+    }
+}
+
+/// A sink subtask of a process group.
+struct GroupWriter<T> {
+    output: GroupOutput,
+    encoder: Encoder<T>,
+}
+
+impl<T: Data> SinkWriter<T> for GroupWriter<T> {
+    fn write(&mut self, batch: &mut Vec<Record<T>>) -> riffle::Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.output.producer()?.send_batch(&mut self.encoder, batch)
+    }
+
+    fn flush(&mut self) -> riffle::Result<()> {
+        self.output.serve()
+    }
+
+    fn pre_commit(&mut self, checkpoint_id: u64) -> riffle::Result<Option<Vec<u8>>> {
+        self.output.pre_commit(checkpoint_id).map(|()| None)
     }
 
     fn commit(&mut self, checkpoint_id: u64) -> riffle::Result<()> {
-        self.group.commit(checkpoint_id)
+        self.output.commit(checkpoint_id)
     }
 
     fn close(&mut self) -> riffle::Result<Option<Finalizer>> {

@@ -13,7 +13,9 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use riffle::record::Data;
-use riffle::source::{BadRecordPolicy, Boundedness, ReadStatus, Source, SourceOutput, SplitReader};
+use riffle::source::{
+    BadRecordPolicy, Boundedness, ReadStatus, Source, SourceOutput, SplitReader, SplitWatermark,
+};
 use serde::de::DeserializeOwned;
 
 use crate::{KafkaConnection, KafkaGroup, kafka_error, kafka_failure};
@@ -257,12 +259,7 @@ impl<T: Data> Source<T> for KafkaSource<T> {
     /// A topic's partitions go round-robin from a subtask given by the topic's name, so that a
     /// partition keeps its subtask when partitions are added.
     fn owner(&self, split: &KafkaPartition, _index: usize, parallelism: usize) -> usize {
-        let topic_start = split
-            .topic
-            .bytes()
-            .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
-            as usize;
-        (topic_start % parallelism + split.partition as usize) % parallelism
+        partition_owner(split, parallelism)
     }
 
     fn discovery_interval(&self) -> Option<Duration> {
@@ -304,6 +301,17 @@ impl<T: Data> Source<T> for KafkaSource<T> {
     fn bad_record_policy(&self) -> BadRecordPolicy {
         self.policy
     }
+}
+
+/// The source subtask (of `parallelism`) that reads `split`: a topic's partitions go round-robin
+/// from a subtask given by the topic's name.
+pub(crate) fn partition_owner(split: &KafkaPartition, parallelism: usize) -> usize {
+    let topic_start = split
+        .topic
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
+        as usize;
+    (topic_start % parallelism + split.partition as usize) % parallelism
 }
 
 /// Resolves where a partition starts to a concrete offset, so that a checkpoint taken before its
@@ -475,15 +483,22 @@ impl<T: Data> SplitReader<T> for KafkaReader<T> {
         serde_json::json!({ "offset": self.next })
     }
 
-    fn checkpoint_started(&mut self, checkpoint_id: u64) {
+    fn checkpoint_started(&mut self, checkpoint_id: u64, event_time: SplitWatermark) {
         if let Some(group) = &self.group {
             group.record_offset(
                 checkpoint_id,
                 &self.split.topic,
                 self.split.partition,
                 self.next,
+                Some(serde_json::json!({ "event_time": event_time })),
             );
         }
+    }
+
+    fn resume_event_time(&mut self) -> Option<SplitWatermark> {
+        let group = self.group.as_ref()?;
+        let recorded = group.restored_reader(&self.split.topic, self.split.partition)?;
+        serde_json::from_value(recorded.get("event_time")?.clone()).ok()
     }
 
     fn seek(&mut self, position: &serde_json::Value) -> riffle::Result<()> {

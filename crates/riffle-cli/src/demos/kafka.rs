@@ -5,15 +5,24 @@
 //! the counts to `agg-clicks` in Kafka transactions (exactly-once, by default), the late clicks
 //! to `late-clicks` and undecodable records to `clicks-dlq`. Topics that do not exist are
 //! created.
+//!
+//! With `--group NAME` the process is one member of a group of processes running the job
+//! together (issue 17, `docs/scale-out.md`): Kafka's consumer group assigns the partitions of
+//! `clicks` and of the shuffle topic between the enrichment and the windows; a member that dies
+//! or joins moves partitions, with the windows' state.
 
 use riffle::StreamEnv;
 use riffle::source::DeadLetter;
 use riffle_clicks::Click;
-use riffle_kafka::{KafkaConnection, KafkaSink, KafkaSource, StartFrom, ensure_topics};
+use riffle_kafka::{
+    KafkaConnection, KafkaGroup, KafkaShuffle, KafkaShuffleExt, KafkaSink, KafkaSource, StartFrom,
+    ensure_topics, run_in_group_with,
+};
 
+use crate::demos::StateBackendArg;
 use crate::demos::UserCount;
 use crate::demos::kafka_args::{GuaranteeArg, KafkaArgs};
-use crate::demos::pipeline::{DEFAULT_COUNT, PipelineArgs, pipeline};
+use crate::demos::pipeline::{DEFAULT_COUNT, PipelineArgs, pipeline, pipeline_through};
 use crate::demos::windowed_count::{WindowedSummary, print_checkpoints, run_windowed};
 
 /// The connection, with the `--kafka-set` settings; errors name the flag.
@@ -60,6 +69,9 @@ pub fn run(args: &PipelineArgs, bootstrap: &str) -> riffle::Result<WindowedSumma
         ],
         1,
     )?;
+    if let Some(group) = &kafka_args.group {
+        return run_group(args, &kafka, group, bootstrap);
+    }
 
     // The producer: generated clicks (or --input lines) into `clicks`, at --rate.
     let producer = if kafka_args.kafka_no_producer {
@@ -123,5 +135,128 @@ pub fn run(args: &PipelineArgs, bootstrap: &str) -> riffle::Result<WindowedSumma
         summary.read, summary.results, topics.counts, summary.late, topics.late
     );
     print_checkpoints(&summary);
+    Ok(summary)
+}
+
+/// The checkpoint interval of a group member when `--checkpoint-interval-ms` is not given: a
+/// member commits at checkpoints, and the shuffle's records reach the windows at commits.
+const GROUP_CHECKPOINT_MS: u64 = 1_000;
+
+/// Runs the seed's job as one member of the process group `name` until it is stopped.
+fn run_group(
+    args: &PipelineArgs,
+    kafka: &KafkaConnection,
+    name: &str,
+    bootstrap: &str,
+) -> riffle::Result<WindowedSummary> {
+    let kafka_args = &args.kafka;
+    if kafka_args.kafka_guarantee != GuaranteeArg::ExactlyOnce {
+        return Err(riffle::Error::config(
+            "--kafka-guarantee",
+            "a group's members commit in Kafka transactions: --group is exactly-once",
+        ));
+    }
+    if args.engine.state_backend != StateBackendArg::Heap {
+        return Err(riffle::Error::config(
+            "--state-backend",
+            "a group's windows move between processes on heap state only (RocksDB stores are \
+             not composed from several members' snapshots yet)",
+        ));
+    }
+    if args.engine.restore.is_some() {
+        return Err(riffle::Error::config(
+            "--restore",
+            "a group's members resume from the group's committed offsets, not from a checkpoint",
+        ));
+    }
+    let mut engine = args.engine.clone();
+    engine.checkpoint_interval_ms = engine.checkpoint_interval_ms.or(Some(GROUP_CHECKPOINT_MS));
+    let topics = kafka_args.topics();
+    let partitions = match kafka_args.kafka_shuffle_partitions {
+        Some(0) => {
+            return Err(riffle::Error::config(
+                "--kafka-shuffle-partitions",
+                "must be at least 1",
+            ));
+        }
+        Some(n) => n,
+        None => kafka_args.kafka_partitions as usize,
+    };
+    let shuffle = KafkaShuffle::new(kafka.clone(), name, "by-user").partitions(partitions);
+    shuffle.create_topic()?;
+    let group = KafkaGroup::join(
+        kafka.clone(),
+        name,
+        [topics.clicks.clone(), shuffle.topic()],
+    )?;
+    println!(
+        "riffle demo --kafka {bootstrap} --group {name}: a member; {} -> drop bots -> enrich -> {} -> {} s windows (+{} s lateness) -> {}, {}, {} (exactly-once, commits every {} ms)",
+        topics.clicks,
+        shuffle.topic(),
+        args.event_time.window_secs,
+        args.event_time.lateness_secs,
+        topics.counts,
+        topics.late,
+        topics.dead_letters,
+        engine.checkpoint_interval_ms.unwrap_or(GROUP_CHECKPOINT_MS)
+    );
+    let mut last = None;
+    let mut runs = 0u64;
+    run_in_group_with(
+        &group,
+        |group| {
+            runs += 1;
+            let partitions: Vec<String> = group
+                .assignment()
+                .iter()
+                .map(|(topic, partition)| format!("{topic}-{partition}"))
+                .collect();
+            println!("  run {runs}: owns {}", partitions.join(" "));
+            let env = StreamEnv::with_config(engine.env_config("pipeline-kafka")?);
+            let clicks = env
+                .from_source_with_watermarks(
+                    KafkaSource::<Click>::json(kafka.clone(), [topics.clicks.clone()])
+                        .in_group(group)
+                        .bad_records(args.input.bad_records),
+                    args.event_time.strategy()?,
+                )
+                .uid("read-clicks");
+            clicks
+                .dead_letters()
+                .sink(KafkaSink::json(kafka.clone(), &topics.dead_letters).in_group(group))
+                .name("write dead letters")
+                .uid("write-dead-letters");
+            let shuffle = shuffle.clone().in_group(group);
+            let (counts, late) = pipeline_through(&clicks, &args.event_time, |by_user| {
+                by_user.through_kafka(shuffle)
+            })?;
+            counts
+                .sink(
+                    KafkaSink::json(kafka.clone(), &topics.counts)
+                        .key(|c: &UserCount| c.user_id.to_string())
+                        .in_group(group),
+                )
+                .name("write counts")
+                .uid("write-counts");
+            late.sink(KafkaSink::json(kafka.clone(), &topics.late).in_group(group))
+                .name("write late clicks")
+                .uid("write-late-clicks");
+            Ok(env)
+        },
+        |env| {
+            let mut summary = run_windowed(env, &engine, "kafka group")?;
+            let result = summary
+                .result
+                .take()
+                .expect("a finished run has its result");
+            last = Some(summary);
+            Ok(result)
+        },
+    )?;
+    let summary = last.expect("a run ended the group's job");
+    println!(
+        "  last run: read {} clicks; {} counts -> {}; {} late clicks -> {}",
+        summary.read, summary.results, topics.counts, summary.late, topics.late
+    );
     Ok(summary)
 }

@@ -22,6 +22,18 @@ pub struct KafkaArgs {
     /// Do not write clicks into `clicks`: only read what is (or will be) there.
     #[arg(long)]
     pub kafka_no_producer: bool,
+    /// Run as one member of the process group NAME (issue 17, docs/scale-out.md): start the
+    /// same command in several processes, on one machine or many; Kafka's consumer group
+    /// assigns each the partitions of `clicks` and of the shuffle topic
+    /// `NAME-by-user-repartition`, and the keyed windows move with them. Needs exactly-once,
+    /// heap state, a checkpoint interval and a checkpoint storage the members share (S3). A
+    /// member writes no clicks (as with --kafka-no-producer).
+    #[arg(long, value_name = "NAME")]
+    pub group: Option<String>,
+    /// Partitions of the group's shuffle topic when it creates it (the most processes that
+    /// share the windows; default: as many as `clicks` has).
+    #[arg(long, value_name = "N")]
+    pub kafka_shuffle_partitions: Option<usize>,
     /// A librdkafka client setting for every client, KEY=VALUE (repeatable; SASL and SSL
     /// settings included, secrets are never printed).
     #[arg(long = "kafka-set", value_name = "KEY=VALUE")]

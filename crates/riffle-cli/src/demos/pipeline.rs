@@ -5,7 +5,7 @@
 //! time and watermarks per split.
 
 use clap::Args;
-use riffle::{DataStream, StreamEnv};
+use riffle::{DataStream, KeyedStream, StreamEnv};
 use riffle_clicks::Click;
 
 use crate::clicks::{EnrichedClick, IpCountryTable, enrich, is_bot};
@@ -40,14 +40,25 @@ pub fn pipeline(
     clicks: &DataStream<Click>,
     event_time: &EventTimeArgs,
 ) -> riffle::Result<(DataStream<UserCount>, DataStream<EnrichedClick>)> {
+    pipeline_through(clicks, event_time, |by_user| by_user)
+}
+
+/// The pipeline, with the clicks keyed by user passed through `shuffle` before the windows (a
+/// Kafka shuffle between the processes of a group).
+pub fn pipeline_through(
+    clicks: &DataStream<Click>,
+    event_time: &EventTimeArgs,
+    shuffle: impl FnOnce(KeyedStream<u64, EnrichedClick>) -> KeyedStream<u64, EnrichedClick>,
+) -> riffle::Result<(DataStream<UserCount>, DataStream<EnrichedClick>)> {
     let table = IpCountryTable::embedded();
     let late = OutputTag::<EnrichedClick>::new("late-clicks");
-    let windows = clicks
+    let by_user = clicks
         .filter(|click| !is_bot(&click.user_agent))
         .name("drop bots")
         .map(move |click| enrich(click, table))
         .name("enrich")
-        .key_by(|click| click.user_id)
+        .key_by(|click| click.user_id);
+    let windows = shuffle(by_user)
         .window(Tumbling::of(event_time.window()?))
         .allowed_lateness(event_time.lateness()?)
         .side_output_late(&late)

@@ -42,6 +42,19 @@ impl Job {
     }
 }
 
+impl Job {
+    /// The process id.
+    pub(crate) fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl From<std::process::Child> for Job {
+    fn from(child: std::process::Child) -> Job {
+        Job(child)
+    }
+}
+
 impl Drop for Job {
     fn drop(&mut self) {
         self.kill();

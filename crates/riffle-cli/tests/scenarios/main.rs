@@ -9,6 +9,8 @@ mod join;
 mod kafka;
 #[cfg(feature = "kafka")]
 mod kafka_event_time;
+#[cfg(feature = "kafka")]
+mod kafka_group;
 mod kill_suite;
 mod late_events;
 mod nexmark;

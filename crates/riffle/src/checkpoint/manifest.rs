@@ -283,8 +283,8 @@ impl Manifest {
     /// One manifest of the keyed state of several snapshots: from each part, the key groups of
     /// its ranges, with its files' paths prefixed by the part's `prefix` (where its snapshot
     /// lies relative to the composed manifest's storage root). Non-keyed operator state is left
-    /// out (a process group's sources start at their committed offsets); an operator's watermark
-    /// is the lowest of the parts'. Used by a process group to restore the partitions a process
+    /// out (a process group's sources start at their committed offsets), and so are operators
+    /// without keyed state; a keyed operator's watermark is the lowest of the parts'. Used by a process group to restore the partitions a process
     /// now owns from the snapshots of the processes that committed them (`docs/scale-out.md`).
     ///
     /// Key-value stores (RocksDB) cannot be composed yet: their files hold key groups beyond
@@ -333,6 +333,11 @@ impl Manifest {
             }
             let wanted = |kg: &KeyGroup| part.key_groups.iter().any(|r| r.contains(*kg));
             for (id, op) in &manifest.operators {
+                // Only keyed operators: the others' watermarks belong to the inputs the part's
+                // process read then (its source partitions), not to the composed key groups.
+                if op.subtasks.iter().all(|s| s.keyed.is_empty()) {
+                    continue;
+                }
                 let target =
                     composed
                         .operators
@@ -444,6 +449,10 @@ mod tests {
                 .iter()
                 .all(|s| s.operator.is_none())
         );
+        // The window's watermark is the parts' lowest; the source, without keyed state, is left
+        // out with its watermark (it belonged to what the parts' processes read).
+        assert_eq!(composed_window.subtasks[0].watermark, Some(-5));
+        assert!(!composed.operators.contains_key("source"));
         assert_eq!(composed.job, "job-b");
         assert_eq!(composed.kind, SnapshotKind::Savepoint);
         composed.validate().unwrap();

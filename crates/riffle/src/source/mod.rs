@@ -18,6 +18,8 @@ pub mod function;
 pub(crate) mod task;
 mod watermarks;
 
+pub use watermarks::SplitWatermark;
+
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -162,10 +164,19 @@ pub trait SplitReader<T>: Send {
     /// The position after the last record read, to store in a checkpoint.
     fn position(&self) -> serde_json::Value;
 
-    /// Checkpoint `checkpoint_id` is taken now: [`position`](SplitReader::position) is called
-    /// next for it. A Kafka reader in a process group records its offset under the checkpoint's
-    /// id, to commit it in the same Kafka transaction as the outputs.
-    fn checkpoint_started(&mut self, _checkpoint_id: u64) {}
+    /// Checkpoint `checkpoint_id` is taken now, with the split's event time at `event_time`:
+    /// [`position`](SplitReader::position) is called next for it. A Kafka reader in a process
+    /// group records its offset (and the event time) under the checkpoint's id, to commit it in
+    /// the same Kafka transaction as the outputs.
+    fn checkpoint_started(&mut self, _checkpoint_id: u64, _event_time: SplitWatermark) {}
+
+    /// Where the split's event time resumes when the reader starts without a position from a
+    /// checkpoint: a Kafka reader of a process group resumes at the group's committed offset,
+    /// with the event time recorded there (so that a partition with nothing new after the
+    /// offset does not hold the watermark back). `None` (the default): from nothing.
+    fn resume_event_time(&mut self) -> Option<SplitWatermark> {
+        None
+    }
 
     /// Continues reading after `position` (a value returned by [`position`](SplitReader::position)).
     fn seek(&mut self, position: &serde_json::Value) -> Result<()>;

@@ -314,17 +314,26 @@ impl<T: Data> SourceTask<T> {
                 let former = reader.former_split_id()?;
                 self.restored.get(&former)
             });
-            let Some(restored) = restored else {
-                all_restored = false;
-                if new {
-                    reader.start_at_beginning()?;
+            let part = match restored {
+                Some(restored) => {
+                    let position: serde_json::Value =
+                        serde_json::from_str(&restored.position).map_err(Error::user)?;
+                    reader.seek(&position)?;
+                    restored.event_time
                 }
-                continue;
+                None => {
+                    if new {
+                        reader.start_at_beginning()?;
+                    }
+                    match reader.resume_event_time() {
+                        Some(resumed) => resumed,
+                        None => {
+                            all_restored = false;
+                            continue;
+                        }
+                    }
+                }
             };
-            let position: serde_json::Value =
-                serde_json::from_str(&restored.position).map_err(Error::user)?;
-            reader.seek(&position)?;
-            let part = restored.event_time;
             event_time = Some(event_time.map_or(part, |slot| SplitWatermark {
                 watermark: slot.watermark.zip(part.watermark).map(|(a, b)| a.min(b)),
                 idle: slot.idle && part.idle,
@@ -470,7 +479,7 @@ impl<T: Data> SourceTask<T> {
             // Every part of a slot carries the slot's event time.
             let event_time = self.watermarks.snapshot_split(index);
             for reader in &mut slot.parts {
-                reader.checkpoint_started(barrier.id);
+                reader.checkpoint_started(barrier.id, event_time);
                 let position = reader.position();
                 splits.push(SplitCheckpoint {
                     split: reader.split_id(),

@@ -23,11 +23,11 @@ pub(crate) enum WatermarkUpdate {
 
 /// A split's event-time progress, as a checkpoint stores it and a restore gives it back.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct SplitWatermark {
+pub struct SplitWatermark {
     /// The split's watermark (`None`: it had no record with a timestamp yet).
-    pub(crate) watermark: Option<Timestamp>,
+    pub watermark: Option<Timestamp>,
     /// Whether the split was idle (no record for the strategy's idleness timeout).
-    pub(crate) idle: bool,
+    pub idle: bool,
 }
 
 struct SplitState {

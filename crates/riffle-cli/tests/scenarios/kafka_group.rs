@@ -1,0 +1,272 @@
+//! The seed's job as a group of processes (issue 17, `riffle demo --kafka B --group NAME`),
+//! against the broker `scripts/test.sh` starts: three member processes share the partitions of
+//! `clicks` and of the shuffle topic between the enrichment and the windows. Members are
+//! SIGKILLed mid-run and during a rebalance, others join, and the windows' state moves with the
+//! partitions. The `read_committed` `agg-clicks` must hold every (user, window) count exactly
+//! once, equal to a batch computation over the input (what a single process writes: `kafka.rs`
+//! checks that).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use riffle::source::datagen::Generator;
+use riffle_cli::clicks::is_bot;
+use riffle_cli::demos::UserCount;
+use riffle_clicks::{Click, ClickGenerator, ClicksConfig};
+use riffle_kafka::testing::TestProducer;
+
+use crate::kafka::{Job, now_ms, read_topic, seed_job_args, wait_for_partitions};
+
+/// A member of `group`, its log in `dir/member-<n>.log`.
+fn member(args: &[String], dir: &Path, n: usize) -> Job {
+    let log = std::fs::File::create(dir.join(format!("member-{n}.log"))).unwrap();
+    Job::from(
+        Command::new(env!("CARGO_BIN_EXE_riffle"))
+            .args(args)
+            .current_dir(dir)
+            .env("RIFFLE_LOG", "warn,riffle_kafka=debug")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// The members' logs, for a failure's message.
+fn logs(dir: &Path, members: usize) -> String {
+    (0..members)
+        .map(|n| {
+            let path: PathBuf = dir.join(format!("member-{n}.log"));
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            // Without the progress lines (one a second).
+            let tail: Vec<&str> = text
+                .lines()
+                .rev()
+                .filter(|line| !line.starts_with("kafka group"))
+                .take(40)
+                .collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            format!("--- member {n}:\n{}", tail.join("\n"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Generated clicks over `seconds` of event time, no very late ones (their fate depends on
+/// when watermarks reach the windows, in one process as in many), and what the job must count.
+fn input(count: u64) -> (Vec<Click>, BTreeMap<(u64, i64), u64>) {
+    let generator = ClickGenerator::new(ClicksConfig {
+        users: 300,
+        events_per_second: 10_000.0,
+        late_share: 0.0,
+        ..ClicksConfig::default()
+    });
+    let clicks: Vec<Click> = (0..count).map(|i| generator.generate(i)).collect();
+    let mut expected: BTreeMap<(u64, i64), u64> = BTreeMap::new();
+    for click in clicks.iter().filter(|c| !is_bot(&c.user_agent)) {
+        let window = click.event_time - click.event_time.rem_euclid(1000);
+        *expected.entry((click.user_id, window)).or_default() += 1;
+    }
+    (clicks, expected)
+}
+
+/// Writes `clicks` into `topic`'s 8 partitions (by user), pausing `pause` every 2 000, then a
+/// bot click far ahead in every partition so that every window of the input closes.
+fn write_input(topic: String, clicks: Vec<Click>, pause: Duration) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let producer = TestProducer::new(&[]);
+        let send = |partition: i32, click: &Click| {
+            let payload = serde_json::to_string(click).unwrap();
+            producer.send(&topic, partition, None, payload.as_bytes())
+        };
+        for (i, click) in clicks.iter().enumerate() {
+            send((click.user_id % 8) as i32, click);
+            if i % 2_000 == 1_999 {
+                producer.flush();
+                std::thread::sleep(pause);
+            }
+        }
+        let last_time = clicks.iter().map(|c| c.event_time).max().unwrap();
+        for partition in 0..8 {
+            let mut bot = clicks[0].clone();
+            bot.user_agent = "Googlebot/2.1".into();
+            bot.event_time = last_time + 60_000;
+            assert!(is_bot(&bot.user_agent));
+            send(partition, &bot);
+        }
+        producer.flush();
+    })
+}
+
+/// The counts in `lines`, each (user, window) once.
+fn counts_once(lines: &[String], context: &str) -> BTreeMap<(u64, i64), u64> {
+    let mut seen = BTreeMap::new();
+    for line in lines {
+        let count: UserCount = serde_json::from_str(line).unwrap();
+        assert!(!count.update, "no allowed lateness, no updates: {line}");
+        let previous = seen.insert((count.user_id, count.window_start), count.count);
+        assert!(previous.is_none(), "{line} appears twice\n{context}");
+    }
+    seen
+}
+
+#[test]
+fn the_seed_job_on_three_processes_killed_and_joined_mid_run_counts_every_window_once() {
+    let prefix = format!("group-{}-{}-", std::process::id(), now_ms());
+    let group = format!("{prefix}job");
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = seed_job_args(&prefix, 300);
+    let p = args.iter().position(|a| a == "-p").unwrap();
+    args[p + 1] = "1".to_string();
+    args.extend(["--group".to_string(), group.clone()]);
+
+    // The first member creates the topics; the others join once they exist.
+    let mut members = vec![member(&args, dir.path(), 0)];
+    wait_for_partitions(&format!("{prefix}clicks"), 8);
+    wait_for_partitions(&format!("{group}-by-user-repartition"), 8);
+    members.push(member(&args, dir.path(), 1));
+    members.push(member(&args, dir.path(), 2));
+
+    let (clicks, expected) = input(60_000);
+    // Written over ~5 s while the members run.
+    let writer = write_input(
+        format!("{prefix}clicks"),
+        clicks,
+        Duration::from_millis(150),
+    );
+    let counts_topic = format!("{prefix}agg-clicks");
+    let partial = read_topic(
+        &counts_topic,
+        1,
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+    );
+    assert!(
+        !partial.is_empty() && partial.len() < expected.len(),
+        "the kill must come mid-run: {} of {} counts written\n{}",
+        partial.len(),
+        expected.len(),
+        logs(dir.path(), members.len())
+    );
+    // SIGKILL of one member, at a moment that varies between runs; a fourth joins while the
+    // others take over the dead one's partitions; then another member is killed while the
+    // group rebalances for the newcomer (its commits and restores in flight), and a fifth
+    // joins.
+    std::thread::sleep(Duration::from_millis(now_ms() % 700));
+    members[1].kill();
+    std::thread::sleep(Duration::from_secs(2));
+    members.push(member(&args, dir.path(), 3));
+    std::thread::sleep(Duration::from_millis(200 + now_ms() % 600));
+    members[2].kill();
+    members.push(member(&args, dir.path(), 4));
+    writer.join().unwrap();
+
+    let lines = read_topic(
+        &counts_topic,
+        expected.len(),
+        Duration::from_secs(240),
+        Duration::from_secs(5),
+    );
+    // On failure, the members' logs (with the group's debug lines) and the checkpoints, markers
+    // included, stay for a look.
+    let kept = dir.keep();
+    let context = format!(
+        "{} counts before the kill; logs and checkpoints in {}\n{}",
+        partial.len(),
+        kept.display(),
+        logs(&kept, members.len())
+    );
+    let seen = counts_once(&lines, &context);
+    let missing = expected.keys().filter(|k| !seen.contains_key(k)).count();
+    let wrong: Vec<_> = seen
+        .iter()
+        .filter(|(k, v)| expected.get(k) != Some(v))
+        .take(5)
+        .map(|(k, v)| (k, v, expected.get(k)))
+        .collect();
+    assert!(
+        missing == 0 && wrong.is_empty(),
+        "{} counts, {} expected: {missing} missing, wrong or extra (first 5): {wrong:?}\n{context}",
+        seen.len(),
+        expected.len()
+    );
+    drop(members);
+    let _ = std::fs::remove_dir_all(&kept);
+}
+
+/// The CPU time (user + system) a process used so far, from `/proc` (Linux).
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: u64 = fields
+        .get(11..13)
+        .map(|f| f.iter().map(|t| t.parse::<u64>().unwrap_or(0)).sum())
+        .unwrap_or(0);
+    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+}
+
+/// Hand-run measurement (BENCHMARKS.md, "Scale-out on Kafka"): the seed's job on one and on two
+/// member processes (parallelism 1 each), over the same clicks already in the topic: the time
+/// from the members' start until every count is committed, and the members' CPU time.
+///
+/// `cargo test --release -p riffle-cli --features kafka --test scenarios measure_group_seed_job -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn measure_group_seed_job() {
+    let count: u64 = std::env::var("RIFFLE_MEASURE_CLICKS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000_000);
+    let (clicks, expected) = input(count);
+    for processes in [1usize, 2] {
+        let prefix = format!("measure-{processes}-{}-{}-", std::process::id(), now_ms());
+        let group = format!("{prefix}job");
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = seed_job_args(&prefix, 1_000);
+        let p = args.iter().position(|a| a == "-p").unwrap();
+        args[p + 1] = "1".to_string();
+        args.extend(["--group".to_string(), group.clone()]);
+        // The topics and the input first, then the members.
+        let mut first = member(&args, dir.path(), 0);
+        wait_for_partitions(&format!("{prefix}clicks"), 8);
+        wait_for_partitions(&format!("{group}-by-user-repartition"), 8);
+        first.kill();
+        write_input(format!("{prefix}clicks"), clicks.clone(), Duration::ZERO)
+            .join()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let members: Vec<Job> = (0..processes)
+            .map(|n| member(&args, dir.path(), n))
+            .collect();
+        let counts_topic = format!("{prefix}agg-clicks");
+        let mut done = None;
+        while started.elapsed() < Duration::from_secs(600) {
+            let n = read_topic(
+                &counts_topic,
+                expected.len(),
+                Duration::from_secs(2),
+                Duration::from_millis(200),
+            )
+            .len();
+            if n >= expected.len() {
+                done = Some(started.elapsed());
+                break;
+            }
+        }
+        let cpu: Duration = members.iter().map(|m| cpu_time(m.id())).sum();
+        let wall = done.expect("every count within 10 minutes");
+        println!(
+            "{processes} process(es): {count} clicks in {:.2} s ({:.0} clicks/s), {:.2} CPU-s ({:.0} clicks per CPU-s); wall includes joining the group and the 1 s commits",
+            wall.as_secs_f64(),
+            count as f64 / wall.as_secs_f64(),
+            cpu.as_secs_f64(),
+            count as f64 / cpu.as_secs_f64()
+        );
+    }
+}
