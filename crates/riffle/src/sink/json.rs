@@ -32,6 +32,31 @@ fn escaped(byte: u8) -> bool {
     byte < 0x20 || byte == b'"' || byte == b'\\'
 }
 
+/// Whether any of the 8 bytes in `word` is escaped in a JSON string (bit tricks on the whole
+/// word: a byte below 0x20, or equal to `"` or `\`; exact, no false answers either way).
+#[inline(always)]
+fn word_has_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let below_space = word.wrapping_sub(ONES * 0x20) & !word;
+    let quote = word ^ (ONES * u64::from(b'"'));
+    let backslash = word ^ (ONES * u64::from(b'\\'));
+    let zero_in = |w: u64| w.wrapping_sub(ONES) & !w;
+    (below_space | zero_in(quote) | zero_in(backslash)) & HIGHS != 0
+}
+
+/// Whether anything in `bytes` is escaped in a JSON string, 8 bytes at a time.
+#[inline]
+fn has_escape(bytes: &[u8]) -> bool {
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        if word_has_escape(u64::from_le_bytes(word.try_into().expect("8 bytes"))) {
+            return true;
+        }
+    }
+    words.remainder().iter().any(|&b| escaped(b))
+}
+
 /// Appends `value` as a JSON string (quoted), escaped as `serde_json` escapes it: `\"`, `\\`,
 /// `\b \f \n \r \t`, other control characters as `\u00xx`; everything else as it is.
 #[inline]
@@ -39,11 +64,10 @@ pub fn push_str(out: &mut Vec<u8>, value: &str) {
     let bytes = value.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
-    // One pass that the compiler vectorizes: does anything need escaping at all?
-    if !bytes.iter().fold(false, |any, &b| any | escaped(b)) {
-        out.extend_from_slice(bytes);
-    } else {
+    if has_escape(bytes) {
         push_escaped(out, bytes);
+    } else {
+        out.extend_from_slice(bytes);
     }
     out.push(b'"');
 }
@@ -176,6 +200,36 @@ mod tests {
         let mut out = b"kept".to_vec();
         assert!(encode_into(&map, None, &mut out).is_err());
         assert_eq!(out, b"kept");
+    }
+
+    #[test]
+    fn the_word_test_finds_an_escape_at_every_position_and_nothing_else() {
+        for position in 0..8 {
+            for byte in 0u8..=255 {
+                let mut word = *b"abcdefgh";
+                word[position] = byte;
+                assert_eq!(
+                    word_has_escape(u64::from_le_bytes(word)),
+                    escaped(byte),
+                    "byte {byte} at {position}"
+                );
+            }
+        }
+        // Bytes around the escaped ones, next to each other (borrows between bytes).
+        for a in [
+            0u8, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0xff,
+        ] {
+            for b in [
+                0u8, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0xff,
+            ] {
+                let word = [a, b, 0x41, 0x41, b, a, 0x41, 0x41];
+                assert_eq!(
+                    word_has_escape(u64::from_le_bytes(word)),
+                    escaped(a) || escaped(b),
+                    "{a:#x} {b:#x}"
+                );
+            }
+        }
     }
 
     proptest! {

@@ -415,10 +415,10 @@ where
         for window in due {
             let purge = window.max_timestamp().saturating_add(lateness) <= time;
             if purge {
-                for (_, key, mut slot) in table.drain_namespace(&window)? {
+                table.drain_namespace_each(&window, |_, key, mut slot| {
                     Self::fire_slot(function, &key, window, &mut slot, out)?;
-                    function.purge(&key, window)?;
-                }
+                    function.purge(&key, window)
+                })?;
                 self.panes.remove(&window);
                 if self.last_pane == Some(window) {
                     self.last_pane = None;
