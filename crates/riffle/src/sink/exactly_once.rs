@@ -31,7 +31,7 @@ use crate::checkpoint::{decode, encode};
 use crate::error::{Error, Result};
 use crate::operators::OperatorContext;
 use crate::record::{Data, Record};
-use crate::sink::file::{MAX_KEPT_BUFFER, check_writable_dir};
+use crate::sink::file::{MAX_KEPT_BUFFER, WRITEBACK_BYTES, Writeback, check_writable_dir};
 use crate::sink::json::{JsonEncoder, encode_into};
 use crate::sink::part_files::{
     IN_PROGRESS, commit_file, due_at_end, job_tag, remove_stale, sync_dir,
@@ -189,6 +189,9 @@ impl Committable {
 struct OpenFile {
     name: String,
     writer: BufWriter<File>,
+    /// The file's pages go to disk as it grows: the sync before a pre-commit waits for the last
+    /// few MB only, not for a whole checkpoint interval of output.
+    writeback: Writeback,
     opened: Instant,
     bytes: u64,
 }
@@ -258,9 +261,12 @@ impl<T> TransactionalWriter<T> {
                 .truncate(true)
                 .open(&path)
                 .map_err(|e| io("cannot open", &path, e))?;
+            let writeback = Writeback::new(&file, &name, WRITEBACK_BYTES)
+                .map_err(|e| io("cannot open", &path, e))?;
             self.current = Some(OpenFile {
                 name,
                 writer: BufWriter::with_capacity(1 << 16, file),
+                writeback,
                 opened: Instant::now(),
                 bytes: 0,
             });
@@ -270,8 +276,11 @@ impl<T> TransactionalWriter<T> {
 
     /// Closes the open file (flushed and synced): it joins the files of the next checkpoint.
     fn close_current(&mut self) -> Result<()> {
-        if let Some(open) = self.current.take() {
+        if let Some(mut open) = self.current.take() {
             let path = self.dir.join(IN_PROGRESS).join(&open.name);
+            open.writeback
+                .finish()
+                .map_err(|e| io("cannot sync", &path, e))?;
             let file = open
                 .writer
                 .into_inner()
@@ -315,6 +324,9 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter<T> {
             .writer
             .write_all(&lines)
             .map_err(|e| io("cannot write", &dir.join(IN_PROGRESS).join(&open.name), e));
+        if written.is_ok() {
+            open.writeback.appended(lines.len());
+        }
         open.bytes += lines.len() as u64;
         let roll = open.bytes >= roll_size || open.opened.elapsed() >= roll_interval;
         if lines.capacity() > MAX_KEPT_BUFFER {

@@ -126,7 +126,7 @@ impl<T: Data> Sink<T> for FileSink<T> {
 pub(crate) const MAX_KEPT_BUFFER: usize = 4 << 20;
 
 /// Bytes appended to a part file between two background syncs ([`Writeback`]).
-const WRITEBACK_BYTES: u64 = 32 << 20;
+pub(crate) const WRITEBACK_BYTES: u64 = 32 << 20;
 
 /// Has a growing file's pages written to disk in the background, every [`WRITEBACK_BYTES`]
 /// appended (a thread of its own syncs a second handle of the file): the sync when the file is
