@@ -78,8 +78,15 @@ pub fn run_with_progress(
     let mut max_rss = process_rss_bytes().unwrap_or(0);
     let mut stopping = false;
     let mut cancelled = false;
+    // The end of the job is noticed within 5 ms (a short job's wall time is not rounded up by
+    // half a polling period); signals, memory and reports are looked at every 50 ms.
+    let mut next_look = Instant::now();
     while !job.is_finished() {
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(5));
+        if Instant::now() < next_look {
+            continue;
+        }
+        next_look = Instant::now() + Duration::from_millis(50);
         let interrupts = INTERRUPTS.load(Ordering::SeqCst);
         let time_up = options.duration.is_some_and(|d| started.elapsed() >= d);
         if !stopping && (interrupts >= 1 || time_up) {

@@ -83,7 +83,8 @@ pub fn run(args: &EtlArgs) -> riffle::Result<EtlSummary> {
     pipeline(
         &payloads,
         args.input.bad_records,
-        args.engine.json_sink(&output)?,
+        args.engine
+            .json_sink_with(&output, Some(EnrichedClick::write_json))?,
     );
     let parallelism = env.config().parallelism;
     let (result, _) = run_with_progress(&env, &args.engine.run_options()?, |report| {

@@ -289,6 +289,26 @@ pub struct UserCount {
     pub update: bool,
 }
 
+impl UserCount {
+    /// Appends the count as one JSON document, byte for byte what its `Serialize` writes
+    /// through `serde_json` (the encoder of the counts' sink).
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        use riffle::sink::json;
+        out.extend_from_slice(b"{\"user_id\":");
+        json::push_u64(out, self.user_id);
+        out.extend_from_slice(b",\"window_start\":");
+        json::push_i64(out, self.window_start);
+        out.extend_from_slice(b",\"window_end\":");
+        json::push_i64(out, self.window_end);
+        out.extend_from_slice(b",\"count\":");
+        json::push_u64(out, self.count);
+        if self.update {
+            out.extend_from_slice(b",\"update\":true");
+        }
+        out.push(b'}');
+    }
+}
+
 impl From<WindowResult<u64, u64>> for UserCount {
     fn from(r: WindowResult<u64, u64>) -> Self {
         UserCount {
@@ -497,18 +517,34 @@ impl EngineArgs {
     /// A sink for JSON lines in `dir`: exactly-once when the job takes checkpoints. A fresh
     /// (not restored) exactly-once run starts from an empty directory.
     pub fn json_sink<T: riffle::Data>(&self, dir: &Path) -> riffle::Result<Box<dyn JsonSink<T>>> {
+        self.json_sink_with(dir, None)
+    }
+
+    /// [`json_sink`](Self::json_sink), its lines written by `encoder` (when given) instead of
+    /// `serde_json` (see `riffle::sink::json`).
+    pub fn json_sink_with<T: riffle::Data>(
+        &self,
+        dir: &Path,
+        encoder: Option<riffle::sink::json::JsonEncoder<T>>,
+    ) -> riffle::Result<Box<dyn JsonSink<T>>> {
         if self.checkpointing() {
             if self.restore.is_none() && dir.exists() {
                 std::fs::remove_dir_all(dir)
                     .map_err(|e| Error::io(format!("cannot clear `{}`", dir.display()), e))?;
             }
-            Ok(Box::new(
-                ExactlyOnceFileSink::new(dir)
-                    .setting_name("--output")
-                    .roll_interval(Duration::from_secs(60)),
-            ))
+            let sink = ExactlyOnceFileSink::new(dir)
+                .setting_name("--output")
+                .roll_interval(Duration::from_secs(60));
+            Ok(Box::new(match encoder {
+                Some(encoder) => sink.encoder(encoder),
+                None => sink,
+            }))
         } else {
-            Ok(Box::new(FileSink::new(dir).setting_name("--output")))
+            let sink = FileSink::new(dir).setting_name("--output");
+            Ok(Box::new(match encoder {
+                Some(encoder) => sink.encoder(encoder),
+                None => sink,
+            }))
         }
     }
 
@@ -665,6 +701,30 @@ pub fn web_flag(error: Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_user_count_is_encoded_as_serde_json_encodes_it() {
+        for (user_id, window_start, count, update) in [
+            (0, 0, 0, false),
+            (42, 1_768_491_600_000, 3, true),
+            (u64::MAX, i64::MIN, u64::MAX, false),
+            (7, -60_000, 1, true),
+        ] {
+            let line = UserCount {
+                user_id,
+                window_start,
+                window_end: window_start.wrapping_add(60_000),
+                count,
+                update,
+            };
+            let mut ours = Vec::new();
+            line.write_json(&mut ours);
+            assert_eq!(
+                String::from_utf8(ours).unwrap(),
+                serde_json::to_string(&line).unwrap()
+            );
+        }
+    }
 
     fn args(flags: &[&str]) -> EngineArgs {
         use clap::Parser;

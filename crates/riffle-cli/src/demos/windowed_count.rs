@@ -121,7 +121,7 @@ pub fn write_counts_and_late<L: riffle::Data + serde::Serialize>(
     late: &DataStream<L>,
 ) -> riffle::Result<()> {
     counts
-        .sink(engine.json_sink(&output.join("agg-clicks"))?)
+        .sink(engine.json_sink_with(&output.join("agg-clicks"), Some(UserCount::write_json))?)
         .name("write counts")
         .uid("write-counts");
     late.sink(engine.json_sink(&output.join("late-clicks"))?)

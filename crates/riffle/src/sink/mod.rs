@@ -16,6 +16,7 @@ mod collect;
 mod exactly_once;
 mod file;
 mod function;
+pub mod json;
 mod operator;
 pub mod part_files;
 mod simple;

@@ -352,7 +352,29 @@ impl<R: BufRead> LineSplitter<R> {
     /// Reads the next line into `line` (cleared first, without its end); false at the end.
     pub(crate) fn next_line(&mut self, line: &mut Vec<u8>) -> std::io::Result<bool> {
         line.clear();
-        let n = self.reader.read_until(b'\n', line)?;
+        // `BufRead::read_until`, with the `memchr` crate's vectorized search for the line end
+        // (the standard library's takes a tenth of the time of reading a JSON-lines file).
+        let mut n = 0;
+        loop {
+            let available = match self.reader.fill_buf() {
+                Ok(available) => available,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if available.is_empty() {
+                break;
+            }
+            let (used, done) = match memchr::memchr(b'\n', available) {
+                Some(end) => (end + 1, true),
+                None => (available.len(), false),
+            };
+            line.extend_from_slice(&available[..used]);
+            self.reader.consume(used);
+            n += used;
+            if done {
+                break;
+            }
+        }
         if n == 0 {
             return Ok(false);
         }
@@ -471,12 +493,20 @@ impl<T: Data> FileReader<T> {
     /// Decodes the current line.
     fn decode(&mut self, out: &mut SourceOutput<T>) {
         let decoded = match self.format {
-            FileFormat::Lines => match std::str::from_utf8(&self.line) {
+            // UTF-8 checked with SIMD (a third of the cost of the standard check on JSON lines);
+            // a line that fails it is checked again by the standard library for its message.
+            FileFormat::Lines => match simdutf8::basic::from_utf8(&self.line)
+                .or_else(|_| std::str::from_utf8(&self.line))
+            {
                 Ok(text) => {
-                    let text: Box<dyn std::any::Any> = Box::new(text.to_string());
-                    Ok(*text
-                        .downcast::<T>()
-                        .expect("`lines` is only built for strings"))
+                    // `T` is `String` here: the string moves into the record through a slot,
+                    // with no box of its own.
+                    let mut record: Option<T> = None;
+                    let slot: &mut dyn std::any::Any = &mut record;
+                    *slot
+                        .downcast_mut::<Option<String>>()
+                        .expect("`lines` is only built for strings") = Some(text.to_string());
+                    Ok(record.expect("set above"))
                 }
                 Err(e) => Err(format!("not UTF-8: {e}")),
             },
@@ -700,6 +730,10 @@ mod tests {
         assert_eq!(lines, vec!["{\"id\": 1}", "plain"]);
         assert_eq!(out.bad.len(), 1);
         assert_eq!(out.bad[0].position, "line 2");
+        assert_eq!(
+            out.bad[0].error,
+            "not UTF-8: invalid utf-8 sequence of 1 bytes from index 0"
+        );
     }
 
     #[test]

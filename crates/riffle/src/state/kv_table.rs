@@ -281,6 +281,24 @@ where
         }
     }
 
+    /// Removes every value of `namespace` and hands each to `each` with its key group and key
+    /// (on the heap without collecting them first).
+    pub fn drain_namespace_each(
+        &mut self,
+        namespace: &N,
+        mut each: impl FnMut(KeyGroup, K, V) -> Result<()>,
+    ) -> Result<()> {
+        match self {
+            StateTable::Heap(table) => table.drain_namespace_each(namespace, each),
+            StateTable::Kv(_) => {
+                for (key_group, key, value) in self.drain_namespace(namespace)? {
+                    each(key_group, key, value)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Calls `visit` with every entry.
     pub fn for_each(
         &mut self,

@@ -146,6 +146,26 @@ impl<K: Hash + Eq, N: Hash + Eq + Clone, V> Table<K, N, V> {
         drained
     }
 
+    /// Removes every value of `namespace` and hands each to `each`, with its key group and key,
+    /// in the order of [`drain_namespace`](Table::drain_namespace) (without collecting them).
+    /// An error from `each` stops there; the rest of that key group's values are dropped.
+    pub fn drain_namespace_each<E>(
+        &mut self,
+        namespace: &N,
+        mut each: impl FnMut(KeyGroup, K, V) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        for index in 0..self.groups.len() {
+            if let Some(keys) = self.groups[index].remove(namespace) {
+                self.len -= keys.len();
+                let key_group = self.range.start + index as KeyGroup;
+                for (key, value) in keys {
+                    each(key_group, key, value)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Every key and value of `namespace`, to change in place.
     pub fn namespace_mut(&mut self, namespace: &N) -> impl Iterator<Item = (&K, &mut V)> {
         self.groups
@@ -267,5 +287,16 @@ mod tests {
         assert!(table.heap_bytes() > 0);
         assert_eq!(table.drain_namespace(&1), vec![(13, "b", 20)]);
         assert!(table.is_empty());
+        table.insert(11, "c", 3, 30);
+        table.insert(12, "d", 3, 40);
+        table.insert(12, "e", 4, 50);
+        let mut drained = Vec::new();
+        let result: Result<(), ()> = table.drain_namespace_each(&3, |kg, k, v| {
+            drained.push((kg, k, v));
+            Ok(())
+        });
+        result.unwrap();
+        assert_eq!(drained, vec![(11, "c", 30), (12, "d", 40)]);
+        assert_eq!((table.len(), table.get(12, &"e", &4)), (1, Some(&50)));
     }
 }

@@ -267,6 +267,9 @@ pub(crate) struct WindowOperator<K, T, F: WindowFn<K, T>> {
     core: WindowCore<F::Late>,
     /// Windows holding state, in firing order.
     panes: BTreeSet<TimeWindow>,
+    /// The window of the last record added, known to be in `panes` (most records fall in the
+    /// window of the one before: no search of the set for them).
+    last_pane: Option<TimeWindow>,
     /// Windows ending at or before this time have fired (every slot of theirs).
     fired_up_to: Timestamp,
     table: Option<StateTable<K, TimeWindow, Slot<F::Acc>>>,
@@ -285,6 +288,7 @@ where
             function,
             core: WindowCore::new(settings),
             panes: BTreeSet::new(),
+            last_pane: None,
             fired_up_to: MIN_WATERMARK,
             table: None,
             assigned: Vec::new(),
@@ -332,7 +336,10 @@ where
         out: &mut Collector<'_, F::Out>,
     ) -> Result<()> {
         let due = window.max_timestamp() <= self.due_time();
-        self.panes.insert(window);
+        if self.last_pane != Some(window) {
+            self.panes.insert(window);
+            self.last_pane = Some(window);
+        }
         let function = &mut self.function;
         let create = || Slot {
             acc: function.create(),
@@ -408,11 +415,14 @@ where
         for window in due {
             let purge = window.max_timestamp().saturating_add(lateness) <= time;
             if purge {
-                for (_, key, mut slot) in table.drain_namespace(&window)? {
+                table.drain_namespace_each(&window, |_, key, mut slot| {
                     Self::fire_slot(function, &key, window, &mut slot, out)?;
-                    function.purge(&key, window)?;
-                }
+                    function.purge(&key, window)
+                })?;
                 self.panes.remove(&window);
+                if self.last_pane == Some(window) {
+                    self.last_pane = None;
+                }
             } else {
                 table.for_each_in_namespace(&window, |key, slot| {
                     Self::fire_slot(function, key, window, slot, out)
