@@ -54,12 +54,13 @@ fn logs(dir: &Path, members: usize) -> String {
         .join("\n")
 }
 
-/// Generated clicks over `seconds` of event time, no very late ones (their fate depends on
-/// when watermarks reach the windows, in one process as in many), and what the job must count.
-fn input(count: u64) -> (Vec<Click>, BTreeMap<(u64, i64), u64>) {
+/// `count` generated clicks, `rate` a second of event time, no very late ones (their fate
+/// depends on when watermarks reach the windows, in one process as in many), and what the job
+/// must count.
+fn input(count: u64, rate: f64) -> (Vec<Click>, BTreeMap<(u64, i64), u64>) {
     let generator = ClickGenerator::new(ClicksConfig {
         users: 300,
-        events_per_second: 10_000.0,
+        events_per_second: rate,
         late_share: 0.0,
         ..ClicksConfig::default()
     });
@@ -129,7 +130,7 @@ fn the_seed_job_on_three_processes_killed_and_joined_mid_run_counts_every_window
     members.push(member(&args, dir.path(), 1));
     members.push(member(&args, dir.path(), 2));
 
-    let (clicks, expected) = input(60_000);
+    let (clicks, expected) = input(60_000, 10_000.0);
     // Written over ~5 s while the members run.
     let writer = write_input(
         format!("{prefix}clicks"),
@@ -223,7 +224,7 @@ fn measure_group_seed_job() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(1_000_000);
-    let (clicks, expected) = input(count);
+    let (clicks, expected) = input(count, 10_000.0);
     for processes in [1usize, 2] {
         let prefix = format!("measure-{processes}-{}-{}-", std::process::id(), now_ms());
         let group = format!("{prefix}job");
@@ -269,4 +270,125 @@ fn measure_group_seed_job() {
             count as f64 / cpu.as_secs_f64()
         );
     }
+}
+
+/// Event time across processes: two members; the clicks of partition 6 arrive slowly (a chunk
+/// every 300 ms or so, its event time behind the others'), partition 7 gets none. The slow partition
+/// holds every member's windows back: no window fires before its clicks are in, so nothing is
+/// late and every count is exact. The empty partition goes idle (`--idleness-secs 2`) and does
+/// not hold the windows forever.
+#[test]
+fn a_slow_partition_holds_the_windows_of_every_process_back_and_an_idle_one_does_not() {
+    let prefix = format!("group-time-{}-{}-", std::process::id(), now_ms());
+    let group = format!("{prefix}job");
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = seed_job_args(&prefix, 300);
+    let p = args.iter().position(|a| a == "-p").unwrap();
+    args[p + 1] = "1".to_string();
+    args.extend(
+        ["--group", &group, "--idleness-secs", "2"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
+    let mut members = vec![member(&args, dir.path(), 0)];
+    wait_for_partitions(&format!("{prefix}clicks"), 8);
+    wait_for_partitions(&format!("{group}-by-user-repartition"), 8);
+    members.push(member(&args, dir.path(), 1));
+
+    // 30 s of event time; no user of partition 7 (users go to partition user % 8).
+    let (clicks, _) = input(30_000, 1_000.0);
+    let clicks: Vec<Click> = clicks.into_iter().filter(|c| c.user_id % 8 != 7).collect();
+    let mut expected: BTreeMap<(u64, i64), u64> = BTreeMap::new();
+    for click in clicks.iter().filter(|c| !is_bot(&c.user_agent)) {
+        let window = click.event_time - click.event_time.rem_euclid(1000);
+        *expected.entry((click.user_id, window)).or_default() += 1;
+    }
+    let (slow, fast): (Vec<Click>, Vec<Click>) =
+        clicks.iter().cloned().partition(|c| c.user_id % 8 == 6);
+    let last_time = clicks.iter().map(|c| c.event_time).max().unwrap();
+    let topic = format!("{prefix}clicks");
+    let producer = TestProducer::new(&[]);
+    let send = |click: &Click| {
+        let payload = serde_json::to_string(click).unwrap();
+        producer.send(&topic, (click.user_id % 8) as i32, None, payload.as_bytes())
+    };
+    let sentinel = |partition: u64| {
+        let mut bot = clicks[0].clone();
+        bot.user_id = partition;
+        bot.user_agent = "Googlebot/2.1".into();
+        bot.event_time = last_time + 60_000;
+        bot
+    };
+    // Partitions 0-5 whole, with their sentinels.
+    for click in &fast {
+        send(click);
+    }
+    for partition in 0..6 {
+        send(&sentinel(partition));
+    }
+    producer.flush();
+    // Partition 6 in 30 chunks, one a second of event time, 300 ms apart: never silent long
+    // enough to go idle. After each, the counts so far: no window may end after the start of
+    // the next chunk; and windows well behind it do fire (partition 7 does not hold them).
+    let counts_topic = format!("{prefix}agg-clicks");
+    let chunk = slow.len().div_ceil(30);
+    let mut fired_mid_way = false;
+    for (n, part) in slow.chunks(chunk).enumerate() {
+        for click in part {
+            send(click);
+        }
+        producer.flush();
+        let Some(next) = slow.get(chunk * (n + 1)) else {
+            break;
+        };
+        let before = read_topic(
+            &counts_topic,
+            0,
+            Duration::from_secs(1),
+            Duration::from_millis(150),
+        );
+        let early: Vec<&String> = before
+            .iter()
+            .filter(|line| {
+                let count: UserCount = serde_json::from_str(line).unwrap();
+                count.window_start + 1_000 > next.event_time
+            })
+            .collect();
+        assert!(
+            early.is_empty(),
+            "windows fired before partition 6 reached them: {early:?}\n{}",
+            logs(dir.path(), members.len())
+        );
+        fired_mid_way |= !before.is_empty();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(
+        fired_mid_way,
+        "no window fired while partition 6 was coming in\n{}",
+        logs(dir.path(), members.len())
+    );
+    send(&sentinel(6));
+    producer.flush();
+
+    let lines = read_topic(
+        &counts_topic,
+        expected.len(),
+        Duration::from_secs(120),
+        Duration::from_secs(3),
+    );
+    let context = logs(dir.path(), members.len());
+    let seen = counts_once(&lines, &context);
+    assert!(
+        seen == expected,
+        "{} counts, {} expected\n{context}",
+        seen.len(),
+        expected.len()
+    );
+    let late = read_topic(
+        &format!("{prefix}late-clicks"),
+        0,
+        Duration::from_secs(3),
+        Duration::from_secs(1),
+    );
+    assert!(late.is_empty(), "late clicks: {late:?}");
 }
