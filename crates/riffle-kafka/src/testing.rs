@@ -121,3 +121,19 @@ pub fn read_committed(
     out.sort();
     out
 }
+
+/// The CPU time (user + system) process `pid` used so far, from `/proc` (Linux; zero elsewhere):
+/// what the measurements of member processes report.
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: u64 = fields
+        .get(11..13)
+        .map(|f| f.iter().map(|t| t.parse::<u64>().unwrap_or(0)).sum())
+        .unwrap_or(0);
+    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+}

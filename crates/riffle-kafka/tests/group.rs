@@ -313,21 +313,6 @@ fn signal(signal: &str, pid: &str) {
     assert!(status.success(), "kill {signal} {pid}");
 }
 
-/// The CPU time (user + system) a process used so far, from `/proc`.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks: u64 = fields
-        .get(11..13)
-        .map(|f| f.iter().map(|t| t.parse::<u64>().unwrap_or(0)).sum())
-        .unwrap_or(0);
-    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
-}
-
 /// Committed offsets of `group` for each of the input's `partitions`.
 fn progress(group: &str, input: &str, partitions: i32) -> BTreeMap<i32, i64> {
     common::committed_offsets(group, input, partitions)
@@ -353,14 +338,21 @@ fn measure_group() {
             .map(|_| Member::start(&group, &input, &output, 0))
             .collect();
         std::thread::sleep(Duration::from_secs(5));
-        let cpu_before: Duration = running.iter().map(|m| cpu_time(m.0.id())).sum();
+        let cpu_before: Duration = running
+            .iter()
+            .map(|m| riffle_kafka::testing::cpu_time(m.0.id()))
+            .sum();
         let start = Instant::now();
         input_records(&input, partitions, count);
         while total(&progress(&group, &input, partitions)) < count as i64 {
             std::thread::sleep(Duration::from_millis(20));
         }
         let wall = start.elapsed();
-        let cpu = running.iter().map(|m| cpu_time(m.0.id())).sum::<Duration>() - cpu_before;
+        let cpu = running
+            .iter()
+            .map(|m| riffle_kafka::testing::cpu_time(m.0.id()))
+            .sum::<Duration>()
+            - cpu_before;
         eprintln!(
             "{members} member(s): {count} records in {:.2} s wall from the first write ({:.0} records/s), {:.2} CPU-s of the members ({:.0} records per CPU-s)",
             wall.as_secs_f64(),

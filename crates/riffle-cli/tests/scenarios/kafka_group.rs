@@ -197,21 +197,6 @@ fn the_seed_job_on_three_processes_killed_and_joined_mid_run_counts_every_window
     let _ = std::fs::remove_dir_all(&kept);
 }
 
-/// The CPU time (user + system) a process used so far, from `/proc` (Linux).
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks: u64 = fields
-        .get(11..13)
-        .map(|f| f.iter().map(|t| t.parse::<u64>().unwrap_or(0)).sum())
-        .unwrap_or(0);
-    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
-}
-
 /// Hand-run measurement (BENCHMARKS.md, "Scale-out on Kafka"): the seed's job on one and on two
 /// member processes (parallelism 1 each), over the same clicks already in the topic: the time
 /// from the members' start until every count is committed, and the members' CPU time.
@@ -260,7 +245,10 @@ fn measure_group_seed_job() {
                 break;
             }
         }
-        let cpu: Duration = members.iter().map(|m| cpu_time(m.id())).sum();
+        let cpu: Duration = members
+            .iter()
+            .map(|m| riffle_kafka::testing::cpu_time(m.id()))
+            .sum();
         let wall = done.expect("every count within 10 minutes");
         println!(
             "{processes} process(es): {count} clicks in {:.2} s ({:.0} clicks/s), {:.2} CPU-s ({:.0} clicks per CPU-s); wall includes joining the group and the 1 s commits",
