@@ -99,7 +99,7 @@ pub fn jobs(address: Option<&str>) -> Result<(), String> {
         return Ok(());
     }
     println!(
-        "{:<10} {:<28} {:<11} {:>10} {:>12} {:>12}  UI",
+        "{:<10} {:<28} {:<11} {:>10} {:>12} {:>12}  UI  GROUP",
         "ID", "NAME", "STATUS", "UPTIME", "IN/S", "OUT/S"
     );
     for address in addresses {
@@ -112,20 +112,48 @@ pub fn jobs(address: Option<&str>) -> Result<(), String> {
                     job["status"].as_str().unwrap_or("?")
                 };
                 println!(
-                    "{:<10} {:<28} {:<11} {:>10} {:>12.0} {:>12.0}  {}/",
+                    "{:<10} {:<28} {:<11} {:>10} {:>12.0} {:>12.0}  {}/  {}",
                     job["id"].as_str().unwrap_or("?"),
                     job["name"].as_str().unwrap_or("?"),
                     status,
                     format!("{}s", job["uptime_ms"].as_u64().unwrap_or(0) / 1000),
                     job["source_records_per_sec"].as_f64().unwrap_or(0.0),
                     job["sink_records_per_sec"].as_f64().unwrap_or(0.0),
-                    client.url()
+                    client.url(),
+                    group_column(&client)
                 );
             }
             Err(e) => println!("{:<10} {:<28} {:<11} ({e})", "?", "?", "UNREACHABLE"),
         }
     }
     Ok(())
+}
+
+/// `riffle jobs`' GROUP column: for a member of a process group, the group, the partitions the
+/// member owns, the group's members and its lag by topic; `-` for a job in one process.
+fn group_column(client: &JobClient) -> String {
+    let Ok(group) = client.get("/api/v1/group") else {
+        return "-".to_string();
+    };
+    let owned: Vec<&str> = group["owned"]
+        .as_array()
+        .map(|o| o.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let lag: Vec<String> = group["lag"]
+        .as_object()
+        .map(|l| l.iter().map(|(topic, n)| format!("{topic} {n}")).collect())
+        .unwrap_or_default();
+    format!(
+        "{} ({} members; owns {}; lag {})",
+        group["group"].as_str().unwrap_or("?"),
+        group["members"].as_object().map_or(0, |m| m.len()),
+        if owned.is_empty() {
+            "nothing".to_string()
+        } else {
+            owned.join(" ")
+        },
+        lag.join(", ")
+    )
 }
 
 fn post(target: &Target, path: &str, body: Value) -> Result<Value, String> {

@@ -274,6 +274,8 @@ struct GroupInner {
     restored: Mutex<BTreeMap<(String, i32), serde_json::Value>>,
     /// Names this process's transactional ids.
     instance: String,
+    /// Who this member is, in the metadata of the offsets it commits: `host/pid/instance`.
+    label: String,
     stop: Arc<AtomicBool>,
     poller: Mutex<Option<JoinHandle<()>>>,
 }
@@ -383,6 +385,7 @@ impl KafkaGroup {
                 run: AtomicU64::new(u64::MAX),
                 keyed: Mutex::new(BTreeSet::new()),
                 restored: Mutex::new(BTreeMap::new()),
+                label: format!("{}/{}/{instance}", host_name(), std::process::id()),
                 instance,
                 stop,
                 poller: Mutex::new(Some(poller)),
@@ -404,6 +407,78 @@ impl KafkaGroup {
     pub fn assignment(&self) -> Vec<(String, i32)> {
         let membership = self.inner.membership.lock().expect("membership lock");
         membership.assignment.iter().cloned().collect()
+    }
+
+    /// Who this member is: `host/pid/instance`, in the metadata of the offsets it commits.
+    pub fn member(&self) -> &str {
+        &self.inner.label
+    }
+
+    /// Where the group stands, from the brokers: every partition of its topics with its
+    /// committed offset, end offset, lag and the member that committed it last (members, and
+    /// which partitions each owns, as of their last commits), and what this member owns now.
+    /// What `/api/v1/group` serves (`riffle demo --kafka B --group NAME`).
+    pub fn status(&self) -> riffle::Result<GroupReport> {
+        let mut tpl = TopicPartitionList::new();
+        for topic in &self.inner.topics {
+            for partition in 0..self.partition_count(topic)? as i32 {
+                tpl.add_partition(topic, partition);
+            }
+        }
+        let committed = self
+            .inner
+            .member
+            .committed_offsets(tpl, TIMEOUT)
+            .map_err(|e| kafka_error("cannot read the group's committed offsets", e))?;
+        let mut report = GroupReport {
+            group: self.inner.name.clone(),
+            member: self.inner.label.clone(),
+            generation: self.generation(),
+            owned: self
+                .assignment()
+                .into_iter()
+                .map(|(topic, partition)| format!("{topic}-{partition}"))
+                .collect(),
+            partitions: Vec::new(),
+            members: BTreeMap::new(),
+            lag: BTreeMap::new(),
+        };
+        for element in committed.elements() {
+            let (topic, partition) = (element.topic(), element.partition());
+            let (_, end) = self
+                .inner
+                .member
+                .fetch_watermarks(topic, partition, TIMEOUT)
+                .map_err(|e| {
+                    kafka_error(format!("cannot read the offsets of {topic}-{partition}"), e)
+                })?;
+            let committed = match element.offset() {
+                Offset::Offset(offset) => Some(offset),
+                _ => None,
+            };
+            // Nothing committed yet: all of the partition is still to read.
+            let lag = (end - committed.unwrap_or(0)).max(0);
+            let by = Some(element.metadata())
+                .filter(|m| !m.is_empty())
+                .map(str::to_string);
+            if let Some(by) = &by {
+                report
+                    .members
+                    .entry(by.clone())
+                    .or_default()
+                    .push(format!("{topic}-{partition}"));
+            }
+            *report.lag.entry(topic.to_string()).or_default() += lag;
+            report.partitions.push(PartitionReport {
+                topic: topic.to_string(),
+                partition,
+                committed,
+                end,
+                lag,
+                committed_by: by,
+            });
+        }
+        Ok(report)
     }
 
     /// Bumped at every change of this process's assignment.
@@ -852,6 +927,10 @@ impl KafkaGroup {
             for ((topic, partition), position) in offsets {
                 tpl.add_partition_offset(topic, *partition, Offset::Offset(position.next))
                     .map_err(|e| kafka_error("bad offset", e))?;
+                // Who committed it: what `status` reports as the partition's owner.
+                if let Some(mut element) = tpl.find_partition(topic, *partition) {
+                    element.set_metadata(self.inner.label.as_str());
+                }
             }
             let metadata = self.inner.member.group_metadata().ok_or_else(|| {
                 kafka_failure(
@@ -976,6 +1055,52 @@ pub fn run_in_group_with(
             }
         }
     }
+}
+
+/// Where a process group stands: [`KafkaGroup::status`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GroupReport {
+    /// The group's name.
+    pub group: String,
+    /// This member (`host/pid/instance`).
+    pub member: String,
+    /// This member's assignment generation (bumped at every change).
+    pub generation: u64,
+    /// The partitions this member owns now, as `topic-partition`.
+    pub owned: Vec<String>,
+    /// Every partition of the group's topics.
+    pub partitions: Vec<PartitionReport>,
+    /// The members that committed offsets, with the partitions they committed last.
+    pub members: BTreeMap<String, Vec<String>>,
+    /// Records still to read, by topic (end offset minus committed offset, summed).
+    pub lag: BTreeMap<String, i64>,
+}
+
+/// One partition of a process group's topics.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PartitionReport {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// The group's committed offset (none yet: `None`).
+    pub committed: Option<i64>,
+    /// The partition's end offset (transaction markers included).
+    pub end: i64,
+    /// `end - committed`.
+    pub lag: i64,
+    /// The member whose commit it is.
+    pub committed_by: Option<String>,
+}
+
+/// This machine's name, for a member's label.
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
 }
 
 /// The directory of the marker naming the snapshot taken at `offset` of `topic`-`partition`.

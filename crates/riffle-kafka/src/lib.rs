@@ -37,7 +37,9 @@ pub mod testing;
 
 pub use admin::{create_partitions, delete_topics, ensure_topics};
 pub use connection::KafkaConnection;
-pub use group::{GroupProtocol, KafkaGroup, run_in_group, run_in_group_with};
+pub use group::{
+    GroupProtocol, GroupReport, KafkaGroup, PartitionReport, run_in_group, run_in_group_with,
+};
 pub use shuffle::{KafkaShuffle, KafkaShuffleExt};
 pub use sink::KafkaSink;
 pub use source::{KafkaPartition, KafkaSource, StartFrom};

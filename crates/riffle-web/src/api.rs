@@ -49,6 +49,7 @@ struct Inner {
     key: Vec<u8>,
     sample_interval: Duration,
     history: Mutex<History>,
+    group: Option<crate::GroupStatus>,
 }
 
 impl AppState {
@@ -72,6 +73,7 @@ impl AppState {
                 key,
                 sample_interval: config.sample_interval,
                 history: Mutex::new(History::default()),
+                group: config.group.clone(),
             }),
         }
     }
@@ -144,6 +146,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/v1/job/operators/{name}", get(operator))
         .route("/api/v1/job/bottleneck", get(bottleneck))
         .route("/api/v1/job/checkpoints", get(checkpoints))
+        .route("/api/v1/group", get(group))
         .route_layer(middleware::from_fn(no_parameters));
     Router::new()
         .route("/", get(|| async { ui("index.html") }))
@@ -346,6 +349,21 @@ async fn operator(State(state): State<AppState>, Path(name): Path<String>) -> Ap
 
 async fn bottleneck(State(state): State<AppState>) -> ApiResult {
     ok(state.current().bottleneck)
+}
+
+/// The process group the job runs in: its members, the partitions each owns, their lag.
+async fn group(State(state): State<AppState>) -> ApiResult {
+    let Some(status) = state.inner.group.clone() else {
+        return Err(ApiError(
+            StatusCode::NOT_FOUND,
+            "this job runs in one process, not in a process group".into(),
+        ));
+    };
+    match tokio::task::spawn_blocking(move || status.get()).await {
+        Ok(Ok(value)) => ok(value),
+        Ok(Err(e)) => Err(ApiError(StatusCode::SERVICE_UNAVAILABLE, e)),
+        Err(e) => Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+    }
 }
 
 async fn checkpoints(State(state): State<AppState>) -> ApiResult {

@@ -74,6 +74,41 @@ pub struct WebConfig {
     pub registry_dir: Option<std::path::PathBuf>,
     /// How often the figures are sampled for rates and charts (default 1 s).
     pub sample_interval: Duration,
+    /// The process group the job runs in, if any: served at `/api/v1/group` and shown by the
+    /// UI and `riffle jobs` (`riffle_kafka::KafkaGroup::status`).
+    pub group: Option<GroupStatus>,
+}
+
+/// Where `/api/v1/group` gets its answer: the status of the process group the job runs in, as
+/// JSON (called on a blocking thread; it may ask the brokers).
+///
+/// ```
+/// let status = riffle_web::GroupStatus::new(|| Ok(serde_json::json!({ "group": "clicks-job" })));
+/// let config = riffle_web::WebConfig { group: Some(status), ..riffle_web::WebConfig::default() };
+/// assert!(config.group.is_some());
+/// ```
+#[derive(Clone)]
+pub struct GroupStatus(std::sync::Arc<GroupStatusFn>);
+
+type GroupStatusFn = dyn Fn() -> std::result::Result<serde_json::Value, String> + Send + Sync;
+
+impl GroupStatus {
+    /// The status from `status`.
+    pub fn new(
+        status: impl Fn() -> std::result::Result<serde_json::Value, String> + Send + Sync + 'static,
+    ) -> Self {
+        GroupStatus(std::sync::Arc::new(status))
+    }
+
+    pub(crate) fn get(&self) -> std::result::Result<serde_json::Value, String> {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for GroupStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GroupStatus(..)")
+    }
 }
 
 impl Default for WebConfig {
@@ -87,6 +122,7 @@ impl Default for WebConfig {
             register: true,
             registry_dir: None,
             sample_interval: Duration::from_secs(1),
+            group: None,
         }
     }
 }

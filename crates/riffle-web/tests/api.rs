@@ -359,6 +359,52 @@ fn cancel_needs_the_token_when_one_is_set() {
     assert_eq!(job_status_name(JobStatus::Cancelled), "CANCELLED");
 }
 
+#[test]
+fn a_member_of_a_process_group_serves_the_groups_status_and_others_say_they_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = running_job(dir.path());
+    let single = WebServer::start(job.monitor(), config(dir.path())).unwrap();
+    let client = JobClient::new(&single.address().to_string(), None);
+    let (code, message) = error_of(client.get("/api/v1/group"));
+    assert_eq!(code, 404, "{message}");
+    assert!(message.contains("not in a process group"), "{message}");
+    // A member: whatever its status source answers (riffle_kafka::KafkaGroup::status in
+    // `riffle demo --group`), or 503 with its error.
+    let answers = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let status = {
+        let answers = answers.clone();
+        riffle_web::GroupStatus::new(move || {
+            if answers.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                Ok(json!({ "group": "clicks-job", "owned": ["clicks-3"], "lag": { "clicks": 7 } }))
+            } else {
+                Err("the brokers do not answer".into())
+            }
+        })
+    };
+    let member = WebServer::start(
+        job.monitor(),
+        WebConfig {
+            group: Some(status),
+            ..config(dir.path())
+        },
+    )
+    .unwrap();
+    let client = JobClient::new(&member.address().to_string(), None);
+    assert_eq!(
+        client.get("/api/v1/group").unwrap(),
+        json!({ "group": "clicks-job", "owned": ["clicks-3"], "lag": { "clicks": 7 } })
+    );
+    let (code, message) = error_of(client.get("/api/v1/group"));
+    assert_eq!(code, 503, "{message}");
+    assert!(message.contains("brokers"), "{message}");
+    let (code, _) = error_of(client.get("/api/v1/group?member=1"));
+    assert_eq!(code, 400);
+    let openapi = client.get("/api/v1/openapi.json").unwrap();
+    assert!(openapi["paths"]["/api/v1/group"].is_object());
+    job.cancel();
+    let _ = job.wait();
+}
+
 fn job_status_name(status: JobStatus) -> String {
     serde_json::to_value(status)
         .unwrap()

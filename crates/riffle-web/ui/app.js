@@ -213,6 +213,29 @@ function drawCheckpoints(checkpoints) {
   $("checkpoint-count").textContent = `${checkpoints.completed} ok / ${checkpoints.failed} failed`;
 }
 
+// The process group the job runs in (riffle demo --kafka B --group NAME): asked every 5 s (it
+// asks the brokers); a job in one process answers 404 and the section stays hidden.
+async function refreshGroup() {
+  const response = await fetch("/api/v1/group");
+  const section = $("group");
+  if (!response.ok) {
+    section.hidden = true;
+    return;
+  }
+  const group = await response.json();
+  section.hidden = false;
+  const lag = Object.entries(group.lag).map(([topic, n]) => `${topic} ${fmt(n)}`).join(", ");
+  $("group-facts").textContent = `${group.group} · this member ${group.member} owns ${group.owned.length} partitions · ${Object.keys(group.members).length} members · lag ${lag}`;
+  const body = document.querySelector("#group-partitions tbody");
+  body.replaceChildren();
+  for (const p of group.partitions) {
+    const row = document.createElement("tr");
+    cells(row, [`${p.topic}-${p.partition}`, p.committed === null ? "–" : fmt(p.committed), fmt(p.end), fmt(p.lag), p.committed_by || "–"]);
+    if (group.owned.includes(`${p.topic}-${p.partition}`)) row.className = "owned";
+    body.appendChild(row);
+  }
+}
+
 async function refresh() {
   try {
     const [job, graph, operators, checkpoints, history] = await Promise.all([
@@ -257,3 +280,5 @@ async function refresh() {
 
 refresh();
 setInterval(refresh, 1000);
+refreshGroup().catch(() => {});
+setInterval(() => refreshGroup().catch(() => {}), 5000);

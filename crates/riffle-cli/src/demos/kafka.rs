@@ -23,7 +23,9 @@ use crate::demos::StateBackendArg;
 use crate::demos::UserCount;
 use crate::demos::kafka_args::{GuaranteeArg, KafkaArgs};
 use crate::demos::pipeline::{DEFAULT_COUNT, PipelineArgs, pipeline, pipeline_through};
-use crate::demos::windowed_count::{WindowedSummary, print_checkpoints, run_windowed};
+use crate::demos::windowed_count::{
+    WindowedSummary, print_checkpoints, run_windowed, run_windowed_with,
+};
 
 /// The connection, with the `--kafka-set` settings; errors name the flag.
 pub fn connection(args: &KafkaArgs, bootstrap: &str) -> riffle::Result<KafkaConnection> {
@@ -200,6 +202,15 @@ fn run_group(
         topics.dead_letters,
         engine.checkpoint_interval_ms.unwrap_or(GROUP_CHECKPOINT_MS)
     );
+    // Each run's server answers /api/v1/group (and `riffle jobs` shows it) from the brokers.
+    let mut options = engine.run_options()?;
+    if let Some(web) = &mut options.web {
+        let group = group.clone();
+        web.group = Some(riffle_web::GroupStatus::new(move || {
+            let report = group.status().map_err(|e| e.to_string())?;
+            serde_json::to_value(report).map_err(|e| e.to_string())
+        }));
+    }
     let mut last = None;
     let mut runs = 0u64;
     run_in_group_with(
@@ -244,7 +255,7 @@ fn run_group(
             Ok(env)
         },
         |env| {
-            let mut summary = run_windowed(env, &engine, "kafka group")?;
+            let mut summary = run_windowed_with(env, &options, "kafka group")?;
             let result = summary
                 .result
                 .take()

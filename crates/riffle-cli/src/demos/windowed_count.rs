@@ -9,7 +9,7 @@ use riffle::{DataStream, OutputTag, StreamEnv};
 use riffle_clicks::Click;
 
 use crate::demos::{EngineArgs, EventTimeArgs, InputArgs, UserCount, clock_time};
-use crate::progress::{Report, human, megabytes, run_with_progress};
+use crate::progress::{Report, RunOptions, human, megabytes, run_with_progress};
 
 /// Options of `riffle demo windowed-count`.
 #[derive(Args, Clone, Debug)]
@@ -136,8 +136,17 @@ pub fn run_windowed(
     engine: &EngineArgs,
     demo: &str,
 ) -> riffle::Result<WindowedSummary> {
+    run_windowed_with(env, &engine.run_options()?, demo)
+}
+
+/// [`run_windowed`] with these run options.
+pub fn run_windowed_with(
+    env: &StreamEnv,
+    options: &RunOptions,
+    demo: &str,
+) -> riffle::Result<WindowedSummary> {
     let mut peak = (0, 0);
-    let (result, _) = run_with_progress(env, &engine.run_options()?, |report| {
+    let (result, _) = run_with_progress(env, options, |report| {
         if let Some(w) = report.snapshot.operator_total(WINDOW)
             && w.state_entries > peak.0
         {

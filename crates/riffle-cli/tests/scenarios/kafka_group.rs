@@ -27,6 +27,7 @@ fn member(args: &[String], dir: &Path, n: usize) -> Job {
             .args(args)
             .current_dir(dir)
             .env("RIFFLE_LOG", "warn,riffle_kafka=debug")
+            .env("RIFFLE_JOBS_DIR", dir.join("jobs"))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -278,7 +279,12 @@ fn a_slow_partition_holds_the_windows_of_every_process_back_and_an_idle_one_does
             .iter()
             .map(|s| s.to_string()),
     );
-    let mut members = vec![member(&args, dir.path(), 0)];
+    // The first member serves its REST API (any free port), found through `riffle jobs`.
+    let with_web: Vec<String> = args
+        .iter()
+        .map(|a| a.replace("--no-web", "--web-address=127.0.0.1:0"))
+        .collect();
+    let mut members = vec![member(&with_web, dir.path(), 0)];
     wait_for_partitions(&format!("{prefix}clicks"), 8);
     wait_for_partitions(&format!("{group}-by-user-repartition"), 8);
     members.push(member(&args, dir.path(), 1));
@@ -379,4 +385,25 @@ fn a_slow_partition_holds_the_windows_of_every_process_back_and_an_idle_one_does
         Duration::from_secs(1),
     );
     assert!(late.is_empty(), "late clicks: {late:?}");
+
+    // `riffle jobs` shows the member with its group: what it owns, the members that committed,
+    // the lag of both topics (all of `clicks` read by now; the shuffle topic's end counts the
+    // markers of its transactions, which no reader reads).
+    let jobs = Command::new(env!("CARGO_BIN_EXE_riffle"))
+        .arg("jobs")
+        .env("RIFFLE_JOBS_DIR", dir.path().join("jobs"))
+        .output()
+        .unwrap();
+    let jobs = String::from_utf8_lossy(&jobs.stdout);
+    let line = jobs
+        .lines()
+        .find(|l| l.contains(&group))
+        .unwrap_or_else(|| panic!("no member of {group} in `riffle jobs`:\n{jobs}"));
+    assert!(line.contains("(2 members; owns "), "{line}");
+    assert!(
+        line.contains(&format!(
+            "lag {prefix}clicks 0, {group}-by-user-repartition "
+        )),
+        "{line}"
+    );
 }
