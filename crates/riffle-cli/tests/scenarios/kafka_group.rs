@@ -264,7 +264,7 @@ fn measure_group_seed_job() {
 /// Event time across processes: two members; the clicks of partition 6 arrive slowly (a chunk
 /// every 300 ms or so, its event time behind the others'), partition 7 gets none. The slow partition
 /// holds every member's windows back: no window fires before its clicks are in, so nothing is
-/// late and every count is exact. The empty partition goes idle (`--idleness-secs 2`) and does
+/// late and every count is exact. The empty partition goes idle (`--idleness-secs 5`) and does
 /// not hold the windows forever.
 #[test]
 fn a_slow_partition_holds_the_windows_of_every_process_back_and_an_idle_one_does_not() {
@@ -275,7 +275,7 @@ fn a_slow_partition_holds_the_windows_of_every_process_back_and_an_idle_one_does
     let p = args.iter().position(|a| a == "-p").unwrap();
     args[p + 1] = "1".to_string();
     args.extend(
-        ["--group", &group, "--idleness-secs", "2"]
+        ["--group", &group, "--idleness-secs", "5"]
             .iter()
             .map(|s| s.to_string()),
     );
