@@ -162,7 +162,7 @@ impl KafkaShuffle {
     ///         .through_kafka(shuffle.clone().json().in_group(group))
     ///         .window(Tumbling::of(Duration::from_secs(60)))
     ///         .aggregate(Count)
-    ///         .map(|(user, count)| serde_json::json!({ "user_id": user, "count": count }))
+    ///         .map(|r| serde_json::json!({ "user_id": r.key, "start": r.window_start, "count": r.value }))
     ///         .sink(KafkaSink::json(kafka.clone(), "agg-clicks").in_group(group));
     ///     Ok(env)
     /// })
