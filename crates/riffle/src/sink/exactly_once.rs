@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::operators::OperatorContext;
 use crate::record::{Data, Record};
 use crate::sink::file::{MAX_KEPT_BUFFER, WRITEBACK_BYTES, Writeback, check_writable_dir};
-use crate::sink::json::{JsonEncoder, encode_into};
+use crate::sink::json::{JsonEncoder, encode_lines};
 use crate::sink::part_files::{
     IN_PROGRESS, commit_file, due_at_end, job_tag, remove_stale, sync_dir,
 };
@@ -302,15 +302,7 @@ impl<T: Data> SinkWriter<T> for TransactionalWriter<T> {
         // The batch's lines into one buffer, written at once; a record that cannot be encoded
         // fails the write after the lines before it.
         let mut lines = std::mem::take(&mut self.lines);
-        lines.clear();
-        let mut failed = None;
-        for record in batch.drain(..) {
-            if let Err(e) = encode_into(&record.value, self.encoder, &mut lines) {
-                failed = Some(e);
-                break;
-            }
-            lines.push(b'\n');
-        }
+        let failed = encode_lines(batch, self.encoder, &mut lines);
         let dir = self.dir.clone();
         let (roll_size, roll_interval) = (self.roll_size, self.roll_interval);
         let open = match self.open() {

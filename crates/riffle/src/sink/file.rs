@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::operators::OperatorContext;
 use crate::record::{Data, Record};
-use crate::sink::json::{JsonEncoder, encode_into};
+use crate::sink::json::{JsonEncoder, encode_lines};
 use crate::sink::{Sink, SinkWriter};
 
 /// Writes records as JSON lines to `<dir>/part-<subtask>.jsonl`.
@@ -230,15 +230,7 @@ impl<T: Data> SinkWriter<T> for FileWriter<T> {
         // The batch's lines into one buffer, written at once; a record that cannot be encoded
         // fails the write after the lines before it.
         let mut lines = std::mem::take(&mut self.lines);
-        lines.clear();
-        let mut failed = None;
-        for record in batch.drain(..) {
-            if let Err(e) = encode_into(&record.value, self.encoder, &mut lines) {
-                failed = Some(e);
-                break;
-            }
-            lines.push(b'\n');
-        }
+        let failed = encode_lines(batch, self.encoder, &mut lines);
         let file = match self.file() {
             Ok(file) => file,
             Err(e) => {

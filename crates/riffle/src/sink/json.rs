@@ -122,6 +122,24 @@ pub fn push_bool(out: &mut Vec<u8>, value: bool) {
     out.extend_from_slice(if value { b"true" } else { b"false" });
 }
 
+/// Encodes `batch`'s records as JSON lines into `lines` (emptied first), draining the batch.
+/// Stops at the first record that cannot be encoded and returns its error; the lines before it
+/// stay in `lines`, to be written.
+pub(crate) fn encode_lines<T: serde::Serialize>(
+    batch: &mut Vec<crate::record::Record<T>>,
+    encoder: Option<JsonEncoder<T>>,
+    lines: &mut Vec<u8>,
+) -> Option<serde_json::Error> {
+    lines.clear();
+    for record in batch.drain(..) {
+        if let Err(e) = encode_into(&record.value, encoder, lines) {
+            return Some(e);
+        }
+        lines.push(b'\n');
+    }
+    None
+}
+
 /// Encodes `value` with `encoder` if there is one, else with its `Serialize` through
 /// `serde_json`; appends to `out`. On an error nothing is appended.
 pub(crate) fn encode_into<T: serde::Serialize>(
