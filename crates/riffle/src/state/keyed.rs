@@ -444,18 +444,71 @@ impl<K: Data + Hash + Eq, X: Data> Access<'_, K, X> {
         )
     }
 
+    /// Calls `look` with the live value, if any, without copying it on the heap; like
+    /// [`read`](Self::read), an expired value is removed and a read refreshes it if the TTL
+    /// says so.
+    fn peek<R>(&mut self, look: impl FnOnce(&X) -> R) -> Result<Option<R>> {
+        let (key_group, now, ttl, key) = (self.key_group, self.now, self.ttl, self.key);
+        let table = self.table()?;
+        let Some((touched, result)) = table.read_with(key_group, key, &(), |entry| {
+            (entry.touched, look(&entry.value))
+        })?
+        else {
+            return Ok(None);
+        };
+        if let Some(ttl) = ttl {
+            if now - touched >= ttl.ttl.as_millis() as i64 {
+                table.remove(key_group, key, &())?;
+                return Ok(None);
+            }
+            if ttl.update == TtlUpdate::OnReadAndWrite {
+                table.update(
+                    key_group,
+                    key,
+                    &(),
+                    || unreachable!("read above"),
+                    |entry| {
+                        entry.touched = now;
+                        Ok(())
+                    },
+                )?;
+            }
+        }
+        Ok(Some(result))
+    }
+
     /// Changes the value in place (creating it with `create` if absent or expired) and marks
-    /// it written.
+    /// it written. On the heap the value is changed where it lies (appending to a list is not a
+    /// copy of the list); in a store it is decoded and encoded once.
     fn modify<R>(
         &mut self,
         create: impl FnOnce() -> X,
         change: impl FnOnce(&mut X) -> R,
     ) -> Result<R> {
-        let current = self.read()?;
-        let mut value = current.unwrap_or_else(create);
-        let result = change(&mut value);
-        self.write(value)?;
-        Ok(result)
+        let (key_group, now, key) = (self.key_group, self.now, self.key);
+        let ttl = self.ttl.map(|ttl| ttl.ttl.as_millis() as i64);
+        let create = std::cell::Cell::new(Some(create));
+        let created = std::cell::Cell::new(false);
+        let fresh = || create.take().expect("a value is created once")();
+        self.table()?.update(
+            key_group,
+            key,
+            &(),
+            || {
+                created.set(true);
+                Timed {
+                    value: fresh(),
+                    touched: now,
+                }
+            },
+            |entry| {
+                if !created.get() && ttl.is_some_and(|ttl| now - entry.touched >= ttl) {
+                    entry.value = fresh();
+                }
+                entry.touched = now;
+                Ok(change(&mut entry.value))
+            },
+        )
     }
 
     fn clear(&mut self) -> Result<()> {
@@ -515,7 +568,7 @@ pub struct MapState<'a, K, UK, UV>(Access<'a, K, FastMap<UK, UV>>);
 impl<K: Data + Hash + Eq, UK: Data + Hash + Eq, UV: Data> MapState<'_, K, UK, UV> {
     /// The value of `user_key`.
     pub fn get(&mut self, user_key: &UK) -> Result<Option<UV>> {
-        Ok(self.0.read()?.and_then(|map| map.get(user_key).cloned()))
+        Ok(self.0.peek(|map| map.get(user_key).cloned())?.flatten())
     }
 
     /// Sets the value of `user_key`.
@@ -527,21 +580,21 @@ impl<K: Data + Hash + Eq, UK: Data + Hash + Eq, UV: Data> MapState<'_, K, UK, UV
 
     /// Removes `user_key`; returns its value.
     pub fn remove(&mut self, user_key: &UK) -> Result<Option<UV>> {
-        let Some(mut map) = self.0.read()? else {
+        if self.0.peek(|map| map.contains_key(user_key))? != Some(true) {
             return Ok(None);
-        };
-        let removed = map.remove(user_key);
-        if map.is_empty() {
+        }
+        let (removed, empty) = self.0.modify(FastMap::default, |map| {
+            (map.remove(user_key), map.is_empty())
+        })?;
+        if empty {
             self.0.clear()?;
-        } else if removed.is_some() {
-            self.0.write(map)?;
         }
         Ok(removed)
     }
 
     /// Whether `user_key` has a value.
     pub fn contains(&mut self, user_key: &UK) -> Result<bool> {
-        Ok(self.0.read()?.is_some_and(|map| map.contains_key(user_key)))
+        Ok(self.0.peek(|map| map.contains_key(user_key))? == Some(true))
     }
 
     /// Every entry (in no particular order).
@@ -555,7 +608,7 @@ impl<K: Data + Hash + Eq, UK: Data + Hash + Eq, UV: Data> MapState<'_, K, UK, UV
 
     /// Number of entries.
     pub fn len(&mut self) -> Result<usize> {
-        Ok(self.0.read()?.map_or(0, |map| map.len()))
+        Ok(self.0.peek(|map| map.len())?.unwrap_or(0))
     }
 
     /// Whether the map is empty.
@@ -607,7 +660,7 @@ impl<K: Data + Hash + Eq, In, A: AggregateFunction<In>> AggregatingState<'_, K, 
     /// The aggregate so far, if anything was added.
     pub fn get(&mut self) -> Result<Option<A::Out>> {
         let aggregate = self.aggregate;
-        Ok(self.access.read()?.map(|acc| aggregate.result(&acc)))
+        self.access.peek(|acc| aggregate.result(acc))
     }
 
     /// Adds a record.
@@ -712,6 +765,45 @@ mod tests {
             Some(1),
             "3 s after its last read"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn lists_and_maps_change_in_place_and_restart_after_they_expire() -> Result<()> {
+        static RECENT_PAGES: ListStateDescriptor<u32> = ListStateDescriptor::new("recent-pages")
+            .with_ttl(StateTtl::after_write(Duration::from_secs(10)));
+        static VISITS: MapStateDescriptor<u32, u32> = MapStateDescriptor::new("visits")
+            .with_ttl(StateTtl::after_access(Duration::from_secs(10)));
+        let heap = state();
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let store = Arc::new(crate::testing::MemoryKvStore::default());
+        let in_store = (
+            KeyedState::in_store(RANGE, clock.clone(), Some(store), "op"),
+            clock,
+        );
+        for (mut s, clock) in [heap, in_store] {
+            for page in 0..1_000 {
+                s.list(&RECENT_PAGES, 2, &7).add(page)?;
+                s.map(&VISITS, 2, &7).put(page % 10, page)?;
+            }
+            assert_eq!(s.list(&RECENT_PAGES, 2, &7).get()?.len(), 1_000);
+            assert_eq!(s.map(&VISITS, 2, &7).get(&3)?, Some(993));
+            clock.advance(Duration::from_secs(9));
+            assert!(s.map(&VISITS, 2, &7).contains(&4)?, "a read refreshes");
+            clock.advance(Duration::from_secs(2));
+            s.list(&RECENT_PAGES, 2, &7).add(5_000)?;
+            assert_eq!(
+                s.list(&RECENT_PAGES, 2, &7).get()?,
+                vec![5_000],
+                "an expired list starts again"
+            );
+            assert_eq!(s.map(&VISITS, 2, &7).len()?, 10, "refreshed 2 s ago");
+            assert_eq!(s.map(&VISITS, 2, &7).remove(&4)?, Some(994));
+            assert_eq!(s.map(&VISITS, 2, &7).remove(&4)?, None);
+            clock.advance(Duration::from_secs(11));
+            assert!(s.map(&VISITS, 2, &7).is_empty()?, "expired");
+            assert_eq!(s.map(&VISITS, 2, &7).get(&3)?, None);
+        }
         Ok(())
     }
 

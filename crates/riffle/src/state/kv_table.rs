@@ -181,11 +181,16 @@ where
         change: impl FnOnce(&mut V) -> Result<R>,
     ) -> Result<R> {
         match self {
-            StateTable::Heap(table) => change(
-                table
-                    .entry(key_group, key.clone(), namespace.clone())
-                    .or_insert_with(create),
-            ),
+            StateTable::Heap(table) => {
+                if let Some(value) = table.get_mut(key_group, key, namespace) {
+                    return change(value);
+                }
+                change(
+                    table
+                        .entry(key_group, key.clone(), namespace.clone())
+                        .or_insert_with(create),
+                )
+            }
             StateTable::Kv(table) => {
                 table.encode_key(key_group, key, namespace)?;
                 let (mut create, mut change, mut result) = (Some(create), Some(change), None);
@@ -199,6 +204,21 @@ where
                 })?;
                 Ok(result.expect("the store called `change`"))
             }
+        }
+    }
+
+    /// Calls `read` with the value of `key` in `namespace`: borrowed on the heap (no clone),
+    /// decoded from the store.
+    pub fn read_with<R>(
+        &mut self,
+        key_group: KeyGroup,
+        key: &K,
+        namespace: &N,
+        read: impl FnOnce(&V) -> R,
+    ) -> Result<Option<R>> {
+        match self {
+            StateTable::Heap(table) => Ok(table.get(key_group, key, namespace).map(read)),
+            StateTable::Kv(table) => Ok(table.get(key_group, key, namespace)?.as_ref().map(read)),
         }
     }
 
