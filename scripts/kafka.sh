@@ -105,6 +105,10 @@ group.consumer.session.timeout.ms=6000
 group.consumer.min.session.timeout.ms=2000
 group.consumer.heartbeat.interval.ms=1000
 group.consumer.min.heartbeat.interval.ms=500
+# A process that dies leaves its open transaction hanging until the broker aborts it, which
+# holds read_committed readers of the partitions it wrote to: transaction.timeout.ms (10 s for a
+# process group) plus this check's interval (10 s by default). See docs/scale-out.md.
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 auto.create.topics.enable=false
 EOF
 }

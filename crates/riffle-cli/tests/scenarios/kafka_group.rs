@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use riffle::source::datagen::Generator;
 use riffle_cli::clicks::is_bot;
 use riffle_cli::demos::UserCount;
@@ -406,4 +408,160 @@ fn a_slow_partition_holds_the_windows_of_every_process_back_and_an_idle_one_does
         )),
         "{line}"
     );
+}
+
+/// The group's committed offset of each partition of `topics` (8 each), with the member label
+/// each commit carries.
+fn committed(reader: &BaseConsumer, topics: &[String]) -> Vec<(i64, String)> {
+    let mut tpl = TopicPartitionList::new();
+    for topic in topics {
+        for partition in 0..8 {
+            tpl.add_partition(topic, partition);
+        }
+    }
+    reader
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .unwrap()
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(offset) => (offset, e.metadata().to_string()),
+            _ => (-1, String::new()),
+        })
+        .collect()
+}
+
+/// How many lines of `log` contain `text`.
+fn occurrences(log: &Path, text: &str) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.contains(text))
+        .count()
+}
+
+/// Hand-run measurement (BENCHMARKS.md, "Scale-out on Kafka", fail-over): two members
+/// (parallelism 1 each) run the seed's job while clicks stream in; one is SIGKILLed. Timed from
+/// the kill, on the survivor: when the broker hands it the dead member's partitions (the
+/// session timeout of the broker, `group.consumer.session.timeout.ms`), when its new run
+/// starts, and when the group commits progress again on the dead member's partitions (commits
+/// are at checkpoints: `RIFFLE_MEASURE_CHECKPOINT_MS`, default 1 000) and on its own (its
+/// readers of the shuffle topic wait for the broker to abort what the dead member left open:
+/// `RIFFLE_MEASURE_TRANSACTION_MS` sets the members' `transaction.timeout.ms`).
+///
+/// `cargo test --release -p riffle-cli --features kafka --test scenarios measure_group_fail_over -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn measure_group_fail_over() {
+    let checkpoint_ms: u64 = std::env::var("RIFFLE_MEASURE_CHECKPOINT_MS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000);
+    let prefix = format!("failover-{}-{}-", std::process::id(), now_ms());
+    let group = format!("{prefix}job");
+    let topic = format!("{prefix}clicks");
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = seed_job_args(&prefix, checkpoint_ms);
+    let p = args.iter().position(|a| a == "-p").unwrap();
+    args[p + 1] = "1".to_string();
+    args.extend(["--group".to_string(), group.clone()]);
+    if let Ok(ms) = std::env::var("RIFFLE_MEASURE_TRANSACTION_MS") {
+        args.extend(["--kafka-set".to_string(), format!("transaction.timeout.ms={ms}")]);
+    }
+    let mut members = vec![member(&args, dir.path(), 0)];
+    wait_for_partitions(&topic, 8);
+    wait_for_partitions(&format!("{group}-by-user-repartition"), 8);
+    members.push(member(&args, dir.path(), 1));
+    // ~40 s of input, 10K clicks a second (of event time and, roughly, of wall time).
+    let (clicks, _) = input(400_000, 10_000.0);
+    let writer = write_input(topic.clone(), clicks, Duration::from_millis(200));
+    // The broker's assignor may give one member all of one topic: both topics are watched.
+    let topics = [topic.clone(), format!("{group}-by-user-repartition")];
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", riffle_kafka::testing::bootstrap())
+        .set("group.id", &group)
+        .create()
+        .unwrap();
+
+    // Both members committing for a few seconds.
+    let victim = format!("/{}/", members[1].id());
+    let steady = std::time::Instant::now();
+    loop {
+        let offsets = committed(&reader, &topics);
+        let by_victim = offsets
+            .iter()
+            .filter(|(_, by)| by.contains(&victim))
+            .count();
+        let by_any = offsets.iter().filter(|(o, _)| *o >= 0).count();
+        if by_any == 16 && by_victim > 0 && steady.elapsed() > Duration::from_secs(8) {
+            break;
+        }
+        assert!(
+            steady.elapsed() < Duration::from_secs(60),
+            "both members did not commit: {offsets:?}\n{}",
+            logs(dir.path(), 2)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let before = committed(&reader, &topics);
+    let log = dir.path().join("member-0.log");
+    let (assigned_before, runs_before) = (
+        occurrences(&log, "group: partitions assigned"),
+        occurrences(&log, "group: run starts"),
+    );
+    members[1].kill();
+    let killed = std::time::Instant::now();
+
+    let (mut assigned, mut run, mut dead_resumed, mut own_resumed) = (None, None, None, None);
+    let mut own_last = killed;
+    let mut longest_own_gap = Duration::ZERO;
+    let mut last = before.clone();
+    while killed.elapsed() < Duration::from_secs(90)
+        && (dead_resumed.is_none() || own_resumed.is_none())
+    {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = committed(&reader, &topics);
+        if assigned.is_none() && occurrences(&log, "group: partitions assigned") > assigned_before {
+            assigned = Some(killed.elapsed());
+        }
+        if run.is_none() && occurrences(&log, "group: run starts") > runs_before {
+            run = Some(killed.elapsed());
+        }
+        let moved = |dead: bool| {
+            (0..16).any(|p| {
+                before[p].1.contains(&victim) == dead && now[p].0 > last[p].0 && now[p].0 >= 0
+            })
+        };
+        if moved(true) && dead_resumed.is_none() {
+            dead_resumed = Some(killed.elapsed());
+        }
+        if moved(false) {
+            longest_own_gap = longest_own_gap.max(own_last.elapsed());
+            own_last = std::time::Instant::now();
+            if assigned.is_some() && own_resumed.is_none() {
+                own_resumed = Some(killed.elapsed());
+            }
+        }
+        last = now;
+    }
+    let owned_by_victim: Vec<String> = (0..16)
+        .filter(|&p| before[p].1.contains(&victim))
+        .map(|p| format!("{}-{}", topics[p / 8], p % 8))
+        .collect();
+    println!("the killed member had committed last: {owned_by_victim:?}");
+    let context = logs(dir.path(), 2);
+    let secs = |d: Option<Duration>| {
+        d.map_or("never".to_string(), |d| format!("{:.2} s", d.as_secs_f64()))
+    };
+    println!(
+        "checkpoint every {checkpoint_ms} ms; from the SIGKILL: the survivor is assigned the dead member's partitions at {}, its new run starts at {}, the group commits again on the dead member's partitions at {} and on the survivor's own at {} (longest pause of the survivor's own commits: {:.2} s)",
+        secs(assigned),
+        secs(run),
+        secs(dead_resumed),
+        secs(own_resumed),
+        longest_own_gap.as_secs_f64(),
+    );
+    assert!(dead_resumed.is_some(), "no takeover\n{context}");
+    drop(members);
+    writer.join().unwrap();
 }
