@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::AggregateFunction;
-use crate::checkpoint::{decode, encode};
+use crate::checkpoint::{decode, encode, encode_into};
 use crate::error::{Error, Result};
 use crate::keys::{KeyGroup, KeyGroupRange};
 use crate::record::{Data, Timestamp};
@@ -537,23 +537,112 @@ impl<K: Data + Hash + Eq, V: Data> ValueState<'_, K, V> {
     }
 }
 
+/// The values of a list state. Encoded as one byte string, the values' encodings one after the
+/// other, so that a store appends a value to the encoded list without decoding the list
+/// ([`ListState::add`]).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ListValue<V>(Vec<V>);
+
+impl<V: Serialize> Serialize for ListValue<V> {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        let mut bytes = Vec::new();
+        for value in &self.0 {
+            encode_into(value, &mut bytes).map_err(serde::ser::Error::custom)?;
+        }
+        serializer.serialize_bytes(&bytes)
+    }
+}
+
+impl<'de, V: serde::de::DeserializeOwned> Deserialize<'de> for ListValue<V> {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        struct Values<V>(std::marker::PhantomData<V>);
+        impl<V: serde::de::DeserializeOwned> serde::de::Visitor<'_> for Values<V> {
+            type Value = ListValue<V>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("the encoded values of a list state")
+            }
+            fn visit_bytes<E: serde::de::Error>(
+                self,
+                mut bytes: &[u8],
+            ) -> std::result::Result<ListValue<V>, E> {
+                let mut values = Vec::new();
+                while !bytes.is_empty() {
+                    let (value, rest) = postcard::take_from_bytes(bytes).map_err(E::custom)?;
+                    values.push(value);
+                    bytes = rest;
+                }
+                Ok(ListValue(values))
+            }
+        }
+        deserializer.deserialize_bytes(Values(std::marker::PhantomData))
+    }
+}
+
+/// Appends the encoding of a value, `item`, to an encoded `Timed<ListValue<_>>` (`old`; `None`:
+/// no list yet), writing the result into `new`, touched at `now`. An expired list (`ttl` ms)
+/// starts again. The list's values are copied as bytes, not decoded.
+fn append_encoded(
+    old: Option<&[u8]>,
+    item: &[u8],
+    now: Timestamp,
+    ttl: Option<i64>,
+    new: &mut Vec<u8>,
+) -> Result<()> {
+    let mut items: &[u8] = &[];
+    if let Some(old) = old {
+        let (len, rest) = postcard::take_from_bytes::<u64>(old)
+            .map_err(|e| Error::user(format!("cannot decode state: {e}")))?;
+        if len as usize > rest.len() {
+            return Err(Error::user("cannot decode state: a list is cut short"));
+        }
+        let (values, touched) = rest.split_at(len as usize);
+        let touched: Timestamp = decode(touched)?;
+        if ttl.is_none_or(|ttl| now - touched < ttl) {
+            items = values;
+        }
+    }
+    encode_into(&((items.len() + item.len()) as u64), new)?;
+    new.extend_from_slice(items);
+    new.extend_from_slice(item);
+    encode_into(&now, new)
+}
+
 /// A list of values for the current key.
-pub struct ListState<'a, K, V>(Access<'a, K, Vec<V>>);
+pub struct ListState<'a, K, V>(Access<'a, K, ListValue<V>>);
 
 impl<K: Data + Hash + Eq, V: Data> ListState<'_, K, V> {
     /// The values, in the order they were added.
     pub fn get(&mut self) -> Result<Vec<V>> {
-        Ok(self.0.read()?.unwrap_or_default())
+        Ok(self.0.read()?.map(|list| list.0).unwrap_or_default())
     }
 
-    /// Appends a value.
+    /// Appends a value: on the heap a push onto the list; in a store (RocksDB) the value's
+    /// encoding is appended to the list's, which is not decoded.
     pub fn add(&mut self, value: V) -> Result<()> {
-        self.0.modify(Vec::new, |list| list.push(value))
+        let access = &mut self.0;
+        let (key_group, now, key) = (access.key_group, access.now, access.key);
+        let ttl = access.ttl.map(|ttl| ttl.ttl.as_millis() as i64);
+        match access.table()? {
+            StateTable::Heap(_) => {
+                access.modify(|| ListValue(Vec::new()), |list| list.0.push(value))
+            }
+            StateTable::Kv(table) => {
+                let item = encode(&value)?;
+                table.update_encoded(key_group, key, &(), &mut |old, new| {
+                    append_encoded(old, &item, now, ttl, new)
+                })
+            }
+        }
     }
 
     /// Replaces the values.
     pub fn update(&mut self, values: Vec<V>) -> Result<()> {
-        self.0.write(values)
+        self.0.write(ListValue(values))
     }
 
     /// Removes every value.
@@ -804,6 +893,37 @@ mod tests {
             assert!(s.map(&VISITS, 2, &7).is_empty()?, "expired");
             assert_eq!(s.map(&VISITS, 2, &7).get(&3)?, None);
         }
+        Ok(())
+    }
+
+    #[test]
+    fn a_value_appended_to_an_encoded_list_decodes_as_the_list_with_the_value() -> Result<()> {
+        let list = |values: &[&str], touched| Timed {
+            value: ListValue(values.iter().map(|v| v.to_string()).collect::<Vec<_>>()),
+            touched,
+        };
+        let mut new = Vec::new();
+        append_encoded(None, &encode(&"a")?, 5, None, &mut new)?;
+        assert_eq!(new, encode(&list(&["a"], 5))?);
+        let old = encode(&list(&["a", "bé", ""], 1_000))?;
+        new.clear();
+        append_encoded(
+            Some(&old),
+            &encode(&"c".repeat(300))?,
+            2_000,
+            None,
+            &mut new,
+        )?;
+        let long = "c".repeat(300);
+        assert_eq!(
+            decode::<Timed<ListValue<String>>>(&new)?,
+            list(&["a", "bé", "", &long], 2_000)
+        );
+        new.clear();
+        append_encoded(Some(&old), &encode(&"d")?, 2_000, Some(1_000), &mut new)?;
+        assert_eq!(new, encode(&list(&["d"], 2_000))?, "expired: starts again");
+        new.clear();
+        assert!(append_encoded(Some(&old[..3]), b"x", 0, None, &mut new).is_err());
         Ok(())
     }
 

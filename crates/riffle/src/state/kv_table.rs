@@ -111,6 +111,19 @@ where
         self.store.delete(&self.key)
     }
 
+    /// Rewrites the stored value of `key` in `namespace` as bytes: `change` gets the encoded
+    /// value (if any) and writes the new encoding (see [`KvStore::update`]).
+    pub(crate) fn update_encoded(
+        &mut self,
+        key_group: KeyGroup,
+        key: &K,
+        namespace: &N,
+        change: &mut crate::state::ChangeValue<'_>,
+    ) -> Result<()> {
+        self.encode_key(key_group, key, namespace)?;
+        self.store.update(&self.key, change)
+    }
+
     /// Every entry under `prefix` in every key group, with its key group.
     fn collect(
         &self,
