@@ -215,6 +215,13 @@ struct RunState {
     markers: BTreeMap<(String, i32), VecDeque<i64>>,
 }
 
+/// What one clean-up of the group's checkpoint storage removed.
+#[derive(Debug, Default)]
+struct CleanUp {
+    markers: usize,
+    runs: usize,
+}
+
 /// Where a partition's reader stood at a checkpoint.
 #[derive(Clone, Debug)]
 struct Position {
@@ -235,6 +242,9 @@ struct Marker {
 
 /// Markers kept per partition: the committed one and the one before.
 const MARKERS_KEPT: usize = 2;
+/// A run's directory that no committed offset names is removed once nothing was written in it
+/// for this long (a live run writes a checkpoint every interval).
+const CLEANUP_GRACE: Duration = Duration::from_secs(600);
 /// The file of a marker, in its directory.
 const MARKER_FILE: &str = "marker.json";
 
@@ -276,6 +286,9 @@ struct GroupInner {
     instance: String,
     /// Who this member is, in the metadata of the offsets it commits: `host/pid/instance`.
     label: String,
+    /// How long a run's directory must have been left unwritten before a clean-up removes it
+    /// (ms; [`KafkaGroup::set_cleanup_grace`]).
+    cleanup_grace: AtomicU64,
     stop: Arc<AtomicBool>,
     poller: Mutex<Option<JoinHandle<()>>>,
 }
@@ -386,6 +399,7 @@ impl KafkaGroup {
                 keyed: Mutex::new(BTreeSet::new()),
                 restored: Mutex::new(BTreeMap::new()),
                 label: format!("{}/{}/{instance}", host_name(), std::process::id()),
+                cleanup_grace: AtomicU64::new(CLEANUP_GRACE.as_millis() as u64),
                 instance,
                 stop,
                 poller: Mutex::new(Some(poller)),
@@ -479,6 +493,117 @@ impl KafkaGroup {
             });
         }
         Ok(report)
+    }
+
+    /// How long a run's job directory must have been left unwritten before the clean-up at
+    /// the start of a run removes it, if no committed offset names a snapshot in it (default
+    /// 10 minutes). Keep it well above the checkpoint interval: a live run's directory is
+    /// known by its recent writes.
+    pub fn set_cleanup_grace(&self, grace: Duration) {
+        self.inner
+            .cleanup_grace
+            .store(grace.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Removes from the group's checkpoint storage what no committed offset needs any more:
+    /// markers below each partition's committed offset, and the directories of ended runs
+    /// (their snapshots and composed restore manifest) that no remaining marker names and
+    /// that nothing was written to for the clean-up grace. Runs are known by the entry each
+    /// writes under `<group>-runs/` at its start; `current` is this process's run. Errors are
+    /// logged, not returned: what is left is removed by a later clean-up.
+    fn clean_up(&self, storage: &CheckpointStorage, current: &str) -> riffle::Result<CleanUp> {
+        let name = &self.inner.name;
+        let grace = Duration::from_millis(self.inner.cleanup_grace.load(Ordering::Relaxed));
+        let mut tpl = TopicPartitionList::new();
+        for topic in &self.inner.topics {
+            for partition in 0..self.partition_count(topic)? as i32 {
+                tpl.add_partition(topic, partition);
+            }
+        }
+        let committed = self
+            .inner
+            .member
+            .committed_offsets(tpl, TIMEOUT)
+            .map_err(|e| kafka_error("cannot read the group's committed offsets", e))?;
+        let removed = |dir: &str| match storage.delete_dir(dir) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(group = %name, dir, error = %e, "group: clean-up cannot remove");
+                false
+            }
+        };
+        let mut done = CleanUp::default();
+        // The runs the markers still name: the committed one's, and those written for a
+        // commit still to come.
+        let mut named = BTreeSet::new();
+        for element in committed.elements() {
+            let (topic, partition) = (element.topic(), element.partition());
+            let committed = match element.offset() {
+                Offset::Offset(offset) => Some(offset),
+                _ => None,
+            };
+            for offset in storage.subdirectories(&format!("{name}-state/{topic}-{partition}"))? {
+                let Ok(offset) = offset.parse::<i64>() else {
+                    continue;
+                };
+                let dir = marker_dir(name, topic, partition, offset);
+                if committed.is_some_and(|committed| offset < committed) {
+                    done.markers += usize::from(removed(&dir));
+                } else if let Some(marker) = storage
+                    .read_optional(&format!("{dir}/{MARKER_FILE}"))?
+                    .and_then(|bytes| serde_json::from_slice::<Marker>(&bytes).ok())
+                {
+                    named.insert(marker.job);
+                }
+            }
+        }
+        let runs = format!("{name}-runs");
+        let now = std::time::SystemTime::now();
+        for run in storage.subdirectories(&runs)? {
+            if run == current || named.contains(&run) {
+                continue;
+            }
+            let entry = format!("{runs}/{run}");
+            let written = [storage.last_modified(&run)?, storage.last_modified(&entry)?]
+                .into_iter()
+                .flatten()
+                .max();
+            let idle = written
+                .and_then(|at| now.duration_since(at).ok())
+                .unwrap_or(Duration::MAX);
+            if idle < grace {
+                continue;
+            }
+            if removed(&run) && removed(&format!("{name}-restore/{run}")) && removed(&entry) {
+                done.runs += 1;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Registers run `job` (for the clean-ups of later runs) and cleans up in the background.
+    fn clean_up_in_background(&self, storage: CheckpointStorage, job: String) {
+        if let Err(e) = storage.write(&format!("{}-runs/{job}/run", self.inner.name), Vec::new()) {
+            tracing::warn!(group = %self.inner.name, error = %e, "group: cannot register the run");
+            return;
+        }
+        let group = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("riffle-group-cleanup".into())
+            .spawn(move || match group.clean_up(&storage, &job) {
+                Ok(done) => tracing::info!(
+                    group = %group.inner.name,
+                    markers = done.markers,
+                    runs = done.runs,
+                    "group: cleaned up the checkpoint storage"
+                ),
+                Err(e) => {
+                    tracing::warn!(group = %group.inner.name, error = %e, "group: clean-up failed")
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(group = %self.inner.name, error = %e, "group: cannot start the clean-up");
+        }
     }
 
     /// Bumped at every change of this process's assignment.
@@ -1019,6 +1144,7 @@ pub fn run_in_group_with(
             )
         };
         let restore = group.compose_restore(&open()?, &location, &job, config.max_parallelism)?;
+        group.clean_up_in_background(open()?, job.clone());
         env.configure(|c| {
             c.job_name = job.clone();
             c.checkpoints.restart = riffle::checkpoint::RestartStrategy::None;

@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -44,7 +44,7 @@ fn member_process() {
             "{MEMBER_ENV}: expected `mode group input output delay-µs storage`, got `{settings}`"
         );
     };
-    let counting = mode == "count";
+    let counting = mode.starts_with("count");
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -55,6 +55,10 @@ fn member_process() {
     let delay = Duration::from_micros(delay.parse().expect("delay in µs"));
     let (input, output) = (input.to_string(), output.to_string());
     let group = KafkaGroup::join(kafka(), group, [input.clone()]).unwrap();
+    if mode == "count-clean" {
+        // Cleans up what is more than 1 s old (the other tests keep the default).
+        group.set_cleanup_grace(Duration::from_secs(1));
+    }
     run_in_group(&group, |group| {
         eprintln!(
             "{} member {}: run on {:?}",
@@ -519,4 +523,95 @@ fn keyed_state_moves_with_its_partitions_when_a_process_is_killed_or_joins() {
     start(&mut members);
     wait_for_input(&group, &input, 6, total);
     assert_counts_exactly_once(&output, users, per_user);
+
+    // The clean-up: the members are stopped, and one starts whose clean-up takes what is 1 s
+    // old. Of the runs before (killed, rebalanced), only those the committed offsets name
+    // stay, and of each partition's markers only the committed one and later ones.
+    for member in &mut members {
+        member.kill();
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let storage = std::env::temp_dir().join(format!("riffle-group-test-{group}"));
+    let runs_before = registered_runs(&storage, &group).len();
+    let mut cleaner = Member::start_mode("count-clean", &group, &input, &output, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let kept = loop {
+        let committed = progress(&group, &input, 6);
+        let markers = markers(&storage, &group, &input);
+        let named: BTreeSet<String> = markers
+            .iter()
+            .filter(|(p, offset, _)| committed.get(p).is_some_and(|c| offset >= c))
+            .map(|(_, _, job)| job.clone())
+            .collect();
+        let runs = registered_runs(&storage, &group);
+        let stale = markers
+            .iter()
+            .filter(|(p, offset, _)| committed.get(p).is_some_and(|c| offset < c))
+            .count();
+        // What stays: the runs the markers name, and the cleaner's own.
+        if stale == 0 && runs.len() <= named.len() + 1 && runs.len() < runs_before {
+            break runs;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not cleaned up: {stale} markers below the committed offsets, runs {runs:?} of which the markers name {named:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for entry in std::fs::read_dir(&storage).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        assert!(
+            name.starts_with(&group) || kept.contains(&name),
+            "`{name}` is neither the group's nor a kept run's"
+        );
+    }
+    assert!(
+        runs_before > kept.len(),
+        "{runs_before} runs before, {kept:?} after"
+    );
+
+    // What stayed is enough: a new member restores from it and counts on exactly.
+    cleaner.kill();
+    let _member = Member::start_mode("count", &group, &input, &output, 0);
+    keyed_input(&input, 6, users, 1);
+    wait_for_input(&group, &input, 6, total + users as i64);
+    assert_counts_exactly_once(&output, users, per_user + 1);
+}
+
+/// The runs registered under `<group>-runs/` of the group's checkpoint storage.
+fn registered_runs(storage: &std::path::Path, group: &str) -> BTreeSet<String> {
+    std::fs::read_dir(storage.join(format!("{group}-runs")))
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every marker of `topic`'s partitions: (partition, offset, the run it names).
+fn markers(storage: &std::path::Path, group: &str, topic: &str) -> Vec<(i32, i64, String)> {
+    let mut found = Vec::new();
+    for partition in 0..6 {
+        let dir = storage.join(format!("{group}-state/{topic}-{partition}"));
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let entry = entry.unwrap();
+            let Ok(offset) = entry.file_name().to_string_lossy().parse::<i64>() else {
+                continue;
+            };
+            let Ok(bytes) = std::fs::read(entry.path().join("marker.json")) else {
+                continue;
+            };
+            let marker: Value = serde_json::from_slice(&bytes).unwrap();
+            found.push((
+                partition,
+                offset,
+                marker["job"].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    found
 }

@@ -466,7 +466,10 @@ fn measure_group_fail_over() {
     args[p + 1] = "1".to_string();
     args.extend(["--group".to_string(), group.clone()]);
     if let Ok(ms) = std::env::var("RIFFLE_MEASURE_TRANSACTION_MS") {
-        args.extend(["--kafka-set".to_string(), format!("transaction.timeout.ms={ms}")]);
+        args.extend([
+            "--kafka-set".to_string(),
+            format!("transaction.timeout.ms={ms}"),
+        ]);
     }
     let mut members = vec![member(&args, dir.path(), 0)];
     wait_for_partitions(&topic, 8);

@@ -189,15 +189,38 @@ impl CheckpointStorage {
 
     /// The sub-directories of the root, by name.
     fn directories(&self) -> Result<Vec<String>> {
+        self.subdirectories("")
+    }
+
+    /// The sub-directories of `dir` (relative to the root; `""`: the root), by name.
+    pub fn subdirectories(&self, dir: &str) -> Result<Vec<String>> {
+        let prefix = self.path(dir);
         let listing = self
             .runtime
-            .block_on(self.store.list_with_delimiter(Some(&self.root)))
-            .map_err(|e| storage_error(format!("cannot list {}", self.description), e))?;
+            .block_on(self.store.list_with_delimiter(Some(&prefix)))
+            .map_err(|e| {
+                storage_error(format!("cannot list `{prefix}` in {}", self.description), e)
+            })?;
         Ok(listing
             .common_prefixes
             .iter()
             .filter_map(|p| p.filename().map(str::to_string))
             .collect())
+    }
+
+    /// When the newest file under `dir` was written; `None` when `dir` holds no file.
+    pub fn last_modified(&self, dir: &str) -> Result<Option<std::time::SystemTime>> {
+        let prefix = self.path(dir);
+        let objects: Vec<_> = self
+            .runtime
+            .block_on(self.store.list(Some(&prefix)).try_collect())
+            .map_err(|e| {
+                storage_error(format!("cannot list `{prefix}` in {}", self.description), e)
+            })?;
+        Ok(objects
+            .iter()
+            .map(|object| std::time::SystemTime::from(object.last_modified))
+            .max())
     }
 
     /// Ids of the checkpoints that completed (have a manifest), ascending.
