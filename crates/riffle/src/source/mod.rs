@@ -103,7 +103,8 @@ pub trait Source<T: Data>: Send + Sync + 'static {
     /// The splits to read. Split `i` is read by subtask `i % parallelism`.
     fn splits(&self, parallelism: usize) -> Result<Vec<Self::Split>>;
 
-    /// A reader for one split, on the subtask's thread.
+    /// A reader for one split. A subtask that starts with several splits opens their readers
+    /// at once, each on a thread of its own; the reader is then used on the subtask's thread.
     fn reader(&self, split: Self::Split) -> Result<Box<dyn SplitReader<T>>>;
 
     /// What to do with records that cannot be decoded.

@@ -151,6 +151,9 @@ impl<T: Data, S: Source<T>> ErasedSource for SourceSpec<T, S> {
     }
 }
 
+/// How many split readers a source subtask opens at once.
+const OPEN_AT_ONCE: usize = 8;
+
 /// Asks a source for its splits again and opens readers for the new ones this subtask owns.
 struct Discovery<T: Data, S: Source<T>> {
     source: Arc<S>,
@@ -164,18 +167,52 @@ struct Discovery<T: Data, S: Source<T>> {
 }
 
 impl<T: Data, S: Source<T>> Discovery<T, S> {
+    /// Readers of the splits of `splits` this subtask owns and has not read yet, in their order.
+    /// Opening a reader may wait on the network (a Kafka consumer looks up its committed
+    /// offset), so several are opened at once, up to [`OPEN_AT_ONCE`]: that is a restore's or a
+    /// fail-over's time to first record.
     fn readers_for(&mut self, splits: &[S::Split]) -> Result<Vec<Box<dyn SplitReader<T>>>> {
-        let mut readers = Vec::new();
+        let mut mine = Vec::new();
         for (index, split) in splits.iter().enumerate() {
             if self.source.owner(split, index, self.parallelism) % self.parallelism != self.subtask
             {
                 continue;
             }
             if self.known.insert(format!("{split:?}")) {
-                readers.push(self.source.reader(split.clone())?);
+                mine.push(split.clone());
             }
         }
-        Ok(readers)
+        if mine.len() < 2 {
+            return mine
+                .into_iter()
+                .map(|split| self.source.reader(split))
+                .collect();
+        }
+        let source = &self.source;
+        let mut readers = Vec::with_capacity(mine.len());
+        for chunk in mine.chunks(OPEN_AT_ONCE) {
+            std::thread::scope(|scope| {
+                let opening: Vec<_> = chunk
+                    .iter()
+                    .map(|split| {
+                        let split = split.clone();
+                        std::thread::Builder::new()
+                            .name("riffle-open-split".into())
+                            .spawn_scoped(scope, move || source.reader(split))
+                    })
+                    .collect();
+                for open in opening {
+                    let reader = match open {
+                        Ok(thread) => thread.join().unwrap_or_else(|_| {
+                            Err(Error::Graph("opening a split's reader panicked".into()))
+                        }),
+                        Err(e) => Err(Error::io("cannot start a thread to open a split", e)),
+                    };
+                    readers.push(reader);
+                }
+            });
+        }
+        readers.into_iter().collect()
     }
 }
 
