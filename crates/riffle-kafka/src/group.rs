@@ -428,22 +428,27 @@ impl KafkaGroup {
         &self.inner.label
     }
 
-    /// Where the group stands, from the brokers: every partition of its topics with its
-    /// committed offset, end offset, lag and the member that committed it last (members, and
-    /// which partitions each owns, as of their last commits), and what this member owns now.
-    /// What `/api/v1/group` serves (`riffle demo --kafka B --group NAME`).
-    pub fn status(&self) -> riffle::Result<GroupReport> {
+    /// The group's committed offset of every partition of its topics (with the metadata each
+    /// commit carries).
+    fn committed_everywhere(&self) -> riffle::Result<TopicPartitionList> {
         let mut tpl = TopicPartitionList::new();
         for topic in &self.inner.topics {
             for partition in 0..self.partition_count(topic)? as i32 {
                 tpl.add_partition(topic, partition);
             }
         }
-        let committed = self
-            .inner
+        self.inner
             .member
             .committed_offsets(tpl, TIMEOUT)
-            .map_err(|e| kafka_error("cannot read the group's committed offsets", e))?;
+            .map_err(|e| kafka_error("cannot read the group's committed offsets", e))
+    }
+
+    /// Where the group stands, from the brokers: every partition of its topics with its
+    /// committed offset, end offset, lag and the member that committed it last (members, and
+    /// which partitions each owns, as of their last commits), and what this member owns now.
+    /// What `/api/v1/group` serves (`riffle demo --kafka B --group NAME`).
+    pub fn status(&self) -> riffle::Result<GroupReport> {
+        let committed = self.committed_everywhere()?;
         let mut report = GroupReport {
             group: self.inner.name.clone(),
             member: self.inner.label.clone(),
@@ -514,17 +519,7 @@ impl KafkaGroup {
     fn clean_up(&self, storage: &CheckpointStorage, current: &str) -> riffle::Result<CleanUp> {
         let name = &self.inner.name;
         let grace = Duration::from_millis(self.inner.cleanup_grace.load(Ordering::Relaxed));
-        let mut tpl = TopicPartitionList::new();
-        for topic in &self.inner.topics {
-            for partition in 0..self.partition_count(topic)? as i32 {
-                tpl.add_partition(topic, partition);
-            }
-        }
-        let committed = self
-            .inner
-            .member
-            .committed_offsets(tpl, TIMEOUT)
-            .map_err(|e| kafka_error("cannot read the group's committed offsets", e))?;
+        let committed = self.committed_everywhere()?;
         let removed = |dir: &str| match storage.delete_dir(dir) {
             Ok(()) => true,
             Err(e) => {
