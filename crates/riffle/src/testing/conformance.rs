@@ -331,7 +331,12 @@ fn recovers_exactly(backend: &Arc<dyn StateBackend>, work: &Path, expected: &[St
 /// between stores) with exactly the heap's output.
 fn rescales_through_a_savepoint(backend: &Arc<dyn StateBackend>, work: &Path, expected: &[String]) {
     let first = fresh(work.join("rescale-2"));
-    let handle = job(backend, &first, 2, |c| c)
+    // Slowed to 5 s or more (sleeping, not spinning): on a loaded machine the input must not
+    // end before two checkpoints have completed.
+    let handle = job(backend, &first, 2, |c| {
+        std::thread::sleep(Duration::from_micros(250));
+        c
+    })
         .execute_async()
         .expect("start the first half");
     // Stop once a checkpoint holds state: part-way through the input.
