@@ -140,6 +140,9 @@ pub struct CheckpointConfig {
     /// larger checkpoints. Savepoints stay aligned. A checkpoint with records in flight
     /// restores only at the parallelism it was taken at. See [`CheckpointConfig::unaligned`].
     pub unaligned: bool,
+    /// Files of the storage already held in memory, read by a restore instead of the store's
+    /// copies (a process group's standby replicas; [`WarmFiles`](crate::checkpoint::WarmFiles)).
+    pub warm_files: Option<crate::checkpoint::WarmFiles>,
 }
 
 impl std::fmt::Debug for CheckpointConfig {
@@ -162,6 +165,7 @@ impl std::fmt::Debug for CheckpointConfig {
             .field("restore", &self.restore)
             .field("allow_non_restored_state", &self.allow_non_restored_state)
             .field("unaligned", &self.unaligned)
+            .field("warm_files", &self.warm_files)
             .finish()
     }
 }
@@ -183,6 +187,7 @@ impl Default for CheckpointConfig {
             restore: None,
             allow_non_restored_state: false,
             unaligned: false,
+            warm_files: None,
         }
     }
 }

@@ -21,7 +21,7 @@ pub use snapshot::{
     FINAL_SNAPSHOT, OperatorSnapshot, Redistribution, RestoreState, SnapshotWriter, StoreSnapshot,
     TaskSnapshot, decode, encode, encode_into,
 };
-pub use storage::{CheckpointStorage, checkpoint_dir};
+pub use storage::{CheckpointStorage, WarmFiles, checkpoint_dir};
 
 /// What the ids of in-flight records in a checkpoint contain (unaligned checkpoints:
 /// `<operator uid>#in-flight-input`, `<producer uid>#in-flight-output-><consumer uid>#<input>`).

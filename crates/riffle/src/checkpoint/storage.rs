@@ -22,6 +22,117 @@ pub struct CheckpointStorage {
     runtime: tokio::runtime::Runtime,
     /// The root as a local directory, when the storage is one (empty directories are removed).
     local_root: Option<std::path::PathBuf>,
+    /// Files already held in memory, read instead of the store's copies.
+    warm: Option<WarmFiles>,
+}
+
+/// Files of a checkpoint storage held in memory, by their path in the store: a storage given
+/// them ([`CheckpointStorage::with_warm_files`]) reads them from here instead of the store, and,
+/// when they are [write-through](WarmFiles::write_through), keeps what it writes here too. A
+/// process group's standby replicas keep the snapshots of the partitions a takeover would
+/// restore so (`riffle-kafka`'s `KafkaGroup::set_standby_replicas`). A file is used only if its
+/// size and checksum are the ones its manifest names; otherwise it is read from the store.
+///
+/// ```
+/// use riffle::checkpoint::{CheckpointStorage, WarmFiles};
+/// let dir = tempfile::tempdir().unwrap();
+/// let warm = WarmFiles::write_through();
+/// let storage = CheckpointStorage::open(dir.path().to_str().unwrap(), &[], "job", "storage")
+///     .unwrap()
+///     .with_warm_files(Some(warm.clone()));
+/// let file = storage.write("chk-1/state", b"counts".to_vec()).unwrap();
+/// std::fs::remove_dir_all(dir.path().join("job")).unwrap(); // the store lost it
+/// assert_eq!(storage.read(&file).unwrap(), b"counts");
+/// assert_eq!((warm.len(), warm.bytes(), warm.hits()), (1, 6, 1));
+/// warm.retain(|path| path != "job/chk-1/state");
+/// assert!(storage.read(&file).is_err());
+/// ```
+#[derive(Clone, Default)]
+pub struct WarmFiles {
+    inner: Arc<WarmInner>,
+}
+
+/// Warm files by full store path: each file's checksum and bytes.
+type WarmMap = std::collections::HashMap<String, (u64, Arc<[u8]>)>;
+
+#[derive(Default)]
+struct WarmInner {
+    files: std::sync::RwLock<WarmMap>,
+    hits: std::sync::atomic::AtomicU64,
+    write_through: bool,
+}
+
+impl std::fmt::Debug for WarmFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WarmFiles({} files, {} bytes)", self.len(), self.bytes())
+    }
+}
+
+impl WarmFiles {
+    /// Warm files that also keep what a storage given them writes.
+    pub fn write_through() -> Self {
+        WarmFiles {
+            inner: Arc::new(WarmInner {
+                write_through: true,
+                ..WarmInner::default()
+            }),
+        }
+    }
+
+    fn insert(&self, path: String, checksum: u64, bytes: Arc<[u8]>) {
+        let mut files = self.inner.files.write().expect("warm files lock");
+        files.insert(path, (checksum, bytes));
+    }
+
+    fn contains(&self, path: &str, file: &FileRef) -> bool {
+        let files = self.inner.files.read().expect("warm files lock");
+        files.get(path).is_some_and(|(checksum, bytes)| {
+            *checksum == file.checksum && bytes.len() as u64 == file.size
+        })
+    }
+
+    /// Drops every file but those whose path in the store `keep` accepts.
+    pub fn retain(&self, mut keep: impl FnMut(&str) -> bool) {
+        let mut files = self.inner.files.write().expect("warm files lock");
+        files.retain(|path, _| keep(path));
+    }
+
+    /// The number of files held.
+    pub fn len(&self) -> usize {
+        self.inner.files.read().expect("warm files lock").len()
+    }
+
+    /// Whether no file is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes held.
+    pub fn bytes(&self) -> u64 {
+        let files = self.inner.files.read().expect("warm files lock");
+        files.values().map(|(_, bytes)| bytes.len() as u64).sum()
+    }
+
+    /// How many reads were served from here.
+    pub fn hits(&self) -> u64 {
+        self.inner.hits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The content of `file` at `path`, if held with its size and checksum.
+    fn get(&self, path: &str, file: &FileRef) -> Option<Vec<u8>> {
+        let files = self.inner.files.read().expect("warm files lock");
+        let (checksum, bytes) = files.get(path)?;
+        if *checksum != file.checksum
+            || bytes.len() as u64 != file.size
+            || xxh3_64(bytes) != file.checksum
+        {
+            return None;
+        }
+        self.inner
+            .hits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(bytes.to_vec())
+    }
 }
 
 impl std::fmt::Debug for CheckpointStorage {
@@ -99,7 +210,35 @@ impl CheckpointStorage {
             description,
             runtime,
             local_root: None,
+            warm: None,
         })
+    }
+
+    /// This storage, reading the files `warm` holds from memory instead of the store (and
+    /// keeping what it writes there, if they are write-through).
+    pub fn with_warm_files(mut self, warm: Option<WarmFiles>) -> Self {
+        self.warm = warm;
+        self
+    }
+
+    /// The path in the store of `relative` (what [`WarmFiles`] are keyed by).
+    pub fn store_path(&self, relative: &str) -> String {
+        self.path(relative).to_string()
+    }
+
+    /// Keeps `bytes`, read by the caller as the content of `file`, in this storage's warm files
+    /// (nothing without them).
+    pub fn keep_warm(&self, file: &FileRef, bytes: Vec<u8>) {
+        if let Some(warm) = &self.warm {
+            warm.insert(self.store_path(&file.path), file.checksum, bytes.into());
+        }
+    }
+
+    /// Whether this storage's warm files hold `file`.
+    pub fn is_warm(&self, file: &FileRef) -> bool {
+        self.warm
+            .as_ref()
+            .is_some_and(|warm| warm.contains(&self.store_path(&file.path), file))
     }
 
     /// The storage's location, without credentials.
@@ -122,6 +261,9 @@ impl CheckpointStorage {
             checksum: xxh3_64(&bytes),
         };
         let path = self.path(relative);
+        if let Some(warm) = self.warm.as_ref().filter(|w| w.inner.write_through) {
+            warm.insert(path.to_string(), file.checksum, Arc::from(&bytes[..]));
+        }
         self.runtime
             .block_on(self.store.put(&path, PutPayload::from(bytes)))
             .map_err(|e| {
@@ -133,6 +275,13 @@ impl CheckpointStorage {
     /// Reads a file and checks its size and checksum.
     pub fn read(&self, file: &FileRef) -> Result<Vec<u8>> {
         let path = self.path(&file.path);
+        if let Some(bytes) = self
+            .warm
+            .as_ref()
+            .and_then(|warm| warm.get(path.as_ref(), file))
+        {
+            return Ok(bytes);
+        }
         let bytes = self
             .runtime
             .block_on(async { self.store.get(&path).await?.bytes().await })

@@ -216,7 +216,8 @@ fn initial_restore(
                 &config.checkpoints.storage_options,
                 "",
                 "restore location",
-            )?;
+            )?
+            .with_warm_files(config.checkpoints.warm_files.clone());
             Some(RestoreAssignment::load(&Arc::new(storage), dir)?)
         }
     };
@@ -485,7 +486,8 @@ pub(crate) fn start(nodes: Vec<Node>, config: EnvConfig) -> Result<JobHandle> {
                 &config.job_name,
                 "checkpoint storage",
             )?,
-        };
+        }
+        .with_warm_files(config.checkpoints.warm_files.clone());
         Some(Arc::new(storage))
     } else {
         None
