@@ -143,8 +143,12 @@ fn group_column(client: &JobClient) -> String {
         .as_object()
         .map(|l| l.iter().map(|(topic, n)| format!("{topic} {n}")).collect())
         .unwrap_or_default();
+    let standby: Vec<&str> = group["standby"]
+        .as_array()
+        .map(|o| o.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     format!(
-        "{} ({} members; owns {}; lag {})",
+        "{} ({} members; owns {}; lag {}{})",
         group["group"].as_str().unwrap_or("?"),
         group["members"].as_object().map_or(0, |m| m.len()),
         if owned.is_empty() {
@@ -152,7 +156,12 @@ fn group_column(client: &JobClient) -> String {
         } else {
             owned.join(" ")
         },
-        lag.join(", ")
+        lag.join(", "),
+        if standby.is_empty() {
+            String::new()
+        } else {
+            format!("; standby for {}", standby.join(" "))
+        }
     )
 }
 

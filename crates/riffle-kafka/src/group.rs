@@ -56,6 +56,8 @@ use serde::{Deserialize, Serialize};
 use crate::sink::Deliveries;
 use crate::{KafkaConnection, kafka_error, kafka_failure};
 
+mod standby;
+
 /// How long an open transaction of a group's producer may stay open before the broker aborts it:
 /// what a SIGKILLed process leaves open holds `read_committed` readers back this long at most.
 const TRANSACTION_TIMEOUT_MS: &str = "10000";
@@ -289,6 +291,8 @@ struct GroupInner {
     /// How long a run's directory must have been left unwritten before a clean-up removes it
     /// (ms; [`KafkaGroup::set_cleanup_grace`]).
     cleanup_grace: AtomicU64,
+    /// Warm copies of other members' partitions ([`KafkaGroup::set_standby_replicas`]).
+    standby: standby::Standby,
     stop: Arc<AtomicBool>,
     poller: Mutex<Option<JoinHandle<()>>>,
 }
@@ -400,6 +404,7 @@ impl KafkaGroup {
                 restored: Mutex::new(BTreeMap::new()),
                 label: format!("{}/{}/{instance}", host_name(), std::process::id()),
                 cleanup_grace: AtomicU64::new(CLEANUP_GRACE.as_millis() as u64),
+                standby: standby::Standby::default(),
                 instance,
                 stop,
                 poller: Mutex::new(Some(poller)),
@@ -461,7 +466,10 @@ impl KafkaGroup {
             partitions: Vec::new(),
             members: BTreeMap::new(),
             lag: BTreeMap::new(),
+            standby: Vec::new(),
+            standby_bytes: 0,
         };
+        (report.standby, report.standby_bytes) = self.standby_status();
         for element in committed.elements() {
             let (topic, partition) = (element.topic(), element.partition());
             let (_, end) = self
@@ -930,19 +938,51 @@ impl KafkaGroup {
         for (topic, partition) in self.assignment() {
             tpl.add_partition(&topic, partition);
         }
-        let mut restored = BTreeMap::new();
         let committed = self
             .inner
             .member
             .committed_offsets(tpl, TIMEOUT)
             .map_err(|e| kafka_error("cannot read the group's committed offsets", e))?;
+        let (restored, parts) =
+            self.named_snapshots(storage, committed_positions(&committed), max_parallelism)?;
+        *self.inner.restored.lock().expect("restored lock") = restored;
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        let manifest = Manifest::compose(job, parts).map_err(riffle::Error::Checkpoint)?;
+        let warm = manifest
+            .files()
+            .filter(|file| storage.is_warm(file))
+            .count();
+        let dir = format!("{}-restore/{job}", self.inner.name);
+        storage.write_manifest(&dir, &manifest)?;
+        tracing::info!(
+            group = %self.inner.name,
+            manifest = %dir,
+            files = manifest.files().count(),
+            warm,
+            "group: restoring the partitions' state ({warm} files held warm by the standby replica)"
+        );
+        Ok(Some(RestoreFrom::Manifest {
+            location: location.to_string(),
+            dir,
+        }))
+    }
+
+    /// What the markers of the committed offsets `committed` (topic, partition, offset) name:
+    /// the reader positions they hold, and, for the partitions that carry keyed state, their
+    /// snapshots as parts of a manifest, each with the key groups of its partitions.
+    fn named_snapshots(
+        &self,
+        storage: &CheckpointStorage,
+        committed: impl IntoIterator<Item = (String, i32, i64)>,
+        max_parallelism: usize,
+    ) -> riffle::Result<(ReaderPositions, Vec<ManifestPart>)> {
+        let mut restored = BTreeMap::new();
         let mut snapshots: BTreeMap<(String, u64), Vec<KeyGroupRange>> = BTreeMap::new();
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-        for element in committed.elements() {
-            let Offset::Offset(offset) = element.offset() else {
-                continue; // nothing committed yet: no state
-            };
-            let (topic, partition) = (element.topic(), element.partition());
+        for (topic, partition, offset) in committed {
+            let topic = topic.as_str();
             let dir = marker_dir(&self.inner.name, topic, partition, offset);
             let marker = storage.read_optional(&format!("{dir}/{MARKER_FILE}"))?;
             if !self.keyed(topic) {
@@ -957,7 +997,9 @@ impl KafkaGroup {
             }
             let Some(bytes) = marker else {
                 return Err(riffle::Error::Checkpoint(format!(
-                    "{topic}-{partition} committed offset {offset} in group `{}`, but no snapshot                      in {} is named by it (`{dir}`): the checkpoint storage is not the one the                      group used, or was cleaned",
+                    "{topic}-{partition} committed offset {offset} in group `{}`, but no snapshot \
+                     in {} is named by it (`{dir}`): the checkpoint storage is not the one the \
+                     group used, or was cleaned",
                     self.inner.name,
                     storage.description()
                 )));
@@ -980,7 +1022,8 @@ impl KafkaGroup {
                 return Err(riffle::Error::config(
                     "max_parallelism",
                     format!(
-                        "is {max_parallelism}, below the {partitions} partitions of `{topic}`:                          a partition must own at least one key group"
+                        "is {max_parallelism}, below the {partitions} partitions of `{topic}`: \
+                         a partition must own at least one key group"
                     ),
                 ));
             }
@@ -992,10 +1035,6 @@ impl KafkaGroup {
                     partitions,
                     max_parallelism,
                 ));
-        }
-        *self.inner.restored.lock().expect("restored lock") = restored;
-        if snapshots.is_empty() {
-            return Ok(None);
         }
         let parts = snapshots
             .into_iter()
@@ -1009,14 +1048,7 @@ impl KafkaGroup {
                 })
             })
             .collect::<riffle::Result<Vec<_>>>()?;
-        let manifest = Manifest::compose(job, parts).map_err(riffle::Error::Checkpoint)?;
-        let dir = format!("{}-restore/{job}", self.inner.name);
-        storage.write_manifest(&dir, &manifest)?;
-        tracing::info!(group = %self.inner.name, manifest = %dir, "group: restoring the partitions' state");
-        Ok(Some(RestoreFrom::Manifest {
-            location: location.to_string(),
-            dir,
-        }))
+        Ok((restored, parts))
     }
 
     fn partition_count(&self, topic: &str) -> riffle::Result<usize> {
@@ -1137,10 +1169,18 @@ pub fn run_in_group_with(
                 "",
                 "checkpoints.storage",
             )
+            .map(|storage| storage.with_warm_files(group.warm_files()))
         };
         let restore = group.compose_restore(&open()?, &location, &job, config.max_parallelism)?;
         group.clean_up_in_background(open()?, job.clone());
+        let every = config
+            .checkpoints
+            .interval
+            .unwrap_or(Duration::from_secs(1));
+        group.start_standby(open()?, config.max_parallelism, every);
+        let warm_files = group.warm_files();
         env.configure(|c| {
+            c.checkpoints.warm_files = warm_files;
             c.job_name = job.clone();
             c.checkpoints.restart = riffle::checkpoint::RestartStrategy::None;
             c.checkpoints.restore = restore;
@@ -1195,6 +1235,13 @@ pub struct GroupReport {
     pub members: BTreeMap<String, Vec<String>>,
     /// Records still to read, by topic (end offset minus committed offset, summed).
     pub lag: BTreeMap<String, i64>,
+    /// The partitions whose state this member keeps warm for others
+    /// ([`KafkaGroup::set_standby_replicas`]), as `topic-partition`.
+    #[serde(default)]
+    pub standby: Vec<String>,
+    /// The bytes of state it holds for them.
+    #[serde(default)]
+    pub standby_bytes: u64,
 }
 
 /// One partition of a process group's topics.
@@ -1222,6 +1269,24 @@ fn host_name() -> String {
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// Where the readers of a group's partitions stood at their committed offsets, by (topic,
+/// partition), as their markers hold it.
+type ReaderPositions = BTreeMap<(String, i32), serde_json::Value>;
+
+/// The partitions of `committed` that have a committed offset, with it.
+fn committed_positions(committed: &TopicPartitionList) -> Vec<(String, i32, i64)> {
+    committed
+        .elements()
+        .iter()
+        .filter_map(|element| match element.offset() {
+            Offset::Offset(offset) => {
+                Some((element.topic().to_string(), element.partition(), offset))
+            }
+            _ => None, // nothing committed yet: no state
+        })
+        .collect()
 }
 
 /// The directory of the marker naming the snapshot taken at `offset` of `topic`-`partition`.

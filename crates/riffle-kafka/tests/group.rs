@@ -50,6 +50,7 @@ fn member_process() {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "warn,riffle_kafka=info".into()),
         )
+        .with_ansi(false)
         .with_writer(std::io::stderr)
         .init();
     let delay = Duration::from_micros(delay.parse().expect("delay in µs"));
@@ -59,6 +60,13 @@ fn member_process() {
         // Cleans up what is more than 1 s old (the other tests keep the default).
         group.set_cleanup_grace(Duration::from_secs(1));
     }
+    if mode.contains("standby") {
+        group.set_standby_replicas(1);
+    }
+    // Padded: every user's state carries 1 KiB more, for a state large enough to measure its
+    // restore; checkpoints every second then.
+    let padded = mode.contains("padded");
+    let interval = Duration::from_millis(if padded { 1000 } else { 100 });
     run_in_group(&group, |group| {
         eprintln!(
             "{} member {}: run on {:?}",
@@ -69,15 +77,20 @@ fn member_process() {
         let env = StreamEnv::with_config(EnvConfig {
             parallelism: 2,
             checkpoints: CheckpointConfig {
-                interval: Some(Duration::from_millis(100)),
+                interval: Some(interval),
                 storage: storage.to_string(),
                 ..CheckpointConfig::default()
             },
             ..EnvConfig::default()
         });
+        // The first record a run processes (after its restore), for the fail-over measurements.
+        let first = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let records = env
             .from_source(KafkaSource::<Value>::json(kafka(), [input.clone()]).in_group(group))
             .map(move |record: Value| {
+                if first.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::info!("member: the run processes its first record");
+                }
                 std::thread::sleep(delay);
                 record
             });
@@ -87,11 +100,19 @@ fn member_process() {
             let sink = sink.key_field("user");
             // Keyed state across processes: the input is partitioned by key group, so a
             // partition's owner owns its users' counts.
+            let pad = if padded {
+                "x".repeat(1024)
+            } else {
+                String::new()
+            };
             records
-                .map(|record: Value| (record["user"].as_str().expect("a user").to_string(), 1u64))
-                .key_by(|(user, _)| user.clone())
-                .reduce(|(user, a), (_, b)| (user, a + b))
-                .map(|(user, count)| json!({ "user": user, "count": count }))
+                .map(move |record: Value| {
+                    let user = record["user"].as_str().expect("a user").to_string();
+                    (user, 1u64, pad.clone())
+                })
+                .key_by(|(user, _, _)| user.clone())
+                .reduce(|(user, a, pad), (_, b, _)| (user, a + b, pad))
+                .map(|(user, count, _)| json!({ "user": user, "count": count }))
                 .sink(sink);
         } else {
             records
@@ -117,16 +138,32 @@ impl Member {
     fn start_mode(mode: &str, group: &str, input: &str, output: &str, delay_us: u64) -> Member {
         // The group's checkpoint storage, shared by its processes (S3 in production).
         let storage = std::env::temp_dir().join(format!("riffle-group-test-{group}"));
+        let storage = storage.display().to_string();
+        Self::start_logged(mode, group, input, output, delay_us, &storage, None)
+    }
+
+    /// A member with its checkpoint storage at `storage`, its log written to `log` if given.
+    fn start_logged(
+        mode: &str,
+        group: &str,
+        input: &str,
+        output: &str,
+        delay_us: u64,
+        storage: &str,
+        log: Option<&std::path::Path>,
+    ) -> Member {
+        let stderr = match log {
+            Some(path) => Stdio::from(std::fs::File::create(path).expect("a member's log")),
+            None => Stdio::inherit(),
+        };
         let child = Command::new(std::env::current_exe().unwrap())
             .args(["--ignored", "--exact", "member_process", "--nocapture"])
             .env(
                 MEMBER_ENV,
-                format!(
-                    "{mode} {group} {input} {output} {delay_us} {}",
-                    storage.display()
-                ),
+                format!("{mode} {group} {input} {output} {delay_us} {storage}"),
             )
             .stdout(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("a member process");
         Member(child)
@@ -398,6 +435,40 @@ fn measure_group() {
     );
 }
 
+/// The resident memory of process `pid`, in MB.
+fn resident_mb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(0)
+        / 1024
+}
+
+/// Seconds since midnight UTC of `at`.
+fn seconds_of_day(at: std::time::SystemTime) -> f64 {
+    let since = at.duration_since(std::time::UNIX_EPOCH).unwrap();
+    since.as_secs_f64() % 86_400.0
+}
+
+/// Seconds since midnight UTC of a log line's timestamp (`2026-12-01T11:38:13.298383Z ...`).
+fn log_seconds(line: &str) -> Option<f64> {
+    let time = line
+        .split_whitespace()
+        .next()?
+        .split_once('T')?
+        .1
+        .strip_suffix('Z')?;
+    let mut parts = time.split(':');
+    let (h, m, s): (f64, f64, f64) = (
+        parts.next()?.parse().ok()?,
+        parts.next()?.parse().ok()?,
+        parts.next()?.parse().ok()?,
+    );
+    Some(h * 3600.0 + m * 60.0 + s)
+}
+
 /// Wall-clock seconds (for lines of several processes to be put in order).
 fn clock() -> String {
     let now = std::time::SystemTime::now()
@@ -616,4 +687,194 @@ fn markers(storage: &std::path::Path, group: &str, topic: &str) -> Vec<(i32, i64
         }
     }
     found
+}
+
+/// Standby replicas: two members keep each other's partitions warm. One is SIGKILLed; the
+/// survivor restores the dead member's partitions from its warm copy (its log says how many
+/// of the restore's files were held warm), and the counts end exact.
+#[test]
+fn a_standby_replica_restores_a_dead_members_partitions_from_its_warm_copy() {
+    let _serial = one_at_a_time();
+    let (input, output) = (topic("group-standby-in", 6), topic("group-standby-out", 3));
+    let (users, per_user) = (60, 200);
+    let total = (users * per_user) as i64;
+    keyed_input(&input, 6, users, per_user);
+    let group = group_name("standby");
+    let storage = std::env::temp_dir().join(format!("riffle-group-test-{group}"));
+    let logs = tempfile::tempdir().unwrap();
+    let log = |n: usize| logs.path().join(format!("member-{n}.log"));
+    let mut members: Vec<Member> = (0..2)
+        .map(|n| {
+            Member::start_logged(
+                "count-standby",
+                &group,
+                &input,
+                &output,
+                DELAY_US / 2,
+                &storage.display().to_string(),
+                Some(&log(n)),
+            )
+        })
+        .collect();
+    // Both follow the other's partitions before one dies.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !(0..2).all(|n| {
+        std::fs::read_to_string(log(n))
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.contains("standby replica follows") && !l.contains("partitions=[]"))
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "the standby replicas never followed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let done = wait_for_input(&group, &input, 6, total / 4);
+    assert!(
+        done < total,
+        "the run had already ended: the test must act mid-run"
+    );
+    let before = std::fs::read_to_string(log(1)).unwrap().len();
+    members[0].kill();
+    wait_for_input(&group, &input, 6, total);
+    assert_counts_exactly_once(&output, users, per_user);
+    let after = std::fs::read_to_string(log(1)).unwrap()[before..].to_string();
+    // (files, of them warm) of each restore.
+    let field = |line: &str, name: &str| -> Option<u64> {
+        line.split(&format!(" {name}="))
+            .nth(1)?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    let restores: Vec<(u64, u64)> = after
+        .lines()
+        .filter(|l| l.contains("group: restoring the partitions' state"))
+        .filter_map(|l| Some((field(l, "files")?, field(l, "warm")?)))
+        .collect();
+    // The dead member's snapshots were followed, the survivor's own written through.
+    assert!(
+        restores
+            .last()
+            .is_some_and(|&(files, warm)| files > 0 && warm == files),
+        "the survivor's restores after the kill read files from the storage ({restores:?}); its log:\n{after}"
+    );
+    eprintln!("the survivor's restores after the kill, (files, of them warm): {restores:?}");
+    members.clear();
+}
+
+/// Hand-run measurement (BENCHMARKS.md): fail-over time with and without a standby replica,
+/// for a keyed state of `RIFFLE_MEASURE_USERS` users (default 60 000) × 1 KiB. Two members
+/// (parallelism 2 each, a commit every second) build the state, then more clicks stream in and
+/// one member is SIGKILLed; the time from the kill until every partition committed again is
+/// reported, and the survivor's log lines of the takeover. Checkpoints go to the S3 server when
+/// `scripts/s3-server.sh env` is in the environment, else to a local directory.
+///
+/// `cargo test --release -p riffle-kafka --test group measure_standby -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn measure_standby() {
+    let _serial = one_at_a_time();
+    let users: u64 = std::env::var("RIFFLE_MEASURE_USERS")
+        .ok()
+        .and_then(|u| u.parse().ok())
+        .unwrap_or(60_000);
+    let rounds: usize = std::env::var("RIFFLE_MEASURE_ROUNDS")
+        .ok()
+        .and_then(|u| u.parse().ok())
+        .unwrap_or(2);
+    let partitions = 6;
+    for round in 0..rounds {
+        for standby in [false, true] {
+            let mode = if standby {
+                "count-padded-standby"
+            } else {
+                "count-padded"
+            };
+            let (input, output) = (topic("standby-m-in", partitions), topic("standby-m-out", 3));
+            let group = group_name("standby-m");
+            let storage = match std::env::var("RIFFLE_TEST_S3_BUCKET") {
+                Ok(bucket) => format!("s3://{bucket}/{group}"),
+                Err(_) => std::env::temp_dir()
+                    .join(format!("riffle-group-test-{group}"))
+                    .display()
+                    .to_string(),
+            };
+            // The members' logs stay, for a failed measurement to be read.
+            let logs = std::env::temp_dir().join(format!("riffle-{group}-logs"));
+            std::fs::create_dir_all(&logs).unwrap();
+            let log = |n: usize| logs.join(format!("member-{n}.log"));
+            eprintln!("logs in {}", logs.display());
+            let mut members: Vec<Member> = (0..2)
+                .map(|n| {
+                    Member::start_logged(
+                        mode,
+                        &group,
+                        &input,
+                        &output,
+                        100,
+                        &storage,
+                        Some(&log(n)),
+                    )
+                })
+                .collect();
+            // The state: every user once.
+            keyed_input(&input, partitions, users, 1);
+            wait_for_input(&group, &input, partitions, users as i64);
+            // Then more, which takes the members a while (100 µs a record), and the kill.
+            keyed_input(&input, partitions, users, 3);
+            std::thread::sleep(Duration::from_secs(3));
+            let before = progress(&group, &input, partitions);
+            let offset = std::fs::read_to_string(log(1)).unwrap().len();
+            // What the members spent until then (the same work, but for the standby's).
+            let cpu: Duration = members
+                .iter()
+                .map(|m| riffle_kafka::testing::cpu_time(m.0.id()))
+                .sum();
+            let rss: Vec<u64> = members.iter().map(|m| resident_mb(m.0.id())).collect();
+            members[0].kill();
+            let killed = Instant::now();
+            let killed_at = seconds_of_day(std::time::SystemTime::now());
+            let commits_again = loop {
+                let now = progress(&group, &input, partitions);
+                if before
+                    .iter()
+                    .all(|(p, o)| now.get(p).is_some_and(|n| n > o))
+                {
+                    break killed.elapsed();
+                }
+                assert!(killed.elapsed() < Duration::from_secs(120), "no fail-over");
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let survivor = std::fs::read_to_string(log(1)).unwrap()[offset..].to_string();
+            // The survivor's steps, in seconds from the kill.
+            let step = |what: &str| {
+                survivor
+                    .lines()
+                    .filter(|l| l.contains(what))
+                    .filter_map(|l| log_seconds(l).map(|at| format!("{:.2}", at - killed_at)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let takeover = [
+                ("run starts", step("group: run starts")),
+                (
+                    "restore composed",
+                    step("group: restoring the partitions' state"),
+                ),
+                ("state files loaded", step("restoring from=")),
+                ("first record processed", step("processes its first record")),
+            ]
+            .map(|(what, at)| format!("{what} at +{at} s"));
+            eprintln!(
+                "round {round}, standby {standby}: {users} users x 1 KiB; the members spent {:.2} CPU-s before the kill, resident {rss:?} MB; the survivor: {}; every partition committed again at +{:.2} s",
+                cpu.as_secs_f64(),
+                takeover.join(", "),
+                commits_again.as_secs_f64(),
+            );
+            members.clear();
+        }
+    }
 }

@@ -225,7 +225,8 @@ async function refreshGroup() {
   const group = await response.json();
   section.hidden = false;
   const lag = Object.entries(group.lag).map(([topic, n]) => `${topic} ${fmt(n)}`).join(", ");
-  $("group-facts").textContent = `${group.group} · this member ${group.member} owns ${group.owned.length} partitions · ${Object.keys(group.members).length} members · lag ${lag}`;
+  $("group-facts").textContent = `${group.group} · this member ${group.member} owns ${group.owned.length} partitions · ${Object.keys(group.members).length} members · lag ${lag}` +
+    (group.standby && group.standby.length ? ` · standby for ${group.standby.length} partitions (${bytes(group.standby_bytes)})` : "");
   const body = document.querySelector("#group-partitions tbody");
   body.replaceChildren();
   for (const p of group.partitions) {

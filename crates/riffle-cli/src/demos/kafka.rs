@@ -74,6 +74,12 @@ pub fn run(args: &PipelineArgs, bootstrap: &str) -> riffle::Result<WindowedSumma
     if let Some(group) = &kafka_args.group {
         return run_group(args, &kafka, group, bootstrap);
     }
+    if kafka_args.num_standby_replicas.is_some() {
+        return Err(riffle::Error::config(
+            "--num-standby-replicas",
+            "standby replicas are copies of other members' state: they need --group",
+        ));
+    }
 
     // The producer: generated clicks (or --input lines) into `clicks`, at --rate.
     let producer = if kafka_args.kafka_no_producer {
@@ -191,6 +197,7 @@ fn run_group(
         name,
         [topics.clicks.clone(), shuffle.topic()],
     )?;
+    group.set_standby_replicas(kafka_args.num_standby_replicas.unwrap_or(0));
     println!(
         "riffle demo --kafka {bootstrap} --group {name}: a member; {} -> drop bots -> enrich -> {} -> {} s windows (+{} s lateness) -> {}, {}, {} (exactly-once, commits every {} ms)",
         topics.clicks,

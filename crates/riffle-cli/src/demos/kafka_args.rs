@@ -34,6 +34,12 @@ pub struct KafkaArgs {
     /// share the windows; default: as many as `clicks` has).
     #[arg(long, value_name = "N")]
     pub kafka_shuffle_partitions: Option<usize>,
+    /// With --group: keep a warm copy of the windows' state of the partitions N other members
+    /// own (Kafka Streams' num.standby.replicas), so that a takeover after one of them dies
+    /// restores from memory instead of the checkpoint storage. Costs a read of their state per
+    /// commit and the memory to hold it. Default 0.
+    #[arg(long, value_name = "N")]
+    pub num_standby_replicas: Option<usize>,
     /// A librdkafka client setting for every client, KEY=VALUE (repeatable; SASL and SSL
     /// settings included, secrets are never printed).
     #[arg(long = "kafka-set", value_name = "KEY=VALUE")]

@@ -21,6 +21,22 @@ use riffle_kafka::testing::TestProducer;
 
 use crate::kafka::{Job, now_ms, read_topic, seed_job_args, wait_for_partitions};
 
+#[test]
+fn standby_replicas_without_a_group_fail_at_start_naming_the_flag() {
+    let prefix = format!("standby-flag-{}-{}-", std::process::id(), now_ms());
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = seed_job_args(&prefix, 300);
+    args.extend(["--num-standby-replicas", "1"].map(str::to_string));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = crate::riffle_raw(&args, dir.path());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("invalid configuration: `--num-standby-replicas`"),
+        "{stderr}"
+    );
+}
+
 /// A member of `group`, its log in `dir/member-<n>.log`.
 fn member(args: &[String], dir: &Path, n: usize) -> Job {
     let log = std::fs::File::create(dir.join(format!("member-{n}.log"))).unwrap();
@@ -124,7 +140,8 @@ fn the_seed_job_on_three_processes_killed_and_joined_mid_run_counts_every_window
     let mut args = seed_job_args(&prefix, 300);
     let p = args.iter().position(|a| a == "-p").unwrap();
     args[p + 1] = "1".to_string();
-    args.extend(["--group".to_string(), group.clone()]);
+    // Each member keeps a warm copy of another's windows: takeovers restore from it.
+    args.extend(["--group", &group, "--num-standby-replicas", "1"].map(str::to_string));
 
     // The first member creates the topics; the others join once they exist.
     let mut members = vec![member(&args, dir.path(), 0)];
@@ -196,6 +213,25 @@ fn the_seed_job_on_three_processes_killed_and_joined_mid_run_counts_every_window
         seen.len(),
         expected.len()
     );
+    // The takeovers restored from the standby replicas' warm copies.
+    let warm: u64 = (0..members.len())
+        .flat_map(|n| {
+            let text = std::fs::read_to_string(kept.join(format!("member-{n}.log")));
+            let text = text.unwrap_or_default();
+            text.lines()
+                .filter(|l| l.contains("group: restoring the partitions' state"))
+                .filter_map(|l| {
+                    l.split(" warm=")
+                        .nth(1)?
+                        .split_whitespace()
+                        .next()?
+                        .parse()
+                        .ok()
+                })
+                .collect::<Vec<u64>>()
+        })
+        .sum();
+    assert!(warm > 0, "no restore read a warm file\n{context}");
     drop(members);
     let _ = std::fs::remove_dir_all(&kept);
 }
