@@ -307,12 +307,13 @@ fn same_output(backend: &Arc<dyn StateBackend>, work: &Path, expected: &[String]
 /// A failure mid-stream is recovered from the backend's checkpoint with exactly the heap's output.
 fn recovers_exactly(backend: &Arc<dyn StateBackend>, work: &Path, expected: &[String]) {
     let dir = fresh(work.join("recovery"));
-    let result = run(&job(
-        backend,
-        &dir,
-        2,
-        super::fail_once_after(COUNT * 3 / 5),
-    ))
+    // Slowed before the failure (sleeping, 3 s or more): a loaded machine must have completed
+    // a checkpoint by then.
+    let crash = super::fail_once_after(COUNT * 3 / 5);
+    let result = run(&job(backend, &dir, 2, move |click| {
+        std::thread::sleep(Duration::from_micros(250));
+        crash(click)
+    }))
     .expect("the run with a failure");
     assert_eq!(result.restarts, 1, "one failure, one restart");
     assert!(
@@ -337,8 +338,8 @@ fn rescales_through_a_savepoint(backend: &Arc<dyn StateBackend>, work: &Path, ex
         std::thread::sleep(Duration::from_micros(250));
         c
     })
-        .execute_async()
-        .expect("start the first half");
+    .execute_async()
+    .expect("start the first half");
     // Stop once a checkpoint holds state: part-way through the input.
     let started = Instant::now();
     while handle
