@@ -950,16 +950,24 @@ impl KafkaGroup {
             return Ok(None);
         }
         let manifest = Manifest::compose(job, parts).map_err(riffle::Error::Checkpoint)?;
+        let files: BTreeSet<&str> = manifest
+            .files()
+            .chain(manifest.store_files())
+            .map(|file| file.path.as_str())
+            .collect();
         let warm = manifest
             .files()
+            .chain(manifest.store_files())
             .filter(|file| storage.is_warm(file))
-            .count();
+            .map(|file| file.path.as_str())
+            .collect::<BTreeSet<_>>()
+            .len();
         let dir = format!("{}-restore/{job}", self.inner.name);
         storage.write_manifest(&dir, &manifest)?;
         tracing::info!(
             group = %self.inner.name,
             manifest = %dir,
-            files = manifest.files().count(),
+            files = files.len(),
             warm,
             "group: restoring the partitions' state ({warm} files held warm by the standby replica)"
         );

@@ -66,6 +66,7 @@ pub fn operator_context(
         restored: false,
         finalizers: None,
         store: None,
+        keyed: false,
         name: id.to_string(),
         subtask,
         parallelism,

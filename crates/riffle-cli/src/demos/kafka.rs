@@ -19,7 +19,6 @@ use riffle_kafka::{
     ensure_topics, run_in_group_with,
 };
 
-use crate::demos::StateBackendArg;
 use crate::demos::UserCount;
 use crate::demos::kafka_args::{GuaranteeArg, KafkaArgs};
 use crate::demos::pipeline::{DEFAULT_COUNT, PipelineArgs, pipeline, pipeline_through};
@@ -162,13 +161,6 @@ fn run_group(
         return Err(riffle::Error::config(
             "--kafka-guarantee",
             "a group's members commit in Kafka transactions: --group is exactly-once",
-        ));
-    }
-    if args.engine.state_backend != StateBackendArg::Heap {
-        return Err(riffle::Error::config(
-            "--state-backend",
-            "a group's windows move between processes on heap state only (RocksDB stores are \
-             not composed from several members' snapshots yet)",
         ));
     }
     if args.engine.restore.is_some() {

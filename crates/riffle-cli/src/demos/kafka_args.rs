@@ -25,8 +25,8 @@ pub struct KafkaArgs {
     /// Run as one member of the process group NAME (issue 17, docs/scale-out.md): start the
     /// same command in several processes, on one machine or many; Kafka's consumer group
     /// assigns each the partitions of `clicks` and of the shuffle topic
-    /// `NAME-by-user-repartition`, and the keyed windows move with them. Needs exactly-once,
-    /// heap state, a checkpoint interval and a checkpoint storage the members share (S3). A
+    /// `NAME-by-user-repartition`, and the keyed windows move with them (heap or RocksDB
+    /// state). Needs exactly-once, a checkpoint interval and a checkpoint storage the members share (S3). A
     /// member writes no clicks (as with --kafka-no-producer).
     #[arg(long, value_name = "NAME")]
     pub group: Option<String>,

@@ -6,7 +6,7 @@
 //! once, equal to a batch computation over the input (what a single process writes: `kafka.rs`
 //! checks that).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -134,14 +134,64 @@ fn counts_once(lines: &[String], context: &str) -> BTreeMap<(u64, i64), u64> {
 
 #[test]
 fn the_seed_job_on_three_processes_killed_and_joined_mid_run_counts_every_window_once() {
-    let prefix = format!("group-{}-{}-", std::process::id(), now_ms());
+    // Each member keeps a warm copy of another's windows: takeovers restore from it.
+    let logs = churn("group", &["--num-standby-replicas", "1"]);
+    assert!(
+        warm_restored(&logs) > 0,
+        "no restore read a warm file\n{}",
+        logs.join("\n---\n")
+    );
+}
+
+/// The same churn on RocksDB state, with standby replicas: each member's store holds the key
+/// groups of every shuffle partition its task owned, and a takeover copies out only those of
+/// the partitions it takes, from the store files its replica holds.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn the_seed_job_on_rocksdb_state_across_processes_counts_every_window_once() {
+    let logs = churn(
+        "group-rocks",
+        &["--state-backend", "rocksdb", "--num-standby-replicas", "1"],
+    );
+    assert!(
+        warm_restored(&logs) > 0,
+        "no restore read a warm file\n{}",
+        logs.join("\n---\n")
+    );
+}
+
+/// How many files the restores logged in `logs` read from a standby replica's warm copy.
+fn warm_restored(logs: &[String]) -> u64 {
+    logs.iter()
+        .flat_map(|text| {
+            text.lines()
+                .filter(|l| l.contains("group: restoring the partitions' state"))
+                .filter_map(|l| {
+                    l.split(" warm=")
+                        .nth(1)?
+                        .split_whitespace()
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .collect::<Vec<u64>>()
+        })
+        .sum()
+}
+
+/// The seed's job on three member processes (parallelism 1, `extra` arguments): one is
+/// SIGKILLed mid-run, a fourth joins, another is SIGKILLed during the rebalance that follows,
+/// and a fifth joins. The `read_committed` counts must equal a batch computation over the
+/// input, each once. Returns the members' logs.
+fn churn(name: &str, extra: &[&str]) -> Vec<String> {
+    let prefix = format!("{name}-{}-{}-", std::process::id(), now_ms());
     let group = format!("{prefix}job");
     let dir = tempfile::tempdir().unwrap();
     let mut args = seed_job_args(&prefix, 300);
     let p = args.iter().position(|a| a == "-p").unwrap();
     args[p + 1] = "1".to_string();
-    // Each member keeps a warm copy of another's windows: takeovers restore from it.
-    args.extend(["--group", &group, "--num-standby-replicas", "1"].map(str::to_string));
+    args.extend(["--group", &group].map(str::to_string));
+    args.extend(extra.iter().map(|a| a.to_string()));
 
     // The first member creates the topics; the others join once they exist.
     let mut members = vec![member(&args, dir.path(), 0)];
@@ -201,6 +251,12 @@ fn the_seed_job_on_three_processes_killed_and_joined_mid_run_counts_every_window
     );
     let seen = counts_once(&lines, &context);
     let missing = expected.keys().filter(|k| !seen.contains_key(k)).count();
+    // Missing counts by window (start, how many), and all windows: which ones lost what.
+    let mut missing_windows: BTreeMap<i64, usize> = BTreeMap::new();
+    for (_, window) in expected.keys().filter(|k| !seen.contains_key(k)) {
+        *missing_windows.entry(*window).or_default() += 1;
+    }
+    let windows: BTreeSet<i64> = expected.keys().map(|(_, window)| *window).collect();
     let wrong: Vec<_> = seen
         .iter()
         .filter(|(k, v)| expected.get(k) != Some(v))
@@ -209,31 +265,17 @@ fn the_seed_job_on_three_processes_killed_and_joined_mid_run_counts_every_window
         .collect();
     assert!(
         missing == 0 && wrong.is_empty(),
-        "{} counts, {} expected: {missing} missing, wrong or extra (first 5): {wrong:?}\n{context}",
+        "{} counts, {} expected: {missing} missing (by window: {missing_windows:?} of \
+         {windows:?}), wrong or extra (first 5): {wrong:?}\n{context}",
         seen.len(),
         expected.len()
     );
-    // The takeovers restored from the standby replicas' warm copies.
-    let warm: u64 = (0..members.len())
-        .flat_map(|n| {
-            let text = std::fs::read_to_string(kept.join(format!("member-{n}.log")));
-            let text = text.unwrap_or_default();
-            text.lines()
-                .filter(|l| l.contains("group: restoring the partitions' state"))
-                .filter_map(|l| {
-                    l.split(" warm=")
-                        .nth(1)?
-                        .split_whitespace()
-                        .next()?
-                        .parse()
-                        .ok()
-                })
-                .collect::<Vec<u64>>()
-        })
-        .sum();
-    assert!(warm > 0, "no restore read a warm file\n{context}");
     drop(members);
+    let logs = (0..5)
+        .map(|n| std::fs::read_to_string(kept.join(format!("member-{n}.log"))).unwrap_or_default())
+        .collect();
     let _ = std::fs::remove_dir_all(&kept);
+    logs
 }
 
 /// Hand-run measurement (BENCHMARKS.md, "Scale-out on Kafka"): the seed's job on one and on two

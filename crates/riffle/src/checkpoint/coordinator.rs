@@ -95,7 +95,7 @@ pub(crate) enum CoordinatorEvent {
     Ack {
         id: u64,
         task: usize,
-        states: Vec<(String, String, usize, SubtaskState)>,
+        states: Vec<OperatorAck>,
         store: Option<StoreState>,
         alignment: Duration,
         /// Bytes the upload wrote.
@@ -302,7 +302,7 @@ fn upload_store(
 }
 
 /// Writes the task's operator states, one file per operator subtask.
-fn upload(job: UploadJob, target: &Target) -> Result<Vec<(String, String, usize, SubtaskState)>> {
+fn upload(job: UploadJob, target: &Target) -> Result<Vec<OperatorAck>> {
     let mut states = Vec::new();
     for operator in job.snapshot.operators {
         if operator.writer.is_empty() {
@@ -315,7 +315,13 @@ fn upload(job: UploadJob, target: &Target) -> Result<Vec<(String, String, usize,
                     operator: None,
                     watermark: Some(watermark),
                 };
-                states.push((operator.id, operator.name, operator.parallelism, state));
+                states.push(OperatorAck {
+                    id: operator.id,
+                    name: operator.name,
+                    parallelism: operator.parallelism,
+                    keyed: operator.writer.keyed_operator,
+                    state,
+                });
             }
             continue;
         }
@@ -346,18 +352,19 @@ fn upload(job: UploadJob, target: &Target) -> Result<Vec<(String, String, usize,
             operator.subtask
         );
         let file = target.storage.write(path.trim_start_matches('/'), bytes)?;
-        states.push((
-            operator.id,
-            operator.name,
-            operator.parallelism,
-            SubtaskState {
+        states.push(OperatorAck {
+            id: operator.id,
+            name: operator.name,
+            parallelism: operator.parallelism,
+            keyed: operator.writer.keyed_operator,
+            state: SubtaskState {
                 subtask: operator.subtask,
                 file: Some(file),
                 keyed,
                 operator: operator_state,
                 watermark: operator.writer.watermark,
             },
-        ));
+        });
     }
     Ok(states)
 }
@@ -400,7 +407,7 @@ fn run_uploader(hub: Arc<CheckpointHub>, jobs: Receiver<UploadJob>) {
                 let written = store_written.unwrap_or(0)
                     + states
                         .iter()
-                        .filter_map(|(.., s)| s.file.as_ref())
+                        .filter_map(|ack| ack.state.file.as_ref())
                         .map(|f| f.size)
                         .sum::<u64>();
                 CoordinatorEvent::Ack {
@@ -421,13 +428,18 @@ fn run_uploader(hub: Arc<CheckpointHub>, jobs: Receiver<UploadJob>) {
     }
 }
 
-/// One task's acknowledgement: its operator states (id, name, parallelism, state), its store,
-/// and how long it aligned.
-type TaskAck = (
-    Vec<(String, String, usize, SubtaskState)>,
-    Option<StoreState>,
-    Duration,
-);
+/// One task's acknowledgement: its operator states, its store, and how long it aligned.
+type TaskAck = (Vec<OperatorAck>, Option<StoreState>, Duration);
+
+/// One operator subtask's share of a checkpoint.
+pub(crate) struct OperatorAck {
+    id: String,
+    name: String,
+    parallelism: usize,
+    /// A keyed operator (its keyed state may lie in the task's store).
+    keyed: bool,
+    state: SubtaskState,
+}
 
 struct Pending {
     id: u64,
@@ -705,15 +717,17 @@ impl Coordinator {
             .filter_map(|(_, store, _)| store.clone())
             .collect();
         for (states, _, _) in pending.acks.values() {
-            for (id, name, parallelism, state) in states {
+            for ack in states {
                 let entry = operators
-                    .entry(id.clone())
+                    .entry(ack.id.clone())
                     .or_insert_with(|| OperatorState {
-                        name: name.clone(),
-                        parallelism: *parallelism,
+                        name: ack.name.clone(),
+                        parallelism: ack.parallelism,
+                        keyed: false,
                         subtasks: Vec::new(),
                     });
-                entry.subtasks.push(state.clone());
+                entry.keyed |= ack.keyed;
+                entry.subtasks.push(ack.state.clone());
             }
         }
         for operator in operators.values_mut() {

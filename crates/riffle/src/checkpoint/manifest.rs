@@ -74,8 +74,16 @@ pub struct OperatorState {
     pub name: String,
     /// Parallelism when the snapshot was taken.
     pub parallelism: usize,
+    /// A keyed operator: its keyed state is in its subtasks' `keyed` or, on a key-value store
+    /// backend, in the task's store (written only when true).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub keyed: bool,
     /// The subtasks that had state.
     pub subtasks: Vec<SubtaskState>,
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
 }
 
 /// A checkpoint of one task's key-value store (RocksDB): its files, by their name in the store.
@@ -282,13 +290,16 @@ impl Manifest {
 
     /// One manifest of the keyed state of several snapshots: from each part, the key groups of
     /// its ranges, with its files' paths prefixed by the part's `prefix` (where its snapshot
-    /// lies relative to the composed manifest's storage root). Non-keyed operator state is left
-    /// out (a process group's sources start at their committed offsets), and so are operators
-    /// without keyed state; a keyed operator's watermark is the lowest of the parts'. Used by a process group to restore the partitions a process
-    /// now owns from the snapshots of the processes that committed them (`docs/scale-out.md`).
+    /// lies relative to the composed manifest's storage root). Keyed operators keep their union
+    /// operator state; other non-keyed operator state is left out (a process group's sources start at their committed offsets), and so are operators
+    /// that are not keyed; a keyed operator's watermark is the lowest of the parts'. Used by a
+    /// process group to restore the partitions a process now owns from the snapshots of the
+    /// processes that committed them (`docs/scale-out.md`).
     ///
-    /// Key-value stores (RocksDB) cannot be composed yet: their files hold key groups beyond
-    /// the ranges, which a restore would take.
+    /// A part's key-value stores (RocksDB) come with the ranges clipped to what the store
+    /// holds: a store's files hold other key groups too, and a restore copies only the entries
+    /// of the store entry's key groups ([`StoreState::key_groups`]). A store shared by several
+    /// ranges appears once per range, with the same files.
     pub fn compose(job: &str, parts: Vec<ManifestPart>) -> Result<Manifest, String> {
         let first = parts.first().ok_or("nothing to compose")?;
         let mut composed = Manifest {
@@ -325,17 +336,39 @@ impl Manifest {
                     composed.key_hash_version
                 ));
             }
-            if !manifest.stores.is_empty() {
-                return Err(format!(
-                    "`{}` holds key-value store (RocksDB) state, which cannot be composed yet",
-                    part.prefix
-                ));
+            for store in &manifest.stores {
+                let (start, end) = store.key_groups;
+                for range in &part.key_groups {
+                    let (start, end) = (start.max(range.start), end.min(range.end));
+                    if start > end {
+                        continue;
+                    }
+                    composed.stores.push(StoreState {
+                        store_id: format!("{}-{start}-{end}", store.store_id),
+                        key_groups: (start, end),
+                        files: store
+                            .files
+                            .iter()
+                            .map(|(name, file)| {
+                                let path = format!("{}/{}", part.prefix, file.path);
+                                (
+                                    name.clone(),
+                                    FileRef {
+                                        path,
+                                        ..file.clone()
+                                    },
+                                )
+                            })
+                            .collect(),
+                    });
+                }
             }
             let wanted = |kg: &KeyGroup| part.key_groups.iter().any(|r| r.contains(*kg));
             for (id, op) in &manifest.operators {
                 // Only keyed operators: the others' watermarks belong to the inputs the part's
                 // process read then (its source partitions), not to the composed key groups.
-                if op.subtasks.iter().all(|s| s.keyed.is_empty()) {
+                // (Manifests written before `keyed` was recorded: those with keyed state.)
+                if !op.keyed && op.subtasks.iter().all(|s| s.keyed.is_empty()) {
                     continue;
                 }
                 let target =
@@ -345,6 +378,7 @@ impl Manifest {
                         .or_insert_with(|| OperatorState {
                             name: op.name.clone(),
                             parallelism: 1,
+                            keyed: true,
                             subtasks: Vec::new(),
                         });
                 for subtask in &op.subtasks {
@@ -354,13 +388,19 @@ impl Manifest {
                         .filter(|(kg, _)| wanted(kg))
                         .copied()
                         .collect();
-                    if keyed.is_empty() && subtask.watermark.is_none() {
+                    // A keyed operator's union state (a window operator's list of windows
+                    // with state, the only record of them when the slots lie in a store) goes
+                    // to every subtask on any restore: a superset is what it is made for.
+                    let union = subtask
+                        .operator
+                        .filter(|(redistribution, _)| *redistribution == Redistribution::Union);
+                    if keyed.is_empty() && union.is_none() && subtask.watermark.is_none() {
                         continue;
                     }
                     let file = subtask
                         .file
                         .as_ref()
-                        .filter(|_| !keyed.is_empty())
+                        .filter(|_| !keyed.is_empty() || union.is_some())
                         .map(|f| FileRef {
                             path: format!("{}/{}", part.prefix, f.path),
                             ..f.clone()
@@ -369,7 +409,7 @@ impl Manifest {
                         subtask: target.subtasks.len(),
                         file,
                         keyed,
-                        operator: None,
+                        operator: union,
                         watermark: subtask.watermark,
                     });
                 }
@@ -443,12 +483,13 @@ mod tests {
                 (format!("job-a-2/{original}"), 5)
             ]
         );
-        assert!(
-            composed_window
-                .subtasks
-                .iter()
-                .all(|s| s.operator.is_none())
-        );
+        // Its union state (the windows with state) comes along from every part.
+        let union: Vec<Option<(Redistribution, Extent)>> = composed_window
+            .subtasks
+            .iter()
+            .map(|s| s.operator)
+            .collect();
+        assert_eq!(union, vec![window.subtasks[0].operator; 2]);
         // The window's watermark is the parts' lowest; the source, without keyed state, is left
         // out with its watermark (it belonged to what the parts' processes read).
         assert_eq!(composed_window.subtasks[0].watermark, Some(-5));
@@ -456,16 +497,74 @@ mod tests {
         assert_eq!(composed.job, "job-b");
         assert_eq!(composed.kind, SnapshotKind::Savepoint);
         composed.validate().unwrap();
-        // A part with a key-value store is refused: its files hold other key groups too.
-        let refused = Manifest::compose(
+        // A part's key-value store comes once per range it holds keys of, clipped to the
+        // store's key groups (0..=63 here), with its files prefixed.
+        let composed = Manifest::compose(
             "job-b",
             vec![ManifestPart {
                 prefix: "job-a-1".into(),
                 manifest: sample(),
+                key_groups: vec![
+                    KeyGroupRange { start: 0, end: 3 },
+                    KeyGroupRange { start: 60, end: 70 },
+                    KeyGroupRange {
+                        start: 64,
+                        end: 127,
+                    },
+                ],
+            }],
+        )
+        .unwrap();
+        let stores: Vec<(String, (KeyGroup, KeyGroup), Vec<String>)> = composed
+            .stores
+            .iter()
+            .map(|s| {
+                let files = s.files.iter().map(|(_, f)| f.path.clone()).collect();
+                (s.store_id.clone(), s.key_groups, files)
+            })
+            .collect();
+        let files = vec!["job-a-1/shared/s1/000001.sst".to_string()];
+        assert_eq!(
+            stores,
+            vec![
+                ("s1-0-3".to_string(), (0, 3), files.clone()),
+                ("s1-60-63".to_string(), (60, 63), files)
+            ]
+        );
+        composed.validate().unwrap();
+    }
+
+    /// An operator recorded as keyed keeps its watermark in a composition even when its keyed
+    /// state lies in the task's store (no keyed entries of its own).
+    #[test]
+    fn a_keyed_operator_with_its_state_in_a_store_keeps_its_watermark_when_composed() {
+        let mut part = sample();
+        for op in part.operators.values_mut() {
+            for subtask in &mut op.subtasks {
+                subtask.keyed.clear();
+            }
+        }
+        let composed = Manifest::compose(
+            "job-b",
+            vec![ManifestPart {
+                prefix: "job-a-1".into(),
+                manifest: part,
                 key_groups: vec![KeyGroupRange { start: 0, end: 3 }],
             }],
+        )
+        .unwrap();
+        let keyed: Vec<&String> = composed.operators.keys().collect();
+        assert_eq!(keyed, ["window"]);
+        let window = &composed.operators["window"].subtasks[0];
+        assert_eq!(window.watermark, Some(-5));
+        // The windows with state are known from the union state alone (the slots are in the
+        // store), so it comes with its file.
+        assert!(matches!(window.operator, Some((Redistribution::Union, _))));
+        assert_eq!(
+            window.file.as_ref().map(|f| f.path.as_str()),
+            Some("job-a-1/chk-3/window/0.state")
         );
-        assert!(refused.unwrap_err().contains("cannot be composed"));
+        assert_eq!(composed.stores.len(), 1);
     }
 
     /// A manifest with every part filled: two operators, keyed and operator state, a store.
@@ -481,6 +580,7 @@ mod tests {
             OperatorState {
                 name: "Window".into(),
                 parallelism: 2,
+                keyed: true,
                 subtasks: vec![
                     SubtaskState {
                         subtask: 0,
@@ -519,6 +619,7 @@ mod tests {
             OperatorState {
                 name: "Source: file".into(),
                 parallelism: 1,
+                keyed: false,
                 subtasks: vec![SubtaskState {
                     subtask: 0,
                     file: Some(file("chk-3/source/0.state", 7)),

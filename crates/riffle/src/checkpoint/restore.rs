@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::manifest::{Extent, Manifest};
 use crate::checkpoint::storage::CHECKPOINT_PREFIX;
-use crate::checkpoint::{CheckpointStorage, Redistribution, RestoreState};
+use crate::checkpoint::{CheckpointStorage, FileRef, Redistribution, RestoreState};
 use crate::error::{Error, Result};
 use crate::keys::KeyGroupRange;
 use crate::state::KvStore;
@@ -199,30 +199,50 @@ impl RestoreAssignment {
     }
 
     /// Copies into `store` the entries of `range` from every store checkpoint that holds some of
-    /// them (downloaded to `local` first).
+    /// them (downloaded to `local` first), each within its entry's key groups. Entries with the
+    /// same files (one store composed for several ranges) are downloaded once.
     pub(crate) fn restore_store(
         &self,
         store: &dyn KvStore,
         range: KeyGroupRange,
         local: &Path,
     ) -> Result<()> {
-        for old in &self.manifest.stores {
-            let (start, end) = old.key_groups;
-            if end < range.start || start > range.end {
-                continue;
+        let mut downloaded: Vec<(&[(String, FileRef)], std::path::PathBuf)> = Vec::new();
+        let result = (|| {
+            for old in &self.manifest.stores {
+                let (start, end) = old.key_groups;
+                let (start, end) = (start.max(range.start), end.min(range.end));
+                if start > end {
+                    continue;
+                }
+                let known = downloaded
+                    .iter()
+                    .find(|(files, _)| *files == old.files.as_slice());
+                let dir = match known {
+                    Some((_, dir)) => dir.clone(),
+                    None => {
+                        let dir = local.join(format!("restore-{}", old.store_id));
+                        downloaded.push((old.files.as_slice(), dir.clone()));
+                        std::fs::create_dir_all(&dir).map_err(|e| {
+                            Error::io(format!("cannot create `{}`", dir.display()), e)
+                        })?;
+                        for (name, file) in &old.files {
+                            let bytes = self.storage.read(file)?;
+                            std::fs::write(dir.join(name), bytes).map_err(|e| {
+                                Error::io(format!("cannot write `{}`", dir.display()), e)
+                            })?;
+                        }
+                        dir
+                    }
+                };
+                store.restore_from(&dir, KeyGroupRange { start, end })?;
             }
-            let dir = local.join(format!("restore-{}", old.store_id));
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| Error::io(format!("cannot create `{}`", dir.display()), e))?;
-            for (name, file) in &old.files {
-                let bytes = self.storage.read(file)?;
-                std::fs::write(dir.join(name), bytes)
-                    .map_err(|e| Error::io(format!("cannot write `{}`", dir.display()), e))?;
-            }
-            store.restore_from(&dir, range)?;
+            Ok(())
+        })();
+        for (_, dir) in downloaded {
             let _ = std::fs::remove_dir_all(&dir);
         }
-        Ok(())
+        result
     }
 
     /// Operators of the checkpoint with state (not only a watermark) that no operator of the
@@ -381,6 +401,7 @@ mod tests {
                 OperatorState {
                     name: "BroadcastProcess".into(),
                     parallelism: old.len(),
+                    keyed: false,
                     subtasks,
                 },
             )]

@@ -54,6 +54,8 @@ pub struct SnapshotWriter {
     pub(crate) operator: Option<(Redistribution, Vec<u8>)>,
     /// The operator's watermark at the barrier (set by the runtime).
     pub(crate) watermark: Option<Timestamp>,
+    /// Whether the operator is keyed (set by the runtime).
+    pub(crate) keyed_operator: bool,
 }
 
 impl SnapshotWriter {

@@ -209,6 +209,7 @@ impl Assembler<'_> {
             batch_size: self.config.buffer_size,
             clock: self.config.clock.clone(),
             store: self.store.as_ref().map(|s| s.store.clone()),
+            keyed: self.nodes[node].keyed,
         }
     }
 

@@ -183,6 +183,8 @@ pub struct OperatorContext {
     pub(crate) finalizers: Option<crate::checkpoint::Finalizers>,
     /// The task's key-value store, when the job's state backend has one.
     pub store: Option<std::sync::Arc<dyn crate::state::KvStore>>,
+    /// Whether the operator is keyed (its input keyed by `key_by`).
+    pub(crate) keyed: bool,
 }
 
 impl OperatorContext {

@@ -122,6 +122,7 @@ impl<Op: Operator> Output<Op::In> for ChainLink<Op> {
         let mut writer = SnapshotWriter::default();
         self.call(|op, _| op.snapshot_state(barrier.id, &mut writer))?;
         writer.watermark = Some(self.watermark);
+        writer.keyed_operator = self.ctx.keyed;
         snapshot.operators.push(OperatorSnapshot {
             id: self.ctx.id.clone(),
             name: self.ctx.name.clone(),
