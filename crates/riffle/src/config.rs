@@ -70,7 +70,9 @@ pub struct EnvConfig {
     pub state_backend: Arc<dyn StateBackend>,
     /// Local working directory of embedded state stores and their checkpoints before upload
     /// (default: `riffle-state` under the system temporary directory). Ephemeral: a restart
-    /// restores from checkpoint storage, not from here.
+    /// restores from checkpoint storage, not from here. Each process works in a directory of
+    /// its own under it (`process-<pid>-<nonce>`, locked while it lives), and removes those of
+    /// processes that died (a SIGKILL leaves its stores behind).
     pub local_state_dir: PathBuf,
 }
 

@@ -347,6 +347,28 @@ fn suite(files: usize, parallelism: usize, state: &[&str], seeds: u64) {
             "{context}: {stdout}"
         );
         check(&dir.join("out"), &reference, &context);
+        // What the killed runs left in the local state directory (RocksDB stores) was removed
+        // by the runs after them: the last process's directory is all that is left.
+        if let Some(at) = state.iter().position(|a| *a == "--state-dir") {
+            let root = dir.join(state[at + 1]);
+            let mut left = Vec::new();
+            let mut todo = vec![root.clone()];
+            while let Some(at) = todo.pop() {
+                for entry in std::fs::read_dir(&at).unwrap() {
+                    let path = entry.unwrap().path();
+                    if path.is_dir() {
+                        todo.push(path.clone());
+                        left.push(path.strip_prefix(&root).unwrap().display().to_string());
+                    }
+                }
+            }
+            let stores = left.iter().filter(|p| p.contains("-task-")).count();
+            let processes = left.iter().filter(|p| !p.contains('/')).count();
+            assert!(
+                stores == 0 && processes <= 1,
+                "{context}: left in the state directory: {left:?}"
+            );
+        }
     }
 }
 

@@ -243,7 +243,13 @@ impl Assembler<'_> {
             task,
             run_id: self.run.run_id.clone(),
             key_groups,
-            local_dir: config.local_state_dir.join(&config.job_name).join(&id),
+            local_dir: if config.state_backend.keeps_local_files() {
+                crate::runtime::process_dir(&config.local_state_dir)?
+            } else {
+                config.local_state_dir.clone()
+            }
+            .join(&config.job_name)
+            .join(&id),
         };
         let Some(store) = config.state_backend.open_store(&spec)? else {
             return Ok(None);

@@ -10,6 +10,7 @@ mod chain;
 mod in_flight;
 mod input;
 mod job;
+mod local_dir;
 mod task;
 mod writer;
 
@@ -22,6 +23,7 @@ pub(crate) use in_flight::InFlightSetup;
 pub(crate) use input::InputTask;
 pub use job::{JobHandle, JobMonitor, JobOverview, JobResult, JobStatus};
 pub(crate) use job::{TaskSpec, start};
+pub(crate) use local_dir::process_dir;
 pub(crate) use task::TaskDriver;
 pub(crate) use writer::{KeyGroupFn, RecordWriter, ShipStrategy};
 

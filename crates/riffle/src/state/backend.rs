@@ -17,6 +17,12 @@ pub trait StateBackend: Send + Sync + Debug {
     /// The store of one task, shared by the task's operators; `None` keeps state in typed heap
     /// tables.
     fn open_store(&self, task: &TaskStore) -> Result<Option<Arc<dyn KvStore>>>;
+
+    /// Whether its stores keep files in [`TaskStore::local_dir`] (default: yes). A backend
+    /// without stores answers no, and its jobs create no local directory.
+    fn keeps_local_files(&self) -> bool {
+        true
+    }
 }
 
 /// Which task a store is opened for.
@@ -46,6 +52,10 @@ impl StateBackend for HeapBackend {
 
     fn open_store(&self, _task: &TaskStore) -> Result<Option<Arc<dyn KvStore>>> {
         Ok(None)
+    }
+
+    fn keeps_local_files(&self) -> bool {
+        false
     }
 }
 
