@@ -150,7 +150,13 @@ fn group_column(client: &JobClient) -> String {
     format!(
         "{} ({} members; owns {}; lag {}{})",
         group["group"].as_str().unwrap_or("?"),
-        group["members"].as_object().map_or(0, |m| m.len()),
+        // The coordinator's live members when the brokers describe the group, else those
+        // that committed.
+        group["assigned"]
+            .as_object()
+            .filter(|m| !m.is_empty())
+            .or(group["members"].as_object())
+            .map_or(0, |m| m.len()),
         if owned.is_empty() {
             "nothing".to_string()
         } else {

@@ -56,6 +56,7 @@ use serde::{Deserialize, Serialize};
 use crate::sink::Deliveries;
 use crate::{KafkaConnection, kafka_error, kafka_failure};
 
+mod describe;
 mod standby;
 
 /// How long an open transaction of a group's producer may stay open before the broker aborts it:
@@ -342,9 +343,22 @@ impl KafkaGroup {
         let membership = Arc::new(Mutex::new(Membership::default()));
         let transactions = Arc::new(Mutex::new(Transactions::default()));
         let generation = Arc::new(AtomicU64::new(0));
+        let instance = format!(
+            "{:016x}",
+            riffle::keys::stable_hash(&(
+                std::process::id() as u64,
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(0)
+            ))
+        );
+        let label = format!("{}/{}/{instance}", host_name(), std::process::id());
         let mut config = kafka.client_config_with(&[("isolation.level", "read_committed")]);
         config
             .set("group.id", &name)
+            // The coordinator names the member as its commits do (`describe_members`).
+            .set("client.id", &label)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false");
         match protocol {
@@ -380,16 +394,6 @@ impl KafkaGroup {
                 })
                 .map_err(|e| riffle::Error::io("cannot start the group's thread", e))?
         };
-        let instance = format!(
-            "{:016x}",
-            riffle::keys::stable_hash(&(
-                std::process::id() as u64,
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(0)
-            ))
-        );
         Ok(KafkaGroup {
             inner: Arc::new(GroupInner {
                 name,
@@ -402,7 +406,7 @@ impl KafkaGroup {
                 run: AtomicU64::new(u64::MAX),
                 keyed: Mutex::new(BTreeSet::new()),
                 restored: Mutex::new(BTreeMap::new()),
-                label: format!("{}/{}/{instance}", host_name(), std::process::id()),
+                label,
                 cleanup_grace: AtomicU64::new(CLEANUP_GRACE.as_millis() as u64),
                 standby: standby::Standby::default(),
                 instance,
@@ -465,10 +469,16 @@ impl KafkaGroup {
                 .collect(),
             partitions: Vec::new(),
             members: BTreeMap::new(),
+            assigned: BTreeMap::new(),
             lag: BTreeMap::new(),
             standby: Vec::new(),
             standby_bytes: 0,
         };
+        // Brokers that cannot describe the group leave it empty: the commits still tell.
+        match self.describe_members() {
+            Ok(assigned) => report.assigned = assigned,
+            Err(e) => tracing::debug!(group = %self.inner.name, error = %e, "group: not described"),
+        }
         (report.standby, report.standby_bytes) = self.standby_status();
         for element in committed.elements() {
             let (topic, partition) = (element.topic(), element.partition());
@@ -1241,6 +1251,11 @@ pub struct GroupReport {
     pub partitions: Vec<PartitionReport>,
     /// The members that committed offsets, with the partitions they committed last.
     pub members: BTreeMap<String, Vec<String>>,
+    /// The group's live members as its coordinator knows them (DescribeConsumerGroups), with
+    /// the partitions assigned to each now: members that own nothing or have not committed
+    /// yet too. Empty when the brokers could not describe the group.
+    #[serde(default)]
+    pub assigned: BTreeMap<String, Vec<String>>,
     /// Records still to read, by topic (end offset minus committed offset, summed).
     pub lag: BTreeMap<String, i64>,
     /// The partitions whose state this member keeps warm for others

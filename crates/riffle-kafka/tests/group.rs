@@ -502,6 +502,51 @@ fn a_group_job_without_checkpoints_or_with_a_restore_fails_at_start_naming_the_s
     assert!(error.to_string().contains("checkpoints.restore"), "{error}");
 }
 
+/// The coordinator's view of a group (DescribeConsumerGroups, KIP-848's ConsumerGroupDescribe):
+/// every live member by its label, with the partitions assigned to it now, before anything is
+/// committed; with more members than partitions, one owns nothing and is listed all the same.
+#[test]
+fn the_group_status_lists_every_live_member_with_its_assignment_before_any_commit() {
+    let input = topic("group-describe-in", 2);
+    let name = group_name("describe");
+    let members: Vec<KafkaGroup> = (0..3)
+        .map(|_| KafkaGroup::join(kafka(), name.clone(), [input.clone()]).unwrap())
+        .collect();
+    let expected = || -> BTreeMap<String, Vec<String>> {
+        members
+            .iter()
+            .map(|member| {
+                let mut owned: Vec<String> = member
+                    .assignment()
+                    .into_iter()
+                    .map(|(topic, partition)| format!("{topic}-{partition}"))
+                    .collect();
+                owned.sort();
+                (member.status().unwrap().member, owned)
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = members[0].status().unwrap();
+        let expected = expected();
+        let owned: usize = expected.values().map(Vec::len).sum();
+        // Settled (the assignor spreads the two partitions over two members) and seen alike.
+        let settled = owned == 2 && expected.values().all(|o| o.len() <= 1);
+        if settled && status.assigned == expected {
+            assert!(status.members.is_empty(), "nothing committed: {status:?}");
+            assert_eq!(status.assigned.len(), 3);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the coordinator's members {:?}, the members' own assignments {expected:?}",
+            status.assigned
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Clicks of `users` users, `per_user` each, written to the partition that owns the user's key
 /// group (as a Kafka shuffle would), in order.
 fn keyed_input(input: &str, partitions: i32, users: u64, per_user: u64) {

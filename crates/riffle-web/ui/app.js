@@ -225,8 +225,18 @@ async function refreshGroup() {
   const group = await response.json();
   section.hidden = false;
   const lag = Object.entries(group.lag).map(([topic, n]) => `${topic} ${fmt(n)}`).join(", ");
-  $("group-facts").textContent = `${group.group} · this member ${group.member} owns ${group.owned.length} partitions · ${Object.keys(group.members).length} members · lag ${lag}` +
+  // The coordinator's live members when the brokers describe the group, else those that committed.
+  const assigned = group.assigned && Object.keys(group.assigned).length ? group.assigned : group.members;
+  $("group-facts").textContent = `${group.group} · this member ${group.member} owns ${group.owned.length} partitions · ${Object.keys(assigned).length} members · lag ${lag}` +
     (group.standby && group.standby.length ? ` · standby for ${group.standby.length} partitions (${bytes(group.standby_bytes)})` : "");
+  const members = document.querySelector("#group-members tbody");
+  members.replaceChildren();
+  for (const [member, partitions] of Object.entries(assigned)) {
+    const row = document.createElement("tr");
+    cells(row, [member, partitions.length ? partitions.join(" ") : "none"]);
+    if (member === group.member) row.className = "owned";
+    members.appendChild(row);
+  }
   const body = document.querySelector("#group-partitions tbody");
   body.replaceChildren();
   for (const p of group.partitions) {
