@@ -135,7 +135,11 @@ fn counts_once(lines: &[String], context: &str) -> BTreeMap<(u64, i64), u64> {
 #[test]
 fn the_seed_job_on_three_processes_killed_and_joined_mid_run_counts_every_window_once() {
     // Each member keeps a warm copy of another's windows: takeovers restore from it.
-    let logs = churn("group", &["--num-standby-replicas", "1"]);
+    let logs = churn(
+        "group",
+        &["--num-standby-replicas", "1"],
+        Plan::KillsAndJoins,
+    );
     assert!(
         warm_restored(&logs) > 0,
         "no restore read a warm file\n{}",
@@ -152,12 +156,40 @@ fn the_seed_job_on_rocksdb_state_across_processes_counts_every_window_once() {
     let logs = churn(
         "group-rocks",
         &["--state-backend", "rocksdb", "--num-standby-replicas", "1"],
+        Plan::KillsAndJoins,
     );
     assert!(
         warm_restored(&logs) > 0,
         "no restore read a warm file\n{}",
         logs.join("\n---\n")
     );
+}
+
+/// A rolling restart: each of the three members in turn is SIGKILLed and a new one started in
+/// its place, while the clicks stream in; every window's state moves from process to process.
+#[test]
+fn a_rolling_restart_of_the_seed_job_counts_every_window_once() {
+    let logs = churn("group-rolling", &[], Plan::RollingRestart);
+    let restores: usize = logs
+        .iter()
+        .map(|text| {
+            text.matches("group: restoring the partitions' state")
+                .count()
+        })
+        .sum();
+    assert!(
+        restores >= 3,
+        "{restores} restores\n{}",
+        logs.join("\n---\n")
+    );
+}
+
+/// What happens to the members of [`churn`] mid-run.
+enum Plan {
+    /// One is killed, a fourth joins, another is killed during the rebalance, a fifth joins.
+    KillsAndJoins,
+    /// Each of the three is killed in turn and replaced.
+    RollingRestart,
 }
 
 /// How many files the restores logged in `logs` read from a standby replica's warm copy.
@@ -179,11 +211,10 @@ fn warm_restored(logs: &[String]) -> u64 {
         .sum()
 }
 
-/// The seed's job on three member processes (parallelism 1, `extra` arguments): one is
-/// SIGKILLed mid-run, a fourth joins, another is SIGKILLed during the rebalance that follows,
-/// and a fifth joins. The `read_committed` counts must equal a batch computation over the
-/// input, each once. Returns the members' logs.
-fn churn(name: &str, extra: &[&str]) -> Vec<String> {
+/// The seed's job on three member processes (parallelism 1, `extra` arguments), killed and
+/// joined by `plan` mid-run. The `read_committed` counts must equal a batch computation over
+/// the input, each once. Returns the members' logs.
+fn churn(name: &str, extra: &[&str], plan: Plan) -> Vec<String> {
     let prefix = format!("{name}-{}-{}-", std::process::id(), now_ms());
     let group = format!("{prefix}job");
     let dir = tempfile::tempdir().unwrap();
@@ -225,13 +256,25 @@ fn churn(name: &str, extra: &[&str]) -> Vec<String> {
     // others take over the dead one's partitions; then another member is killed while the
     // group rebalances for the newcomer (its commits and restores in flight), and a fifth
     // joins.
-    std::thread::sleep(Duration::from_millis(now_ms() % 700));
-    members[1].kill();
-    std::thread::sleep(Duration::from_secs(2));
-    members.push(member(&args, dir.path(), 3));
-    std::thread::sleep(Duration::from_millis(200 + now_ms() % 600));
-    members[2].kill();
-    members.push(member(&args, dir.path(), 4));
+    match plan {
+        Plan::KillsAndJoins => {
+            std::thread::sleep(Duration::from_millis(now_ms() % 700));
+            members[1].kill();
+            std::thread::sleep(Duration::from_secs(2));
+            members.push(member(&args, dir.path(), 3));
+            std::thread::sleep(Duration::from_millis(200 + now_ms() % 600));
+            members[2].kill();
+            members.push(member(&args, dir.path(), 4));
+        }
+        Plan::RollingRestart => {
+            for old in 0..3 {
+                std::thread::sleep(Duration::from_millis(300 + now_ms() % 700));
+                members[old].kill();
+                members.push(member(&args, dir.path(), 3 + old));
+                std::thread::sleep(Duration::from_millis(1500));
+            }
+        }
+    }
     writer.join().unwrap();
 
     let lines = read_topic(
@@ -270,8 +313,9 @@ fn churn(name: &str, extra: &[&str]) -> Vec<String> {
         seen.len(),
         expected.len()
     );
+    let started = members.len();
     drop(members);
-    let logs = (0..5)
+    let logs = (0..started)
         .map(|n| std::fs::read_to_string(kept.join(format!("member-{n}.log"))).unwrap_or_default())
         .collect();
     let _ = std::fs::remove_dir_all(&kept);
