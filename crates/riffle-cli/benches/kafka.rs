@@ -255,25 +255,36 @@ fn window_run(input: &str, n: u64) -> (f64, f64, f64) {
         KafkaSink::json(kafka(), &counts)
             .key(|c: &UserCount| c.user_id.to_string())
             .exactly_once()
-            .transactional_id_prefix(unique("txn")),
+            .transactional_id_prefix(format!("{counts}-txn")),
     );
     late_clicks.sink(
         KafkaSink::json(kafka(), &late)
             .exactly_once()
-            .transactional_id_prefix(unique("txn")),
+            .transactional_id_prefix(format!("{late}-txn")),
     );
     let started = Instant::now();
     let cpu_before = cpu_now();
     let job = env.execute_async().unwrap();
-    while job
-        .metrics()
-        .operators
-        .iter()
-        .filter(|o| o.name.starts_with("Source:"))
-        .map(|o| o.records_out)
-        .sum::<u64>()
-        < n
-    {
+    let mut reported = Instant::now();
+    loop {
+        let read: u64 = job
+            .metrics()
+            .operators
+            .iter()
+            .filter(|o| o.name.starts_with("Source:"))
+            .map(|o| o.records_in.max(o.records_out))
+            .sum();
+        if read >= n {
+            break;
+        }
+        if job.is_finished() {
+            let result = job.wait().map(|r| r.restarts);
+            panic!("the job ended after {read} of {n} clicks: {result:?}");
+        }
+        if reported.elapsed() > Duration::from_secs(10) {
+            eprintln!("window: {read} of {n} clicks read");
+            reported = Instant::now();
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
     let rate = n as f64 / started.elapsed().as_secs_f64();
