@@ -241,6 +241,14 @@ impl<T: Data> Sink<T> for KafkaSink<T> {
         self.guarantee
     }
 
+    fn exclusive_resource(&self) -> Option<String> {
+        // The default prefix holds the operator's id: only a prefix given twice can collide.
+        let prefix = self.prefix.as_ref()?;
+        (self.guarantee == Guarantee::ExactlyOnce && self.group.is_none()).then(|| {
+            format!("the Kafka transactional ids of prefix `{prefix}` (transactional_id_prefix)")
+        })
+    }
+
     fn writer(&self, ctx: &OperatorContext) -> riffle::Result<Box<dyn SinkWriter<T>>> {
         let target = Target {
             kafka: self.kafka.clone(),

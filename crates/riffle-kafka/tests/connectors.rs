@@ -423,6 +423,41 @@ fn a_missing_topic_fails_at_start_naming_it() {
     );
 }
 
+/// Two exactly-once sinks of one job given the same transactional id prefix would fence each
+/// other's producers (a fatal error mid-run): the job fails at start naming both and the
+/// setting.
+#[test]
+fn two_exactly_once_sinks_with_one_transactional_id_prefix_fail_at_start() {
+    let job = |first: &str, second: &str| {
+        let env = StreamEnv::new();
+        let events = env.from_iter((0..10u64).map(|n| Event {
+            user: "u".into(),
+            n,
+            ts: 0,
+        }));
+        let sink = |topic: &str, prefix: &str| {
+            let sink = KafkaSink::<Event>::json(kafka(), topic).exactly_once();
+            if prefix.is_empty() {
+                sink
+            } else {
+                sink.transactional_id_prefix(prefix)
+            }
+        };
+        events.sink(sink("out-a", first)).name("write a");
+        events.sink(sink("out-b", second)).name("write b");
+        env
+    };
+    let err = job("clicks-job", "clicks-job")
+        .execute()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`write a` and `write b`")
+            && err.contains("`clicks-job` (transactional_id_prefix)"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_throttled_kafka_sink_back_pressures_the_source_and_the_lag_grows() {
     let input = topic("slow-in", 2);

@@ -63,6 +63,7 @@ pub(crate) fn operator_node<Op: Operator>(
         start_new_chain: false,
         bad_records: None,
         keyed: false,
+        exclusive: None,
     }
 }
 
@@ -70,6 +71,7 @@ pub(crate) fn operator_node<Op: Operator>(
 pub(crate) fn sink_node<T: Data, S: Sink<T>>(name: String, sink: S) -> Node {
     let sink = Arc::new(sink);
     let for_validation = sink.clone();
+    let exclusive = sink.exclusive_resource();
     let mut node = Node {
         name,
         uid: None,
@@ -84,6 +86,7 @@ pub(crate) fn sink_node<T: Data, S: Sink<T>>(name: String, sink: S) -> Node {
         start_new_chain: false,
         bad_records: None,
         keyed: false,
+        exclusive,
     };
     if let NodeKind::Operator { build, .. } = &mut node.kind {
         *build = Arc::new(move |ctx, _output, side, restore| {

@@ -114,6 +114,7 @@ impl StreamEnv {
             kind: NodeKind::Source(Arc::new(SourceSpec::new(source, strategy))),
             start_new_chain: false,
             keyed: false,
+            exclusive: None,
         });
         DataStream::new(self.inner.clone(), node, Slot::Main, Ship::Forward)
     }

@@ -184,6 +184,10 @@ pub(crate) struct Node {
     pub(crate) bad_records: Option<crate::source::BadRecordPolicy>,
     /// Keeps keyed state (in the task's store when the state backend has one).
     pub(crate) keyed: bool,
+    /// What no other node of the job may use too ([`Sink::exclusive_resource`]).
+    ///
+    /// [`Sink::exclusive_resource`]: crate::sink::Sink::exclusive_resource
+    pub(crate) exclusive: Option<String>,
 }
 
 /// Checks the graph and its configuration (before a run starts).
@@ -202,6 +206,18 @@ pub(crate) fn validate(nodes: &[Node], config: &EnvConfig) -> Result<()> {
                 ..
             } => validate()?,
             NodeKind::Operator { .. } => {}
+        }
+    }
+    let mut exclusive: std::collections::BTreeMap<&str, &str> = Default::default();
+    for node in nodes {
+        let Some(resource) = &node.exclusive else {
+            continue;
+        };
+        if let Some(other) = exclusive.insert(resource, &node.name) {
+            return Err(Error::Graph(format!(
+                "`{other}` and `{}` both use {resource}: give each its own",
+                node.name
+            )));
         }
     }
     layout(nodes, config).map(drop)

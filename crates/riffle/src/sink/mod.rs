@@ -51,6 +51,13 @@ pub trait Sink<T: Data>: Send + Sync + 'static {
     fn guarantee(&self) -> Guarantee {
         Guarantee::AtLeastOnce
     }
+
+    /// Something no other sink of the job may use too, described with the setting that names
+    /// it (Kafka transactional ids of one prefix: two sinks with them would fence each other's
+    /// producers). A job whose sinks name the same one fails at start. Default: none.
+    fn exclusive_resource(&self) -> Option<String> {
+        None
+    }
 }
 
 pub use crate::checkpoint::{Ending, Finalizer};
