@@ -960,18 +960,12 @@ impl KafkaGroup {
             return Ok(None);
         }
         let manifest = Manifest::compose(job, parts).map_err(riffle::Error::Checkpoint)?;
-        let files: BTreeSet<&str> = manifest
-            .files()
-            .chain(manifest.store_files())
-            .map(|file| file.path.as_str())
+        // Distinct files: a store composed for several ranges is named once per range.
+        let files: BTreeMap<&str, &riffle::checkpoint::FileRef> = manifest
+            .all_files()
+            .map(|file| (file.path.as_str(), file))
             .collect();
-        let warm = manifest
-            .files()
-            .chain(manifest.store_files())
-            .filter(|file| storage.is_warm(file))
-            .map(|file| file.path.as_str())
-            .collect::<BTreeSet<_>>()
-            .len();
+        let warm = files.values().filter(|file| storage.is_warm(file)).count();
         let dir = format!("{}-restore/{job}", self.inner.name);
         storage.write_manifest(&dir, &manifest)?;
         tracing::info!(

@@ -26,8 +26,8 @@ pub struct KafkaArgs {
     /// same command in several processes, on one machine or many; Kafka's consumer group
     /// assigns each the partitions of `clicks` and of the shuffle topic
     /// `NAME-by-user-repartition`, and the keyed windows move with them (heap or RocksDB
-    /// state). Needs exactly-once, a checkpoint interval and a checkpoint storage the members share (S3). A
-    /// member writes no clicks (as with --kafka-no-producer).
+    /// state). Needs exactly-once, a checkpoint interval and a checkpoint storage the members
+    /// share (S3). A member writes no clicks (as with --kafka-no-producer).
     #[arg(long, value_name = "NAME")]
     pub group: Option<String>,
     /// Partitions of the group's shuffle topic when it creates it (the most processes that

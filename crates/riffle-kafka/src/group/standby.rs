@@ -204,7 +204,7 @@ impl KafkaGroup {
         if !parts.is_empty() {
             let manifest =
                 Manifest::compose("standby", parts).map_err(riffle::Error::Checkpoint)?;
-            for file in manifest.files().chain(manifest.store_files()) {
+            for file in manifest.all_files() {
                 if wanted.insert(storage.store_path(&file.path)) && !storage.is_warm(file) {
                     let bytes = storage.read(file)?;
                     fetched += bytes.len() as u64;

@@ -422,7 +422,7 @@ impl Manifest {
 
     /// Total bytes of the checkpoint's files (store files included, shared ones too).
     pub fn size(&self) -> u64 {
-        self.files().map(|f| f.size).sum::<u64>() + self.store_files().map(|f| f.size).sum::<u64>()
+        self.all_files().map(|f| f.size).sum()
     }
 
     /// The operators' state files.
@@ -430,6 +430,11 @@ impl Manifest {
         self.operators
             .values()
             .flat_map(|op| op.subtasks.iter().filter_map(|s| s.file.as_ref()))
+    }
+
+    /// The operators' state files and the store files: everything a restore reads.
+    pub fn all_files(&self) -> impl Iterator<Item = &FileRef> {
+        self.files().chain(self.store_files())
     }
 
     /// The store files (some shared with other checkpoints).

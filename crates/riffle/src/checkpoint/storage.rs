@@ -84,11 +84,19 @@ impl WarmFiles {
         files.insert(path, (checksum, bytes));
     }
 
-    fn contains(&self, path: &str, file: &FileRef) -> bool {
+    /// The bytes held at `path`, if held as `file` (its size and checksum).
+    fn held(&self, path: &str, file: &FileRef) -> Option<Arc<[u8]>> {
         let files = self.inner.files.read().expect("warm files lock");
-        files.get(path).is_some_and(|(checksum, bytes)| {
-            *checksum == file.checksum && bytes.len() as u64 == file.size
-        })
+        files
+            .get(path)
+            .filter(|(checksum, bytes)| {
+                *checksum == file.checksum && bytes.len() as u64 == file.size
+            })
+            .map(|(_, bytes)| bytes.clone())
+    }
+
+    fn contains(&self, path: &str, file: &FileRef) -> bool {
+        self.held(path, file).is_some()
     }
 
     /// Drops every file but those whose path in the store `keep` accepts.
@@ -120,12 +128,8 @@ impl WarmFiles {
 
     /// The content of `file` at `path`, if held with its size and checksum.
     fn get(&self, path: &str, file: &FileRef) -> Option<Vec<u8>> {
-        let files = self.inner.files.read().expect("warm files lock");
-        let (checksum, bytes) = files.get(path)?;
-        if *checksum != file.checksum
-            || bytes.len() as u64 != file.size
-            || xxh3_64(bytes) != file.checksum
-        {
+        let bytes = self.held(path, file)?;
+        if xxh3_64(&bytes) != file.checksum {
             return None;
         }
         self.inner
