@@ -29,7 +29,7 @@ use crate::WebConfig;
 use crate::history::{Current, History, wall_clock};
 use crate::security::{AllowedHosts, REQUEST_HEADER, tokens_equal};
 use crate::targets::{Refusal, SavepointRoots};
-use crate::views::{Bottleneck, Latency, OperatorView};
+use crate::views::{Bottleneck, EventTime, Latency, OperatorView};
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -298,8 +298,13 @@ struct JobSummary {
     /// Late records (dropped or sent to a side output).
     late_records: u64,
     bad_records: u64,
-    /// The largest watermark lag of any operator.
+    /// The largest watermark lag behind the wall clock of any operator.
     watermark_lag_ms: Option<i64>,
+    /// The largest watermark lag behind the newest record read upstream, of any operator.
+    watermark_lag_behind_newest_ms: Option<i64>,
+    /// `wall_clock` or `synthetic` (any source reads event times far from the wall clock):
+    /// which lag means something.
+    event_time: Option<EventTime>,
     checkpoints_completed: usize,
     checkpoints_failed: usize,
     bottleneck: Option<Bottleneck>,
@@ -322,6 +327,8 @@ async fn job(State(state): State<AppState>) -> ApiResult {
         late_records: point.late_records,
         bad_records: point.bad_records,
         watermark_lag_ms: point.watermark_lag_ms,
+        watermark_lag_behind_newest_ms: point.watermark_lag_behind_newest_ms,
+        event_time: point.event_time,
         checkpoints_completed: completed,
         checkpoints_failed: checkpoints.len() - completed,
         bottleneck: current.bottleneck,

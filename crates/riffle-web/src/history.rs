@@ -1,6 +1,7 @@
 //! The figures of the last minutes: the server samples the job's metrics every second, keeps
 //! five minutes of samples, and turns each pair of consecutive samples into a chart point
-//! (throughput in and out, watermark lag, back-pressure per vertex, late and bad records).
+//! (throughput in and out, watermark lag behind the wall clock and behind the newest record,
+//! back-pressure per vertex, late and bad records).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use riffle::time::Clock;
 use serde::Serialize;
 
 use crate::api::AppState;
-use crate::views::{self, Bottleneck, GraphView, Latency, OperatorView};
+use crate::views::{self, Bottleneck, EventTime, GraphView, Latency, OperatorView};
 
 /// How long samples are kept.
 const KEPT: Duration = Duration::from_secs(300);
@@ -35,6 +36,11 @@ pub struct Point {
     pub sink_records_per_sec: f64,
     /// The largest watermark lag behind the wall clock of any operator, ms.
     pub watermark_lag_ms: Option<i64>,
+    /// The largest watermark lag behind the newest record read upstream of any operator, ms.
+    pub watermark_lag_behind_newest_ms: Option<i64>,
+    /// Whether the job's event time follows the wall clock (see [`EventTime`]): which of the
+    /// two lags to chart.
+    pub event_time: Option<EventTime>,
     /// Back-pressured ms per second of each vertex (its most back-pressured task).
     pub backpressured_ms_per_sec: Vec<f64>,
     /// End-to-end latency at the sinks over the last minute, median, ms.
@@ -122,6 +128,12 @@ impl Current {
                 .iter()
                 .filter_map(|o| o.total.watermark_lag_ms)
                 .max(),
+            watermark_lag_behind_newest_ms: self
+                .operators
+                .iter()
+                .filter_map(|o| o.total.watermark_lag_behind_newest_ms)
+                .max(),
+            event_time: views::job_event_time(&self.operators),
             backpressured_ms_per_sec: self
                 .graph
                 .vertices

@@ -4,7 +4,8 @@
 //!
 //! What an operator sees: per operator and subtask records in/out and rates, busy /
 //! back-pressured / idle time and a back-pressure level (OK / LOW / HIGH), watermarks and their
-//! lag behind the wall clock, late and bad records, state size, Kafka consumer lag, checkpoint
+//! lag behind the wall clock (behind the newest record when event time is synthetic, see
+//! [`views::EventTime`]), late and bad records, state size, Kafka consumer lag, checkpoint
 //! history, and the likely bottleneck with a hint. What an operator does: take a savepoint, stop
 //! with a savepoint, cancel.
 //!

@@ -18,7 +18,7 @@ use riffle::checkpoint::CheckpointStats;
 use riffle::metrics::TaskSnapshot;
 use riffle::runtime::{JobOverview, JobStatus};
 
-use crate::views::{Bottleneck, Latency, OperatorView};
+use crate::views::{Bottleneck, EventTime, Latency, OperatorView};
 
 /// The content type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -210,6 +210,18 @@ pub fn render(e: &Exposition<'_>) -> String {
         "How far the watermark is behind the wall clock",
         Some(Unit::Seconds),
     );
+    let watermark_lag_newest = family::<FloatGauge>(
+        registry,
+        "operator_watermark_lag_behind_newest",
+        "How far the watermark is behind the newest event time the sources upstream read",
+        Some(Unit::Seconds),
+    );
+    let synthetic = family::<Gauge>(
+        registry,
+        "operator_event_time_synthetic",
+        "1 when the event time upstream does not follow the wall clock (records read more than a day from it: the lag behind the wall clock means nothing), 0 when it does",
+        None,
+    );
     let state_entries = family::<Gauge>(
         registry,
         "operator_state_entries",
@@ -261,6 +273,14 @@ pub fn render(e: &Exposition<'_>) -> String {
             }
             if let Some(lag) = s.watermark_lag_ms {
                 watermark_lag.get_or_create(&l).set(lag as f64 / 1e3);
+            }
+            if let Some(lag) = s.watermark_lag_behind_newest_ms {
+                watermark_lag_newest.get_or_create(&l).set(lag as f64 / 1e3);
+            }
+            if let Some(kind) = s.event_time {
+                synthetic
+                    .get_or_create(&l)
+                    .set(i64::from(kind == EventTime::Synthetic));
             }
             state_entries.get_or_create(&l).set(s.state_entries as i64);
             state_bytes.get_or_create(&l).set(s.state_bytes as i64);

@@ -1,14 +1,15 @@
 //! What the REST API, the UI and the Prometheus endpoint show, computed from two metrics snapshots
 //! of a job (the latest and one a few seconds older): per operator and subtask counts, rates,
 //! busy / back-pressured / idle time and back-pressure level, watermarks and their lag behind the
-//! wall clock, the job graph coloured by back-pressure, and the likely bottleneck.
+//! wall clock (or, when event time does not follow the wall clock, behind the newest record: see
+//! [`EventTime`]), the job graph coloured by back-pressure, and the likely bottleneck.
 //!
 //! Pure functions of their inputs, so that the figures are tested without a server.
 
 use std::collections::BTreeMap;
 
 use riffle::JobPlan;
-use riffle::metrics::{MetricsSnapshot, OperatorSnapshot, TaskSnapshot, TimeRatios};
+use riffle::metrics::{MetricsSnapshot, NewestEvent, OperatorSnapshot, TaskSnapshot, TimeRatios};
 use riffle::record::{MAX_WATERMARK, MIN_WATERMARK, Timestamp};
 use serde::Serialize;
 
@@ -35,8 +36,19 @@ pub struct SubtaskView {
     pub backpressure: &'static str,
     /// Current event-time watermark (epoch ms), `None` before the first.
     pub watermark: Option<Timestamp>,
-    /// How far the watermark is behind the wall clock, in ms.
+    /// How far the watermark is behind the wall clock, in ms (whatever [`Self::event_time`] says).
     pub watermark_lag_ms: Option<i64>,
+    /// Whether event time follows the wall clock, from the newest records read by the sources
+    /// upstream (this subtask's own, for a source); `None` before any record with an event time.
+    pub event_time: Option<EventTime>,
+    /// The newest event time read by the sources upstream (epoch ms).
+    pub newest_event_time: Option<Timestamp>,
+    /// How far behind the wall clock that newest record was when it was read, ms (negative:
+    /// ahead): what [`Self::event_time`] is decided from.
+    pub newest_event_behind_wall_clock_ms: Option<i64>,
+    /// How far the watermark is behind the newest event time read upstream, ms: the lag to show
+    /// when event time is synthetic.
+    pub watermark_lag_behind_newest_ms: Option<i64>,
     /// Late records counted and dropped.
     pub late_records_dropped: u64,
     /// Late records sent to the late side output.
@@ -56,6 +68,91 @@ pub struct SubtaskView {
     pub split_lag: BTreeMap<String, i64>,
     /// How long latency markers took from the sources to here over the last minute.
     pub latency: Option<Latency>,
+}
+
+/// Whether a stream's event time follows the wall clock, so that the watermark's lag behind the
+/// wall clock means something.
+///
+/// Decided from the data, per source subtask: the newest event time it read is compared with the
+/// wall clock at the moment it read it (not now, so that a live stream that stalls still
+/// follows the wall clock, and its growing lag shows). Within [`WALL_CLOCK_TOLERANCE_MS`] either
+/// way it follows it; farther, the event time is synthetic: a generator counting from a fixed
+/// base (the demos' clicks, Nexmark), a replay of old data, or times on another clock. An
+/// operator is synthetic when any source subtask upstream of it is (its watermark is the minimum
+/// of its inputs'), wall clock when they all follow the wall clock.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EventTime {
+    /// Records are read close to their event time: the lag behind the wall clock is the
+    /// figure to watch.
+    WallClock,
+    /// Records are read far from their event time: the lag behind the wall clock says nothing
+    /// about the job's health; the lag behind the newest record does.
+    Synthetic,
+}
+
+/// How far from the wall clock a record's event time may be when it is read, either way, for
+/// event time to follow the wall clock: a day. A live stream's newest records arrive within
+/// seconds or minutes, hours when a consumer is far behind or a source's clock is in another
+/// time zone (a lag worth showing); a generator's base or a replay is usually days away.
+pub const WALL_CLOCK_TOLERANCE_MS: i64 = 24 * 3600 * 1000;
+
+impl EventTime {
+    /// The event time of a source whose newest record is `newest`.
+    pub fn of(newest: &NewestEvent) -> EventTime {
+        if newest.behind_clock_ms().unsigned_abs() <= WALL_CLOCK_TOLERANCE_MS as u64 {
+            EventTime::WallClock
+        } else {
+            EventTime::Synthetic
+        }
+    }
+}
+
+/// What the sources upstream of an operator read: whether their event time follows the wall
+/// clock, and the newest record to measure the watermark against.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Upstream {
+    event_time: Option<EventTime>,
+    newest: Option<NewestEvent>,
+}
+
+impl Upstream {
+    /// Of the source subtasks `read`, as `(operator, newest)`: synthetic if any is; the newest
+    /// record is the oldest source operator's newest (each operator's over its subtasks), since an
+    /// operator's watermark is held back by its slowest input.
+    fn of<'a>(read: impl IntoIterator<Item = (&'a str, NewestEvent)>) -> Upstream {
+        let mut per_operator: BTreeMap<&str, NewestEvent> = BTreeMap::new();
+        let mut event_time = None;
+        for (operator, newest) in read {
+            let kind = EventTime::of(&newest);
+            if event_time != Some(EventTime::Synthetic) {
+                event_time = Some(kind);
+            }
+            per_operator
+                .entry(operator)
+                .and_modify(|n| {
+                    if newest.event_time > n.event_time {
+                        *n = newest;
+                    }
+                })
+                .or_insert(newest);
+        }
+        Upstream {
+            event_time,
+            newest: per_operator.into_values().min_by_key(|n| n.event_time),
+        }
+    }
+
+    /// Fills the event-time fields of `view` (whose watermark is set).
+    fn apply(&self, view: &mut SubtaskView) {
+        view.event_time = self.event_time;
+        view.newest_event_time = self.newest.map(|n| n.event_time);
+        view.newest_event_behind_wall_clock_ms = self.newest.map(|n| n.behind_clock_ms());
+        view.watermark_lag_behind_newest_ms = self.newest.and_then(|n| {
+            let watermark = view.watermark.filter(|w| *w != MAX_WATERMARK)?;
+            Some(n.event_time.saturating_sub(watermark).max(0))
+        });
+    }
 }
 
 /// Percentiles of latency marker delays (from a source to an operator) over the last minute.
@@ -224,6 +321,10 @@ fn subtask_view(
             .filter(|w| *w != MAX_WATERMARK)
             .map(|w| wall_clock.saturating_sub(w)),
         watermark,
+        event_time: None,
+        newest_event_time: None,
+        newest_event_behind_wall_clock_ms: None,
+        watermark_lag_behind_newest_ms: None,
         late_records_dropped: now.late_records_dropped,
         late_records_side_output: now.late_records_side_output,
         bad_records: now.bad_records,
@@ -268,6 +369,10 @@ fn total(subtasks: &[SubtaskView]) -> SubtaskView {
         watermark,
         watermark_lag_ms: watermark
             .and_then(|_| subtasks.iter().filter_map(|s| s.watermark_lag_ms).max()),
+        event_time: None,
+        newest_event_time: None,
+        newest_event_behind_wall_clock_ms: None,
+        watermark_lag_behind_newest_ms: None,
         late_records_dropped: sum(|s| s.late_records_dropped),
         late_records_side_output: sum(|s| s.late_records_side_output),
         bad_records: sum(|s| s.bad_records),
@@ -294,6 +399,7 @@ pub fn operators(
         .max(1e-3);
     let mut views = Vec::new();
     for (vertex, v) in plan.vertices.iter().enumerate() {
+        let upstream = upstream_of(plan, now, vertex);
         for name in &v.operators {
             let mut subtasks: Vec<SubtaskView> = now
                 .operators
@@ -305,11 +411,18 @@ pub fn operators(
                         .iter()
                         .find(|b| b.name == o.name && b.subtask == o.subtask);
                     let time = task_ratios(&now.tasks, &earlier.tasks, &v.name, o.subtask);
-                    subtask_view(o, before, seconds, time, wall_clock)
+                    let mut view = subtask_view(o, before, seconds, time, wall_clock);
+                    // A source subtask by what it read itself, any other by its upstream.
+                    match o.newest_event {
+                        Some(newest) => Upstream::of([(name.as_str(), newest)]).apply(&mut view),
+                        None => upstream.apply(&mut view),
+                    }
+                    view
                 })
                 .collect();
             subtasks.sort_by_key(|s| s.subtask);
             let mut total = total(&subtasks);
+            upstream.apply(&mut total);
             let samples: Vec<u64> = now
                 .operators
                 .iter()
@@ -327,6 +440,38 @@ pub fn operators(
         }
     }
     views
+}
+
+/// What the sources of the vertices upstream of `vertex` (itself included) read.
+fn upstream_of(plan: &JobPlan, now: &MetricsSnapshot, vertex: usize) -> Upstream {
+    let mut seen = vec![false; plan.vertices.len()];
+    let mut todo = vec![vertex];
+    while let Some(v) = todo.pop() {
+        if std::mem::replace(&mut seen[v], true) {
+            continue;
+        }
+        todo.extend(plan.edges.iter().filter(|e| e.to == v).map(|e| e.from));
+    }
+    let operators: Vec<&String> = plan
+        .vertices
+        .iter()
+        .zip(&seen)
+        .filter(|(_, seen)| **seen)
+        .flat_map(|(v, _)| &v.operators)
+        .collect();
+    Upstream::of(
+        now.operators
+            .iter()
+            .filter(|o| operators.contains(&&o.name))
+            .filter_map(|o| Some((o.name.as_str(), o.newest_event?))),
+    )
+}
+
+/// Whether the job's event time follows the wall clock, over all its sources: synthetic if any
+/// source reads synthetic event time.
+pub fn job_event_time(operators: &[OperatorView]) -> Option<EventTime> {
+    let kinds = operators.iter().filter_map(|o| o.total.event_time);
+    kinds.reduce(|a, b| if b == EventTime::Synthetic { b } else { a })
 }
 
 /// The job graph, each vertex with the back-pressure of its tasks.
@@ -433,6 +578,7 @@ mod tests {
             watermark_outliers: 0,
             side_output_unconsumed: 0,
             watermark: MIN_WATERMARK,
+            newest_event: None,
             state_entries: 0,
             state_bytes: 0,
             split_lag: BTreeMap::new(),
@@ -589,5 +735,122 @@ mod tests {
         let plan = plan();
         let graph = graph(&plan, &operators(&plan, &now, &earlier, 0));
         assert_eq!(bottleneck(&graph), None);
+    }
+
+    const DAY_MS: i64 = 86_400_000;
+
+    fn newest(event_time: Timestamp, read_at: Timestamp) -> Option<NewestEvent> {
+        Some(NewestEvent {
+            event_time,
+            read_at,
+        })
+    }
+
+    #[test]
+    fn event_time_follows_the_wall_clock_when_records_are_read_close_to_it() {
+        let now = 1_768_435_200_000;
+        let read = |behind_ms: i64| EventTime::of(&newest(now - behind_ms, now).unwrap());
+        use EventTime::{Synthetic, WallClock};
+        assert_eq!(read(2_000), WallClock, "a live stream");
+        assert_eq!(read(-60_000), WallClock, "a producer's clock a minute fast");
+        assert_eq!(
+            read(3 * 3_600_000),
+            WallClock,
+            "a consumer 3 h behind, or a source in another time zone: a lag worth showing"
+        );
+        assert_eq!(read(WALL_CLOCK_TOLERANCE_MS), WallClock);
+        assert_eq!(read(WALL_CLOCK_TOLERANCE_MS + 1), Synthetic);
+        assert_eq!(read(320 * DAY_MS), Synthetic, "the demo's clicks");
+        assert_eq!(read(-2 * DAY_MS), Synthetic, "a generator counting ahead");
+        assert_eq!(read(now), Synthetic, "event times from 0");
+    }
+
+    #[test]
+    fn synthetic_event_time_shows_the_lag_behind_the_newest_record_downstream_too() {
+        let (earlier, mut now) = snapshots();
+        // The source read event time 8 s, 320 days ago; the map's watermark is at 5 s.
+        let read_at = 320 * DAY_MS;
+        now.operators[0].watermark = 5_000;
+        now.operators[0].newest_event = newest(8_000, read_at);
+        let ops = operators(&plan(), &now, &earlier, read_at + 1_000);
+        let (source, map, sink) = (&ops[0].total, &ops[1].total, &ops[2].total);
+        for view in [source, map, sink, &ops[2].subtasks[1]] {
+            assert_eq!(view.event_time, Some(EventTime::Synthetic));
+            assert_eq!(view.newest_event_time, Some(8_000));
+            assert_eq!(
+                view.newest_event_behind_wall_clock_ms,
+                Some(read_at - 8_000)
+            );
+        }
+        assert_eq!(map.watermark_lag_behind_newest_ms, Some(3_000));
+        assert_eq!(source.watermark_lag_behind_newest_ms, Some(3_000));
+        // The lag behind the wall clock is still there, under its name, for scripts.
+        assert_eq!(map.watermark_lag_ms, Some(read_at + 1_000 - 5_000));
+        assert_eq!(sink.watermark_lag_behind_newest_ms, None, "no watermark");
+        assert_eq!(job_event_time(&ops), Some(EventTime::Synthetic));
+    }
+
+    #[test]
+    fn a_stalled_live_stream_still_follows_the_wall_clock_and_its_lag_grows() {
+        let (earlier, mut now) = snapshots();
+        let read_at = 1_768_435_200_000;
+        now.operators[0].newest_event = newest(read_at - 300, read_at);
+        now.operators[1].watermark = read_at - 2_300;
+        // Nothing read for 10 minutes.
+        let ops = operators(&plan(), &now, &earlier, read_at + 600_000);
+        let map = &ops[1].total;
+        assert_eq!(map.event_time, Some(EventTime::WallClock));
+        assert_eq!(map.watermark_lag_ms, Some(602_300));
+        assert_eq!(map.watermark_lag_behind_newest_ms, Some(2_000));
+        assert_eq!(job_event_time(&ops), Some(EventTime::WallClock));
+        // Before any record with an event time, nothing is decided.
+        let (earlier, now) = snapshots();
+        let ops = operators(&plan(), &now, &earlier, read_at);
+        assert!(ops.iter().all(|o| o.total.event_time.is_none()));
+        assert_eq!(job_event_time(&ops), None);
+    }
+
+    #[test]
+    fn an_operator_fed_by_a_synthetic_and_a_live_source_is_synthetic() {
+        let vertex = |name: &str| PlanVertex {
+            name: name.into(),
+            operators: vec![name.into()],
+            uids: vec![None],
+            parallelism: 1,
+        };
+        let edge = |from, to| PlanEdge {
+            from,
+            to,
+            ship: "HASH".into(),
+            side_output: None,
+        };
+        let plan = JobPlan {
+            vertices: vec![
+                vertex("Source: old"),
+                vertex("Source: live"),
+                vertex("join"),
+            ],
+            edges: vec![edge(0, 2), edge(1, 2)],
+        };
+        let wall_clock = 1_768_435_200_000;
+        let mut old = op("Source: old", 0, 0, 10);
+        old.newest_event = newest(1_000, wall_clock - 5);
+        let mut live = op("Source: live", 0, 0, 10);
+        live.newest_event = newest(wall_clock - 50, wall_clock - 5);
+        let mut join = op("join", 0, 20, 0);
+        join.watermark = 400;
+        let now = MetricsSnapshot {
+            taken_at: Instant::now(),
+            operators: vec![old, live, join],
+            tasks: Vec::new(),
+        };
+        let ops = operators(&plan, &now, &now, wall_clock);
+        let kinds: Vec<_> = ops.iter().map(|o| o.total.event_time).collect();
+        use EventTime::{Synthetic, WallClock};
+        assert_eq!(kinds, [Some(Synthetic), Some(WallClock), Some(Synthetic)]);
+        // The join's watermark is held back by the old source: measured against its newest.
+        assert_eq!(ops[2].total.newest_event_time, Some(1_000));
+        assert_eq!(ops[2].total.watermark_lag_behind_newest_ms, Some(600));
+        assert_eq!(job_event_time(&ops), Some(Synthetic));
     }
 }

@@ -26,15 +26,18 @@ fn keys(value: &Value) -> Vec<&str> {
 }
 
 /// The fields of an operator and of each of its subtasks (the API's contract).
-const SUBTASK_FIELDS: [&str; 20] = [
+const SUBTASK_FIELDS: [&str; 24] = [
     "backpressure",
     "backpressured_ms_per_sec",
     "bad_records",
     "busy_ms_per_sec",
+    "event_time",
     "idle_ms_per_sec",
     "late_records_dropped",
     "late_records_side_output",
     "latency",
+    "newest_event_behind_wall_clock_ms",
+    "newest_event_time",
     "records_in",
     "records_in_per_sec",
     "records_out",
@@ -45,6 +48,7 @@ const SUBTASK_FIELDS: [&str; 20] = [
     "state_entries",
     "subtask",
     "watermark",
+    "watermark_lag_behind_newest_ms",
     "watermark_lag_ms",
     "watermark_outliers",
 ];
@@ -105,6 +109,7 @@ fn a_finished_job_reports_exactly_its_counts_graph_and_operators() {
             "checkpoint_interval_ms",
             "checkpoints_completed",
             "checkpoints_failed",
+            "event_time",
             "id",
             "last_failure",
             "late_records",
@@ -120,6 +125,7 @@ fn a_finished_job_reports_exactly_its_counts_graph_and_operators() {
             "status",
             "stopping",
             "uptime_ms",
+            "watermark_lag_behind_newest_ms",
             "watermark_lag_ms"
         ]
     );
@@ -200,8 +206,12 @@ fn a_finished_job_reports_exactly_its_counts_graph_and_operators() {
     );
     let triple = client.get("/api/v1/job/operators/triple").unwrap();
     assert_eq!(triple["records_out"], 500);
-    // An end-of-input watermark is not behind the wall clock.
+    // An end-of-input watermark is not behind the wall clock, nor behind a newest record; and
+    // records without event time tell nothing about it.
     assert_eq!(triple["watermark_lag_ms"], Value::Null);
+    assert_eq!(triple["watermark_lag_behind_newest_ms"], Value::Null);
+    assert_eq!(triple["event_time"], Value::Null);
+    assert_eq!(overview["event_time"], Value::Null);
 
     let checkpoints = client.get("/api/v1/job/checkpoints").unwrap();
     assert_eq!(
@@ -252,9 +262,16 @@ fn a_running_job_shows_rates_checkpoints_and_history_then_stops_with_a_savepoint
         (10_000.0..30_000.0).contains(&rate),
         "paced at 20K/s: {rate}"
     );
-    // Synthetic clicks of 2026-01-15: the watermark is far behind the wall clock.
+    // Synthetic clicks of 2026-01-15: the watermark is far behind the wall clock, which the
+    // job says, with the lag behind the newest click (tests/ui.rs has more).
     assert!(
         source["watermark_lag_ms"].as_i64().unwrap() > 3_600_000,
+        "{source}"
+    );
+    assert_eq!(source["event_time"], "synthetic", "{source}");
+    assert_eq!(overview["event_time"], "synthetic", "{overview}");
+    assert!(
+        (0..60_000).contains(&source["watermark_lag_behind_newest_ms"].as_i64().unwrap()),
         "{source}"
     );
     let checkpoints = client.get("/api/v1/job/checkpoints").unwrap();

@@ -142,6 +142,25 @@ fn metrics_parse_as_openmetrics_and_match_the_jobs_counts() {
             &[("operator", "Source: clicks"), ("subtask", "0")]
         ) > 3600.0
     );
+    // ... which is why the UI shows the lag behind the newest record: synthetic event time,
+    // upstream of every operator, and the watermark seconds behind the newest click.
+    for operator in ["Source: clicks", "even users"] {
+        assert_eq!(
+            sum(
+                &running,
+                "riffle_operator_event_time_synthetic",
+                &[("operator", operator)]
+            ),
+            2.0,
+            "{operator}: both subtasks"
+        );
+    }
+    let behind_newest = sum(
+        &running,
+        "riffle_operator_watermark_lag_behind_newest_seconds",
+        &[("operator", "Source: clicks"), ("subtask", "0")],
+    );
+    assert!((0.0..60.0).contains(&behind_newest), "{behind_newest}");
 
     assert!(
         sum(

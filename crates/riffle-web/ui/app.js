@@ -24,12 +24,43 @@ function fmt(n) {
 
 function duration(ms) {
   if (ms === null || ms === undefined) return "–";
+  if (ms < 0) return "-" + duration(-ms);
   if (ms < 1000) return ms + " ms";
   const s = ms / 1000;
   if (s < 120) return s.toFixed(1) + " s";
   if (s < 7200) return (s / 60).toFixed(1) + " min";
   if (s < 172800) return (s / 3600).toFixed(1) + " h";
   return (s / 86400).toFixed(1) + " d";
+}
+
+// The watermark's lag where it means something: behind the wall clock when event time follows
+// it; else (the API's event_time is "synthetic": a generator's fixed base, a replay of old data)
+// behind the newest record the sources read, since a lag of days behind the wall clock would
+// only read as an alarm. `o` is an operator or the job.
+function watermarkLag(o) {
+  if (o.event_time !== "synthetic") {
+    return { text: duration(o.watermark_lag_ms), synthetic: false, title: "how far the watermark is behind the wall clock" };
+  }
+  const read = o.newest_event_behind_wall_clock_ms;
+  const where = read === undefined || read === null ? "far from the wall clock"
+    : `${duration(Math.abs(read))} ${read < 0 ? "ahead of" : "behind"} the wall clock`;
+  return {
+    text: o.watermark_lag_behind_newest_ms === null || o.watermark_lag_behind_newest_ms === undefined ? "–"
+      : duration(o.watermark_lag_behind_newest_ms) + " behind newest record",
+    synthetic: true,
+    title: `synthetic event time: the newest record was read ${where}, so the lag behind the wall clock ` +
+      `(${duration(o.watermark_lag_ms)}) says nothing; shown: how far the watermark is behind the newest record`,
+  };
+}
+
+function lagCell(o) {
+  const lag = watermarkLag(o);
+  const span = document.createElement("span");
+  span.className = "watermark-lag";
+  span.textContent = lag.text;
+  span.title = lag.title;
+  span.dataset.eventTime = o.event_time || "";
+  return span;
 }
 
 function bytes(n) {
@@ -194,7 +225,7 @@ function drawOperators(operators) {
     row.dataset.operator = o.name;
     const lag = Object.values(o.split_lag || {}).reduce((a, b) => a + b, 0);
     cells(row, [o.name, o.parallelism, fmt(o.records_in), fmt(o.records_out), fmt(o.records_in_per_sec), fmt(o.records_out_per_sec),
-      fmt(o.busy_ms_per_sec), fmt(o.backpressured_ms_per_sec), level(o.backpressure), o.latency ? duration(Math.round(o.latency.p99_ms)) : "–", duration(o.watermark_lag_ms),
+      fmt(o.busy_ms_per_sec), fmt(o.backpressured_ms_per_sec), level(o.backpressure), o.latency ? duration(Math.round(o.latency.p99_ms)) : "–", lagCell(o),
       fmt(o.late_records_dropped + o.late_records_side_output), fmt(o.bad_records), fmt(o.watermark_outliers), o.state_entries ? fmt(o.state_entries) + " / " + bytes(o.state_bytes) : "–",
       Object.keys(o.split_lag || {}).length ? fmt(lag) : "–"]);
     body.appendChild(row);
@@ -276,10 +307,18 @@ async function refresh() {
     drawChart("chart-throughput", points, [(p) => p.source_records_per_sec, (p) => p.sink_records_per_sec], ["sources", "sinks"]);
     drawChart("chart-backpressure", points, history.vertices.map((_, i) => (p) => p.backpressured_ms_per_sec[i]), history.vertices);
     drawChart("chart-latency", points, [(p) => p.latency_p50_ms, (p) => p.latency_p99_ms], ["p50", "p99"]);
-    drawChart("chart-watermark", points, [(p) => (p.watermark_lag_ms === null ? null : p.watermark_lag_ms / 1000)], ["watermark lag"]);
+    const synthetic = job.event_time === "synthetic";
+    const lagOf = (p) => (synthetic ? p.watermark_lag_behind_newest_ms : p.watermark_lag_ms);
+    drawChart("chart-watermark", points, [(p) => (lagOf(p) === null || lagOf(p) === undefined ? null : lagOf(p) / 1000)],
+      [synthetic ? "watermark lag behind the newest record" : "watermark lag"]);
+    $("chart-watermark-caption").textContent = synthetic
+      ? "Watermark lag behind the newest record, s (synthetic event time)" : "Watermark lag behind the wall clock, s";
     $("late-records").textContent = fmt(job.late_records);
     $("bad-records").textContent = fmt(job.bad_records);
-    $("watermark-lag").textContent = duration(job.watermark_lag_ms);
+    const lag = watermarkLag(job);
+    $("watermark-lag").textContent = lag.text;
+    $("watermark-lag").title = lag.title;
+    $("event-time").hidden = !lag.synthetic;
     $("latency").textContent = job.latency ? `${duration(Math.round(job.latency.p50_ms))} / ${duration(Math.round(job.latency.p99_ms))}` : "–";
     drawOperators(operators);
     drawCheckpoints(checkpoints);

@@ -6,7 +6,7 @@
 //! `busyTimeMsPerSecond` / `backPressuredTimeMsPerSecond` / `idleTimeMsPerSecond`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -28,6 +28,10 @@ pub struct OperatorMetrics {
     watermark_outliers: AtomicU64,
     side_output_unconsumed: AtomicU64,
     watermark: AtomicU64,
+    /// The newest event time a source read ([`MIN_WATERMARK`] before the first), and the
+    /// processing time it was read at.
+    newest_event_time: AtomicI64,
+    newest_event_read_at: AtomicI64,
     state_entries: AtomicU64,
     state_bytes: AtomicU64,
     /// Records behind the end of each split (Kafka consumer lag per partition), sources only.
@@ -52,6 +56,8 @@ impl OperatorMetrics {
             watermark_outliers: AtomicU64::new(0),
             side_output_unconsumed: AtomicU64::new(0),
             watermark: AtomicU64::new(MIN_WATERMARK as u64),
+            newest_event_time: AtomicI64::new(MIN_WATERMARK),
+            newest_event_read_at: AtomicI64::new(MIN_WATERMARK),
             state_entries: AtomicU64::new(0),
             state_bytes: AtomicU64::new(0),
             split_lag: Default::default(),
@@ -128,6 +134,15 @@ impl OperatorMetrics {
         self.watermark.store(watermark as u64, Ordering::Relaxed);
     }
 
+    /// A source read a record of `event_time` at processing time `read_at` (its subtask's task
+    /// is the only writer): kept when it is the newest so far.
+    pub(crate) fn set_newest_event(&self, event_time: Timestamp, read_at: Timestamp) {
+        if event_time > self.newest_event_time.load(Ordering::Relaxed) {
+            self.newest_event_read_at.store(read_at, Ordering::Relaxed);
+            self.newest_event_time.store(event_time, Ordering::Relaxed);
+        }
+    }
+
     /// Records that entered the operator so far.
     pub fn records_in(&self) -> u64 {
         self.records_in.load(Ordering::Relaxed)
@@ -150,6 +165,13 @@ impl OperatorMetrics {
             watermark_outliers: self.watermark_outliers.load(Ordering::Relaxed),
             side_output_unconsumed: self.side_output_unconsumed.load(Ordering::Relaxed),
             watermark: self.watermark.load(Ordering::Relaxed) as i64,
+            newest_event: {
+                let event_time = self.newest_event_time.load(Ordering::Relaxed);
+                (event_time != MIN_WATERMARK).then(|| NewestEvent {
+                    event_time,
+                    read_at: self.newest_event_read_at.load(Ordering::Relaxed),
+                })
+            },
             state_entries: self.state_entries.load(Ordering::Relaxed),
             state_bytes: self.state_bytes.load(Ordering::Relaxed),
             split_lag: self.split_lag.lock().expect("metrics lock").clone(),
@@ -313,6 +335,9 @@ pub struct OperatorSnapshot {
     pub side_output_unconsumed: u64,
     /// Current event-time watermark of the operator ([`MIN_WATERMARK`] before the first one).
     pub watermark: Timestamp,
+    /// The newest event time the subtask read, with when (sources; `None` elsewhere and before
+    /// the first record with an event time).
+    pub newest_event: Option<NewestEvent>,
     /// Entries of keyed state (and timers).
     pub state_entries: u64,
     /// Estimated bytes of keyed state.
@@ -322,6 +347,27 @@ pub struct OperatorSnapshot {
     /// How long each latency marker of the last [`LATENCY_WINDOW`] took from its source to this
     /// operator, in microseconds, oldest first (see `EnvConfig::latency_interval`).
     pub latencies_us: Vec<u64>,
+}
+
+/// The newest event time a source subtask read (records whose event time jumped too far ahead of
+/// the watermark not counted) and the processing time it read it at, both epoch ms: how far event
+/// time is from the wall clock where the records come in. A stream whose event time follows the
+/// wall clock is read close to it, even long after it stalls; a generator's fixed base or a
+/// replay of old data is read far from it.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct NewestEvent {
+    /// The event time, epoch ms.
+    pub event_time: Timestamp,
+    /// When it was read (the job's clock), epoch ms.
+    pub read_at: Timestamp,
+}
+
+impl NewestEvent {
+    /// How far behind the processing time of its reading the event time was, ms (negative:
+    /// ahead of it).
+    pub fn behind_clock_ms(&self) -> i64 {
+        self.read_at.saturating_sub(self.event_time)
+    }
 }
 
 /// Time accounting of one task at one instant.
@@ -369,6 +415,11 @@ impl MetricsSnapshot {
             total.watermark_outliers += part.watermark_outliers;
             total.side_output_unconsumed += part.side_output_unconsumed;
             total.watermark = total.watermark.min(part.watermark);
+            total.newest_event = total
+                .newest_event
+                .into_iter()
+                .chain(part.newest_event)
+                .max_by_key(|n| n.event_time);
             total.state_entries += part.state_entries;
             total.state_bytes += part.state_bytes;
             total.split_lag.extend(part.split_lag.clone());
@@ -543,6 +594,9 @@ mod tests {
         a1.add_out(4);
         a0.set_watermark(100);
         a1.set_watermark(50);
+        a0.set_newest_event(7_000, 9_000);
+        a0.set_newest_event(6_000, 9_500);
+        a1.set_newest_event(8_000, 9_100);
         let mut after = registry.snapshot();
         after.taken_at = before.taken_at + Duration::from_secs(1);
         let total = after.operator_total("map").unwrap();
@@ -550,6 +604,24 @@ mod tests {
             (total.records_in, total.records_out, total.watermark),
             (15, 4, 50)
         );
+        let newest = |event_time, read_at| {
+            Some(NewestEvent {
+                event_time,
+                read_at,
+            })
+        };
+        assert_eq!(
+            after.operators[0].newest_event,
+            newest(7_000, 9_000),
+            "the newest kept"
+        );
+        assert_eq!(
+            total.newest_event,
+            newest(8_000, 9_100),
+            "the newest subtask's"
+        );
+        assert_eq!(total.newest_event.unwrap().behind_clock_ms(), 1_100);
+        assert_eq!(before.operators[0].newest_event, None);
         let rates = after.rates_since(&before);
         assert_eq!(rates.len(), 1);
         assert_eq!(rates[0].records_in_per_sec, 15.0);

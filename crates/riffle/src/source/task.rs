@@ -473,6 +473,10 @@ impl<T: Data> SourceTask<T> {
             if outliers > 0 {
                 self.metrics.add_watermark_outliers(outliers);
             }
+            if let Some(newest) = self.watermarks.newest() {
+                self.metrics
+                    .set_newest_event(newest.event_time, newest.read_at);
+            }
             if !out.bad.is_empty() {
                 let split = self.splits[index].parts[part].split_id();
                 let dead_letter = &mut self.dead_letter;

@@ -98,6 +98,17 @@ struct OutlierRule {
     corroboration: usize,
 }
 
+/// The newest event time a source subtask read, and the processing time (the job's clock) when it
+/// read it: an event time that follows the wall clock is read close to it, a synthetic one (a
+/// generator's fixed base, a replay of old data) far from it, even after the source stalls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NewestEvent {
+    /// Epoch ms.
+    pub(crate) event_time: Timestamp,
+    /// Epoch ms.
+    pub(crate) read_at: Timestamp,
+}
+
 /// The watermark bookkeeping of one source subtask.
 pub(crate) struct SourceWatermarks<T> {
     strategy: WatermarkStrategy<T>,
@@ -109,6 +120,9 @@ pub(crate) struct SourceWatermarks<T> {
     ///
     /// [`Source::supplies_watermarks`]: crate::source::Source::supplies_watermarks
     supplied: bool,
+    /// The newest event time read so far (outliers not counted) and the processing time it was
+    /// read at: whether event time follows the wall clock (see [`NewestEvent`]).
+    newest: Option<NewestEvent>,
 }
 
 impl<T: Serialize> SourceWatermarks<T> {
@@ -124,6 +138,7 @@ impl<T: Serialize> SourceWatermarks<T> {
             emitted: MIN_WATERMARK,
             idle: false,
             supplied: false,
+            newest: None,
         };
         for _ in 0..splits {
             watermarks.add_split();
@@ -219,16 +234,39 @@ impl<T: Serialize> SourceWatermarks<T> {
             corroboration: self.strategy.outlier_corroboration.max(1),
         });
         let mut outliers = 0;
+        let mut newest: Option<Timestamp> = None;
         if state.generator.is_some() && !self.supplied {
             for record in records.iter() {
-                if let Some(time) = record.timestamp
-                    && state.on_event(time.millis(), rule)
-                {
+                let Some(time) = record.timestamp else {
+                    continue;
+                };
+                if state.on_event(time.millis(), rule) {
                     outliers += 1;
+                } else {
+                    newest = newest.max(Some(time.millis()));
                 }
             }
+        } else {
+            newest = records
+                .iter()
+                .filter_map(|r| r.timestamp)
+                .max()
+                .map(EventTime::millis);
+        }
+        if let Some(event_time) = newest
+            && self.newest.is_none_or(|n| event_time > n.event_time)
+        {
+            self.newest = Some(NewestEvent {
+                event_time,
+                read_at: now,
+            });
         }
         outliers
+    }
+
+    /// The newest event time read so far (outliers not counted), with when it was read.
+    pub(crate) fn newest(&self) -> Option<NewestEvent> {
+        self.newest
     }
 
     /// The event-time progress of `split`, for a checkpoint.
@@ -563,5 +601,41 @@ mod tests {
         assert_eq!(t.poll(), vec![WatermarkUpdate::Watermark(4_899)]);
         let mut empty = tracker(0, &clock);
         assert_eq!(empty.poll(), vec![WatermarkUpdate::Idle(true)]);
+    }
+
+    #[test]
+    fn the_newest_event_time_is_kept_with_when_it_was_read_outliers_aside() {
+        let clock = Arc::new(ManualClock::new(1_000_000_000));
+        let strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(100))
+            .with_timestamps(|(_, ts): &(u32, Timestamp)| *ts)
+            .with_max_watermark_jump(Some(Duration::from_secs(60)));
+        let mut t = SourceWatermarks::new(strategy, 2, clock.clone());
+        let on = |t: &mut SourceWatermarks<(u32, Timestamp)>, split, timestamps: &[Timestamp]| {
+            let mut records: Vec<Record<(u32, Timestamp)>> = timestamps
+                .iter()
+                .map(|&ts| Record::untimed((7, ts)))
+                .collect();
+            t.on_records(split, &mut records, &mut Vec::new());
+        };
+        assert_eq!(t.newest(), None);
+        on(&mut t, 0, &[10_000, 12_000, 11_000]);
+        let first = NewestEvent {
+            event_time: 12_000,
+            read_at: 1_000_000_000,
+        };
+        assert_eq!(t.newest(), Some(first));
+        // Older records, on any split, and an outlier a day ahead leave it as it was.
+        clock.advance(Duration::from_secs(5));
+        on(&mut t, 1, &[9_000]);
+        on(&mut t, 0, &[11_500, 86_400_000]);
+        assert_eq!(t.newest(), Some(first));
+        on(&mut t, 1, &[13_000]);
+        assert_eq!(
+            t.newest(),
+            Some(NewestEvent {
+                event_time: 13_000,
+                read_at: 1_000_005_000
+            })
+        );
     }
 }
