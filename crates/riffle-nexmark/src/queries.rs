@@ -420,19 +420,44 @@ pub fn q10_partition(row: &Q10Row) -> String {
     )
 }
 
-/// A `TIMESTAMP(3)` as Flink's CSV format writes it: `yyyy-MM-dd HH:mm:ss.SSS` (UTC).
+/// A `TIMESTAMP(3)` as Flink's CSV format writes it (UTC): `yyyy-MM-dd HH:mm:ss`, then the
+/// milliseconds as the shortest fraction, none when they are zero: `2026-01-15 00:18:00`,
+/// `2026-01-15 00:18:00.4`, `2026-01-15 00:18:00.45`, `2026-01-15 00:18:00.456`. Flink's
+/// `RowDataToCsvConverters` formats a timestamp with `ISO_LOCAL_DATE`, a space and
+/// `ISO_LOCAL_TIME`, whose fraction is `appendFraction(NANO_OF_SECOND, 0, 9, true)`: as many
+/// digits as needed, and no `.` when it is zero (Flink 2.3 writes `"2026-01-15 00:18:00.4"`).
 pub fn sql_timestamp(millis: Timestamp) -> String {
     let c = Civil::of(millis);
     let ms = millis.rem_euclid(1_000);
     let second = millis.rem_euclid(60_000) / 1_000;
-    format!("{} {}:{second:02}.{ms:03}", c.date(), c.hour_minute())
+    let mut text = format!("{} {}:{second:02}", c.date(), c.hour_minute());
+    if ms != 0 {
+        let digits = format!("{ms:03}");
+        text.push('.');
+        text.push_str(digits.trim_end_matches('0'));
+    }
+    text
 }
 
-/// One CSV field: quoted (inner quotes doubled) when it holds a comma, a quote or a line break.
-fn csv_field(field: &str, line: &mut Vec<u8>) {
-    if field.contains([',', '"', '\n', '\r']) {
+/// One string column (`VARCHAR`, and a `TIMESTAMP` written as text) as Flink's CSV format writes
+/// it: Jackson's `CsvEncoder` with Flink's defaults (separator `,`, quote `"`, no escape
+/// character, line separator `\n`, no `STRICT_CHECK_FOR_QUOTING`) quotes a value longer than 24
+/// characters (UTF-16 units) without looking at it, and a shorter one that holds a character
+/// below `-` (U+002D: control characters, space, ``!"#$%&'()*+,``, below the highest of `,`, `"`
+/// and `\n`); inside the quotes a `"` is doubled. An empty string is written as nothing. So
+/// every `dateTime` is quoted (it holds a space), and so is a generated bid's `extra` (54 to 81
+/// letters), as in Flink's files.
+fn csv_string(field: &str, line: &mut Vec<u8>) {
+    // Bytes below `-` are ASCII: in UTF-8 every byte of a longer character is 0x80 or above.
+    let long = field.len() > 24 && field.encode_utf16().count() > 24;
+    if long || field.bytes().any(|b| b < b'-') {
         line.push(b'"');
-        line.extend_from_slice(field.replace('"', "\"\"").as_bytes());
+        for part in field.split_inclusive('"') {
+            line.extend_from_slice(part.as_bytes());
+            if part.ends_with('"') {
+                line.push(b'"');
+            }
+        }
         line.push(b'"');
     } else {
         line.extend_from_slice(field.as_bytes());
@@ -440,18 +465,16 @@ fn csv_field(field: &str, line: &mut Vec<u8>) {
 }
 
 /// q10's CSV line of a row (the partition columns are in the directory, not in the file, as
-/// in Flink's file system connector): `auction,bidder,price,dateTime,extra`.
+/// in Flink's file system connector): `auction,bidder,price,dateTime,extra`, as Flink's CSV
+/// format writes it: the `BIGINT`s as plain numbers, `dateTime` ([`sql_timestamp`]) and `extra`
+/// as string columns, quoted as Jackson quotes them (see `csv_string`):
+/// `1594,1201,6253,"2026-01-15 00:18:00.4","ewwr…"`.
 pub fn q10_csv(row: &Q10Row, line: &mut Vec<u8>) {
     use std::io::Write;
-    let _ = write!(
-        line,
-        "{},{},{},{},",
-        row.auction,
-        row.bidder,
-        row.price,
-        sql_timestamp(row.date_time)
-    );
-    csv_field(&row.extra, line);
+    let _ = write!(line, "{},{},{},", row.auction, row.bidder, row.price);
+    csv_string(&sql_timestamp(row.date_time), line);
+    line.push(b',');
+    csv_string(&row.extra, line);
 }
 
 /// q10's sink: CSV part files (`.csv`) under `dir/dt=<date>/hm=<HH%3Amm>/`, exactly-once (see
@@ -1020,4 +1043,89 @@ pub fn q19(events: &DataStream<Event>) -> DataStream<Change<Q19Row>> {
         })
         .name("q19")
         .uid("q19")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2026-01-15 00:18:00.000 UTC.
+    const AT: Timestamp = 1_768_436_280_000;
+
+    fn line(date_time: Timestamp, extra: &str) -> String {
+        let row = Q10Row {
+            auction: 1594,
+            bidder: 1201,
+            price: 6253,
+            date_time,
+            extra: extra.to_string(),
+            dt: String::new(),
+            hm: String::new(),
+        };
+        let mut line = Vec::new();
+        q10_csv(&row, &mut line);
+        String::from_utf8(line).unwrap()
+    }
+
+    #[test]
+    fn q10_writes_timestamps_with_the_shortest_fraction_as_flink_does() {
+        let extra = "ewwr";
+        assert_eq!(
+            line(AT, extra),
+            r#"1594,1201,6253,"2026-01-15 00:18:00",ewwr"#
+        );
+        assert_eq!(
+            line(AT + 400, extra),
+            r#"1594,1201,6253,"2026-01-15 00:18:00.4",ewwr"#
+        );
+        assert_eq!(
+            line(AT + 450, extra),
+            r#"1594,1201,6253,"2026-01-15 00:18:00.45",ewwr"#
+        );
+        assert_eq!(
+            line(AT + 456, extra),
+            r#"1594,1201,6253,"2026-01-15 00:18:00.456",ewwr"#
+        );
+        assert_eq!(
+            line(AT + 7, extra),
+            r#"1594,1201,6253,"2026-01-15 00:18:00.007",ewwr"#
+        );
+        assert_eq!(
+            line(AT + 50, extra),
+            r#"1594,1201,6253,"2026-01-15 00:18:00.05",ewwr"#
+        );
+        assert_eq!(
+            line(AT + 23 * 3_600_000 + 41 * 60_000 + 59_999, extra),
+            r#"1594,1201,6253,"2026-01-15 23:59:59.999",ewwr"#
+        );
+    }
+
+    #[test]
+    fn q10_quotes_strings_as_flinks_csv_format_does() {
+        let golden = |extra: &str, written: &str| {
+            assert_eq!(
+                line(AT + 400, extra),
+                format!(r#"1594,1201,6253,"2026-01-15 00:18:00.4",{written}"#),
+                "{extra:?}"
+            );
+        };
+        // A quote and a comma: quoted, the inner quote doubled.
+        golden(r#"say "hi", bye"#, r#""say ""hi"", bye""#);
+        golden(r#"a"b"#, r#""a""b""#);
+        golden("a,b", r#""a,b""#);
+        // Any character below `-` quotes a short string; `-` and above do not.
+        golden("two words", r#""two words""#);
+        golden("tab\there", "\"tab\there\"");
+        golden("line\nbreak", "\"line\nbreak\"");
+        golden("50%", r#""50%""#);
+        golden("it's", r#""it's""#);
+        golden("a-b.c/d:e;f", "a-b.c/d:e;f");
+        golden("caf\u{e9}", "caf\u{e9}");
+        golden("", "");
+        // Longer than 24 characters: always quoted (Jackson does not look).
+        golden(&"x".repeat(24), &"x".repeat(24));
+        golden(&"x".repeat(25), &format!("\"{}\"", "x".repeat(25)));
+        // 24 characters of two bytes each are 24 UTF-16 units: not quoted.
+        golden(&"\u{e9}".repeat(24), &"\u{e9}".repeat(24));
+    }
 }

@@ -25,6 +25,13 @@ pub const DEFAULT_BASE_TIME: Timestamp = 1_768_435_200_000;
 /// Events per second of event time in the nexmark project's benchmark suite (its `tps`).
 pub const DEFAULT_EVENTS_PER_SECOND: f64 = 10_000_000.0;
 
+/// The US states a person lives in, as the nexmark project's Java generator writes them
+/// (`PersonGenerator.US_STATES`, `"AZ,CA,ID,OR,WA,WY"`). The `nexmark` crate writes the same
+/// states in lower case (`"az,ca,id,or,wa,wy"`), which q3's case-sensitive
+/// `P.state = 'OR'` never matches; they are in the same order, so a person gets the same state
+/// either way (and the same other fields: the lengths are equal).
+pub const US_STATES: [&str; 6] = ["AZ", "CA", "ID", "OR", "WA", "WY"];
+
 /// What the generator produces and how fast.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NexmarkConfig {
@@ -99,7 +106,8 @@ impl NexmarkConfig {
     }
 
     /// The `nexmark` crate's configuration: its defaults (ratios, active people, in-flight
-    /// auctions, sizes) with this base time, rate and disorder, and one event numbering.
+    /// auctions, sizes) with this base time, rate and disorder, one event numbering, and the
+    /// Java generator's upper-case [`US_STATES`].
     pub fn generator_config(&self) -> nexmark::config::NexmarkConfig {
         // The crate's inter-event delay is `us_per_unit / rate` microseconds.
         let rate = 1_000_000usize;
@@ -111,6 +119,7 @@ impl NexmarkConfig {
             us_per_unit,
             out_of_order_group_size: self.out_of_order_group_size,
             num_event_generators: 1,
+            us_states: US_STATES.iter().map(|s| s.to_string()).collect(),
             ..nexmark::config::NexmarkConfig::default()
         }
     }
@@ -401,6 +410,38 @@ mod tests {
         }
         assert_eq!(times.iter().min(), Some(&DEFAULT_BASE_TIME));
         assert!(*times.iter().max().unwrap() < DEFAULT_BASE_TIME + 5_000);
+    }
+
+    #[test]
+    fn states_are_upper_case_as_the_java_generator_writes_them() {
+        let config = small(5_000);
+        let ours = config.generate_all();
+        let states: std::collections::BTreeSet<&str> = ours
+            .iter()
+            .filter_map(|e| match e {
+                Event::Person(p) => Some(p.state.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(states.into_iter().collect::<Vec<_>>(), US_STATES);
+        // Only the case differs from the crate's own states: every other field of every event
+        // is the same.
+        let crate_states = nexmark::config::NexmarkConfig {
+            us_states: nexmark::config::NexmarkConfig::default().us_states,
+            ..config.generator_config()
+        };
+        let theirs: Vec<Event> = EventGenerator::new(crate_states)
+            .take(5_000)
+            .map(Event::from)
+            .collect();
+        assert_eq!(theirs.len(), ours.len());
+        for (ours, mut theirs) in ours.into_iter().zip(theirs) {
+            if let (Event::Person(o), Event::Person(t)) = (&ours, &mut theirs) {
+                assert_eq!(t.state, o.state.to_lowercase());
+                t.state = o.state.clone();
+            }
+            assert_eq!(theirs, ours);
+        }
     }
 
     #[test]

@@ -761,8 +761,8 @@ fn q3_joins_local_sellers_with_their_category_10_auctions() {
     let config = joins();
     let people: HashMap<i64, Person> = persons_of(&config)
         .into_iter()
-        // The generator writes states in lower case; the SQL's literals are upper case.
-        .filter(|p| ["or", "id", "ca"].contains(&p.state.to_lowercase().as_str()))
+        // `P.state = 'OR' OR P.state = 'ID' OR P.state = 'CA'`: exact, case-sensitive.
+        .filter(|p| ["OR", "ID", "CA"].contains(&p.state.as_str()))
         .map(|p| (p.id, p))
         .collect();
     let expected: Vec<serde_json::Value> = auctions_of(&config)
@@ -775,6 +775,66 @@ fn q3_joins_local_sellers_with_their_category_10_auctions() {
         .collect();
     assert!(expected.len() > 10, "{} rows", expected.len());
     check_append_keyed(&config, queries::q3, &expected);
+}
+
+#[test]
+fn q3_compares_states_case_sensitively_as_sql_does() {
+    // One seller per spelling, each with one category-10 auction (and one of category 11):
+    // only the exact `OR`, `ID` and `CA` are the SQL's states.
+    let states = ["OR", "or", "Or", "ID", "id", "CA", "ca", "cA", "WA", "AZ"];
+    let mut events = Vec::new();
+    for (i, state) in states.iter().enumerate() {
+        let id = 1_000 + i as i64;
+        events.push(Event::Person(Person {
+            id,
+            name: format!("seller {i}"),
+            email_address: String::new(),
+            credit_card: String::new(),
+            city: "Boise".into(),
+            state: state.to_string(),
+            date_time: 1_000,
+            extra: String::new(),
+        }));
+        for (auction, category) in [(2 * id, 10), (2 * id + 1, 11)] {
+            events.push(Event::Auction(Auction {
+                id: auction,
+                item_name: String::new(),
+                description: String::new(),
+                initial_bid: 1,
+                reserve: 1,
+                date_time: 2_000,
+                expires: 3_000,
+                seller: id,
+                category,
+                extra: String::new(),
+            }));
+        }
+    }
+    for p in [1, 2] {
+        let env = StreamEnv::with_config(EnvConfig {
+            parallelism: p,
+            ..EnvConfig::default()
+        });
+        let (sink, out) = CollectSink::new();
+        let stream = env.from_iter_with_watermarks(
+            events.clone(),
+            riffle::time::WatermarkStrategy::monotonous().with_timestamps(Event::date_time),
+        );
+        queries::q3(&stream).sink(sink);
+        env.execute().unwrap();
+        let mut got: Vec<(String, i64)> = out
+            .values()
+            .iter()
+            .map(|r| (r.state.clone(), r.id))
+            .collect();
+        got.sort();
+        let want = vec![
+            ("CA".to_string(), 2_010),
+            ("ID".to_string(), 2_006),
+            ("OR".to_string(), 2_000),
+        ];
+        assert_eq!(got, want, "p = {p}");
+    }
 }
 
 #[test]
@@ -1204,34 +1264,64 @@ fn partitioned_rows(dir: &std::path::Path) -> BTreeMap<String, Vec<String>> {
 }
 
 /// q10's expected files, computed here: per `dt=<date>/hm=<HH%3Amm>` (Flink escapes `:` in
-/// partition paths) the bids' CSV lines `auction,bidder,price,yyyy-MM-dd HH:mm:ss.SSS,extra`.
+/// partition paths) the bids' CSV lines as Flink's CSV format writes them,
+/// `auction,bidder,price,"yyyy-MM-dd HH:mm:ss[.f]","extra"`: the timestamp's fraction as short as
+/// possible (none when zero), string columns quoted (the timestamp holds a space; a bid's
+/// `extra` is longer than the 24 characters Jackson checks).
 fn q10_expected(config: &NexmarkConfig) -> BTreeMap<String, Vec<String>> {
     let mut rows: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut fractions = BTreeSet::new();
     for b in bids_of(config) {
         let date = utc_date(b.date_time);
         let minute = b.date_time.rem_euclid(3_600_000) / 60_000;
         let second = b.date_time.rem_euclid(60_000) / 1_000;
         let ms = b.date_time.rem_euclid(1_000);
         let hour = utc_hour(b.date_time);
-        assert!(!b.extra.contains([',', '"', '\n']), "plain CSV fields");
+        let fraction = match ms {
+            0 => String::new(),
+            _ if ms % 100 == 0 => format!(".{}", ms / 100),
+            _ if ms % 10 == 0 => format!(".{:02}", ms / 10),
+            _ => format!(".{ms:03}"),
+        };
+        fractions.insert(fraction.len());
+        assert!(
+            b.extra.len() > 24,
+            "an extra of {} characters",
+            b.extra.len()
+        );
+        assert!(
+            b.extra.chars().all(|c| c.is_ascii_lowercase()),
+            "no quote to double"
+        );
         rows.entry(format!("dt={date}/hm={hour:02}%3A{minute:02}"))
             .or_default()
             .push(format!(
-                "{},{},{},{date} {hour:02}:{minute:02}:{second:02}.{ms:03},{}",
+                "{},{},{},\"{date} {hour:02}:{minute:02}:{second:02}{fraction}\",\"{}\"",
                 b.auction, b.bidder, b.price, b.extra
             ));
     }
+    assert_eq!(
+        fractions.into_iter().collect::<Vec<_>>(),
+        [0, 2, 3, 4],
+        "times with no fraction, .x, .xy and .xyz"
+    );
     for lines in rows.values_mut() {
         lines.sort();
     }
     rows
 }
 
+/// 4 000 events, one every 20.04 s of event time (22 hours, two days), shuffled in groups of
+/// 100: the times' milliseconds take every form (`.4`, `.45`, `.456` and none).
+fn q10_config() -> NexmarkConfig {
+    config(4_000, 0.0499, 100)
+}
+
 #[test]
 fn q10_writes_every_bid_into_its_date_and_minute_partition() {
     // 22 hours of event time: ~1 300 minute partitions over two days, more than the 64 files a
     // subtask keeps open, so files also roll when a partition is evicted.
-    let config = slow();
+    let config = q10_config();
     let expected = q10_expected(&config);
     assert!(expected.len() > 1_000, "{} partitions", expected.len());
     assert!(expected.keys().any(|k| k.starts_with("dt=2026-01-14")));
@@ -1258,7 +1348,7 @@ fn q10_recovers_exactly_once_after_a_failure() {
 
     // 4 000 events paced over ~2 s, checkpoints every 100 ms, a task failure after 2 500
     // events: the files of completed checkpoints stay, the rest is aborted and replayed.
-    let mut config = slow();
+    let mut config = q10_config();
     config.rate = Some(2_000.0);
     let dir = tempfile::tempdir().unwrap();
     let env = StreamEnv::with_config(EnvConfig {
