@@ -33,6 +33,7 @@ mod group;
 pub mod shuffle;
 mod sink;
 mod source;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use admin::{create_partitions, delete_topics, ensure_topics};

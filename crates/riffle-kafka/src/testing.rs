@@ -1,5 +1,9 @@
 //! Helpers for tests and benchmarks against a real broker: the bootstrap address the test
 //! scripts export, a producer of input records, and a `read_committed` reader of a whole topic.
+//!
+//! Behind the `testing` feature, which only tests, benches and dev-dependencies enable
+//! (`riffle-kafka = { .., features = ["testing"] }` under `[dev-dependencies]`): not part of a
+//! job's build. A helper that finds no broker fails the test, naming what to run; it never skips.
 
 use std::time::{Duration, Instant};
 
@@ -7,13 +11,49 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
-/// The broker `scripts/test.sh` starts (`RIFFLE_KAFKA_BOOTSTRAP`); panics with what to run when
-/// it is not set, so that no test silently skips.
+/// The environment variable that names the test broker (`host:port`), as `scripts/kafka.sh env`
+/// prints it.
+pub const BOOTSTRAP_VAR: &str = "RIFFLE_KAFKA_BOOTSTRAP";
+
+/// No test broker is configured: [`BOOTSTRAP_VAR`] is unset or empty. Its message says how to
+/// start one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NoBroker;
+
+impl std::fmt::Display for NoBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{BOOTSTRAP_VAR} is not set: this test needs a Kafka broker. Start one and set the \
+             variable with `scripts/kafka.sh start && eval \"$(scripts/kafka.sh env)\"` \
+             (./scripts/test.sh does both; scripts/kafka.sh finds a broker already running)"
+        )
+    }
+}
+
+impl std::error::Error for NoBroker {}
+
+/// The test broker's bootstrap address, from [`BOOTSTRAP_VAR`].
+pub fn try_bootstrap() -> Result<String, NoBroker> {
+    bootstrap_from(std::env::var(BOOTSTRAP_VAR).ok())
+}
+
+fn bootstrap_from(value: Option<String>) -> Result<String, NoBroker> {
+    value.filter(|a| !a.trim().is_empty()).ok_or(NoBroker)
+}
+
+/// The test broker's bootstrap address, from [`BOOTSTRAP_VAR`].
+///
+/// # Panics
+///
+/// When the variable is unset or empty, with [`NoBroker`]'s message (what to set, and
+/// `scripts/kafka.sh`, which starts the broker): a test without its broker fails, it never skips.
+#[track_caller]
 pub fn bootstrap() -> String {
-    std::env::var("RIFFLE_KAFKA_BOOTSTRAP").expect(
-        "RIFFLE_KAFKA_BOOTSTRAP is not set: run the tests with ./scripts/test.sh, which starts the \
-         Kafka broker (or `scripts/kafka.sh start && eval \"$(scripts/kafka.sh env)\"`)",
-    )
+    match try_bootstrap() {
+        Ok(address) => address,
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// A plain producer of test input.
@@ -27,6 +67,11 @@ pub struct TestProducer(BaseProducer);
 
 impl TestProducer {
     /// A producer to the test broker with these client settings.
+    ///
+    /// # Panics
+    ///
+    /// Without a test broker, as [`bootstrap`].
+    #[track_caller]
     pub fn new(settings: &[(&str, &str)]) -> Self {
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", bootstrap());
@@ -84,6 +129,11 @@ pub struct Consumed {
 /// Reads `topic` from the beginning of every partition as a `read_committed` consumer until
 /// `done(records so far, time since the last record)` says so or `wait` passes; the records in
 /// partition and offset order.
+///
+/// # Panics
+///
+/// Without a test broker, as [`bootstrap`].
+#[track_caller]
 pub fn read_committed(
     topic: &str,
     wait: Duration,
@@ -136,4 +186,27 @@ pub fn cpu_time(pid: u32) -> Duration {
         .map(|f| f.iter().map(|t| t.parse::<u64>().unwrap_or(0)).sum())
         .unwrap_or(0);
     Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_broker_the_error_says_what_to_set_and_what_starts_it() {
+        assert_eq!(bootstrap_from(None), Err(NoBroker));
+        assert_eq!(bootstrap_from(Some(" ".into())), Err(NoBroker));
+        assert_eq!(
+            bootstrap_from(Some("127.0.0.1:9092".into())),
+            Ok("127.0.0.1:9092".into())
+        );
+        let message = NoBroker.to_string();
+        for needed in [
+            BOOTSTRAP_VAR,
+            "scripts/kafka.sh start",
+            "scripts/kafka.sh env",
+        ] {
+            assert!(message.contains(needed), "{message} lacks {needed}");
+        }
+    }
 }
