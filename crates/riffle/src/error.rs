@@ -82,6 +82,21 @@ pub enum Error {
     /// A checkpoint or savepoint could not be written or read.
     #[error("checkpoint: {0}")]
     Checkpoint(String),
+    /// More checkpoints failed in a row than
+    /// [`CheckpointConfig::tolerable_failed_checkpoints`](crate::checkpoint::CheckpointConfig::tolerable_failed_checkpoints)
+    /// allows: the job fails (its restart strategy applies; a process group's member gives its
+    /// partitions up).
+    #[error(
+        "checkpoint: {failed} checkpoints failed in a row, more than `tolerable_failed_checkpoints` ({tolerated}) allows; the last: {last}"
+    )]
+    TooManyFailedCheckpoints {
+        /// Checkpoints failed in a row.
+        failed: u32,
+        /// What the setting allows.
+        tolerated: u32,
+        /// Why the last one failed (a storage error names the storage).
+        last: String,
+    },
     /// The state backend (an embedded store such as RocksDB) failed to read or write state.
     #[error("state backend: {0}")]
     State(String),
@@ -130,6 +145,10 @@ pub enum ConnectorErrorKind {
     /// Retrying cannot help until something changes: the configuration, permissions, a missing
     /// topic, a record too large, or a client in a fatal state.
     Fatal,
+    /// Not a failure: the connector's work moved (a consumer group rebalanced and handed its
+    /// partitions to other members), so the run ends on purpose and starts again on the new
+    /// assignment. Logged at INFO, not as an error.
+    Reassigned,
 }
 
 impl Error {

@@ -60,7 +60,7 @@ pub use api::{DataStream, DataStreamSink, KeyedStream, StreamEnv, WindowedStream
 pub use change::{Change, RowKind};
 pub use config::EnvConfig;
 pub use error::{BoxError, ConnectorErrorKind, Error, Result};
-pub use graph::{JobPlan, PlanEdge, PlanVertex};
+pub use graph::{FingerprintDifference, JobFingerprint, JobPlan, PlanEdge, PlanVertex};
 pub use operators::OutputTag;
 pub use record::{Data, Either, Record, Timestamp};
 pub use runtime::{JobHandle, JobMonitor, JobResult};

@@ -129,6 +129,8 @@ pub struct WatermarkStrategy<T> {
     pub(crate) max_watermark_jump: Option<Duration>,
     pub(crate) outlier_corroboration: usize,
     pub(crate) every_batch: bool,
+    /// The generator as declared (`bounded out-of-orderness 5 s`), for the job's fingerprint.
+    pub(crate) generator_text: String,
 }
 
 impl<T> Clone for WatermarkStrategy<T> {
@@ -141,6 +143,7 @@ impl<T> Clone for WatermarkStrategy<T> {
             max_watermark_jump: self.max_watermark_jump,
             outlier_corroboration: self.outlier_corroboration,
             every_batch: self.every_batch,
+            generator_text: self.generator_text.clone(),
         }
     }
 }
@@ -166,12 +169,18 @@ impl<T> WatermarkStrategy<T> {
             max_watermark_jump: None,
             outlier_corroboration: DEFAULT_OUTLIER_CORROBORATION,
             every_batch: false,
+            generator_text: "none".to_string(),
         }
     }
 
     /// Records arrive at most `bound` out of order: the default for business jobs.
     pub fn bounded_out_of_orderness(bound: Duration) -> Self {
-        WatermarkStrategy::custom(move || BoundedOutOfOrderness::new(bound))
+        let mut strategy = WatermarkStrategy::custom(move || BoundedOutOfOrderness::new(bound));
+        strategy.generator_text = format!(
+            "bounded out-of-orderness {}",
+            crate::graph::millis_text(bound.as_millis().min(i64::MAX as u128) as i64)
+        );
+        strategy
     }
 
     /// Timestamps only increase (out-of-orderness 0).
@@ -191,7 +200,21 @@ impl<T> WatermarkStrategy<T> {
             max_watermark_jump: Some(DEFAULT_MAX_WATERMARK_JUMP),
             outlier_corroboration: DEFAULT_OUTLIER_CORROBORATION,
             every_batch: false,
+            generator_text: "custom".to_string(),
         }
+    }
+
+    /// What of the strategy changes a job's results (`bounded out-of-orderness 5 s, idle
+    /// after 2 s`), for the job's fingerprint.
+    pub(crate) fn describe(&self) -> String {
+        let mut text = self.generator_text.clone();
+        if let Some(idleness) = self.idleness {
+            text.push_str(&format!(
+                ", idle after {}",
+                crate::graph::millis_text(idleness.as_millis().min(i64::MAX as u128) as i64)
+            ));
+        }
+        text
     }
 
     /// Takes event time from the record (otherwise the timestamp the source gave it is used).

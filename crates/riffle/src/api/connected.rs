@@ -165,6 +165,8 @@ impl<K: Data + Hash + Eq, A: Data, B: Data> KeyedConnectedStreams<K, A, B> {
         let mut node: Node =
             operator_node(name, two_input_edges(first, second), move || Ok(factory()));
         node.keyed = true;
+        node.settings
+            .push(("key".to_string(), std::any::type_name::<K>().to_string()));
         let id = first.env.add_node(node);
         DataStream::new(first.env.clone(), id, Slot::Main, Ship::Forward)
     }

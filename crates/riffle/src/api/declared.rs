@@ -64,6 +64,7 @@ pub(crate) fn operator_node<Op: Operator>(
         bad_records: None,
         keyed: false,
         exclusive: None,
+        settings: Vec::new(),
     }
 }
 
@@ -87,6 +88,7 @@ pub(crate) fn sink_node<T: Data, S: Sink<T>>(name: String, sink: S) -> Node {
         bad_records: None,
         keyed: false,
         exclusive,
+        settings: Vec::new(),
     };
     if let NodeKind::Operator { build, .. } = &mut node.kind {
         *build = Arc::new(move |ctx, _output, side, restore| {

@@ -104,6 +104,7 @@ impl StreamEnv {
     ) -> DataStream<T> {
         let name = format!("Source: {}", source.name());
         let bad_records = Some(source.bad_record_policy());
+        let watermarks = strategy.describe();
         let node = self.inner.add_node(Node {
             bad_records,
             name,
@@ -115,6 +116,7 @@ impl StreamEnv {
             start_new_chain: false,
             keyed: false,
             exclusive: None,
+            settings: vec![("watermarks".to_string(), watermarks)],
         });
         DataStream::new(self.inner.clone(), node, Slot::Main, Ship::Forward)
     }
@@ -161,6 +163,16 @@ impl StreamEnv {
             CollectionSource::new(values.into_iter().collect()),
             strategy,
         )
+    }
+
+    /// What of this job changes its state or its results ([`JobFingerprint`]): processes that
+    /// run one job together compare it, so that a member with another job is refused.
+    ///
+    /// [`JobFingerprint`]: crate::JobFingerprint
+    pub fn fingerprint(&self) -> Result<crate::JobFingerprint> {
+        let config = self.config();
+        config.validate()?;
+        graph::fingerprint(&self.job_nodes()?, &config)
     }
 
     /// The physical plan the job would run with: chains, parallelism, edges.

@@ -310,6 +310,8 @@ where
     {
         let mut node: Node = operator_node(name, vec![self.input.edge()], move || Ok(factory()));
         node.keyed = true;
+        node.settings
+            .push(("key".to_string(), std::any::type_name::<K>().to_string()));
         let id = self.input.env.add_node(node);
         DataStream::new(self.input.env.clone(), id, Slot::Main, Ship::Forward)
     }

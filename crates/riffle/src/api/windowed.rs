@@ -177,19 +177,23 @@ where
             .transform("Pre-aggregate", move || {
                 PreAggregate::new(for_partials.clone(), windows, lateness, first.clone())
             });
+        let described = self.described();
         let settings = self.settings;
         let keyed = partials.key_by(move |element: &PreAggregated<K, T, A::Acc>| match element {
             PreAggregated::Record(record) => key(record),
             PreAggregated::Partial { key, .. } => key.clone(),
         });
         let key_of = keyed.key_selector();
-        with_dead_letters(keyed.add_keyed("Window", move || {
-            window_operator(
-                key_of.clone(),
-                settings.clone(),
-                MergePartials(AggregateWindow(aggregate.clone()), PhantomData),
-            )
-        }))
+        declared(
+            with_dead_letters(keyed.add_keyed("Window", move || {
+                window_operator(
+                    key_of.clone(),
+                    settings.clone(),
+                    MergePartials(AggregateWindow(aggregate.clone()), PhantomData),
+                )
+            })),
+            described,
+        )
     }
 
     /// Combines the records of each window pairwise, `combine(accumulated, next)`: one
@@ -337,15 +341,49 @@ where
         F: WindowFn<K, T, Late = T>,
         M: Fn() -> F + Send + Sync + 'static,
     {
+        let described = self.described();
         let settings = self.settings;
         if let Err(error) = settings.windows.validate() {
             self.keyed.input().env.defer_error(error.to_string());
         }
         let key = self.keyed.key_selector();
-        with_dead_letters(self.keyed.add_keyed(name, move || {
-            window_operator(key.clone(), settings.clone(), make())
-        }))
+        declared(
+            with_dead_letters(self.keyed.add_keyed(name, move || {
+                window_operator(key.clone(), settings.clone(), make())
+            })),
+            described,
+        )
     }
+
+    /// The window's settings that change its state or results, for the job's fingerprint.
+    fn described(&self) -> Vec<(String, String)> {
+        let settings = &self.settings;
+        let mut described = vec![
+            ("window".to_string(), settings.windows.describe()),
+            (
+                "allowed lateness".to_string(),
+                crate::graph::millis_text(settings.lateness),
+            ),
+        ];
+        if let Some(every) = settings.early_every {
+            described.push(("early firing".to_string(), crate::graph::millis_text(every)));
+        }
+        if self.trigger.is_some() {
+            described.push(("trigger".to_string(), "custom".to_string()));
+        }
+        if self.evictor.is_some() {
+            described.push(("evictor".to_string(), "custom".to_string()));
+        }
+        described
+    }
+}
+
+/// `stream`'s operator with its `settings` declared (for the job's fingerprint).
+fn declared<T>(stream: DataStream<T>, settings: Vec<(String, String)>) -> DataStream<T> {
+    stream.env.nodes.borrow_mut()[stream.node]
+        .settings
+        .extend(settings);
+    stream
 }
 
 /// A window operator sends the records no window can hold (their windows would reach beyond the

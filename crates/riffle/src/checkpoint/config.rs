@@ -118,6 +118,12 @@ pub struct CheckpointConfig {
     pub min_pause: Duration,
     /// A checkpoint not complete after this long fails (the job goes on).
     pub timeout: Duration,
+    /// Checkpoints that may fail in a row (storage errors, declines, timeouts) before the job
+    /// fails with [`Error::TooManyFailedCheckpoints`], naming the last failure (Flink's
+    /// `execution.checkpointing.tolerable-failed-checkpoints`). `None` (the default): the job
+    /// goes on whatever fails. A process group's member sets 5 when it is `None`, so that a
+    /// member that cannot checkpoint gives its partitions up.
+    pub tolerable_failed_checkpoints: Option<u32>,
     /// Completed checkpoints kept; older ones are removed.
     pub retained: usize,
     /// Where checkpoints go: a directory, `file:///dir`, or `s3://bucket/prefix`.
@@ -143,6 +149,43 @@ pub struct CheckpointConfig {
     /// Files of the storage already held in memory, read by a restore instead of the store's
     /// copies (a process group's standby replicas; [`WarmFiles`](crate::checkpoint::WarmFiles)).
     pub warm_files: Option<crate::checkpoint::WarmFiles>,
+    /// Completed checkpoints from this floor on are kept besides the newest
+    /// [`retained`](Self::retained): a process group's run raises it to the checkpoint its
+    /// last commit names, so that retention never removes a snapshot the group's committed
+    /// offsets name (or that a commit in progress is about to name).
+    pub retention_floor: Option<RetentionFloor>,
+}
+
+/// The oldest checkpoint a job's retention must keep, moved by someone outside the job (a
+/// process group's commits): every completed checkpoint at or above it stays. A new floor keeps
+/// everything until it is first raised. Cheap to clone; clones share the floor.
+///
+/// ```
+/// use riffle::checkpoint::RetentionFloor;
+/// let floor = RetentionFloor::new();
+/// assert_eq!(floor.get(), 0);
+/// floor.raise(7);
+/// floor.raise(5); // never lowered
+/// assert_eq!(floor.get(), 7);
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct RetentionFloor(Arc<std::sync::atomic::AtomicU64>);
+
+impl RetentionFloor {
+    /// A floor at 0: every completed checkpoint is kept until the floor is raised.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Raises the floor to `id` (a lower `id` leaves it where it is).
+    pub fn raise(&self, id: u64) {
+        self.0.fetch_max(id, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// The floor now.
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 impl std::fmt::Debug for CheckpointConfig {
@@ -151,6 +194,10 @@ impl std::fmt::Debug for CheckpointConfig {
             .field("interval", &self.interval)
             .field("min_pause", &self.min_pause)
             .field("timeout", &self.timeout)
+            .field(
+                "tolerable_failed_checkpoints",
+                &self.tolerable_failed_checkpoints,
+            )
             .field("retained", &self.retained)
             .field("storage", &self.storage)
             .field(
@@ -166,6 +213,7 @@ impl std::fmt::Debug for CheckpointConfig {
             .field("allow_non_restored_state", &self.allow_non_restored_state)
             .field("unaligned", &self.unaligned)
             .field("warm_files", &self.warm_files)
+            .field("retention_floor", &self.retention_floor)
             .finish()
     }
 }
@@ -176,6 +224,7 @@ impl Default for CheckpointConfig {
             interval: None,
             min_pause: Duration::ZERO,
             timeout: Duration::from_secs(600),
+            tolerable_failed_checkpoints: None,
             retained: 3,
             storage: "riffle-checkpoints".into(),
             storage_options: Vec::new(),
@@ -188,6 +237,7 @@ impl Default for CheckpointConfig {
             allow_non_restored_state: false,
             unaligned: false,
             warm_files: None,
+            retention_floor: None,
         }
     }
 }

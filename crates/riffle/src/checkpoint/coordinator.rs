@@ -38,7 +38,7 @@ use crate::checkpoint::storage::SHARED_DIR;
 use crate::checkpoint::{
     CheckpointConfig, CheckpointStorage, FINAL_SNAPSHOT, StoreSnapshot, TaskSnapshot, is_in_flight,
 };
-use crate::checkpoint::{Ending, Finalizers};
+use crate::checkpoint::{Ending, Finalizers, RetentionFloor};
 use crate::control::JobControl;
 use crate::error::{Error, Result};
 use crate::record::{CheckpointBarrier, Timestamp};
@@ -479,6 +479,8 @@ pub(crate) struct Coordinator {
     finished: HashMap<usize, u64>,
     /// A stop-with-savepoint was triggered: no checkpoint after it.
     terminating: bool,
+    /// Checkpoints failed since the last one completed.
+    failed_in_a_row: u32,
     outcome: CoordinatorOutcome,
 }
 
@@ -530,6 +532,7 @@ pub(crate) fn start(
         finals: HashMap::new(),
         finished: HashMap::new(),
         terminating: false,
+        failed_in_a_row: 0,
         outcome: CoordinatorOutcome {
             committed: first_id.saturating_sub(1),
             ..CoordinatorOutcome::default()
@@ -674,6 +677,7 @@ impl Coordinator {
                     self.outcome.committed = pending.id;
                 }
                 if pending.kind == SnapshotKind::Checkpoint {
+                    self.failed_in_a_row = 0;
                     self.commit_finished(&pending.finals);
                     if pending.last {
                         self.outcome.final_checkpoint = Some(pending.id);
@@ -681,7 +685,13 @@ impl Coordinator {
                 }
                 if pending.kind == SnapshotKind::Checkpoint
                     && let Some(storage) = &self.storage
-                    && let Err(error) = storage.retain(self.config.retained)
+                    && let Err(error) = storage.retain_from(
+                        self.config.retained,
+                        self.config
+                            .retention_floor
+                            .as_ref()
+                            .map_or(u64::MAX, RetentionFloor::get),
+                    )
                 {
                     tracing::warn!(%error, "cannot remove old checkpoints");
                 }
@@ -695,6 +705,8 @@ impl Coordinator {
             Err(reason) => {
                 if pending.kind == SnapshotKind::Checkpoint {
                     let _ = pending.target.storage.delete_dir(&pending.target.dir);
+                    self.failed_in_a_row += 1;
+                    self.fail_if_intolerable(&reason);
                 }
                 if pending.savepoint.as_ref().is_some_and(|s| s.stop) {
                     self.terminating = false;
@@ -707,6 +719,28 @@ impl Coordinator {
                 }
             }
         }
+    }
+
+    /// Fails the job when more checkpoints failed in a row than the configuration tolerates.
+    fn fail_if_intolerable(&mut self, reason: &str) {
+        let Some(tolerated) = self.config.tolerable_failed_checkpoints else {
+            return;
+        };
+        if self.failed_in_a_row <= tolerated || self.outcome.error.is_some() {
+            return;
+        }
+        tracing::error!(
+            failed = self.failed_in_a_row,
+            tolerated,
+            reason,
+            "too many checkpoints failed in a row; the job fails"
+        );
+        self.outcome.error = Some(Error::TooManyFailedCheckpoints {
+            failed: self.failed_in_a_row,
+            tolerated,
+            last: reason.to_string(),
+        });
+        self.control.fail_attempt();
     }
 
     fn manifest(&self, pending: &Pending) -> Manifest {

@@ -9,13 +9,15 @@ pub(crate) mod restore;
 mod snapshot;
 pub(crate) mod storage;
 
-pub use config::{CheckpointConfig, RestartStrategy, RestoreFrom, SHORT_INTERVAL_WARNING};
+pub use config::{
+    CheckpointConfig, RestartStrategy, RestoreFrom, RetentionFloor, SHORT_INTERVAL_WARNING,
+};
 pub use coordinator::CheckpointStats;
 pub(crate) use finalize::Finalizers;
 pub use finalize::{Ending, Finalizer};
 pub use manifest::{
-    Extent, FileRef, MANIFEST_FILE, Manifest, ManifestPart, OperatorState, SnapshotKind,
-    StoreState, SubtaskState,
+    Extent, FileRef, MANIFEST_FILE, MANIFEST_VERSION, Manifest, ManifestPart, OperatorState,
+    SnapshotKind, StoreState, SubtaskState,
 };
 pub use snapshot::{
     FINAL_SNAPSHOT, OperatorSnapshot, Redistribution, RestoreState, SnapshotWriter, StoreSnapshot,

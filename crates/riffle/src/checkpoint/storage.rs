@@ -327,6 +327,20 @@ impl CheckpointStorage {
         }
     }
 
+    /// Reads the manifest of `dir`; `None` when `dir` has none (never completed, or removed).
+    pub fn read_manifest_optional(&self, dir: &str) -> Result<Option<Manifest>> {
+        let relative = format!("{dir}/{MANIFEST_FILE}");
+        let Some(bytes) = self.read_optional(&relative)? else {
+            return Ok(None);
+        };
+        Manifest::from_json(&bytes).map(Some).map_err(|e| {
+            Error::Checkpoint(format!(
+                "`{}` is not a usable manifest: {e}",
+                self.path(&relative)
+            ))
+        })
+    }
+
     /// Reads the manifest of `dir`.
     pub fn read_manifest(&self, dir: &str) -> Result<Manifest> {
         let path = self.path(&format!("{dir}/{MANIFEST_FILE}"));
@@ -358,6 +372,22 @@ impl CheckpointStorage {
             .common_prefixes
             .iter()
             .filter_map(|p| p.filename().map(str::to_string))
+            .collect())
+    }
+
+    /// The files directly in `dir` (relative to the root), by name.
+    pub fn files(&self, dir: &str) -> Result<Vec<String>> {
+        let prefix = self.path(dir);
+        let listing = self
+            .runtime
+            .block_on(self.store.list_with_delimiter(Some(&prefix)))
+            .map_err(|e| {
+                storage_error(format!("cannot list `{prefix}` in {}", self.description), e)
+            })?;
+        Ok(listing
+            .objects
+            .iter()
+            .filter_map(|o| o.location.filename().map(str::to_string))
             .collect())
     }
 
@@ -401,14 +431,18 @@ impl CheckpointStorage {
             .collect())
     }
 
-    /// Deletes everything under `dir`.
+    /// Deletes everything under `dir`. Idempotent: a file that another process deleted first
+    /// (two clean-ups of one directory at once) is not an error.
     pub fn delete_dir(&self, dir: &str) -> Result<()> {
         let prefix = self.path(dir);
         self.runtime
             .block_on(async {
                 let objects: Vec<_> = self.store.list(Some(&prefix)).try_collect().await?;
                 for object in objects {
-                    self.store.delete(&object.location).await?;
+                    match self.store.delete(&object.location).await {
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
                 }
                 Ok::<_, object_store::Error>(())
             })
@@ -428,6 +462,13 @@ impl CheckpointStorage {
     /// Keeps the newest `retained` completed checkpoints and removes the older ones, and the
     /// directories of checkpoints that never completed and are older than the newest complete.
     pub fn retain(&self, retained: usize) -> Result<usize> {
+        self.retain_from(retained, u64::MAX)
+    }
+
+    /// [`retain`](Self::retain), keeping besides every completed checkpoint from `floor` on (a
+    /// process group's run keeps the checkpoint its last commit names, and those a commit in
+    /// progress may name: [`RetentionFloor`]).
+    pub fn retain_from(&self, retained: usize, floor: u64) -> Result<usize> {
         let completed = self.completed_checkpoints()?;
         let Some(&newest) = completed.last() else {
             return Ok(0);
@@ -436,6 +477,7 @@ impl CheckpointStorage {
             .iter()
             .rev()
             .take(retained.max(1))
+            .chain(completed.iter().filter(|id| **id >= floor))
             .copied()
             .collect();
         let mut removed = 0;

@@ -29,6 +29,7 @@
 
 mod assemble;
 mod channels;
+mod fingerprint;
 mod layout;
 mod plan;
 mod types;
@@ -45,6 +46,8 @@ use crate::runtime::{IntoInput, KeyGroupFn, Output};
 use crate::source::task::ErasedSource;
 
 pub(crate) use assemble::{RunContext, plan};
+pub use fingerprint::{FingerprintDifference, JobFingerprint};
+pub(crate) use fingerprint::{fingerprint, millis_text};
 pub(crate) use plan::describe_nodes;
 pub use plan::{JobPlan, PlanEdge, PlanVertex};
 pub(crate) use types::{StreamType, TypeOf};
@@ -188,6 +191,9 @@ pub(crate) struct Node {
     ///
     /// [`Sink::exclusive_resource`]: crate::sink::Sink::exclusive_resource
     pub(crate) exclusive: Option<String>,
+    /// The operator's settings that change its state or results (`key`, `window`, ...), for
+    /// the job's fingerprint ([`JobFingerprint`]).
+    pub(crate) settings: Vec<(String, String)>,
 }
 
 /// Checks the graph and its configuration (before a run starts).

@@ -92,7 +92,12 @@ fn run_tasks(tasks: Vec<TaskSpec>, control: &Arc<JobControl>) -> Result<Option<E
     for result in done_rx.iter() {
         if let Err(error) = result {
             if !error.is_cancelled() && failure.is_none() {
-                tracing::error!(%error, "task failed; cancelling the other tasks");
+                if error.connector_kind() == Some(crate::error::ConnectorErrorKind::Reassigned) {
+                    // An ordinary rebalance of a process group: the run ends on purpose.
+                    tracing::info!(reason = %error, "a task ended its run; stopping the other tasks");
+                } else {
+                    tracing::error!(%error, "task failed; cancelling the other tasks");
+                }
                 failure = Some(error);
             }
             control.fail_attempt();

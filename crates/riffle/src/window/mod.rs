@@ -292,6 +292,37 @@ impl Windows {
         matches!(self, Windows::Session { .. })
     }
 
+    /// The windows as a user declared them (`tumbling 60 s, event time`), for the job's
+    /// fingerprint.
+    pub(crate) fn describe(&self) -> String {
+        use crate::graph::millis_text;
+        let time = match self.time() {
+            TimeDomain::EventTime => "event time",
+            TimeDomain::ProcessingTime => "processing time",
+        };
+        let offset = |offset: i64| match offset {
+            0 => String::new(),
+            offset => format!(", offset {}", millis_text(offset)),
+        };
+        match *self {
+            Windows::Tumbling {
+                size, offset: at, ..
+            } => format!("tumbling {}{}, {time}", millis_text(size), offset(at)),
+            Windows::Sliding {
+                size,
+                slide,
+                offset: at,
+                ..
+            } => format!(
+                "sliding {} every {}{}, {time}",
+                millis_text(size),
+                millis_text(slide),
+                offset(at)
+            ),
+            Windows::Session { gap, .. } => format!("session gap {}, {time}", millis_text(gap)),
+        }
+    }
+
     /// Checks the sizes; the error names the setting.
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |setting: &str, message: String| Err(crate::Error::config(setting, message));
