@@ -28,4 +28,9 @@ eval "$(./scripts/kafka.sh env)"
 # Lints, warnings included (missing docs on public items among them), on every target.
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
-cargo test --workspace --all-features --locked "$@"
+# Every test binary runs even when one fails (--no-fail-fast); the end says what failed.
+log="$(mktemp -t riffle-test-XXXXXX.log)"
+status=0
+cargo test --workspace --all-features --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+./scripts/test-summary.sh "$log"
+exit "$status"
