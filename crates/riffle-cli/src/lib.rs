@@ -7,6 +7,7 @@ pub mod clicks;
 pub mod control;
 pub mod demos;
 pub mod generate;
+pub mod group;
 pub mod nexmark;
 pub mod process;
 pub mod progress;

@@ -72,6 +72,10 @@ enum Command {
     /// Write generated input data as JSON lines.
     #[command(subcommand)]
     Generate(riffle_cli::generate::GenerateCommand),
+    /// Operator actions on a process group (`demo --kafka B --group NAME`): list the state its
+    /// members cannot find, accept its loss.
+    #[command(subcommand)]
+    Group(riffle_cli::group::GroupCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -114,6 +118,7 @@ fn main() -> ExitCode {
         Command::Generate(command) => {
             riffle_cli::generate::run(&command).map_err(|e| e.to_string())
         }
+        Command::Group(command) => riffle_cli::group::run(&command).map_err(|e| e.to_string()),
         Command::Demo {
             scenario,
             pipeline: args,

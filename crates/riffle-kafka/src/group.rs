@@ -19,9 +19,14 @@
 //! a new run on the new assignment. A process that is not a member any more (its session
 //! expired) is fenced by the broker: its offsets cannot commit, so neither can its outputs.
 //!
-//! This first version carries stateless jobs (sources, maps, filters, sinks): keyed state across
-//! processes needs the Kafka shuffle and snapshots named by the committed offsets
-//! (`docs/scale-out.md`).
+//! Keyed state moves with its partitions: each commit's metadata names the snapshot holding its
+//! partition's state at that offset ([`note`]), and a new run composes the snapshots its
+//! partitions name into one restore ([`restore`]; a named snapshot that is gone makes the member
+//! wait for it or for an operator's acceptance of the loss, never exit and crash-loop). What no
+//! commit names any more is cleaned ([`cleanup`]: only runs provably dead and unnamed). Every
+//! member must run the same job: commits carry the job's fingerprint, and a member with another
+//! job fails at start naming the difference ([`job`]). A member whose checkpoints keep failing
+//! leaves the group, so that its partitions move (`checkpoints.tolerable_failed_checkpoints`).
 //!
 //! [`KafkaSink::in_group`]: crate::KafkaSink::in_group
 //!
@@ -39,7 +44,7 @@
 //! .unwrap();
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -48,16 +53,22 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use riffle::checkpoint::{CheckpointStorage, Manifest, ManifestPart, RestoreFrom, checkpoint_dir};
-use riffle::keys::KeyGroupRange;
-use riffle::{ConnectorErrorKind, StreamEnv};
+use riffle::checkpoint::{CheckpointStorage, RetentionFloor, checkpoint_dir};
+use riffle::{ConnectorErrorKind, JobFingerprint, StreamEnv};
 use serde::{Deserialize, Serialize};
 
 use crate::sink::Deliveries;
 use crate::{KafkaConnection, kafka_error, kafka_failure};
 
+mod cleanup;
 mod describe;
+mod job;
+mod legacy;
+mod note;
+mod restore;
 mod standby;
+
+pub use restore::{MissingState, accept_state_loss, reported_missing_state};
 
 /// How long an open transaction of a group's producer may stay open before the broker aborts it:
 /// what a SIGKILLed process leaves open holds `read_committed` readers back this long at most.
@@ -208,48 +219,36 @@ struct Transactions {
     state: Option<RunState>,
 }
 
-/// The run's checkpoint storage, seen from its root (shared by the group's processes), and the
-/// markers written in it.
+/// The run's checkpoint storage, seen from its root (shared by the group's processes), and what
+/// its commits say.
 struct RunState {
     storage: CheckpointStorage,
     /// The run's job directory under the root.
     job: String,
-    /// By partition, the offsets of the markers written, oldest first.
-    markers: BTreeMap<(String, i32), VecDeque<i64>>,
-}
-
-/// What one clean-up of the group's checkpoint storage removed.
-#[derive(Debug, Default)]
-struct CleanUp {
-    markers: usize,
-    runs: usize,
+    /// The run's job, checked against the group's commits before its first commit.
+    fingerprint: JobFingerprint,
+    /// Whether that check was done.
+    checked: bool,
+    /// What the run's retention keeps: from the checkpoint its last commit names on.
+    floor: RetentionFloor,
 }
 
 /// Where a partition's reader stood at a checkpoint.
 #[derive(Clone, Debug)]
 struct Position {
     next: i64,
-    /// What the reader needs besides the offset to resume there (kept in the marker).
+    /// What the reader needs besides the offset to resume there (kept beside the snapshot).
     reader: Option<serde_json::Value>,
 }
 
-/// What a marker says: the snapshot taken at a partition's committed offset, and where the
-/// partition's reader stood.
-#[derive(Debug, Serialize, Deserialize)]
-struct Marker {
-    job: String,
-    checkpoint: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    reader: Option<serde_json::Value>,
-}
-
-/// Markers kept per partition: the committed one and the one before.
-const MARKERS_KEPT: usize = 2;
 /// A run's directory that no committed offset names is removed once nothing was written in it
 /// for this long (a live run writes a checkpoint every interval).
 const CLEANUP_GRACE: Duration = Duration::from_secs(600);
-/// The file of a marker, in its directory.
-const MARKER_FILE: &str = "marker.json";
+/// Checkpoints a member's run may fail in a row when the job sets no bound
+/// (`checkpoints.tolerable_failed_checkpoints`): then the member leaves the group.
+const TOLERABLE_FAILED_CHECKPOINTS: u32 = 5;
+/// How often a member whose partitions' state is missing looks again.
+const MISSING_STATE_RETRY: Duration = Duration::from_secs(5);
 
 /// Membership of one process in a Kafka consumer group, and the process's transactions: what
 /// the sources, sinks and [`run_in_group`] of a process share. Cheap to clone.
@@ -283,7 +282,7 @@ struct GroupInner {
     /// The topics whose partitions carry keyed state (a Kafka shuffle's repartition topics);
     /// empty: every topic of the group does.
     keyed: Mutex<BTreeSet<String>>,
-    /// The reader positions the markers of the current run's committed offsets hold.
+    /// Where the readers of the current run's partitions stood at their committed offsets.
     restored: Mutex<BTreeMap<(String, i32), serde_json::Value>>,
     /// Names this process's transactional ids.
     instance: String,
@@ -294,6 +293,15 @@ struct GroupInner {
     cleanup_grace: AtomicU64,
     /// Warm copies of other members' partitions ([`KafkaGroup::set_standby_replicas`]).
     standby: standby::Standby,
+    /// The partitions whose committed state is missing, while this member waits for it.
+    missing: Mutex<Vec<MissingState>>,
+    /// The fingerprint of the job this member's replaces ([`KafkaGroup::set_upgrade_from`]).
+    upgrade_from: Mutex<Option<String>>,
+    /// This member's runs so far (names and orders them: `Registration::seq`).
+    runs: AtomicU64,
+    /// The member left the group (its checkpoints kept failing); it joins again at the next
+    /// [`run_in_group`].
+    left: AtomicBool,
     stop: Arc<AtomicBool>,
     poller: Mutex<Option<JoinHandle<()>>>,
 }
@@ -409,6 +417,10 @@ impl KafkaGroup {
                 label,
                 cleanup_grace: AtomicU64::new(CLEANUP_GRACE.as_millis() as u64),
                 standby: standby::Standby::default(),
+                missing: Mutex::new(Vec::new()),
+                upgrade_from: Mutex::new(None),
+                runs: AtomicU64::new(0),
+                left: AtomicBool::new(false),
                 instance,
                 stop,
                 poller: Mutex::new(Some(poller)),
@@ -473,6 +485,7 @@ impl KafkaGroup {
             lag: BTreeMap::new(),
             standby: Vec::new(),
             standby_bytes: 0,
+            missing_state: self.missing_state(),
         };
         // Brokers that cannot describe the group leave it empty: the commits still tell.
         match self.describe_members() {
@@ -495,9 +508,7 @@ impl KafkaGroup {
             };
             // Nothing committed yet: all of the partition is still to read.
             let lag = (end - committed.unwrap_or(0)).max(0);
-            let by = Some(element.metadata())
-                .filter(|m| !m.is_empty())
-                .map(str::to_string);
+            let by = Some(note::committer(element.metadata())).filter(|m| !m.is_empty());
             if let Some(by) = &by {
                 report
                     .members
@@ -528,97 +539,6 @@ impl KafkaGroup {
             .store(grace.as_millis() as u64, Ordering::Relaxed);
     }
 
-    /// Removes from the group's checkpoint storage what no committed offset needs any more:
-    /// markers below each partition's committed offset, and the directories of ended runs
-    /// (their snapshots and composed restore manifest) that no remaining marker names and
-    /// that nothing was written to for the clean-up grace. Runs are known by the entry each
-    /// writes under `<group>-runs/` at its start; `current` is this process's run. Errors are
-    /// logged, not returned: what is left is removed by a later clean-up.
-    fn clean_up(&self, storage: &CheckpointStorage, current: &str) -> riffle::Result<CleanUp> {
-        let name = &self.inner.name;
-        let grace = Duration::from_millis(self.inner.cleanup_grace.load(Ordering::Relaxed));
-        let committed = self.committed_everywhere()?;
-        let removed = |dir: &str| match storage.delete_dir(dir) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::warn!(group = %name, dir, error = %e, "group: clean-up cannot remove");
-                false
-            }
-        };
-        let mut done = CleanUp::default();
-        // The runs the markers still name: the committed one's, and those written for a
-        // commit still to come.
-        let mut named = BTreeSet::new();
-        for element in committed.elements() {
-            let (topic, partition) = (element.topic(), element.partition());
-            let committed = match element.offset() {
-                Offset::Offset(offset) => Some(offset),
-                _ => None,
-            };
-            for offset in storage.subdirectories(&format!("{name}-state/{topic}-{partition}"))? {
-                let Ok(offset) = offset.parse::<i64>() else {
-                    continue;
-                };
-                let dir = marker_dir(name, topic, partition, offset);
-                if committed.is_some_and(|committed| offset < committed) {
-                    done.markers += usize::from(removed(&dir));
-                } else if let Some(marker) = storage
-                    .read_optional(&format!("{dir}/{MARKER_FILE}"))?
-                    .and_then(|bytes| serde_json::from_slice::<Marker>(&bytes).ok())
-                {
-                    named.insert(marker.job);
-                }
-            }
-        }
-        let runs = format!("{name}-runs");
-        let now = std::time::SystemTime::now();
-        for run in storage.subdirectories(&runs)? {
-            if run == current || named.contains(&run) {
-                continue;
-            }
-            let entry = format!("{runs}/{run}");
-            let written = [storage.last_modified(&run)?, storage.last_modified(&entry)?]
-                .into_iter()
-                .flatten()
-                .max();
-            let idle = written
-                .and_then(|at| now.duration_since(at).ok())
-                .unwrap_or(Duration::MAX);
-            if idle < grace {
-                continue;
-            }
-            if removed(&run) && removed(&format!("{name}-restore/{run}")) && removed(&entry) {
-                done.runs += 1;
-            }
-        }
-        Ok(done)
-    }
-
-    /// Registers run `job` (for the clean-ups of later runs) and cleans up in the background.
-    fn clean_up_in_background(&self, storage: CheckpointStorage, job: String) {
-        if let Err(e) = storage.write(&format!("{}-runs/{job}/run", self.inner.name), Vec::new()) {
-            tracing::warn!(group = %self.inner.name, error = %e, "group: cannot register the run");
-            return;
-        }
-        let group = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("riffle-group-cleanup".into())
-            .spawn(move || match group.clean_up(&storage, &job) {
-                Ok(done) => tracing::info!(
-                    group = %group.inner.name,
-                    markers = done.markers,
-                    runs = done.runs,
-                    "group: cleaned up the checkpoint storage"
-                ),
-                Err(e) => {
-                    tracing::warn!(group = %group.inner.name, error = %e, "group: clean-up failed")
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::warn!(group = %self.inner.name, error = %e, "group: cannot start the clean-up");
-        }
-    }
-
     /// Bumped at every change of this process's assignment.
     pub fn generation(&self) -> u64 {
         self.inner.generation.load(Ordering::Acquire)
@@ -632,10 +552,45 @@ impl KafkaGroup {
     /// The error a run ends with when the group moved partitions.
     pub(crate) fn rebalanced_error(&self) -> riffle::Error {
         kafka_failure(
-            ConnectorErrorKind::Retriable,
+            ConnectorErrorKind::Reassigned,
             format!("consumer group `{}`", self.inner.name),
             "rebalanced: the run ends and starts again on the new assignment",
         )
+    }
+
+    /// Waits up to `wait`, or less if the assignment changes from `generation`.
+    fn wait_for_change(&self, generation: u64, wait: Duration) {
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline && self.generation() == generation {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Leaves the group (its partitions move to the other members at once); the next
+    /// [`run_in_group`] joins again.
+    fn leave(&self) {
+        self.inner.left.store(true, Ordering::Release);
+        self.inner.member.unsubscribe();
+        let mut membership = self.inner.membership.lock().expect("membership lock");
+        membership.assignment.clear();
+    }
+
+    /// Joins the group again after [`leave`](Self::leave).
+    fn rejoin(&self) -> riffle::Result<()> {
+        if !self.inner.left.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let topics: Vec<&str> = self.inner.topics.iter().map(String::as_str).collect();
+        self.inner
+            .member
+            .subscribe(&topics)
+            .map_err(|e| kafka_error(format!("cannot subscribe group `{}`", self.inner.name), e))
+    }
+
+    /// The partitions whose committed state this member cannot find, while it waits for it
+    /// (empty otherwise).
+    pub fn missing_state(&self) -> Vec<MissingState> {
+        self.inner.missing.lock().expect("missing lock").clone()
     }
 
     /// Waits until this process owns partitions and its assignment held still for a moment;
@@ -878,189 +833,85 @@ impl KafkaGroup {
             }
         };
         let result = self
-            .write_markers(&mut transactions, checkpoint, &offsets)
-            .and_then(|()| self.commit_transaction(&txn, &offsets));
+            .before_commit(&mut transactions, checkpoint, &offsets)
+            .and_then(|note| self.commit_transaction(&txn, &offsets, &note));
         // A producer whose transaction could neither commit nor abort is dropped.
         if result.is_ok() || txn.abort().is_ok() {
             transactions.free.push(txn);
         }
         result?;
         transactions.committed = checkpoint;
+        if let Some(state) = &transactions.state {
+            // Retention keeps this checkpoint (the commit names it) and later ones.
+            state.floor.raise(checkpoint);
+        }
         Ok(())
     }
 
-    /// Names checkpoint `checkpoint` by the offsets about to commit: a marker per partition,
-    /// written before the commit, so that a committed offset always has its snapshot. The
-    /// markers before the previous one are removed.
-    fn write_markers(
+    /// What the commit of checkpoint `checkpoint` needs first: the run's job checked against
+    /// the group's commits (at its first commit: two members may have started at once), and
+    /// where its readers stood written; returns the note its offsets carry.
+    fn before_commit(
         &self,
         transactions: &mut Transactions,
         checkpoint: u64,
         offsets: &BTreeMap<(String, i32), Position>,
-    ) -> riffle::Result<()> {
+    ) -> riffle::Result<note::CommitNote> {
         let Some(state) = &mut transactions.state else {
-            return Ok(());
+            return Ok(note::CommitNote {
+                member: self.inner.label.clone(),
+                ..note::CommitNote::default()
+            });
         };
-        for ((topic, partition), position) in offsets {
-            if !self.keyed(topic) && position.reader.is_none() {
-                continue;
-            }
-            let marker = serde_json::to_vec(&Marker {
-                job: state.job.clone(),
-                checkpoint,
-                reader: position.reader.clone(),
-            })
-            .map_err(riffle::Error::user)?;
-            let offset = &position.next;
-            let dir = marker_dir(&self.inner.name, topic, *partition, *offset);
-            state
-                .storage
-                .write(&format!("{dir}/{MARKER_FILE}"), marker)?;
-            let written = state
-                .markers
-                .entry((topic.clone(), *partition))
-                .or_default();
-            if written.back() != Some(offset) {
-                written.push_back(*offset);
-            }
-            while written.len() > MARKERS_KEPT {
-                let old = written.pop_front().expect("longer than kept");
-                let old = marker_dir(&self.inner.name, topic, *partition, old);
-                if let Err(e) = state.storage.delete_dir(&old) {
-                    tracing::warn!(marker = %old, error = %e, "group: cannot remove an old marker");
-                }
-            }
+        if !state.checked {
+            self.check_job(&state.storage, &state.fingerprint)?;
+            state.checked = true;
         }
-        Ok(())
+        self.write_readers(state, checkpoint, offsets)?;
+        Ok(note::CommitNote {
+            member: self.inner.label.clone(),
+            run: Some(state.job.clone()),
+            checkpoint: Some(checkpoint),
+            job: Some(state.fingerprint.hash()),
+        })
     }
 
-    /// The keyed state of the partitions this process owns, composed from the snapshots named by
-    /// their committed offsets into one manifest under `storage` (a restore of it); `None` when
-    /// no partition committed yet.
-    fn compose_restore(
+    /// Writes where the readers of the partitions about to commit stood at checkpoint
+    /// `checkpoint`, into that checkpoint's directory ([`restore::READERS_FILE`]), before the
+    /// commit that names it: a new owner of a partition resumes its event time there.
+    fn write_readers(
         &self,
-        storage: &CheckpointStorage,
-        location: &str,
-        job: &str,
-        max_parallelism: usize,
-    ) -> riffle::Result<Option<RestoreFrom>> {
-        let mut tpl = TopicPartitionList::new();
-        for (topic, partition) in self.assignment() {
-            tpl.add_partition(&topic, partition);
-        }
-        let committed = self
-            .inner
-            .member
-            .committed_offsets(tpl, TIMEOUT)
-            .map_err(|e| kafka_error("cannot read the group's committed offsets", e))?;
-        let (restored, parts) =
-            self.named_snapshots(storage, committed_positions(&committed), max_parallelism)?;
-        *self.inner.restored.lock().expect("restored lock") = restored;
-        if parts.is_empty() {
-            return Ok(None);
-        }
-        let manifest = Manifest::compose(job, parts).map_err(riffle::Error::Checkpoint)?;
-        // Distinct files: a store composed for several ranges is named once per range.
-        let files: BTreeMap<&str, &riffle::checkpoint::FileRef> = manifest
-            .all_files()
-            .map(|file| (file.path.as_str(), file))
-            .collect();
-        let warm = files.values().filter(|file| storage.is_warm(file)).count();
-        let dir = format!("{}-restore/{job}", self.inner.name);
-        storage.write_manifest(&dir, &manifest)?;
-        tracing::info!(
-            group = %self.inner.name,
-            manifest = %dir,
-            files = files.len(),
-            warm,
-            "group: restoring the partitions' state ({warm} files held warm by the standby replica)"
-        );
-        Ok(Some(RestoreFrom::Manifest {
-            location: location.to_string(),
-            dir,
-        }))
-    }
-
-    /// What the markers of the committed offsets `committed` (topic, partition, offset) name:
-    /// the reader positions they hold, and, for the partitions that carry keyed state, their
-    /// snapshots as parts of a manifest, each with the key groups of its partitions.
-    fn named_snapshots(
-        &self,
-        storage: &CheckpointStorage,
-        committed: impl IntoIterator<Item = (String, i32, i64)>,
-        max_parallelism: usize,
-    ) -> riffle::Result<(ReaderPositions, Vec<ManifestPart>)> {
-        let mut restored = BTreeMap::new();
-        let mut snapshots: BTreeMap<(String, u64), Vec<KeyGroupRange>> = BTreeMap::new();
-        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-        for (topic, partition, offset) in committed {
-            let topic = topic.as_str();
-            let dir = marker_dir(&self.inner.name, topic, partition, offset);
-            let marker = storage.read_optional(&format!("{dir}/{MARKER_FILE}"))?;
-            if !self.keyed(topic) {
-                // A source partition: only where its reader stood (its event time), if recorded.
-                if let Some(reader) = marker
-                    .and_then(|bytes| serde_json::from_slice::<Marker>(&bytes).ok())
-                    .and_then(|marker| marker.reader)
-                {
-                    restored.insert((topic.to_string(), partition), reader);
-                }
-                continue;
-            }
-            let Some(bytes) = marker else {
-                return Err(riffle::Error::Checkpoint(format!(
-                    "{topic}-{partition} committed offset {offset} in group `{}`, but no snapshot \
-                     in {} is named by it (`{dir}`): the checkpoint storage is not the one the \
-                     group used, or was cleaned",
-                    self.inner.name,
-                    storage.description()
-                )));
-            };
-            let marker: Marker = serde_json::from_slice(&bytes).map_err(|e| {
-                riffle::Error::Checkpoint(format!("`{dir}` is not a usable marker: {e}"))
-            })?;
-            if let Some(reader) = marker.reader {
-                restored.insert((topic.to_string(), partition), reader);
-            }
-            let partitions = match counts.get(topic) {
-                Some(n) => *n,
-                None => {
-                    let n = self.partition_count(topic)?;
-                    counts.insert(topic.to_string(), n);
-                    n
-                }
-            };
-            if partitions > max_parallelism {
-                return Err(riffle::Error::config(
-                    "max_parallelism",
-                    format!(
-                        "is {max_parallelism}, below the {partitions} partitions of `{topic}`: \
-                         a partition must own at least one key group"
-                    ),
-                ));
-            }
-            snapshots
-                .entry((marker.job, marker.checkpoint))
-                .or_default()
-                .push(KeyGroupRange::for_subtask(
-                    partition as usize,
-                    partitions,
-                    max_parallelism,
-                ));
-        }
-        let parts = snapshots
-            .into_iter()
-            .map(|((prefix, checkpoint), key_groups)| {
-                let manifest =
-                    storage.read_manifest(&format!("{prefix}/{}", checkpoint_dir(checkpoint)))?;
-                Ok(ManifestPart {
-                    prefix,
-                    manifest,
-                    key_groups,
+        state: &RunState,
+        checkpoint: u64,
+        offsets: &BTreeMap<(String, i32), Position>,
+    ) -> riffle::Result<()> {
+        let readers: Vec<restore::ReaderAt> = offsets
+            .iter()
+            .filter_map(|((topic, partition), position)| {
+                Some(restore::ReaderAt {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    reader: position.reader.clone()?,
                 })
             })
-            .collect::<riffle::Result<Vec<_>>>()?;
-        Ok((restored, parts))
+            .collect();
+        if readers.is_empty() {
+            return Ok(());
+        }
+        let bytes = serde_json::to_vec(&readers).map_err(riffle::Error::user)?;
+        let file = format!(
+            "{}/{}/{}",
+            state.job,
+            checkpoint_dir(checkpoint),
+            restore::READERS_FILE
+        );
+        state.storage.write(&file, bytes).map(drop)
+    }
+
+    /// How long a dead run's directory must have been left unwritten before a clean-up removes
+    /// it.
+    fn cleanup_grace(&self) -> Duration {
+        Duration::from_millis(self.inner.cleanup_grace.load(Ordering::Relaxed))
     }
 
     fn partition_count(&self, topic: &str) -> riffle::Result<usize> {
@@ -1081,19 +932,22 @@ impl KafkaGroup {
         &self,
         txn: &Open,
         offsets: &BTreeMap<(String, i32), Position>,
+        note: &note::CommitNote,
     ) -> riffle::Result<()> {
         txn.producer
             .flush(TIMEOUT)
             .map_err(|e| kafka_error(format!("cannot flush `{}`", txn.id), e))?;
         crate::sink::delivery_failure(txn.producer.context(), &txn.id)?;
         if !offsets.is_empty() {
+            let metadata = note.to_metadata();
             let mut tpl = TopicPartitionList::new();
             for ((topic, partition), position) in offsets {
                 tpl.add_partition_offset(topic, *partition, Offset::Offset(position.next))
                     .map_err(|e| kafka_error("bad offset", e))?;
-                // Who committed it: what `status` reports as the partition's owner.
+                // Who committed it (what `status` reports as the partition's owner), and the
+                // snapshot that holds the partition's state at this offset.
                 if let Some(mut element) = tpl.find_partition(topic, *partition) {
-                    element.set_metadata(self.inner.label.as_str());
+                    element.set_metadata(metadata.as_str());
                 }
             }
             let metadata = self.inner.member.group_metadata().ok_or_else(|| {
@@ -1106,6 +960,11 @@ impl KafkaGroup {
             txn.producer
                 .send_offsets_to_transaction(&tpl, &metadata, TIMEOUT)
                 .map_err(|e| {
+                    if is_rebalance(&e) {
+                        // The coordinator moved on to a new generation: an ordinary rebalance
+                        // whose callback has not reached this member yet.
+                        return self.rebalanced_error();
+                    }
                     kafka_error(
                         format!("cannot send the offsets to the transaction of `{}`", txn.id),
                         e,
@@ -1146,7 +1005,7 @@ pub fn run_in_group_with(
     mut execute: impl FnMut(&StreamEnv) -> riffle::Result<riffle::JobResult>,
 ) -> riffle::Result<riffle::JobResult> {
     let (mut failures, mut backoff) = (0u32, None);
-    let mut runs = 0u64;
+    group.rejoin()?;
     loop {
         let generation = group.wait_for_assignment();
         group.begin_run(generation, None);
@@ -1166,13 +1025,6 @@ pub fn run_in_group_with(
             ));
         }
         let restart = config.checkpoints.restart;
-        // Each run's snapshots in their own directory of the shared storage (checkpoint ids
-        // start again at 1 in every run, and markers name snapshots by job and id).
-        runs += 1;
-        let job = format!(
-            "{}-{}-{generation}-{runs}",
-            config.job_name, group.inner.instance
-        );
         let location = config.checkpoints.storage.clone();
         let open = || {
             CheckpointStorage::open(
@@ -1183,40 +1035,87 @@ pub fn run_in_group_with(
             )
             .map(|storage| storage.with_warm_files(group.warm_files()))
         };
-        let restore = group.compose_restore(&open()?, &location, &job, config.max_parallelism)?;
-        group.clean_up_in_background(open()?, job.clone());
+        let storage = open()?;
+        // One group, one job: a member with another job is refused before it restores anything.
+        let fingerprint = group.job_fingerprint(&env)?;
+        group.check_job(&storage, &fingerprint)?;
+        // Each run's snapshots in their own directory of the shared storage (checkpoint ids
+        // start again at 1 in every run, and commits name snapshots by directory and id).
+        let seq = group.inner.runs.fetch_add(1, Ordering::AcqRel) + 1;
+        let job = format!(
+            "{}-{}-{generation}-{seq}",
+            config.job_name, group.inner.instance
+        );
+        let restore =
+            match group.compose_restore(&storage, &location, &job, config.max_parallelism)? {
+                restore::Composed::Ready(restore) => restore,
+                restore::Composed::Missing(missing) => {
+                    // Never exit (a replacement would fail the same way): wait for the state,
+                    // a new assignment, or an operator's acceptance of the loss.
+                    group.report_missing(&storage, &missing);
+                    group.wait_for_change(generation, MISSING_STATE_RETRY);
+                    continue;
+                }
+            };
+        group.clean_up_in_background(open()?, job.clone(), seq);
         let every = config
             .checkpoints
             .interval
             .unwrap_or(Duration::from_secs(1));
         group.start_standby(open()?, config.max_parallelism, every);
         let warm_files = group.warm_files();
+        let floor = RetentionFloor::new();
+        let tolerable = config
+            .checkpoints
+            .tolerable_failed_checkpoints
+            .unwrap_or(TOLERABLE_FAILED_CHECKPOINTS);
         env.configure(|c| {
             c.checkpoints.warm_files = warm_files;
             c.job_name = job.clone();
             c.checkpoints.restart = riffle::checkpoint::RestartStrategy::None;
             c.checkpoints.restore = restore;
+            c.checkpoints.retention_floor = Some(floor.clone());
+            c.checkpoints.tolerable_failed_checkpoints = Some(tolerable);
         });
         group.begin_run(
             generation,
             Some(RunState {
-                storage: open()?,
+                storage,
                 job,
-                markers: BTreeMap::new(),
+                fingerprint,
+                checked: false,
+                floor,
             }),
         );
         let started = Instant::now();
         let result = execute(&env);
+        let reassigned = result
+            .as_ref()
+            .err()
+            .and_then(riffle::Error::connector_kind)
+            == Some(ConnectorErrorKind::Reassigned);
         let rebalanced = group.generation() != generation;
         group.abort_run();
         match result {
-            _ if rebalanced => {
+            _ if rebalanced || reassigned => {
                 tracing::info!(
                     group = group.name(),
                     "group: the assignment changed; the run starts again"
                 );
+                if !rebalanced {
+                    // The coordinator said so first: its callback is on its way.
+                    group.wait_for_change(generation, SETTLE);
+                }
             }
             Ok(result) => return Ok(result),
+            // A different job, a bad setting: no restart can help.
+            Err(e @ riffle::Error::Config { .. }) => return Err(e),
+            Err(e @ riffle::Error::TooManyFailedCheckpoints { .. }) => {
+                // Its partitions must move to members that can commit them.
+                tracing::error!(group = group.name(), error = %e, "group: this member cannot checkpoint; it leaves the group, so that its partitions move");
+                group.leave();
+                return Err(e);
+            }
             Err(e) => {
                 failures += 1;
                 let Some(delay) = restart.next_delay(failures, started.elapsed(), &mut backoff)
@@ -1259,6 +1158,10 @@ pub struct GroupReport {
     /// The bytes of state it holds for them.
     #[serde(default)]
     pub standby_bytes: u64,
+    /// The partitions whose committed state this member cannot find: it waits, until the
+    /// state is back or an operator accepts its loss (`riffle group accept-state-loss`).
+    #[serde(default)]
+    pub missing_state: Vec<MissingState>,
 }
 
 /// One partition of a process group's topics.
@@ -1278,6 +1181,22 @@ pub struct PartitionReport {
     pub committed_by: Option<String>,
 }
 
+/// Whether `e` says the group moved to another generation than the one this member committed
+/// with (a rebalance), rather than that something failed.
+fn is_rebalance(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::error::RDKafkaErrorCode as Code;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            Code::IllegalGeneration
+                | Code::UnknownMemberId
+                | Code::RebalanceInProgress
+                | Code::FencedMemberEpoch
+                | Code::StaleMemberEpoch
+        )
+    )
+}
+
 /// This machine's name, for a member's label.
 fn host_name() -> String {
     std::env::var("HOSTNAME")
@@ -1289,24 +1208,5 @@ fn host_name() -> String {
 }
 
 /// Where the readers of a group's partitions stood at their committed offsets, by (topic,
-/// partition), as their markers hold it.
+/// partition), as the checkpoints their commits name hold it.
 type ReaderPositions = BTreeMap<(String, i32), serde_json::Value>;
-
-/// The partitions of `committed` that have a committed offset, with it.
-fn committed_positions(committed: &TopicPartitionList) -> Vec<(String, i32, i64)> {
-    committed
-        .elements()
-        .iter()
-        .filter_map(|element| match element.offset() {
-            Offset::Offset(offset) => {
-                Some((element.topic().to_string(), element.partition(), offset))
-            }
-            _ => None, // nothing committed yet: no state
-        })
-        .collect()
-}
-
-/// The directory of the marker naming the snapshot taken at `offset` of `topic`-`partition`.
-fn marker_dir(group: &str, topic: &str, partition: i32, offset: i64) -> String {
-    format!("{group}-state/{topic}-{partition}/{offset}")
-}

@@ -39,7 +39,8 @@ pub mod testing;
 pub use admin::{create_partitions, delete_topics, ensure_topics};
 pub use connection::KafkaConnection;
 pub use group::{
-    GroupProtocol, GroupReport, KafkaGroup, PartitionReport, run_in_group, run_in_group_with,
+    GroupProtocol, GroupReport, KafkaGroup, MissingState, PartitionReport, accept_state_loss,
+    reported_missing_state, run_in_group, run_in_group_with,
 };
 pub use shuffle::{KafkaShuffle, KafkaShuffleExt};
 pub use sink::KafkaSink;

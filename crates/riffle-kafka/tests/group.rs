@@ -20,6 +20,9 @@ use riffle_kafka::{KafkaGroup, KafkaSink, KafkaSource, run_in_group};
 use serde_json::{Value, json};
 
 const MEMBER_ENV: &str = "RIFFLE_GROUP_MEMBER";
+/// For a member in mode `count-broken`: its checkpoint storage fails every write this many ms
+/// after the member started.
+const BREAK_AFTER_ENV: &str = "RIFFLE_GROUP_BREAK_STORAGE_AFTER_MS";
 /// The tests that start member processes run one at a time: each keeps the cores busy, and
 /// timing (sessions, mid-run actions) should not depend on what the others do.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -67,6 +70,17 @@ fn member_process() {
     // restore; checkpoints every second then.
     let padded = mode.contains("padded");
     let interval = Duration::from_millis(if padded { 1000 } else { 100 });
+    // A member whose checkpoint storage stops taking its writes after a while.
+    let broken = mode.contains("broken").then(|| {
+        let after: u64 = std::env::var(BREAK_AFTER_ENV)
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or(0);
+        std::sync::Arc::new(BreakingStore::new(
+            std::path::Path::new(storage),
+            Instant::now() + Duration::from_millis(after),
+        )) as std::sync::Arc<dyn object_store::ObjectStore>
+    });
     run_in_group(&group, |group| {
         eprintln!(
             "{} member {}: run on {:?}",
@@ -79,6 +93,7 @@ fn member_process() {
             checkpoints: CheckpointConfig {
                 interval: Some(interval),
                 storage: storage.to_string(),
+                object_store: broken.clone(),
                 ..CheckpointConfig::default()
             },
             ..EnvConfig::default()
@@ -152,6 +167,21 @@ impl Member {
         storage: &str,
         log: Option<&std::path::Path>,
     ) -> Member {
+        Self::start_with(mode, group, input, output, delay_us, storage, log, &[])
+    }
+
+    /// [`start_logged`](Self::start_logged), with more environment variables.
+    #[allow(clippy::too_many_arguments)]
+    fn start_with(
+        mode: &str,
+        group: &str,
+        input: &str,
+        output: &str,
+        delay_us: u64,
+        storage: &str,
+        log: Option<&std::path::Path>,
+        env: &[(&str, &str)],
+    ) -> Member {
         let stderr = match log {
             Some(path) => Stdio::from(std::fs::File::create(path).expect("a member's log")),
             None => Stdio::inherit(),
@@ -162,6 +192,7 @@ impl Member {
                 MEMBER_ENV,
                 format!("{mode} {group} {input} {output} {delay_us} {storage}"),
             )
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
@@ -644,35 +675,28 @@ fn keyed_state_moves_with_its_partitions_when_a_process_is_killed_or_joins() {
 
     // The clean-up: the members are stopped, and one starts whose clean-up takes what is 1 s
     // old. Of the runs before (killed, rebalanced), only those the committed offsets name
-    // stay, and of each partition's markers only the committed one and later ones.
+    // stay, with the cleaner's own.
     for member in &mut members {
         member.kill();
     }
     std::thread::sleep(Duration::from_secs(2));
-    let storage = std::env::temp_dir().join(format!("riffle-group-test-{group}"));
+    let storage = storage_dir(&group);
     let runs_before = registered_runs(&storage, &group).len();
     let mut cleaner = Member::start_mode("count-clean", &group, &input, &output, 0);
     let deadline = Instant::now() + Duration::from_secs(60);
     let kept = loop {
-        let committed = progress(&group, &input, 6);
-        let markers = markers(&storage, &group, &input);
-        let named: BTreeSet<String> = markers
-            .iter()
-            .filter(|(p, offset, _)| committed.get(p).is_some_and(|c| offset >= c))
-            .map(|(_, _, job)| job.clone())
-            .collect();
+        let named = named_runs(&group, &input);
         let runs = registered_runs(&storage, &group);
-        let stale = markers
-            .iter()
-            .filter(|(p, offset, _)| committed.get(p).is_some_and(|c| offset < c))
-            .count();
-        // What stays: the runs the markers name, and the cleaner's own.
-        if stale == 0 && runs.len() <= named.len() + 1 && runs.len() < runs_before {
+        if runs.len() <= named.len() + 1 && runs.len() < runs_before {
+            assert!(
+                named.is_subset(&runs),
+                "a run the commits name is gone: {named:?}, registered {runs:?}"
+            );
             break runs;
         }
         assert!(
             Instant::now() < deadline,
-            "not cleaned up: {stale} markers below the committed offsets, runs {runs:?} of which the markers name {named:?}"
+            "not cleaned up: runs {runs:?}, of which the commits name {named:?}"
         );
         std::thread::sleep(Duration::from_millis(200));
     };
@@ -707,31 +731,17 @@ fn registered_runs(storage: &std::path::Path, group: &str) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-/// Every marker of `topic`'s partitions: (partition, offset, the run it names).
-fn markers(storage: &std::path::Path, group: &str, topic: &str) -> Vec<(i32, i64, String)> {
-    let mut found = Vec::new();
-    for partition in 0..6 {
-        let dir = storage.join(format!("{group}-state/{topic}-{partition}"));
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries {
-            let entry = entry.unwrap();
-            let Ok(offset) = entry.file_name().to_string_lossy().parse::<i64>() else {
-                continue;
-            };
-            let Ok(bytes) = std::fs::read(entry.path().join("marker.json")) else {
-                continue;
-            };
-            let marker: Value = serde_json::from_slice(&bytes).unwrap();
-            found.push((
-                partition,
-                offset,
-                marker["job"].as_str().unwrap().to_string(),
-            ));
-        }
-    }
-    found
+/// The runs that the group's committed offsets of `topic` name (their notes' `run`).
+fn named_runs(group: &str, topic: &str) -> BTreeSet<String> {
+    common::committed_notes(group, topic, 6)
+        .values()
+        .filter_map(|(_, note)| note["run"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The group's checkpoint storage, shared by its member processes.
+fn storage_dir(group: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("riffle-group-test-{group}"))
 }
 
 /// Standby replicas: two members keep each other's partitions warm. One is SIGKILLed; the
@@ -922,4 +932,436 @@ fn measure_standby() {
             members.clear();
         }
     }
+}
+
+/// Local files whose writes all fail from a moment on: a member's checkpoint storage that
+/// stops taking its writes mid-run.
+#[derive(Debug)]
+struct BreakingStore {
+    inner: object_store::local::LocalFileSystem,
+    from: Instant,
+}
+
+impl BreakingStore {
+    fn new(dir: &std::path::Path, from: Instant) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        BreakingStore {
+            inner: object_store::local::LocalFileSystem::new_with_prefix(dir).unwrap(),
+            from,
+        }
+    }
+}
+
+impl std::fmt::Display for BreakingStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BreakingStore")
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for BreakingStore {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        if Instant::now() >= self.from {
+            return Err(object_store::Error::Generic {
+                store: "broken-test-store",
+                source: "the storage takes no writes (injected)".into(),
+            });
+        }
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures_util::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::path::Path>,
+        >,
+    ) -> futures_util::stream::BoxStream<'static, object_store::Result<object_store::path::Path>>
+    {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures_util::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+    {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// Waits until the log at `path` has a line containing `what`; returns it.
+fn wait_for_log(path: &std::path::Path, what: &str, wait: Duration) -> String {
+    let deadline = Instant::now() + wait;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains(what)) {
+            return line.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no `{what}` in {} within {wait:?}:\n{text}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `n` runs registered in `group`'s storage by members long gone, each with a checkpoint
+/// written an hour ago: what a group that ran for a while leaves for its clean-ups to walk.
+fn register_dead_runs(storage: &std::path::Path, group: &str, n: usize) -> Vec<String> {
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3_600);
+    let old = |path: &std::path::Path| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, b"{}").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(an_hour_ago)
+            .unwrap();
+    };
+    (0..n)
+        .map(|i| {
+            let run = format!("job-{:016x}-1-1", 0xdead_0000_u64 + i as u64);
+            old(&storage.join(format!("{group}-runs/{run}/run")));
+            old(&storage.join(format!("{run}/chk-1/_manifest.json")));
+            run
+        })
+        .collect()
+}
+
+/// Reads the group's commits of `topic` again and again while it runs, and records every
+/// commit that names a snapshot which is not in `storage` (read twice: a commit that moved on
+/// since may have let retention remove the snapshot it named before).
+struct NamedSnapshotsWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<(usize, Vec<String>)>>,
+}
+
+impl NamedSnapshotsWatch {
+    fn start(group: &str, topic: &str, storage: &std::path::Path) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (group, topic, storage) = (group.to_string(), topic.to_string(), storage.to_path_buf());
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let (mut checks, mut gone) = (0, Vec::new());
+                let mut check = || {
+                    for (partition, (offset, note)) in common::committed_notes(&group, &topic, 6) {
+                        let (Some(run), Some(checkpoint)) =
+                            (note["run"].as_str(), note["checkpoint"].as_u64())
+                        else {
+                            continue;
+                        };
+                        checks += 1;
+                        let manifest =
+                            storage.join(format!("{run}/chk-{checkpoint}/_manifest.json"));
+                        if manifest.exists() {
+                            continue;
+                        }
+                        let again = common::committed_notes(&group, &topic, 6);
+                        if again.get(&partition) == Some(&(offset, note.clone())) {
+                            gone.push(format!(
+                                "partition {partition} committed at {offset} names {} , which is gone",
+                                manifest.display()
+                            ));
+                        }
+                    }
+                };
+                while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                    check();
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                check();
+                (checks, gone)
+            })
+        };
+        NamedSnapshotsWatch {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops watching; returns the checks made and what was found gone.
+    fn finish(mut self) -> (usize, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+/// Issue 27: a group deleted the checkpoint that its own commits named (its clean-up took a run
+/// written "after now" for one idle for ever), and every member then failed at start for good.
+/// Here many dead runs are registered (long clean-ups), three members start in one rebalance
+/// (each cleaning, with a grace of 1 s, while the others write their first checkpoints), one is
+/// killed, its replacement is killed during its restore, and others join. Throughout, every
+/// snapshot a commit names must exist; at the end the counts are exact, and the dead runs are
+/// gone.
+#[test]
+fn no_clean_up_removes_a_snapshot_that_the_committed_offsets_name() {
+    let _serial = one_at_a_time();
+    let (input, output) = (topic("group-safe-in", 6), topic("group-safe-out", 3));
+    let (users, per_user) = (60, 300);
+    let total = (users * per_user) as i64;
+    keyed_input(&input, 6, users, per_user);
+    let group = group_name("safe");
+    let storage = storage_dir(&group);
+    let dead = register_dead_runs(&storage, &group, 400);
+    let logs = tempfile::tempdir().unwrap();
+    let log = |n: usize| logs.path().join(format!("member-{n}.log"));
+    let start = |n: usize| {
+        Member::start_logged(
+            "count-clean",
+            &group,
+            &input,
+            &output,
+            DELAY_US / 2,
+            &storage.display().to_string(),
+            Some(&log(n)),
+        )
+    };
+    let watch = NamedSnapshotsWatch::start(&group, &input, &storage);
+    let mut members: Vec<Member> = (0..3).map(start).collect();
+    wait_for_input(&group, &input, 6, total / 6);
+    members[0].kill();
+    // Its replacement is killed while it restores the partitions it took.
+    let mut replacement = start(3);
+    wait_for_log(
+        &log(3),
+        "group: restoring the partitions' state",
+        Duration::from_secs(90),
+    );
+    replacement.kill();
+    members.push(start(4));
+    let done = wait_for_input(&group, &input, 6, total / 2);
+    assert!(
+        done < total,
+        "the run had already ended: the test must act mid-run"
+    );
+    members[1].kill();
+    members.push(start(5));
+    wait_for_input(&group, &input, 6, total);
+    assert_counts_exactly_once(&output, users, per_user);
+    let (checks, gone) = watch.finish();
+    assert!(
+        gone.is_empty(),
+        "commits named snapshots that were removed:\n{}",
+        gone.join("\n")
+    );
+    assert!(checks > 100, "only {checks} commits were checked");
+    // The clean-ups did their work: the dead runs are gone.
+    let left: Vec<&String> = dead
+        .iter()
+        .filter(|run| storage.join(run).exists())
+        .collect();
+    assert!(left.is_empty(), "{} dead runs left", left.len());
+    for n in 0..6 {
+        let text = std::fs::read_to_string(log(n)).unwrap_or_default();
+        assert!(
+            !text.contains("is gone"),
+            "member {n} found state missing:\n{text}"
+        );
+    }
+    eprintln!("{checks} commits checked: every snapshot they named was there");
+}
+
+/// A member whose partitions' committed state is gone (the snapshot a commit names was removed
+/// from the storage) does not exit, for its replacement to fail the same way for ever: it says
+/// what is missing, reports it in the storage, and waits; once the loss is accepted
+/// (`accept_state_loss`, what `riffle group accept-state-loss` does), it starts those partitions
+/// with empty state, and the others with theirs.
+#[test]
+fn a_member_whose_committed_state_is_gone_waits_and_starts_once_its_loss_is_accepted() {
+    let _serial = one_at_a_time();
+    let (input, output) = (topic("group-lost-in", 6), topic("group-lost-out", 3));
+    let (users, per_user) = (60, 100);
+    let total = (users * per_user) as i64;
+    keyed_input(&input, 6, users, per_user);
+    let group = group_name("lost");
+    let storage = storage_dir(&group);
+    let mut members: Vec<Member> = (0..2)
+        .map(|_| Member::start_mode("count", &group, &input, &output, 0))
+        .collect();
+    wait_for_input(&group, &input, 6, total);
+    members.clear(); // killed
+    // The storage loses the run that partition 0's commit names (and with it, every partition
+    // that commit's run committed).
+    let notes = common::committed_notes(&group, &input, 6);
+    let lost_run = notes[&0].1["run"].as_str().unwrap().to_string();
+    std::fs::remove_dir_all(storage.join(&lost_run)).unwrap();
+    let lost: BTreeSet<i32> = notes
+        .iter()
+        .filter(|(_, (_, note))| note["run"] == lost_run.as_str())
+        .map(|(p, _)| *p)
+        .collect();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("member.log");
+    let mut member = Member::start_logged(
+        "count",
+        &group,
+        &input,
+        &output,
+        0,
+        &storage.display().to_string(),
+        Some(&log),
+    );
+    let line = wait_for_log(&log, "is gone", Duration::from_secs(60));
+    assert!(line.contains(&lost_run), "{line}");
+    // It waits, and looks again.
+    wait_for_log(&log, "accept-state-loss", Duration::from_secs(20));
+    let checkpoints = riffle::checkpoint::CheckpointStorage::open(
+        &storage.display().to_string(),
+        &[],
+        "",
+        "storage",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let reported = loop {
+        let reported = riffle_kafka::reported_missing_state(&checkpoints, &group).unwrap();
+        let partitions: BTreeSet<i32> = reported.iter().map(|m| m.partition).collect();
+        if partitions == lost {
+            break reported;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "reported {reported:?}, lost {lost:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        member.0.try_wait().unwrap().is_none(),
+        "the member exited instead of waiting"
+    );
+    riffle_kafka::accept_state_loss(&checkpoints, &group, &reported, "the test").unwrap();
+    assert!(
+        riffle_kafka::reported_missing_state(&checkpoints, &group)
+            .unwrap()
+            .is_empty()
+    );
+    // One more click per user: the lost partitions' users count from nothing, the others on.
+    keyed_input(&input, 6, users, 1);
+    wait_for_input(&group, &input, 6, total + users as i64);
+    let records = read_committed(&output, Duration::from_secs(60), |_, quiet| {
+        quiet > Duration::from_secs(5)
+    });
+    let mut last: BTreeMap<String, u64> = BTreeMap::new();
+    for record in &records {
+        let value: Value = serde_json::from_str(&record.value).unwrap();
+        last.insert(
+            value["user"].as_str().unwrap().to_string(),
+            value["count"].as_u64().unwrap(),
+        );
+    }
+    for u in 0..users {
+        let user = format!("u{u}");
+        let partition =
+            riffle::keys::subtask_for_key_group(riffle::keys::key_group_of(&user, 128), 128, 6)
+                as i32;
+        let expected = if lost.contains(&partition) {
+            1
+        } else {
+            per_user + 1
+        };
+        assert_eq!(
+            last.get(&user),
+            Some(&expected),
+            "{user} of partition {partition}"
+        );
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("its loss was accepted"), "{text}");
+    member.kill();
+}
+
+/// Issue 27: a member whose checkpoint storage stopped taking its writes kept its partitions,
+/// and their offsets never moved. Now, after `tolerable_failed_checkpoints` (5 in a group)
+/// failures in a row, its run fails naming the storage's error, it leaves the group and its
+/// partitions move: the counts end exact without it.
+#[test]
+fn a_member_that_cannot_checkpoint_leaves_the_group_and_its_partitions_move() {
+    let _serial = one_at_a_time();
+    let (input, output) = (topic("group-broken-in", 6), topic("group-broken-out", 3));
+    let (users, per_user) = (60, 200);
+    let total = (users * per_user) as i64;
+    keyed_input(&input, 6, users, per_user);
+    let group = group_name("broken");
+    let storage = storage_dir(&group).display().to_string();
+    let mut members: Vec<Member> = (0..2)
+        .map(|_| Member::start_mode("count", &group, &input, &output, DELAY_US / 2))
+        .collect();
+    wait_for_input(&group, &input, 6, total / 6);
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("broken.log");
+    let mut broken = Member::start_with(
+        "count-broken",
+        &group,
+        &input,
+        &output,
+        DELAY_US / 2,
+        &storage,
+        Some(&log),
+        &[(BREAK_AFTER_ENV, "3000")],
+    );
+    wait_for_log(&log, "run on [(", Duration::from_secs(60));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = broken.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the member that cannot checkpoint is still there:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!status.success(), "{text}");
+    assert!(
+        text.contains("checkpoints failed in a row")
+            && text.contains("the storage takes no writes"),
+        "{text}"
+    );
+    let done = wait_for_input(&group, &input, 6, total);
+    assert_eq!(done, total);
+    assert_counts_exactly_once(&output, users, per_user);
+    members.clear();
 }

@@ -73,6 +73,12 @@ pub fn run(args: &PipelineArgs, bootstrap: &str) -> riffle::Result<WindowedSumma
     if let Some(group) = &kafka_args.group {
         return run_group(args, &kafka, group, bootstrap);
     }
+    if kafka_args.upgrade_from.is_some() {
+        return Err(riffle::Error::config(
+            "--upgrade-from",
+            "replaces the job of a process group: it needs --group",
+        ));
+    }
     if kafka_args.num_standby_replicas.is_some() {
         return Err(riffle::Error::config(
             "--num-standby-replicas",
@@ -190,6 +196,9 @@ fn run_group(
         [topics.clicks.clone(), shuffle.topic()],
     )?;
     group.set_standby_replicas(kafka_args.num_standby_replicas.unwrap_or(0));
+    if let Some(hash) = &kafka_args.upgrade_from {
+        group.set_upgrade_from(hash.clone());
+    }
     println!(
         "riffle demo --kafka {bootstrap} --group {name}: a member; {} -> drop bots -> enrich -> {} -> {} s windows (+{} s lateness) -> {}, {}, {} (exactly-once, commits every {} ms)",
         topics.clicks,

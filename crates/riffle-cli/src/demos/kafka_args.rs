@@ -40,6 +40,11 @@ pub struct KafkaArgs {
     /// commit and the memory to hold it. Default 0.
     #[arg(long, value_name = "N")]
     pub num_standby_replicas: Option<usize>,
+    /// With --group: replace the group's job, whose fingerprint (HASH) a member refused with
+    /// another job names, by this one. Stop every member of the old job first; the new members
+    /// restore its state by operator uid, as from a savepoint (docs/scale-out.md).
+    #[arg(long, value_name = "HASH")]
+    pub upgrade_from: Option<String>,
     /// A librdkafka client setting for every client, KEY=VALUE (repeatable; SASL and SSL
     /// settings included, secrets are never printed).
     #[arg(long = "kafka-set", value_name = "KEY=VALUE")]

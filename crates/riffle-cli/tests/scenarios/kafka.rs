@@ -43,6 +43,11 @@ impl Job {
 }
 
 impl Job {
+    /// Whether it exited, with its status if so.
+    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.0.try_wait().unwrap()
+    }
+
     /// The process id.
     pub(crate) fn id(&self) -> u32 {
         self.0.id()

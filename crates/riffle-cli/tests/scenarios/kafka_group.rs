@@ -690,3 +690,203 @@ fn measure_group_fail_over() {
     drop(members);
     writer.join().unwrap();
 }
+
+/// Issue 27: two members of one group, one counting 60 s windows and one 30 s windows, shared
+/// the partitions and mixed both kinds of counts in `agg-clicks`. A member whose job differs
+/// from the group's commits now fails at start, naming the difference, while the group's member
+/// goes on; with every old member stopped, `--upgrade-from` names the old job and the new one
+/// runs.
+#[test]
+fn a_member_with_another_window_is_refused_at_start_naming_the_difference() {
+    let prefix = format!("fingerprint-{}-{}-", std::process::id(), now_ms());
+    let group = format!("{prefix}job");
+    let dir = tempfile::tempdir().unwrap();
+    let with_window = |secs: &str| {
+        let mut args = seed_job_args(&prefix, 300);
+        let w = args.iter().position(|a| a == "--window-secs").unwrap();
+        args[w + 1] = secs.to_string();
+        let p = args.iter().position(|a| a == "-p").unwrap();
+        args[p + 1] = "1".to_string();
+        args.extend(["--group", &group].map(str::to_string));
+        args
+    };
+    let mut first = member(&with_window("60"), dir.path(), 0);
+    wait_for_partitions(&format!("{prefix}clicks"), 8);
+    wait_for_partitions(&format!("{group}-by-user-repartition"), 8);
+    let (clicks, _) = input(2_000, 1_000.0);
+    write_input(format!("{prefix}clicks"), clicks, Duration::ZERO)
+        .join()
+        .unwrap();
+    // The group's member commits.
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", riffle_kafka::testing::bootstrap())
+        .set("group.id", &group)
+        .create()
+        .unwrap();
+    let topics = [format!("{prefix}clicks")];
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while !committed(&reader, &topics).iter().any(|(o, _)| *o > 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the group never committed\n{}",
+            logs(dir.path(), 1)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // A member with 30 s windows is refused, and says why.
+    let args: Vec<String> = with_window("30");
+    let refused = Command::new(env!("CARGO_BIN_EXE_riffle"))
+        .args(&args)
+        .current_dir(dir.path())
+        .env("RIFFLE_JOBS_DIR", dir.path().join("jobs"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "window of `count per user`: tumbling 30 s, event time here, tumbling 60 s, event time in the group's last commit"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("invalid configuration: `job`"), "{stderr}");
+    assert!(
+        first.exited().is_none(),
+        "the group's member stopped\n{}",
+        logs(dir.path(), 1)
+    );
+
+    // The upgrade: the old member stops, and the new job names the old one.
+    let hash = stderr
+        .split("--upgrade-from ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the error names the old job's fingerprint")
+        .to_string();
+    first.kill();
+    let mut upgraded = with_window("30");
+    upgraded.extend(["--upgrade-from".to_string(), hash]);
+    let mut second = member(&upgraded, dir.path(), 1);
+    let (more, _) = input(2_000, 1_000.0);
+    write_input(format!("{prefix}clicks"), more, Duration::ZERO)
+        .join()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let notes: Vec<String> = committed(&reader, &topics)
+            .into_iter()
+            .map(|(_, note)| note)
+            .collect();
+        let jobs: BTreeSet<String> = notes
+            .iter()
+            .filter_map(|note| serde_json::from_str::<serde_json::Value>(note).ok())
+            .filter_map(|note| note["job"].as_str().map(str::to_string))
+            .collect();
+        // Every partition committed by the new job.
+        if jobs.len() == 1
+            && notes
+                .iter()
+                .all(|n| n.contains(&format!("/{}/", second.id())))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the upgraded job did not take over: {notes:?}\n{}",
+            logs(dir.path(), 2)
+        );
+        assert!(
+            second.exited().is_none(),
+            "the upgraded member stopped\n{}",
+            logs(dir.path(), 2)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    second.kill();
+}
+
+/// `riffle group missing-state` lists what members reported missing in the group's storage,
+/// and `riffle group accept-state-loss` accepts it (the members then start those partitions
+/// empty: `crates/riffle-kafka/tests/group.rs` runs that with real members).
+#[test]
+fn riffle_group_lists_missing_state_and_accepts_its_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = dir.path().join("checkpoints");
+    let report = storage.join("g1-missing-state/clicks-3/120.json");
+    std::fs::create_dir_all(report.parent().unwrap()).unwrap();
+    std::fs::write(
+        &report,
+        serde_json::json!({
+            "topic": "clicks", "partition": 3, "offset": 120,
+            "committed_by": "host/7/00aa", "missing": "`run/chk-4/_manifest.json` is not in file:///x"
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let storage = storage.display().to_string();
+    let listed = crate::riffle(
+        &[
+            "group",
+            "missing-state",
+            "--group",
+            "g1",
+            "--checkpoint-dir",
+            &storage,
+        ],
+        dir.path(),
+    );
+    assert!(
+        listed.contains("clicks-3 at offset 120 (committed by host/7/00aa)"),
+        "{listed}"
+    );
+    // Another partition than the reported one: refused, naming it.
+    let wrong = crate::riffle_raw(
+        &[
+            "group",
+            "accept-state-loss",
+            "--group",
+            "g1",
+            "--checkpoint-dir",
+            &storage,
+            "--partition",
+            "clicks-4",
+        ],
+        dir.path(),
+    );
+    assert!(!wrong.status.success());
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("clicks-4"));
+    let accepted = crate::riffle(
+        &[
+            "group",
+            "accept-state-loss",
+            "--group",
+            "g1",
+            "--checkpoint-dir",
+            &storage,
+        ],
+        dir.path(),
+    );
+    assert!(
+        accepted.contains("accepted the loss of clicks-3 at offset 120"),
+        "{accepted}"
+    );
+    let acceptance = dir
+        .path()
+        .join("checkpoints/g1-accepted-loss/clicks-3/120.json");
+    let acceptance: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(acceptance).unwrap()).unwrap();
+    assert_eq!(acceptance["state"]["offset"], 120);
+    let listed = crate::riffle(
+        &[
+            "group",
+            "missing-state",
+            "--group",
+            "g1",
+            "--checkpoint-dir",
+            &storage,
+        ],
+        dir.path(),
+    );
+    assert!(listed.contains("no missing state reported"), "{listed}");
+}

@@ -11,8 +11,8 @@
 //! its last committed snapshots, the ones a restore of its partitions reads, stay warm.
 //!
 //! A copy is refreshed after every commit of the partitions it follows (polled at the job's
-//! checkpoint interval): the snapshot files the committed offsets' markers name are fetched,
-//! and the files no such marker names any more are dropped. Heap snapshots are whole, so a
+//! checkpoint interval): the snapshot files the committed offsets' notes name are fetched,
+//! and the files no such note names any more are dropped. Heap snapshots are whole, so a
 //! standby reads each followed partition's state once per commit: the cost of the option, in
 //! storage reads and in memory (the encoded state of the followed partitions).
 
@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use riffle::checkpoint::{CheckpointStorage, Manifest, WarmFiles};
 
-use super::{GroupInner, KafkaGroup, committed_positions};
+use super::restore::{Committed, committed_partitions};
+use super::{GroupInner, KafkaGroup};
 
 /// A member's standby replicas: what they hold, and whether their thread runs.
 pub(super) struct Standby {
@@ -170,35 +171,27 @@ impl KafkaGroup {
         storage: &CheckpointStorage,
         max_parallelism: usize,
     ) -> riffle::Result<u64> {
-        let committed = self.committed_everywhere()?;
+        let committed = committed_partitions(&self.committed_everywhere()?);
         let me = self.inner.label.clone();
-        let followed = self.followed_members(
-            committed
-                .elements()
-                .iter()
-                .map(|e| e.metadata().to_string()),
-        );
-        let committer = |topic: &str, partition: i32| {
-            committed
-                .find_partition(topic, partition)
-                .map(|e| e.metadata().to_string())
-                .unwrap_or_default()
-        };
+        let followed = self.followed_members(committed.iter().map(|c| c.note.member.clone()));
         // A followed member's partitions stay followed when they come to this member, until it
         // commits them itself: the restore that takes them over reads the warm copy.
-        let positions: Vec<(String, i32, i64)> = committed_positions(&committed)
-            .into_iter()
-            .filter(|(topic, partition, _)| {
-                let by = committer(topic, *partition);
-                self.keyed(topic) && (by == me || followed.contains(&by))
+        let positions: Vec<Committed> = committed
+            .iter()
+            .filter(|c| {
+                self.keyed(&c.topic) && (c.note.member == me || followed.contains(&c.note.member))
             })
+            .cloned()
             .collect();
         let partitions: Vec<String> = positions
             .iter()
-            .filter(|(topic, partition, _)| committer(topic, *partition) != me)
-            .map(|(topic, partition, _)| format!("{topic}-{partition}"))
+            .filter(|c| c.note.member != me)
+            .map(|c| format!("{}-{}", c.topic, c.partition))
             .collect();
-        let (_, parts) = self.named_snapshots(storage, positions, max_parallelism)?;
+        // Snapshots that are gone are not followed (the restore that needs them says so).
+        let parts = self
+            .named_snapshots(storage, &positions, max_parallelism)?
+            .parts;
         let mut fetched = 0;
         let mut wanted = HashSet::new();
         if !parts.is_empty() {
@@ -219,17 +212,12 @@ impl KafkaGroup {
             transactions.state.as_ref().map(|state| state.job.clone())
         };
         let own = run.map(|job| {
-            let oldest = committed_positions(&committed)
-                .into_iter()
-                .filter(|(topic, partition, _)| committer(topic, *partition) == me)
-                .filter_map(|(topic, partition, offset)| {
-                    let dir = super::marker_dir(&self.inner.name, &topic, partition, offset);
-                    let bytes = storage
-                        .read_optional(&format!("{dir}/{}", super::MARKER_FILE))
-                        .ok()??;
-                    let marker: super::Marker = serde_json::from_slice(&bytes).ok()?;
-                    (marker.job == job).then_some(marker.checkpoint)
-                })
+            let oldest = committed
+                .iter()
+                .filter(|c| c.note.member == me)
+                .filter_map(|c| c.note.snapshot())
+                .filter(|(run, _)| *run == job)
+                .map(|(_, checkpoint)| checkpoint)
                 .min()
                 .unwrap_or(0);
             (storage.store_path(&job), oldest)

@@ -47,6 +47,21 @@ pub fn produce(topic: &str, records: &[(i32, String, String)]) {
 
 /// The offsets `group` committed for `topic`, by partition.
 pub fn committed_offsets(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    committed_notes(group, topic, partitions)
+        .into_iter()
+        .map(|(p, (offset, _))| (p, offset))
+        .collect()
+}
+
+/// The offsets `group` committed for `topic`, by partition, each with its metadata (the note
+/// naming the committing member and the snapshot of the partition's state; `null` when it is
+/// not JSON). A broker that cannot answer yet (its group coordinator moving: `NotCoordinator`,
+/// `CoordinatorLoadInProgress`) is asked again, for up to 30 s.
+pub fn committed_notes(
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, (i64, serde_json::Value)> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
         .set("group.id", group)
@@ -56,13 +71,28 @@ pub fn committed_offsets(group: &str, topic: &str, partitions: i32) -> BTreeMap<
     for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
-    consumer
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .unwrap()
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let committed = loop {
+        match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+            Ok(committed) => break committed,
+            Err(e) if std::time::Instant::now() < deadline => {
+                eprintln!("the committed offsets of `{group}`: {e}; asking again");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("the committed offsets of `{group}`: {e}"),
+        }
+    };
+    committed
         .elements()
         .iter()
         .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some((e.partition(), o)),
+            Offset::Offset(o) => Some((
+                e.partition(),
+                (
+                    o,
+                    serde_json::from_str(e.metadata()).unwrap_or(serde_json::Value::Null),
+                ),
+            )),
             _ => None,
         })
         .collect()
