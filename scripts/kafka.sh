@@ -15,8 +15,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 TOOLS=${RIFFLE_TOOLS_DIR:-$ROOT/.tools}
 VERSION=${RIFFLE_KAFKA_VERSION:-4.1.1}
-PORT=${RIFFLE_KAFKA_PORT:-9092}
-CONTROLLER_PORT=$((PORT + 1))
+PORT_FILE=$TOOLS/kafka.port
 HOME_DIR=$TOOLS/kafka-$VERSION
 LIBS=$HOME_DIR/libs
 DATA=$TOOLS/kafka-data
@@ -61,6 +60,7 @@ EOF
 NAME=kafka
 # shellcheck source=scripts/service.sh
 . "$ROOT/scripts/service.sh"
+PORT=$(configured_port RIFFLE_KAFKA_PORT "${RIFFLE_KAFKA_PORT:-}" 9092)
 
 # Started: the port answers and the server says so (the port opens a moment before).
 ready() {
@@ -86,8 +86,8 @@ EOF
   cat >"$CONFIG" <<EOF
 process.roles=broker,controller
 node.id=1
-controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+controller.quorum.voters=1@127.0.0.1:$((PORT + 1))
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$((PORT + 1))
 advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
@@ -117,11 +117,13 @@ case "${1:-}" in
   start)
     fetch
     mkdir -p "$TOOLS"
-    configure
     if running && ready; then
       echo "kafka: already running on 127.0.0.1:$PORT" >&2
       exit 0
     fi
+    # The broker's port and the controller's after it.
+    move_if_taken 2 "${RIFFLE_KAFKA_PORT:-}"
+    configure
     if [ ! -f "$DATA/meta.properties" ]; then
       rm -rf "$DATA"
       kafka_java kafka.tools.StorageTool format --config "$CONFIG" \

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 TOOLS=${RIFFLE_TOOLS_DIR:-$ROOT/.tools}
-PORT=${RIFFLE_S3_PORT:-9014}
+PORT_FILE=$TOOLS/s3s-fs.port
 DATA=$TOOLS/s3-data
 PIDFILE=$TOOLS/s3s-fs.pid
 LOG=$TOOLS/s3s-fs.log
@@ -32,9 +32,11 @@ install() {
 NAME=s3-server
 # shellcheck source=scripts/service.sh
 . "$ROOT/scripts/service.sh"
+PORT=$(configured_port RIFFLE_S3_PORT "${RIFFLE_S3_PORT:-}" 9014)
 
+# Started: our process runs and the port answers.
 ready() {
-  port_answers "$PORT"
+  running && port_answers "$PORT"
 }
 
 case "${1:-}" in
@@ -45,6 +47,7 @@ case "${1:-}" in
       echo "s3-server: already running on 127.0.0.1:$PORT" >&2
       exit 0
     fi
+    move_if_taken 1 "${RIFFLE_S3_PORT:-}"
     start_and_wait 100 "$BIN" --host 127.0.0.1 --port "$PORT" --access-key "$ACCESS_KEY" --secret-key "$SECRET_KEY" "$DATA"
     echo "s3-server: s3s-fs listening on 127.0.0.1:$PORT, bucket $BUCKET" >&2
     ;;
