@@ -67,13 +67,28 @@ impl Drop for Job {
 }
 
 pub(crate) fn spawn(args: &[String], dir: &std::path::Path) -> Job {
+    // Every run's output goes to `riffle.log` in `dir`, for a failing test to show
+    // (`log_tail`).
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("riffle.log"))
+        .unwrap();
     Job(Command::new(env!("CARGO_BIN_EXE_riffle"))
         .args(args)
         .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .env("RIFFLE_LOG", "warn,riffle=info")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
         .spawn()
         .unwrap())
+}
+
+/// The last lines the runs `spawn` started in `dir` wrote.
+pub(crate) fn log_tail(dir: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(dir.join("riffle.log")).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
 }
 
 /// Waits (up to a minute) until `topic` exists with `partitions` partitions.

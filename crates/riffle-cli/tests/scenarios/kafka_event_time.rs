@@ -12,7 +12,7 @@ use riffle_cli::demos::UserCount;
 use riffle_clicks::{ClickGenerator, ClicksConfig};
 use riffle_kafka::testing::TestProducer;
 
-use crate::kafka::{now_ms, read_topic, seed_job_args, spawn, wait_for_partitions};
+use crate::kafka::{log_tail, now_ms, read_topic, seed_job_args, spawn, wait_for_partitions};
 
 /// The id of the newest completed checkpoint in `dir` (directories `chk-N` with a manifest).
 fn latest_checkpoint(dir: &std::path::Path) -> u64 {
@@ -80,19 +80,26 @@ fn a_partition_without_new_records_after_a_restore_does_not_hold_the_windows_bac
     // Partitions 0-6 now, partition 7 held back: nothing can fire (7 has no watermark).
     write(0..7);
     let checkpoints = dir.path().join("checkpoints/demo-pipeline-kafka");
-    // The job's first checkpoint (a loaded machine starts it slowly), then 4 s more of them.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while latest_checkpoint(&checkpoints) == 0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let before = latest_checkpoint(&checkpoints);
-    std::thread::sleep(Duration::from_secs(4));
-    let after = latest_checkpoint(&checkpoints);
-    assert!(
-        after >= before + 3,
-        "checkpoints complete while partitions 0-6 are read ({before} -> {after} in {})",
-        checkpoints.display()
-    );
+    // The job's first checkpoint (a loaded machine starts it slowly), then three more: the
+    // later ones were taken after partitions 0-6 were read to their end.
+    let wait_for_checkpoint = |at_least: u64| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let latest = latest_checkpoint(&checkpoints);
+            if latest >= at_least {
+                return latest;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no checkpoint {at_least} in {} (the newest: {latest}); the job's log:\n{}",
+                checkpoints.display(),
+                log_tail(dir.path())
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let before = wait_for_checkpoint(1);
+    wait_for_checkpoint(before + 3);
     job.kill(); // SIGKILL, after the checkpoints that hold partitions 0-6 read to their end
     let counts_topic = format!("{prefix}agg-clicks");
     assert!(
