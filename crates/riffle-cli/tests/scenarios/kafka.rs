@@ -5,7 +5,7 @@
 //! click is in `late-clicks` or counted, once; malformed input lands in the dead-letter topic.
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
