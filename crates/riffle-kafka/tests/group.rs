@@ -1027,6 +1027,23 @@ impl object_store::ObjectStore for BreakingStore {
     }
 }
 
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(at) = todo.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
 /// Waits until the log at `path` has a line containing `what`; returns it.
 fn wait_for_log(path: &std::path::Path, what: &str, wait: Duration) -> String {
     let deadline = Instant::now() + wait;
@@ -1129,7 +1146,7 @@ impl NamedSnapshotsWatch {
 
 /// Issue 27: a group deleted the checkpoint that its own commits named (its clean-up took a run
 /// written "after now" for one idle for ever), and every member then failed at start for good.
-/// Here many dead runs are registered (long clean-ups), three members start in one rebalance
+/// Here 3,000 dead runs are registered (long clean-ups), three members start in one rebalance
 /// (each cleaning, with a grace of 1 s, while the others write their first checkpoints), one is
 /// killed, its replacement is killed during its restore, and others join. Throughout, every
 /// snapshot a commit names must exist; at the end the counts are exact, and the dead runs are
@@ -1143,7 +1160,7 @@ fn no_clean_up_removes_a_snapshot_that_the_committed_offsets_name() {
     keyed_input(&input, 6, users, per_user);
     let group = group_name("safe");
     let storage = storage_dir(&group);
-    let dead = register_dead_runs(&storage, &group, 400);
+    let dead = register_dead_runs(&storage, &group, 3_000);
     let logs = tempfile::tempdir().unwrap();
     let log = |n: usize| logs.path().join(format!("member-{n}.log"));
     let start = |n: usize| {
@@ -1216,21 +1233,52 @@ fn a_member_whose_committed_state_is_gone_waits_and_starts_once_its_loss_is_acce
     keyed_input(&input, 6, users, per_user);
     let group = group_name("lost");
     let storage = storage_dir(&group);
-    let mut members: Vec<Member> = (0..2)
-        .map(|_| Member::start_mode("count", &group, &input, &output, 0))
+    let mut members: Vec<Member> = (0..3)
+        .map(|_| Member::start_mode("count", &group, &input, &output, DELAY_US / 2))
         .collect();
     wait_for_input(&group, &input, 6, total);
+    // Each member commits its own partitions (they keep committing once the input is read).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while named_runs(&group, &input).len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "one member committed every partition"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     members.clear(); // killed
-    // The storage loses the run that partition 0's commit names (and with it, every partition
-    // that commit's run committed).
+    // The runs the commits name: the storage loses the manifest of one's snapshot, and the
+    // state files (not the manifest) of another's; a third, if any, stays whole.
     let notes = common::committed_notes(&group, &input, 6);
-    let lost_run = notes[&0].1["run"].as_str().unwrap().to_string();
-    std::fs::remove_dir_all(storage.join(&lost_run)).unwrap();
+    let named: BTreeSet<(String, u64)> = notes
+        .values()
+        .map(|(_, note)| {
+            (
+                note["run"].as_str().unwrap().to_string(),
+                note["checkpoint"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let named: Vec<(String, u64)> = named.into_iter().collect();
+    assert!(named.len() >= 2, "the commits name one snapshot: {notes:?}");
+    let snapshot =
+        |(run, checkpoint): &(String, u64)| storage.join(format!("{run}/chk-{checkpoint}"));
+    std::fs::remove_file(snapshot(&named[0]).join("_manifest.json")).unwrap();
+    let mut files = 0;
+    for entry in walk(&snapshot(&named[1])) {
+        if !entry.ends_with("_manifest.json") {
+            std::fs::remove_file(entry).unwrap();
+            files += 1;
+        }
+    }
+    assert!(files > 0, "{:?} holds no state file", named[1]);
+    let lost_runs = [named[0].0.clone(), named[1].0.clone()];
     let lost: BTreeSet<i32> = notes
         .iter()
-        .filter(|(_, (_, note))| note["run"] == lost_run.as_str())
+        .filter(|(_, (_, note))| lost_runs.iter().any(|run| note["run"] == run.as_str()))
         .map(|(p, _)| *p)
         .collect();
+    assert!(lost.len() < 6, "every partition's state is lost: {notes:?}");
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("member.log");
     let mut member = Member::start_logged(
@@ -1242,8 +1290,7 @@ fn a_member_whose_committed_state_is_gone_waits_and_starts_once_its_loss_is_acce
         &storage.display().to_string(),
         Some(&log),
     );
-    let line = wait_for_log(&log, "is gone", Duration::from_secs(60));
-    assert!(line.contains(&lost_run), "{line}");
+    wait_for_log(&log, "is gone", Duration::from_secs(60));
     // It waits, and looks again.
     wait_for_log(&log, "accept-state-loss", Duration::from_secs(20));
     let checkpoints = riffle::checkpoint::CheckpointStorage::open(

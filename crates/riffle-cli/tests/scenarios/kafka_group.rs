@@ -890,3 +890,136 @@ fn riffle_group_lists_missing_state_and_accepts_its_loss() {
     );
     assert!(listed.contains("no missing state reported"), "{listed}");
 }
+
+/// `n` runs registered in a group's checkpoint storage `storage` by members long gone, each
+/// with a checkpoint written an hour ago: what a group that ran for a while leaves for its
+/// clean-ups to walk.
+#[cfg(feature = "rocksdb")]
+fn register_dead_runs(storage: &Path, group: &str, n: usize) -> Vec<String> {
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3_600);
+    let old = |path: PathBuf| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"{}").unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(an_hour_ago).unwrap();
+    };
+    (0..n)
+        .map(|i| {
+            let run = format!(
+                "demo-pipeline-kafka-{:016x}-1-1",
+                0xdead_0000_u64 + i as u64
+            );
+            old(storage.join(format!("{group}-runs/{run}/run")));
+            old(storage.join(format!("{run}/chk-1/_manifest.json")));
+            run
+        })
+        .collect()
+}
+
+/// Issue 27, on the state where it happened: the seed's job on RocksDB (incremental
+/// checkpoints: later snapshots of a run name the store files of earlier ones) across
+/// processes, with thousands of dead runs registered (clean-ups take a while), three members
+/// started in one rebalance, one killed, its replacement killed during its restore, and two more
+/// joining. A clean-up that removed a run a commit names (or the store files its later
+/// snapshots share) left every new member failing at start for good. Every window is counted
+/// once, no member finds state missing, and the dead runs are gone.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn many_registered_runs_and_a_kill_during_a_restore_lose_no_window_on_rocksdb() {
+    let prefix = format!("group-many-{}-{}-", std::process::id(), now_ms());
+    let group = format!("{prefix}job");
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = seed_job_args(&prefix, 300);
+    let p = args.iter().position(|a| a == "-p").unwrap();
+    args[p + 1] = "1".to_string();
+    args.extend(["--group", &group, "--state-backend", "rocksdb"].map(str::to_string));
+    let dead = register_dead_runs(&dir.path().join("checkpoints"), &group, 3_000);
+    // The first member creates the topics; two more join at once.
+    let mut members = vec![member(&args, dir.path(), 0)];
+    wait_for_partitions(&format!("{prefix}clicks"), 8);
+    wait_for_partitions(&format!("{group}-by-user-repartition"), 8);
+    members.push(member(&args, dir.path(), 1));
+    members.push(member(&args, dir.path(), 2));
+    let (clicks, expected) = input(60_000, 10_000.0);
+    let writer = write_input(
+        format!("{prefix}clicks"),
+        clicks,
+        Duration::from_millis(150),
+    );
+    let counts_topic = format!("{prefix}agg-clicks");
+    let partial = read_topic(
+        &counts_topic,
+        1,
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+    );
+    assert!(
+        partial.len() < expected.len(),
+        "the kills must come mid-run\n{}",
+        logs(dir.path(), members.len())
+    );
+    members[1].kill();
+    // Its replacement is killed while it restores the partitions it took.
+    let mut replacement = member(&args, dir.path(), 3);
+    let log = dir.path().join("member-3.log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("group: restoring the partitions' state")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replacement never restored\n{}",
+            logs(dir.path(), 4)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    replacement.kill();
+    members.push(member(&args, dir.path(), 4));
+    // Another member goes while the group rebalances for the newcomer; a last one joins.
+    std::thread::sleep(Duration::from_millis(200 + now_ms() % 600));
+    members[2].kill();
+    members.push(member(&args, dir.path(), 5));
+    writer.join().unwrap();
+    let lines = read_topic(
+        &counts_topic,
+        expected.len(),
+        Duration::from_secs(240),
+        Duration::from_secs(5),
+    );
+    let context = logs(dir.path(), 6);
+    let seen = counts_once(&lines, &context);
+    let missing = expected.keys().filter(|k| !seen.contains_key(k)).count();
+    assert!(
+        seen == expected,
+        "{} counts, {} expected, {missing} missing\n{context}",
+        seen.len(),
+        expected.len()
+    );
+    for n in 0..6 {
+        let text =
+            std::fs::read_to_string(dir.path().join(format!("member-{n}.log"))).unwrap_or_default();
+        let lost = text.lines().any(|l| {
+            l.contains("is gone") || (l.contains("checkpoint") && l.contains("not found"))
+        });
+        assert!(!lost, "member {n} found state missing\n{context}");
+    }
+    // The clean-ups of the last runs may still be walking the registry.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let left = dead
+            .iter()
+            .filter(|run| dir.path().join("checkpoints").join(run).exists())
+            .count();
+        if left == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{left} dead runs left\n{}",
+            logs(dir.path(), 6)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(members);
+}

@@ -209,8 +209,12 @@ impl KafkaGroup {
             .member
             .committed_offsets(tpl, TIMEOUT)
             .map_err(|e| kafka_error("cannot read the group's committed offsets", e))?;
-        let named =
-            self.named_snapshots(storage, &committed_partitions(&committed), max_parallelism)?;
+        let named = self.named_snapshots(
+            storage,
+            &committed_partitions(&committed),
+            max_parallelism,
+            CheckFiles::All,
+        )?;
         let mut missing = Vec::new();
         for lost in named.missing {
             match storage.read_optional(&accepted_path(&self.inner.name, &lost))? {
@@ -286,6 +290,7 @@ impl KafkaGroup {
         storage: &CheckpointStorage,
         committed: &[Committed],
         max_parallelism: usize,
+        files: CheckFiles,
     ) -> riffle::Result<Named> {
         let group = self.inner.name.as_str();
         let mut named = Named::default();
@@ -371,25 +376,64 @@ impl KafkaGroup {
         }
         for ((prefix, checkpoint), (key_groups, by)) in snapshots {
             let dir = format!("{prefix}/{}", checkpoint_dir(checkpoint));
-            match storage.read_manifest_optional(&dir)? {
-                Some(manifest) => named.parts.push(ManifestPart {
-                    prefix,
-                    manifest,
-                    key_groups,
-                }),
-                None => named.missing.extend(by.into_iter().map(|at| MissingState {
+            let gone = match storage.read_manifest_optional(&dir)? {
+                None => Some(format!("{dir}/{}", riffle::checkpoint::MANIFEST_FILE)),
+                Some(manifest) => match first_missing_file(storage, &prefix, &manifest, files)? {
+                    Some(file) => Some(file),
+                    None => {
+                        named.parts.push(ManifestPart {
+                            prefix,
+                            manifest,
+                            key_groups,
+                        });
+                        None
+                    }
+                },
+            };
+            if let Some(gone) = gone {
+                named.missing.extend(by.into_iter().map(|at| MissingState {
                     topic: at.topic.clone(),
                     partition: at.partition,
                     offset: at.offset,
                     committed_by: at.note.member.clone(),
-                    missing: format!(
-                        "`{dir}/{}` is not in {}",
-                        riffle::checkpoint::MANIFEST_FILE,
-                        storage.description()
-                    ),
-                })),
+                    missing: format!("`{gone}` is not in {}", storage.description()),
+                }));
             }
         }
         Ok(named)
     }
+}
+
+/// Which files of the named snapshots [`KafkaGroup::named_snapshots`] checks are there.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum CheckFiles {
+    /// Every file (a restore: a snapshot whose store files are gone is missing state, not an
+    /// error the restore would fail on for ever).
+    All,
+    /// Only the manifests (a standby replica's refresh, every interval).
+    Manifests,
+}
+
+/// The first file of the snapshot `manifest` (of the run directory `prefix`) that is not in
+/// `storage`, when `files` asks to look (a file held warm is there).
+fn first_missing_file(
+    storage: &CheckpointStorage,
+    prefix: &str,
+    manifest: &Manifest,
+    files: CheckFiles,
+) -> riffle::Result<Option<String>> {
+    if files == CheckFiles::Manifests {
+        return Ok(None);
+    }
+    for file in manifest.all_files() {
+        let path = format!("{prefix}/{}", file.path);
+        let warm = riffle::checkpoint::FileRef {
+            path: path.clone(),
+            ..file.clone()
+        };
+        if !storage.is_warm(&warm) && !storage.exists(&path)? {
+            return Ok(Some(path));
+        }
+    }
+    Ok(None)
 }

@@ -190,7 +190,12 @@ impl KafkaGroup {
             .collect();
         // Snapshots that are gone are not followed (the restore that needs them says so).
         let parts = self
-            .named_snapshots(storage, &positions, max_parallelism)?
+            .named_snapshots(
+                storage,
+                &positions,
+                max_parallelism,
+                super::restore::CheckFiles::Manifests,
+            )?
             .parts;
         let mut fetched = 0;
         let mut wanted = HashSet::new();

@@ -327,6 +327,20 @@ impl CheckpointStorage {
         }
     }
 
+    /// Whether the file `relative` exists (a HEAD request; a file held warm counts only if it
+    /// is in the store too).
+    pub fn exists(&self, relative: &str) -> Result<bool> {
+        let path = self.path(relative);
+        match self.runtime.block_on(self.store.head(&path)) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(storage_error(
+                format!("cannot look up `{path}` in {}", self.description),
+                e,
+            )),
+        }
+    }
+
     /// Reads the manifest of `dir`; `None` when `dir` has none (never completed, or removed).
     pub fn read_manifest_optional(&self, dir: &str) -> Result<Option<Manifest>> {
         let relative = format!("{dir}/{MANIFEST_FILE}");
