@@ -36,12 +36,15 @@
 
 pub mod aggregate;
 pub mod api;
+pub(crate) mod bad_records;
 pub mod change;
 pub mod checkpoint;
+pub(crate) mod codec;
 pub mod config;
 mod control;
 pub mod error;
 pub(crate) mod graph;
+pub mod join;
 pub mod keys;
 pub mod metrics;
 pub mod operators;

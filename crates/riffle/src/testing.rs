@@ -657,7 +657,7 @@ impl crate::state::KvStore for MemoryKvStore {
         }
         let mut files = Vec::new();
         for (key_group, entries) in groups {
-            let bytes = crate::checkpoint::encode(&entries)?;
+            let bytes = crate::codec::encode(&entries)?;
             let path = dir.join(format!(
                 "kg{key_group:05}-{:016x}.sst",
                 xxhash_rust::xxh3::xxh3_64(&bytes)
@@ -676,7 +676,7 @@ impl crate::state::KvStore for MemoryKvStore {
         for entry in listing.flatten() {
             let bytes = std::fs::read(entry.path())
                 .map_err(|e| crate::Error::io("cannot read a store checkpoint", e))?;
-            let entries: Vec<(Vec<u8>, Vec<u8>)> = crate::checkpoint::decode(&bytes)?;
+            let entries: Vec<(Vec<u8>, Vec<u8>)> = crate::codec::decode(&bytes)?;
             for (key, value) in entries {
                 if range.contains(u16::from_be_bytes([key[0], key[1]])) {
                     mine.insert(key, value);

@@ -178,7 +178,7 @@ impl<T> WatermarkStrategy<T> {
         let mut strategy = WatermarkStrategy::custom(move || BoundedOutOfOrderness::new(bound));
         strategy.generator_text = format!(
             "bounded out-of-orderness {}",
-            crate::graph::millis_text(bound.as_millis().min(i64::MAX as u128) as i64)
+            crate::util::millis_text(bound.as_millis().min(i64::MAX as u128) as i64)
         );
         strategy
     }
@@ -211,7 +211,7 @@ impl<T> WatermarkStrategy<T> {
         if let Some(idleness) = self.idleness {
             text.push_str(&format!(
                 ", idle after {}",
-                crate::graph::millis_text(idleness.as_millis().min(i64::MAX as u128) as i64)
+                crate::util::millis_text(idleness.as_millis().min(i64::MAX as u128) as i64)
             ));
         }
         text

@@ -17,6 +17,14 @@ pub(crate) fn fuzz_config(default: u32) -> proptest::test_runner::Config {
     }
 }
 
+/// A duration in ms as a user writes it: `60 s`, `1500 ms`.
+pub(crate) fn millis_text(ms: i64) -> String {
+    match ms {
+        ms if ms != 0 && ms % 1_000 == 0 => format!("{} s", ms / 1_000),
+        ms => format!("{ms} ms"),
+    }
+}
+
 /// Lets a message through at most once per interval and counts the ones held back, so a flood
 /// of bad or late records cannot flood the log while every one of them is still counted.
 #[derive(Debug)]
@@ -64,5 +72,18 @@ mod tests {
         assert_eq!(log.should_log(), None);
         log.last = Some(Instant::now() - Duration::from_secs(7200));
         assert_eq!(log.should_log(), Some(2));
+    }
+}
+
+#[cfg(test)]
+mod millis_tests {
+    use super::millis_text;
+
+    #[test]
+    fn durations_read_as_written() {
+        assert_eq!(millis_text(60_000), "60 s");
+        assert_eq!(millis_text(30_000), "30 s");
+        assert_eq!(millis_text(1_500), "1500 ms");
+        assert_eq!(millis_text(0), "0 ms");
     }
 }

@@ -10,11 +10,11 @@ use crate::config::EnvConfig;
 use crate::error::{Error, Result};
 use crate::graph::{self, Edge, JobPlan, Node, NodeKind, Ship, Slot, TypeOf};
 use crate::record::Data;
+use crate::runtime::source_task::SourceSpec;
 use crate::runtime::{JobHandle, JobResult, start};
 use crate::sink::FileSink;
 use crate::source::DEAD_LETTER_TAG;
 use crate::source::collection::CollectionSource;
-use crate::source::task::SourceSpec;
 use crate::source::{BadRecordPolicy, DeadLetter, Source};
 use crate::time::WatermarkStrategy;
 
@@ -240,7 +240,7 @@ impl StreamEnv {
         let config = self.config();
         let nodes = self.job_nodes()?;
         tracing::info!(job = %config.job_name, "starting job");
-        start(nodes, config)
+        start(Box::new(crate::graph::GraphPlanner::new(nodes)), config)
     }
 
     /// The declared graph plus what the job adds by itself (default dead-letter files).

@@ -18,9 +18,9 @@ use crate::api::KeyFn;
 use crate::api::KeyedConnectedStreams;
 use crate::api::stream::DataStream;
 use crate::error::Result;
+use crate::join::window::{CoGroupAll, JoinPairs};
 use crate::operators::OutputTag;
 use crate::record::{Data, Either};
-use crate::window::join::{CoGroupAll, JoinPairs};
 use crate::window::{
     ProcessWindow, ProcessWindowFunction, WindowCollector, WindowSettings, Windows, window_operator,
 };
@@ -145,7 +145,7 @@ impl<K: Data + Hash + Eq, A: Data, B: Data> JoinWindows<K, A, B> {
         // Records no window can hold (windows beyond the i64 range) become dead letters, as in
         // a windowed stream.
         stream.env.nodes.borrow_mut()[stream.node].bad_records =
-            Some(crate::source::BadRecordPolicy::DeadLetter);
+            Some(crate::bad_records::BadRecordPolicy::DeadLetter);
         stream
     }
 }

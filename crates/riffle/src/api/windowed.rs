@@ -362,11 +362,11 @@ where
             ("window".to_string(), settings.windows.describe()),
             (
                 "allowed lateness".to_string(),
-                crate::graph::millis_text(settings.lateness),
+                crate::util::millis_text(settings.lateness),
             ),
         ];
         if let Some(every) = settings.early_every {
-            described.push(("early firing".to_string(), crate::graph::millis_text(every)));
+            described.push(("early firing".to_string(), crate::util::millis_text(every)));
         }
         if self.trigger.is_some() {
             described.push(("trigger".to_string(), "custom".to_string()));
@@ -391,6 +391,6 @@ fn declared<T>(stream: DataStream<T>, settings: Vec<(String, String)>) -> DataSt
 /// stream, or else files under the job's `dead_letter_dir`.
 fn with_dead_letters<T>(stream: DataStream<T>) -> DataStream<T> {
     stream.env.nodes.borrow_mut()[stream.node].bad_records =
-        Some(crate::source::BadRecordPolicy::DeadLetter);
+        Some(crate::bad_records::BadRecordPolicy::DeadLetter);
     stream
 }

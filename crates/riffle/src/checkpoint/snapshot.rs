@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::keys::KeyGroup;
 use crate::record::Timestamp;
 
@@ -30,22 +30,7 @@ pub enum Redistribution {
     Broadcast,
 }
 
-/// Encodes a value with the state codec (postcard: compact, self-describing enough for serde).
-pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
-    postcard::to_allocvec(value).map_err(|e| Error::user(format!("cannot encode state: {e}")))
-}
-
-/// Appends the encoding of `value` (as [`encode`] writes it) to `buffer`.
-pub fn encode_into<T: Serialize + ?Sized>(value: &T, buffer: &mut Vec<u8>) -> Result<()> {
-    *buffer = postcard::to_extend(value, std::mem::take(buffer))
-        .map_err(|e| Error::user(format!("cannot encode state: {e}")))?;
-    Ok(())
-}
-
-/// Decodes a value written by [`encode`].
-pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
-    postcard::from_bytes(bytes).map_err(|e| Error::user(format!("cannot decode state: {e}")))
-}
+pub use crate::codec::{decode, encode, encode_into};
 
 /// What one operator instance writes at a checkpoint.
 #[derive(Debug, Default, Clone, PartialEq)]

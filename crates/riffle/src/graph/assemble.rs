@@ -10,36 +10,21 @@
 
 use std::sync::Arc;
 
-use crate::checkpoint::Finalizers;
+use crate::bad_records::DeadLetter;
 use crate::checkpoint::RestoreState;
-use crate::checkpoint::coordinator::CheckpointHub;
-use crate::checkpoint::restore::RestoreAssignment;
 use crate::config::EnvConfig;
 use crate::error::{Error, Result};
 use crate::graph::channels::{Channels, create_channels};
 use crate::graph::layout::{Layout, layout};
 use crate::graph::plan::describe;
 use crate::graph::types::{TypeOf, downcast};
-use crate::graph::{AnyOutput, Edge, JobPlan, Node, NodeId, NodeKind, Ship, Slot, StreamType};
+use crate::graph::{AnyOutput, Edge, Node, NodeId, NodeKind, Ship, Slot, StreamType};
 use crate::keys::KeyGroupRange;
 use crate::metrics::MetricsRegistry;
 use crate::operators::{OperatorContext, SideOutputs};
-use crate::runtime::{InFlightSetup, JobControl, TaskContext, TaskSpec, TaskStoreHandle};
-use crate::source::DeadLetter;
-use crate::source::task::SourceTaskSetup;
+use crate::runtime::source_task::SourceTaskSetup;
+use crate::runtime::{InFlightSetup, JobPlan, RunContext, TaskContext, TaskSpec, TaskStoreHandle};
 use crate::state::TaskStore;
-
-/// What a run of the job shares with its tasks.
-pub(crate) struct RunContext<'a> {
-    pub(crate) config: &'a EnvConfig,
-    pub(crate) registry: &'a MetricsRegistry,
-    pub(crate) control: &'a Arc<JobControl>,
-    pub(crate) checkpoints: Option<Arc<CheckpointHub>>,
-    pub(crate) restore: Option<&'a RestoreAssignment>,
-    /// Unique per run of the job (a restart is a new run).
-    pub(crate) run_id: String,
-    pub(crate) finalizers: Finalizers,
-}
 
 /// Assembles the tasks of one subtask index of every chain.
 struct Assembler<'a> {
@@ -312,7 +297,7 @@ impl Assembler<'_> {
                 let restore = self.restore_state(head, &op)?;
                 let output = self.output(head, &Slot::Main, &out_type, subtask, &ctx)?;
                 let dead_letter_type = TypeOf::<DeadLetter>::arc();
-                let slot = Slot::Side(crate::source::DEAD_LETTER_TAG.to_string());
+                let slot = Slot::Side(crate::bad_records::DEAD_LETTER_TAG.to_string());
                 let dead_letter =
                     downcast(self.output(head, &slot, &dead_letter_type, subtask, &ctx)?)?;
                 source.task(SourceTaskSetup {

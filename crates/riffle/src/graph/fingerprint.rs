@@ -152,25 +152,9 @@ pub(crate) fn fingerprint(nodes: &[Node], config: &EnvConfig) -> Result<JobFinge
     Ok(JobFingerprint { entries })
 }
 
-/// A duration in ms as a user writes it: `60 s`, `1500 ms`.
-pub(crate) fn millis_text(ms: i64) -> String {
-    match ms {
-        ms if ms != 0 && ms % 1_000 == 0 => format!("{} s", ms / 1_000),
-        ms => format!("{ms} ms"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_read_as_written() {
-        assert_eq!(millis_text(60_000), "60 s");
-        assert_eq!(millis_text(30_000), "30 s");
-        assert_eq!(millis_text(1_500), "1500 ms");
-        assert_eq!(millis_text(0), "0 ms");
-    }
 
     /// A job: clicks `(user, n)` keyed by user, in windows, with these knobs.
     fn job(

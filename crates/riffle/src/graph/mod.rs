@@ -42,14 +42,14 @@ use crate::config::EnvConfig;
 use crate::error::{Error, Result};
 use crate::operators::{OperatorContext, SideOutputs};
 use crate::record::Data;
+use crate::runtime::source_task::ErasedSource;
 use crate::runtime::{IntoInput, KeyGroupFn, Output};
-use crate::source::task::ErasedSource;
 
-pub(crate) use assemble::{RunContext, plan};
+pub use crate::runtime::{JobPlan, PlanEdge, PlanVertex};
+pub(crate) use assemble::plan;
+pub(crate) use fingerprint::fingerprint;
 pub use fingerprint::{FingerprintDifference, JobFingerprint};
-pub(crate) use fingerprint::{fingerprint, millis_text};
 pub(crate) use plan::describe_nodes;
-pub use plan::{JobPlan, PlanEdge, PlanVertex};
 pub(crate) use types::{StreamType, TypeOf};
 
 use layout::layout;
@@ -184,7 +184,7 @@ pub(crate) struct Node {
     pub(crate) start_new_chain: bool,
     /// The policy of a node that decodes input (a source, a parser), whose dead letters go to a
     /// default file when the job does not consume them.
-    pub(crate) bad_records: Option<crate::source::BadRecordPolicy>,
+    pub(crate) bad_records: Option<crate::bad_records::BadRecordPolicy>,
     /// Keeps keyed state (in the task's store when the state backend has one).
     pub(crate) keyed: bool,
     /// What no other node of the job may use too ([`Sink::exclusive_resource`]).
@@ -237,4 +237,33 @@ pub(crate) fn task_count(nodes: &[Node], config: &EnvConfig) -> Result<usize> {
         .iter()
         .map(|(head, _)| layout.parallelism[*head])
         .sum())
+}
+
+/// The job graph as the runtime's [`Planner`](crate::runtime::Planner): the nodes the API
+/// declared, planned again at every run.
+pub(crate) struct GraphPlanner {
+    nodes: Vec<Node>,
+}
+
+impl GraphPlanner {
+    pub(crate) fn new(nodes: Vec<Node>) -> Self {
+        GraphPlanner { nodes }
+    }
+}
+
+impl crate::runtime::Planner for GraphPlanner {
+    fn validate(&self, config: &EnvConfig) -> Result<()> {
+        validate(&self.nodes, config)
+    }
+
+    fn task_count(&self, config: &EnvConfig) -> Result<usize> {
+        task_count(&self.nodes, config)
+    }
+
+    fn plan(
+        &self,
+        run: &crate::runtime::RunContext<'_>,
+    ) -> Result<(Vec<crate::runtime::TaskSpec>, JobPlan)> {
+        plan(&self.nodes, run)
+    }
 }

@@ -3,47 +3,11 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
-
 use crate::config::EnvConfig;
 use crate::error::Result;
 use crate::graph::layout::{Layout, layout};
 use crate::graph::{Node, NodeId, Ship, Slot};
-
-/// The physical plan of a job, as shown to users: tasks (chains of operators) and their edges.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct JobPlan {
-    /// One vertex per chain.
-    pub vertices: Vec<PlanVertex>,
-    /// Edges between vertices.
-    pub edges: Vec<PlanEdge>,
-}
-
-/// A chain of operators run by `parallelism` tasks.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct PlanVertex {
-    /// The chain's name: its operators joined with ` -> `.
-    pub name: String,
-    /// Operator names in chain order.
-    pub operators: Vec<String>,
-    /// Operator uids (`None` where none was set), in the same order.
-    pub uids: Vec<Option<String>>,
-    /// Number of parallel tasks.
-    pub parallelism: usize,
-}
-
-/// A network edge between two chains.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct PlanEdge {
-    /// Index of the producing vertex.
-    pub from: usize,
-    /// Index of the consuming vertex.
-    pub to: usize,
-    /// `FORWARD`, `REBALANCE`, `HASH` or `BROADCAST`.
-    pub ship: String,
-    /// `None` for the main output, the tag's name for a side output.
-    pub side_output: Option<String>,
-}
+use crate::runtime::{JobPlan, PlanEdge, PlanVertex};
 
 /// The user-facing description of the plan.
 pub(crate) fn describe_nodes(nodes: &[Node], config: &EnvConfig) -> Result<JobPlan> {

@@ -6,11 +6,12 @@
 
 use std::marker::PhantomData;
 
+use crate::bad_records::{
+    BadInput, BadRecordHandler, BadRecordPolicy, DEAD_LETTER_TAG, DeadLetter,
+};
 use crate::error::Result;
 use crate::operators::{Collector, Operator, OperatorContext, OutputTag};
 use crate::record::{Data, Record};
-use crate::source::DEAD_LETTER_TAG;
-use crate::source::{BadInput, BadRecordHandler, BadRecordPolicy, DeadLetter};
 
 /// A decoder of one JSON payload of its own (one that knows the schema, say), given the payload
 /// as text: a payload that is not UTF-8 is left to `serde_json` (and its error).

@@ -26,10 +26,10 @@ use crate::checkpoint::{CheckpointStorage, RestartStrategy, RestoreFrom};
 use crate::checkpoint::{Ending, Finalizers};
 use crate::config::EnvConfig;
 use crate::error::{Error, Result, panic_message};
-use crate::graph::{self, JobPlan, Node, RunContext};
 use crate::metrics::{MetricsRegistry, MetricsSnapshot, TaskMetrics};
 use crate::record::Timestamp;
 use crate::runtime::{JobControl, TaskDriver};
+use crate::runtime::{JobPlan, Planner, RunContext};
 use serde::Serialize;
 
 /// A task ready to run.
@@ -111,7 +111,7 @@ fn run_tasks(tasks: Vec<TaskSpec>, control: &Arc<JobControl>) -> Result<Option<E
 
 /// What the supervisor owns.
 struct Supervisor {
-    nodes: Vec<Node>,
+    planner: Box<dyn Planner>,
     config: EnvConfig,
     control: Arc<JobControl>,
     registry: Arc<MetricsRegistry>,
@@ -278,7 +278,7 @@ impl Supervisor {
         restore: Option<&RestoreAssignment>,
         first: &mut Option<Sender<Result<JobPlan>>>,
     ) -> Result<Option<Error>> {
-        let tasks_total = graph::task_count(&self.nodes, &self.config)?;
+        let tasks_total = self.planner.task_count(&self.config)?;
         let first_id = match (restore, &self.storage) {
             (_, Some(storage)) => {
                 storage
@@ -315,7 +315,7 @@ impl Supervisor {
             run_id: format!("{}r{attempt}", self.nonce),
             finalizers: finalizers.clone(),
         };
-        let planned = graph::plan(&self.nodes, &run);
+        let planned = self.planner.plan(&run);
         let tasks = match (planned, first.take()) {
             (Ok((tasks, plan)), Some(reply)) => {
                 let _ = reply.send(Ok(plan));
@@ -472,8 +472,8 @@ impl Supervisor {
 }
 
 /// Validates the job, opens its checkpoint storage, and starts its supervisor.
-pub(crate) fn start(nodes: Vec<Node>, config: EnvConfig) -> Result<JobHandle> {
-    graph::validate(&nodes, &config)?;
+pub(crate) fn start(planner: Box<dyn Planner>, config: EnvConfig) -> Result<JobHandle> {
+    planner.validate(&config)?;
     let storage = if config.checkpoints.enabled()
         || matches!(
             config.checkpoints.restore,
@@ -519,7 +519,7 @@ pub(crate) fn start(nodes: Vec<Node>, config: EnvConfig) -> Result<JobHandle> {
         config.parallelism,
     );
     let supervisor = Supervisor {
-        nodes,
+        planner,
         config,
         control: control.clone(),
         registry: registry.clone(),

@@ -11,6 +11,8 @@ mod in_flight;
 mod input;
 mod job;
 mod local_dir;
+mod plan;
+pub(crate) mod source_task;
 mod task;
 mod writer;
 
@@ -18,12 +20,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(crate) use crate::control::JobControl;
+pub(crate) use crate::operators::Output;
 pub(crate) use chain::{ChainLink, Discard, Fanout, IntoInput};
 pub(crate) use in_flight::InFlightSetup;
 pub(crate) use input::InputTask;
 pub use job::{JobHandle, JobMonitor, JobOverview, JobResult, JobStatus};
 pub(crate) use job::{TaskSpec, start};
 pub(crate) use local_dir::process_dir;
+pub use plan::{JobPlan, PlanEdge, PlanVertex};
+pub(crate) use plan::{Planner, RunContext};
 pub(crate) use task::TaskDriver;
 pub(crate) use writer::{KeyGroupFn, RecordWriter, ShipStrategy};
 
@@ -31,44 +36,6 @@ use crate::checkpoint::TaskSnapshot;
 use crate::checkpoint::coordinator::CheckpointHub;
 use crate::error::Result;
 use crate::metrics::TaskMetrics;
-use crate::record::{CheckpointBarrier, LatencyMarker, Record, Timestamp};
-
-/// The receiving side of a stream inside a task: the next operator of a chain, a fan-out to
-/// several, or the network writer at the end of the chain.
-///
-/// Every method is called from the task's thread only.
-pub(crate) trait Output<T>: Send {
-    /// Called once on the task's thread before anything else.
-    fn open(&mut self) -> Result<()> {
-        Ok(())
-    }
-    /// Takes the records out of `batch` (leaving it empty, its capacity for reuse).
-    fn records(&mut self, batch: &mut Vec<Record<T>>) -> Result<()>;
-    /// The event-time watermark advanced.
-    fn watermark(&mut self, watermark: Timestamp) -> Result<()>;
-    /// The stream became idle (no data, must not hold back watermarks) or active again.
-    fn idle(&mut self, idle: bool) -> Result<()>;
-    /// A checkpoint barrier: each operator writes its state into `snapshot`, then the barrier
-    /// goes on downstream.
-    fn barrier(&mut self, barrier: CheckpointBarrier, snapshot: &mut TaskSnapshot) -> Result<()>;
-    /// Checkpoint `checkpoint_id` completed on every task: commit what it covers.
-    fn notify_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
-        Ok(())
-    }
-    /// Every channel of input `input` of a multi-input task ended (the task's head operator
-    /// is told; nothing is passed on: the operators after it have one input).
-    fn end_input(&mut self, _input: usize) -> Result<()> {
-        Ok(())
-    }
-    /// A latency marker from a source: recorded by each operator, passed on downstream.
-    fn latency_marker(&mut self, _marker: LatencyMarker) -> Result<()> {
-        Ok(())
-    }
-    /// Periodic call (every buffer timeout): flush partial batches, processing-time work.
-    fn tick(&mut self) -> Result<()>;
-    /// The input ended: close operators in chain order, flush, signal the end downstream.
-    fn finish(&mut self) -> Result<()>;
-}
 
 /// What every part of one task shares: the job's switches, the task's time accounting, timing.
 #[derive(Clone)]

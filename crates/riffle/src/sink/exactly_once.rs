@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{decode, encode};
+use crate::codec::{decode, encode};
 use crate::error::{Error, Result};
 use crate::operators::OperatorContext;
 use crate::record::{Data, Record};

@@ -6,25 +6,18 @@
 //! be decoded follow the source's [`BadRecordPolicy`]: fail the job, skip and count, or go to the
 //! dead-letter output (the default), never lost without a count.
 
-mod bad_records;
-/// Name of the side output where a source (or a parser, or a window operator) sends records
-/// it could not decode or place.
-pub const DEAD_LETTER_TAG: &str = "dead-letter";
-
 pub mod collection;
 pub mod datagen;
 pub mod file;
 pub mod function;
-pub(crate) mod task;
-mod watermarks;
+pub(crate) mod watermarks;
 
 pub use watermarks::SplitWatermark;
 
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
-
-pub(crate) use bad_records::BadRecordHandler;
+pub(crate) use crate::bad_records::{BadInput, BadRecordHandler};
+pub use crate::bad_records::{BadRecordPolicy, DEAD_LETTER_TAG, DeadLetter};
 
 use crate::error::Result;
 use crate::record::{Data, EventTime, Record, Timestamp};
@@ -36,49 +29,6 @@ pub enum Boundedness {
     Bounded,
     /// The source runs until the job is stopped (Kafka, a datagen without a count).
     Unbounded,
-}
-
-/// What to do with a record that cannot be decoded.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum BadRecordPolicy {
-    /// Fail the job with an error that names the source and the record's position.
-    Fail,
-    /// Skip it, count it in `bad_records` and log it (rate-limited).
-    Skip,
-    /// Count it and send it to the source's dead-letter output (see
-    /// [`DataStream::dead_letters`](crate::DataStream::dead_letters)); when the job does not consume
-    /// that output, it is written to a file under the job's `dead_letter_dir`.
-    #[default]
-    DeadLetter,
-}
-
-impl std::str::FromStr for BadRecordPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "fail" => Ok(BadRecordPolicy::Fail),
-            "skip" => Ok(BadRecordPolicy::Skip),
-            "dead-letter" => Ok(BadRecordPolicy::DeadLetter),
-            other => Err(format!(
-                "unknown bad-record policy `{other}` (expected fail, skip or dead-letter)"
-            )),
-        }
-    }
-}
-
-/// A record that could not be decoded, with where it came from and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeadLetter {
-    /// Name of the source.
-    pub source: String,
-    /// Split the record came from (a file path, a partition).
-    pub split: String,
-    /// Position inside the split (line number, offset).
-    pub position: String,
-    /// Why decoding failed.
-    pub error: String,
-    /// The raw record (invalid UTF-8 replaced).
-    pub payload: String,
 }
 
 /// A set of splits read in parallel.
@@ -222,14 +172,6 @@ pub struct SourceOutput<T> {
     pub(crate) watermark: Option<Timestamp>,
     /// The split's idleness, as its reader knows it.
     pub(crate) idle: Option<bool>,
-}
-
-/// A record a reader could not decode.
-#[derive(Debug, Clone)]
-pub(crate) struct BadInput {
-    pub(crate) position: String,
-    pub(crate) error: String,
-    pub(crate) payload: String,
 }
 
 impl<T> SourceOutput<T> {

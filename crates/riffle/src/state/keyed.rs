@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::AggregateFunction;
-use crate::checkpoint::{decode, encode, encode_into};
+use crate::codec::{decode, encode, encode_into};
 use crate::error::{Error, Result};
 use crate::keys::{KeyGroup, KeyGroupRange};
 use crate::record::{Data, Timestamp};

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::checkpoint::{decode, encode, encode_into};
+use crate::codec::{decode, encode, encode_into};
 use crate::error::Result;
 use crate::keys::{KeyGroup, KeyGroupRange, stable_hash};
 use crate::state::backend::KvStore;

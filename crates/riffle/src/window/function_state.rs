@@ -13,7 +13,7 @@
 use std::hash::Hash;
 
 use crate::aggregate::AggregateFunction;
-use crate::checkpoint::{decode, encode};
+use crate::codec::{decode, encode};
 use crate::error::{Error, Result};
 use crate::keys::{KeyGroup, encode_key, key_group_of};
 use crate::operators::OperatorContext;

@@ -24,8 +24,8 @@
 //! assert_eq!(out.sorted(), vec![(1, 0, 2), (1, 60_000, 1), (2, 0, 1)]);
 //! ```
 
+mod count;
 mod function_state;
-pub(crate) mod join;
 mod operator;
 mod preagg;
 mod session;
@@ -40,6 +40,7 @@ use crate::operators::Collector;
 use crate::record::{Data, Record, Timestamp};
 pub use crate::state::TimeDomain;
 
+pub(crate) use count::CountWindow;
 pub use function_state::StateScope;
 use operator::WindowOperator;
 pub use preagg::PreAggregated;
@@ -295,7 +296,7 @@ impl Windows {
     /// The windows as a user declared them (`tumbling 60 s, event time`), for the job's
     /// fingerprint.
     pub(crate) fn describe(&self) -> String {
-        use crate::graph::millis_text;
+        use crate::util::millis_text;
         let time = match self.time() {
             TimeDomain::EventTime => "event time",
             TimeDomain::ProcessingTime => "processing time",
@@ -586,9 +587,9 @@ pub(crate) fn write_group<E: Serialize>(
 pub(crate) fn read_group<E: serde::de::DeserializeOwned>(
     bytes: &[u8],
 ) -> Result<(Vec<E>, Option<Vec<u8>>)> {
-    match crate::checkpoint::decode::<(Vec<E>, Vec<u8>)>(bytes) {
+    match crate::codec::decode::<(Vec<E>, Vec<u8>)>(bytes) {
         Ok((entries, function)) => Ok((entries, Some(function))),
-        Err(_) => Ok((crate::checkpoint::decode(bytes)?, None)),
+        Err(_) => Ok((crate::codec::decode(bytes)?, None)),
     }
 }
 

@@ -13,6 +13,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::bad_records::{
+    BadInput, BadRecordHandler, BadRecordPolicy, DEAD_LETTER_TAG, DeadLetter,
+};
 use crate::checkpoint::{Redistribution, RestoreState, SnapshotWriter};
 use crate::error::{Error, Result};
 use crate::keys::KeyFn;
@@ -20,8 +23,6 @@ use crate::keys::{KeyGroup, key_group_of};
 use crate::operators::OutputTag;
 use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, MIN_WATERMARK, Record, Timestamp};
-use crate::source::DEAD_LETTER_TAG;
-use crate::source::{BadInput, BadRecordHandler, BadRecordPolicy, DeadLetter};
 use crate::state::StateTable;
 use crate::util::RateLimitedLog;
 use crate::window::{TimeDomain, TimeWindow, TriggerResult, Unplaceable, WindowFn, WindowSettings};

@@ -266,13 +266,12 @@ impl SplitCheckpoint {
 
     /// The splits of one old subtask's state, in the current format or the earlier one.
     fn decode_all(bytes: &[u8]) -> Result<Vec<SplitCheckpoint>> {
-        if let Ok((format, splits)) =
-            crate::checkpoint::decode::<(String, Vec<SplitCheckpoint>)>(bytes)
+        if let Ok((format, splits)) = crate::codec::decode::<(String, Vec<SplitCheckpoint>)>(bytes)
             && format == SOURCE_STATE_FORMAT
         {
             return Ok(splits);
         }
-        let positions: Vec<(String, String)> = crate::checkpoint::decode(bytes)?;
+        let positions: Vec<(String, String)> = crate::codec::decode(bytes)?;
         Ok(positions
             .into_iter()
             .map(|(split, position)| SplitCheckpoint {

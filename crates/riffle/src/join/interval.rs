@@ -14,9 +14,9 @@ use std::hash::Hash;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use crate::api::KeyFn;
 use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::{Error, Result};
+use crate::keys::KeyFn;
 use crate::keys::KeyGroup;
 use crate::operators::keyed::KeyedRuntime;
 use crate::operators::{Collector, Operator, OperatorContext, OutputTag};

@@ -232,7 +232,7 @@ impl<A, B, Out> RegularJoinFunction<A, B, Out> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::KeyFn;
+    use crate::keys::KeyFn;
     use crate::operators::KeyedProcess;
     use crate::testing::OperatorHarness;
 
