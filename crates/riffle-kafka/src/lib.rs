@@ -58,6 +58,30 @@ pub(crate) fn kafka_error(
     riffle::Error::connector("kafka", error_kind(&e), context.to_string(), e)
 }
 
+/// How long a lookup that meets a transient broker condition (no leader yet, a coordinator
+/// moving) keeps asking before it fails.
+pub(crate) const TRANSIENT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Runs `f` until it succeeds, fails with an error that is not retriable, or
+/// [`TRANSIENT_DEADLINE`] passed (then with its last error); waits 50 ms to 1 s between tries.
+pub(crate) fn retry_transient<T>(mut f: impl FnMut() -> riffle::Result<T>) -> riffle::Result<T> {
+    let deadline = std::time::Instant::now() + TRANSIENT_DEADLINE;
+    let mut wait = std::time::Duration::from_millis(50);
+    loop {
+        match f() {
+            Err(e)
+                if e.connector_kind() == Some(riffle::ConnectorErrorKind::Retriable)
+                    && std::time::Instant::now() + wait < deadline =>
+            {
+                tracing::debug!(error = %e, "kafka: a transient failure; asking again");
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(std::time::Duration::from_secs(1));
+            }
+            result => return result,
+        }
+    }
+}
+
 /// A Kafka failure that is no rdkafka error (a topic missing, a recovery read that timed out).
 pub(crate) fn kafka_failure(
     kind: riffle::ConnectorErrorKind,

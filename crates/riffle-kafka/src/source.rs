@@ -315,8 +315,18 @@ pub(crate) fn partition_owner(split: &KafkaPartition, parallelism: usize) -> usi
 }
 
 /// Resolves where a partition starts to a concrete offset, so that a checkpoint taken before its
-/// first record still stores a position that means the same thing after a restore.
+/// first record still stores a position that means the same thing after a restore. A broker
+/// that cannot answer yet (a partition just created has no leader for a moment, a leader
+/// moving) is asked again, for up to [`crate::TRANSIENT_DEADLINE`].
 pub(crate) fn start_offset<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    split: &KafkaPartition,
+    start: StartFrom,
+) -> riffle::Result<i64> {
+    crate::retry_transient(|| start_offset_once(consumer, split, start))
+}
+
+fn start_offset_once<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     split: &KafkaPartition,
     start: StartFrom,
@@ -521,10 +531,13 @@ impl<T: Data> SplitReader<T> for KafkaReader<T> {
             // restore of keyed state carries no positions).
             return Ok(());
         }
-        let (low, _) = self
-            .consumer
-            .fetch_watermarks(&self.split.topic, self.split.partition, LOOKUP_TIMEOUT)
-            .map_err(|e| kafka_error(format!("cannot read the offsets of {}", self.split_id), e))?;
+        let (low, _) = crate::retry_transient(|| {
+            self.consumer
+                .fetch_watermarks(&self.split.topic, self.split.partition, LOOKUP_TIMEOUT)
+                .map_err(|e| {
+                    kafka_error(format!("cannot read the offsets of {}", self.split_id), e)
+                })
+        })?;
         self.next = low;
         self.assign()
     }

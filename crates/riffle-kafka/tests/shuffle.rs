@@ -92,6 +92,10 @@ fn sorted(mut rows: Vec<(u64, i64, u64)>) -> Vec<(u64, i64, u64)> {
 
 #[test]
 fn the_windowed_count_through_a_kafka_shuffle_equals_the_in_process_key_by() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let count = 6_000; // 5 minutes of event time
     let expected = {
         let dir = tempfile::tempdir().unwrap();
