@@ -11,3 +11,4 @@ pub mod group;
 pub mod nexmark;
 pub mod process;
 pub mod progress;
+pub mod sql;

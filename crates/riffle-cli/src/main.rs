@@ -72,6 +72,9 @@ enum Command {
     /// Write generated input data as JSON lines.
     #[command(subcommand)]
     Generate(riffle_cli::generate::GenerateCommand),
+    /// Run a SQL script in Flink's dialect: CREATE TABLE/VIEW/FUNCTION, SET, INSERT INTO and
+    /// queries (their rows printed), as one job (docs/sql.md).
+    Sql(Box<riffle_cli::sql::SqlArgs>),
     /// Operator actions on a process group (`demo --kafka B --group NAME`): list the state its
     /// members cannot find, accept its loss.
     #[command(subcommand)]
@@ -119,6 +122,10 @@ fn main() -> ExitCode {
             riffle_cli::generate::run(&command).map_err(|e| e.to_string())
         }
         Command::Group(command) => riffle_cli::group::run(&command).map_err(|e| e.to_string()),
+        Command::Sql(args) => {
+            install_ctrlc_handler();
+            riffle_cli::sql::run(&args).map_err(|e| e.to_string())
+        }
         Command::Demo {
             scenario,
             pipeline: args,

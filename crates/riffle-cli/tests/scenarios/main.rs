@@ -16,6 +16,7 @@ mod late_events;
 mod nexmark;
 mod operations;
 mod simple_etl;
+mod sql;
 mod watermark_outliers;
 mod windowed_count;
 

@@ -10,6 +10,7 @@ pub mod collection;
 pub mod datagen;
 pub mod file;
 pub mod function;
+pub mod mapped;
 pub(crate) mod watermarks;
 
 pub use watermarks::SplitWatermark;

@@ -1,0 +1,118 @@
+//! `riffle sql -f job.sql`: runs a SQL script in Flink's dialect (docs/sql.md). Its DDL
+//! registers tables, views and functions; its `INSERT INTO` statements (and queries, whose rows
+//! are printed as `+I[...]` lines) run as one job with the same engine options as the demos:
+//! parallelism, checkpoints, `--restore`, `--state-backend`, the web UI and the progress line.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use riffle::StreamEnv;
+use riffle_sql::{DataType, Executed, ScalarFunction, SqlEnv, Value};
+
+use crate::demos::EngineArgs;
+use crate::progress::{human, run_with_progress};
+
+/// Options of `riffle sql`.
+#[derive(Args, Clone, Debug)]
+pub struct SqlArgs {
+    /// The script to run (statements separated by `;`).
+    #[arg(long = "file", short = 'f', value_name = "FILE")]
+    pub file: PathBuf,
+    /// Replace `${NAME}` in the script by VALUE (repeatable).
+    #[arg(long = "define", short = 'D', value_name = "NAME=VALUE")]
+    pub defines: Vec<String>,
+    /// Print the plan of each INSERT and query instead of running the job.
+    #[arg(long)]
+    pub explain: bool,
+    /// How the engine runs the job.
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// The functions every script can call by `CREATE FUNCTION name AS '...'`: Nexmark's
+/// `count_char(text, 'c')` (q14).
+pub fn register_functions(sql: &SqlEnv) {
+    sql.register_function(
+        "count_char",
+        ScalarFunction::returning(DataType::BigInt, |args| match args {
+            [Value::String(text), Value::String(c)] => {
+                let c = c.chars().next().unwrap_or('\0');
+                Ok(Value::Int(text.chars().filter(|x| *x == c).count() as i64))
+            }
+            _ => Ok(Value::Null),
+        }),
+    );
+}
+
+/// Runs `riffle sql`.
+pub fn run(args: &SqlArgs) -> riffle::Result<()> {
+    let script = std::fs::read_to_string(&args.file)
+        .map_err(|e| riffle::Error::config("--file", format!("`{}`: {e}", args.file.display())))?;
+    let env = StreamEnv::with_config(args.engine.env_config("sql")?);
+    let sql = SqlEnv::new(&env);
+    register_functions(&sql);
+    for define in &args.defines {
+        let (name, value) = define.split_once('=').ok_or_else(|| {
+            riffle::Error::config("--define", format!("`{define}` is not NAME=VALUE"))
+        })?;
+        sql.define(name.trim(), value);
+    }
+    if args.explain {
+        for plan in sql.explain_sql(&script).map_err(sql_error(&args.file))? {
+            println!("{plan}\n");
+        }
+        return Ok(());
+    }
+    let done = sql.execute_sql(&script).map_err(sql_error(&args.file))?;
+    let mut jobs = 0;
+    for executed in &done {
+        match executed {
+            Executed::Created(name) => eprintln!("riffle sql: created {name}"),
+            Executed::Set(key, value) => eprintln!("riffle sql: set {key} = {value}"),
+            Executed::Inserting(table) => {
+                jobs += 1;
+                eprintln!("riffle sql: INSERT INTO {table}");
+            }
+            Executed::Printing(schema) => {
+                jobs += 1;
+                eprintln!("riffle sql: a query, printing its rows {schema}");
+            }
+            Executed::Explained(plan) => println!("{plan}"),
+        }
+    }
+    if jobs == 0 {
+        return Ok(());
+    }
+    let options = args.engine.run_options()?;
+    let (result, _) = run_with_progress(&env, &options, |report| {
+        let read: u64 = report
+            .snapshot
+            .operators
+            .iter()
+            .filter(|o| o.name.starts_with("Source:"))
+            .map(|o| o.records_out)
+            .sum();
+        format!(
+            "riffle sql: {} rows read in {:.1} s",
+            human(read as f64),
+            report.elapsed.as_secs_f64()
+        )
+    })?;
+    let read: u64 = result
+        .metrics
+        .operators
+        .iter()
+        .filter(|o| o.name.starts_with("Source:"))
+        .map(|o| o.records_out)
+        .sum();
+    eprintln!(
+        "riffle sql: done: {read} rows read in {:.2} s",
+        result.duration.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// A SQL error as a configuration error naming the script.
+fn sql_error(file: &std::path::Path) -> impl Fn(riffle_sql::SqlError) -> riffle::Error + '_ {
+    move |e| riffle::Error::config("--file", format!("{}: {e}", file.display()))
+}

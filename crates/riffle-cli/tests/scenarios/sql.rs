@@ -1,0 +1,93 @@
+//! `riffle sql -f job.sql` (issue 29): a script of Flink SQL run by the command as one job; its
+//! printed rows, its `--explain`, and the errors a newcomer meets (a syntax error names its line
+//! and column; an unknown table names the known ones).
+
+use std::path::Path;
+
+fn script(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+const BIDS: &str = "CREATE TABLE datagen (
+    event_type INT,
+    bid ROW<auction BIGINT, bidder BIGINT, price BIGINT, dateTime TIMESTAMP(3)>,
+    dateTime AS CASE WHEN event_type = 2 THEN bid.dateTime ELSE TIMESTAMP '2026-01-15 00:00:00' END,
+    WATERMARK FOR dateTime AS dateTime - INTERVAL '4' SECOND
+) WITH ('connector' = 'nexmark', 'events.num' = '${EVENTS}');
+
+CREATE VIEW bid AS SELECT bid.auction, bid.price, dateTime FROM datagen WHERE event_type = 2;
+
+CREATE TABLE counts (auction BIGINT, window_start TIMESTAMP(3), bids BIGINT, euros DECIMAL(23, 3))
+WITH ('connector' = 'print');
+
+INSERT INTO counts
+SELECT auction, window_start, COUNT(*), 0.908 * SUM(price)
+FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))
+WHERE MOD(auction, 100) = 0
+GROUP BY auction, window_start, window_end;";
+
+#[test]
+fn a_sql_script_runs_as_a_job_and_prints_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = script(dir.path(), "bids.sql", BIDS);
+    let out = crate::riffle(
+        &[
+            "sql",
+            "-f",
+            &file,
+            "-D",
+            "EVENTS=20000",
+            "--no-web",
+            "-p",
+            "2",
+        ],
+        dir.path(),
+    );
+    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("+I[")).collect();
+    assert!(!rows.is_empty(), "{out}");
+    for row in &rows {
+        // +I[1000, 2026-01-15 00:00:00.000, 12, 34567.890]
+        let fields: Vec<&str> = row[3..row.len() - 1].split(", ").collect();
+        assert_eq!(fields.len(), 4, "{row}");
+        assert_eq!(fields[0].parse::<i64>().unwrap() % 100, 0, "{row}");
+        assert!(fields[1].starts_with("2026-01-15 "), "{row}");
+        assert!(
+            fields[3].split_once('.').is_some_and(|(_, f)| f.len() == 3),
+            "{row}"
+        );
+    }
+}
+
+#[test]
+fn explain_prints_the_plan_and_errors_say_where_and_what() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = script(dir.path(), "bids.sql", BIDS);
+    let plan = crate::riffle(
+        &["sql", "-f", &file, "-D", "EVENTS=10", "--explain"],
+        dir.path(),
+    );
+    assert!(plan.contains("Sink: table `counts`"), "{plan}");
+    assert!(
+        plan.contains("Window: TUMBLE(10000 ms), keyed by [auction]"),
+        "{plan}"
+    );
+    assert!(plan.contains("Source: nexmark table `datagen`"), "{plan}");
+
+    let bad = script(
+        dir.path(),
+        "bad.sql",
+        "CREATE TABLE t (a BIGINT) WITH ('connector' = 'blackhole');\n\nINSERT INTO t SELEC a FROM t;",
+    );
+    let output = crate::riffle_raw(&["sql", "-f", &bad], dir.path());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("line 3, column"), "{stderr}");
+    let unknown = script(dir.path(), "unknown.sql", "SELECT * FROM nowhere;");
+    let output = crate::riffle_raw(&["sql", "-f", &unknown], dir.path());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no table or view `nowhere`"), "{stderr}");
+    let undefined = crate::riffle_raw(&["sql", "-f", &file], dir.path());
+    assert!(String::from_utf8_lossy(&undefined.stderr).contains("--define EVENTS=VALUE"));
+}

@@ -1,0 +1,528 @@
+//! Connectors, by the `'connector'` option of `CREATE TABLE ... WITH (..)`:
+//!
+//! | connector | reads | writes | options |
+//! |---|---|---|---|
+//! | `nexmark` | the Nexmark generator (`riffle-nexmark`) | | `events.num`, `first-event.rate` / `next-event.rate` (events per second of event time) |
+//! | `filesystem` | JSON lines (`'format' = 'json'`) | JSON lines | `path`, `format` |
+//! | `print` | | `+I[...]` lines on standard output | |
+//! | `blackhole` | | nothing | |
+//!
+//! A source's rows get the table's computed columns and, with a `WATERMARK`, event time from
+//! its time attribute; a row that cannot be read (a JSON line that does not fit the table, a
+//! `NULL` time) is a bad record of the source: a dead letter, counted, never silently dropped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use riffle::sink::FileSink;
+use riffle::source::file::FileSource;
+use riffle::source::mapped::SourceExt;
+use riffle::time::WatermarkStrategy;
+use riffle::{DataStream, StreamEnv};
+use riffle_nexmark::{Event, NexmarkConfig, NexmarkSource};
+
+use crate::error::{Result, SqlError};
+use crate::expr::Typed;
+use crate::parse::TableDef;
+use crate::plan::TimeAttribute;
+use crate::types::{DataType, Field, Row, Schema, Value};
+
+/// The rows of table `table`: its connector's physical columns, then `computed`.
+pub fn scan(
+    env: &StreamEnv,
+    table: &TableDef,
+    physical: &Schema,
+    computed: Vec<Typed>,
+    time: Option<TimeAttribute>,
+) -> Result<DataStream<Row>> {
+    let connector = option(table, "connector")?;
+    let time_column = time.as_ref().map(|t| t.column);
+    // Physical columns, then computed ones; a row whose time is NULL is refused.
+    let complete = {
+        let computed: Vec<_> = computed.iter().map(|c| c.eval.clone()).collect();
+        let name = table.name.clone();
+        let time_name = time.as_ref().map(|t| t.name.clone());
+        Arc::new(move |mut row: Row| -> std::result::Result<Row, String> {
+            for eval in &computed {
+                let value = eval(&row).map_err(|e| e.to_string())?;
+                row.0.push(value);
+            }
+            if let Some(column) = time_column
+                && !matches!(row.get(column), Value::Timestamp(_))
+            {
+                return Err(format!(
+                    "the time attribute `{}` of `{name}` is NULL",
+                    time_name.as_deref().unwrap_or("?")
+                ));
+            }
+            Ok(row)
+        })
+    };
+    let strategy = |synthetic: bool| {
+        let t = time.clone().expect("asked only with a time attribute");
+        let column = t.column;
+        let strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(
+            t.out_of_orderness_ms as u64,
+        ))
+        .with_timestamps(move |row: &Row| match row.get(column) {
+            Value::Timestamp(ms) => *ms,
+            _ => i64::MIN + 1,
+        });
+        if synthetic {
+            // Generated times are synthetic: not compared with the wall clock.
+            strategy
+                .with_max_future_skew(None)
+                .with_max_watermark_jump(None)
+        } else {
+            strategy
+        }
+    };
+    let stream = match connector {
+        "nexmark" => {
+            let config = nexmark_config(table)?;
+            let convert = nexmark_row(physical)?;
+            let source = NexmarkSource::new(config)
+                .map_records(move |event: Event| complete(convert(&event)));
+            match &time {
+                Some(_) => env.from_source_with_watermarks(source, strategy(true)),
+                None => env.from_source(source),
+            }
+        }
+        "filesystem" => {
+            let path = option(table, "path")?.to_string();
+            let format = table.options.get("format").map_or("json", |f| f.as_str());
+            if format != "json" {
+                return Err(SqlError::plan(format!(
+                    "table `{}`: filesystem reads 'format' = 'json' (got '{format}')",
+                    table.name
+                )));
+            }
+            let schema = physical.clone();
+            let source = FileSource::lines(path).map_records(move |line: String| {
+                let row = json_row(&line, &schema)?;
+                complete(row)
+            });
+            match &time {
+                Some(_) => env.from_source_with_watermarks(source, strategy(false)),
+                None => env.from_source(source),
+            }
+        }
+        other => {
+            return Err(SqlError::plan(format!(
+                "table `{}`: the connector '{other}' cannot be read (sources: nexmark, filesystem)",
+                table.name
+            )));
+        }
+    };
+    Ok(stream.name(&format!("Source: {}", table.name)))
+}
+
+/// Writes `rows` (of the table's physical columns `schema`) with the table's connector.
+pub fn sink(rows: DataStream<Row>, table: &TableDef, schema: &Schema) -> Result<()> {
+    let name = format!("Sink: {}", table.name);
+    match option(table, "connector")? {
+        "blackhole" => {
+            rows.sink_fn(|_row: Row| Ok(())).name(&name);
+        }
+        "print" => {
+            let schema = schema.clone();
+            rows.sink_fn(move |row: Row| {
+                println!("+I[{}]", row_text(&row, &schema));
+                Ok(())
+            })
+            .name(&name);
+        }
+        "filesystem" => {
+            let path = option(table, "path")?.to_string();
+            let format = table.options.get("format").map_or("json", |f| f.as_str());
+            if format != "json" {
+                return Err(SqlError::plan(format!(
+                    "table `{}`: filesystem writes 'format' = 'json' (got '{format}')",
+                    table.name
+                )));
+            }
+            let schema = schema.clone();
+            rows.map(move |row: Row| json_text(&row, &schema))
+                .name("JSON")
+                .sink(
+                    FileSink::<String>::new(path)
+                        .setting_name("path")
+                        .encoder(|line, out| out.extend_from_slice(line.as_bytes())),
+                )
+                .name(&name);
+        }
+        other => {
+            return Err(SqlError::plan(format!(
+                "table `{}`: the connector '{other}' cannot be written (sinks: blackhole, print, filesystem)",
+                table.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn option<'a>(table: &'a TableDef, key: &str) -> Result<&'a str> {
+    table.options.get(key).map(String::as_str).ok_or_else(|| {
+        SqlError::plan(format!(
+            "table `{}` needs the option '{key}' in WITH (...)",
+            table.name
+        ))
+    })
+}
+
+/// The generator's settings from the `nexmark` connector's options (those of the nexmark
+/// project's Flink connector).
+fn nexmark_config(table: &TableDef) -> Result<NexmarkConfig> {
+    let mut config = NexmarkConfig::default();
+    let number = |key: &str| -> Result<Option<f64>> {
+        table
+            .options
+            .get(key)
+            .map(|v| {
+                v.trim().parse::<f64>().map_err(|_| {
+                    SqlError::plan(format!(
+                        "table `{}`: '{key}' = '{v}' is not a number",
+                        table.name
+                    ))
+                })
+            })
+            .transpose()
+    };
+    if let Some(events) = number("events.num")? {
+        if events < 0.0 {
+            return Err(SqlError::plan(format!(
+                "table `{}`: 'events.num' must not be negative",
+                table.name
+            )));
+        }
+        // 0 or less in the nexmark project: unbounded.
+        config.events = (events > 0.0).then_some(events as u64);
+    }
+    let first = number("first-event.rate")?;
+    let next = number("next-event.rate")?;
+    match (first, next) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(SqlError::plan(format!(
+                "table `{}`: 'first-event.rate' and 'next-event.rate' differ ({a}, {b}): Riffle's generator has one rate",
+                table.name
+            )));
+        }
+        (Some(rate), _) | (None, Some(rate)) => config.events_per_second = rate,
+        (None, None) => {}
+    }
+    for (key, default) in [
+        ("person.proportion", 1.0),
+        ("auction.proportion", 3.0),
+        ("bid.proportion", 46.0),
+    ] {
+        if let Some(value) = number(key)?
+            && value != default
+        {
+            return Err(SqlError::plan(format!(
+                "table `{}`: '{key}' = '{value}': Riffle's generator has the nexmark project's default proportions (1, 3, 46)",
+                table.name
+            )));
+        }
+    }
+    for key in table.options.keys() {
+        let known = [
+            "connector",
+            "events.num",
+            "first-event.rate",
+            "next-event.rate",
+            "person.proportion",
+            "auction.proportion",
+            "bid.proportion",
+        ];
+        if !known.contains(&key.as_str()) {
+            return Err(SqlError::plan(format!(
+                "table `{}`: the nexmark connector has no option '{key}' (options: {})",
+                table.name,
+                known[1..].join(", ")
+            )));
+        }
+    }
+    config
+        .validate()
+        .map_err(|e| SqlError::plan(format!("table `{}`: {e}", table.name)))?;
+    Ok(config)
+}
+
+/// A field of a Nexmark entity.
+type Getter<T> = fn(&T) -> Value;
+
+fn person_field(name: &str) -> Option<Getter<riffle_nexmark::Person>> {
+    Some(match name {
+        "id" => |p| Value::Int(p.id),
+        "name" => |p| Value::string(&p.name),
+        "emailAddress" => |p| Value::string(&p.email_address),
+        "creditCard" => |p| Value::string(&p.credit_card),
+        "city" => |p| Value::string(&p.city),
+        "state" => |p| Value::string(&p.state),
+        "dateTime" => |p| Value::Timestamp(p.date_time),
+        "extra" => |p| Value::string(&p.extra),
+        _ => return None,
+    })
+}
+
+fn auction_field(name: &str) -> Option<Getter<riffle_nexmark::Auction>> {
+    Some(match name {
+        "id" => |a| Value::Int(a.id),
+        "itemName" => |a| Value::string(&a.item_name),
+        "description" => |a| Value::string(&a.description),
+        "initialBid" => |a| Value::Int(a.initial_bid),
+        "reserve" => |a| Value::Int(a.reserve),
+        "dateTime" => |a| Value::Timestamp(a.date_time),
+        "expires" => |a| Value::Timestamp(a.expires),
+        "seller" => |a| Value::Int(a.seller),
+        "category" => |a| Value::Int(a.category),
+        "extra" => |a| Value::string(&a.extra),
+        _ => return None,
+    })
+}
+
+fn bid_field(name: &str) -> Option<Getter<riffle_nexmark::Bid>> {
+    Some(match name {
+        "auction" => |b| Value::Int(b.auction),
+        "bidder" => |b| Value::Int(b.bidder),
+        "price" => |b| Value::Int(b.price),
+        "channel" => |b| Value::string(&b.channel),
+        "url" => |b| Value::string(&b.url),
+        "dateTime" => |b| Value::Timestamp(b.date_time),
+        "extra" => |b| Value::string(&b.extra),
+        _ => return None,
+    })
+}
+
+/// Whether a generated value of `field` (by its name) can be held by `ty`.
+fn fits(name: &str, ty: &DataType) -> bool {
+    match name {
+        "dateTime" | "expires" => ty.is_timestamp(),
+        "id" | "initialBid" | "reserve" | "seller" | "category" | "auction" | "bidder"
+        | "price" => ty.is_integer() || matches!(ty, DataType::Decimal { .. }),
+        _ => *ty == DataType::Varchar,
+    }
+}
+
+/// The getters of a `ROW` column's declared fields, or why one cannot be filled.
+fn getters<T>(
+    column: &Field,
+    lookup: fn(&str) -> Option<Getter<T>>,
+    entity: &str,
+) -> Result<Vec<Getter<T>>> {
+    let DataType::Row(fields) = &column.ty else {
+        return Err(SqlError::plan(format!(
+            "nexmark column `{}` must be a ROW<...> of the {entity}'s fields, not {}",
+            column.name, column.ty
+        )));
+    };
+    fields
+        .iter()
+        .map(|field| {
+            let getter = lookup(&field.name).ok_or_else(|| {
+                SqlError::plan(format!(
+                    "nexmark: a {entity} has no field `{}` (column `{}`)",
+                    field.name, column.name
+                ))
+            })?;
+            if !fits(&field.name, &field.ty) {
+                return Err(SqlError::plan(format!(
+                    "nexmark: `{}.{}` cannot be {}",
+                    column.name, field.name, field.ty
+                )));
+            }
+            Ok(getter)
+        })
+        .collect()
+}
+
+type EventToRow = Arc<dyn Fn(&Event) -> Row + Send + Sync>;
+
+/// How a Nexmark event becomes a row of `schema` (the nexmark project's `datagen` table:
+/// `event_type INT`, `person ROW<..>`, `auction ROW<..>`, `bid ROW<..>`, any subset, any order).
+fn nexmark_row(schema: &Schema) -> Result<EventToRow> {
+    type Column = Box<dyn Fn(&Event) -> Value + Send + Sync>;
+    let mut columns: Vec<Column> = Vec::new();
+    for field in &schema.fields {
+        let column: Column = match field.name.as_str() {
+            "event_type" => Box::new(|e: &Event| {
+                Value::Int(match e {
+                    Event::Person(_) => 0,
+                    Event::Auction(_) => 1,
+                    Event::Bid(_) => 2,
+                })
+            }),
+            "person" => {
+                let g = getters(field, person_field, "person")?;
+                Box::new(move |e: &Event| match e {
+                    Event::Person(p) => Value::Row(g.iter().map(|f| f(p)).collect()),
+                    _ => Value::Null,
+                })
+            }
+            "auction" => {
+                let g = getters(field, auction_field, "auction")?;
+                Box::new(move |e: &Event| match e {
+                    Event::Auction(a) => Value::Row(g.iter().map(|f| f(a)).collect()),
+                    _ => Value::Null,
+                })
+            }
+            "bid" => {
+                let g = getters(field, bid_field, "bid")?;
+                Box::new(move |e: &Event| match e {
+                    Event::Bid(b) => Value::Row(g.iter().map(|f| f(b)).collect()),
+                    _ => Value::Null,
+                })
+            }
+            other => {
+                return Err(SqlError::plan(format!(
+                    "the nexmark connector fills `event_type`, `person`, `auction` and `bid`, not `{other}`"
+                )));
+            }
+        };
+        columns.push(column);
+    }
+    Ok(Arc::new(move |event| {
+        Row(columns.iter().map(|c| c(event)).collect())
+    }))
+}
+
+/// A JSON object as a row of `schema` (fields by name; absent ones `NULL`).
+fn json_row(line: &str, schema: &Schema) -> std::result::Result<Row, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+    let serde_json::Value::Object(object) = &value else {
+        return Err("not a JSON object".into());
+    };
+    schema
+        .fields
+        .iter()
+        .map(|field| match object.get(&field.name) {
+            None | Some(serde_json::Value::Null) => Ok(Value::Null),
+            Some(v) => json_value(v, &field.ty)
+                .ok_or_else(|| format!("`{}`: {v} is not a {}", field.name, field.ty)),
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map(Row)
+}
+
+fn json_value(value: &serde_json::Value, ty: &DataType) -> Option<Value> {
+    use serde_json::Value as J;
+    Some(match (ty, value) {
+        (_, J::Null) => Value::Null,
+        (DataType::Boolean, J::Bool(b)) => Value::Bool(*b),
+        (t, J::Number(n)) if t.is_integer() => Value::Int(n.as_i64()?),
+        (DataType::Double | DataType::Float, J::Number(n)) => Value::Double(n.as_f64()?),
+        (DataType::Decimal { scale, .. }, J::Number(n)) => {
+            Value::Decimal(crate::expr::parse_decimal(&n.to_string())?.rescale(*scale)?)
+        }
+        (DataType::Decimal { scale, .. }, J::String(s)) => {
+            Value::Decimal(crate::expr::parse_decimal(s)?.rescale(*scale)?)
+        }
+        (DataType::Varchar, J::String(s)) => Value::string(s),
+        (DataType::Varchar, other) => Value::string(other.to_string()),
+        (t, J::String(s)) if t.is_timestamp() => {
+            Value::Timestamp(crate::format::parse_timestamp(s)?)
+        }
+        // Epoch milliseconds, as Riffle's own JSON files write times.
+        (t, J::Number(n)) if t.is_timestamp() => Value::Timestamp(n.as_i64()?),
+        (DataType::Date, J::String(s)) => Value::Date(crate::format::parse_date(s)?),
+        (DataType::Row(fields), J::Object(object)) => Value::Row(
+            fields
+                .iter()
+                .map(|f| match object.get(&f.name) {
+                    None => Some(Value::Null),
+                    Some(v) => json_value(v, &f.ty),
+                })
+                .collect::<Option<Vec<_>>>()?,
+        ),
+        (DataType::Array(element), J::Array(items)) => Value::Array(
+            items
+                .iter()
+                .map(|v| json_value(v, element))
+                .collect::<Option<Vec<_>>>()?,
+        ),
+        _ => return None,
+    })
+}
+
+/// A row as Flink's `print` connector shows it: `1000, 2001, 2026-01-15 00:18:00.400`.
+pub fn row_text(row: &Row, schema: &Schema) -> String {
+    row.0
+        .iter()
+        .zip(&schema.fields)
+        .map(|(v, f)| crate::format::display(v, &f.ty))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A row as one line of JSON, its fields named by `schema`, as Flink's `json` format writes
+/// it: times as `2026-01-15 00:18:00.4` (the shortest fraction), decimals as exact numbers.
+pub fn json_text(row: &Row, schema: &Schema) -> String {
+    let mut out = String::from("{");
+    for (i, (value, field)) in row.0.iter().zip(&schema.fields).enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(&field.name).unwrap_or_default());
+        out.push(':');
+        push_json(&mut out, value, &field.ty);
+    }
+    out.push('}');
+    out
+}
+
+fn push_json(out: &mut String, value: &Value, ty: &DataType) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Int(i) => out.push_str(&i.to_string()),
+        Value::Double(d) if d.is_finite() => out.push_str(&d.to_string()),
+        Value::Double(_) => out.push_str("null"),
+        Value::Decimal(_) => out.push_str(&crate::format::display(value, ty)),
+        Value::String(s) => out.push_str(&serde_json::to_string(s.as_str()).unwrap_or_default()),
+        Value::Timestamp(ms) => {
+            out.push('"');
+            out.push_str(&riffle_nexmark::queries::sql_timestamp(*ms));
+            out.push('"');
+        }
+        Value::Row(values) => {
+            let fields = match ty {
+                DataType::Row(fields) => fields.clone(),
+                _ => Vec::new(),
+            };
+            out.push('{');
+            for (i, v) in values.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let (name, ty) = fields
+                    .get(i)
+                    .map_or((format!("f{i}"), DataType::Null), |f| {
+                        (f.name.clone(), f.ty.clone())
+                    });
+                out.push_str(&serde_json::to_string(&name).unwrap_or_default());
+                out.push(':');
+                push_json(out, v, &ty);
+            }
+            out.push('}');
+        }
+        Value::Array(values) => {
+            let element = match ty {
+                DataType::Array(e) => e.as_ref().clone(),
+                _ => DataType::Null,
+            };
+            out.push('[');
+            for (i, v) in values.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                push_json(out, v, &element);
+            }
+            out.push(']');
+        }
+        other => {
+            let text = crate::format::display(other, ty);
+            out.push_str(&serde_json::to_string(&text).unwrap_or_default());
+        }
+    }
+}

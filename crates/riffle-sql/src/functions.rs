@@ -1,0 +1,585 @@
+//! Scalar functions: the built-in ones Nexmark and common jobs use, and functions registered
+//! from Rust ([`Functions::register`], what `CREATE FUNCTION name AS '...'` names).
+//!
+//! Built-in: `MOD`, `ABS`, `ROUND`, `FLOOR`, `CEIL`, `LOWER`, `UPPER`, `CHAR_LENGTH`,
+//! `CONCAT`, `SUBSTRING`, `TRIM`/`LTRIM`/`RTRIM`, `REPLACE`, `COALESCE`, `IFNULL`, `NULLIF`,
+//! `IF`, `REGEXP_EXTRACT`, `SPLIT_INDEX`, `DATE_FORMAT`, `HOUR`, `MINUTE`, `SECOND`, `YEAR`,
+//! `MONTH`, `DAYOFMONTH` and `EXTRACT(unit FROM t)`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use compact_str::CompactString;
+
+use crate::error::{Result, SqlError};
+use crate::expr::{Eval, Typed, common_type, to_f64};
+use crate::types::{DataType, Decimal, Row, Value};
+
+/// The result type of a registered function for its argument types, or why they are refused.
+pub type ResultType =
+    Arc<dyn Fn(&[DataType]) -> std::result::Result<DataType, String> + Send + Sync>;
+/// A registered function's code: argument values in, a value out (an error fails the job).
+pub type FunctionEval = Arc<dyn Fn(&[Value]) -> std::result::Result<Value, String> + Send + Sync>;
+
+/// A function registered from Rust: its result type for the argument types (an error names what
+/// it accepts), and its code over the argument values.
+#[derive(Clone)]
+pub struct ScalarFunction {
+    /// The result type for the argument types, or why they are refused.
+    pub result_type: ResultType,
+    /// The function: argument values in, a value out (an error fails the job).
+    pub eval: FunctionEval,
+}
+
+impl ScalarFunction {
+    /// A function of a fixed result type.
+    ///
+    /// ```
+    /// use riffle_sql::{DataType, Value};
+    /// use riffle_sql::functions::ScalarFunction;
+    /// // count_char(text, 'c'): how often a character occurs (Nexmark q14's UDF).
+    /// let count_char = ScalarFunction::returning(DataType::BigInt, |args| match args {
+    ///     [Value::String(text), Value::String(c)] => {
+    ///         let c = c.chars().next().unwrap_or('\0');
+    ///         Ok(Value::Int(text.chars().filter(|x| *x == c).count() as i64))
+    ///     }
+    ///     _ => Ok(Value::Null),
+    /// });
+    /// assert_eq!((count_char.eval)(&[Value::string("cocoa"), Value::string("c")]), Ok(Value::Int(2)));
+    /// ```
+    pub fn returning(
+        ty: DataType,
+        eval: impl Fn(&[Value]) -> std::result::Result<Value, String> + Send + Sync + 'static,
+    ) -> ScalarFunction {
+        ScalarFunction {
+            result_type: Arc::new(move |_| Ok(ty.clone())),
+            eval: Arc::new(eval),
+        }
+    }
+}
+
+/// The functions a query can call: built-in ones, and those registered from Rust.
+#[derive(Clone, Default)]
+pub struct Functions {
+    registered: BTreeMap<String, ScalarFunction>,
+}
+
+/// Whether `name` (upper case) is an aggregate function.
+pub fn is_aggregate(name: &str) -> bool {
+    matches!(
+        name,
+        "COUNT" | "SUM" | "MIN" | "MAX" | "AVG" | "FIRST_VALUE" | "LAST_VALUE" | "LISTAGG"
+    )
+}
+
+fn arity(name: &str, args: &[Typed], allowed: std::ops::RangeInclusive<usize>) -> Result<()> {
+    if allowed.contains(&args.len()) {
+        return Ok(());
+    }
+    let expected = if allowed.start() == allowed.end() {
+        allowed.start().to_string()
+    } else {
+        format!("{} to {}", allowed.start(), allowed.end())
+    };
+    Err(SqlError::plan(format!(
+        "{name} takes {expected} argument(s), got {}",
+        args.len()
+    )))
+}
+
+/// A function of its arguments' values: `NULL` if any is (unless `null_in` says otherwise).
+fn of_values(
+    ty: DataType,
+    args: Vec<Typed>,
+    f: impl Fn(&[Value]) -> std::result::Result<Value, String> + Send + Sync + 'static,
+    name: &'static str,
+) -> Typed {
+    let nullable = true;
+    let evals: Vec<Eval> = args.into_iter().map(|a| a.eval).collect();
+    Typed {
+        ty,
+        nullable,
+        eval: Arc::new(move |row: &Row| {
+            let mut values = Vec::with_capacity(evals.len());
+            for eval in &evals {
+                let v = eval(row)?;
+                if v.is_null() {
+                    return Ok(Value::Null);
+                }
+                values.push(v);
+            }
+            f(&values).map_err(|e| riffle::Error::user(format!("{name}: {e}")))
+        }),
+        name: None,
+        column: None,
+    }
+}
+
+fn string_arg(value: &Value) -> &str {
+    match value {
+        Value::String(s) => s.as_str(),
+        _ => "",
+    }
+}
+
+fn int_arg(value: &Value) -> i64 {
+    match value {
+        Value::Int(i) => *i,
+        other => to_f64(other) as i64,
+    }
+}
+
+fn require(name: &str, arg: &Typed, ok: bool, what: &str) -> Result<()> {
+    if ok || arg.ty == DataType::Null {
+        Ok(())
+    } else {
+        Err(SqlError::plan(format!(
+            "{name} needs {what}, got {}",
+            arg.ty
+        )))
+    }
+}
+
+/// `EXTRACT(unit FROM t)` and `HOUR(t)` and the like.
+pub fn extract(unit: &str, value: Typed) -> Result<Typed> {
+    let unit = unit.to_ascii_uppercase();
+    require(
+        &unit,
+        &value,
+        value.ty.is_timestamp() || value.ty == DataType::Date,
+        "a TIMESTAMP or DATE",
+    )?;
+    let field: fn(i64) -> i64 = match unit.as_str() {
+        "YEAR" => |ms| crate::format::parts(ms).0,
+        "MONTH" => |ms| crate::format::parts(ms).1 as i64,
+        "DAY" | "DAYOFMONTH" => |ms| crate::format::parts(ms).2 as i64,
+        "HOUR" => |ms| crate::format::parts(ms).3 as i64,
+        "MINUTE" => |ms| crate::format::parts(ms).4 as i64,
+        "SECOND" => |ms| crate::format::parts(ms).5 as i64,
+        "MILLISECOND" => |ms| crate::format::parts(ms).6 as i64,
+        "DOW" | "DAYOFWEEK" => |ms| (ms.div_euclid(86_400_000) + 4).rem_euclid(7) + 1,
+        other => {
+            return Err(SqlError::plan(format!(
+                "EXTRACT({other} FROM ...) is not supported"
+            )));
+        }
+    };
+    Ok(of_values(
+        DataType::BigInt,
+        vec![value],
+        move |v| {
+            Ok(match &v[0] {
+                Value::Timestamp(ms) => Value::Int(field(*ms)),
+                Value::Date(days) => Value::Int(field(*days as i64 * 86_400_000)),
+                _ => Value::Null,
+            })
+        },
+        "EXTRACT",
+    ))
+}
+
+impl Functions {
+    /// Registers `function` under `name` (case-insensitive): queries call it as `name(...)`.
+    pub fn register(&mut self, name: impl Into<String>, function: ScalarFunction) {
+        self.registered
+            .insert(name.into().to_ascii_uppercase(), function);
+    }
+
+    /// Whether a function of this name is registered.
+    pub fn is_registered(&self, name: &str) -> bool {
+        self.registered.contains_key(&name.to_ascii_uppercase())
+    }
+
+    /// A call of `name` (upper case) with `args`.
+    pub fn call(&self, name: &str, args: Vec<Typed>) -> Result<Typed> {
+        if let Some(function) = self.registered.get(name) {
+            let types: Vec<DataType> = args.iter().map(|a| a.ty.clone()).collect();
+            let ty = (function.result_type)(&types)
+                .map_err(|e| SqlError::plan(format!("{name}: {e}")))?;
+            let eval = function.eval.clone();
+            let evals: Vec<Eval> = args.into_iter().map(|a| a.eval).collect();
+            let shown = name.to_string();
+            return Ok(Typed {
+                ty,
+                nullable: true,
+                eval: Arc::new(move |row: &Row| {
+                    let values = evals
+                        .iter()
+                        .map(|e| e(row))
+                        .collect::<riffle::Result<Vec<_>>>()?;
+                    eval(&values).map_err(|e| riffle::Error::user(format!("{shown}: {e}")))
+                }),
+                name: None,
+                column: None,
+            });
+        }
+        builtin(name, args)
+    }
+}
+
+fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
+    Ok(match name {
+        "MOD" => {
+            arity(name, &args, 2..=2)?;
+            let (a, b) = (args.remove(0), args.remove(0));
+            require(name, &a, a.ty.is_integer(), "integers")?;
+            require(name, &b, b.ty.is_integer(), "integers")?;
+            let ty = b.ty.clone();
+            of_values(
+                ty,
+                vec![a, b],
+                |v| match (&v[0], &v[1]) {
+                    (_, Value::Int(0)) => Err("division by zero".into()),
+                    (Value::Int(x), Value::Int(y)) => Ok(Value::Int(x % y)),
+                    _ => Ok(Value::Null),
+                },
+                "MOD",
+            )
+        }
+        "ABS" => {
+            arity(name, &args, 1..=1)?;
+            let a = args.remove(0);
+            require(name, &a, a.ty.is_numeric(), "a number")?;
+            let ty = a.ty.clone();
+            of_values(
+                ty,
+                vec![a],
+                |v| {
+                    Ok(match &v[0] {
+                        Value::Int(i) => Value::Int(i.wrapping_abs()),
+                        Value::Double(d) => Value::Double(d.abs()),
+                        Value::Decimal(d) => {
+                            Value::Decimal(Decimal::new(d.unscaled.abs(), d.scale))
+                        }
+                        _ => Value::Null,
+                    })
+                },
+                "ABS",
+            )
+        }
+        "ROUND" | "FLOOR" | "CEIL" | "CEILING" => {
+            arity(name, &args, 1..=2)?;
+            let a = args.remove(0);
+            require(name, &a, a.ty.is_numeric(), "a number")?;
+            let digits = match args.pop() {
+                Some(d) => match d.constant_value() {
+                    Some(Value::Int(n)) => n,
+                    _ => {
+                        return Err(SqlError::plan(format!(
+                            "{name}: the digits must be a constant integer"
+                        )));
+                    }
+                },
+                None => 0,
+            };
+            let mode = match name {
+                "ROUND" => 0,
+                "FLOOR" => 1,
+                _ => 2,
+            };
+            let ty = match &a.ty {
+                DataType::Decimal { precision, .. } => DataType::Decimal {
+                    precision: *precision,
+                    scale: digits.clamp(0, 38) as u8,
+                },
+                other => other.clone(),
+            };
+            of_values(
+                ty,
+                vec![a],
+                move |v| Ok(round(&v[0], digits, mode)),
+                "ROUND",
+            )
+        }
+        "LOWER" | "UPPER" | "CHAR_LENGTH" | "CHARACTER_LENGTH" | "LENGTH" => {
+            arity(name, &args, 1..=1)?;
+            let a = args.remove(0);
+            require(name, &a, a.ty == DataType::Varchar, "a string")?;
+            let (ty, f): (DataType, fn(&str) -> Value) = match name {
+                "LOWER" => (DataType::Varchar, |s| Value::string(s.to_lowercase())),
+                "UPPER" => (DataType::Varchar, |s| Value::string(s.to_uppercase())),
+                _ => (DataType::Int, |s| Value::Int(s.chars().count() as i64)),
+            };
+            of_values(ty, vec![a], move |v| Ok(f(string_arg(&v[0]))), "LOWER")
+        }
+        "CONCAT" => {
+            let evals: Vec<Eval> = args.into_iter().map(|a| a.eval).collect();
+            Typed {
+                ty: DataType::Varchar,
+                nullable: true,
+                eval: Arc::new(move |row| {
+                    let mut out = CompactString::default();
+                    for eval in &evals {
+                        match eval(row)? {
+                            Value::Null => return Ok(Value::Null),
+                            Value::String(s) => out.push_str(&s),
+                            other => out.push_str(&crate::format::display(&other, &DataType::Null)),
+                        }
+                    }
+                    Ok(Value::String(out))
+                }),
+                name: None,
+                column: None,
+            }
+        }
+        "SUBSTRING" | "SUBSTR" => {
+            arity(name, &args, 2..=3)?;
+            of_values(
+                DataType::Varchar,
+                args,
+                |v| {
+                    let chars: Vec<char> = string_arg(&v[0]).chars().collect();
+                    // 1-based; a start of 0 or less counts from the first character.
+                    let start = (int_arg(&v[1]).max(1) - 1) as usize;
+                    let length = v.get(2).map_or(chars.len(), |l| int_arg(l).max(0) as usize);
+                    Ok(Value::string(
+                        chars.iter().skip(start).take(length).collect::<String>(),
+                    ))
+                },
+                "SUBSTRING",
+            )
+        }
+        "TRIM" | "LTRIM" | "RTRIM" => {
+            arity(name, &args, 1..=2)?;
+            let side = match name {
+                "LTRIM" => 1,
+                "RTRIM" => 2,
+                _ => 0,
+            };
+            if args.len() == 1 {
+                args.push(Typed::constant(Value::string(" "), DataType::Varchar));
+            }
+            of_values(
+                DataType::Varchar,
+                args,
+                move |v| {
+                    let (s, what) = (string_arg(&v[0]), string_arg(&v[1]));
+                    let set: Vec<char> = what.chars().collect();
+                    let trimmed = match side {
+                        1 => s.trim_start_matches(set.as_slice()),
+                        2 => s.trim_end_matches(set.as_slice()),
+                        _ => s.trim_matches(set.as_slice()),
+                    };
+                    Ok(Value::string(trimmed))
+                },
+                "TRIM",
+            )
+        }
+        "REPLACE" => {
+            arity(name, &args, 3..=3)?;
+            of_values(
+                DataType::Varchar,
+                args,
+                |v| {
+                    Ok(Value::string(
+                        string_arg(&v[0]).replace(string_arg(&v[1]), string_arg(&v[2])),
+                    ))
+                },
+                "REPLACE",
+            )
+        }
+        "COALESCE" | "IFNULL" => {
+            if args.is_empty() || name == "IFNULL" && args.len() != 2 {
+                return Err(SqlError::plan(format!("{name} needs arguments")));
+            }
+            let mut ty = DataType::Null;
+            for a in &args {
+                ty = common_type(&ty, &a.ty).ok_or_else(|| {
+                    SqlError::plan(format!("{name}: {ty} and {} have no common type", a.ty))
+                })?;
+            }
+            let nullable = args.iter().all(|a| a.nullable);
+            let evals: Vec<Eval> = args
+                .into_iter()
+                .map(|a| a.cast(&ty).map(|a| a.eval))
+                .collect::<Result<_>>()?;
+            Typed {
+                ty,
+                nullable,
+                eval: Arc::new(move |row| {
+                    for eval in &evals {
+                        let v = eval(row)?;
+                        if !v.is_null() {
+                            return Ok(v);
+                        }
+                    }
+                    Ok(Value::Null)
+                }),
+                name: None,
+                column: None,
+            }
+        }
+        "NULLIF" => {
+            arity(name, &args, 2..=2)?;
+            let ty = args[0].ty.clone();
+            let (a, b) = (args.remove(0).eval, args.remove(0).eval);
+            Typed {
+                ty,
+                nullable: true,
+                eval: Arc::new(move |row| {
+                    let (x, y) = (a(row)?, b(row)?);
+                    Ok(if !y.is_null() && x == y {
+                        Value::Null
+                    } else {
+                        x
+                    })
+                }),
+                name: None,
+                column: None,
+            }
+        }
+        "IF" => {
+            arity(name, &args, 3..=3)?;
+            let condition = args.remove(0);
+            let (then, otherwise) = (args.remove(0), args.remove(0));
+            let ty = common_type(&then.ty, &otherwise.ty).ok_or_else(|| {
+                SqlError::plan(format!(
+                    "IF: {} and {} have no common type",
+                    then.ty, otherwise.ty
+                ))
+            })?;
+            let nullable = then.nullable || otherwise.nullable;
+            let (c, t, o) = (
+                condition.eval,
+                then.cast(&ty)?.eval,
+                otherwise.cast(&ty)?.eval,
+            );
+            Typed {
+                ty,
+                nullable,
+                eval: Arc::new(move |row| match c(row)? {
+                    Value::Bool(true) => t(row),
+                    _ => o(row),
+                }),
+                name: None,
+                column: None,
+            }
+        }
+        "REGEXP_EXTRACT" => {
+            arity(name, &args, 2..=3)?;
+            let pattern = match args[1].constant_value() {
+                Some(Value::String(p)) => regex::Regex::new(&p).map_err(|e| {
+                    SqlError::plan(format!("REGEXP_EXTRACT: bad pattern `{p}`: {e}"))
+                })?,
+                _ => {
+                    return Err(SqlError::plan(
+                        "REGEXP_EXTRACT: the pattern must be a constant string",
+                    ));
+                }
+            };
+            let group = match args.get(2).map(|g| g.constant_value()) {
+                Some(Some(Value::Int(g))) => g as usize,
+                Some(_) => {
+                    return Err(SqlError::plan(
+                        "REGEXP_EXTRACT: the group index must be a constant integer",
+                    ));
+                }
+                None => 1,
+            };
+            args.truncate(1);
+            of_values(
+                DataType::Varchar,
+                args,
+                move |v| {
+                    Ok(pattern
+                        .captures(string_arg(&v[0]))
+                        .and_then(|c| c.get(group))
+                        .map_or(Value::Null, |m| Value::string(m.as_str())))
+                },
+                "REGEXP_EXTRACT",
+            )
+        }
+        "SPLIT_INDEX" => {
+            arity(name, &args, 3..=3)?;
+            of_values(
+                DataType::Varchar,
+                args,
+                |v| {
+                    let (text, separator) = (string_arg(&v[0]), string_arg(&v[1]));
+                    let index = int_arg(&v[2]);
+                    if index < 0 || separator.is_empty() {
+                        return Ok(Value::Null);
+                    }
+                    Ok(text
+                        .split(separator)
+                        .nth(index as usize)
+                        .map_or(Value::Null, Value::string))
+                },
+                "SPLIT_INDEX",
+            )
+        }
+        "DATE_FORMAT" => {
+            arity(name, &args, 2..=2)?;
+            require(
+                name,
+                &args[0],
+                args[0].ty.is_timestamp() || args[0].ty == DataType::Varchar,
+                "a TIMESTAMP",
+            )?;
+            of_values(
+                DataType::Varchar,
+                args,
+                |v| {
+                    let ms = match &v[0] {
+                        Value::Timestamp(ms) => *ms,
+                        Value::String(s) => crate::format::parse_timestamp(s)
+                            .ok_or_else(|| format!("`{s}` is not a timestamp"))?,
+                        _ => return Ok(Value::Null),
+                    };
+                    Ok(Value::string(crate::format::format_with_pattern(
+                        ms,
+                        string_arg(&v[1]),
+                    )))
+                },
+                "DATE_FORMAT",
+            )
+        }
+        "HOUR" | "MINUTE" | "SECOND" | "YEAR" | "MONTH" | "DAYOFMONTH" => {
+            arity(name, &args, 1..=1)?;
+            extract(name, args.remove(0))?
+        }
+        other => {
+            return Err(SqlError::plan(format!(
+                "no function `{other}`: not built in and not registered (CREATE FUNCTION needs a function registered from Rust under that name)"
+            )));
+        }
+    })
+}
+
+/// `ROUND` (mode 0, half up), `FLOOR` (1), `CEIL` (2) at `digits` after the point.
+fn round(value: &Value, digits: i64, mode: u8) -> Value {
+    match value {
+        Value::Int(i) => Value::Int(*i),
+        Value::Double(d) => {
+            let factor = 10f64.powi(digits as i32);
+            let scaled = d * factor;
+            let r = match mode {
+                0 => scaled.round(),
+                1 => scaled.floor(),
+                _ => scaled.ceil(),
+            };
+            Value::Double(r / factor)
+        }
+        Value::Decimal(d) => {
+            let target = digits.clamp(0, 38) as u8;
+            if target >= d.scale {
+                return Value::Decimal(*d);
+            }
+            let divisor = crate::types::pow10(d.scale - target);
+            let (q, r) = (
+                d.unscaled.div_euclid(divisor),
+                d.unscaled.rem_euclid(divisor),
+            );
+            let unscaled = match mode {
+                0 => match d.rescale(target) {
+                    Some(rounded) => rounded.unscaled,
+                    None => q,
+                },
+                1 => q,
+                _ => q + i128::from(r != 0),
+            };
+            Value::Decimal(Decimal::new(unscaled, target))
+        }
+        _ => Value::Null,
+    }
+}

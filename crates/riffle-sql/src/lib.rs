@@ -1,0 +1,261 @@
+//! Streaming SQL for Riffle (issue 29, docs/sql.md): Flink's dialect, planned onto the operators
+//! the DataStream API builds, over schema-typed [`Row`]s.
+//!
+//! A script's DDL registers tables (`CREATE TABLE ... WITH ('connector' = ..)`), views and
+//! functions; each `INSERT INTO` adds its pipeline to the [`StreamEnv`], and the job runs when the
+//! environment is executed, with everything a DataStream job has: checkpoints, savepoints,
+//! `--restore`, the web UI, state on the heap or in RocksDB. A query is parsed
+//! ([`parse`]), planned into a logical plan whose expressions are type-checked and compiled once
+//! ([`plan`], [`expr`]), and lowered onto DataStream operators ([`lower`]).
+//!
+//! ```
+//! use riffle::{StreamEnv, sink::CollectSink};
+//! use riffle_sql::{SqlEnv, Value};
+//!
+//! let env = StreamEnv::new();
+//! let sql = SqlEnv::new(&env);
+//! sql.execute_sql(
+//!     "CREATE TABLE events (
+//!          event_type INT,
+//!          bid ROW<auction BIGINT, bidder BIGINT, price BIGINT, dateTime TIMESTAMP(3)>
+//!      ) WITH ('connector' = 'nexmark', 'events.num' = '1000');",
+//! )
+//! .unwrap();
+//! let (rows, schema) = sql
+//!     .sql_query("SELECT bid.auction, bid.price FROM events WHERE event_type = 2 AND MOD(bid.auction, 123) = 0")
+//!     .unwrap();
+//! assert_eq!(schema.names(), ["auction", "price"]);
+//! let (sink, out) = CollectSink::new();
+//! rows.sink(sink);
+//! env.execute().unwrap();
+//! assert!(out.values().iter().all(|row| matches!(row.get(0), Value::Int(a) if a % 123 == 0)));
+//! ```
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use riffle::{DataStream, StreamEnv};
+
+pub mod aggregate;
+pub mod connectors;
+pub mod error;
+pub mod expr;
+pub mod format;
+pub mod functions;
+pub mod lower;
+pub mod parse;
+pub mod plan;
+pub mod types;
+
+pub use error::SqlError;
+pub use functions::ScalarFunction;
+pub use types::{DataType, Decimal, Field, Row, Schema, Value};
+
+use error::Result;
+use parse::Statement;
+use plan::Catalog;
+
+/// What one statement of a script did.
+#[derive(Debug)]
+pub enum Executed {
+    /// A table, view or function was registered.
+    Created(String),
+    /// An option was set.
+    Set(String, String),
+    /// An `INSERT INTO` was added to the job (it runs when the environment is executed).
+    Inserting(String),
+    /// A query's rows will be printed while the job runs.
+    Printing(Schema),
+    /// `EXPLAIN`: the plan.
+    Explained(String),
+}
+
+/// SQL over a [`StreamEnv`]: a catalog of tables, views and functions, and the statements that
+/// add jobs to the environment.
+pub struct SqlEnv {
+    env: StreamEnv,
+    catalog: RefCell<Catalog>,
+    options: RefCell<BTreeMap<String, String>>,
+    variables: RefCell<BTreeMap<String, String>>,
+}
+
+impl SqlEnv {
+    /// SQL whose jobs run in `env`.
+    pub fn new(env: &StreamEnv) -> SqlEnv {
+        SqlEnv {
+            env: env.clone(),
+            catalog: RefCell::new(Catalog::default()),
+            options: RefCell::new(BTreeMap::new()),
+            variables: RefCell::new(BTreeMap::new()),
+        }
+    }
+
+    /// The environment the jobs run in.
+    pub fn env(&self) -> &StreamEnv {
+        &self.env
+    }
+
+    /// Registers a scalar function, called as `name(...)` (what `CREATE FUNCTION name AS
+    /// '...'` then names).
+    pub fn register_function(&self, name: &str, function: ScalarFunction) {
+        self.catalog.borrow_mut().functions.register(name, function);
+    }
+
+    /// Replaces `${name}` in the scripts run after this by `value` (the nexmark project's
+    /// scripts use `${NEXMARK_TABLE}`, `${TPS}`, ...).
+    pub fn define(&self, name: &str, value: &str) {
+        self.variables
+            .borrow_mut()
+            .insert(name.to_string(), value.to_string());
+    }
+
+    /// The options `SET` gave, by key.
+    pub fn options(&self) -> BTreeMap<String, String> {
+        self.options.borrow().clone()
+    }
+
+    fn substitute(&self, script: &str) -> Result<String> {
+        let variables = self.variables.borrow();
+        let mut out = String::with_capacity(script.len());
+        let mut rest = script;
+        while let Some(at) = rest.find("${") {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + 2..];
+            let Some(end) = after.find('}') else {
+                out.push_str(&rest[at..]);
+                rest = "";
+                break;
+            };
+            let name = &after[..end];
+            let value = variables.get(name).ok_or_else(|| {
+                SqlError::plan(format!(
+                    "the script uses ${{{name}}}, which is not defined (define it: --define {name}=VALUE)"
+                ))
+            })?;
+            out.push_str(value);
+            rest = &after[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+
+    /// Runs the statements of `script`: DDL registers, `SET` sets, `INSERT INTO` adds a
+    /// pipeline to the environment, a query prints its rows (`+I[...]`) while the job runs.
+    pub fn execute_sql(&self, script: &str) -> Result<Vec<Executed>> {
+        let script = self.substitute(script)?;
+        let mut done = Vec::new();
+        for statement in parse::parse_script(&script)? {
+            done.push(self.execute(statement)?);
+        }
+        Ok(done)
+    }
+
+    fn execute(&self, statement: Statement) -> Result<Executed> {
+        match statement {
+            Statement::CreateTable(table) => {
+                let table = *table;
+                let name = table.name.clone();
+                // Checked now: a table that cannot be read fails here, not when queried.
+                self.catalog.borrow().scan(&table)?;
+                self.catalog.borrow_mut().tables.insert(name.clone(), table);
+                Ok(Executed::Created(name))
+            }
+            Statement::CreateView { name, query } => {
+                self.catalog.borrow().plan_query(&query).map_err(|e| {
+                    SqlError::new(format!("view `{name}`: {}", e.message), e.location)
+                })?;
+                self.catalog.borrow_mut().views.insert(name.clone(), *query);
+                Ok(Executed::Created(name))
+            }
+            Statement::CreateFunction { name, class } => {
+                if !self.catalog.borrow().functions.is_registered(&name) {
+                    return Err(SqlError::plan(format!(
+                        "CREATE FUNCTION {name} AS '{class}': Riffle runs no JVM classes; register a Rust function named `{name}` (SqlEnv::register_function)"
+                    )));
+                }
+                Ok(Executed::Created(name))
+            }
+            Statement::Set { key, value } => {
+                self.options.borrow_mut().insert(key.clone(), value.clone());
+                Ok(Executed::Set(key, value))
+            }
+            Statement::Insert { table, query } => {
+                let catalog = self.catalog.borrow();
+                let def = catalog
+                    .tables
+                    .get(&table)
+                    .ok_or_else(|| SqlError::plan(format!("INSERT INTO {table}: no such table")))?;
+                let plan = catalog.plan_query(&query)?;
+                lower::insert(&self.env, def, &plan)?;
+                Ok(Executed::Inserting(table))
+            }
+            Statement::Query(query) => {
+                let plan = self.catalog.borrow().plan_query(&query)?;
+                let schema = plan.schema().clone();
+                let rows = lower::lower(&plan, &self.env)?;
+                let shown = schema.clone();
+                rows.sink_fn(move |row: Row| {
+                    println!("+I[{}]", connectors::row_text(&row, &shown));
+                    Ok(())
+                })
+                .name("Sink: print");
+                Ok(Executed::Printing(schema))
+            }
+            Statement::Explain(query) => {
+                let plan = self.catalog.borrow().plan_query(&query)?;
+                Ok(Executed::Explained(plan.explain()))
+            }
+        }
+    }
+
+    /// Like [`execute_sql`](Self::execute_sql), but `INSERT INTO` and queries are explained
+    /// (their plans returned, one per statement) instead of added to the job.
+    pub fn explain_sql(&self, script: &str) -> Result<Vec<String>> {
+        let script = self.substitute(script)?;
+        let mut plans = Vec::new();
+        for statement in parse::parse_script(&script)? {
+            match statement {
+                Statement::Insert { table, query } => {
+                    let plan = self.catalog.borrow().plan_query(&query)?;
+                    plans.push(format!(
+                        "Sink: table `{table}`\n  {}",
+                        plan.explain().replace('\n', "\n  ")
+                    ));
+                }
+                Statement::Query(query) | Statement::Explain(query) => {
+                    plans.push(self.catalog.borrow().plan_query(&query)?.explain());
+                }
+                other => {
+                    self.execute(other)?;
+                }
+            }
+        }
+        Ok(plans)
+    }
+
+    /// A query's rows as a stream of the environment, with their schema.
+    pub fn sql_query(&self, query: &str) -> Result<(DataStream<Row>, Schema)> {
+        let query = self.substitute(query)?;
+        match parse::parse_statement(&query)? {
+            Statement::Query(query) => {
+                let plan = self.catalog.borrow().plan_query(&query)?;
+                Ok((lower::lower(&plan, &self.env)?, plan.schema().clone()))
+            }
+            _ => Err(SqlError::plan("sql_query takes a query (SELECT ...)")),
+        }
+    }
+
+    /// The plan of a query, as `EXPLAIN` prints it.
+    pub fn explain(&self, query: &str) -> Result<String> {
+        let query = self.substitute(query)?;
+        match parse::parse_statement(&query)? {
+            Statement::Query(query) | Statement::Explain(query) => {
+                Ok(self.catalog.borrow().plan_query(&query)?.explain())
+            }
+            Statement::Insert { query, .. } => {
+                Ok(self.catalog.borrow().plan_query(&query)?.explain())
+            }
+            _ => Err(SqlError::plan("EXPLAIN takes a query or an INSERT")),
+        }
+    }
+}

@@ -1,0 +1,984 @@
+//! The logical plan: what a query computes, as a tree of relational steps, each with its output
+//! schema and its changelog mode (what its output rows mean: `append`, rows only added).
+//! Expressions are compiled while planning ([`crate::expr`]), so a plan that exists type-checks.
+//! [`crate::lower`] turns a plan into DataStream operators; [`Plan::explain`] prints it.
+
+use std::collections::BTreeMap;
+
+use sqlparser::ast;
+
+use crate::aggregate::{AggKind, AggSpec};
+use crate::error::{Result, SqlError};
+use crate::expr::{Scope, Typed, compile};
+use crate::functions::Functions;
+use crate::parse::{ColumnDef, TableDef};
+use crate::types::{DataType, Field, Schema};
+
+/// What the output rows of a step mean (Flink's changelog modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangelogMode {
+    /// Rows are only added (`+I`).
+    Append,
+}
+
+impl std::fmt::Display for ChangelogMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChangelogMode::Append => f.write_str("append"),
+        }
+    }
+}
+
+/// A table's time attribute: the column whose value is each row's event time, and the
+/// watermark's bound of out-of-orderness behind it.
+#[derive(Clone, Debug)]
+pub struct TimeAttribute {
+    /// The column.
+    pub column: usize,
+    /// Its name.
+    pub name: String,
+    /// `WATERMARK FOR c AS c - INTERVAL ...`: how far behind the watermark trails.
+    pub out_of_orderness_ms: i64,
+}
+
+/// The windows of a window table function (`TUMBLE`, `HOP`), over the input's time attribute.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WindowKind {
+    /// `TUMBLE(.., size)`.
+    Tumble {
+        /// Window length, ms.
+        size: i64,
+    },
+    /// `HOP(.., slide, size)`: windows of `size` starting every `slide`.
+    Hop {
+        /// Distance between window starts, ms.
+        slide: i64,
+        /// Window length, ms.
+        size: i64,
+    },
+}
+
+impl std::fmt::Display for WindowKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WindowKind::Tumble { size } => write!(f, "TUMBLE({size} ms)"),
+            WindowKind::Hop { slide, size } => write!(f, "HOP({size} ms every {slide} ms)"),
+        }
+    }
+}
+
+/// One step of a plan.
+#[derive(Clone, Debug)]
+pub enum Plan {
+    /// `GROUP BY window_start, window_end, keys` over a window table function: one row per key
+    /// and window, when the watermark passes the window's end.
+    WindowAggregate {
+        /// The input of the window table function.
+        input: Box<Plan>,
+        /// The windows.
+        window: WindowKind,
+        /// What each input row contributes: the group keys (first `keys` columns), then the
+        /// aggregates' arguments and filters.
+        pre: Vec<Typed>,
+        /// How many of `pre` are group keys.
+        keys: usize,
+        /// The aggregates, reading `pre`'s columns.
+        aggs: Vec<AggSpec>,
+        /// The output columns, over `[keys.., window_start, window_end, window_time, aggs..]`.
+        post: Vec<Typed>,
+        /// Texts for `EXPLAIN`: keys and aggregates.
+        texts: Vec<String>,
+        /// The output columns.
+        schema: Schema,
+    },
+    /// Reading a table: its connector's columns, then its computed columns.
+    Scan {
+        /// The table.
+        table: Box<TableDef>,
+        /// The physical columns (what the connector fills).
+        physical: Schema,
+        /// The computed columns, over the physical ones, in order after them.
+        computed: Vec<Typed>,
+        /// Physical then computed columns.
+        schema: Schema,
+        /// Event time, when the table declares a watermark.
+        time: Option<TimeAttribute>,
+    },
+    /// Rows for which `predicate` is true.
+    Filter {
+        /// The input.
+        input: Box<Plan>,
+        /// The condition, over the input's columns.
+        predicate: Typed,
+        /// Its text, for `EXPLAIN`.
+        text: String,
+    },
+    /// New columns computed from each row.
+    Project {
+        /// The input.
+        input: Box<Plan>,
+        /// The columns, over the input's.
+        exprs: Vec<Typed>,
+        /// Their texts, for `EXPLAIN`.
+        texts: Vec<String>,
+        /// The output columns.
+        schema: Schema,
+        /// The input column that is still the event time, if one is passed on as it is.
+        time: Option<TimeAttribute>,
+    },
+}
+
+impl Plan {
+    /// The output columns.
+    pub fn schema(&self) -> &Schema {
+        match self {
+            Plan::Scan { schema, .. }
+            | Plan::Project { schema, .. }
+            | Plan::WindowAggregate { schema, .. } => schema,
+            Plan::Filter { input, .. } => input.schema(),
+        }
+    }
+
+    /// What the output rows mean.
+    pub fn changelog_mode(&self) -> ChangelogMode {
+        ChangelogMode::Append
+    }
+
+    /// The output's event-time attribute, if it has one.
+    pub fn time(&self) -> Option<&TimeAttribute> {
+        match self {
+            Plan::Scan { time, .. } | Plan::Project { time, .. } => time.as_ref(),
+            Plan::Filter { input, .. } => input.time(),
+            // Rows of a window aggregation carry `window_time` as their event time (not a
+            // column one can window again yet).
+            Plan::WindowAggregate { .. } => None,
+        }
+    }
+
+    /// The plan as Riffle operators, one line per step, leaves last (what `EXPLAIN` prints).
+    pub fn explain(&self) -> String {
+        let mut lines = Vec::new();
+        self.explain_into(0, &mut lines);
+        lines.join("\n")
+    }
+
+    fn explain_into(&self, depth: usize, lines: &mut Vec<String>) {
+        let pad = "  ".repeat(depth);
+        let mode = self.changelog_mode();
+        match self {
+            Plan::Scan {
+                table,
+                schema,
+                time,
+                ..
+            } => {
+                let connector = table.options.get("connector").map_or("?", |c| c.as_str());
+                let time = time.as_ref().map_or(String::new(), |t| {
+                    format!(
+                        ", event time `{}`, watermark {} ms behind",
+                        schema.fields[t.column].name, t.out_of_orderness_ms
+                    )
+                });
+                lines.push(format!(
+                    "{pad}Source: {connector} table `{}` {schema}{time} [{mode}]",
+                    table.name
+                ));
+            }
+            Plan::Filter { input, text, .. } => {
+                lines.push(format!("{pad}Filter: {text} (chained, stateless) [{mode}]"));
+                input.explain_into(depth + 1, lines);
+            }
+            Plan::Project {
+                input,
+                texts,
+                schema,
+                ..
+            } => {
+                lines.push(format!(
+                    "{pad}Map: {} -> {schema} (chained, stateless) [{mode}]",
+                    texts.join(", ")
+                ));
+                input.explain_into(depth + 1, lines);
+            }
+            Plan::WindowAggregate {
+                input,
+                window,
+                keys,
+                texts,
+                schema,
+                ..
+            } => {
+                let (key_texts, agg_texts) = texts.split_at(*keys);
+                lines.push(format!(
+                    "{pad}Window: {window}, keyed by [{}], aggregates [{}] -> {schema} (keyed state: one accumulator per key and window, fired by the watermark) [{mode}]",
+                    key_texts.join(", "),
+                    agg_texts.join(", ")
+                ));
+                lines.push(format!(
+                    "{pad}  Hash by [{}], pre-computed keys and arguments (chained)",
+                    key_texts.join(", ")
+                ));
+                input.explain_into(depth + 2, lines);
+            }
+        }
+    }
+}
+
+/// The tables, views and functions statements see.
+#[derive(Default)]
+pub struct Catalog {
+    /// Tables, by name.
+    pub tables: BTreeMap<String, TableDef>,
+    /// Views, by name.
+    pub views: BTreeMap<String, ast::Query>,
+    /// Functions.
+    pub functions: Functions,
+}
+
+impl Catalog {
+    /// The plan of reading table `def` (its physical columns, computed columns and watermark).
+    pub fn scan(&self, def: &TableDef) -> Result<Plan> {
+        let physical = Schema::new(
+            def.columns
+                .iter()
+                .filter_map(|c| match c {
+                    ColumnDef::Physical(field) => Some(field.clone()),
+                    ColumnDef::Computed { .. } => None,
+                })
+                .collect(),
+        );
+        let scope = Scope::new(&physical, Some(&def.name), &self.functions);
+        let mut computed = Vec::new();
+        let mut fields = physical.fields.clone();
+        for column in &def.columns {
+            if let ColumnDef::Computed { name, expr } = column {
+                let typed = compile(expr, &scope).map_err(|e| {
+                    SqlError::plan(format!(
+                        "computed column `{name}` of `{}`: {}",
+                        def.name, e.message
+                    ))
+                })?;
+                fields.push(Field {
+                    name: name.clone(),
+                    ty: typed.ty.clone(),
+                    nullable: typed.nullable,
+                });
+                computed.push(typed);
+            }
+        }
+        let schema = Schema::new(fields);
+        let time = match &def.watermark {
+            None => None,
+            Some((column, expr)) => Some(time_attribute(&def.name, &schema, column, expr)?),
+        };
+        Ok(Plan::Scan {
+            table: Box::new(def.clone()),
+            physical,
+            computed,
+            schema,
+            time,
+        })
+    }
+
+    /// The plan of `query`.
+    pub fn plan_query(&self, query: &ast::Query) -> Result<Plan> {
+        if query.with.is_some() {
+            return Err(SqlError::plan(
+                "WITH ... is not supported yet: use CREATE VIEW",
+            ));
+        }
+        if query.order_by.is_some() {
+            return Err(SqlError::plan(
+                "ORDER BY on a stream is not supported (a streaming query's rows never end; use a window, or ORDER BY in a Top-N query)",
+            ));
+        }
+        if query.limit_clause.is_some() || query.fetch.is_some() {
+            return Err(SqlError::plan("LIMIT is not supported yet"));
+        }
+        match query.body.as_ref() {
+            ast::SetExpr::Select(select) => self.plan_select(select),
+            ast::SetExpr::Query(inner) => self.plan_query(inner),
+            other => Err(SqlError::plan(format!(
+                "`{}` is not supported yet",
+                other.to_string().chars().take(60).collect::<String>()
+            ))),
+        }
+    }
+
+    /// The plan of a relation of `FROM`, and the name that qualifies its columns.
+    fn plan_relation(&self, relation: &ast::TableFactor) -> Result<(Plan, Option<String>)> {
+        match relation {
+            ast::TableFactor::Table {
+                name, alias, args, ..
+            } => {
+                if args.is_some() {
+                    return Err(SqlError::plan(format!(
+                        "the table function {name}(...) is not supported yet"
+                    )));
+                }
+                let name = name.to_string();
+                let qualifier = alias
+                    .as_ref()
+                    .map_or(name.clone(), |a| a.name.value.clone());
+                Ok((self.plan_name(&name)?, Some(qualifier)))
+            }
+            ast::TableFactor::Derived {
+                subquery, alias, ..
+            } => Ok((
+                self.plan_query(subquery)?,
+                alias.as_ref().map(|a| a.name.value.clone()),
+            )),
+            other => Err(SqlError::plan(format!("FROM {other} is not supported yet"))),
+        }
+    }
+
+    /// The plan of the table or view `name`.
+    fn plan_name(&self, name: &str) -> Result<Plan> {
+        if let Some(view) = self.views.get(name) {
+            return self.plan_query(view);
+        }
+        match self.tables.get(name) {
+            Some(def) => self.scan(def),
+            None => Err(SqlError::plan(format!(
+                "no table or view `{name}` (known: {})",
+                self.known_names()
+            ))),
+        }
+    }
+
+    fn known_names(&self) -> String {
+        let names: Vec<&str> = self
+            .tables
+            .keys()
+            .chain(self.views.keys())
+            .map(String::as_str)
+            .collect();
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    }
+
+    fn plan_select(&self, select: &ast::Select) -> Result<Plan> {
+        if select.distinct.is_some() {
+            return Err(SqlError::plan("SELECT DISTINCT is not supported yet"));
+        }
+        if select.having.is_some() {
+            return Err(SqlError::plan("HAVING is not supported yet"));
+        }
+        let group_by = match &select.group_by {
+            ast::GroupByExpr::Expressions(exprs, _) => exprs.clone(),
+            ast::GroupByExpr::All(_) => {
+                return Err(SqlError::plan("GROUP BY ALL is not supported"));
+            }
+        };
+        let aggregating = select.projection.iter().any(|item| match item {
+            ast::SelectItem::UnnamedExpr(e) | ast::SelectItem::ExprWithAlias { expr: e, .. } => {
+                has_aggregate(e)
+            }
+            _ => false,
+        });
+        if !group_by.is_empty() || aggregating {
+            return self.plan_grouped(select, &group_by);
+        }
+        let [from] = &select.from[..] else {
+            return Err(SqlError::plan(if select.from.is_empty() {
+                "a SELECT without FROM is not supported yet".to_string()
+            } else {
+                "a FROM of several tables (a join) is not supported yet".to_string()
+            }));
+        };
+        if !from.joins.is_empty() {
+            return Err(SqlError::plan("JOIN is not supported yet"));
+        }
+        let (mut plan, qualifier) = self.plan_relation(&from.relation)?;
+        if let Some(condition) = &select.selection {
+            let schema = plan.schema().clone();
+            let scope = Scope::new(&schema, qualifier.as_deref(), &self.functions);
+            let predicate = compile(condition, &scope)?;
+            if !matches!(predicate.ty, DataType::Boolean | DataType::Null) {
+                return Err(SqlError::plan(format!(
+                    "WHERE needs a BOOLEAN condition, got {} ({condition})",
+                    predicate.ty
+                )));
+            }
+            plan = Plan::Filter {
+                input: Box::new(plan),
+                predicate,
+                text: condition.to_string(),
+            };
+        }
+        self.project(plan, qualifier.as_deref(), &select.projection)
+    }
+
+    /// `SELECT .. FROM TABLE(TUMBLE(..)) GROUP BY window_start, window_end, ..`.
+    fn plan_grouped(&self, select: &ast::Select, group_by: &[ast::Expr]) -> Result<Plan> {
+        let [from] = &select.from[..] else {
+            return Err(SqlError::plan(
+                "a grouped query reads one window table function (FROM TABLE(TUMBLE(..)))",
+            ));
+        };
+        let ast::TableFactor::TableFunction { expr, .. } = &from.relation else {
+            return Err(SqlError::plan(
+                "GROUP BY without a window (an updating aggregate, with a changelog output) is not supported yet: group a window table function, FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(time), INTERVAL ..)) GROUP BY window_start, window_end, ..",
+            ));
+        };
+        if !from.joins.is_empty() {
+            return Err(SqlError::plan("JOIN is not supported yet"));
+        }
+        let (input, qualifier, window) = self.window_function(expr)?;
+        let mut input = input;
+        let schema = input.schema().clone();
+        let scope = Scope::new(&schema, qualifier.as_deref(), &self.functions);
+        if let Some(condition) = &select.selection {
+            let predicate = compile(condition, &scope).map_err(|e| {
+                SqlError::plan(format!(
+                    "WHERE {condition}: {} (a WHERE of a window aggregation reads the input's columns)",
+                    e.message
+                ))
+            })?;
+            input = Plan::Filter {
+                input: Box::new(input),
+                predicate,
+                text: condition.to_string(),
+            };
+        }
+        // The group keys: window_start and window_end, and the input's expressions.
+        let mut has_start = false;
+        let mut has_end = false;
+        let mut keys: Vec<(String, Typed)> = Vec::new();
+        for expr in group_by {
+            match expr {
+                ast::Expr::Identifier(i) if i.value == "window_start" => has_start = true,
+                ast::Expr::Identifier(i) if i.value == "window_end" => has_end = true,
+                other => keys.push((other.to_string(), compile(other, &scope)?)),
+            }
+        }
+        if !(has_start && has_end) {
+            return Err(SqlError::plan(
+                "a window aggregation groups by window_start and window_end (GROUP BY window_start, window_end, ...)",
+            ));
+        }
+        let key_names: Vec<String> = keys.iter().map(|(t, _)| t.clone()).collect();
+        let mut found: Vec<FoundAggregate> = Vec::new();
+        let mut outputs = Vec::new();
+        for item in &select.projection {
+            let (expr, alias) = match item {
+                ast::SelectItem::UnnamedExpr(e) => (e, None),
+                ast::SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value.clone())),
+                _ => {
+                    return Err(SqlError::plan(
+                        "SELECT * of a window aggregation: name the keys, window columns and aggregates",
+                    ));
+                }
+            };
+            let rewritten = rewrite_grouped(expr, &key_names, &mut found)?;
+            outputs.push((rewritten, alias, expr.to_string()));
+        }
+        // Pre-computed row: keys, then each aggregate's argument and filter.
+        let mut pre: Vec<Typed> = keys.iter().map(|(_, t)| t.clone()).collect();
+        let mut texts: Vec<String> = key_names.clone();
+        let mut aggs = Vec::new();
+        for aggregate in &found {
+            let arg = match &aggregate.arg {
+                Some(arg) => Some(compile(arg, &scope)?),
+                None => None,
+            };
+            let (kind, ty) = AggSpec::kind_and_type(
+                &aggregate.name,
+                aggregate.distinct,
+                arg.as_ref().map(|a| a.ty.clone()),
+            )?;
+            let arg_type = arg.as_ref().map_or(DataType::Null, |a| a.ty.clone());
+            let arg_index = arg.map(|a| {
+                pre.push(a);
+                pre.len() - 1
+            });
+            let filter_index = match &aggregate.filter {
+                Some(filter) => {
+                    let f = compile(filter, &scope)?;
+                    pre.push(f);
+                    Some(pre.len() - 1)
+                }
+                None => None,
+            };
+            texts.push(aggregate.text.clone());
+            aggs.push(AggSpec {
+                kind,
+                arg: arg_index,
+                filter: filter_index,
+                arg_type,
+                ty,
+            });
+        }
+        // The aggregated row: keys, window bounds and time, aggregates.
+        let mut fields: Vec<Field> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, (_, t))| Field {
+                name: format!("$key{i}"),
+                ty: t.ty.clone(),
+                nullable: t.nullable,
+            })
+            .collect();
+        for name in ["window_start", "window_end", "window_time"] {
+            fields.push(Field {
+                name: name.to_string(),
+                ty: DataType::Timestamp { precision: 3 },
+                nullable: false,
+            });
+        }
+        for (i, spec) in aggs.iter().enumerate() {
+            fields.push(Field {
+                name: format!("$agg{i}"),
+                ty: spec.ty.clone(),
+                nullable: !matches!(
+                    spec.kind,
+                    AggKind::CountStar | AggKind::Count | AggKind::CountDistinct
+                ),
+            });
+        }
+        let aggregated = Schema::new(fields);
+        let post_scope = Scope::new(&aggregated, None, &self.functions);
+        let mut post = Vec::new();
+        let mut out_fields = Vec::new();
+        for (position, (expr, alias, text)) in outputs.into_iter().enumerate() {
+            let typed = compile(&expr, &post_scope)?;
+            let name = alias.unwrap_or_else(|| match &typed.name {
+                Some(name) if !name.starts_with('$') => name.clone(),
+                // A key by its own name (`auction`, `B.auction` -> `auction`).
+                _ => key_output_name(&text).unwrap_or_else(|| format!("EXPR${position}")),
+            });
+            out_fields.push(Field {
+                name,
+                ty: typed.ty.clone(),
+                nullable: typed.nullable,
+            });
+            post.push(typed);
+        }
+        Ok(Plan::WindowAggregate {
+            input: Box::new(input),
+            window,
+            keys: keys.len(),
+            pre,
+            aggs,
+            post,
+            texts,
+            schema: Schema::new(out_fields),
+        })
+    }
+
+    /// `TUMBLE(t, DESCRIPTOR(time), size)` / `HOP(t, DESCRIPTOR(time), slide, size)`: the input
+    /// plan, its qualifier, the windows.
+    fn window_function(&self, expr: &ast::Expr) -> Result<(Plan, Option<String>, WindowKind)> {
+        let ast::Expr::Function(function) = expr else {
+            return Err(SqlError::plan(format!(
+                "FROM TABLE({expr}) is not a window table function"
+            )));
+        };
+        let name = function.name.to_string().to_ascii_uppercase();
+        let args: Vec<&ast::Expr> = match &function.args {
+            ast::FunctionArguments::List(list) => list
+                .args
+                .iter()
+                .map(|a| match a {
+                    ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => Ok(e),
+                    other => Err(SqlError::plan(format!(
+                        "{name}: the argument `{other}` is not supported (pass them in order)"
+                    ))),
+                })
+                .collect::<Result<_>>()?,
+            _ => Vec::new(),
+        };
+        let table = match args.first() {
+            Some(ast::Expr::Identifier(i)) => i.value.clone(),
+            Some(ast::Expr::CompoundIdentifier(parts)) => parts
+                .iter()
+                .map(|p| p.value.clone())
+                .collect::<Vec<_>>()
+                .join("."),
+            _ => {
+                return Err(SqlError::plan(format!(
+                    "{name}(TABLE t, DESCRIPTOR(time), ...): the first argument names a table or view"
+                )));
+            }
+        };
+        let (input, qualifier) = (self.plan_name(&table)?, Some(table.clone()));
+        let descriptor = match args.get(1) {
+            Some(ast::Expr::Function(f))
+                if f.name.to_string().eq_ignore_ascii_case("DESCRIPTOR") =>
+            {
+                match &f.args {
+                    ast::FunctionArguments::List(list) => match list.args.first() {
+                        Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(
+                            ast::Expr::Identifier(column),
+                        ))) => column.value.clone(),
+                        _ => String::new(),
+                    },
+                    _ => String::new(),
+                }
+            }
+            _ => String::new(),
+        };
+        let Some(time) = input.time() else {
+            return Err(SqlError::plan(format!(
+                "{name}: `{table}` has no event time (declare WATERMARK FOR <column> AS ... in its CREATE TABLE; processing-time windows are not supported yet)"
+            )));
+        };
+        if descriptor != time.name {
+            return Err(SqlError::plan(format!(
+                "{name}(.., DESCRIPTOR({descriptor}), ..): the windows follow `{table}`'s time attribute `{}`",
+                time.name
+            )));
+        }
+        let interval = |i: usize, what: &str| -> Result<i64> {
+            let functions = Functions::default();
+            let empty = Schema::default();
+            let scope = Scope::new(&empty, None, &functions);
+            match args
+                .get(i)
+                .map(|e| compile(e, &scope))
+                .transpose()?
+                .and_then(|t| t.constant_value())
+            {
+                Some(crate::types::Value::Interval(ms)) if ms > 0 => Ok(ms),
+                _ => Err(SqlError::plan(format!(
+                    "{name}: the {what} must be a positive constant INTERVAL"
+                ))),
+            }
+        };
+        let window = match (name.as_str(), args.len()) {
+            ("TUMBLE", 3) => WindowKind::Tumble {
+                size: interval(2, "size")?,
+            },
+            ("HOP", 4) => {
+                let (slide, size) = (interval(2, "slide")?, interval(3, "size")?);
+                if size % slide != 0 {
+                    return Err(SqlError::plan(format!(
+                        "HOP: the size ({size} ms) must be a multiple of the slide ({slide} ms)"
+                    )));
+                }
+                WindowKind::Hop { slide, size }
+            }
+            ("TUMBLE" | "HOP", n) => {
+                return Err(SqlError::plan(format!(
+                    "{name} takes {} arguments, got {n}",
+                    if name == "TUMBLE" { 3 } else { 4 }
+                )));
+            }
+            (other, _) => {
+                return Err(SqlError::plan(format!(
+                    "the window table function {other} is not supported yet (TUMBLE and HOP are)"
+                )));
+            }
+        };
+        Ok((input, qualifier, window))
+    }
+
+    fn project(
+        &self,
+        input: Plan,
+        qualifier: Option<&str>,
+        items: &[ast::SelectItem],
+    ) -> Result<Plan> {
+        let schema = input.schema().clone();
+        let scope = Scope::new(&schema, qualifier, &self.functions);
+        let mut exprs = Vec::new();
+        let mut texts = Vec::new();
+        let mut fields: Vec<Field> = Vec::new();
+        let mut push = |typed: Typed, name: String, text: String| {
+            fields.push(Field {
+                name,
+                ty: typed.ty.clone(),
+                nullable: typed.nullable,
+            });
+            exprs.push(typed);
+            texts.push(text);
+        };
+        for (position, item) in items.iter().enumerate() {
+            match item {
+                ast::SelectItem::UnnamedExpr(expr) => {
+                    let typed = compile(expr, &scope)?;
+                    let name = typed
+                        .name
+                        .clone()
+                        .unwrap_or_else(|| format!("EXPR${position}"));
+                    push(typed, name, expr.to_string());
+                }
+                ast::SelectItem::ExprWithAlias { expr, alias } => {
+                    let typed = compile(expr, &scope)?;
+                    push(
+                        typed,
+                        alias.value.clone(),
+                        format!("{expr} AS {}", alias.value),
+                    );
+                }
+                ast::SelectItem::Wildcard(_) => {
+                    for (index, field) in schema.fields.iter().enumerate() {
+                        let typed = column_of(&schema, index);
+                        push(typed, field.name.clone(), field.name.clone());
+                    }
+                }
+                ast::SelectItem::ExprWithAliases { expr, .. } => {
+                    return Err(SqlError::plan(format!(
+                        "`{expr} AS (a, b, ...)` is not supported"
+                    )));
+                }
+                ast::SelectItem::QualifiedWildcard(kind, _) => {
+                    let name = kind.to_string();
+                    if qualifier != Some(name.as_str()) {
+                        return Err(SqlError::plan(format!("no table `{name}` in FROM")));
+                    }
+                    for (index, field) in schema.fields.iter().enumerate() {
+                        push(
+                            column_of(&schema, index),
+                            field.name.clone(),
+                            field.name.clone(),
+                        );
+                    }
+                }
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for field in &fields {
+            if !seen.insert(field.name.clone()) {
+                return Err(SqlError::plan(format!(
+                    "the column name `{}` appears twice in the SELECT list: give one an alias",
+                    field.name
+                )));
+            }
+        }
+        // The event time is passed on when its column is selected as it is.
+        let time = input.time().and_then(|t| {
+            exprs
+                .iter()
+                .position(|e| e.column == Some(t.column))
+                .map(|column| TimeAttribute {
+                    column,
+                    name: t.name.clone(),
+                    out_of_orderness_ms: t.out_of_orderness_ms,
+                })
+        });
+        Ok(Plan::Project {
+            input: Box::new(input),
+            exprs,
+            texts,
+            schema: Schema::new(fields),
+            time,
+        })
+    }
+}
+
+/// Column `index` of `schema` as an expression.
+fn column_of(schema: &Schema, index: usize) -> Typed {
+    let field = &schema.fields[index];
+    Typed {
+        ty: field.ty.clone(),
+        nullable: field.nullable,
+        eval: std::sync::Arc::new(move |row| Ok(row.get(index).clone())),
+        name: Some(field.name.clone()),
+        column: Some(index),
+    }
+}
+
+/// `WATERMARK FOR column AS column [- INTERVAL ...]`.
+fn time_attribute(
+    table: &str,
+    schema: &Schema,
+    column: &str,
+    expr: &ast::Expr,
+) -> Result<TimeAttribute> {
+    let index = schema.index_of(column).ok_or_else(|| {
+        SqlError::plan(format!(
+            "WATERMARK FOR `{column}`: `{table}` has no such column"
+        ))
+    })?;
+    if !schema.fields[index].ty.is_timestamp() {
+        return Err(SqlError::plan(format!(
+            "WATERMARK FOR `{column}`: the time attribute must be a TIMESTAMP(3) or TIMESTAMP_LTZ(3), `{column}` is {}",
+            schema.fields[index].ty
+        )));
+    }
+    let is_column = |e: &ast::Expr| matches!(e, ast::Expr::Identifier(i) if i.value == column);
+    let out_of_orderness_ms = match expr {
+        e if is_column(e) => 0,
+        ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::Minus,
+            right,
+        } if is_column(left) => {
+            let functions = Functions::default();
+            let scope = Scope::new(schema, None, &functions);
+            match compile(right, &scope)?.constant_value() {
+                Some(crate::types::Value::Interval(ms)) if ms >= 0 => ms,
+                _ => {
+                    return Err(SqlError::plan(format!(
+                        "WATERMARK FOR `{column}` AS {expr}: the bound must be a constant INTERVAL"
+                    )));
+                }
+            }
+        }
+        other => {
+            return Err(SqlError::plan(format!(
+                "WATERMARK FOR `{column}` AS {other}: Riffle supports `{column}` and `{column} - INTERVAL '...' unit` (bounded out-of-orderness)"
+            )));
+        }
+    };
+    Ok(TimeAttribute {
+        column: index,
+        name: column.to_string(),
+        out_of_orderness_ms,
+    })
+}
+
+/// An aggregate call found in a grouped query's SELECT list.
+struct FoundAggregate {
+    name: String,
+    distinct: bool,
+    arg: Option<ast::Expr>,
+    filter: Option<ast::Expr>,
+    text: String,
+}
+
+/// Whether `expr` calls an aggregate function.
+fn has_aggregate(expr: &ast::Expr) -> bool {
+    let mut found = Vec::new();
+    rewrite_grouped(expr, &[], &mut found).is_ok() && !found.is_empty()
+        || matches!(expr, ast::Expr::Function(f) if crate::functions::is_aggregate(&f.name.to_string().to_ascii_uppercase()))
+}
+
+/// The output name of a key's text: the last identifier (`B.auction` -> `auction`).
+fn key_output_name(text: &str) -> Option<String> {
+    let last = text.rsplit('.').next()?;
+    last.chars()
+        .all(|c| c.is_alphanumeric() || c == '_')
+        .then(|| last.to_string())
+}
+
+/// `expr` of a grouped query's SELECT list over the aggregated row: group keys become `$keyN`,
+/// aggregates `$aggN` (collected in `found`); any other column is an error.
+fn rewrite_grouped(
+    expr: &ast::Expr,
+    keys: &[String],
+    found: &mut Vec<FoundAggregate>,
+) -> Result<ast::Expr> {
+    use ast::Expr as E;
+    let text = expr.to_string();
+    if let Some(i) = keys.iter().position(|k| *k == text) {
+        return Ok(E::Identifier(ast::Ident::new(format!("$key{i}"))));
+    }
+    let rewrite = |e: &ast::Expr, found: &mut Vec<FoundAggregate>| rewrite_grouped(e, keys, found);
+    Ok(match expr {
+        E::Identifier(ident)
+            if matches!(
+                ident.value.as_str(),
+                "window_start" | "window_end" | "window_time"
+            ) =>
+        {
+            expr.clone()
+        }
+        E::Identifier(_) | E::CompoundIdentifier(_) => {
+            return Err(SqlError::plan(format!(
+                "`{expr}` is neither grouped nor aggregated: add it to GROUP BY or aggregate it"
+            )));
+        }
+        E::Value(_) | E::Interval(_) | E::TypedString(_) => expr.clone(),
+        E::Nested(inner) => E::Nested(Box::new(rewrite(inner, found)?)),
+        E::BinaryOp { left, op, right } => E::BinaryOp {
+            left: Box::new(rewrite(left, found)?),
+            op: op.clone(),
+            right: Box::new(rewrite(right, found)?),
+        },
+        E::UnaryOp { op, expr } => E::UnaryOp {
+            op: *op,
+            expr: Box::new(rewrite(expr, found)?),
+        },
+        E::Cast {
+            kind,
+            expr,
+            data_type,
+            format,
+        } => E::Cast {
+            kind: kind.clone(),
+            expr: Box::new(rewrite(expr, found)?),
+            data_type: data_type.clone(),
+            format: format.clone(),
+        },
+        E::Function(function) => {
+            let name = function.name.to_string().to_ascii_uppercase();
+            let args: Vec<&ast::FunctionArg> = match &function.args {
+                ast::FunctionArguments::List(list) => list.args.iter().collect(),
+                _ => Vec::new(),
+            };
+            if crate::functions::is_aggregate(&name) {
+                let distinct = matches!(
+                    &function.args,
+                    ast::FunctionArguments::List(list)
+                        if matches!(list.duplicate_treatment, Some(ast::DuplicateTreatment::Distinct))
+                );
+                let arg = match args.as_slice() {
+                    [] | [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard)] => None,
+                    [ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e))] => Some(e.clone()),
+                    _ => {
+                        return Err(SqlError::plan(format!(
+                            "{name} takes one argument ({function})"
+                        )));
+                    }
+                };
+                found.push(FoundAggregate {
+                    name,
+                    distinct,
+                    arg,
+                    filter: function.filter.as_deref().cloned(),
+                    text: function.to_string(),
+                });
+                return Ok(E::Identifier(ast::Ident::new(format!(
+                    "$agg{}",
+                    found.len() - 1
+                ))));
+            }
+            let mut function = function.clone();
+            if let ast::FunctionArguments::List(list) = &mut function.args {
+                for arg in &mut list.args {
+                    if let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) = arg {
+                        *e = rewrite(e, found)?;
+                    }
+                }
+            }
+            E::Function(function)
+        }
+        E::Case {
+            case_token,
+            end_token,
+            operand,
+            conditions,
+            else_result,
+        } => E::Case {
+            case_token: case_token.clone(),
+            end_token: end_token.clone(),
+            operand: operand
+                .as_ref()
+                .map(|o| rewrite(o, found).map(Box::new))
+                .transpose()?,
+            conditions: conditions
+                .iter()
+                .map(|w| {
+                    Ok(ast::CaseWhen {
+                        condition: rewrite(&w.condition, found)?,
+                        result: rewrite(&w.result, found)?,
+                    })
+                })
+                .collect::<Result<_>>()?,
+            else_result: else_result
+                .as_ref()
+                .map(|e| rewrite(e, found).map(Box::new))
+                .transpose()?,
+        },
+        other => {
+            return Err(SqlError::plan(format!(
+                "`{other}` in a grouped query's SELECT list is not supported yet"
+            )));
+        }
+    })
+}

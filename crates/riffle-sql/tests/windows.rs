@@ -1,0 +1,252 @@
+//! Window aggregations in SQL (window table functions, `GROUP BY window_start, window_end,
+//! ..`), checked against batch computations over the same input: the seed's clicks per user
+//! per minute from JSON files, sliding windows, and Nexmark bids' sum, min, max, average and
+//! distinct count per auction.
+
+use std::collections::BTreeMap;
+
+use riffle::StreamEnv;
+use riffle::sink::CollectSink;
+use riffle::source::datagen::Generator;
+use riffle_clicks::{ClickGenerator, ClicksConfig};
+use riffle_nexmark::{Event, NexmarkConfig};
+use riffle_sql::{Row, SqlEnv, Value};
+
+/// The demo's bot markers (`riffle_cli::clicks::is_bot`), as the test's oracle.
+const BOT_MARKERS: [&str; 7] = [
+    "bot",
+    "spider",
+    "crawl",
+    "python-requests",
+    "curl/",
+    "wget",
+    "headless",
+];
+
+fn is_bot(user_agent: &str) -> bool {
+    let lower = user_agent.to_lowercase();
+    BOT_MARKERS.iter().any(|m| lower.contains(m))
+}
+
+/// `count` clicks in order within 2 s, none very late, as JSON lines in `dir/clicks.jsonl`.
+fn clicks_file(
+    dir: &std::path::Path,
+    count: u64,
+) -> (std::path::PathBuf, Vec<riffle_clicks::Click>) {
+    let generator = ClickGenerator::new(ClicksConfig {
+        users: 300,
+        late_share: 0.0,
+        events_per_second: 500.0,
+        ..ClicksConfig::default()
+    });
+    let clicks: Vec<_> = (0..count).map(|i| generator.generate(i)).collect();
+    let text: String = clicks
+        .iter()
+        .map(|c| serde_json::to_string(c).unwrap() + "\n")
+        .collect();
+    let path = dir.join("clicks.jsonl");
+    std::fs::write(&path, text).unwrap();
+    (path, clicks)
+}
+
+fn clicks_table(path: &std::path::Path) -> String {
+    format!(
+        "CREATE TABLE clicks (
+            user_id BIGINT,
+            url VARCHAR,
+            user_agent VARCHAR,
+            ip VARCHAR,
+            event_time TIMESTAMP(3),
+            WATERMARK FOR event_time AS event_time - INTERVAL '5' SECOND
+        ) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'json');",
+        path.display()
+    )
+}
+
+const NOT_A_BOT: &str = "NOT (LOWER(user_agent) LIKE '%bot%' OR LOWER(user_agent) LIKE '%spider%'
+    OR LOWER(user_agent) LIKE '%crawl%' OR LOWER(user_agent) LIKE '%python-requests%'
+    OR LOWER(user_agent) LIKE '%curl/%' OR LOWER(user_agent) LIKE '%wget%'
+    OR LOWER(user_agent) LIKE '%headless%')";
+
+/// Runs `query` over `ddl`'s tables at parallelism `p`; its rows.
+fn run(ddl: &str, query: &str, p: usize) -> (Vec<Row>, riffle_sql::Schema) {
+    let env = StreamEnv::with_config(riffle::EnvConfig {
+        parallelism: p,
+        ..riffle::EnvConfig::default()
+    });
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(ddl).unwrap();
+    let (rows, schema) = sql.sql_query(query).unwrap_or_else(|e| panic!("{e}"));
+    let (sink, out) = CollectSink::new();
+    rows.sink(sink);
+    env.execute().unwrap();
+    (out.values(), schema)
+}
+
+fn int(value: &Value) -> i64 {
+    match value {
+        Value::Int(i) => *i,
+        Value::Timestamp(t) => *t,
+        other => panic!("not an integer: {other:?}"),
+    }
+}
+
+#[test]
+fn the_seeds_clicks_per_user_and_minute_equal_a_batch_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, clicks) = clicks_file(dir.path(), 30_000);
+    let mut expected: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for click in clicks.iter().filter(|c| !is_bot(&c.user_agent)) {
+        let start = click.event_time - click.event_time.rem_euclid(60_000);
+        *expected.entry((click.user_id as i64, start)).or_default() += 1;
+    }
+    let query = format!(
+        "SELECT user_id, window_start, window_end, COUNT(*) AS clicks
+         FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '1' MINUTE))
+         WHERE {NOT_A_BOT}
+         GROUP BY user_id, window_start, window_end"
+    );
+    for p in [1, 2] {
+        let (rows, schema) = run(&clicks_table(&path), &query, p);
+        assert_eq!(
+            schema.names(),
+            ["user_id", "window_start", "window_end", "clicks"]
+        );
+        let mut seen = BTreeMap::new();
+        for row in &rows {
+            let (user, start, end, count) = (
+                int(row.get(0)),
+                int(row.get(1)),
+                int(row.get(2)),
+                int(row.get(3)),
+            );
+            assert_eq!(end - start, 60_000);
+            assert!(
+                seen.insert((user, start), count).is_none(),
+                "twice: {row:?}"
+            );
+        }
+        assert_eq!(seen, expected, "p = {p}");
+    }
+}
+
+#[test]
+fn hop_windows_count_each_click_in_every_window_that_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, clicks) = clicks_file(dir.path(), 10_000);
+    let mut expected: BTreeMap<i64, i64> = BTreeMap::new();
+    for click in &clicks {
+        let last = click.event_time - click.event_time.rem_euclid(30_000);
+        // Windows of 2 min every 30 s: the 4 that start at or before it, within 2 min.
+        for k in 0..4 {
+            *expected.entry(last - k * 30_000).or_default() += 1;
+        }
+    }
+    let query = "SELECT window_start, COUNT(*) AS clicks, COUNT(DISTINCT user_id) AS users
+         FROM TABLE(HOP(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '30' SECOND, INTERVAL '2' MINUTE))
+         GROUP BY window_start, window_end";
+    let (rows, _) = run(&clicks_table(&path), query, 2);
+    let seen: BTreeMap<i64, i64> = rows
+        .iter()
+        .map(|r| (int(r.get(0)), int(r.get(1))))
+        .collect();
+    assert_eq!(seen, expected);
+    for row in &rows {
+        assert!(int(row.get(2)) <= 300 && int(row.get(2)) > 0, "{row:?}");
+    }
+}
+
+#[test]
+fn bids_sum_min_max_avg_and_distinct_bidders_per_auction_and_ten_seconds() {
+    let events = 30_000;
+    let ddl = format!(
+        "CREATE TABLE datagen (
+            event_type INT,
+            bid ROW<auction BIGINT, bidder BIGINT, price BIGINT, dateTime TIMESTAMP(3)>,
+            dateTime AS CASE WHEN event_type = 2 THEN bid.dateTime ELSE TIMESTAMP '2026-01-15 00:00:00' END,
+            WATERMARK FOR dateTime AS dateTime - INTERVAL '4' SECOND
+        ) WITH ('connector' = 'nexmark', 'events.num' = '{events}', 'first-event.rate' = '1000', 'next-event.rate' = '1000');
+        CREATE VIEW bid AS SELECT bid.auction, bid.bidder, bid.price, dateTime FROM datagen WHERE event_type = 2;"
+    );
+    let query =
+        "SELECT auction, window_start, SUM(price) AS total, MIN(price) AS low, MAX(price) AS high,
+            AVG(price) AS average, COUNT(DISTINCT bidder) AS bidders,
+            COUNT(*) FILTER (WHERE price > 1000000) AS big, MAX(price) - MIN(price) AS spread
+         FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))
+         GROUP BY auction, window_start, window_end";
+    let config = NexmarkConfig {
+        events: Some(events),
+        events_per_second: 1000.0,
+        ..NexmarkConfig::default()
+    };
+    // auction, window -> (prices, bidders)
+    let mut groups: BTreeMap<(i64, i64), (Vec<i64>, std::collections::BTreeSet<i64>)> =
+        BTreeMap::new();
+    for event in config.generate_all() {
+        if let Event::Bid(bid) = event {
+            let start = bid.date_time - bid.date_time.rem_euclid(10_000);
+            let group = groups.entry((bid.auction, start)).or_default();
+            group.0.push(bid.price);
+            group.1.insert(bid.bidder);
+        }
+    }
+    let (rows, schema) = run(&ddl, query, 2);
+    assert_eq!(
+        schema.names(),
+        [
+            "auction",
+            "window_start",
+            "total",
+            "low",
+            "high",
+            "average",
+            "bidders",
+            "big",
+            "spread"
+        ]
+    );
+    assert_eq!(rows.len(), groups.len());
+    for row in &rows {
+        let key = (int(row.get(0)), int(row.get(1)));
+        let (prices, bidders) = &groups[&key];
+        let sum: i64 = prices.iter().sum();
+        let (low, high) = (*prices.iter().min().unwrap(), *prices.iter().max().unwrap());
+        assert_eq!(int(row.get(2)), sum, "{key:?}");
+        assert_eq!(int(row.get(3)), low);
+        assert_eq!(int(row.get(4)), high);
+        // AVG of a BIGINT is a BIGINT (integer division), as in Flink.
+        assert_eq!(int(row.get(5)), sum / prices.len() as i64);
+        assert_eq!(int(row.get(6)), bidders.len() as i64);
+        assert_eq!(
+            int(row.get(7)),
+            prices.iter().filter(|p| **p > 1_000_000).count() as i64
+        );
+        assert_eq!(int(row.get(8)), high - low);
+    }
+}
+
+#[test]
+fn explain_shows_the_window_and_its_keys_and_errors_name_the_construct() {
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&clicks_table(std::path::Path::new("/nonexistent.jsonl")))
+        .unwrap();
+    let plan = sql
+        .explain(
+            "SELECT user_id, window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '1' MINUTE)) GROUP BY user_id, window_start, window_end",
+        )
+        .unwrap();
+    assert!(
+        plan.contains("Window: TUMBLE(60000 ms), keyed by [user_id], aggregates [COUNT(*)]"),
+        "{plan}"
+    );
+    assert!(plan.contains("Source: filesystem table `clicks`"), "{plan}");
+    let error = |query: &str| sql.sql_query(query).err().unwrap().to_string();
+    assert!(
+        error("SELECT user_id, COUNT(*) FROM clicks GROUP BY user_id")
+            .contains("GROUP BY without a window")
+    );
+    assert!(error("SELECT url, COUNT(*) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '1' MINUTE)) GROUP BY window_start, window_end").contains("neither grouped nor aggregated"));
+    assert!(error("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(url), INTERVAL '1' MINUTE)) GROUP BY window_start, window_end").contains("time attribute `event_time`"));
+    assert!(error("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '1' MINUTE)) GROUP BY window_start").contains("window_start and window_end"));
+}
