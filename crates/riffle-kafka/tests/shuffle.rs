@@ -118,6 +118,24 @@ fn the_windowed_count_through_a_kafka_shuffle_equals_the_in_process_key_by() {
     .sink(sink);
     let result = env.execute().unwrap();
     let got = sorted(out.values());
+    let metrics: Vec<String> = result
+        .metrics
+        .operators
+        .iter()
+        .map(|o| {
+            format!(
+                "{}#{}: in {} out {} late {} bad {} watermark {}",
+                o.name,
+                o.subtask,
+                o.records_in,
+                o.records_out,
+                o.late_records_dropped,
+                o.bad_records,
+                o.watermark
+            )
+        })
+        .collect();
+    eprintln!("{}", metrics.join("\n"));
     assert!(expected.len() > 100, "{} rows", expected.len());
     assert_eq!(
         expected.iter().map(|r| r.2).sum::<u64>(),

@@ -214,7 +214,17 @@ impl<T: Clone> InputGate<T> {
         match element {
             StreamElement::Records(batch) => self.pending.push_back(GateEvent::Records(batch)),
             StreamElement::Watermark(watermark) => {
+                let gate_watermark = self.watermark;
                 let channel = &mut self.channels[index];
+                if channel.idle {
+                    // A watermark says the channel speaks about event time again (as Flink's
+                    // source output marks itself active before one): an upstream that went idle
+                    // and then ended with the final watermark must still fire every window.
+                    channel.idle = false;
+                    if watermark < gate_watermark {
+                        channel.aligned = false;
+                    }
+                }
                 channel.watermark = channel.watermark.max(watermark);
                 if !channel.aligned && channel.watermark >= self.watermark {
                     channel.aligned = true;
@@ -513,6 +523,31 @@ mod tests {
         assert_eq!(events(&mut gate), vec!["[1]", "wm:10"]);
         send(&tx[0], StreamElement::EndOfInput);
         assert_eq!(events(&mut gate), vec!["end"]);
+    }
+
+    #[test]
+    fn a_watermark_from_an_idle_channel_counts_and_the_final_one_fires_everything() {
+        let (tx, mut gate) = gate(2);
+        send(&tx[0], StreamElement::Watermark(10));
+        send(&tx[1], StreamElement::Watermark(10));
+        assert_eq!(events(&mut gate), vec!["wm:10"]);
+        send(&tx[0], StreamElement::Idle(true));
+        send(&tx[1], StreamElement::Idle(true));
+        assert_eq!(events(&mut gate), vec!["idle:true"]);
+        // Behind the gate: active again, but it does not hold the gate back until it catches up.
+        send(&tx[0], StreamElement::Watermark(5));
+        assert_eq!(events(&mut gate), vec!["idle:false"]);
+        send(&tx[0], StreamElement::Idle(true));
+        assert_eq!(events(&mut gate), vec!["idle:true"]);
+        // Both idle, then both end with the final watermark (no `Idle(false)` before it).
+        for tx in &tx {
+            send(tx, StreamElement::Watermark(MAX_WATERMARK));
+            send(tx, StreamElement::EndOfInput);
+        }
+        assert_eq!(
+            events(&mut gate),
+            vec!["idle:false", format!("wm:{MAX_WATERMARK}").as_str(), "end"]
+        );
     }
 
     #[test]
