@@ -32,5 +32,5 @@ cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 log="$(mktemp -t riffle-test-XXXXXX.log)"
 status=0
 cargo test --workspace --all-features --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
-./scripts/test-summary.sh "$log"
+./scripts/test-summary.sh "$log" "$status"
 exit "$status"
