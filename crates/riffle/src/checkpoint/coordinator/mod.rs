@@ -30,13 +30,16 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use serde::Serialize;
 
+mod schedule;
+mod upload;
+
+use self::schedule::{FinishedTask, Moment, PendingSnapshot, Schedule, ScheduleConfig, Trigger};
+use self::upload::{OperatorAck, TaskAck};
 use crate::checkpoint::manifest::{
-    Extent, FileRef, MANIFEST_VERSION, Manifest, OperatorState, SnapshotKind, StoreState,
-    SubtaskState,
+    MANIFEST_VERSION, Manifest, OperatorState, SnapshotKind, StoreState,
 };
-use crate::checkpoint::storage::SHARED_DIR;
 use crate::checkpoint::{
-    CheckpointConfig, CheckpointStorage, FINAL_SNAPSHOT, StoreSnapshot, TaskSnapshot, is_in_flight,
+    CheckpointConfig, CheckpointStorage, FINAL_SNAPSHOT, TaskSnapshot, is_in_flight,
 };
 use crate::checkpoint::{Ending, Finalizers, RetentionFloor};
 use crate::control::JobControl;
@@ -212,235 +215,6 @@ pub(crate) struct SavepointRequest {
     pub(crate) reply: Sender<Result<String>>,
 }
 
-/// A readable name for an operator id in a file path.
-fn file_name_of(operator_id: &str) -> String {
-    let clean: String = operator_id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!(
-        "{clean}-{:08x}",
-        crate::keys::stable_hash(operator_id) as u32
-    )
-}
-
-/// Store files already uploaded, by store and file name: immutable files are referenced again,
-/// not uploaded again (incremental checkpoints).
-type Uploaded = HashMap<(String, String), FileRef>;
-
-/// Uploads a store checkpoint: new immutable files to `shared/`, the others with the checkpoint.
-fn upload_store(
-    snapshot: &StoreSnapshot,
-    target: &Target,
-    uploaded: &mut Uploaded,
-    final_snapshot: bool,
-) -> Result<(StoreState, u64)> {
-    let all_shared = final_snapshot && target.shared;
-    let mut files = Vec::new();
-    let mut written = 0;
-    for path in &snapshot.files {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        // A finished task's store never changes again: all its files are shared, so that every
-        // later checkpoint references them.
-        let immutable = target.shared && (all_shared || name.ends_with(".sst"));
-        let key = (snapshot.store_id.clone(), name.clone());
-        let file = match uploaded.get(&key) {
-            Some(file) if immutable => file.clone(),
-            _ => {
-                let bytes = std::fs::read(path)
-                    .map_err(|e| Error::io(format!("cannot read `{}`", path.display()), e))?;
-                let stored = if immutable && all_shared && !name.ends_with(".sst") {
-                    format!("{SHARED_DIR}/{}/final-{name}", snapshot.store_id)
-                } else if immutable {
-                    format!("{SHARED_DIR}/{}/{name}", snapshot.store_id)
-                } else {
-                    format!("{}/store-{}/{name}", target.dir, snapshot.store_id)
-                };
-                let file = target
-                    .storage
-                    .write(stored.trim_start_matches('/'), bytes)?;
-                written += file.size;
-                if immutable {
-                    uploaded.insert(key, file.clone());
-                }
-                file
-            }
-        };
-        files.push((name, file));
-    }
-    if final_snapshot && !target.shared {
-        // Kept for the checkpoints that follow (they upload it once, into shared files).
-        return Ok((
-            StoreState {
-                store_id: snapshot.store_id.clone(),
-                key_groups: (snapshot.key_groups.start, snapshot.key_groups.end),
-                files,
-            },
-            written,
-        ));
-    }
-    let _ = std::fs::remove_dir_all(&snapshot.dir);
-    // The store's directory too, if its store has closed and this was its last checkpoint.
-    if let Some(parent) = snapshot.dir.parent() {
-        let _ = std::fs::remove_dir(parent);
-    }
-    let state = StoreState {
-        store_id: snapshot.store_id.clone(),
-        key_groups: (snapshot.key_groups.start, snapshot.key_groups.end),
-        files,
-    };
-    Ok((state, written))
-}
-
-/// Writes the task's operator states, one file per operator subtask.
-fn upload(job: UploadJob, target: &Target) -> Result<Vec<OperatorAck>> {
-    let mut states = Vec::new();
-    for operator in job.snapshot.operators {
-        if operator.writer.is_empty() {
-            // No state, but the watermark: lateness after a restore is judged as before.
-            if let Some(watermark) = operator.writer.watermark {
-                let state = SubtaskState {
-                    subtask: operator.subtask,
-                    file: None,
-                    keyed: Vec::new(),
-                    operator: None,
-                    watermark: Some(watermark),
-                };
-                states.push(OperatorAck {
-                    id: operator.id,
-                    name: operator.name,
-                    parallelism: operator.parallelism,
-                    keyed: operator.writer.keyed_operator,
-                    state,
-                });
-            }
-            continue;
-        }
-        let mut bytes = Vec::with_capacity(operator.writer.size());
-        let mut keyed = Vec::with_capacity(operator.writer.keyed.len());
-        for (key_group, blob) in &operator.writer.keyed {
-            keyed.push((
-                *key_group,
-                Extent {
-                    offset: bytes.len() as u64,
-                    len: blob.len() as u64,
-                },
-            ));
-            bytes.extend_from_slice(blob);
-        }
-        let operator_state = operator.writer.operator.as_ref().map(|(mode, blob)| {
-            let extent = Extent {
-                offset: bytes.len() as u64,
-                len: blob.len() as u64,
-            };
-            bytes.extend_from_slice(blob);
-            (*mode, extent)
-        });
-        let path = format!(
-            "{}/{}/{}.state",
-            target.dir,
-            file_name_of(&operator.id),
-            operator.subtask
-        );
-        let file = target.storage.write(path.trim_start_matches('/'), bytes)?;
-        states.push(OperatorAck {
-            id: operator.id,
-            name: operator.name,
-            parallelism: operator.parallelism,
-            keyed: operator.writer.keyed_operator,
-            state: SubtaskState {
-                subtask: operator.subtask,
-                file: Some(file),
-                keyed,
-                operator: operator_state,
-                watermark: operator.writer.watermark,
-            },
-        });
-    }
-    Ok(states)
-}
-
-/// The uploader: writes snapshots in the background and acknowledges them.
-fn run_uploader(hub: Arc<CheckpointHub>, jobs: Receiver<UploadJob>) {
-    let mut uploaded = Uploaded::new();
-    // The store state of each finished task, uploaded once into shared files.
-    let mut final_stores: HashMap<usize, StoreState> = HashMap::new();
-    for mut job in jobs.iter() {
-        let id = job.snapshot.checkpoint_id;
-        let store = job.snapshot.store.take();
-        let Some(target) = hub.target(id) else {
-            if let Some(store) = store
-                && !job.final_snapshot
-            {
-                let _ = std::fs::remove_dir_all(&store.dir);
-            }
-            continue; // aborted meanwhile
-        };
-        let (task, alignment) = (job.task, job.alignment);
-        let store = match store {
-            Some(_) if job.final_snapshot && target.shared && final_stores.contains_key(&task) => {
-                Ok(Some((final_stores[&task].clone(), 0)))
-            }
-            Some(s) if job.final_snapshot => {
-                let result = upload_store(&s, &target, &mut uploaded, true);
-                if let (Ok((state, _)), true) = (&result, target.shared) {
-                    final_stores.insert(task, state.clone());
-                }
-                result.map(Some)
-            }
-            Some(s) => upload_store(&s, &target, &mut uploaded, false).map(Some),
-            None => Ok(None),
-        };
-        let event = match store.and_then(|store| upload(job, &target).map(|states| (states, store)))
-        {
-            Ok((states, store)) => {
-                let (store, store_written) = store.unzip();
-                let written = store_written.unwrap_or(0)
-                    + states
-                        .iter()
-                        .filter_map(|ack| ack.state.file.as_ref())
-                        .map(|f| f.size)
-                        .sum::<u64>();
-                CoordinatorEvent::Ack {
-                    id,
-                    task,
-                    states,
-                    store,
-                    alignment,
-                    written,
-                }
-            }
-            Err(error) => CoordinatorEvent::Decline {
-                id,
-                reason: error.to_string(),
-            },
-        };
-        let _ = hub.events.send(event);
-    }
-}
-
-/// One task's acknowledgement: its operator states, its store, and how long it aligned.
-type TaskAck = (Vec<OperatorAck>, Option<StoreState>, Duration);
-
-/// One operator subtask's share of a checkpoint.
-pub(crate) struct OperatorAck {
-    id: String,
-    name: String,
-    parallelism: usize,
-    /// A keyed operator (its keyed state may lie in the task's store).
-    keyed: bool,
-    state: SubtaskState,
-}
-
 struct Pending {
     id: u64,
     kind: SnapshotKind,
@@ -455,6 +229,19 @@ struct Pending {
     finals: Vec<usize>,
     /// The job's final checkpoint (every task finished).
     last: bool,
+}
+
+impl Pending {
+    /// What the schedule's decisions need of it.
+    fn view(&self) -> PendingSnapshot {
+        PendingSnapshot {
+            id: self.id,
+            kind: self.kind,
+            triggered: self.triggered,
+            stop: self.savepoint.as_ref().is_some_and(|s| s.stop),
+            last: self.last,
+        }
+    }
 }
 
 /// Everything the coordinator needs.
@@ -475,12 +262,8 @@ pub(crate) struct Coordinator {
     finalizers: Finalizers,
     /// Final snapshots of the tasks, by task index.
     finals: HashMap<usize, TaskSnapshot>,
-    /// Finished tasks, with the last checkpoint each took part in.
-    finished: HashMap<usize, u64>,
-    /// A stop-with-savepoint was triggered: no checkpoint after it.
-    terminating: bool,
-    /// Checkpoints failed since the last one completed.
-    failed_in_a_row: u32,
+    /// The decisions: when to trigger what, and what each event changes.
+    schedule: Schedule,
     outcome: CoordinatorOutcome,
 }
 
@@ -501,6 +284,7 @@ pub(crate) fn start(
 ) -> Result<Coordinator> {
     let (events_tx, events) = crossbeam_channel::unbounded();
     let (uploads_tx, uploads) = crossbeam_channel::unbounded();
+    let takes_checkpoints = storage.is_some() && config.enabled();
     let hub = Arc::new(CheckpointHub {
         requested: Mutex::new(None),
         requested_id: AtomicU64::new(first_id.saturating_sub(1)),
@@ -508,13 +292,24 @@ pub(crate) fn start(
         events: events_tx,
         uploads: uploads_tx,
         finished_tasks: AtomicUsize::new(0),
-        enabled: storage.is_some() && config.enabled(),
+        enabled: takes_checkpoints,
     });
     let uploader_hub = hub.clone();
     std::thread::Builder::new()
         .name("riffle-uploader".into())
-        .spawn(move || run_uploader(uploader_hub, uploads))
+        .spawn(move || upload::run_uploader(uploader_hub, uploads))
         .map_err(|e| Error::io("cannot start the checkpoint uploader", e))?;
+    let schedule = Schedule::new(
+        ScheduleConfig {
+            tasks,
+            interval: config.interval,
+            min_pause: config.min_pause,
+            timeout: config.timeout,
+            tolerable_failures: config.tolerable_failed_checkpoints,
+            takes_checkpoints,
+        },
+        Instant::now(),
+    );
     Ok(Coordinator {
         hub,
         events,
@@ -530,9 +325,7 @@ pub(crate) fn start(
         stats,
         finalizers,
         finals: HashMap::new(),
-        finished: HashMap::new(),
-        terminating: false,
-        failed_in_a_row: 0,
+        schedule,
         outcome: CoordinatorOutcome {
             committed: first_id.saturating_sub(1),
             ..CoordinatorOutcome::default()
@@ -543,10 +336,14 @@ pub(crate) fn start(
 impl Coordinator {
     fn trigger(
         &mut self,
-        kind: SnapshotKind,
+        trigger: Trigger,
         target: Target,
         savepoint: Option<SavepointRequest>,
     ) -> Pending {
+        let kind = match trigger {
+            Trigger::Savepoint => SnapshotKind::Savepoint,
+            Trigger::Checkpoint | Trigger::FinalCheckpoint => SnapshotKind::Checkpoint,
+        };
         let id = self.next_id;
         self.next_id += 1;
         let triggered_at = self.clock.now();
@@ -559,9 +356,7 @@ impl Coordinator {
             // parallelism.
             unaligned: self.config.unaligned && kind == SnapshotKind::Checkpoint,
         };
-        if terminate {
-            self.terminating = true;
-        }
+        let last = self.schedule.triggered(trigger, terminate);
         *self.hub.requested.lock().expect("hub lock") = Some((barrier, target.clone()));
         self.hub.requested_id.store(id, Ordering::Release);
         tracing::debug!(id, ?kind, "checkpoint triggered");
@@ -575,10 +370,9 @@ impl Coordinator {
             written: 0,
             savepoint,
             finals: Vec::new(),
-            last: self.finished.len() == self.tasks,
+            last,
         };
-        let finished: Vec<usize> = self.finished.keys().copied().collect();
-        for task in finished {
+        for task in self.schedule.finished_tasks() {
             self.submit_final(&mut pending, task);
         }
         pending
@@ -613,6 +407,7 @@ impl Coordinator {
                     if let Err(error) = finalize(Ending::Drained) {
                         tracing::error!(%error, operator = %operator.name, "the commit of a finished sink failed");
                         self.control.fail_attempt();
+                        self.schedule.job_failed();
                         if self.outcome.error.is_none() {
                             self.outcome.error = Some(error);
                         }
@@ -622,14 +417,15 @@ impl Coordinator {
         }
     }
 
-    fn finish(&mut self, pending: Pending, outcome: std::result::Result<Manifest, String>) {
+    /// Records the statistics of `pending`'s outcome and logs it.
+    fn record(&self, pending: &Pending, outcome: &std::result::Result<Manifest, String>) {
         let alignment = pending
             .acks
             .values()
             .map(|(_, _, a)| *a)
             .max()
             .unwrap_or_default();
-        let (status, state_size, subtasks, in_flight) = match &outcome {
+        let (status, state_size, subtasks, in_flight) = match outcome {
             Ok(manifest) => (
                 "completed".to_string(),
                 manifest.size(),
@@ -658,7 +454,7 @@ impl Coordinator {
             unaligned: self.config.unaligned && pending.kind == SnapshotKind::Checkpoint,
             in_flight_bytes: in_flight,
         };
-        match &outcome {
+        match outcome {
             Ok(_) => {
                 tracing::info!(id = stats.id, kind = ?stats.kind, duration_ms = stats.duration_ms, size = stats.size_bytes, state_size = stats.state_size_bytes, in_flight = stats.in_flight_bytes, "checkpoint completed")
             }
@@ -667,23 +463,26 @@ impl Coordinator {
             }
         }
         self.stats.lock().expect("stats lock").push(stats);
+    }
+
+    /// Carries out what the schedule decides for `pending`'s outcome.
+    fn finish(&mut self, pending: Pending, outcome: std::result::Result<Manifest, String>) {
+        self.record(&pending, &outcome);
+        let view = pending.view();
         match outcome {
             Ok(_) => {
-                // An intermediate savepoint commits nothing (Flink 1.15+): its output is
-                // committed with the next checkpoint. A stop-with-savepoint commits.
-                let stop = pending.savepoint.as_ref().is_some_and(|s| s.stop);
-                if pending.kind == SnapshotKind::Checkpoint || stop {
+                let steps = self.schedule.completed(view, Instant::now());
+                if steps.publish {
                     self.hub.completed.store(pending.id, Ordering::Release);
                     self.outcome.committed = pending.id;
                 }
-                if pending.kind == SnapshotKind::Checkpoint {
-                    self.failed_in_a_row = 0;
+                if steps.commit_finished {
                     self.commit_finished(&pending.finals);
-                    if pending.last {
-                        self.outcome.final_checkpoint = Some(pending.id);
-                    }
                 }
-                if pending.kind == SnapshotKind::Checkpoint
+                if steps.final_checkpoint {
+                    self.outcome.final_checkpoint = Some(pending.id);
+                }
+                if steps.retain
                     && let Some(storage) = &self.storage
                     && let Err(error) = storage.retain_from(
                         self.config.retained,
@@ -697,19 +496,31 @@ impl Coordinator {
                 }
                 if let Some(request) = pending.savepoint {
                     let _ = request.reply.send(Ok(request.location.clone()));
-                    if request.stop {
-                        self.control.stop();
-                    }
+                }
+                if steps.stop_job {
+                    self.control.stop();
                 }
             }
             Err(reason) => {
-                if pending.kind == SnapshotKind::Checkpoint {
+                let steps = self.schedule.failed(view, Instant::now());
+                if steps.remove {
                     let _ = pending.target.storage.delete_dir(&pending.target.dir);
-                    self.failed_in_a_row += 1;
-                    self.fail_if_intolerable(&reason);
                 }
-                if pending.savepoint.as_ref().is_some_and(|s| s.stop) {
-                    self.terminating = false;
+                if let Some((failed, tolerated)) = steps.fail_job
+                    && self.outcome.error.is_none()
+                {
+                    tracing::error!(
+                        failed,
+                        tolerated,
+                        reason,
+                        "too many checkpoints failed in a row; the job fails"
+                    );
+                    self.outcome.error = Some(Error::TooManyFailedCheckpoints {
+                        failed,
+                        tolerated,
+                        last: reason.clone(),
+                    });
+                    self.control.fail_attempt();
                 }
                 if let Some(request) = pending.savepoint {
                     let _ = request.reply.send(Err(Error::Checkpoint(format!(
@@ -719,28 +530,6 @@ impl Coordinator {
                 }
             }
         }
-    }
-
-    /// Fails the job when more checkpoints failed in a row than the configuration tolerates.
-    fn fail_if_intolerable(&mut self, reason: &str) {
-        let Some(tolerated) = self.config.tolerable_failed_checkpoints else {
-            return;
-        };
-        if self.failed_in_a_row <= tolerated || self.outcome.error.is_some() {
-            return;
-        }
-        tracing::error!(
-            failed = self.failed_in_a_row,
-            tolerated,
-            reason,
-            "too many checkpoints failed in a row; the job fails"
-        );
-        self.outcome.error = Some(Error::TooManyFailedCheckpoints {
-            failed: self.failed_in_a_row,
-            tolerated,
-            last: reason.to_string(),
-        });
-        self.control.fail_attempt();
     }
 
     fn manifest(&self, pending: &Pending) -> Manifest {
@@ -808,18 +597,6 @@ impl Coordinator {
         })
     }
 
-    /// Whether the job's final checkpoint is still to be taken: every task finished, the job
-    /// takes checkpoints, and it was not stopped with a savepoint.
-    fn final_checkpoint_due(&self, attempts: u32) -> bool {
-        self.storage.is_some()
-            && self.config.enabled()
-            && self.finished.len() == self.tasks
-            && self.outcome.final_checkpoint.is_none()
-            && !self.terminating
-            && !self.control.is_stopped_at_savepoint()
-            && attempts < FINAL_CHECKPOINT_ATTEMPTS
-    }
-
     fn checkpoint_target(&self) -> Option<Target> {
         let storage = self.storage.clone()?;
         let dir = format!(
@@ -834,14 +611,73 @@ impl Coordinator {
         })
     }
 
+    fn moment(&self, done: &std::sync::atomic::AtomicBool) -> Moment {
+        Moment {
+            now: Instant::now(),
+            done: done.load(Ordering::Acquire),
+            stopped_at_savepoint: self.control.is_stopped_at_savepoint(),
+        }
+    }
+
+    /// Handles one event of the tasks or the uploader.
+    fn on_event(&mut self, event: CoordinatorEvent, pending: &mut Option<Pending>) {
+        match event {
+            CoordinatorEvent::Ack {
+                id,
+                task,
+                states,
+                store,
+                alignment,
+                written,
+            } => {
+                if let Some(p) = pending.as_mut().filter(|p| p.id == id) {
+                    p.acks.insert(task, (states, store, alignment));
+                    p.written += written;
+                    if p.acks.len() == self.tasks {
+                        let p = pending.take().expect("pending");
+                        self.complete(p);
+                    }
+                }
+            }
+            CoordinatorEvent::Decline { id, reason } => {
+                if pending.as_ref().is_some_and(|p| p.id == id) {
+                    let p = pending.take().expect("pending");
+                    self.finish(p, Err(reason));
+                }
+            }
+            CoordinatorEvent::FinalSnapshot { task, snapshot } => {
+                self.finals.insert(task, snapshot);
+            }
+            CoordinatorEvent::TaskFinished { task, last } => {
+                let view = pending.as_ref().map(Pending::view);
+                let acked = pending.as_ref().is_some_and(|p| p.acks.contains_key(&task));
+                let has_final = self.finals.contains_key(&task);
+                match self
+                    .schedule
+                    .task_finished(task, last, view, acked, has_final)
+                {
+                    FinishedTask::Nothing => {}
+                    // A checkpoint the task did not take part in: its final snapshot stands
+                    // for it (downstream gates count its ended channels as aligned).
+                    FinishedTask::StandIn => {
+                        let mut p = pending.take().expect("pending");
+                        self.submit_final(&mut p, task);
+                        *pending = Some(p);
+                    }
+                    FinishedTask::Fail => {
+                        let p = pending.take().expect("pending");
+                        self.finish(p, Err("a task finished before it took part".into()));
+                    }
+                }
+            }
+        }
+    }
+
     /// Runs until the job's tasks are done (`done` set) and its final checkpoint is taken, or
     /// the job is cancelled.
     pub(crate) fn run(mut self, done: Arc<std::sync::atomic::AtomicBool>) -> CoordinatorOutcome {
-        let interval = self.config.interval;
         let mut pending: Option<Pending> = None;
         let mut queued: Vec<SavepointRequest> = Vec::new();
-        let mut next_trigger = interval.map(|i| Instant::now() + i);
-        let mut final_attempts = 0;
         loop {
             if self.control.is_cancelled() {
                 break;
@@ -849,95 +685,56 @@ impl Coordinator {
             // When the tasks are done, the acknowledgements of what they submitted may still be
             // on their way from the uploader: a pending checkpoint gets to complete, and the
             // final checkpoint is taken.
-            if done.load(Ordering::Acquire)
-                && pending.is_none()
-                && self.events.is_empty()
-                && !self.final_checkpoint_due(final_attempts)
-            {
+            if self.schedule.may_end(
+                self.moment(&done),
+                pending.is_some(),
+                !self.events.is_empty(),
+            ) {
                 break;
             }
             crossbeam_channel::select! {
                 recv(self.events) -> event => match event {
-                    Ok(CoordinatorEvent::Ack { id, task, states, store, alignment, written }) => {
-                        if let Some(p) = pending.as_mut().filter(|p| p.id == id) {
-                            p.acks.insert(task, (states, store, alignment));
-                            p.written += written;
-                            if p.acks.len() == self.tasks {
-                                let p = pending.take().expect("pending");
-                                self.complete(p);
-                                next_trigger = interval.map(|i| Instant::now() + self.config.min_pause.max(i));
-                            }
-                        }
-                    }
-                    Ok(CoordinatorEvent::Decline { id, reason }) => {
-                        if pending.as_ref().is_some_and(|p| p.id == id) {
-                            let p = pending.take().expect("pending");
-                            self.finish(p, Err(reason));
-                            next_trigger = interval.map(|i| Instant::now() + self.config.min_pause.max(i));
-                        }
-                    }
-                    Ok(CoordinatorEvent::FinalSnapshot { task, snapshot }) => {
-                        self.finals.insert(task, snapshot);
-                    }
-                    Ok(CoordinatorEvent::TaskFinished { task, last }) => {
-                        self.finished.insert(task, last);
-                        // A checkpoint the task did not take part in: its final snapshot stands
-                        // for it (downstream gates count its ended channels as aligned).
-                        if let Some(mut p) = pending.take() {
-                            if p.id > last && !p.acks.contains_key(&task) && !self.submit_final(&mut p, task) {
-                                self.finish(p, Err("a task finished before it took part".into()));
-                            } else {
-                                pending = Some(p);
-                            }
-                        }
-                    }
+                    Ok(event) => self.on_event(event, &mut pending),
                     Err(_) => break,
                 },
                 recv(self.savepoints) -> request => if let Ok(request) = request { queued.push(request) },
                 default(Duration::from_millis(20)) => {}
             }
-            if let Some(p) = &pending
-                && p.triggered.elapsed() > self.config.timeout
-            {
+            let steps = self.schedule.step(
+                self.moment(&done),
+                pending.as_ref().map(Pending::view),
+                !queued.is_empty(),
+            );
+            if steps.time_out {
                 let p = pending.take().expect("pending");
                 let reason = format!("timed out after {} ms", self.config.timeout.as_millis());
                 self.finish(p, Err(reason));
-                next_trigger = interval.map(|i| Instant::now() + self.config.min_pause.max(i));
             }
-            if pending.is_some() {
-                continue;
-            }
-            let all_finished = self.finished.len() == self.tasks;
-            if all_finished || self.terminating || done.load(Ordering::Acquire) {
+            if steps.refuse_savepoints {
                 for request in queued.drain(..) {
                     let _ = request.reply.send(Err(Error::Checkpoint(
                         "the job's input has ended: no savepoint".into(),
                     )));
                 }
             }
-            if self.final_checkpoint_due(final_attempts) {
-                if let Some(target) = self.checkpoint_target() {
-                    final_attempts += 1;
-                    pending = Some(self.trigger(SnapshotKind::Checkpoint, target, None));
-                }
-                continue;
-            }
-            if all_finished || self.terminating || done.load(Ordering::Acquire) {
-                continue;
-            }
-            if let Some(request) = queued.pop() {
-                match self.savepoint_target(&request.location) {
-                    Ok(target) => {
-                        pending = Some(self.trigger(SnapshotKind::Savepoint, target, Some(request)))
-                    }
-                    Err(error) => {
-                        let _ = request.reply.send(Err(error));
+            match steps.trigger {
+                None => {}
+                Some(Trigger::Savepoint) => {
+                    let request = queued.pop().expect("a savepoint asked for");
+                    match self.savepoint_target(&request.location) {
+                        Ok(target) => {
+                            pending = Some(self.trigger(Trigger::Savepoint, target, Some(request)))
+                        }
+                        Err(error) => {
+                            let _ = request.reply.send(Err(error));
+                        }
                     }
                 }
-            } else if next_trigger.is_some_and(|t| Instant::now() >= t)
-                && let Some(target) = self.checkpoint_target()
-            {
-                pending = Some(self.trigger(SnapshotKind::Checkpoint, target, None));
+                Some(trigger) => {
+                    if let Some(target) = self.checkpoint_target() {
+                        pending = Some(self.trigger(trigger, target, None));
+                    }
+                }
             }
         }
         for request in queued {
@@ -955,6 +752,3 @@ impl Coordinator {
         self.outcome
     }
 }
-
-/// How often the job's final checkpoint is tried before the run fails.
-const FINAL_CHECKPOINT_ATTEMPTS: u32 = 3;
