@@ -30,6 +30,7 @@
 mod admin;
 mod connection;
 mod group;
+mod partition;
 pub mod shuffle;
 mod sink;
 mod source;

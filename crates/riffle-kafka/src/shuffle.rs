@@ -56,13 +56,11 @@
 
 use std::hash::Hash;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::Message;
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
-use rdkafka::{Message, Offset, TopicPartitionList};
 use riffle::keys::{KeyGroup, encode_key, key_group_of, subtask_for_key_group};
 use riffle::operators::OperatorContext;
 use riffle::record::{Data, MIN_WATERMARK, Record, Timestamp};
@@ -74,9 +72,9 @@ use riffle::{DataStream, KeyedStream};
 use serde::{Deserialize, Serialize};
 
 use crate::admin::ensure_topic_with;
+use crate::partition::{ConsumerSettings, PartitionReader};
 use crate::sink::{GroupOutput, KafkaProducer, Target, Transactions};
-use crate::source::{LOOKUP_TIMEOUT, PartitionContext, start_offset};
-use crate::{KafkaConnection, KafkaGroup, KafkaPartition, StartFrom, kafka_error};
+use crate::{KafkaConnection, KafkaGroup, KafkaPartition, StartFrom};
 
 /// Header: the index of the producer task that wrote the record (u32, big-endian).
 const PRODUCER_HEADER: &str = "riffle.p";
@@ -844,10 +842,6 @@ impl<T: Data> Source<T> for ShuffleSource<T> {
     }
 
     fn reader(&self, split: KafkaPartition) -> riffle::Result<Box<dyn SplitReader<T>>> {
-        let context = PartitionContext {
-            end: Arc::new(AtomicI64::new(-1)),
-        };
-        let end = context.end.clone();
         // In a process group, the offsets are the group's (committed in its transactions).
         let group_id = match &self.shuffle.in_group {
             Some(group) => group.name().to_string(),
@@ -857,21 +851,6 @@ impl<T: Data> Source<T> for ShuffleSource<T> {
             Guarantee::ExactlyOnce => "read_committed",
             Guarantee::AtLeastOnce => "read_uncommitted",
         };
-        let consumer: BaseConsumer<PartitionContext> = self
-            .shuffle
-            .kafka
-            .client_config_with(&[
-                ("auto.offset.reset", "earliest"),
-                ("statistics.interval.ms", "1000"),
-                ("fetch.wait.max.ms", "50"),
-            ])
-            .set("isolation.level", isolation)
-            .set("group.id", group_id)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .create_with_context(context)
-            .map_err(|e| kafka_error("cannot create a shuffle consumer", e))?;
-        let next = start_offset(&consumer, &split, StartFrom::GroupOffsets)?;
         // A group's run starts at the committed offset, with the producer clocks recorded there.
         let clock = match &self.shuffle.in_group {
             Some(group) => match group.restored_reader(&split.topic, split.partition) {
@@ -885,37 +864,39 @@ impl<T: Data> Source<T> for ShuffleSource<T> {
             },
             None => PartitionClock::default(),
         };
-        let mut reader = ShuffleReader {
-            consumer,
-            split_id: format!("{}-{}", split.topic, split.partition),
+        let partition = PartitionReader::open(
+            &self.shuffle.kafka,
             split,
-            next,
-            end,
+            ConsumerSettings {
+                defaults: &[
+                    ("auto.offset.reset", "earliest"),
+                    ("fetch.wait.max.ms", "50"),
+                ],
+                forced: &[("isolation.level", isolation)],
+                group_id,
+                start: StartFrom::GroupOffsets,
+                what: "a shuffle consumer",
+            },
+            self.shuffle.in_group.clone(),
+        )?;
+        Ok(Box::new(ShuffleReader {
+            partition,
             codec: self.shuffle.codec,
             clock,
             told: None,
-            group: self.shuffle.in_group.clone(),
-            last_error_log: None,
             _type: std::marker::PhantomData,
-        };
-        reader.assign()?;
-        Ok(Box::new(reader))
+        }))
     }
 }
 
+/// Reads one shuffle partition: values to emit, and the producers' control records that make
+/// the partition's event time.
 struct ShuffleReader<T> {
-    consumer: BaseConsumer<PartitionContext>,
-    split: KafkaPartition,
-    split_id: String,
-    next: i64,
-    end: Arc<AtomicI64>,
+    partition: PartitionReader,
     codec: Codec,
     clock: PartitionClock,
     /// The partition's event time as last told to the source.
     told: Option<PartitionTime>,
-    /// The process group this partition was assigned by.
-    group: Option<KafkaGroup>,
-    last_error_log: Option<Instant>,
     _type: std::marker::PhantomData<fn() -> T>,
 }
 
@@ -929,19 +910,6 @@ fn header_u32(message: &impl Message, key: &str) -> Option<u32> {
 fn header<'a>(message: &'a impl Message, key: &str) -> Option<Option<&'a [u8]>> {
     let headers = message.headers()?;
     headers.iter().find(|h| h.key == key).map(|h| h.value)
-}
-
-impl<T: Data> ShuffleReader<T> {
-    fn assign(&mut self) -> riffle::Result<()> {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(
-            &self.split.topic,
-            self.split.partition,
-            Offset::Offset(self.next),
-        )
-        .and_then(|()| self.consumer.assign(&tpl))
-        .map_err(|e| kafka_error(format!("cannot assign {}", self.split_id), e))
-    }
 }
 
 fn decode<T: Data>(codec: Codec, bytes: &[u8]) -> Result<T, String> {
@@ -995,40 +963,23 @@ fn take<T: Data>(
 
 impl<T: Data> SplitReader<T> for ShuffleReader<T> {
     fn split_id(&self) -> String {
-        self.split_id.clone()
+        self.partition.split_id().to_string()
     }
 
     fn read(&mut self, out: &mut SourceOutput<T>, max: usize) -> riffle::Result<ReadStatus> {
-        if let Some(group) = &self.group
-            && group.rebalanced()
-        {
-            return Err(group.rebalanced_error());
-        }
-        let mut read = 0;
-        while read < max {
-            let message = match crate::source::next_message(
-                &self.consumer,
-                &self.split_id,
-                &mut self.last_error_log,
-            ) {
-                Ok(Some(message)) => message,
-                Ok(None) => break,
-                Err(status) => return Ok(status),
-            };
-            let offset = message.offset();
-            if offset < self.next {
-                continue;
-            }
-            self.next = offset + 1;
-            read += 1;
-            if let Err(error) = take(&mut self.clock, self.codec, &message, out) {
+        let (clock, codec) = (&mut self.clock, self.codec);
+        let read = match self.partition.read(max, |offset, message| {
+            if let Err(error) = take(clock, codec, message, out) {
                 out.bad_record(
                     format!("offset {offset}"),
                     error,
                     message.payload().unwrap_or_default(),
                 );
             }
-        }
+        })? {
+            Ok(read) => read,
+            Err(status) => return Ok(status),
+        };
         let time = self.clock.time();
         if self.told != Some(time) {
             match time {
@@ -1051,19 +1002,13 @@ impl<T: Data> SplitReader<T> for ShuffleReader<T> {
     }
 
     fn position(&self) -> serde_json::Value {
-        serde_json::json!({ "offset": self.next, "producers": self.clock })
+        serde_json::json!({ "offset": self.partition.next_offset(), "producers": self.clock })
     }
 
     fn checkpoint_started(&mut self, checkpoint_id: u64, _event_time: SplitWatermark) {
-        if let Some(group) = &self.group {
-            let clock = serde_json::to_value(&self.clock).ok();
-            group.record_offset(
-                checkpoint_id,
-                &self.split.topic,
-                self.split.partition,
-                self.next,
-                clock,
-            );
+        if self.partition.group().is_some() {
+            self.partition
+                .record_offset(checkpoint_id, serde_json::to_value(&self.clock).ok());
         }
     }
 
@@ -1071,10 +1016,10 @@ impl<T: Data> SplitReader<T> for ShuffleReader<T> {
         let bad = || {
             riffle::Error::Checkpoint(format!(
                 "bad shuffle position for {}: {position}",
-                self.split_id
+                self.partition.split_id()
             ))
         };
-        self.next = position
+        let offset = position
             .get("offset")
             .and_then(|o| o.as_i64())
             .ok_or_else(bad)?;
@@ -1083,47 +1028,20 @@ impl<T: Data> SplitReader<T> for ShuffleReader<T> {
             None => PartitionClock::default(),
         };
         self.told = None;
-        self.assign()
+        self.partition.seek(offset)
     }
 
     fn start_at_beginning(&mut self) -> riffle::Result<()> {
-        if self.group.is_some() {
-            // In a group, a partition starts at the committed offset, always (a restore of
-            // keyed state carries no positions).
-            return Ok(());
-        }
-        let (low, _) = self
-            .consumer
-            .fetch_watermarks(&self.split.topic, self.split.partition, LOOKUP_TIMEOUT)
-            .map_err(|e| kafka_error(format!("cannot read the offsets of {}", self.split_id), e))?;
-        self.next = low;
-        self.assign()
+        self.partition.start_at_beginning()
     }
 
     fn checkpoint_complete(&mut self, position: &serde_json::Value) -> riffle::Result<()> {
-        if self.group.is_some() {
-            return Ok(()); // committed in the group's transaction
-        }
-        let Some(offset) = position.get("offset").and_then(|o| o.as_i64()) else {
-            return Ok(());
-        };
-        let mut tpl = TopicPartitionList::new();
-        let commit = tpl
-            .add_partition_offset(
-                &self.split.topic,
-                self.split.partition,
-                Offset::Offset(offset),
-            )
-            .and_then(|()| self.consumer.commit(&tpl, CommitMode::Async));
-        if let Err(e) = commit {
-            tracing::warn!(partition = %self.split_id, error = %e, "cannot commit the offset to the consumer group");
-        }
+        self.partition.checkpoint_complete(position);
         Ok(())
     }
 
     fn lag(&self) -> Option<i64> {
-        let end = self.end.load(Ordering::Relaxed);
-        (end >= 0).then(|| (end - self.next).max(0))
+        self.partition.lag()
     }
 }
 

@@ -5,23 +5,20 @@
 //! completes (so `kafka-consumer-groups.sh` shows the job's lag). The partition's lag behind its
 //! last stable offset comes from librdkafka's statistics, published as the split's lag metric.
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
-use rdkafka::statistics::Statistics;
-use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::Message;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use riffle::record::Data;
 use riffle::source::{
     BadRecordPolicy, Boundedness, ReadStatus, Source, SourceOutput, SplitReader, SplitWatermark,
 };
 use serde::de::DeserializeOwned;
 
+use crate::partition::{ConsumerSettings, LOOKUP_TIMEOUT, PartitionReader};
 use crate::{KafkaConnection, KafkaGroup, kafka_error, kafka_failure};
 
-/// Time allowed to metadata and offset lookups when a reader starts.
-pub(crate) const LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How soon to look again when a partition had nothing to read.
 const EMPTY_POLL_BACKOFF: Duration = Duration::from_millis(2);
 
@@ -267,35 +264,25 @@ impl<T: Data> Source<T> for KafkaSource<T> {
     }
 
     fn reader(&self, split: KafkaPartition) -> riffle::Result<Box<dyn SplitReader<T>>> {
-        let context = PartitionContext {
-            end: Arc::new(AtomicI64::new(-1)),
-        };
-        let lag = context.end.clone();
-        let consumer: BaseConsumer<PartitionContext> = self
-            .kafka
-            .client_config_with(&[
-                ("isolation.level", "read_committed"),
-                ("auto.offset.reset", "earliest"),
-                ("statistics.interval.ms", "1000"),
-            ])
-            .set("group.id", self.group())
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .create_with_context(context)
-            .map_err(|e| kafka_error("cannot create a consumer", e))?;
-        let next = start_offset(&consumer, &split, self.start)?;
-        let mut reader = KafkaReader {
-            consumer,
-            split_id: format!("{}-{}", split.topic, split.partition),
+        let partition = PartitionReader::open(
+            &self.kafka,
             split,
-            next,
-            end: lag,
+            ConsumerSettings {
+                defaults: &[
+                    ("isolation.level", "read_committed"),
+                    ("auto.offset.reset", "earliest"),
+                ],
+                forced: &[],
+                group_id: self.group(),
+                start: self.start,
+                what: "a consumer",
+            },
+            self.in_group.clone(),
+        )?;
+        Ok(Box::new(KafkaReader {
+            partition,
             decode: self.decode.clone(),
-            last_error_log: None,
-            group: self.in_group.clone(),
-        };
-        reader.assign()?;
-        Ok(Box::new(reader))
+        }))
     }
 
     fn bad_record_policy(&self) -> BadRecordPolicy {
@@ -314,200 +301,51 @@ pub(crate) fn partition_owner(split: &KafkaPartition, parallelism: usize) -> usi
     (topic_start % parallelism + split.partition as usize) % parallelism
 }
 
-/// Resolves where a partition starts to a concrete offset, so that a checkpoint taken before its
-/// first record still stores a position that means the same thing after a restore. A broker
-/// that cannot answer yet (a partition just created has no leader for a moment, a leader
-/// moving) is asked again, for up to [`crate::TRANSIENT_DEADLINE`].
-pub(crate) fn start_offset<C: ConsumerContext>(
-    consumer: &BaseConsumer<C>,
-    split: &KafkaPartition,
-    start: StartFrom,
-) -> riffle::Result<i64> {
-    crate::retry_transient(|| start_offset_once(consumer, split, start))
-}
-
-fn start_offset_once<C: ConsumerContext>(
-    consumer: &BaseConsumer<C>,
-    split: &KafkaPartition,
-    start: StartFrom,
-) -> riffle::Result<i64> {
-    let (topic, partition) = (split.topic.as_str(), split.partition);
-    let watermarks = || {
-        consumer
-            .fetch_watermarks(topic, partition, LOOKUP_TIMEOUT)
-            .map_err(|e| kafka_error(format!("cannot read the offsets of {topic}-{partition}"), e))
-    };
-    let mut tpl = TopicPartitionList::new();
-    match start {
-        StartFrom::Earliest => Ok(watermarks()?.0),
-        StartFrom::Latest => Ok(watermarks()?.1),
-        StartFrom::GroupOffsets => {
-            tpl.add_partition(topic, partition);
-            let committed = consumer
-                .committed_offsets(tpl, LOOKUP_TIMEOUT)
-                .map_err(|e| {
-                    kafka_error(
-                        format!("cannot read the committed offset of {topic}-{partition}"),
-                        e,
-                    )
-                })?;
-            match committed
-                .find_partition(topic, partition)
-                .map(|p| p.offset())
-            {
-                Some(Offset::Offset(offset)) => Ok(offset),
-                _ => Ok(watermarks()?.0),
-            }
-        }
-        StartFrom::Timestamp(at) => {
-            tpl.add_partition_offset(topic, partition, Offset::Offset(at))
-                .map_err(|e| kafka_error("bad start timestamp", e))?;
-            let found = consumer
-                .offsets_for_times(tpl, LOOKUP_TIMEOUT)
-                .map_err(|e| {
-                    kafka_error(
-                        format!("cannot look up offsets by time in {topic}-{partition}"),
-                        e,
-                    )
-                })?;
-            match found.find_partition(topic, partition).map(|p| p.offset()) {
-                Some(Offset::Offset(offset)) => Ok(offset),
-                _ => Ok(watermarks()?.1),
-            }
-        }
-    }
-}
-
-/// The next message of a partition's consumer: `Ok(None)` when none is there now, `Err(status)`
-/// to return from `read` after a client error (broker and network errors are retried by the
-/// client; they are logged at most every 10 s through `last_error_log`).
-pub(crate) fn next_message<'a, C: ConsumerContext>(
-    consumer: &'a BaseConsumer<C>,
-    split_id: &str,
-    last_error_log: &mut Option<Instant>,
-) -> Result<Option<rdkafka::message::BorrowedMessage<'a>>, ReadStatus> {
-    match consumer.poll(Duration::ZERO) {
-        None => Ok(None),
-        Some(Ok(message)) => Ok(Some(message)),
-        Some(Err(e)) => {
-            if last_error_log.is_none_or(|at| at.elapsed() > Duration::from_secs(10)) {
-                tracing::warn!(partition = %split_id, error = %e, "Kafka consumer error (retrying)");
-                *last_error_log = Some(Instant::now());
-            }
-            Err(ReadStatus::Pending(Some(
-                Instant::now() + Duration::from_millis(100),
-            )))
-        }
-    }
-}
-
-/// Receives a consumer's statistics: the partition's last stable offset, for the lag metric.
-pub(crate) struct PartitionContext {
-    pub(crate) end: Arc<AtomicI64>,
-}
-
-impl ClientContext for PartitionContext {
-    fn stats(&self, statistics: Statistics) {
-        for topic in statistics.topics.values() {
-            for (id, partition) in &topic.partitions {
-                if *id >= 0 && partition.ls_offset >= 0 {
-                    self.end.store(partition.ls_offset, Ordering::Relaxed);
-                }
-            }
-        }
-    }
-}
-
-impl ConsumerContext for PartitionContext {}
-
-/// Reads one partition.
+/// Reads one partition: decodes each record's value.
 struct KafkaReader<T> {
-    consumer: BaseConsumer<PartitionContext>,
-    split: KafkaPartition,
-    split_id: String,
-    /// The next offset to read.
-    next: i64,
-    /// The partition's last stable offset, from the consumer's statistics.
-    end: Arc<AtomicI64>,
+    partition: PartitionReader,
     decode: Decoder<T>,
-    last_error_log: Option<Instant>,
-    /// The process group this partition was assigned by.
-    group: Option<KafkaGroup>,
-}
-
-impl<T> KafkaReader<T> {
-    fn assign(&mut self) -> riffle::Result<()> {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(
-            &self.split.topic,
-            self.split.partition,
-            Offset::Offset(self.next),
-        )
-        .and_then(|()| self.consumer.assign(&tpl))
-        .map_err(|e| kafka_error(format!("cannot assign {}", self.split_id), e))
-    }
 }
 
 impl<T: Data> SplitReader<T> for KafkaReader<T> {
     fn split_id(&self) -> String {
-        self.split_id.clone()
+        self.partition.split_id().to_string()
     }
 
     fn read(&mut self, out: &mut SourceOutput<T>, max: usize) -> riffle::Result<ReadStatus> {
-        if let Some(group) = &self.group
-            && group.rebalanced()
-        {
-            return Err(group.rebalanced_error());
-        }
-        let mut read = 0;
-        while read < max {
-            let message =
-                match next_message(&self.consumer, &self.split_id, &mut self.last_error_log) {
-                    Ok(Some(message)) => message,
-                    Ok(None) => break,
-                    Err(status) => return Ok(status),
-                };
-            let offset = message.offset();
-            if offset < self.next {
-                continue; // fetched before a seek
-            }
-            self.next = offset + 1;
-            read += 1;
+        let decode = &self.decode;
+        let read = self.partition.read(max, |offset, message| {
             let timestamp = message.timestamp().to_millis();
             match message.payload() {
                 None => out.bad_record(format!("offset {offset}"), "the record has no value", &[]),
-                Some(bytes) => match (self.decode)(bytes) {
+                Some(bytes) => match decode(bytes) {
                     Ok(value) => out.emit_with_timestamp(value, timestamp),
                     Err(error) => out.bad_record(format!("offset {offset}"), error, bytes),
                 },
             }
-        }
-        Ok(if read == 0 {
-            ReadStatus::Pending(Some(Instant::now() + EMPTY_POLL_BACKOFF))
-        } else {
-            ReadStatus::Ready
+        })?;
+        Ok(match read {
+            Err(status) => status,
+            Ok(0) => ReadStatus::Pending(Some(Instant::now() + EMPTY_POLL_BACKOFF)),
+            Ok(_) => ReadStatus::Ready,
         })
     }
 
     fn position(&self) -> serde_json::Value {
-        serde_json::json!({ "offset": self.next })
+        serde_json::json!({ "offset": self.partition.next_offset() })
     }
 
     fn checkpoint_started(&mut self, checkpoint_id: u64, event_time: SplitWatermark) {
-        if let Some(group) = &self.group {
-            group.record_offset(
-                checkpoint_id,
-                &self.split.topic,
-                self.split.partition,
-                self.next,
-                Some(serde_json::json!({ "event_time": event_time })),
-            );
-        }
+        self.partition.record_offset(
+            checkpoint_id,
+            Some(serde_json::json!({ "event_time": event_time })),
+        );
     }
 
     fn resume_event_time(&mut self) -> Option<SplitWatermark> {
-        let group = self.group.as_ref()?;
-        let recorded = group.restored_reader(&self.split.topic, self.split.partition)?;
+        let group = self.partition.group()?;
+        let split = self.partition.split();
+        let recorded = group.restored_reader(&split.topic, split.partition)?;
         serde_json::from_value(recorded.get("event_time")?.clone()).ok()
     }
 
@@ -518,54 +356,22 @@ impl<T: Data> SplitReader<T> for KafkaReader<T> {
             .ok_or_else(|| {
                 riffle::Error::Checkpoint(format!(
                     "bad Kafka position for {}: {position}",
-                    self.split_id
+                    self.partition.split_id()
                 ))
             })?;
-        self.next = offset;
-        self.assign()
+        self.partition.seek(offset)
     }
 
     fn start_at_beginning(&mut self) -> riffle::Result<()> {
-        if self.group.is_some() {
-            // In a group, a partition starts at the group's committed offset, always (a
-            // restore of keyed state carries no positions).
-            return Ok(());
-        }
-        let (low, _) = crate::retry_transient(|| {
-            self.consumer
-                .fetch_watermarks(&self.split.topic, self.split.partition, LOOKUP_TIMEOUT)
-                .map_err(|e| {
-                    kafka_error(format!("cannot read the offsets of {}", self.split_id), e)
-                })
-        })?;
-        self.next = low;
-        self.assign()
+        self.partition.start_at_beginning()
     }
 
     fn checkpoint_complete(&mut self, position: &serde_json::Value) -> riffle::Result<()> {
-        if self.group.is_some() {
-            return Ok(()); // committed in the group's transaction
-        }
-        let Some(offset) = position.get("offset").and_then(|o| o.as_i64()) else {
-            return Ok(());
-        };
-        let mut tpl = TopicPartitionList::new();
-        let commit = tpl
-            .add_partition_offset(
-                &self.split.topic,
-                self.split.partition,
-                Offset::Offset(offset),
-            )
-            .and_then(|()| self.consumer.commit(&tpl, CommitMode::Async));
-        if let Err(e) = commit {
-            // The offsets in the checkpoint are what counts; the group's are for monitoring.
-            tracing::warn!(partition = %self.split_id, error = %e, "cannot commit the offset to the consumer group");
-        }
+        self.partition.checkpoint_complete(position);
         Ok(())
     }
 
     fn lag(&self) -> Option<i64> {
-        let end = self.end.load(Ordering::Relaxed);
-        (end >= 0).then(|| (end - self.next).max(0))
+        self.partition.lag()
     }
 }
