@@ -294,13 +294,12 @@ impl KafkaGroup {
     ) -> riffle::Result<Named> {
         let group = self.inner.name.as_str();
         let mut named = Named::default();
-        // By snapshot (run, checkpoint): its key groups, and the partitions that name it.
-        let mut snapshots: BTreeMap<(String, u64), Naming<'_>> = BTreeMap::new();
         let mut readers: BTreeMap<(String, u64), Vec<ReaderAt>> = BTreeMap::new();
-        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        // The keyed partitions, each with the snapshot it names (a source partition needs
+        // only where its reader stood).
+        let mut keyed = Vec::new();
         for at in committed {
             let (topic, partition) = (at.topic.as_str(), at.partition);
-            let keyed = self.keyed(topic);
             let snapshot = match at.note.snapshot() {
                 Some((run, checkpoint)) => {
                     let key = (run.to_string(), checkpoint);
@@ -332,49 +331,19 @@ impl KafkaGroup {
                     None => None,
                 },
             };
-            if !keyed {
-                continue; // a source partition: only where its reader stood
+            if self.keyed(topic) {
+                keyed.push((at, snapshot));
             }
-            let Some(snapshot) = snapshot else {
-                named.missing.push(MissingState {
-                    topic: topic.to_string(),
-                    partition,
-                    offset: at.offset,
-                    committed_by: at.note.member.clone(),
-                    missing: format!(
-                        "the commit names no snapshot, and no marker of an earlier release is in \
-                         {} for it",
-                        storage.description()
-                    ),
-                });
-                continue;
-            };
-            let partitions = match counts.get(topic) {
-                Some(n) => *n,
-                None => {
-                    let n = self.partition_count(topic)?;
-                    counts.insert(topic.to_string(), n);
-                    n
-                }
-            };
-            if partitions > max_parallelism {
-                return Err(riffle::Error::config(
-                    "max_parallelism",
-                    format!(
-                        "is {max_parallelism}, below the {partitions} partitions of `{topic}`: \
-                         a partition must own at least one key group"
-                    ),
-                ));
-            }
-            let entry = snapshots.entry(snapshot).or_default();
-            entry.0.push(KeyGroupRange::for_subtask(
-                partition as usize,
-                partitions,
-                max_parallelism,
-            ));
-            entry.1.push(at);
         }
-        for ((prefix, checkpoint), (key_groups, by)) in snapshots {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for (at, snapshot) in &keyed {
+            if snapshot.is_some() && !counts.contains_key(&at.topic) {
+                counts.insert(at.topic.clone(), self.partition_count(&at.topic)?);
+            }
+        }
+        let plan = plan_restore(keyed, &counts, max_parallelism, storage.description())?;
+        named.missing = plan.unnamed;
+        for ((prefix, checkpoint), (key_groups, by)) in plan.snapshots {
             let dir = format!("{prefix}/{}", checkpoint_dir(checkpoint));
             let gone = match storage.read_manifest_optional(&dir)? {
                 None => Some(format!("{dir}/{}", riffle::checkpoint::MANIFEST_FILE)),
@@ -402,6 +371,72 @@ impl KafkaGroup {
         }
         Ok(named)
     }
+}
+
+/// The snapshots a run restores, from the keyed partitions' commits: each snapshot with the key
+/// groups of the partitions that name it (a partition of `n` owns the key groups a subtask `p`
+/// of `n` would), and the partitions that name none (missing state: never an empty start).
+pub(super) struct RestorePlan<'a> {
+    /// By snapshot (run directory, checkpoint): its key groups and the partitions naming it.
+    pub(super) snapshots: BTreeMap<(String, u64), Naming<'a>>,
+    /// Keyed partitions whose commit names no snapshot.
+    pub(super) unnamed: Vec<MissingState>,
+}
+
+/// Plans a restore, as a pure function: `keyed` is each committed keyed partition with the
+/// snapshot its commit (or an earlier release's marker) names, `partitions` the partition count
+/// of each topic that names one, `storage` the storage's description for the reports. A topic
+/// with more partitions than `max_parallelism` is a configuration error (a partition must own
+/// at least one key group).
+pub(super) fn plan_restore<'a>(
+    keyed: Vec<(&'a Committed, Option<(String, u64)>)>,
+    partitions: &BTreeMap<String, usize>,
+    max_parallelism: usize,
+    storage: &str,
+) -> riffle::Result<RestorePlan<'a>> {
+    let mut plan = RestorePlan {
+        snapshots: BTreeMap::new(),
+        unnamed: Vec::new(),
+    };
+    for (at, snapshot) in keyed {
+        let Some(snapshot) = snapshot else {
+            plan.unnamed.push(MissingState {
+                topic: at.topic.clone(),
+                partition: at.partition,
+                offset: at.offset,
+                committed_by: at.note.member.clone(),
+                missing: format!(
+                    "the commit names no snapshot, and no marker of an earlier release is in \
+                     {storage} for it"
+                ),
+            });
+            continue;
+        };
+        let count = *partitions.get(&at.topic).ok_or_else(|| {
+            riffle::Error::Checkpoint(format!(
+                "no partition count for `{}` while planning a restore",
+                at.topic
+            ))
+        })?;
+        if count > max_parallelism {
+            return Err(riffle::Error::config(
+                "max_parallelism",
+                format!(
+                    "is {max_parallelism}, below the {count} partitions of `{}`: a partition \
+                     must own at least one key group",
+                    at.topic
+                ),
+            ));
+        }
+        let entry = plan.snapshots.entry(snapshot).or_default();
+        entry.0.push(KeyGroupRange::for_subtask(
+            at.partition as usize,
+            count,
+            max_parallelism,
+        ));
+        entry.1.push(at);
+    }
+    Ok(plan)
 }
 
 /// Which files of the named snapshots [`KafkaGroup::named_snapshots`] checks are there.
@@ -436,4 +471,109 @@ fn first_missing_file(
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed(topic: &str, partition: i32, offset: i64) -> Committed {
+        Committed {
+            topic: topic.into(),
+            partition,
+            offset,
+            note: CommitNote {
+                member: format!("host/{partition}/00ff"),
+                ..CommitNote::default()
+            },
+        }
+    }
+
+    fn snapshot(run: &str, checkpoint: u64) -> Option<(String, u64)> {
+        Some((run.to_string(), checkpoint))
+    }
+
+    #[test]
+    fn partitions_naming_one_snapshot_restore_it_for_their_key_groups_together() {
+        let (p0, p1, p2) = (
+            committed("shuffle", 0, 10),
+            committed("shuffle", 1, 20),
+            committed("shuffle", 2, 30),
+        );
+        let counts = BTreeMap::from([("shuffle".to_string(), 4)]);
+        let plan = plan_restore(
+            vec![
+                (&p0, snapshot("run-a", 7)),
+                (&p2, snapshot("run-a", 7)),
+                (&p1, snapshot("run-b", 3)),
+            ],
+            &counts,
+            128,
+            "the storage",
+        )
+        .expect("a plan");
+        assert!(plan.unnamed.is_empty());
+        assert_eq!(plan.snapshots.len(), 2);
+        let (groups, by) = &plan.snapshots[&("run-a".to_string(), 7)];
+        assert_eq!(
+            groups,
+            &vec![
+                KeyGroupRange::for_subtask(0, 4, 128),
+                KeyGroupRange::for_subtask(2, 4, 128)
+            ]
+        );
+        assert_eq!(
+            by.iter().map(|c| c.partition).collect::<Vec<_>>(),
+            vec![0, 2]
+        );
+        let (groups, _) = &plan.snapshots[&("run-b".to_string(), 3)];
+        assert_eq!(groups, &vec![KeyGroupRange::for_subtask(1, 4, 128)]);
+    }
+
+    #[test]
+    fn a_keyed_partition_whose_commit_names_no_snapshot_is_missing_state_never_empty() {
+        let (p0, p1) = (committed("shuffle", 0, 10), committed("shuffle", 1, 20));
+        let counts = BTreeMap::from([("shuffle".to_string(), 2)]);
+        let plan = plan_restore(
+            vec![(&p0, None), (&p1, snapshot("run-a", 1))],
+            &counts,
+            128,
+            "s3://bucket/group",
+        )
+        .expect("a plan");
+        assert_eq!(plan.snapshots.len(), 1);
+        assert_eq!(plan.unnamed.len(), 1);
+        let missing = &plan.unnamed[0];
+        assert_eq!(
+            (missing.topic.as_str(), missing.partition, missing.offset),
+            ("shuffle", 0, 10)
+        );
+        assert_eq!(missing.committed_by, "host/0/00ff");
+        assert!(
+            missing.missing.contains("names no snapshot")
+                && missing.missing.contains("s3://bucket/group"),
+            "{}",
+            missing.missing
+        );
+    }
+
+    #[test]
+    fn more_partitions_than_key_groups_is_a_configuration_error_naming_the_setting() {
+        let p0 = committed("shuffle", 0, 10);
+        let counts = BTreeMap::from([("shuffle".to_string(), 256)]);
+        let error = plan_restore(vec![(&p0, snapshot("run-a", 1))], &counts, 128, "here")
+            .err()
+            .expect("refused");
+        let text = error.to_string();
+        assert!(
+            text.contains("max_parallelism") && text.contains("256 partitions"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn nothing_committed_plans_nothing() {
+        let plan = plan_restore(Vec::new(), &BTreeMap::new(), 128, "here").expect("a plan");
+        assert!(plan.snapshots.is_empty() && plan.unnamed.is_empty());
+    }
 }
