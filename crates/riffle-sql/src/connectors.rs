@@ -147,7 +147,7 @@ pub fn sink(rows: DataStream<Row>, table: &TableDef, schema: &Schema) -> Result<
                 .sink(
                     FileSink::<String>::new(path)
                         .setting_name("path")
-                        .encoder(|line, out| out.extend_from_slice(line.as_bytes())),
+                        .with_encoder(|line, out| out.extend_from_slice(line.as_bytes())),
                 )
                 .name(&name);
         }

@@ -15,7 +15,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 use riffle::checkpoint::CheckpointStats;
-use riffle::metrics::TaskSnapshot;
+use riffle::metrics::TaskMetricsSnapshot;
 use riffle::runtime::{JobOverview, JobStatus};
 
 use crate::views::{Bottleneck, EventTime, Latency, OperatorView};
@@ -98,7 +98,7 @@ pub struct Exposition<'a> {
     /// Operators with their subtasks.
     pub operators: &'a [OperatorView],
     /// Tasks' cumulative time accounting.
-    pub tasks: &'a [TaskSnapshot],
+    pub tasks: &'a [TaskMetricsSnapshot],
     /// Checkpoints and savepoints so far.
     pub checkpoints: &'a [CheckpointStats],
     /// The likely bottleneck, if any.

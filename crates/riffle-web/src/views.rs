@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 
 use riffle::JobPlan;
-use riffle::metrics::{MetricsSnapshot, NewestEvent, OperatorSnapshot, TaskSnapshot, TimeRatios};
+use riffle::metrics::{
+    MetricsSnapshot, NewestEvent, OperatorMetricsSnapshot, TaskMetricsSnapshot, TimeRatios,
+};
 use riffle::record::{MAX_WATERMARK, MIN_WATERMARK, Timestamp};
 use serde::Serialize;
 
@@ -268,12 +270,12 @@ pub struct Bottleneck {
 
 /// The time ratios of task `vertex_name` subtask `subtask` between two snapshots.
 fn task_ratios(
-    now: &[TaskSnapshot],
-    earlier: &[TaskSnapshot],
+    now: &[TaskMetricsSnapshot],
+    earlier: &[TaskMetricsSnapshot],
     vertex_name: &str,
     subtask: usize,
 ) -> TimeRatios {
-    let find = |tasks: &[TaskSnapshot]| {
+    let find = |tasks: &[TaskMetricsSnapshot]| {
         tasks
             .iter()
             .find(|t| t.name == vertex_name && t.subtask == subtask)
@@ -299,8 +301,8 @@ fn watermark(ts: Timestamp) -> Option<Timestamp> {
 }
 
 fn subtask_view(
-    now: &OperatorSnapshot,
-    before: Option<&OperatorSnapshot>,
+    now: &OperatorMetricsSnapshot,
+    before: Option<&OperatorMetricsSnapshot>,
     seconds: f64,
     time: TimeRatios,
     wall_clock: Timestamp,
@@ -566,8 +568,13 @@ mod tests {
 
     use super::*;
 
-    fn op(name: &str, subtask: usize, records_in: u64, records_out: u64) -> OperatorSnapshot {
-        OperatorSnapshot {
+    fn op(
+        name: &str,
+        subtask: usize,
+        records_in: u64,
+        records_out: u64,
+    ) -> OperatorMetricsSnapshot {
+        OperatorMetricsSnapshot {
             name: name.into(),
             subtask,
             records_in,
@@ -586,9 +593,14 @@ mod tests {
         }
     }
 
-    fn task(name: &str, subtask: usize, elapsed_ms: u64, backpressured_ms: u64) -> TaskSnapshot {
+    fn task(
+        name: &str,
+        subtask: usize,
+        elapsed_ms: u64,
+        backpressured_ms: u64,
+    ) -> TaskMetricsSnapshot {
         let ms = 1_000_000;
-        TaskSnapshot {
+        TaskMetricsSnapshot {
             name: name.into(),
             subtask,
             running: true,

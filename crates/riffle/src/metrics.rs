@@ -153,8 +153,8 @@ impl OperatorMetrics {
         self.records_out.load(Ordering::Relaxed)
     }
 
-    fn snapshot(&self) -> OperatorSnapshot {
-        OperatorSnapshot {
+    fn snapshot(&self) -> OperatorMetricsSnapshot {
+        OperatorMetricsSnapshot {
             name: self.name.clone(),
             subtask: self.subtask,
             records_in: self.records_in(),
@@ -236,7 +236,7 @@ impl TaskMetrics {
         self.finished_ns.store(elapsed, Ordering::Relaxed);
     }
 
-    fn snapshot(&self) -> TaskSnapshot {
+    fn snapshot(&self) -> TaskMetricsSnapshot {
         let finished = self.finished_ns.load(Ordering::Relaxed);
         let elapsed = if finished > 0 {
             finished
@@ -245,7 +245,7 @@ impl TaskMetrics {
         };
         let idle = self.idle_ns.load(Ordering::Relaxed);
         let backpressured = self.backpressured_ns.load(Ordering::Relaxed);
-        TaskSnapshot {
+        TaskMetricsSnapshot {
             name: self.name.clone(),
             subtask: self.subtask,
             running: finished == 0,
@@ -311,9 +311,17 @@ impl MetricsRegistry {
     }
 }
 
+/// Renamed [`OperatorMetricsSnapshot`]: `checkpoint::OperatorSnapshot` is an operator's state.
+#[deprecated(since = "0.2.0", note = "renamed `OperatorMetricsSnapshot`")]
+pub type OperatorSnapshot = OperatorMetricsSnapshot;
+
+/// Renamed [`TaskMetricsSnapshot`]: `checkpoint::TaskSnapshot` is a task's state.
+#[deprecated(since = "0.2.0", note = "renamed `TaskMetricsSnapshot`")]
+pub type TaskSnapshot = TaskMetricsSnapshot;
+
 /// Counters of one operator subtask at one instant.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct OperatorSnapshot {
+pub struct OperatorMetricsSnapshot {
     /// Operator name.
     pub name: String,
     /// Subtask index.
@@ -372,7 +380,7 @@ impl NewestEvent {
 
 /// Time accounting of one task at one instant.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct TaskSnapshot {
+pub struct TaskMetricsSnapshot {
     /// Task name (its chain of operators).
     pub name: String,
     /// Subtask index.
@@ -395,14 +403,14 @@ pub struct MetricsSnapshot {
     /// When the snapshot was taken.
     pub taken_at: Instant,
     /// One entry per operator subtask.
-    pub operators: Vec<OperatorSnapshot>,
+    pub operators: Vec<OperatorMetricsSnapshot>,
     /// One entry per task.
-    pub tasks: Vec<TaskSnapshot>,
+    pub tasks: Vec<TaskMetricsSnapshot>,
 }
 
 impl MetricsSnapshot {
     /// Sums the counters of all subtasks of the operator called `name`.
-    pub fn operator_total(&self, name: &str) -> Option<OperatorSnapshot> {
+    pub fn operator_total(&self, name: &str) -> Option<OperatorMetricsSnapshot> {
         let mut parts = self.operators.iter().filter(|o| o.name == name);
         let mut total = parts.next()?.clone();
         total.subtask = 0;

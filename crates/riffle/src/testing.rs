@@ -30,7 +30,7 @@ use crate::checkpoint::{RestoreState, TaskSnapshot};
 use crate::error::Result;
 use crate::keys::KeyFn;
 use crate::keys::KeyGroupRange;
-use crate::metrics::{MetricsRegistry, OperatorSnapshot};
+use crate::metrics::{MetricsRegistry, OperatorMetricsSnapshot};
 use crate::operators::{
     ErasedSideOutput, Operator, OperatorContext, OutputTag, SideOutputs, TypedSideOutput,
 };
@@ -360,7 +360,7 @@ impl<In: Data, Out: Data> OperatorHarness<In, Out> {
     }
 
     /// The operator's counters: records in and out, late records, state entries and bytes.
-    pub fn metrics(&self) -> OperatorSnapshot {
+    pub fn metrics(&self) -> OperatorMetricsSnapshot {
         self.registry
             .snapshot()
             .operators

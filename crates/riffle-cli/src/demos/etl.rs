@@ -47,7 +47,7 @@ pub fn pipeline(
 ) {
     let table = IpCountryTable::embedded();
     payloads
-        .parse_json_with(policy, Click::from_json_str)
+        .parse_with_decoder(policy, Click::from_json_str)
         .name(PARSE)
         .filter(|click| !is_bot(&click.user_agent))
         .name(DROP_BOTS)

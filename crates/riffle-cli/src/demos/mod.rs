@@ -159,7 +159,7 @@ impl InputArgs {
         tweak: impl FnOnce(&mut ClicksConfig),
     ) -> riffle::Result<DataStream<Click>> {
         if let Some(path) = &self.input {
-            let source = FileSource::<Click>::json_with(path, Click::from_json)
+            let source = FileSource::<Click>::with_decoder(path, Click::from_json)
                 .setting_name("--input")
                 .bad_records(self.bad_records);
             return Ok(env
@@ -536,13 +536,13 @@ impl EngineArgs {
                 .setting_name("--output")
                 .roll_interval(Duration::from_secs(60));
             Ok(Box::new(match encoder {
-                Some(encoder) => sink.encoder(encoder),
+                Some(encoder) => sink.with_encoder(encoder),
                 None => sink,
             }))
         } else {
             let sink = FileSink::new(dir).setting_name("--output");
             Ok(Box::new(match encoder {
-                Some(encoder) => sink.encoder(encoder),
+                Some(encoder) => sink.with_encoder(encoder),
                 None => sink,
             }))
         }

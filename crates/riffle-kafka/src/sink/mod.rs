@@ -86,7 +86,7 @@ pub struct KafkaSink<T> {
 impl KafkaSink<String> {
     /// A sink writing each string as it is (already encoded records, such as JSON lines).
     pub fn raw(kafka: KafkaConnection, topic: impl Into<String>) -> Self {
-        Self::with_serializer(kafka, topic, |value: &String, out| {
+        Self::with_encoder(kafka, topic, |value: &String, out| {
             out.extend_from_slice(value.as_bytes());
             Ok(())
         })
@@ -96,15 +96,28 @@ impl KafkaSink<String> {
 impl<T: Data> KafkaSink<T> {
     /// A sink writing JSON values to `topic`, at-least-once, without keys.
     pub fn json(kafka: KafkaConnection, topic: impl Into<String>) -> Self {
-        let mut sink = Self::with_serializer(kafka, topic, |value, out| {
+        let mut sink = Self::with_encoder(kafka, topic, |value, out| {
             serde_json::to_writer(out, value).map_err(riffle::Error::user)
         });
         sink.json = true;
         sink
     }
 
-    /// A sink writing values serialized by `serialize` (appending to the buffer it is given).
+    /// Renamed [`with_encoder`](Self::with_encoder).
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed `with_encoder`, one name for a custom encoder everywhere"
+    )]
     pub fn with_serializer(
+        kafka: KafkaConnection,
+        topic: impl Into<String>,
+        serialize: impl Fn(&T, &mut Vec<u8>) -> riffle::Result<()> + Send + Sync + 'static,
+    ) -> Self {
+        Self::with_encoder(kafka, topic, serialize)
+    }
+
+    /// A sink writing values serialized by `serialize` (appending to the buffer it is given).
+    pub fn with_encoder(
         kafka: KafkaConnection,
         topic: impl Into<String>,
         serialize: impl Fn(&T, &mut Vec<u8>) -> riffle::Result<()> + Send + Sync + 'static,

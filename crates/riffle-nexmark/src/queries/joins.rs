@@ -1,6 +1,6 @@
 //! The Nexmark queries that join two streams (q3, q4, q6, q7, q8, q9, q13, q20), written as
 //! `KeyedCoProcessFunction`s: on Riffle's two-input API,
-//! `a.key_by(f).connect(&b.key_by(g)).process(..)` (q3, q8), where both inputs share the key's
+//! `a.key_by(f).connect(&b.key_by(g)).process_function(..)` (q3, q8), where both inputs share the key's
 //! state and timers, or on one keyed stream of `Either` (q4, q6, q9, q20: bids and auctions,
 //! which come from one source, so that a split's order is kept).
 //!
@@ -178,7 +178,7 @@ pub fn q3(events: &DataStream<Event>) -> DataStream<Q3Row> {
     sellers
         .key_by(|p| p.id)
         .connect(&items.key_by(|a| a.seller))
-        .process(LocalItems)
+        .process_function(LocalItems)
         .name("q3")
         .uid("q3")
 }
@@ -1137,7 +1137,7 @@ pub fn q8(events: &DataStream<Event>) -> DataStream<Q8Row> {
     persons(events)
         .key_by(|p| (p.id, window_start(p.date_time)))
         .connect(&auctions(events).key_by(|a| (a.seller, window_start(a.date_time))))
-        .process(NewUsers)
+        .process_function(NewUsers)
         .name("q8")
         .uid("q8")
 }

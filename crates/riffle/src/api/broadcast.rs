@@ -119,9 +119,23 @@ pub struct BroadcastConnectedStream<A, B> {
 }
 
 impl<A: Data, B: Data> BroadcastConnectedStream<A, B> {
+    /// The trait form is now [`process_function`](Self::process_function), as on every other
+    /// stream; `process` will take closures here too.
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed `process_function`; `process` takes closures on every other stream"
+    )]
+    pub fn process<Out, P>(&self, function: P) -> DataStream<Out>
+    where
+        Out: Data,
+        P: BroadcastProcessFunction<A, B, Out> + Clone + Sync,
+    {
+        self.process_function(function)
+    }
+
     /// Runs a [`BroadcastProcessFunction`]; each subtask gets a clone of `function` and its own
     /// copy of the broadcast state.
-    pub fn process<Out, P>(&self, function: P) -> DataStream<Out>
+    pub fn process_function<Out, P>(&self, function: P) -> DataStream<Out>
     where
         Out: Data,
         P: BroadcastProcessFunction<A, B, Out> + Clone + Sync,
@@ -149,9 +163,23 @@ pub struct KeyedBroadcastConnectedStream<K, A, B> {
 }
 
 impl<K: Data + Hash + Eq, A: Data, B: Data> KeyedBroadcastConnectedStream<K, A, B> {
+    /// The trait form is now [`process_function`](Self::process_function), as on every other
+    /// stream; `process` will take closures here too.
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed `process_function`; `process` takes closures on every other stream"
+    )]
+    pub fn process<Out, P>(&self, function: P) -> DataStream<Out>
+    where
+        Out: Data,
+        P: KeyedBroadcastProcessFunction<K, A, B, Out> + Clone + Sync,
+    {
+        self.process_function(function)
+    }
+
     /// Runs a [`KeyedBroadcastProcessFunction`]: keyed state and timers in the job's state
     /// backend, broadcast state as operator state; each subtask gets a clone of `function`.
-    pub fn process<Out, P>(&self, function: P) -> DataStream<Out>
+    pub fn process_function<Out, P>(&self, function: P) -> DataStream<Out>
     where
         Out: Data,
         P: KeyedBroadcastProcessFunction<K, A, B, Out> + Clone + Sync,

@@ -84,8 +84,22 @@ impl<A: Data, B: Data> ConnectedStreams<A, B> {
         self.transform("CoMap", move || CoMap::new(first.clone(), second.clone()))
     }
 
-    /// Runs a [`CoProcessFunction`] (a struct, one method per input); each subtask gets a clone.
+    /// The trait form is now [`process_function`](Self::process_function), as on every other
+    /// stream; `process` will take closures here too.
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed `process_function`; `process` takes closures on every other stream"
+    )]
     pub fn process<Out, P>(&self, function: P) -> DataStream<Out>
+    where
+        Out: Data,
+        P: CoProcessFunction<A, B, Out> + Clone + Sync,
+    {
+        self.process_function(function)
+    }
+
+    /// Runs a [`CoProcessFunction`] (a struct, one method per input); each subtask gets a clone.
+    pub fn process_function<Out, P>(&self, function: P) -> DataStream<Out>
     where
         Out: Data,
         P: CoProcessFunction<A, B, Out> + Clone + Sync,
@@ -93,7 +107,8 @@ impl<A: Data, B: Data> ConnectedStreams<A, B> {
         self.transform("CoProcess", move || CoProcess::new(function.clone()))
     }
 
-    /// As [`process`](ConnectedStreams::process) with two closures, whose types are inferred.
+    /// As [`process_function`](ConnectedStreams::process_function) with two closures, whose
+    /// types are inferred.
     ///
     /// ```
     /// use riffle::{EnvConfig, StreamEnv, sink::CollectSink};
@@ -119,7 +134,7 @@ impl<A: Data, B: Data> ConnectedStreams<A, B> {
             + Sync
             + 'static,
     {
-        self.process(CoProcessFn::new(first, second))
+        self.process_function(CoProcessFn::new(first, second))
     }
 
     /// Partitions both inputs by key (`first` for the first input, `second` for the second), so
@@ -171,8 +186,22 @@ impl<K: Data + Hash + Eq, A: Data, B: Data> KeyedConnectedStreams<K, A, B> {
         DataStream::new(first.env.clone(), id, Slot::Main, Ship::Forward)
     }
 
-    /// Runs a [`KeyedCoProcessFunction`] on both inputs; each subtask gets a clone.
+    /// The trait form is now [`process_function`](Self::process_function), as on every other
+    /// stream; `process` will take closures here too.
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed `process_function`; `process` takes closures on every other stream"
+    )]
     pub fn process<Out, P>(&self, function: P) -> DataStream<Out>
+    where
+        Out: Data,
+        P: KeyedCoProcessFunction<K, A, B, Out> + Clone + Sync,
+    {
+        self.process_function(function)
+    }
+
+    /// Runs a [`KeyedCoProcessFunction`] on both inputs; each subtask gets a clone.
+    pub fn process_function<Out, P>(&self, function: P) -> DataStream<Out>
     where
         Out: Data,
         P: KeyedCoProcessFunction<K, A, B, Out> + Clone + Sync,

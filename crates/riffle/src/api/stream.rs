@@ -341,7 +341,7 @@ impl<T: Data> DataStream<T> {
         )
     }
 
-    fn with_node(self, setter: &str, change: impl FnOnce(&mut Node)) -> Self {
+    fn with_node(&self, setter: &str, change: impl FnOnce(&mut Node)) -> Self {
         if self.slot != Slot::Main || !matches!(self.ship, Ship::Forward) {
             self.env.defer_error(format!(
                 "`{setter}` applies to an operator: call it on the stream the operator returned, \
@@ -350,28 +350,30 @@ impl<T: Data> DataStream<T> {
         } else {
             change(&mut self.env.nodes.borrow_mut()[self.node]);
         }
-        self
+        self.clone()
     }
 
     /// Names the operator that produces this stream (in metrics, logs and errors).
-    pub fn name(self, name: &str) -> Self {
+    pub fn name(&self, name: &str) -> Self {
         self.with_node("name", |node| node.name = name.to_string())
     }
 
     /// Gives the operator a stable id, so its state maps onto a new version of the job.
-    pub fn uid(self, uid: &str) -> Self {
+    pub fn uid(&self, uid: &str) -> Self {
         self.with_node("uid", |node| node.uid = Some(uid.to_string()))
     }
 
-    /// Sets the number of parallel subtasks of the operator that produces this stream.
-    pub fn set_parallelism(self, parallelism: usize) -> Self {
+    /// Sets the number of parallel subtasks of the operator that produces this stream. Like every
+    /// setting of an operator (and [`StreamEnv::set_parallelism`](crate::StreamEnv::set_parallelism)),
+    /// it takes `&self`: the returned stream is this one, for chaining.
+    pub fn set_parallelism(&self, parallelism: usize) -> Self {
         self.with_node("set_parallelism", |node| {
             node.parallelism = Some(parallelism)
         })
     }
 
     /// Starts a new task chain at this operator instead of chaining it to its input.
-    pub fn start_new_chain(self) -> Self {
+    pub fn start_new_chain(&self) -> Self {
         self.with_node("start_new_chain", |node| node.start_new_chain = true)
     }
 }
@@ -400,6 +402,19 @@ impl<T: Data + AsRef<[u8]>> DataStream<T> {
         self.add(node)
     }
 
+    /// Renamed [`parse_with_decoder`](Self::parse_with_decoder).
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed `parse_with_decoder`, one name for a custom decoder everywhere"
+    )]
+    pub fn parse_json_with<U: Data>(
+        &self,
+        policy: BadRecordPolicy,
+        decoder: crate::operators::JsonDecoder<U>,
+    ) -> DataStream<U> {
+        self.parse_with_decoder(policy, decoder)
+    }
+
     /// As [`parse_json`](DataStream::parse_json), decoding each payload with `decoder`: one
     /// that knows the schema can be several times faster than the derived `Deserialize`. A
     /// payload it refuses follows `policy`, with its error's text as the dead letter's reason.
@@ -415,14 +430,14 @@ impl<T: Data + AsRef<[u8]>> DataStream<T> {
     /// let (dead, letters) = CollectSink::new();
     /// let parsed = env
     ///     .from_iter(vec!["2".to_string(), "3".into()])
-    ///     .parse_json_with(BadRecordPolicy::DeadLetter, even);
+    ///     .parse_with_decoder(BadRecordPolicy::DeadLetter, even);
     /// parsed.sink(sink);
     /// parsed.dead_letters().sink(dead);
     /// env.execute().unwrap();
     /// assert_eq!(numbers.values(), vec![2]);
     /// assert_eq!(letters.values()[0].error, "odd");
     /// ```
-    pub fn parse_json_with<U: Data>(
+    pub fn parse_with_decoder<U: Data>(
         &self,
         policy: BadRecordPolicy,
         decoder: crate::operators::JsonDecoder<U>,
@@ -436,6 +451,7 @@ impl<T: Data + AsRef<[u8]>> DataStream<T> {
 }
 
 /// The end of a stream: a sink, whose name and parallelism can still be set.
+#[derive(Clone)]
 pub struct DataStreamSink {
     env: Rc<EnvInner>,
     node: NodeId,
@@ -443,26 +459,26 @@ pub struct DataStreamSink {
 
 impl DataStreamSink {
     /// Names the sink operator.
-    pub fn name(self, name: &str) -> Self {
+    pub fn name(&self, name: &str) -> Self {
         self.env.nodes.borrow_mut()[self.node].name = name.to_string();
-        self
+        self.clone()
     }
 
     /// Gives the sink a stable id.
-    pub fn uid(self, uid: &str) -> Self {
+    pub fn uid(&self, uid: &str) -> Self {
         self.env.nodes.borrow_mut()[self.node].uid = Some(uid.to_string());
-        self
+        self.clone()
     }
 
     /// Sets the number of parallel sink subtasks.
-    pub fn set_parallelism(self, parallelism: usize) -> Self {
+    pub fn set_parallelism(&self, parallelism: usize) -> Self {
         self.env.nodes.borrow_mut()[self.node].parallelism = Some(parallelism);
-        self
+        self.clone()
     }
 
     /// Runs the sink in its own task instead of chaining it to its input.
-    pub fn start_new_chain(self) -> Self {
+    pub fn start_new_chain(&self) -> Self {
         self.env.nodes.borrow_mut()[self.node].start_new_chain = true;
-        self
+        self.clone()
     }
 }

@@ -302,7 +302,7 @@ impl<Out> DerefMut for BroadcastContext<'_, '_, Out> {
 /// let (sink, out) = CollectSink::new();
 /// let words = env.from_iter(["spam", "ham", "spam", "eggs"].map(String::from));
 /// let rules = env.from_iter(vec!["spam".to_string()]).broadcast_state(&BLOCKED);
-/// words.connect_broadcast(&rules).process(Censor).sink(sink);
+/// words.connect_broadcast(&rules).process_function(Censor).sink(sink);
 /// env.execute().unwrap();
 /// // The two inputs have no order between them: a "spam" that came before the rule passed.
 /// // (For an answer that does not depend on arrival, see the event-time example of
@@ -507,7 +507,7 @@ impl<K, Out> DerefMut for KeyedReadOnlyBroadcastContext<'_, '_, '_, K, Out> {
 /// payments
 ///     .key_by(|p| p.0.clone())
 ///     .connect_broadcast(&limits.broadcast_state(&LIMITS))
-///     .process(OverLimit)
+///     .process_function(OverLimit)
 ///     .sink(sink);
 /// env.execute().unwrap();
 /// assert_eq!(out.values(), vec!["fr: 150 > 100", "it: no limit"]);

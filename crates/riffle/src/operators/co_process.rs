@@ -38,7 +38,7 @@ use crate::state::TimeDomain;
 ///
 /// let env = StreamEnv::with_config(EnvConfig::deterministic());
 /// let (sink, out) = CollectSink::new();
-/// env.from_iter(vec![7u64]).connect(&env.from_iter(vec!["x".to_string()])).process(Tag).sink(sink);
+/// env.from_iter(vec![7u64]).connect(&env.from_iter(vec!["x".to_string()])).process_function(Tag).sink(sink);
 /// env.execute().unwrap();
 /// assert_eq!(out.sorted(), vec!["number 7", "word x"]);
 /// ```
@@ -215,7 +215,7 @@ where
 /// let (sink, out) = CollectSink::new();
 /// let orders = env.from_iter(vec![("tea".to_string(), 2u64)]);
 /// let prices = env.from_iter(vec![("coffee".to_string(), 5u64)]);
-/// orders.key_by(|o| o.0.clone()).connect(&prices.key_by(|p| p.0.clone())).process(Price).sink(sink);
+/// orders.key_by(|o| o.0.clone()).connect(&prices.key_by(|p| p.0.clone())).process_function(Price).sink(sink);
 /// env.execute().unwrap();
 /// assert_eq!(out.values(), vec!["tea: no price yet"]);
 /// ```

@@ -67,10 +67,19 @@ impl<T> ExactlyOnceFileSink<T> {
         }
     }
 
+    /// Renamed [`with_encoder`](Self::with_encoder).
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed `with_encoder`, one name for a custom encoder everywhere"
+    )]
+    pub fn encoder(self, encoder: JsonEncoder<T>) -> Self {
+        self.with_encoder(encoder)
+    }
+
     /// Encodes each record with `encoder` (see [`json`](crate::sink::json)) instead of its
     /// `Serialize` through `serde_json`: faster for a type written a lot. The encoder must write
     /// one JSON document without a line break.
-    pub fn encoder(mut self, encoder: JsonEncoder<T>) -> Self {
+    pub fn with_encoder(mut self, encoder: JsonEncoder<T>) -> Self {
         self.encoder = Some(encoder);
         self
     }
@@ -629,6 +638,31 @@ mod tests {
         // The other job's files are still its own to commit.
         SinkWriter::<u64>::commit(&mut other, 3).unwrap();
         assert_eq!(visible(dir.path()), vec!["7"]);
+    }
+
+    #[test]
+    fn a_file_sink_made_exactly_once_keeps_its_settings_and_commits_at_checkpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ctx = crate::testing::operator_context("sink", "r1", 0, 1);
+        ctx.job_name = "job".into();
+        let sink = crate::sink::FileSink::<u64>::new(dir.path())
+            .setting_name("--output")
+            .with_encoder(|n, out| crate::sink::json::push_u64(out, n * 10))
+            .exactly_once();
+        assert_eq!(Sink::<u64>::guarantee(&sink), Guarantee::ExactlyOnce);
+        let mut w = sink.writer(&ctx).unwrap();
+        w.write(&mut vec![Record::untimed(1), Record::untimed(2)])
+            .unwrap();
+        w.pre_commit(1).unwrap();
+        assert!(visible(dir.path()).is_empty(), "visible before the commit");
+        w.commit(1).unwrap();
+        assert_eq!(visible(dir.path()), vec!["10", "20"]);
+        // The setting's name came along: a fresh start over this output names it.
+        let error = sink.writer(&ctx).err().expect("refused");
+        assert!(
+            matches!(&error, Error::Config { setting, .. } if setting == "--output"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -43,15 +43,24 @@ impl<T> FileSink<T> {
         }
     }
 
+    /// Renamed [`with_encoder`](Self::with_encoder).
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed `with_encoder`, one name for a custom encoder everywhere"
+    )]
+    pub fn encoder(self, encoder: JsonEncoder<T>) -> Self {
+        self.with_encoder(encoder)
+    }
+
     /// Encodes each record with `encoder` (see [`json`](crate::sink::json)) instead of its
     /// `Serialize` through `serde_json`: faster for a type written a lot. The encoder must write
     /// one JSON document without a line break.
     ///
     /// ```no_run
     /// use riffle::sink::{FileSink, json};
-    /// let sink = FileSink::<u64>::new("out/numbers").encoder(|n, out| json::push_u64(out, *n));
+    /// let sink = FileSink::<u64>::new("out/numbers").with_encoder(|n, out| json::push_u64(out, *n));
     /// ```
-    pub fn encoder(mut self, encoder: JsonEncoder<T>) -> Self {
+    pub fn with_encoder(mut self, encoder: JsonEncoder<T>) -> Self {
         self.encoder = Some(encoder);
         self
     }
@@ -66,6 +75,24 @@ impl<T> FileSink<T> {
     pub fn append(mut self, append: bool) -> Self {
         self.append = append;
         self
+    }
+
+    /// The same sink, exactly-once: records become visible only once the checkpoint that
+    /// covers them completed (an [`ExactlyOnceFileSink`](crate::sink::ExactlyOnceFileSink) with
+    /// this directory, setting name and encoder). As `KafkaSink::exactly_once` in riffle-kafka:
+    /// a builder step chooses the guarantee of every sink. An exactly-once sink never replaces
+    /// committed files, so `append` does not apply.
+    ///
+    /// ```no_run
+    /// use riffle::sink::FileSink;
+    /// let sink = FileSink::<u64>::new("out/counts").exactly_once().roll_size(64 << 20);
+    /// ```
+    pub fn exactly_once(self) -> crate::sink::ExactlyOnceFileSink<T> {
+        let sink = crate::sink::ExactlyOnceFileSink::new(self.dir).setting_name(&self.setting);
+        match self.encoder {
+            Some(encoder) => sink.with_encoder(encoder),
+            None => sink,
+        }
     }
 
     /// The output directory.
@@ -331,7 +358,7 @@ mod tests {
         writer.write(&mut records()).unwrap();
         writer.close().unwrap();
         let shouting = FileSink::<String>::new(dir.path().join("encoded"))
-            .encoder(|s, out| json::push_str(out, &s.to_uppercase()));
+            .with_encoder(|s, out| json::push_str(out, &s.to_uppercase()));
         let mut writer = shouting.writer(&ctx()).unwrap();
         let mut batch = records();
         writer.write(&mut batch).unwrap();

@@ -50,7 +50,7 @@ use crate::error::{Error, Result};
 use crate::record::Data;
 use crate::source::{BadRecordPolicy, Boundedness, ReadStatus, Source, SourceOutput, SplitReader};
 
-/// A decoder of one JSON line that knows its type's schema (see [`FileSource::json_with`]).
+/// A decoder of one JSON line that knows its type's schema (see [`FileSource::with_decoder`]).
 type JsonDecoder<T> = fn(&[u8]) -> serde_json::Result<T>;
 
 /// How the lines of a file are decoded.
@@ -94,10 +94,22 @@ impl<T> FileSource<T> {
         FileSource::new(path.into(), FileFormat::JsonLines)
     }
 
+    /// Renamed [`with_decoder`](Self::with_decoder).
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed `with_decoder`, one name for a custom decoder everywhere"
+    )]
+    pub fn json_with(
+        path: impl Into<PathBuf>,
+        decoder: fn(&[u8]) -> serde_json::Result<T>,
+    ) -> Self {
+        Self::with_decoder(path, decoder)
+    }
+
     /// Newline-delimited JSON from `path`, each line decoded by `decoder` (one that knows the
     /// schema, e.g. `riffle_clicks::Click::from_json`) instead of the derived `Deserialize`; a
     /// line it refuses is a bad record with its error's text.
-    pub fn json_with(
+    pub fn with_decoder(
         path: impl Into<PathBuf>,
         decoder: fn(&[u8]) -> serde_json::Result<T>,
     ) -> Self {

@@ -98,7 +98,7 @@ fn job(
         .uid("crash");
     fast.key_by(|c| c.user_id)
         .connect(&slow.key_by(|c| c.user_id))
-        .process(CountBoth)
+        .process_function(CountBoth)
         .uid("count-both")
         .sink(ExactlyOnceFileSink::new(out))
         .uid("sink");

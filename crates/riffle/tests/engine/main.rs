@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod config;
+mod deprecated_names;
 mod event_time;
 mod failures;
 mod latency;

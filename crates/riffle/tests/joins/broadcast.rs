@@ -75,7 +75,7 @@ fn every_subtask_gets_every_rule_once_and_events_read_them() -> Result<()> {
         env.from_iter(0..1_000u64)
             .rebalance()
             .connect_broadcast(&rules)
-            .process(Census::default())
+            .process_function(Census::default())
             .sink(sink);
         env.execute()?;
         let values = out.values();
@@ -240,7 +240,7 @@ fn keyed_broadcast_judges_each_record_by_the_rule_version_of_its_time() -> Resul
         )
         .key_by(|p| p.0)
         .connect_broadcast(&limits)
-        .process(OverLimit)
+        .process_function(OverLimit)
         .sink(sink);
         // The rules go to every subtask, the payments by key.
         let plan = env.plan()?;
@@ -395,7 +395,7 @@ fn rules_job(
     .name("events")
     .key_by(|i| i % KEYS)
     .connect_broadcast(&rules)
-    .process(CountAndRules)
+    .process_function(CountAndRules)
     .uid("count-and-rules")
     .sink(sink);
     (env, out)
@@ -510,7 +510,7 @@ fn broadcast_state_comes_back_after_a_failure() {
     .uid("events")
     .key_by(|i| i % KEYS)
     .connect_broadcast(&rules)
-    .process(CountAndRules)
+    .process_function(CountAndRules)
     .uid("count-and-rules")
     .map(move |(key, seen, rules)| {
         if processed.fetch_add(1, Ordering::SeqCst) == EVENTS / 2

@@ -48,7 +48,7 @@ fn keyed_connect_meets_both_inputs_of_a_key_in_one_subtask_at_any_parallelism() 
         names
             .key_by(|n| n.0)
             .connect(&clicks.key_by(|c| c.0))
-            .process(Count)
+            .process_function(Count)
             .sink(sink);
         env.execute()?;
         let mut last: BTreeMap<u64, u64> = BTreeMap::new();
@@ -114,7 +114,7 @@ fn timers_fire_on_the_minimum_watermark_of_both_inputs() -> Result<()> {
     let slow = env.from_iter_with_watermarks(vec![(2, 500), (2, 1_000)], strategy());
     fast.key_by(|r| r.0)
         .connect(&slow.key_by(|r| r.0))
-        .process(Timers)
+        .process_function(Timers)
         .sink(sink);
     env.execute()?;
     let fired = out.values();
@@ -172,7 +172,10 @@ fn each_input_ends_on_its_own_and_the_operator_closes_after_both() -> Result<()>
     let (sink, out) = CollectSink::new();
     let numbers = env.from_iter(0..1_000u64);
     let words = env.from_iter(vec!["a".to_string(), "b".to_string()]);
-    numbers.connect(&words).process(Ends::default()).sink(sink);
+    numbers
+        .connect(&words)
+        .process_function(Ends::default())
+        .sink(sink);
     env.execute()?;
     let mut lines = out.values();
     let closed = lines.pop().unwrap();
