@@ -11,4 +11,5 @@ pub mod group;
 pub mod nexmark;
 pub mod process;
 pub mod progress;
+pub mod savepoint;
 pub mod sql;

@@ -34,8 +34,12 @@ enum Command {
         #[arg(long, value_name = "HOST:PORT")]
         address: Option<String>,
     },
-    /// Take a savepoint of a running job and print where it went.
+    /// Take a savepoint of a running job and print where it went; `riffle savepoint inspect DIR`
+    /// lists what a savepoint holds.
+    #[command(args_conflicts_with_subcommands = true)]
     Savepoint {
+        #[command(subcommand)]
+        action: Option<riffle_cli::savepoint::SavepointCommand>,
         #[command(flatten)]
         target: control::Target,
         /// Directory (or s3://bucket/prefix) the savepoint goes under; default: the job's
@@ -112,9 +116,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Jobs { address } => control::jobs(address.as_deref()),
-        Command::Savepoint { target, directory } => {
-            control::savepoint(&target, directory.as_deref())
-        }
+        Command::Savepoint {
+            action: Some(action),
+            ..
+        } => riffle_cli::savepoint::run(&action).map_err(|e| e.to_string()),
+        Command::Savepoint {
+            action: None,
+            target,
+            directory,
+        } => control::savepoint(&target, directory.as_deref()),
         Command::Stop { target, savepoint } => control::stop(&target, savepoint.as_deref()),
         Command::Cancel { target } => control::cancel(&target),
         Command::Nexmark(command) => riffle_cli::nexmark::run(&command).map_err(|e| e.to_string()),

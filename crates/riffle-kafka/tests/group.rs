@@ -1177,6 +1177,23 @@ fn no_clean_up_removes_a_snapshot_that_the_committed_offsets_name() {
     let watch = NamedSnapshotsWatch::start(&group, &input, &storage);
     let mut members: Vec<Member> = (0..3).map(start).collect();
     wait_for_input(&group, &input, 6, total / 6);
+    // Every partition has committed state (a commit naming a snapshot), so that whichever
+    // partitions the replacement below takes, it restores some: on a loaded machine one member
+    // may not have committed yet when the others have read a sixth of the input.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while common::committed_notes(&group, &input, 6)
+        .values()
+        .filter(|(_, note)| note["run"].is_string())
+        .count()
+        < 6
+    {
+        assert!(
+            Instant::now() < deadline,
+            "not every partition committed state in 90 s: {:?}",
+            common::committed_notes(&group, &input, 6)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     members[0].kill();
     // Its replacement is killed while it restores the partitions it took.
     let mut replacement = start(3);

@@ -27,3 +27,16 @@ fn every_stateful_operator_round_trips_on_rocksdb() -> riffle::Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn a_savepoint_survives_a_changed_state_type_on_rocksdb() {
+    // With the state cache and without it: old values are rewritten in RocksDB at the restore.
+    for cache in [64 << 20, 0] {
+        let work = tempfile::tempdir().unwrap();
+        let backend = RocksDbBackend::new()
+            .memory(8 << 20)
+            .write_buffer(1 << 20)
+            .state_cache(cache);
+        riffle_testing::evolution::check_state_evolution(Arc::new(backend), work.path());
+    }
+}

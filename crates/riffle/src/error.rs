@@ -100,6 +100,18 @@ pub enum Error {
     /// The state backend (an embedded store such as RocksDB) failed to read or write state.
     #[error("state backend: {0}")]
     State(String),
+    /// A state restored from a checkpoint or savepoint cannot be read by this version of the job:
+    /// its type changed in a way serde cannot read and no migration is declared, or the
+    /// savepoint holds a newer version of it. A restart cannot help: the job fails.
+    #[error("operator `{operator}`: state `{state}` cannot be restored: {message}")]
+    IncompatibleState {
+        /// The operator's uid.
+        operator: String,
+        /// The state's name.
+        state: String,
+        /// The versions and why the old values cannot be read.
+        message: String,
+    },
     /// The job was cancelled, or a task stopped because another one failed.
     #[error("job cancelled")]
     Cancelled,
@@ -192,6 +204,17 @@ impl Error {
                 .downcast_ref::<Error>()
                 .and_then(Error::connector_kind),
             _ => None,
+        }
+    }
+
+    /// Whether this error (or the one an operator failed with) is an [`Error::IncompatibleState`].
+    pub fn is_incompatible_state(&self) -> bool {
+        match self {
+            Error::IncompatibleState { .. } => true,
+            Error::Operator { source, .. } | Error::User(source) => source
+                .downcast_ref::<Error>()
+                .is_some_and(Error::is_incompatible_state),
+            _ => false,
         }
     }
 

@@ -43,6 +43,7 @@ use crate::window::{
 };
 
 pub mod conformance;
+pub mod evolution;
 
 /// The context of subtask `subtask` of `parallelism` of an operator `id`, for driving an operator
 /// or a sink writer by hand (a sink writer's two-phase commit across simulated failures).

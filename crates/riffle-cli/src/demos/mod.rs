@@ -380,6 +380,11 @@ pub struct EngineArgs {
     /// or a savepoint directory.
     #[arg(long, value_name = "latest|ID|PATH")]
     pub restore: Option<String>,
+    /// With --restore: state in the snapshot that belongs to no operator of this job (one
+    /// removed, or whose uid changed) is dropped instead of refusing the start (Flink's
+    /// --allowNonRestoredState).
+    #[arg(long)]
+    pub allow_non_restored_state: bool,
     /// Where keyed state lives: `heap` (fastest, bounded by memory) or `rocksdb` (local disk,
     /// incremental checkpoints; needs a riffle built with `--features rocksdb`).
     #[arg(long, value_enum, default_value_t = StateBackendArg::Heap)]
@@ -500,8 +505,15 @@ impl EngineArgs {
             }
             None => None,
         };
+        if self.allow_non_restored_state && restore.is_none() {
+            return Err(Error::config(
+                "--allow-non-restored-state",
+                "applies to a restore: add --restore",
+            ));
+        }
         Ok(CheckpointConfig {
             interval,
+            allow_non_restored_state: self.allow_non_restored_state,
             storage: self.checkpoint_dir.clone().unwrap_or_else(|| {
                 self.output_dir(demo)
                     .join("checkpoints")

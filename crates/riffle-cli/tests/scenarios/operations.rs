@@ -330,6 +330,15 @@ fn savepoint_stop_and_cancel_from_the_cli_against_running_demos() {
         Path::new(location).join("_manifest.json").exists(),
         "{location}"
     );
+    // What it holds, without running anything.
+    let inspected = run(&["savepoint", "inspect", location]);
+    let (listed, stderr) = text(&inspected);
+    assert!(inspected.status.success(), "{stderr}");
+    assert!(
+        listed.starts_with("savepoint ") && listed.contains("of job `demo-pipeline`"),
+        "{listed}"
+    );
+    assert!(listed.contains("operator uid `"), "{listed}");
     let (status, stderr) = demo.wait(Duration::from_secs(60));
     assert!(
         status.is_some_and(|s| s.success()),
@@ -488,4 +497,58 @@ fn the_cli_refuses_a_loose_registry_and_sends_no_token_to_an_unverified_job() {
         );
     }
     assert_eq!(seen.lock().unwrap().len(), 1, "nothing more sent");
+}
+
+#[test]
+fn savepoint_inspect_lists_operators_and_their_declared_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    let savepoint = riffle_testing::evolution::savepoint_of_v1(
+        std::sync::Arc::new(riffle::state::HeapBackend),
+        &dir.path().join("job"),
+    );
+    let inspected = riffle(&["savepoint", "inspect", &savepoint], dir.path(), &jobs);
+    let (listed, stderr) = text(&inspected);
+    assert!(inspected.status.success(), "{stderr}");
+    for line in [
+        "operator uid `counts` (counts): parallelism 2, keyed, ",
+        "  state `count`: version 1, riffle::testing::evolution::v1::Count = Count { clicks: u64 }",
+        "  state `pages`: version 1, riffle::testing::evolution::v1::Page = Page { page: u32 }",
+        "  state `per-page`: version 1, ",
+        "operator uid `hits` (Source: hits): parallelism 1, not keyed, operator state ",
+    ] {
+        assert!(listed.contains(line), "`{line}` not in:\n{listed}");
+    }
+    let json = riffle(
+        &["savepoint", "inspect", &savepoint, "--json"],
+        dir.path(),
+        &jobs,
+    );
+    let report: Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(report["kind"], "savepoint");
+    let counts = report["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["uid"] == "counts")
+        .expect("operator counts");
+    let names: Vec<&str> = counts["states"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["count", "pages", "per-page"]);
+    assert!(counts["key_groups_with_state"].as_u64().unwrap() > 0);
+
+    // Not a savepoint: the error names the argument.
+    let wrong = riffle(&["savepoint", "inspect", "no-such-dir"], dir.path(), &jobs);
+    assert!(!wrong.status.success());
+    assert!(
+        text(&wrong)
+            .1
+            .contains("`DIR` `no-such-dir` is not a directory"),
+        "{:?}",
+        text(&wrong)
+    );
 }

@@ -121,6 +121,10 @@ fn bad_flags_fail_at_start_naming_the_flag() {
             vec!["demo", "etl", "--buffer-timeout-ms", "0"],
             "`buffer_timeout`",
         ),
+        (
+            vec!["demo", "etl", "--allow-non-restored-state"],
+            "`--allow-non-restored-state`",
+        ),
     ] {
         let output = riffle_raw(&args, dir.path());
         let stderr = String::from_utf8_lossy(&output.stderr);

@@ -65,6 +65,9 @@ pub struct SubtaskState {
     /// The operator's watermark at the barrier.
     #[serde(default)]
     pub watermark: Option<Timestamp>,
+    /// The schemas of the operator's declared keyed state (name, version, type, format).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<crate::state::StateSchema>,
 }
 
 /// The state of one operator.
@@ -394,7 +397,11 @@ impl Manifest {
                     let union = subtask
                         .operator
                         .filter(|(redistribution, _)| *redistribution == Redistribution::Union);
-                    if keyed.is_empty() && union.is_none() && subtask.watermark.is_none() {
+                    if keyed.is_empty()
+                        && union.is_none()
+                        && subtask.watermark.is_none()
+                        && subtask.states.is_empty()
+                    {
                         continue;
                     }
                     let file = subtask
@@ -411,6 +418,7 @@ impl Manifest {
                         keyed,
                         operator: union,
                         watermark: subtask.watermark,
+                        states: subtask.states.clone(),
                     });
                 }
                 target.parallelism = target.subtasks.len().max(1);
@@ -608,6 +616,7 @@ mod tests {
                             },
                         )),
                         watermark: Some(-5),
+                        states: Vec::new(),
                     },
                     SubtaskState {
                         subtask: 1,
@@ -615,6 +624,7 @@ mod tests {
                         keyed: vec![],
                         operator: None,
                         watermark: None,
+                        states: Vec::new(),
                     },
                 ],
             },
@@ -631,6 +641,7 @@ mod tests {
                     keyed: vec![],
                     operator: Some((Redistribution::RoundRobin, Extent { offset: 0, len: 7 })),
                     watermark: Some(i64::MAX),
+                    states: Vec::new(),
                 }],
             },
         );

@@ -146,6 +146,11 @@ impl RestoreAssignment {
             if let Some(watermark) = old.watermark {
                 state.watermark = Some(state.watermark.map_or(watermark, |w| w.min(watermark)));
             }
+            for schema in &old.states {
+                if !state.states.iter().any(|s| s.name == schema.name) {
+                    state.states.push(schema.clone());
+                }
+            }
             let Some(file) = &old.file else { continue };
             let bytes = &self.files[&file.path];
             for (key_group, extent) in &old.keyed {
@@ -385,6 +390,7 @@ mod tests {
                     file,
                     keyed: Vec::new(),
                     watermark: None,
+                    states: Vec::new(),
                 }
             })
             .collect();

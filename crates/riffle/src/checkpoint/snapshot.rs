@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use crate::error::Result;
 use crate::keys::KeyGroup;
 use crate::record::Timestamp;
+use crate::state::StateSchema;
 
 /// How non-keyed operator state is handed out on restore.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -41,6 +42,8 @@ pub struct SnapshotWriter {
     pub(crate) watermark: Option<Timestamp>,
     /// Whether the operator is keyed (set by the runtime).
     pub(crate) keyed_operator: bool,
+    /// The schemas of its declared keyed state.
+    pub(crate) states: Vec<StateSchema>,
 }
 
 impl SnapshotWriter {
@@ -68,6 +71,12 @@ impl SnapshotWriter {
     /// Whether nothing was written (a watermark alone is not state worth a file).
     pub fn is_empty(&self) -> bool {
         self.keyed.is_empty() && self.operator.is_none()
+    }
+
+    /// Records the schemas of the operator's declared keyed state (see
+    /// [`StateSchema`]): a restore by a later version of the job reads older values with them.
+    pub fn record_state_schemas(&mut self, schemas: Vec<StateSchema>) {
+        self.states = schemas;
     }
 
     /// Bytes written.
@@ -138,6 +147,7 @@ pub struct RestoreState {
     pub(crate) keyed: Vec<(KeyGroup, Vec<u8>)>,
     pub(crate) operator: Vec<Vec<u8>>,
     pub(crate) watermark: Option<Timestamp>,
+    pub(crate) states: Vec<StateSchema>,
 }
 
 impl RestoreState {
@@ -155,7 +165,16 @@ impl RestoreState {
 
     /// Whether there is nothing to restore.
     pub fn is_empty(&self) -> bool {
-        self.keyed.is_empty() && self.operator.is_empty() && self.watermark.is_none()
+        self.keyed.is_empty()
+            && self.operator.is_empty()
+            && self.watermark.is_none()
+            && self.states.is_empty()
+    }
+
+    /// The schemas the snapshot recorded of the operator's declared keyed state, from every
+    /// old subtask.
+    pub fn state_schemas(&self) -> &[StateSchema] {
+        &self.states
     }
 
     /// The operator's watermark when the snapshot was taken (the lowest of its old subtasks):
@@ -175,6 +194,7 @@ impl RestoreState {
                 .collect(),
             operator: snapshot.operator.iter().map(|(_, b)| b.clone()).collect(),
             watermark: snapshot.watermark,
+            states: snapshot.states.clone(),
         }
     }
 }

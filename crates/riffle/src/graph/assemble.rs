@@ -371,7 +371,8 @@ pub(crate) fn plan(nodes: &[Node], run: &RunContext<'_>) -> Result<(Vec<TaskSpec
         if !unused.is_empty() && !config.checkpoints.allow_non_restored_state {
             return Err(Error::Checkpoint(format!(
                 "{} holds state of operators this job does not have: {}; give operators the same `uid` \
-                 as before, or allow non-restored state to drop it",
+                 as before, or allow non-restored state to drop it (`riffle .. \
+                 --allow-non-restored-state`, `CheckpointConfig::allow_non_restored_state`)",
                 restore.description,
                 unused.join(", ")
             )));

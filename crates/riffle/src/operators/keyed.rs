@@ -276,11 +276,13 @@ impl<K: Data + Hash + Eq> KeyedRuntime<K> {
                 writer.write_keyed(key_group, &(states, group_timers))?;
             }
         }
+        writer.record_state_schemas(self.state.schemas());
         Ok(())
     }
 
     /// Restores what [`snapshot`](KeyedRuntime::snapshot) wrote; timers are registered again.
     pub(crate) fn restore(&mut self, restored: &RestoreState) -> Result<()> {
+        self.state.restore_schemas(restored.state_schemas());
         for group in restored.keyed::<(Vec<(String, Vec<u8>)>, Vec<(TimeDomain, Timestamp, K)>)>() {
             let (key_group, (states, timers)) = group?;
             self.state.restore_group(key_group, states)?;

@@ -6,6 +6,7 @@
 //! nobody reads any more.
 
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ use crate::state::descriptors::{
     AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
     StateTtl, TtlUpdate, ValueStateDescriptor,
 };
+use crate::state::evolution::{self, Reader, Restore, StateSchema, ValueFormat};
 use crate::state::table::FastMap;
 use crate::state::{KvStore, StateTable};
 use crate::time::Clock;
@@ -37,6 +39,8 @@ type StoredTable<K, X> = StateTable<K, (), Timed<X>>;
 struct Slot<K> {
     name: &'static str,
     type_name: &'static str,
+    /// What a checkpoint records of it.
+    schema: StateSchema,
     table: Box<dyn Any + Send>,
     ttl: Option<StateTtl>,
     expire: fn(&mut (dyn Any + Send), Timestamp, i64, KeyGroupRange) -> Result<usize>,
@@ -121,6 +125,201 @@ fn restore_group<K: Data + Hash + Eq, X: Data>(
     Ok(())
 }
 
+/// Restores one key group of a heap state written by an older version of its type: the
+/// entries as [`snapshot_group`] wrote them, each value read by `read_old`.
+fn restore_old_group<K: Data + Hash + Eq, X: Data>(
+    table: &mut StoredTable<K, X>,
+    key_group: KeyGroup,
+    bytes: &[u8],
+    read_old: &dyn Fn(&mut &[u8]) -> Result<X, SlotError>,
+) -> Result<(), SlotError> {
+    let cut = |e: postcard::Error| SlotError::Mismatch(format!("cannot decode state: {e}"));
+    let (len, mut input) = postcard::take_from_bytes::<u64>(bytes).map_err(cut)?;
+    for _ in 0..len {
+        let (key, rest) = postcard::take_from_bytes::<K>(input).map_err(cut)?;
+        input = rest;
+        let value = read_old(&mut input)?;
+        let (touched, rest) = postcard::take_from_bytes::<Timestamp>(input).map_err(cut)?;
+        input = rest;
+        table
+            .put(key_group, key, (), Timed { value, touched })
+            .map_err(|e| SlotError::Mismatch(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Why a declared state cannot be reached.
+#[derive(Clone, Debug)]
+enum SlotError {
+    /// The state is used with another type than it was declared with in this run.
+    Mismatch(String),
+    /// What was restored of it cannot be read by its type.
+    Incompatible {
+        operator: String,
+        state: String,
+        message: String,
+    },
+}
+
+impl SlotError {
+    fn to_error(&self) -> Error {
+        match self {
+            SlotError::Mismatch(message) => Error::Graph(message.clone()),
+            SlotError::Incompatible {
+                operator,
+                state,
+                message,
+            } => Error::IncompatibleState {
+                operator: operator.clone(),
+                state: state.clone(),
+                message: message.clone(),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for SlotError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.to_error())
+    }
+}
+
+/// What a state's descriptor tells a restore: the version and format of its values, and how a
+/// value written by an older version is read.
+trait Declared<X> {
+    fn version(&self) -> u32;
+    /// The format recorded for the state (for a list, that of one value).
+    fn format(&self) -> Option<Arc<ValueFormat>>;
+    fn type_name(&self) -> String;
+    /// Reads one value as `old` encoded it from the front of `input`, converted to `X`.
+    fn read_old(&self, old: &StateSchema, input: &mut &[u8]) -> Result<X, String>;
+}
+
+/// Reads one old value of a plain state (value, reducing, aggregating).
+fn read_plain<V: Data>(
+    old: &StateSchema,
+    input: &mut &[u8],
+    version: u32,
+    migrate: Option<crate::state::Migration<V>>,
+) -> Result<V, String> {
+    let format = old
+        .format
+        .as_ref()
+        .ok_or("the savepoint recorded no format")?;
+    let value = Reader::new(format)
+        .read_value(input)
+        .map_err(|e| format!("cannot read an old value: {e}"))?;
+    evolution::convert(value, old.version, version, migrate)
+}
+
+impl<V: Data> Declared<V> for ValueStateDescriptor<V> {
+    fn version(&self) -> u32 {
+        self.version
+    }
+    fn format(&self) -> Option<Arc<ValueFormat>> {
+        evolution::format_of::<V>()
+    }
+    fn type_name(&self) -> String {
+        std::any::type_name::<V>().to_string()
+    }
+    fn read_old(&self, old: &StateSchema, input: &mut &[u8]) -> Result<V, String> {
+        read_plain(old, input, self.version, self.migrate)
+    }
+}
+
+impl<V: Data> Declared<V> for ReducingStateDescriptor<V> {
+    fn version(&self) -> u32 {
+        self.version
+    }
+    fn format(&self) -> Option<Arc<ValueFormat>> {
+        evolution::format_of::<V>()
+    }
+    fn type_name(&self) -> String {
+        std::any::type_name::<V>().to_string()
+    }
+    fn read_old(&self, old: &StateSchema, input: &mut &[u8]) -> Result<V, String> {
+        read_plain(old, input, self.version, self.migrate)
+    }
+}
+
+impl<In, A: AggregateFunction<In>> Declared<A::Acc> for AggregatingStateDescriptor<In, A> {
+    fn version(&self) -> u32 {
+        self.version
+    }
+    fn format(&self) -> Option<Arc<ValueFormat>> {
+        evolution::format_of::<A::Acc>()
+    }
+    fn type_name(&self) -> String {
+        std::any::type_name::<A::Acc>().to_string()
+    }
+    fn read_old(&self, old: &StateSchema, input: &mut &[u8]) -> Result<A::Acc, String> {
+        read_plain(old, input, self.version, None)
+    }
+}
+
+impl<V: Data> Declared<ListValue<V>> for ListStateDescriptor<V> {
+    fn version(&self) -> u32 {
+        self.version
+    }
+    fn format(&self) -> Option<Arc<ValueFormat>> {
+        evolution::format_of::<V>()
+    }
+    fn type_name(&self) -> String {
+        std::any::type_name::<V>().to_string()
+    }
+    /// A list is its values' encodings one after the other, as bytes (see [`ListValue`]).
+    fn read_old(&self, old: &StateSchema, input: &mut &[u8]) -> Result<ListValue<V>, String> {
+        let (len, rest) = postcard::take_from_bytes::<u64>(input)
+            .map_err(|e| format!("cannot read an old list: {e}"))?;
+        if (len as usize) > rest.len() {
+            return Err("cannot read an old list: it is cut short".into());
+        }
+        let (mut items, rest) = rest.split_at(len as usize);
+        *input = rest;
+        let mut values = Vec::new();
+        while !items.is_empty() {
+            values.push(read_plain(old, &mut items, self.version, self.migrate)?);
+        }
+        Ok(ListValue(values))
+    }
+}
+
+impl<UK: Data + Hash + Eq, UV: Data> Declared<FastMap<UK, UV>> for MapStateDescriptor<UK, UV> {
+    fn version(&self) -> u32 {
+        self.version
+    }
+    fn format(&self) -> Option<Arc<ValueFormat>> {
+        evolution::format_of::<FastMap<UK, UV>>()
+    }
+    fn type_name(&self) -> String {
+        format!(
+            "map {} -> {}",
+            std::any::type_name::<UK>(),
+            std::any::type_name::<UV>()
+        )
+    }
+    fn read_old(&self, old: &StateSchema, input: &mut &[u8]) -> Result<FastMap<UK, UV>, String> {
+        let format = old
+            .format
+            .as_ref()
+            .ok_or("the savepoint recorded no format")?;
+        let entries = Reader::new(format)
+            .read_map(input)
+            .map_err(|e| format!("cannot read an old map: {e}"))?;
+        let mut map = FastMap::default();
+        for (key, value) in entries {
+            let key: UK = key
+                .deserialize()
+                .map_err(|e| format!("an old map key cannot be read as the new type: {e}"))?;
+            map.insert(
+                key,
+                evolution::convert(value, old.version, self.version, self.migrate)?,
+            );
+        }
+        Ok(map)
+    }
+}
+
 /// The keyed state of one key group in a checkpoint: each declared state's entries, by name.
 pub(crate) type StateGroupSnapshot = Vec<(String, Vec<u8>)>;
 
@@ -133,6 +332,8 @@ pub struct KeyedState<K> {
     /// Restored entries of states the function has not declared yet (declared lazily, on first
     /// access), by state name and key group.
     pending: Vec<(String, KeyGroup, Vec<u8>)>,
+    /// The schemas the restored checkpoint recorded, by state name.
+    restored: BTreeMap<String, StateSchema>,
     range: KeyGroupRange,
     clock: Arc<dyn Clock>,
     last_sweep: Timestamp,
@@ -157,6 +358,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
             store: None,
             operator_id: String::new(),
             pending: Vec::new(),
+            restored: BTreeMap::new(),
             range,
             clock,
             last_sweep: now,
@@ -188,60 +390,147 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         &mut self,
         name: &'static str,
         ttl: Option<StateTtl>,
-    ) -> Result<&mut StoredTable<K, X>, String> {
+        declared: &dyn Declared<X>,
+    ) -> Result<&mut StoredTable<K, X>, SlotError> {
         let index = match self.slots.iter().position(|s| s.name == name) {
             Some(index) => index,
-            None => {
-                let mut table = StoredTable::<K, X>::new(
-                    self.store.as_ref(),
-                    &self.operator_id,
-                    name,
-                    self.range,
-                );
-                let (restored, pending): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
-                    .into_iter()
-                    .partition(|(n, _, _)| n == name);
-                self.pending = pending;
-                for (_, key_group, bytes) in restored {
-                    restore_group::<K, X>(&mut table, key_group, &bytes)
-                        .map_err(|e| format!("state `{name}`: {e}"))?;
-                }
-                self.slots.push(Slot {
-                    name,
-                    type_name: std::any::type_name::<X>(),
-                    table: Box::new(table),
-                    ttl,
-                    expire: expire::<K, X>,
-                    entries: entries::<K, X>,
-                    snapshot: snapshot_group::<K, X>,
-                    restore: restore_group::<K, X>,
-                    remove: remove_key::<K, X>,
-                });
-                self.slots.len() - 1
-            }
+            None => self.declare(name, ttl, declared)?,
         };
         let slot = &mut self.slots[index];
         let type_name = slot.type_name;
         slot.table
             .downcast_mut::<StoredTable<K, X>>()
             .ok_or_else(|| {
-                format!(
+                SlotError::Mismatch(format!(
                     "state `{name}` is used as {} here but was declared as {type_name}",
                     std::any::type_name::<X>()
-                )
+                ))
             })
+    }
+
+    /// Declares state `name`: its table, with what was restored of it (read with the format
+    /// that wrote it when its type changed since).
+    fn declare<X: Data>(
+        &mut self,
+        name: &'static str,
+        ttl: Option<StateTtl>,
+        declared: &dyn Declared<X>,
+    ) -> Result<usize, SlotError> {
+        let schema = StateSchema {
+            name: name.to_string(),
+            version: declared.version(),
+            type_name: declared.type_name(),
+            format: declared.format().map(|f| (*f).clone()),
+        };
+        let incompatible = |message: String| SlotError::Incompatible {
+            operator: self.operator_id.clone(),
+            state: name.to_string(),
+            message,
+        };
+        let old = self.restored.get(name).cloned();
+        let plan = evolution::restore_plan(old.as_ref(), &schema).map_err(incompatible)?;
+        let mut table =
+            StoredTable::<K, X>::new(self.store.as_ref(), &self.operator_id, name, self.range);
+        let (restored, pending): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|(n, _, _)| n == name);
+        self.pending = pending;
+        match (plan, &old) {
+            (Restore::Evolve, Some(old)) => {
+                let versions = format!(
+                    "the savepoint holds version {} of it ({}), this job declares version {} ({})",
+                    old.version, old.type_name, schema.version, schema.type_name
+                );
+                let read_old = |input: &mut &[u8]| {
+                    declared
+                        .read_old(old, input)
+                        .map_err(|e| incompatible(format!("{versions}; {e}")))
+                };
+                for (_, key_group, bytes) in restored {
+                    restore_old_group(&mut table, key_group, &bytes, &read_old)?;
+                }
+                if let Some(kv) = table.kv_mut() {
+                    let mut failed = None;
+                    let rewritten = kv.rewrite_values(|bytes| {
+                        let mut input = bytes;
+                        let value = read_old(&mut input).map_err(|e| {
+                            let message = e.to_string();
+                            failed = Some(e);
+                            Error::State(message)
+                        })?;
+                        let touched: Timestamp = decode(input)?;
+                        encode(&Timed { value, touched })
+                    });
+                    if let Some(error) = failed {
+                        return Err(error);
+                    }
+                    rewritten.map_err(|e| incompatible(format!("{versions}; {e}")))?;
+                }
+                tracing::info!(
+                    operator = %self.operator_id, state = name, from = old.version,
+                    to = schema.version, "state restored from an older version of its type"
+                );
+            }
+            _ => {
+                for (_, key_group, bytes) in restored {
+                    restore_group::<K, X>(&mut table, key_group, &bytes).map_err(|e| {
+                        incompatible(format!(
+                            "{e} (its type, {}, cannot read what the savepoint holds{})",
+                            schema.type_name,
+                            old.as_ref()
+                                .map(|o| format!(
+                                    ", written as {} version {}",
+                                    o.type_name, o.version
+                                ))
+                                .unwrap_or_default()
+                        ))
+                    })?;
+                }
+            }
+        }
+        self.slots.push(Slot {
+            name,
+            type_name: std::any::type_name::<X>(),
+            schema,
+            table: Box::new(table),
+            ttl,
+            expire: expire::<K, X>,
+            entries: entries::<K, X>,
+            snapshot: snapshot_group::<K, X>,
+            restore: restore_group::<K, X>,
+            remove: remove_key::<K, X>,
+        });
+        Ok(self.slots.len() - 1)
+    }
+
+    /// The schemas of the declared states and of those restored but not declared since, for a
+    /// checkpoint.
+    pub(crate) fn schemas(&self) -> Vec<StateSchema> {
+        let mut schemas: Vec<StateSchema> = self.slots.iter().map(|s| s.schema.clone()).collect();
+        for (name, schema) in &self.restored {
+            if !self.slots.iter().any(|s| s.name == name) {
+                schemas.push(schema.clone());
+            }
+        }
+        schemas
+    }
+
+    /// Takes the schemas a restored checkpoint recorded (before its key groups are restored).
+    pub(crate) fn restore_schemas(&mut self, schemas: &[StateSchema]) {
+        self.restored = evolution::by_name(schemas);
     }
 
     fn access<'a, X: Data>(
         &'a mut self,
         name: &'static str,
         ttl: Option<StateTtl>,
+        declared: &dyn Declared<X>,
         key_group: KeyGroup,
         key: &'a K,
     ) -> Access<'a, K, X> {
         let now = if ttl.is_some() { self.clock.now() } else { 0 };
         Access {
-            table: self.table(name, ttl),
+            table: self.table(name, ttl, declared),
             key_group,
             key,
             now,
@@ -256,7 +545,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         key_group: KeyGroup,
         key: &'a K,
     ) -> ValueState<'a, K, V> {
-        ValueState(self.access(d.name, d.ttl, key_group, key))
+        ValueState(self.access(d.name, d.ttl, d, key_group, key))
     }
 
     /// The list state `descriptor` of `key`.
@@ -266,7 +555,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         key_group: KeyGroup,
         key: &'a K,
     ) -> ListState<'a, K, V> {
-        ListState(self.access(d.name, d.ttl, key_group, key))
+        ListState(self.access(d.name, d.ttl, d, key_group, key))
     }
 
     /// The map state `descriptor` of `key`.
@@ -280,7 +569,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         UK: Data + Hash + Eq,
         UV: Data,
     {
-        MapState(self.access(d.name, d.ttl, key_group, key))
+        MapState(self.access(d.name, d.ttl, d, key_group, key))
     }
 
     /// The reducing state `descriptor` of `key`.
@@ -291,7 +580,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         key: &'a K,
     ) -> ReducingState<'a, K, V> {
         ReducingState {
-            access: self.access(d.name, d.ttl, key_group, key),
+            access: self.access(d.name, d.ttl, d, key_group, key),
             reduce: d.reduce,
         }
     }
@@ -304,7 +593,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         key: &'a K,
     ) -> AggregatingState<'a, K, In, A> {
         AggregatingState {
-            access: self.access(d.name, d.ttl, key_group, key),
+            access: self.access(d.name, d.ttl, d, key_group, key),
             aggregate: &d.aggregate,
             _in: std::marker::PhantomData,
         }
@@ -396,7 +685,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
 
 /// Read-modify-write access to one entry, with time-to-live applied.
 struct Access<'a, K, X> {
-    table: Result<&'a mut StoredTable<K, X>, String>,
+    table: Result<&'a mut StoredTable<K, X>, SlotError>,
     key_group: KeyGroup,
     key: &'a K,
     now: Timestamp,
@@ -405,9 +694,7 @@ struct Access<'a, K, X> {
 
 impl<K: Data + Hash + Eq, X: Data> Access<'_, K, X> {
     fn table(&mut self) -> Result<&mut StoredTable<K, X>> {
-        self.table
-            .as_deref_mut()
-            .map_err(|message| Error::Graph(message.clone()))
+        self.table.as_deref_mut().map_err(|e| e.to_error())
     }
 
     /// The live value, if any: an expired one is removed; a read refreshes it if the TTL says so.

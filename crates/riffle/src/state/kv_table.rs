@@ -145,6 +145,33 @@ where
     }
 }
 
+impl<K, N, V> KvTable<K, N, V> {
+    /// Rewrites every stored value of this state in its key groups with `rewrite` (the old
+    /// encoding in, the new one out); returns how many. For a restore that reads an older
+    /// version of the state's type.
+    pub(crate) fn rewrite_values(
+        &mut self,
+        mut rewrite: impl FnMut(&[u8]) -> Result<Vec<u8>>,
+    ) -> Result<usize> {
+        let prefixes: Vec<Vec<u8>> = (self.range.start..=self.range.end)
+            .map(|kg| {
+                let mut prefix = kg.to_be_bytes().to_vec();
+                prefix.extend_from_slice(&self.state.to_be_bytes());
+                prefix
+            })
+            .collect();
+        let mut rewritten = Vec::new();
+        self.store.scan(&prefixes, &mut |key, value| {
+            rewritten.push((key.to_vec(), rewrite(value)?));
+            Ok(true)
+        })?;
+        for (key, value) in &rewritten {
+            self.store.put(key, value)?;
+        }
+        Ok(rewritten.len())
+    }
+}
+
 /// One declared state of an operator, in the heap or in the task's key-value store.
 pub enum StateTable<K, N, V> {
     /// Typed hash tables.
@@ -173,6 +200,14 @@ where
                 range,
             )),
             None => StateTable::Heap(Table::new(range)),
+        }
+    }
+
+    /// The state in the task's store, if it is there.
+    pub(crate) fn kv_mut(&mut self) -> Option<&mut KvTable<K, N, V>> {
+        match self {
+            StateTable::Heap(_) => None,
+            StateTable::Kv(table) => Some(table),
         }
     }
 

@@ -30,6 +30,7 @@
 
 mod backend;
 mod descriptors;
+pub mod evolution;
 mod keyed;
 mod kv_table;
 pub(crate) mod table;
@@ -41,9 +42,10 @@ pub use backend::{
 pub use kv_table::{KvTable, StateTable, state_id};
 
 pub use descriptors::{
-    AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
-    StateTtl, TtlUpdate, ValueStateDescriptor,
+    AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, Migration,
+    ReducingStateDescriptor, StateTtl, TtlUpdate, ValueStateDescriptor,
 };
+pub use evolution::{StateSchema, StateValue};
 pub use keyed::{AggregatingState, KeyedState, ListState, MapState, ReducingState, ValueState};
 pub use table::Table;
 pub use timers::{TimeDomain, TimerService};

@@ -47,3 +47,15 @@ fn walk(dir: &std::path::Path) -> Vec<String> {
     }
     files
 }
+
+#[test]
+fn a_savepoint_survives_a_changed_state_type_on_the_heap() {
+    let work = tempfile::tempdir().unwrap();
+    riffle::testing::evolution::check_state_evolution(Arc::new(HeapBackend), work.path());
+}
+
+#[test]
+fn a_savepoint_survives_a_changed_state_type_in_a_key_value_store() {
+    let work = tempfile::tempdir().unwrap();
+    riffle::testing::evolution::check_state_evolution(Arc::new(MemoryKvBackend), work.path());
+}

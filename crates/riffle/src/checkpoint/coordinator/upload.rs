@@ -108,14 +108,16 @@ fn upload(job: UploadJob, target: &Target) -> Result<Vec<OperatorAck>> {
     let mut states = Vec::new();
     for operator in job.snapshot.operators {
         if operator.writer.is_empty() {
-            // No state, but the watermark: lateness after a restore is judged as before.
-            if let Some(watermark) = operator.writer.watermark {
+            // No state in a file, but the watermark (lateness after a restore is judged as
+            // before) or the schemas of state in the task's store.
+            if operator.writer.watermark.is_some() || !operator.writer.states.is_empty() {
                 let state = SubtaskState {
                     subtask: operator.subtask,
                     file: None,
                     keyed: Vec::new(),
                     operator: None,
-                    watermark: Some(watermark),
+                    watermark: operator.writer.watermark,
+                    states: operator.writer.states,
                 };
                 states.push(OperatorAck {
                     id: operator.id,
@@ -165,6 +167,7 @@ fn upload(job: UploadJob, target: &Target) -> Result<Vec<OperatorAck>> {
                 keyed,
                 operator: operator_state,
                 watermark: operator.writer.watermark,
+                states: operator.writer.states,
             },
         });
     }

@@ -258,6 +258,8 @@ impl Supervisor {
                         already_finished,
                     });
                 }
+                // A state this version of the job cannot read: a restart reads it again.
+                Ok(Some(failure)) if failure.is_incompatible_state() => return Err(failure),
                 Ok(Some(failure)) => failure,
                 Err(error) => return Err(error),
             };
