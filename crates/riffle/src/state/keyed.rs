@@ -212,35 +212,27 @@ fn read_plain<V: Data>(
     evolution::convert(value, old.version, version, migrate)
 }
 
-impl<V: Data> Declared<V> for ValueStateDescriptor<V> {
-    fn version(&self) -> u32 {
-        self.version
-    }
-    fn format(&self) -> Option<Arc<ValueFormat>> {
-        evolution::format_of::<V>()
-    }
-    fn type_name(&self) -> String {
-        std::any::type_name::<V>().to_string()
-    }
-    fn read_old(&self, old: &StateSchema, input: &mut &[u8]) -> Result<V, String> {
-        read_plain(old, input, self.version, self.migrate)
-    }
+/// A descriptor of one value per key, with its migration: value and reducing states.
+macro_rules! declared_plain {
+    ($($descriptor:ident),*) => {$(
+        impl<V: Data> Declared<V> for $descriptor<V> {
+            fn version(&self) -> u32 {
+                self.version
+            }
+            fn format(&self) -> Option<Arc<ValueFormat>> {
+                evolution::format_of::<V>()
+            }
+            fn type_name(&self) -> String {
+                std::any::type_name::<V>().to_string()
+            }
+            fn read_old(&self, old: &StateSchema, input: &mut &[u8]) -> Result<V, String> {
+                read_plain(old, input, self.version, self.migrate)
+            }
+        }
+    )*};
 }
 
-impl<V: Data> Declared<V> for ReducingStateDescriptor<V> {
-    fn version(&self) -> u32 {
-        self.version
-    }
-    fn format(&self) -> Option<Arc<ValueFormat>> {
-        evolution::format_of::<V>()
-    }
-    fn type_name(&self) -> String {
-        std::any::type_name::<V>().to_string()
-    }
-    fn read_old(&self, old: &StateSchema, input: &mut &[u8]) -> Result<V, String> {
-        read_plain(old, input, self.version, self.migrate)
-    }
-}
+declared_plain!(ValueStateDescriptor, ReducingStateDescriptor);
 
 impl<In, A: AggregateFunction<In>> Declared<A::Acc> for AggregatingStateDescriptor<In, A> {
     fn version(&self) -> u32 {

@@ -209,6 +209,21 @@ fn trace_seed<'de, S: DeserializeSeed<'de>>(
     Ok((value, layout))
 }
 
+/// Visits `visitor` with `len` traced items: its value and the items' layouts.
+fn visit_items<'de, V: Visitor<'de>>(
+    state: &mut State,
+    len: usize,
+    visitor: V,
+) -> TraceResult<(V::Value, Vec<Layout>)> {
+    let mut layouts = Vec::new();
+    let value = visitor.visit_seq(Items {
+        state,
+        layouts: &mut layouts,
+        len,
+    })?;
+    Ok((value, layouts))
+}
+
 /// Hands a visitor `layouts.len()` traced items (a tuple, a struct's fields in order).
 struct Items<'a> {
     state: &'a mut State,
@@ -296,12 +311,7 @@ impl<'de> de::VariantAccess<'de> for Variant<'_> {
     }
 
     fn tuple_variant<V: Visitor<'de>>(self, len: usize, visitor: V) -> TraceResult<V::Value> {
-        let mut layouts = Vec::new();
-        let value = visitor.visit_seq(Items {
-            state: &mut *self.state,
-            layouts: &mut layouts,
-            len,
-        })?;
+        let (value, layouts) = visit_items(&mut *self.state, len, visitor)?;
         *self.out = Some(VariantLayout::Tuple(layouts));
         Ok(value)
     }
@@ -311,12 +321,7 @@ impl<'de> de::VariantAccess<'de> for Variant<'_> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> TraceResult<V::Value> {
-        let mut layouts = Vec::new();
-        let value = visitor.visit_seq(Items {
-            state: &mut *self.state,
-            layouts: &mut layouts,
-            len: fields.len(),
-        })?;
+        let (value, layouts) = visit_items(&mut *self.state, fields.len(), visitor)?;
         *self.out = Some(VariantLayout::Struct(named(fields, layouts)));
         Ok(value)
     }
@@ -415,12 +420,7 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
     }
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> TraceResult<V::Value> {
-        let mut items = Vec::new();
-        let value = visitor.visit_seq(Items {
-            state: &mut *self.state,
-            layouts: &mut items,
-            len: 1,
-        })?;
+        let (value, mut items) = visit_items(&mut *self.state, 1, visitor)?;
         let item = items
             .pop()
             .ok_or_else(|| TraceError("a sequence that reads no item".into()))?;
@@ -429,12 +429,7 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
     }
 
     fn deserialize_tuple<V: Visitor<'de>>(self, len: usize, visitor: V) -> TraceResult<V::Value> {
-        let mut items = Vec::new();
-        let value = visitor.visit_seq(Items {
-            state: &mut *self.state,
-            layouts: &mut items,
-            len,
-        })?;
+        let (value, items) = visit_items(&mut *self.state, len, visitor)?;
         self.leaf(Layout::Tuple(items));
         Ok(value)
     }
@@ -446,12 +441,7 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
         visitor: V,
     ) -> TraceResult<V::Value> {
         self.state.enter(name)?;
-        let mut items = Vec::new();
-        let value = visitor.visit_seq(Items {
-            state: &mut *self.state,
-            layouts: &mut items,
-            len,
-        })?;
+        let (value, items) = visit_items(&mut *self.state, len, visitor)?;
         self.state.stack.pop();
         self.state
             .record_struct(name, Container::TupleStruct(items))?;
@@ -483,12 +473,7 @@ impl<'de> de::Deserializer<'de> for Tracer<'_> {
         visitor: V,
     ) -> TraceResult<V::Value> {
         self.state.enter(name)?;
-        let mut layouts = Vec::new();
-        let value = visitor.visit_seq(Items {
-            state: &mut *self.state,
-            layouts: &mut layouts,
-            len: fields.len(),
-        })?;
+        let (value, layouts) = visit_items(&mut *self.state, fields.len(), visitor)?;
         self.state.stack.pop();
         self.state
             .record_struct(name, Container::Struct(named(fields, layouts)))?;
