@@ -32,7 +32,8 @@ use crate::keys::KeyFn;
 use crate::keys::KeyGroupRange;
 use crate::metrics::{MetricsRegistry, OperatorMetricsSnapshot};
 use crate::operators::{
-    ErasedSideOutput, Operator, OperatorContext, OutputTag, SideOutputs, TypedSideOutput,
+    BuildOperator, ErasedSideOutput, InOf, Operator, OperatorContext, OutOf, OutputTag,
+    SideOutputs, TypedSideOutput,
 };
 use crate::record::{CheckpointBarrier, Data, Record, Timestamp};
 use crate::runtime::{ChainLink, Output};
@@ -131,7 +132,7 @@ impl<T: Send> Output<T> for Capture<T> {
 }
 
 /// Sets up an [`OperatorHarness`].
-pub struct HarnessBuilder<Op: Operator> {
+pub struct HarnessBuilder<Op: BuildOperator> {
     operator: Op,
     restore: Option<RestoreState>,
     store: Option<Arc<dyn crate::state::KvStore>>,
@@ -144,7 +145,7 @@ pub struct HarnessBuilder<Op: Operator> {
     side_captures: Vec<(String, Box<dyn Any + Send>)>,
 }
 
-impl<Op: Operator> HarnessBuilder<Op> {
+impl<Op: BuildOperator> HarnessBuilder<Op> {
     /// Runs the operator as `subtask` of `parallelism` (default 0 of 1).
     pub fn subtask(mut self, subtask: usize, parallelism: usize) -> Self {
         self.subtask = subtask;
@@ -195,7 +196,7 @@ impl<Op: Operator> HarnessBuilder<Op> {
     }
 
     /// Builds and opens the operator.
-    pub fn build(self) -> Result<OperatorHarness<Op::In, Op::Out>> {
+    pub fn build(self) -> Result<OperatorHarness<InOf<Op>, OutOf<Op>>> {
         let clock = Arc::new(ManualClock::new(self.processing_time));
         let mut ctx = operator_context(
             "operator under test",
@@ -211,17 +212,13 @@ impl<Op: Operator> HarnessBuilder<Op> {
         ctx.clock = clock.clone();
         let registry = MetricsRegistry::default();
         ctx.metrics = registry.operator(&ctx.name, self.subtask);
-        let captured: Arc<Mutex<Captured<Op::Out>>> = Arc::default();
+        let captured: Arc<Mutex<Captured<OutOf<Op>>>> = Arc::default();
         let mut side = self.side;
         side.count_unconsumed_in(ctx.metrics.clone());
-        let mut chain: Box<dyn Output<Op::In>> = Box::new(
-            ChainLink::new(
-                self.operator,
-                ctx,
-                Box::new(Capture(captured.clone())),
-                side,
-            )
-            .with_restore(self.restore),
+        let operator = crate::operators::build_operator(&ctx, || self.operator.build(&ctx))?;
+        let mut chain: Box<dyn Output<InOf<Op>>> = Box::new(
+            ChainLink::new(operator, ctx, Box::new(Capture(captured.clone())), side)
+                .with_restore(self.restore),
         );
         chain.open()?;
         Ok(OperatorHarness {
@@ -247,7 +244,7 @@ pub struct OperatorHarness<In, Out> {
 
 impl OperatorHarness<(), ()> {
     /// Starts setting up a harness for `operator`.
-    pub fn builder<Op: Operator>(operator: Op) -> HarnessBuilder<Op> {
+    pub fn builder<Op: BuildOperator>(operator: Op) -> HarnessBuilder<Op> {
         HarnessBuilder {
             operator,
             restore: None,
@@ -409,7 +406,7 @@ impl<K: Data + Hash + Eq, T: Data> WindowTest<K, T> {
     pub fn aggregate<A: AggregateFunction<T>>(
         self,
         aggregate: A,
-    ) -> impl Operator<In = T, Out = WindowResult<K, A::Out>> {
+    ) -> impl BuildOperator<Operator = impl Operator<In = T, Out = WindowResult<K, A::Out>>> {
         window_operator(self.key, self.settings, AggregateWindow(aggregate))
     }
 
@@ -417,7 +414,7 @@ impl<K: Data + Hash + Eq, T: Data> WindowTest<K, T> {
     pub fn process<Out: Data, P: ProcessWindowFunction<K, T, Out>>(
         self,
         function: P,
-    ) -> impl Operator<In = T, Out = Out> {
+    ) -> impl BuildOperator<Operator = impl Operator<In = T, Out = Out>> {
         window_operator(self.key, self.settings, ProcessWindow::new(function, None))
     }
 }
@@ -475,10 +472,10 @@ fn play<In: Data, Out: Data>(
 /// uninterrupted run emits (compared as multisets of records, since emission order within one
 /// firing is not specified). `make` builds a fresh operator. State is on the heap; see
 /// [`assert_snapshot_round_trip_on`] for other backends.
-pub fn assert_snapshot_round_trip<Op, F>(make: F, steps: &[Step<Op::In>]) -> Result<()>
+pub fn assert_snapshot_round_trip<Op, F>(make: F, steps: &[Step<InOf<Op>>]) -> Result<()>
 where
-    Op: Operator,
-    Op::Out: std::fmt::Debug,
+    Op: BuildOperator,
+    OutOf<Op>: std::fmt::Debug,
     F: Fn() -> Op,
 {
     assert_snapshot_round_trip_on(&crate::state::HeapBackend, make, steps)
@@ -491,11 +488,11 @@ where
 pub fn assert_snapshot_round_trip_on<Op, F>(
     backend: &dyn crate::state::StateBackend,
     make: F,
-    steps: &[Step<Op::In>],
+    steps: &[Step<InOf<Op>>],
 ) -> Result<()>
 where
-    Op: Operator,
-    Op::Out: std::fmt::Debug,
+    Op: BuildOperator,
+    OutOf<Op>: std::fmt::Debug,
     F: Fn() -> Op,
 {
     static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -521,7 +518,7 @@ where
             None => builder,
         }
     };
-    let sorted = |records: Vec<Record<Op::Out>>| {
+    let sorted = |records: Vec<Record<OutOf<Op>>>| {
         let mut text: Vec<String> = records
             .iter()
             .map(|r| format!("{:?} @{:?}", r.value, r.timestamp))

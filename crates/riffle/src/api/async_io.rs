@@ -10,7 +10,7 @@ use crate::api::declared::operator_node;
 use crate::api::stream::DataStream;
 use crate::error::BoxError;
 use crate::graph::{Ship, Slot};
-use crate::operators::{AsyncConfig, AsyncOrder, AsyncWait};
+use crate::operators::{AsyncConfig, AsyncMap, AsyncOrder};
 use crate::record::Data;
 
 impl<T: Data> DataStream<T> {
@@ -102,7 +102,7 @@ impl<T: Data> DataStream<T> {
         };
         let node = operator_node(name, vec![self.edge()], move || {
             config.validate()?;
-            Ok(AsyncWait::new(f.clone(), config.clone()))
+            Ok(AsyncMap::new(f.clone(), config.clone()))
         });
         let id = self.env.add_node(node);
         DataStream::new(self.env.clone(), id, Slot::Main, Ship::Forward)

@@ -14,6 +14,7 @@ use crate::api::stream::DataStream;
 use crate::error::Result;
 use crate::graph::{Edge, Node, Ship, Slot};
 use crate::keys::KeyFn;
+use crate::operators::{BuildOperator, OutOf};
 use crate::operators::{
     CoMap, CoProcess, CoProcessFn, CoProcessFunction, KeyedCo, KeyedCoProcessFunction,
     KeyedProcess, Operator, ProcessContext,
@@ -57,9 +58,10 @@ impl<A: Data, B: Data> ConnectedStreams<A, B> {
     }
 
     /// Applies a custom two-input [`Operator`] reading [`Either`], one instance per subtask.
-    pub fn transform<Op, F>(&self, name: &str, factory: F) -> DataStream<Op::Out>
+    pub fn transform<Op, F>(&self, name: &str, factory: F) -> DataStream<OutOf<Op>>
     where
-        Op: Operator<In = Either<A, B>>,
+        Op: BuildOperator,
+        Op::Operator: Operator<In = Either<A, B>>,
         F: Fn() -> Op + Send + Sync + 'static,
     {
         let node = operator_node(
@@ -171,9 +173,10 @@ impl<K: Data + Hash + Eq, A: Data, B: Data> KeyedConnectedStreams<K, A, B> {
     }
 
     /// Adds a keyed two-input operator (its state and timers in the job's state backend).
-    pub(crate) fn add_keyed<Op, F>(&self, name: &str, factory: F) -> DataStream<Op::Out>
+    pub(crate) fn add_keyed<Op, F>(&self, name: &str, factory: F) -> DataStream<OutOf<Op>>
     where
-        Op: Operator<In = Either<A, B>>,
+        Op: BuildOperator,
+        Op::Operator: Operator<In = Either<A, B>>,
         F: Fn() -> Op + Send + Sync + 'static,
     {
         let (first, second) = (self.first.input(), self.second.input());

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::config::EnvConfig;
 use crate::error::Result;
 use crate::graph::{AnyOutput, Edge, Node, NodeId, NodeKind, TypeOf};
-use crate::operators::Operator;
+use crate::operators::{BuildOperator, InOf, OutOf, build_operator};
 use crate::record::Data;
 use crate::runtime::{ChainLink, Output};
 use crate::sink::{Sink, SinkOperator};
@@ -35,26 +35,28 @@ impl EnvInner {
     }
 }
 
-/// A node that runs `Op` built per subtask by `factory`.
-pub(crate) fn operator_node<Op: Operator>(
+/// A node that runs the operator that `factory`'s builder builds per subtask from its context.
+pub(crate) fn operator_node<B: BuildOperator>(
     name: impl Into<String>,
     inputs: Vec<Edge>,
-    factory: impl Fn() -> Result<Op> + Send + Sync + 'static,
+    factory: impl Fn() -> Result<B> + Send + Sync + 'static,
 ) -> Node {
     Node {
         name: name.into(),
         uid: None,
         parallelism: None,
         inputs,
-        out_type: TypeOf::<Op::Out>::arc(),
+        out_type: TypeOf::<OutOf<B>>::arc(),
         kind: NodeKind::Operator {
-            in_type: TypeOf::<Op::In>::arc(),
+            in_type: TypeOf::<InOf<B>>::arc(),
             build: Arc::new(move |ctx, output: AnyOutput, side, restore| {
-                let output = *output.downcast::<Box<dyn Output<Op::Out>>>().map_err(|_| {
-                    crate::Error::Graph(format!("`{}`: output of another type", ctx.name))
-                })?;
-                let op = factory().map_err(|e| e.in_operator(&ctx.name, ctx.subtask))?;
-                let link: Box<dyn Output<Op::In>> =
+                let output = *output
+                    .downcast::<Box<dyn Output<OutOf<B>>>>()
+                    .map_err(|_| {
+                        crate::Error::Graph(format!("`{}`: output of another type", ctx.name))
+                    })?;
+                let op = build_operator(&ctx, || factory()?.build(&ctx))?;
+                let link: Box<dyn Output<InOf<B>>> =
                     Box::new(ChainLink::new(op, ctx, output, side).with_restore(restore));
                 Ok(Box::new(link))
             }),
@@ -95,14 +97,10 @@ pub(crate) fn sink_node<T: Data, S: Sink<T>>(name: String, sink: S) -> Node {
             let writer = sink
                 .writer(&ctx)
                 .map_err(|e| e.in_operator(&ctx.name, ctx.subtask))?;
+            let operator = build_operator(&ctx, || SinkOperator::new(writer).build(&ctx))?;
             let link: Box<dyn Output<T>> = Box::new(
-                ChainLink::new(
-                    SinkOperator::new(writer),
-                    ctx,
-                    Box::new(crate::runtime::Discard),
-                    side,
-                )
-                .with_restore(restore),
+                ChainLink::new(operator, ctx, Box::new(crate::runtime::Discard), side)
+                    .with_restore(restore),
             );
             Ok(Box::new(link))
         });

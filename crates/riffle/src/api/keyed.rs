@@ -10,6 +10,7 @@ use crate::api::{CountWindowedStream, WindowedStream};
 use crate::error::Result;
 use crate::graph::{Node, Ship, Slot};
 use crate::keys::KeyFn;
+use crate::operators::{BuildOperator, OutOf};
 use crate::operators::{
     KeyedContext, KeyedProcess, KeyedProcessFunction, ProcessWithTimers, Rolling, RollingAggregate,
     RollingCombine,
@@ -303,9 +304,10 @@ where
         &self.input
     }
 
-    pub(crate) fn add_keyed<Op, F>(&self, name: &str, factory: F) -> DataStream<Op::Out>
+    pub(crate) fn add_keyed<Op, F>(&self, name: &str, factory: F) -> DataStream<OutOf<Op>>
     where
-        Op: crate::operators::Operator<In = T>,
+        Op: BuildOperator,
+        Op::Operator: crate::operators::Operator<In = T>,
         F: Fn() -> Op + Send + Sync + 'static,
     {
         let mut node: Node = operator_node(name, vec![self.input.edge()], move || Ok(factory()));

@@ -10,7 +10,9 @@ use crate::api::keyed::KeyedStream;
 use crate::error::{BoxError, Result};
 use crate::graph::{Edge, KeyGroupFactory, Node, NodeId, Ship, Slot, TypeOf};
 use crate::keys::key_group_of;
-use crate::operators::{Filter, FlatMap, Identity, Map, Operator, OutputTag, ParseJson, TryMap};
+use crate::operators::{
+    BuildOperator, Filter, FlatMap, Identity, Map, Operator, OutOf, OutputTag, ParseJson, TryMap,
+};
 use crate::record::Data;
 use crate::sink::{Sink, StdoutSink};
 use crate::source::DEAD_LETTER_TAG;
@@ -89,10 +91,13 @@ impl<T: Data> DataStream<T> {
         DataStream::new(self.env.clone(), id, Slot::Main, Ship::Forward)
     }
 
-    /// Applies a custom [`Operator`], one instance per subtask built by `factory`.
-    pub fn transform<Op, F>(&self, name: &str, factory: F) -> DataStream<Op::Out>
+    /// Applies a custom [`Operator`], one instance per subtask: `factory` makes the operator,
+    /// or a [`BuildOperator`](crate::operators::BuildOperator) that builds it from its
+    /// [`OperatorContext`](crate::operators::OperatorContext) on the subtask.
+    pub fn transform<Op, F>(&self, name: &str, factory: F) -> DataStream<OutOf<Op>>
     where
-        Op: Operator<In = T>,
+        Op: BuildOperator,
+        Op::Operator: Operator<In = T>,
         F: Fn() -> Op + Send + Sync + 'static,
     {
         self.add(operator_node(

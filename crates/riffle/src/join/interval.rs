@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::keys::KeyFn;
 use crate::keys::KeyGroup;
 use crate::operators::keyed::KeyedRuntime;
-use crate::operators::{Collector, Operator, OperatorContext, OutputTag};
+use crate::operators::{BuildOperator, Collector, Operator, OperatorContext, OutputTag};
 use crate::record::{Data, Either, EventTime, Record, Timestamp};
 use crate::state::{TimeDomain, ValueStateDescriptor};
 use crate::util::RateLimitedLog;
@@ -245,7 +245,16 @@ pub struct IntervalJoinOperator<K, A, B, Out, P> {
     key: KeyFn<K, Either<A, B>>,
     spec: IntervalJoinSpec<A, B>,
     function: P,
-    runtime: Option<KeyedRuntime<K>>,
+    _out: PhantomData<fn() -> Out>,
+}
+
+/// An [`IntervalJoinOperator`] built on its subtask: the buffers of both sides in its keyed
+/// state.
+pub struct OpenIntervalJoin<K, A, B, Out, P> {
+    key: KeyFn<K, Either<A, B>>,
+    spec: IntervalJoinSpec<A, B>,
+    function: P,
+    runtime: KeyedRuntime<K>,
     left: ValueStateDescriptor<Buffer<A>>,
     right: ValueStateDescriptor<Buffer<B>>,
     late_log: RateLimitedLog,
@@ -259,16 +268,37 @@ impl<K, A, B, Out, P> IntervalJoinOperator<K, A, B, Out, P> {
             key,
             spec,
             function,
-            runtime: None,
-            left: ValueStateDescriptor::new("interval-join-left"),
-            right: ValueStateDescriptor::new("interval-join-right"),
-            late_log: RateLimitedLog::new(Duration::from_secs(10)),
             _out: PhantomData,
         }
     }
 }
 
-impl<K, A, B, Out, P> IntervalJoinOperator<K, A, B, Out, P>
+impl<K, A, B, Out, P> BuildOperator for IntervalJoinOperator<K, A, B, Out, P>
+where
+    K: Data + Hash + Eq,
+    A: Data,
+    B: Data,
+    Out: Data,
+    P: ProcessJoinFunction<A, B, Out>,
+{
+    type Operator = OpenIntervalJoin<K, A, B, Out, P>;
+
+    fn build(self, ctx: &OperatorContext) -> Result<Self::Operator> {
+        self.spec.validate()?;
+        Ok(OpenIntervalJoin {
+            key: self.key,
+            spec: self.spec,
+            function: self.function,
+            runtime: KeyedRuntime::new(ctx),
+            left: ValueStateDescriptor::new("interval-join-left"),
+            right: ValueStateDescriptor::new("interval-join-right"),
+            late_log: RateLimitedLog::new(Duration::from_secs(10)),
+            _out: PhantomData,
+        })
+    }
+}
+
+impl<K, A, B, Out, P> OpenIntervalJoin<K, A, B, Out, P>
 where
     K: Data + Hash + Eq,
     A: Data,
@@ -285,7 +315,7 @@ where
         ts: Timestamp,
         out: &mut Collector<'_, Out>,
     ) -> Result<()> {
-        let runtime = self.runtime.as_mut().expect("opened");
+        let runtime = &mut self.runtime;
         let (lower, upper) = (i128::from(self.spec.lower), i128::from(self.spec.upper));
         if let Some((from, to)) = window(ts, lower, upper)
             && let Some(rights) = runtime.state.value(&self.right, key_group, key).get()?
@@ -325,7 +355,7 @@ where
         ts: Timestamp,
         out: &mut Collector<'_, Out>,
     ) -> Result<()> {
-        let runtime = self.runtime.as_mut().expect("opened");
+        let runtime = &mut self.runtime;
         // left.ts ∈ [right.ts - upper, right.ts - lower].
         let (lower, upper) = (i128::from(self.spec.lower), i128::from(self.spec.upper));
         if let Some((from, to)) = window(ts, -upper, -lower)
@@ -386,7 +416,7 @@ where
 
     /// The cleanup timer of `key` at `time`: drops the records no later record can join.
     fn clean(&mut self, key: &K, time: Timestamp) -> Result<()> {
-        let runtime = self.runtime.as_mut().expect("opened");
+        let runtime = &mut self.runtime;
         let key_group = runtime.key_group(key)?;
         let (lower, upper) = (i128::from(self.spec.lower), i128::from(self.spec.upper));
         let mut lefts = runtime.state.value(&self.left, key_group, key);
@@ -413,7 +443,7 @@ where
     }
 }
 
-impl<K, A, B, Out, P> Operator for IntervalJoinOperator<K, A, B, Out, P>
+impl<K, A, B, Out, P> Operator for OpenIntervalJoin<K, A, B, Out, P>
 where
     K: Data + Hash + Eq,
     A: Data,
@@ -425,8 +455,6 @@ where
     type Out = Out;
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
-        self.spec.validate()?;
-        self.runtime = Some(KeyedRuntime::new(ctx));
         self.function.open(ctx)
     }
 
@@ -443,11 +471,11 @@ where
                 ));
             };
             let key = (self.key)(&record.value);
-            let key_group = self.runtime.as_ref().expect("opened").key_group(&key)?;
+            let key_group = self.runtime.key_group(&key)?;
             let late = ts < out.current_watermark();
             match record.value {
                 Either::Left(a) if late => {
-                    let ctx = &self.runtime.as_ref().expect("opened").ctx;
+                    let ctx = &self.runtime.ctx;
                     let record = Record::timed(a, record.timestamp);
                     Self::late(
                         self.spec.left_late.as_ref(),
@@ -458,7 +486,7 @@ where
                     )?;
                 }
                 Either::Right(b) if late => {
-                    let ctx = &self.runtime.as_ref().expect("opened").ctx;
+                    let ctx = &self.runtime.ctx;
                     let record = Record::timed(b, record.timestamp);
                     Self::late(
                         self.spec.right_late.as_ref(),
@@ -472,13 +500,13 @@ where
                 Either::Right(b) => self.right(&key, key_group, b, ts, out)?,
             }
         }
-        self.runtime.as_ref().expect("opened").report_size(0, 0);
+        self.runtime.report_size(0, 0);
         Ok(())
     }
 
     fn on_watermark(&mut self, watermark: Timestamp, _out: &mut Collector<'_, Out>) -> Result<()> {
         loop {
-            let runtime = self.runtime.as_mut().expect("opened");
+            let runtime = &mut self.runtime;
             let Some((time, keys)) = runtime
                 .timers
                 .pop_earliest_due(TimeDomain::EventTime, watermark)
@@ -489,20 +517,20 @@ where
                 self.clean(&key, time)?;
             }
         }
-        self.runtime.as_ref().expect("opened").report_size(0, 0);
+        self.runtime.report_size(0, 0);
         Ok(())
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
-        self.runtime.as_ref().expect("opened").snapshot(snapshot)
+        self.runtime.snapshot(snapshot)
     }
 
     fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
-        self.runtime.as_mut().expect("opened").restore(state)
+        self.runtime.restore(state)
     }
 
     fn on_tick(&mut self, _out: &mut Collector<'_, Out>) -> Result<()> {
-        let runtime = self.runtime.as_mut().expect("opened");
+        let runtime = &mut self.runtime;
         runtime.state.sweep_expired();
         Ok(())
     }

@@ -14,5 +14,7 @@ mod interval;
 mod regular;
 pub(crate) mod window;
 
-pub use interval::{IntervalJoinOperator, IntervalJoinSpec, JoinContext, ProcessJoinFunction};
+pub use interval::{
+    IntervalJoinOperator, IntervalJoinSpec, JoinContext, OpenIntervalJoin, ProcessJoinFunction,
+};
 pub use regular::{JoinType, RegularJoinFunction};

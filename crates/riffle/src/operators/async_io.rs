@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use crate::checkpoint::{Redistribution, RestoreState, SnapshotWriter};
 use crate::error::{BoxError, Error, Result};
-use crate::operators::{Collector, Operator, OperatorContext, OutputTag};
+use crate::operators::{BuildOperator, Collector, Operator, OperatorContext, OutputTag};
 use crate::record::{Data, EventTime, Record, Timestamp};
 
 /// In which order an async operator emits its results.
@@ -204,43 +204,61 @@ fn shared_runtime() -> Result<&'static tokio::runtime::Runtime> {
         })
 }
 
+/// What [`DataStream::async_map`](crate::DataStream::async_map) declares: built on each subtask
+/// into an [`AsyncWait`] (the shared runtime started, the configuration checked).
+pub(crate) struct AsyncMap<T, U> {
+    f: RequestFn<T, U>,
+    config: AsyncConfig,
+}
+
+impl<T: Data, U: Data> AsyncMap<T, U> {
+    /// The operator calling `f` for every record, with `config`.
+    pub(crate) fn new(f: RequestFn<T, U>, config: AsyncConfig) -> Self {
+        AsyncMap { f, config }
+    }
+}
+
+impl<T: Data, U: Data> BuildOperator for AsyncMap<T, U> {
+    type Operator = AsyncWait<T, U>;
+
+    fn build(self, ctx: &OperatorContext) -> Result<AsyncWait<T, U>> {
+        self.config.validate()?;
+        let (sender, receiver) = channel();
+        let failures = self.config.failure_tag.clone().map(OutputTag::new);
+        Ok(AsyncWait {
+            f: self.f,
+            config: self.config,
+            runtime: shared_runtime()?,
+            sender,
+            receiver,
+            entries: BTreeMap::new(),
+            next_seq: 0,
+            failures,
+            ctx: ctx.clone(),
+        })
+    }
+}
+
 /// The operator behind [`DataStream::async_map`](crate::DataStream::async_map).
 pub struct AsyncWait<T, U> {
     f: RequestFn<T, U>,
     config: AsyncConfig,
-    runtime: Option<&'static tokio::runtime::Runtime>,
+    runtime: &'static tokio::runtime::Runtime,
     sender: Sender<Completion<U>>,
     receiver: Receiver<Completion<U>>,
     /// The records in the operator, by sequence number (input order).
     entries: BTreeMap<u64, Entry<T, U>>,
     next_seq: u64,
     failures: Option<OutputTag<AsyncFailure<T>>>,
-    ctx: Option<OperatorContext>,
+    ctx: OperatorContext,
 }
 
 impl<T: Data, U: Data> AsyncWait<T, U> {
-    /// The operator calling `f` for every record, with `config`.
-    pub(crate) fn new(f: RequestFn<T, U>, config: AsyncConfig) -> Self {
-        let (sender, receiver) = channel();
-        let failures = config.failure_tag.clone().map(OutputTag::new);
-        AsyncWait {
-            f,
-            config,
-            runtime: None,
-            sender,
-            receiver,
-            entries: BTreeMap::new(),
-            next_seq: 0,
-            failures,
-            ctx: None,
-        }
-    }
-
     /// Starts the request of `input`.
     fn issue(&mut self, input: Record<T>) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let runtime = self.runtime.expect("opened");
+        let runtime = self.runtime;
         let (f, sender, value) = (self.f.clone(), self.sender.clone(), input.value.clone());
         let (timeout, retries, backoff) = (
             self.config.timeout,
@@ -367,22 +385,13 @@ impl<T: Data, U: Data> AsyncWait<T, U> {
     }
 
     fn report(&self) {
-        if let Some(ctx) = &self.ctx {
-            ctx.metrics.set_state(self.entries.len() as u64, 0);
-        }
+        self.ctx.metrics.set_state(self.entries.len() as u64, 0);
     }
 }
 
 impl<T: Data, U: Data> Operator for AsyncWait<T, U> {
     type In = T;
     type Out = U;
-
-    fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
-        self.config.validate()?;
-        self.runtime = Some(shared_runtime()?);
-        self.ctx = Some(ctx.clone());
-        Ok(())
-    }
 
     fn process(&mut self, batch: &mut Vec<Record<T>>, out: &mut Collector<'_, U>) -> Result<()> {
         for record in batch.drain(..) {
@@ -476,14 +485,14 @@ mod tests {
     use crate::testing::{OperatorHarness, Step, assert_snapshot_round_trip};
 
     /// Doubles after `n % 4` ms: later records often answer first.
-    fn doubling(config: AsyncConfig) -> AsyncWait<u64, u64> {
+    fn doubling(config: AsyncConfig) -> AsyncMap<u64, u64> {
         let f: RequestFn<u64, u64> = Arc::new(|n: u64| {
             Box::pin(async move {
                 tokio::time::sleep(Duration::from_millis(n % 4)).await;
                 Ok(n * 2)
             })
         });
-        AsyncWait::new(f, config)
+        AsyncMap::new(f, config)
     }
 
     fn config(order: AsyncOrder) -> AsyncConfig {
@@ -542,7 +551,7 @@ mod tests {
             assert_snapshot_round_trip(|| doubling(config(order)), &steps)?;
         }
         // A snapshot taken while every record is in flight holds them all.
-        let mut slow = OperatorHarness::builder(AsyncWait::new(
+        let mut slow = OperatorHarness::builder(AsyncMap::new(
             Arc::new(|n: u64| -> RequestFuture<u64> {
                 Box::pin(async move {
                     tokio::time::sleep(Duration::from_secs(60)).await;

@@ -28,8 +28,8 @@ use std::sync::Arc;
 use crate::checkpoint::{Redistribution, RestoreState, SnapshotWriter, decode, encode};
 use crate::error::{Error, Result};
 use crate::operators::{
-    Collector, KeyedContext, KeyedProcess, KeyedProcessFunction, Operator, OperatorContext,
-    ProcessContext,
+    BuildOperator, Collector, KeyedContext, KeyedProcess, KeyedProcessFunction, OpenKeyedProcess,
+    Operator, OperatorContext, ProcessContext,
 };
 use crate::record::{Data, Either, Record, Timestamp};
 use crate::state::{MapStateDescriptor, TimeDomain};
@@ -335,12 +335,19 @@ pub trait BroadcastProcessFunction<In, B, Out>: Send + 'static {
     }
 }
 
-/// The operator that runs a [`BroadcastProcessFunction`].
+/// The operator that runs a [`BroadcastProcessFunction`], as the job declares it: built on each
+/// subtask into an [`OpenBroadcastProcess`] holding the broadcast states.
 pub struct BroadcastProcess<A, B, Out, P> {
     function: P,
     declarations: BroadcastStateDeclarations,
-    states: Option<BroadcastStates>,
-    ctx: Option<OperatorContext>,
+    _types: PhantomData<fn(A, B) -> Out>,
+}
+
+/// A [`BroadcastProcess`] built on its subtask.
+pub struct OpenBroadcastProcess<A, B, Out, P> {
+    function: P,
+    states: BroadcastStates,
+    ctx: OperatorContext,
     _types: PhantomData<fn(A, B) -> Out>,
 }
 
@@ -350,29 +357,38 @@ impl<A, B, Out, P> BroadcastProcess<A, B, Out, P> {
         BroadcastProcess {
             function,
             declarations,
-            states: None,
-            ctx: None,
             _types: PhantomData,
         }
     }
 }
 
-/// Publishes the broadcast state's size (entries) in the operator's metrics.
-fn report_size(ctx: &Option<OperatorContext>, states: &BroadcastStates) {
-    if let Some(ctx) = ctx {
-        ctx.metrics.set_state(states.len() as u64, 0);
+impl<A: Data, B: Data, Out: Data, P: BroadcastProcessFunction<A, B, Out>> BuildOperator
+    for BroadcastProcess<A, B, Out, P>
+{
+    type Operator = OpenBroadcastProcess<A, B, Out, P>;
+
+    fn build(self, ctx: &OperatorContext) -> Result<Self::Operator> {
+        Ok(OpenBroadcastProcess {
+            function: self.function,
+            states: self.declarations.instantiate()?,
+            ctx: ctx.clone(),
+            _types: PhantomData,
+        })
     }
 }
 
+/// Publishes the broadcast state's size (entries) in the operator's metrics.
+fn report_size(ctx: &OperatorContext, states: &BroadcastStates) {
+    ctx.metrics.set_state(states.len() as u64, 0);
+}
+
 impl<A: Data, B: Data, Out: Data, P: BroadcastProcessFunction<A, B, Out>> Operator
-    for BroadcastProcess<A, B, Out, P>
+    for OpenBroadcastProcess<A, B, Out, P>
 {
     type In = Either<A, B>;
     type Out = Out;
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
-        self.states = Some(self.declarations.instantiate()?);
-        self.ctx = Some(ctx.clone());
         self.function.open(ctx)
     }
 
@@ -381,7 +397,7 @@ impl<A: Data, B: Data, Out: Data, P: BroadcastProcessFunction<A, B, Out>> Operat
         batch: &mut Vec<Record<Either<A, B>>>,
         out: &mut Collector<'_, Out>,
     ) -> Result<()> {
-        let states = self.states.as_mut().expect("opened");
+        let states = &mut self.states;
         let mut changed = false;
         for record in batch.drain(..) {
             let process = ProcessContext::new(out, record.timestamp);
@@ -407,13 +423,12 @@ impl<A: Data, B: Data, Out: Data, P: BroadcastProcessFunction<A, B, Out>> Operat
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
-        self.states.as_ref().expect("opened").snapshot(snapshot)
+        self.states.snapshot(snapshot)
     }
 
     fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
-        let states = self.states.as_mut().expect("opened");
-        states.restore(state)?;
-        report_size(&self.ctx, states);
+        self.states.restore(state)?;
+        report_size(&self.ctx, &self.states);
         Ok(())
     }
 
@@ -593,15 +608,22 @@ where
     }
 }
 
-/// The operator that runs a [`KeyedBroadcastProcessFunction`]: the keyed input's records go to a
-/// [`KeyedProcess`] (keyed state and timers, checkpointed per key group); the broadcast records
-/// update the broadcast state, checkpointed as broadcast operator state.
+/// The operator that runs a [`KeyedBroadcastProcessFunction`], as the job declares it: built on
+/// each subtask into an [`OpenKeyedBroadcastProcess`], whose keyed input's records go to a
+/// [`KeyedProcess`] (keyed state and timers, checkpointed per key group) while the broadcast
+/// records update the broadcast state, checkpointed as broadcast operator state.
 pub struct KeyedBroadcastProcess<K, A, B, Out, P> {
-    inner: KeyedProcess<K, A, Out, WithBroadcastState<P, B>>,
+    key: crate::keys::KeyFn<K, A>,
+    function: P,
     declarations: BroadcastStateDeclarations,
+    _types: PhantomData<fn(B) -> Out>,
+}
+
+/// A [`KeyedBroadcastProcess`] built on its subtask.
+pub struct OpenKeyedBroadcastProcess<K, A, B, Out, P> {
+    inner: OpenKeyedProcess<K, A, Out, WithBroadcastState<P, B>>,
     /// A run of keyed records of a batch, handed to the keyed part at once.
     run: Vec<Record<A>>,
-    ctx: Option<OperatorContext>,
 }
 
 impl<K, A, B, Out, P> KeyedBroadcastProcess<K, A, B, Out, P> {
@@ -612,21 +634,39 @@ impl<K, A, B, Out, P> KeyedBroadcastProcess<K, A, B, Out, P> {
         function: P,
         declarations: BroadcastStateDeclarations,
     ) -> Self {
-        let function = WithBroadcastState {
-            function,
-            states: BroadcastStates { maps: Vec::new() },
-            _type: PhantomData,
-        };
         KeyedBroadcastProcess {
-            inner: KeyedProcess::new(key, function),
+            key,
+            function,
             declarations,
-            run: Vec::new(),
-            ctx: None,
+            _types: PhantomData,
         }
     }
 }
 
-impl<K, A, B, Out, P> KeyedBroadcastProcess<K, A, B, Out, P>
+impl<K, A, B, Out, P> BuildOperator for KeyedBroadcastProcess<K, A, B, Out, P>
+where
+    K: Data + Hash + Eq,
+    A: Data,
+    B: Data,
+    Out: Data,
+    P: KeyedBroadcastProcessFunction<K, A, B, Out>,
+{
+    type Operator = OpenKeyedBroadcastProcess<K, A, B, Out, P>;
+
+    fn build(self, ctx: &OperatorContext) -> Result<Self::Operator> {
+        let function = WithBroadcastState {
+            function: self.function,
+            states: self.declarations.instantiate()?,
+            _type: PhantomData,
+        };
+        Ok(OpenKeyedBroadcastProcess {
+            inner: KeyedProcess::new(self.key, function).build(ctx)?,
+            run: Vec::new(),
+        })
+    }
+}
+
+impl<K, A, B, Out, P> OpenKeyedBroadcastProcess<K, A, B, Out, P>
 where
     K: Data + Hash + Eq,
     A: Data,
@@ -644,7 +684,7 @@ where
     }
 }
 
-impl<K, A, B, Out, P> Operator for KeyedBroadcastProcess<K, A, B, Out, P>
+impl<K, A, B, Out, P> Operator for OpenKeyedBroadcastProcess<K, A, B, Out, P>
 where
     K: Data + Hash + Eq,
     A: Data,
@@ -656,8 +696,6 @@ where
     type Out = Out;
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
-        self.inner.function_mut().states = self.declarations.instantiate()?;
-        self.ctx = Some(ctx.clone());
         self.inner.open(ctx)
     }
 

@@ -10,18 +10,26 @@ use crate::bad_records::{
     BadInput, BadRecordHandler, BadRecordPolicy, DEAD_LETTER_TAG, DeadLetter,
 };
 use crate::error::Result;
-use crate::operators::{Collector, Operator, OperatorContext, OutputTag};
+use crate::operators::{BuildOperator, Collector, Operator, OperatorContext, OutputTag};
 use crate::record::{Data, Record};
 
 /// A decoder of one JSON payload of its own (one that knows the schema, say), given the payload
 /// as text: a payload that is not UTF-8 is left to `serde_json` (and its error).
 pub type JsonDecoder<Out> = fn(&str) -> serde_json::Result<Out>;
 
-/// Parses JSON payloads into records of type `Out`.
+/// Parses JSON payloads into records of type `Out`: built on each subtask into an
+/// [`OpenParseJson`] with the subtask's bad-record handler.
 pub struct ParseJson<In, Out> {
     policy: BadRecordPolicy,
     decoder: Option<JsonDecoder<Out>>,
-    handler: Option<(BadRecordHandler, OperatorContext)>,
+    _type: PhantomData<fn(In)>,
+}
+
+/// A [`ParseJson`] built on its subtask.
+pub struct OpenParseJson<In, Out> {
+    decoder: Option<JsonDecoder<Out>>,
+    handler: BadRecordHandler,
+    ctx: OperatorContext,
     dead_letters: OutputTag<DeadLetter>,
     seen: u64,
     buffer: Vec<Record<Out>>,
@@ -34,10 +42,6 @@ impl<In, Out> ParseJson<In, Out> {
         ParseJson {
             policy,
             decoder: None,
-            handler: None,
-            dead_letters: OutputTag::new(DEAD_LETTER_TAG),
-            seen: 0,
-            buffer: Vec::new(),
             _type: PhantomData,
         }
     }
@@ -48,6 +52,22 @@ impl<In, Out> ParseJson<In, Out> {
             decoder: Some(decoder),
             ..ParseJson::new(policy)
         }
+    }
+}
+
+impl<In: Data + AsRef<[u8]>, Out: Data> BuildOperator for ParseJson<In, Out> {
+    type Operator = OpenParseJson<In, Out>;
+
+    fn build(self, ctx: &OperatorContext) -> Result<Self::Operator> {
+        Ok(OpenParseJson {
+            decoder: self.decoder,
+            handler: BadRecordHandler::new(self.policy, &ctx.name),
+            ctx: ctx.clone(),
+            dead_letters: OutputTag::new(DEAD_LETTER_TAG),
+            seen: 0,
+            buffer: Vec::new(),
+            _type: PhantomData,
+        })
     }
 }
 
@@ -68,17 +88,12 @@ fn parse<In: AsRef<[u8]> + 'static, Out: Data>(
     }
 }
 
-impl<In: Data + AsRef<[u8]>, Out: Data> Operator for ParseJson<In, Out> {
+impl<In: Data + AsRef<[u8]>, Out: Data> Operator for OpenParseJson<In, Out> {
     type In = In;
     type Out = Out;
 
-    fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
-        self.handler = Some((BadRecordHandler::new(self.policy, &ctx.name), ctx.clone()));
-        Ok(())
-    }
-
     fn process(&mut self, batch: &mut Vec<Record<In>>, out: &mut Collector<'_, Out>) -> Result<()> {
-        let (handler, ctx) = self.handler.as_mut().expect("opened");
+        let (handler, ctx) = (&mut self.handler, &self.ctx);
         for record in batch.drain(..) {
             self.seen += 1;
             match parse::<In, Out>(&record.value, self.decoder) {

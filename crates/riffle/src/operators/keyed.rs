@@ -10,7 +10,7 @@ use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::{Error, Result};
 use crate::keys::KeyFn;
 use crate::keys::{KeyGroup, key_group_of};
-use crate::operators::{Collector, Operator, OperatorContext, OutputTag};
+use crate::operators::{BuildOperator, Collector, Operator, OperatorContext, OutputTag};
 use crate::record::{Data, EventTime, Record, Timestamp};
 use crate::state::{
     AggregatingState, AggregatingStateDescriptor, KeyedState, ListState, ListStateDescriptor,
@@ -218,11 +218,19 @@ impl<K: Data + Hash + Eq, Out: Data> KeyedContext<'_, '_, K, Out> {
     }
 }
 
-/// The operator that runs a [`KeyedProcessFunction`].
+/// The operator that runs a [`KeyedProcessFunction`], as the job declares it: built on each
+/// subtask into an [`OpenKeyedProcess`] with the subtask's keyed state and timers.
 pub struct KeyedProcess<K, In, Out, P> {
     key: KeyFn<K, In>,
     function: P,
-    runtime: Option<KeyedRuntime<K>>,
+    _types: PhantomData<fn(In) -> Out>,
+}
+
+/// A [`KeyedProcess`] built on its subtask: the function with its keyed state and timers.
+pub struct OpenKeyedProcess<K, In, Out, P> {
+    key: KeyFn<K, In>,
+    function: P,
+    runtime: KeyedRuntime<K>,
     _types: PhantomData<fn(In) -> Out>,
 }
 
@@ -309,13 +317,31 @@ impl<K, In, Out, P> KeyedProcess<K, In, Out, P> {
         KeyedProcess {
             key,
             function,
-            runtime: None,
             _types: PhantomData,
         }
     }
 }
 
-impl<K, In, Out, P> KeyedProcess<K, In, Out, P> {
+impl<K, In, Out, P> BuildOperator for KeyedProcess<K, In, Out, P>
+where
+    K: Data + Hash + Eq,
+    In: Data,
+    Out: Data,
+    P: KeyedProcessFunction<K, In, Out>,
+{
+    type Operator = OpenKeyedProcess<K, In, Out, P>;
+
+    fn build(self, ctx: &OperatorContext) -> Result<Self::Operator> {
+        Ok(OpenKeyedProcess {
+            key: self.key,
+            function: self.function,
+            runtime: KeyedRuntime::new(ctx),
+            _types: PhantomData,
+        })
+    }
+}
+
+impl<K, In, Out, P> OpenKeyedProcess<K, In, Out, P> {
     /// The function it runs (for operators built around a keyed process, which keep more state
     /// in the function).
     pub(crate) fn function_mut(&mut self) -> &mut P {
@@ -323,7 +349,7 @@ impl<K, In, Out, P> KeyedProcess<K, In, Out, P> {
     }
 }
 
-impl<K, In, Out, P> KeyedProcess<K, In, Out, P>
+impl<K, In, Out, P> OpenKeyedProcess<K, In, Out, P>
 where
     K: Data + Hash + Eq,
     In: Data,
@@ -336,7 +362,7 @@ where
         time: Timestamp,
         out: &mut Collector<'_, Out>,
     ) -> Result<()> {
-        let runtime = self.runtime.as_mut().expect("opened");
+        let runtime = &mut self.runtime;
         // Earliest first, and again until none is due: a timer that `on_timer` registers at or
         // before `time` fires in this advance too, in time order.
         while let Some((timestamp, keys)) = runtime.timers.pop_earliest_due(domain, time) {
@@ -357,7 +383,7 @@ where
     }
 }
 
-impl<K, In, Out, P> Operator for KeyedProcess<K, In, Out, P>
+impl<K, In, Out, P> Operator for OpenKeyedProcess<K, In, Out, P>
 where
     K: Data + Hash + Eq,
     In: Data,
@@ -368,7 +394,6 @@ where
     type Out = Out;
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
-        self.runtime = Some(KeyedRuntime::new(ctx));
         self.function.open(ctx)
     }
 
@@ -377,7 +402,7 @@ where
     }
 
     fn process(&mut self, batch: &mut Vec<Record<In>>, out: &mut Collector<'_, Out>) -> Result<()> {
-        let runtime = self.runtime.as_mut().expect("opened");
+        let runtime = &mut self.runtime;
         for record in batch.drain(..) {
             let key = (self.key)(&record.value);
             let key_group = runtime.key_group(&key)?;
@@ -398,22 +423,22 @@ where
 
     fn on_watermark(&mut self, watermark: Timestamp, out: &mut Collector<'_, Out>) -> Result<()> {
         self.fire(TimeDomain::EventTime, watermark, out)?;
-        self.runtime.as_ref().expect("opened").report_size(0, 0);
+        self.runtime.report_size(0, 0);
         Ok(())
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
-        self.runtime.as_ref().expect("opened").snapshot(snapshot)
+        self.runtime.snapshot(snapshot)
     }
 
     fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
-        self.runtime.as_mut().expect("opened").restore(state)
+        self.runtime.restore(state)
     }
 
     fn on_tick(&mut self, out: &mut Collector<'_, Out>) -> Result<()> {
-        let now = self.runtime.as_ref().expect("opened").state.now();
+        let now = self.runtime.state.now();
         self.fire(TimeDomain::ProcessingTime, now, out)?;
-        let runtime = self.runtime.as_mut().expect("opened");
+        let runtime = &mut self.runtime;
         runtime.state.sweep_expired();
         runtime.report_size(0, 0);
         Ok(())

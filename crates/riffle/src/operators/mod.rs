@@ -21,19 +21,22 @@ mod rolling;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-pub(crate) use async_io::RequestFn;
 pub use async_io::{AsyncConfig, AsyncFailure, AsyncOrder, AsyncWait};
+pub(crate) use async_io::{AsyncMap, RequestFn};
 pub use basic::{Filter, FlatMap, Identity, Map, TryMap};
 pub use broadcast::{
     BroadcastContext, BroadcastProcess, BroadcastProcessFunction, BroadcastStateDeclarations,
     BroadcastStates, KeyedBroadcastProcess, KeyedBroadcastProcessFunction,
-    KeyedReadOnlyBroadcastContext, ReadOnlyBroadcastContext,
+    KeyedReadOnlyBroadcastContext, OpenBroadcastProcess, OpenKeyedBroadcastProcess,
+    ReadOnlyBroadcastContext,
 };
 pub(crate) use co_process::KeyedCo;
 pub use co_process::{CoMap, CoProcess, CoProcessFn, CoProcessFunction, KeyedCoProcessFunction};
-pub use decode::{JsonDecoder, ParseJson};
+pub use decode::{JsonDecoder, OpenParseJson, ParseJson};
 pub use dedup::{KeepFirst, KeepLast};
-pub use keyed::{KeyedContext, KeyedProcess, KeyedProcessFunction, ProcessWithTimers};
+pub use keyed::{
+    KeyedContext, KeyedProcess, KeyedProcessFunction, OpenKeyedProcess, ProcessWithTimers,
+};
 pub use output::Collector;
 pub(crate) use output::{ErasedSideOutput, Output, SideOutputs, TypedSideOutput};
 pub use process::{Process, ProcessContext};
@@ -151,6 +154,114 @@ pub trait Operator: Send + 'static {
         Ok(())
     }
 }
+
+/// What builds an operator instance from where it runs, as Timely builds an operator's logic
+/// from its context: the operator receives its state, timers and settings when it is made, so
+/// that none of its fields waits, optional, for an `open` call.
+///
+/// Every [`Operator`] builds itself (it is already made); the operators that need their
+/// context (keyed state, the task's store) are built by a builder implementing this trait, or
+/// by a closure wrapped in [`FromContext`]. [`DataStream::transform`](crate::DataStream::transform)
+/// and the test harness take either.
+///
+/// ```
+/// use riffle::operators::{BuildOperator, Collector, Operator, OperatorContext};
+/// use riffle::{Record, Result};
+///
+/// /// Tags every record with the parallel instance that saw it.
+/// struct Tagged { subtask: usize }
+///
+/// impl Operator for Tagged {
+///     type In = u64;
+///     type Out = (usize, u64);
+///     fn process(&mut self, batch: &mut Vec<Record<u64>>, out: &mut Collector<'_, (usize, u64)>) -> Result<()> {
+///         for r in batch.drain(..) {
+///             out.emit(r.with_value((self.subtask, r.value)))?;
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// /// What the job declares: built into a `Tagged` on each subtask.
+/// struct Tag;
+///
+/// impl BuildOperator for Tag {
+///     type Operator = Tagged;
+///     fn build(self, ctx: &OperatorContext) -> Result<Tagged> {
+///         Ok(Tagged { subtask: ctx.subtask })
+///     }
+/// }
+/// ```
+pub trait BuildOperator: Send + 'static {
+    /// The operator it builds.
+    type Operator: Operator;
+
+    /// Builds the instance that runs as subtask `ctx.subtask` (called on the task's thread,
+    /// before [`Operator::open`] and any restore).
+    fn build(self, ctx: &OperatorContext) -> Result<Self::Operator>;
+}
+
+impl<Op: Operator> BuildOperator for Op {
+    type Operator = Op;
+
+    fn build(self, _ctx: &OperatorContext) -> Result<Op> {
+        Ok(self)
+    }
+}
+
+/// A closure that builds an operator from its context.
+///
+/// ```
+/// use std::sync::Arc;
+/// use riffle::operators::{FromContext, Map, OperatorContext};
+/// use riffle::{EnvConfig, StreamEnv, sink::CollectSink};
+///
+/// let env = StreamEnv::with_config(EnvConfig::deterministic());
+/// let (sink, out) = CollectSink::new();
+/// env.from_iter(vec![1u64, 2])
+///     .transform("Tag", || {
+///         FromContext(|ctx: &OperatorContext| {
+///             let subtask = ctx.subtask;
+///             Ok(Map::new(Arc::new(move |x: u64| (subtask, x))))
+///         })
+///     })
+///     .sink(sink);
+/// env.execute().unwrap();
+/// assert_eq!(out.values(), vec![(0, 1), (0, 2)]);
+/// ```
+pub struct FromContext<F>(pub F);
+
+impl<Op, F> BuildOperator for FromContext<F>
+where
+    Op: Operator,
+    F: FnOnce(&OperatorContext) -> Result<Op> + Send + 'static,
+{
+    type Operator = Op;
+
+    fn build(self, ctx: &OperatorContext) -> Result<Op> {
+        (self.0)(ctx)
+    }
+}
+
+/// Builds an operator on its task's thread, naming the operator in an error or a panic.
+pub(crate) fn build_operator<Op>(
+    ctx: &OperatorContext,
+    build: impl FnOnce() -> Result<Op>,
+) -> Result<Op> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(build)) {
+        Ok(built) => built.map_err(|e| e.in_operator(&ctx.name, ctx.subtask)),
+        Err(payload) => Err(crate::Error::Panic {
+            operator: ctx.name.clone(),
+            subtask: ctx.subtask,
+            message: crate::error::panic_message(payload.as_ref()),
+        }),
+    }
+}
+
+/// The type of the records a built operator receives.
+pub type InOf<B> = <<B as BuildOperator>::Operator as Operator>::In;
+/// The type of the records a built operator emits.
+pub type OutOf<B> = <<B as BuildOperator>::Operator as Operator>::Out;
 
 /// What an operator instance knows about where it runs.
 #[derive(Clone, Debug)]

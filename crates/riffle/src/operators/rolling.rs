@@ -19,7 +19,7 @@ use crate::keys::KeyFn;
 use crate::keys::KeyGroup;
 use crate::operators::adaptive::AdaptiveFold;
 use crate::operators::keyed::KeyedRuntime;
-use crate::operators::{Collector, Operator, OperatorContext};
+use crate::operators::{BuildOperator, Collector, Operator, OperatorContext};
 use crate::record::{Data, Record};
 use crate::state::StateTable;
 use crate::state::table::FastMap;
@@ -90,43 +90,57 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
     }
 }
 
-/// The keyed runtime and the accumulator per key of a rolling aggregate.
-type RollingState<K, Acc> = (KeyedRuntime<K>, StateTable<K, (), Acc>);
-
-/// The downstream half: the keyed state and the emitted results.
+/// The downstream half as the job declares it: built on each subtask into a
+/// [`OpenRollingAggregate`] with the subtask's keyed state.
 pub(crate) struct RollingAggregate<K, T, A: AggregateFunction<T>> {
     key: KeyFn<K, Rolling<K, T, A::Acc>>,
     aggregate: A,
-    state: Option<RollingState<K, A::Acc>>,
-    _type: PhantomData<fn(T)>,
 }
 
 impl<K, T, A: AggregateFunction<T>> RollingAggregate<K, T, A> {
     pub(crate) fn new(key: KeyFn<K, Rolling<K, T, A::Acc>>, aggregate: A) -> Self {
-        RollingAggregate {
-            key,
-            aggregate,
-            state: None,
-            _type: PhantomData,
-        }
+        RollingAggregate { key, aggregate }
     }
 }
 
-impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for RollingAggregate<K, T, A> {
+impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> BuildOperator
+    for RollingAggregate<K, T, A>
+{
+    type Operator = OpenRollingAggregate<K, T, A>;
+
+    fn build(self, ctx: &OperatorContext) -> Result<Self::Operator> {
+        Ok(OpenRollingAggregate {
+            key: self.key,
+            aggregate: self.aggregate,
+            runtime: KeyedRuntime::new(ctx),
+            table: ctx.state_table("rolling"),
+            _type: PhantomData,
+        })
+    }
+}
+
+/// The downstream half: the keyed state and the emitted results.
+pub(crate) struct OpenRollingAggregate<K, T, A: AggregateFunction<T>> {
+    key: KeyFn<K, Rolling<K, T, A::Acc>>,
+    aggregate: A,
+    runtime: KeyedRuntime<K>,
+    /// The accumulator per key.
+    table: StateTable<K, (), A::Acc>,
+    _type: PhantomData<fn(T)>,
+}
+
+impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator
+    for OpenRollingAggregate<K, T, A>
+{
     type In = Rolling<K, T, A::Acc>;
     type Out = (K, A::Out);
-
-    fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
-        self.state = Some((KeyedRuntime::new(ctx), ctx.state_table("rolling")));
-        Ok(())
-    }
 
     fn process(
         &mut self,
         batch: &mut Vec<Record<Self::In>>,
         out: &mut Collector<'_, Self::Out>,
     ) -> Result<()> {
-        let (runtime, table) = self.state.as_mut().expect("opened");
+        let (runtime, table) = (&self.runtime, &mut self.table);
         for record in batch.drain(..) {
             let key = (self.key)(&record.value);
             let key_group: KeyGroup = runtime.key_group(&key)?;
@@ -155,7 +169,7 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
-        let (_, table) = self.state.as_ref().expect("opened");
+        let table = &self.table;
         let Some(table) = table.heap() else {
             return Ok(());
         };
@@ -171,7 +185,7 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator for Rolling
     }
 
     fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
-        let (_, table) = self.state.as_mut().expect("opened");
+        let table = &mut self.table;
         for group in state.keyed::<Vec<(K, A::Acc)>>() {
             let (key_group, entries) = group?;
             for (key, acc) in entries {

@@ -26,7 +26,7 @@ pub use collect::{CollectSink, Collected};
 pub use exactly_once::ExactlyOnceFileSink;
 pub use file::FileSink;
 pub use function::FnSink;
-pub use operator::SinkOperator;
+pub use operator::{OpenSinkOperator, SinkOperator};
 pub use simple::{BlackholeSink, StdoutSink, ThrottledSink};
 pub use upsert::{Materialized, RetractSink, UpsertSink};
 

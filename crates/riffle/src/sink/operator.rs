@@ -3,7 +3,7 @@
 
 use crate::checkpoint::{FINAL_SNAPSHOT, Redistribution, RestoreState, SnapshotWriter};
 use crate::error::Result;
-use crate::operators::{Collector, Operator, OperatorContext};
+use crate::operators::{BuildOperator, Collector, Operator, OperatorContext};
 use crate::record::{Data, Record, Timestamp};
 use crate::sink::SinkWriter;
 
@@ -14,11 +14,18 @@ use crate::sink::SinkWriter;
 /// committable goes into the task's final snapshot, so the job's final checkpoint records it)
 /// and hands the writer's finalizer to the job, which runs it once a checkpoint holding that
 /// final snapshot completed (or, without checkpoints, when the job ends).
+///
+/// As the job declares it: built on each subtask into an [`OpenSinkOperator`].
 pub struct SinkOperator<T> {
+    writer: Box<dyn SinkWriter<T>>,
+}
+
+/// A [`SinkOperator`] built on its subtask.
+pub struct OpenSinkOperator<T> {
     writer: Box<dyn SinkWriter<T>>,
     /// What the restored checkpoint says to commit; `None` once the writer recovered.
     recover: Option<Vec<Vec<u8>>>,
-    ctx: Option<OperatorContext>,
+    ctx: OperatorContext,
     /// Set when the operator closed: what its final snapshot stores.
     closed: Option<Option<Vec<u8>>>,
 }
@@ -26,14 +33,24 @@ pub struct SinkOperator<T> {
 impl<T> SinkOperator<T> {
     /// The operator around `writer`.
     pub fn new(writer: Box<dyn SinkWriter<T>>) -> Self {
-        SinkOperator {
-            writer,
-            recover: Some(Vec::new()),
-            ctx: None,
-            closed: None,
-        }
+        SinkOperator { writer }
     }
+}
 
+impl<T: Data> BuildOperator for SinkOperator<T> {
+    type Operator = OpenSinkOperator<T>;
+
+    fn build(self, ctx: &OperatorContext) -> Result<OpenSinkOperator<T>> {
+        Ok(OpenSinkOperator {
+            writer: self.writer,
+            recover: Some(Vec::new()),
+            ctx: ctx.clone(),
+            closed: None,
+        })
+    }
+}
+
+impl<T> OpenSinkOperator<T> {
     fn recovered(&mut self) -> Result<&mut Box<dyn SinkWriter<T>>> {
         if let Some(committables) = self.recover.take() {
             self.writer.recover(committables)?;
@@ -42,14 +59,9 @@ impl<T> SinkOperator<T> {
     }
 }
 
-impl<T: Data> Operator for SinkOperator<T> {
+impl<T: Data> Operator for OpenSinkOperator<T> {
     type In = T;
     type Out = ();
-
-    fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
-        self.ctx = Some(ctx.clone());
-        Ok(())
-    }
 
     fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
         // Every pending commit of every old subtask: the writer commits what is its own and
@@ -95,8 +107,8 @@ impl<T: Data> Operator for SinkOperator<T> {
     fn close(&mut self, _out: &mut Collector<'_, ()>) -> Result<()> {
         let last = self.recovered()?.pre_commit(FINAL_SNAPSHOT)?;
         self.closed = Some(last);
+        let ctx = &self.ctx;
         if let Some(finalizer) = self.writer.close()?
-            && let Some(ctx) = &self.ctx
             && let Some(finalizers) = &ctx.finalizers
         {
             finalizers.push(Some((ctx.id.clone(), ctx.subtask)), finalizer);

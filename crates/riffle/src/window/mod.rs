@@ -793,21 +793,51 @@ where
     }
 }
 
-/// The window operator for `settings`: aligned windows or sessions.
+/// The window operator for `settings`: aligned windows or sessions, built on each subtask.
 pub(crate) fn window_operator<K, T, F>(
     key: crate::keys::KeyFn<K, T>,
     settings: WindowSettings<F::Late>,
     function: F,
-) -> AnyWindowOperator<K, T, F>
+) -> Windowing<K, T, F>
 where
     K: Data + std::hash::Hash + Eq,
     T: Data,
     F: WindowFn<K, T>,
 {
-    if settings.windows.is_merging() {
-        AnyWindowOperator::Session(SessionWindowOperator::new(key, settings, function))
-    } else {
-        AnyWindowOperator::Aligned(WindowOperator::new(key, settings, function))
+    Windowing {
+        key,
+        settings,
+        function,
+    }
+}
+
+/// A window operator as the job declares it: built on each subtask into an
+/// [`AnyWindowOperator`] with the subtask's window state.
+pub(crate) struct Windowing<K, T, F: WindowFn<K, T>> {
+    key: crate::keys::KeyFn<K, T>,
+    settings: WindowSettings<F::Late>,
+    function: F,
+}
+
+impl<K, T, F> crate::operators::BuildOperator for Windowing<K, T, F>
+where
+    K: Data + std::hash::Hash + Eq,
+    T: Data,
+    F: WindowFn<K, T>,
+{
+    type Operator = AnyWindowOperator<K, T, F>;
+
+    fn build(self, ctx: &crate::operators::OperatorContext) -> Result<Self::Operator> {
+        let Windowing {
+            key,
+            settings,
+            function,
+        } = self;
+        Ok(if settings.windows.is_merging() {
+            AnyWindowOperator::Session(SessionWindowOperator::new(key, settings, function, ctx))
+        } else {
+            AnyWindowOperator::Aligned(WindowOperator::new(key, settings, function, ctx))
+        })
     }
 }
 
@@ -834,10 +864,6 @@ where
 {
     type In = T;
     type Out = F::Out;
-
-    fn open(&mut self, ctx: &crate::operators::OperatorContext) -> Result<()> {
-        delegate!(self, op => op.open(ctx))
-    }
 
     fn process(
         &mut self,

@@ -41,43 +41,33 @@ pub(crate) struct Slot<A> {
 
 /// What both window operators share: where they run, the watermark, late records.
 pub(crate) struct WindowCore<T> {
-    pub(crate) ctx: Option<OperatorContext>,
+    pub(crate) ctx: OperatorContext,
     pub(crate) watermark: Timestamp,
     pub(crate) next_early: Option<Timestamp>,
     late_log: RateLimitedLog,
     /// Records whose windows do not fit in the timestamp range become dead letters.
-    unplaceable: Option<BadRecordHandler>,
+    unplaceable: BadRecordHandler,
     dead_letters: OutputTag<DeadLetter>,
     pub(crate) settings: WindowSettings<T>,
 }
 
 impl<T: Data> WindowCore<T> {
-    pub(crate) fn new(settings: WindowSettings<T>) -> Self {
+    pub(crate) fn new(settings: WindowSettings<T>, ctx: &OperatorContext) -> Self {
         WindowCore {
-            ctx: None,
+            next_early: settings
+                .early_every
+                .map(|every| ctx.clock.now().saturating_add(every)),
+            unplaceable: BadRecordHandler::new(BadRecordPolicy::DeadLetter, &ctx.name),
+            ctx: ctx.clone(),
             watermark: MIN_WATERMARK,
-            next_early: None,
             late_log: RateLimitedLog::new(Duration::from_secs(10)),
-            unplaceable: None,
             dead_letters: OutputTag::new(DEAD_LETTER_TAG),
             settings,
         }
     }
 
-    pub(crate) fn open(&mut self, ctx: &OperatorContext) {
-        self.next_early = self
-            .settings
-            .early_every
-            .map(|every| ctx.clock.now().saturating_add(every));
-        self.unplaceable = Some(BadRecordHandler::new(
-            BadRecordPolicy::DeadLetter,
-            &ctx.name,
-        ));
-        self.ctx = Some(ctx.clone());
-    }
-
     pub(crate) fn ctx(&self) -> &OperatorContext {
-        self.ctx.as_ref().expect("opened")
+        &self.ctx
     }
 
     pub(crate) fn event_time(&self) -> bool {
@@ -96,14 +86,14 @@ impl<T: Data> WindowCore<T> {
     /// Publishes the operator's state size: a table's entries plus `extra` (timers).
     pub(crate) fn report_size<K, N, V>(
         &self,
-        table: Option<&StateTable<K, N, V>>,
+        table: &StateTable<K, N, V>,
         (extra, extra_bytes): (usize, usize),
     ) where
         K: Hash + Eq + Clone + Serialize + serde::de::DeserializeOwned,
         N: Hash + Eq + Clone + Serialize + serde::de::DeserializeOwned,
         V: Clone + Serialize + serde::de::DeserializeOwned,
     {
-        let (entries, bytes) = table.expect("opened").size();
+        let (entries, bytes) = table.size();
         self.ctx()
             .metrics
             .set_state((entries + extra) as u64, (bytes + extra_bytes) as u64);
@@ -131,7 +121,7 @@ impl<T: Data> WindowCore<T> {
         reason: Unplaceable,
         out: &mut Collector<'_, Out>,
     ) -> Result<()> {
-        let ctx = self.ctx.as_ref().expect("opened");
+        let ctx = &self.ctx;
         let bad = BadInput {
             position: format!("event time {}", reason.timestamp),
             error: reason.to_string(),
@@ -139,12 +129,10 @@ impl<T: Data> WindowCore<T> {
         };
         let split = format!("subtask {}", ctx.subtask);
         let tag = &self.dead_letters;
-        self.unplaceable.as_mut().expect("opened").handle(
-            std::iter::once(bad),
-            &split,
-            &ctx.metrics,
-            |letter| out.side_output(tag, letter).map(|_| ()),
-        )
+        self.unplaceable
+            .handle(std::iter::once(bad), &split, &ctx.metrics, |letter| {
+                out.side_output(tag, letter).map(|_| ())
+            })
     }
 
     /// The key group of `key`, checked against the ones this instance owns.
@@ -177,7 +165,7 @@ impl<T: Data> WindowCore<T> {
         timestamp: Timestamp,
         out: &mut Collector<'_, Out>,
     ) -> Result<()> {
-        let metrics = &self.ctx.as_ref().expect("opened").metrics;
+        let metrics = &self.ctx.metrics;
         if let (Some(tag), Some(record)) = (&self.settings.late_tag, record)
             && out.side_output(tag, record)?
         {
@@ -273,7 +261,7 @@ pub(crate) struct WindowOperator<K, T, F: WindowFn<K, T>> {
     last_pane: Option<TimeWindow>,
     /// Windows ending at or before this time have fired (every slot of theirs).
     fired_up_to: Timestamp,
-    table: Option<StateTable<K, TimeWindow, Slot<F::Acc>>>,
+    table: StateTable<K, TimeWindow, Slot<F::Acc>>,
     assigned: Vec<TimeWindow>,
 }
 
@@ -283,15 +271,22 @@ where
     T: Data,
     F: WindowFn<K, T>,
 {
-    pub(crate) fn new(key: KeyFn<K, T>, settings: WindowSettings<F::Late>, function: F) -> Self {
+    /// The operator of subtask `ctx`: its windows' state in the task's backend.
+    pub(crate) fn new(
+        key: KeyFn<K, T>,
+        settings: WindowSettings<F::Late>,
+        mut function: F,
+        ctx: &OperatorContext,
+    ) -> Self {
+        function.open(ctx, false);
         WindowOperator {
             key,
             function,
-            core: WindowCore::new(settings),
+            core: WindowCore::new(settings, ctx),
             panes: BTreeSet::new(),
             last_pane: None,
             fired_up_to: MIN_WATERMARK,
-            table: None,
+            table: ctx.state_table("windows"),
             assigned: Vec::new(),
         }
     }
@@ -349,7 +344,7 @@ where
             dirty: false,
         };
         let initial = create();
-        self.table.as_mut().expect("opened").update(
+        self.table.update(
             key_group,
             key,
             &window,
@@ -411,7 +406,7 @@ where
             })
             .copied()
             .collect();
-        let table = self.table.as_mut().expect("opened");
+        let table = &mut self.table;
         let function = &mut self.function;
         for window in due {
             let purge = window.max_timestamp().saturating_add(lateness) <= time;
@@ -436,7 +431,7 @@ where
 
     /// Emits the changed results of windows that are not due yet.
     fn fire_early(&mut self, out: &mut Collector<'_, F::Out>) -> Result<()> {
-        let table = self.table.as_mut().expect("opened");
+        let table = &mut self.table;
         let function = &mut self.function;
         for &window in &self.panes {
             table.for_each_in_namespace(&window, |key, slot| {
@@ -453,7 +448,7 @@ where
 
     fn report_size(&self) {
         self.core
-            .report_size(self.table.as_ref(), self.function.state_size());
+            .report_size(&self.table, self.function.state_size());
     }
 }
 
@@ -465,13 +460,6 @@ where
 {
     type In = T;
     type Out = F::Out;
-
-    fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
-        self.core.open(ctx);
-        self.table = Some(ctx.state_table("windows"));
-        self.function.open(ctx, false);
-        Ok(())
-    }
 
     fn process(
         &mut self,
@@ -542,7 +530,7 @@ where
         // are here when on the heap, in the task's store otherwise.
         snapshot.write_operator(Redistribution::Union, &self.panes)?;
         // The function's state is on the heap, the slots too unless the task has a store.
-        let heap = self.table.as_ref().expect("opened").heap();
+        let heap = self.table.heap();
         let range = self.core.ctx().key_groups;
         for key_group in range.start..=range.end {
             let entries = heap.map(|t| t.group_entries(key_group)).unwrap_or_default();
@@ -556,7 +544,7 @@ where
         for panes in state.operator::<BTreeSet<TimeWindow>>() {
             self.panes.extend(panes?);
         }
-        let table = self.table.as_mut().expect("opened");
+        let table = &mut self.table;
         for (key_group, bytes) in &state.keyed {
             let (entries, function) = super::read_group::<(TimeWindow, K, Slot<F::Acc>)>(bytes)?;
             if let Some(function) = function {

@@ -36,7 +36,7 @@ pub(crate) struct SessionWindowOperator<K, T, F: WindowFn<K, T>> {
     function: F,
     core: WindowCore<F::Late>,
     gap: i64,
-    sessions: Option<Sessions<K, F::Acc>>,
+    sessions: Sessions<K, F::Acc>,
     timers: TimerService<K>,
 }
 
@@ -46,16 +46,23 @@ where
     T: Data,
     F: WindowFn<K, T>,
 {
-    pub(crate) fn new(key: KeyFn<K, T>, settings: WindowSettings<F::Late>, function: F) -> Self {
+    /// The operator of subtask `ctx`: its sessions in the task's backend.
+    pub(crate) fn new(
+        key: KeyFn<K, T>,
+        settings: WindowSettings<F::Late>,
+        mut function: F,
+        ctx: &OperatorContext,
+    ) -> Self {
         let Windows::Session { gap, .. } = settings.windows else {
             unreachable!("session operator built for session windows");
         };
+        function.open(ctx, true);
         SessionWindowOperator {
             key,
             function,
-            core: WindowCore::new(settings),
+            core: WindowCore::new(settings, ctx),
             gap,
-            sessions: None,
+            sessions: ctx.state_table("sessions"),
             timers: TimerService::new(),
         }
     }
@@ -93,7 +100,7 @@ where
         let fresh = TimeWindow::new(time, end);
         let domain = self.domain();
         let lateness = self.lateness();
-        let sessions = self.sessions.as_mut().expect("opened");
+        let sessions = &mut self.sessions;
         let mut list = sessions.get(key_group, &key, &())?.unwrap_or_default();
         let merged = list
             .iter()
@@ -150,10 +157,7 @@ where
                 .register(domain, merged.max_timestamp(), key.clone());
         }
         list.push(slot);
-        self.sessions
-            .as_mut()
-            .expect("opened")
-            .put(key_group, key, (), list)
+        self.sessions.put(key_group, key, (), list)
     }
 
     /// Registers each session's timer: its firing, or once fired, its cleanup.
@@ -194,7 +198,7 @@ where
         }
         for key in due {
             let key_group = self.core.key_group(&key)?;
-            let sessions = self.sessions.as_mut().expect("opened");
+            let sessions = &mut self.sessions;
             let Some(mut list) = sessions.get(key_group, &key, &())? else {
                 continue;
             };
@@ -225,7 +229,7 @@ where
     }
 
     fn fire_early(&mut self, out: &mut Collector<'_, F::Out>) -> Result<()> {
-        let sessions = self.sessions.as_mut().expect("opened");
+        let sessions = &mut self.sessions;
         let mut dirty: Vec<(KeyGroup, K)> = Vec::new();
         sessions.for_each(|key_group, _, key, list| {
             if list.iter().any(|slot| slot.dirty && !slot.fired) {
@@ -250,7 +254,7 @@ where
     fn report_size(&self) {
         let (entries, bytes) = self.function.state_size();
         self.core
-            .report_size(self.sessions.as_ref(), (self.timers.len() + entries, bytes));
+            .report_size(&self.sessions, (self.timers.len() + entries, bytes));
     }
 }
 
@@ -262,13 +266,6 @@ where
 {
     type In = T;
     type Out = F::Out;
-
-    fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
-        self.core.open(ctx);
-        self.sessions = Some(ctx.state_table("sessions"));
-        self.function.open(ctx, true);
-        Ok(())
-    }
 
     fn process(
         &mut self,
@@ -298,7 +295,7 @@ where
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
         // The function's state is on the heap, the sessions too unless the task has a store.
-        let heap = self.sessions.as_ref().expect("opened").heap();
+        let heap = self.sessions.heap();
         let range = self.core.ctx().key_groups;
         for key_group in range.start..=range.end {
             let entries: Vec<(&K, &Vec<SessionSlot<F::Acc>>)> = heap
@@ -323,22 +320,16 @@ where
             let key_group = *key_group;
             for (key, list) in entries {
                 self.register_timers(&key, &list);
-                self.sessions
-                    .as_mut()
-                    .expect("opened")
-                    .put(key_group, key, (), list)?;
+                self.sessions.put(key_group, key, (), list)?;
             }
         }
         // Sessions restored into the task's store (not in the snapshot): their timers too.
-        if self.sessions.as_ref().expect("opened").heap().is_none() {
+        if self.sessions.heap().is_none() {
             let mut restored: Vec<(K, Vec<SessionSlot<F::Acc>>)> = Vec::new();
-            self.sessions
-                .as_mut()
-                .expect("opened")
-                .for_each(|_, _, key, list| {
-                    restored.push((key.clone(), list.clone()));
-                    Ok(())
-                })?;
+            self.sessions.for_each(|_, _, key, list| {
+                restored.push((key.clone(), list.clone()));
+                Ok(())
+            })?;
             for (key, list) in restored {
                 self.register_timers(&key, &list);
             }

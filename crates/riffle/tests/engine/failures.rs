@@ -29,6 +29,48 @@ fn an_error_in_a_user_function_names_the_operator_and_subtask() {
 }
 
 #[test]
+fn an_operator_that_cannot_be_built_fails_the_job_naming_it_and_its_subtask() {
+    use riffle::operators::{FromContext, Identity, OperatorContext};
+    for panics in [false, true] {
+        let env = env(2);
+        let (sink, _) = CollectSink::new();
+        env.from_iter(0..10u64)
+            .transform("picky", move || {
+                FromContext(move |ctx: &OperatorContext| {
+                    if ctx.subtask == 1 {
+                        if panics {
+                            panic!("subtask 1 refuses to start");
+                        }
+                        return Err(Error::user("subtask 1 refuses to start"));
+                    }
+                    Ok(Identity::<u64>::new())
+                })
+            })
+            .set_parallelism(2)
+            .sink(sink);
+        match run(&env) {
+            Err(Error::Operator {
+                operator,
+                subtask,
+                source,
+            }) if !panics => {
+                assert_eq!((operator.as_str(), subtask), ("picky", 1));
+                assert_eq!(source.to_string(), "subtask 1 refuses to start");
+            }
+            Err(Error::Panic {
+                operator,
+                subtask,
+                message,
+            }) if panics => {
+                assert_eq!((operator.as_str(), subtask), ("picky", 1));
+                assert_eq!(message, "subtask 1 refuses to start");
+            }
+            other => panic!("expected the build's failure, got {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn a_panic_in_a_user_function_fails_the_job_downstream_of_a_shuffle() {
     let env = env(2);
     let (sink, _) = CollectSink::new();
