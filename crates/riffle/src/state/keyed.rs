@@ -41,88 +41,69 @@ struct Slot<K> {
     type_name: &'static str,
     /// What a checkpoint records of it.
     schema: StateSchema,
-    table: Box<dyn Any + Send>,
+    table: Box<dyn ErasedTable<K>>,
     ttl: Option<StateTtl>,
-    expire: fn(&mut (dyn Any + Send), Timestamp, i64, KeyGroupRange) -> Result<usize>,
-    entries: fn(&(dyn Any + Send)) -> (usize, usize),
-    snapshot: SnapshotGroup,
-    restore: fn(&mut (dyn Any + Send), KeyGroup, &[u8]) -> Result<()>,
-    remove: RemoveKey<K>,
 }
 
-/// Removes one key's entry from a type-erased state table.
-type RemoveKey<K> = fn(&mut (dyn Any + Send), KeyGroup, &K) -> Result<()>;
-
-fn remove_key<K: Data + Hash + Eq, X: Data>(
-    table: &mut (dyn Any + Send),
-    key_group: KeyGroup,
-    key: &K,
-) -> Result<()> {
-    table
-        .downcast_mut::<StoredTable<K, X>>()
-        .expect("slot type")
-        .remove(key_group, key, &())
+/// A declared state's table with its value type erased. What the operator does to every state
+/// at once (expire, size, snapshot, restore, remove a key) goes through the compiler's vtable of
+/// the table's own type, so no call can reach a table as another type; the one typed access,
+/// [`KeyedState::table`], is a checked downcast whose mismatch is an error.
+trait ErasedTable<K>: Send {
+    /// Removes the entries of `groups` that expired (`ttl` ms after their last update).
+    fn expire(&mut self, now: Timestamp, ttl: i64, groups: KeyGroupRange) -> Result<usize>;
+    /// Entries and bytes.
+    fn entries(&self) -> (usize, usize);
+    /// The entries of one key group of a heap state (`None`: nothing in it, or the state is in
+    /// a store, whose checkpoint holds it).
+    fn snapshot_group(&self, key_group: KeyGroup) -> Result<Option<Vec<u8>>>;
+    /// Puts back what [`snapshot_group`](ErasedTable::snapshot_group) wrote.
+    fn restore_group(&mut self, key_group: KeyGroup, bytes: &[u8]) -> Result<()>;
+    /// Removes one key's entry.
+    fn remove(&mut self, key_group: KeyGroup, key: &K) -> Result<()>;
+    /// The table itself, for the typed access.
+    fn as_any_mut(&mut self) -> &mut (dyn Any + Send);
 }
 
-/// Writes one key group of a type-erased state table (`None`: nothing in it).
-type SnapshotGroup = fn(&(dyn Any + Send), KeyGroup) -> Result<Option<Vec<u8>>>;
-
-/// Removes the entries of `groups` that expired (`ttl` ms after their last update).
-fn expire<K: Data + Hash + Eq, X: Data>(
-    table: &mut (dyn Any + Send),
-    now: Timestamp,
-    ttl: i64,
-    groups: KeyGroupRange,
-) -> Result<usize> {
-    let table = table
-        .downcast_mut::<StoredTable<K, X>>()
-        .expect("slot type");
-    table.remove_where(groups, |_, _, v| now - v.touched >= ttl)
-}
-
-fn entries<K: Data + Hash + Eq, X: Data>(table: &(dyn Any + Send)) -> (usize, usize) {
-    table
-        .downcast_ref::<StoredTable<K, X>>()
-        .expect("slot type")
-        .size()
-}
-
-/// The entries of one key group of a heap state (a store's state is in the store's checkpoint).
-fn snapshot_group<K: Data + Hash + Eq, X: Data>(
-    table: &(dyn Any + Send),
-    key_group: KeyGroup,
-) -> Result<Option<Vec<u8>>> {
-    let Some(table) = table
-        .downcast_ref::<StoredTable<K, X>>()
-        .expect("slot type")
-        .heap()
-    else {
-        return Ok(None);
-    };
-    let entries: Vec<(&K, &Timed<X>)> = table
-        .group_entries(key_group)
-        .into_iter()
-        .map(|(_, k, v)| (k, v))
-        .collect();
-    if entries.is_empty() {
-        Ok(None)
-    } else {
-        encode(&entries).map(Some)
+impl<K: Data + Hash + Eq, X: Data> ErasedTable<K> for StoredTable<K, X> {
+    fn expire(&mut self, now: Timestamp, ttl: i64, groups: KeyGroupRange) -> Result<usize> {
+        self.remove_where(groups, |_, _, v| now - v.touched >= ttl)
     }
-}
 
-fn restore_group<K: Data + Hash + Eq, X: Data>(
-    table: &mut (dyn Any + Send),
-    key_group: KeyGroup,
-    bytes: &[u8],
-) -> Result<()> {
-    let table = table
-        .downcast_mut::<StoredTable<K, X>>()
-        .expect("slot type");
-    for (key, value) in decode::<Vec<(K, Timed<X>)>>(bytes)? {
-        table.put(key_group, key, (), value)?;
+    fn entries(&self) -> (usize, usize) {
+        self.size()
     }
-    Ok(())
+
+    fn snapshot_group(&self, key_group: KeyGroup) -> Result<Option<Vec<u8>>> {
+        let Some(table) = self.heap() else {
+            return Ok(None);
+        };
+        let entries: Vec<(&K, &Timed<X>)> = table
+            .group_entries(key_group)
+            .into_iter()
+            .map(|(_, k, v)| (k, v))
+            .collect();
+        if entries.is_empty() {
+            Ok(None)
+        } else {
+            encode(&entries).map(Some)
+        }
+    }
+
+    fn restore_group(&mut self, key_group: KeyGroup, bytes: &[u8]) -> Result<()> {
+        for (key, value) in decode::<Vec<(K, Timed<X>)>>(bytes)? {
+            self.put(key_group, key, (), value)?;
+        }
+        Ok(())
+    }
+
+    fn remove(&mut self, key_group: KeyGroup, key: &K) -> Result<()> {
+        StateTable::remove(self, key_group, key, &())
+    }
+
+    fn as_any_mut(&mut self) -> &mut (dyn Any + Send) {
+        self
+    }
 }
 
 /// Restores one key group of a heap state written by an older version of its type: the
@@ -391,6 +372,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         let slot = &mut self.slots[index];
         let type_name = slot.type_name;
         slot.table
+            .as_any_mut()
             .downcast_mut::<StoredTable<K, X>>()
             .ok_or_else(|| {
                 SlotError::Mismatch(format!(
@@ -465,7 +447,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
             }
             _ => {
                 for (_, key_group, bytes) in restored {
-                    restore_group::<K, X>(&mut table, key_group, &bytes).map_err(|e| {
+                    table.restore_group(key_group, &bytes).map_err(|e| {
                         incompatible(format!(
                             "{e} (its type, {}, cannot read what the savepoint holds{})",
                             schema.type_name,
@@ -486,11 +468,6 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
             schema,
             table: Box::new(table),
             ttl,
-            expire: expire::<K, X>,
-            entries: entries::<K, X>,
-            snapshot: snapshot_group::<K, X>,
-            restore: restore_group::<K, X>,
-            remove: remove_key::<K, X>,
         });
         Ok(self.slots.len() - 1)
     }
@@ -618,9 +595,8 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         self.slots
             .iter_mut()
             .filter_map(|slot| {
-                slot.ttl.map(|ttl| {
-                    (slot.expire)(slot.table.as_mut(), now, ttl.ttl.as_millis() as i64, groups)
-                })
+                slot.ttl
+                    .map(|ttl| slot.table.expire(now, ttl.ttl.as_millis() as i64, groups))
             })
             .map(|removed| removed.unwrap_or(0))
             .sum()
@@ -630,7 +606,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
     pub(crate) fn snapshot_group(&self, key_group: KeyGroup) -> Result<StateGroupSnapshot> {
         let mut states = Vec::new();
         for slot in &self.slots {
-            if let Some(bytes) = (slot.snapshot)(slot.table.as_ref(), key_group)? {
+            if let Some(bytes) = slot.table.snapshot_group(key_group)? {
                 states.push((slot.name.to_string(), bytes));
             }
         }
@@ -650,7 +626,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
     ) -> Result<()> {
         for (name, bytes) in states {
             match self.slots.iter_mut().find(|s| s.name == name) {
-                Some(slot) => (slot.restore)(slot.table.as_mut(), key_group, &bytes)?,
+                Some(slot) => slot.table.restore_group(key_group, &bytes)?,
                 None => self.pending.push((name, key_group, bytes)),
             }
         }
@@ -661,7 +637,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
     /// States restored but not declared since keep theirs until declared.
     pub(crate) fn clear_key(&mut self, key_group: KeyGroup, key: &K) -> Result<()> {
         for slot in &mut self.slots {
-            (slot.remove)(slot.table.as_mut(), key_group, key)?;
+            slot.table.remove(key_group, key)?;
         }
         Ok(())
     }
@@ -670,7 +646,7 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
     pub fn size(&self) -> (usize, usize) {
         self.slots
             .iter()
-            .map(|slot| (slot.entries)(slot.table.as_ref()))
+            .map(|slot| slot.table.entries())
             .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
     }
 }
