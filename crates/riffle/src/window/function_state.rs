@@ -2,10 +2,12 @@
 //! `globalState()`): per-window state of the current key, dropped when its window is purged,
 //! and global state of the current key, kept across its windows.
 //!
-//! Both are kept on the heap, whatever the state backend (a window function fires while the
-//! operator reads its windows from the task's store, which must not be entered again), and
-//! travel in the window operator's checkpoints with the windows of their key group; keep them
-//! small (a few values per key and window).
+//! Both live in the job's state backend, as the operator's own keyed state does: on the heap
+//! they travel in the window operator's checkpoints with the windows of their key group; with
+//! a store (RocksDB) they are entries of the task's store under their own state ids (the
+//! operator's id with `#window-fn-global` / `#window-fn-window`), checkpointed and re-partitioned
+//! with it. A window function writes them while the operator reads its windows from the same
+//! store: the stores allow writes during a scan (they copy what they cache before visiting).
 //! Keys are held by their canonical encoding ([`encode_key`](crate::keys::encode_key)), so the
 //! function's context needs no key type. Merging (session) windows have no per-window state, as
 //! in Flink: a merged session's state could not be told apart.
@@ -40,11 +42,14 @@ pub(crate) struct FunctionState {
 pub(crate) type FunctionStateGroup = (Vec<(String, Vec<u8>)>, Vec<(String, Vec<u8>)>);
 
 impl FunctionState {
-    /// The state of the operator of `ctx` (merging windows have no per-window state).
+    /// The state of the operator of `ctx`, in its backend (merging windows have no per-window
+    /// state).
     pub(crate) fn open(ctx: &OperatorContext, merging: bool) -> Self {
+        let id = |scope: &str| format!("{}#window-fn-{scope}", ctx.id);
+        let (range, clock, store) = (ctx.key_groups, &ctx.clock, &ctx.store);
         FunctionState {
-            global: KeyedState::new(ctx.key_groups, ctx.clock.clone()),
-            windows: KeyedState::new(ctx.key_groups, ctx.clock.clone()),
+            global: KeyedState::in_store(range, clock.clone(), store.clone(), &id("global")),
+            windows: KeyedState::in_store(range, clock.clone(), store.clone(), &id("window")),
             max_parallelism: ctx.max_parallelism,
             merging,
         }

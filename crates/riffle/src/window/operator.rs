@@ -344,7 +344,11 @@ where
             dirty: false,
         };
         let initial = create();
-        self.table.update(
+        // The results to emit are taken out of the update and emitted after it: the function
+        // may use its own state, in the same store, which must not be entered from inside an
+        // update. (Firing on a record is rare: a trigger's decision, or a late record.)
+        let fires_at_end = function.fires_at_end();
+        let firings = self.table.update(
             key_group,
             key,
             &window,
@@ -359,20 +363,28 @@ where
                     Err(borrowed) => function.add(&mut slot.acc, borrowed),
                 }
                 slot.dirty = true;
+                let mut firings: Vec<(F::Acc, bool)> = Vec::new();
                 if decision != TriggerResult::Continue {
-                    function.fire(key, window, &slot.acc, slot.emitted, out)?;
+                    firings.push((slot.acc.clone(), slot.emitted));
                     slot.emitted = true;
                     slot.dirty = false;
                     if decision == TriggerResult::FireAndPurge {
                         slot.acc = function.create();
                     }
                 }
-                if due {
-                    Self::fire_slot(function, key, window, slot, out)?;
+                if due && fires_at_end && (!slot.fired || slot.dirty) {
+                    firings.push((slot.acc.clone(), slot.emitted));
+                    slot.fired = true;
+                    slot.emitted = true;
+                    slot.dirty = false;
                 }
-                Ok(())
+                Ok(firings)
             },
-        )
+        )?;
+        for (acc, update) in firings {
+            self.function.fire(key, window, &acc, update, out)?;
+        }
+        Ok(())
     }
 }
 
@@ -529,7 +541,7 @@ where
         // The windows that hold state (every old subtask's, on restore); the slots themselves
         // are here when on the heap, in the task's store otherwise.
         snapshot.write_operator(Redistribution::Union, &self.panes)?;
-        // The function's state is on the heap, the slots too unless the task has a store.
+        // The slots and the function's state are here when on the heap, in the store otherwise.
         let heap = self.table.heap();
         let range = self.core.ctx().key_groups;
         for key_group in range.start..=range.end {

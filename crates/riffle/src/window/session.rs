@@ -239,14 +239,17 @@ where
         })?;
         for (key_group, key) in dirty {
             let function = &mut self.function;
-            sessions.update(key_group, &key, &(), Vec::new, |list| {
-                for slot in list.iter_mut().filter(|s| s.dirty && !s.fired) {
-                    function.fire(&key, slot.window, &slot.acc, slot.emitted, out)?;
-                    slot.emitted = true;
-                    slot.dirty = false;
-                }
-                Ok(())
-            })?;
+            // Read, fire, write back: the function may use its state in the same store, which
+            // must not be entered from inside an update.
+            let Some(mut list) = sessions.get(key_group, &key, &())? else {
+                continue;
+            };
+            for slot in list.iter_mut().filter(|s| s.dirty && !s.fired) {
+                function.fire(&key, slot.window, &slot.acc, slot.emitted, out)?;
+                slot.emitted = true;
+                slot.dirty = false;
+            }
+            sessions.put(key_group, key, (), list)?;
         }
         Ok(())
     }
@@ -294,7 +297,7 @@ where
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
-        // The function's state is on the heap, the sessions too unless the task has a store.
+        // The sessions and the function's state are here when on the heap, in the store otherwise.
         let heap = self.sessions.heap();
         let range = self.core.ctx().key_groups;
         for key_group in range.start..=range.end {

@@ -93,3 +93,53 @@ fn session_windows_have_global_state_but_no_per_window_state() -> Result<()> {
     assert!(lines[1].starts_with("7: 3 so far"), "{}", lines[1]);
     Ok(())
 }
+
+/// The entries of state `name` of the harness's operator (id `operator under test`) under `scope`
+/// (`global` or `window`) in `store`, in key group `key_group`.
+fn stored(
+    store: &dyn riffle::state::KvStore,
+    key_group: u16,
+    scope: &str,
+    name: &str,
+) -> Result<usize> {
+    let id = riffle::state::state_id(&format!("operator under test#window-fn-{scope}"), name);
+    let mut prefix = key_group.to_be_bytes().to_vec();
+    prefix.extend_from_slice(&id.to_be_bytes());
+    let mut count = 0;
+    store.scan(&[prefix], &mut |_, _| {
+        count += 1;
+        Ok(true)
+    })?;
+    Ok(count)
+}
+
+#[test]
+fn with_a_store_the_window_functions_state_lives_in_the_store() -> Result<()> {
+    let store = std::sync::Arc::new(riffle::testing::MemoryKvStore::default());
+    let op = WindowTest::new(user, Tumbling::of(Duration::from_secs(10)))
+        .allowed_lateness(Duration::from_secs(20))
+        .process(stateful);
+    let mut h = OperatorHarness::builder(op).store(store.clone()).build()?;
+    h.process((1, 1_000), 1_000)?;
+    h.watermark(9_999)?;
+    h.process((1, 2_000), 2_000)?; // late, within the lateness: fires from inside the record's add
+    h.process((1, 12_000), 12_000)?;
+    h.watermark(19_999)?;
+    assert_eq!(
+        h.take_values(),
+        vec![
+            "1@0: 1 clicks, firing 1, firings of the user 1",
+            "1@0: 2 clicks, firing 2, firings of the user 2",
+            "1@10000: 1 clicks, firing 1, firings of the user 3",
+        ]
+    );
+    let key_group = riffle::keys::key_group_of(&1u64, 128);
+    assert_eq!(stored(store.as_ref(), key_group, "global", "seen")?, 1);
+    assert_eq!(stored(store.as_ref(), key_group, "window", "firings")?, 2);
+    h.watermark(29_999)?; // window 0 is purged, with its per-window state
+    assert_eq!(stored(store.as_ref(), key_group, "window", "firings")?, 1);
+    h.watermark(39_999)?;
+    assert_eq!(stored(store.as_ref(), key_group, "window", "firings")?, 0);
+    assert_eq!(stored(store.as_ref(), key_group, "global", "seen")?, 1);
+    Ok(())
+}
