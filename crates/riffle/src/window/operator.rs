@@ -308,17 +308,24 @@ where
         slot: &mut Slot<F::Acc>,
         out: &mut Collector<'_, F::Out>,
     ) -> Result<()> {
-        if !function.fires_at_end() {
-            // A custom trigger fires this window, never its end.
-            return Ok(());
+        match Self::fire_at_end(function.fires_at_end(), slot) {
+            Some(update) => function.fire(key, window, &slot.acc, update, out),
+            None => Ok(()),
         }
-        if !slot.fired || slot.dirty {
-            function.fire(key, window, &slot.acc, slot.emitted, out)?;
-            slot.fired = true;
-            slot.emitted = true;
-            slot.dirty = false;
+    }
+
+    /// Marks a slot whose window's end was reached as fired, if it has not fired or changed
+    /// since; `Some(update)`: its result is to be emitted (as an update if one was before).
+    /// `fires_at_end` false: a custom trigger fires the window, never its end.
+    fn fire_at_end(fires_at_end: bool, slot: &mut Slot<F::Acc>) -> Option<bool> {
+        if !fires_at_end || (slot.fired && !slot.dirty) {
+            return None;
         }
-        Ok(())
+        let update = slot.emitted;
+        slot.fired = true;
+        slot.emitted = true;
+        slot.dirty = false;
+        Some(update)
     }
 
     /// Adds a record to one window of its key; fires the key's result at once if the window is
@@ -372,11 +379,8 @@ where
                         slot.acc = function.create();
                     }
                 }
-                if due && fires_at_end && (!slot.fired || slot.dirty) {
-                    firings.push((slot.acc.clone(), slot.emitted));
-                    slot.fired = true;
-                    slot.emitted = true;
-                    slot.dirty = false;
+                if due && let Some(update) = Self::fire_at_end(fires_at_end, slot) {
+                    firings.push((slot.acc.clone(), update));
                 }
                 Ok(firings)
             },

@@ -32,15 +32,12 @@ fn stateful(
     ))
 }
 
-#[test]
-fn per_window_state_counts_a_windows_firings_and_is_dropped_with_the_window() -> Result<()> {
-    let op = WindowTest::new(user, Tumbling::of(Duration::from_secs(10)))
-        .allowed_lateness(Duration::from_secs(20))
-        .process(stateful);
-    let mut h = OperatorHarness::builder(op).build()?;
+/// Ten-second windows with 20 s of lateness: user 1 clicks in window 0, once more late (within
+/// the lateness: the window fires again, from inside the record's add) and in window 10 000.
+fn two_windows_and_a_late_click(h: &mut OperatorHarness<Click, String>) -> Result<()> {
     h.process((1, 1_000), 1_000)?;
     h.watermark(9_999)?;
-    h.process((1, 2_000), 2_000)?; // late, within the lateness: the window fires again
+    h.process((1, 2_000), 2_000)?;
     h.process((1, 12_000), 12_000)?;
     h.watermark(19_999)?;
     assert_eq!(
@@ -51,6 +48,16 @@ fn per_window_state_counts_a_windows_firings_and_is_dropped_with_the_window() ->
             "1@10000: 1 clicks, firing 1, firings of the user 3",
         ]
     );
+    Ok(())
+}
+
+#[test]
+fn per_window_state_counts_a_windows_firings_and_is_dropped_with_the_window() -> Result<()> {
+    let op = WindowTest::new(user, Tumbling::of(Duration::from_secs(10)))
+        .allowed_lateness(Duration::from_secs(20))
+        .process(stateful);
+    let mut h = OperatorHarness::builder(op).build()?;
+    two_windows_and_a_late_click(&mut h)?;
     // (window 0's records, window 10 000's record) + 2 per-window states + 1 global state.
     let before = h.metrics().state_entries;
     h.watermark(29_999)?; // window 0 is purged, with its per-window state
@@ -120,19 +127,7 @@ fn with_a_store_the_window_functions_state_lives_in_the_store() -> Result<()> {
         .allowed_lateness(Duration::from_secs(20))
         .process(stateful);
     let mut h = OperatorHarness::builder(op).store(store.clone()).build()?;
-    h.process((1, 1_000), 1_000)?;
-    h.watermark(9_999)?;
-    h.process((1, 2_000), 2_000)?; // late, within the lateness: fires from inside the record's add
-    h.process((1, 12_000), 12_000)?;
-    h.watermark(19_999)?;
-    assert_eq!(
-        h.take_values(),
-        vec![
-            "1@0: 1 clicks, firing 1, firings of the user 1",
-            "1@0: 2 clicks, firing 2, firings of the user 2",
-            "1@10000: 1 clicks, firing 1, firings of the user 3",
-        ]
-    );
+    two_windows_and_a_late_click(&mut h)?;
     let key_group = riffle::keys::key_group_of(&1u64, 128);
     assert_eq!(stored(store.as_ref(), key_group, "global", "seen")?, 1);
     assert_eq!(stored(store.as_ref(), key_group, "window", "firings")?, 2);
