@@ -1,8 +1,8 @@
 //! The clean-up of a group's checkpoint storage: what no committed offset needs any more goes.
 //!
 //! Every run registers under `<group>-runs/<run>/run` at its start (who runs it, and its place
-//! in its member's sequence of runs). At the start of each run, a member removes, in the
-//! background:
+//! in its member's sequence of runs). At the start of each run, and again every half grace while
+//! the run lasts, a member removes, in the background:
 //! - the markers of earlier releases below each partition's committed offset
 //!   (`<group>-state/...`, [`super::legacy`]);
 //! - the directories of runs that are **provably dead and unnamed**, with their composed
@@ -30,7 +30,7 @@
 //! killed and started and check that every snapshot they name exists.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use rdkafka::Offset;
 use riffle::checkpoint::CheckpointStorage;
@@ -213,7 +213,13 @@ impl KafkaGroup {
     }
 
     /// Registers run `job`, the `seq`-th of this member (for the clean-ups of later runs), and
-    /// cleans up in the background.
+    /// cleans up in the background: at once, then again every half grace while `job` is the
+    /// member's newest run. A single pass at the start would leave what was not yet provably
+    /// dead or idle then (a member's run before this one, still writing a moment ago; a killed
+    /// member still in the group until its session expires) until the next rebalance, which in
+    /// a stable group may never come.
+    ///
+    /// The thread holds the group weakly: dropping the last [`KafkaGroup`] still leaves it.
     pub(super) fn clean_up_in_background(&self, storage: CheckpointStorage, job: String, seq: u64) {
         let registration = Registration {
             member: self.inner.label.clone(),
@@ -225,18 +231,42 @@ impl KafkaGroup {
             tracing::warn!(group = %self.inner.name, error = %e, "group: cannot register the run");
             return;
         }
-        let group = self.clone();
+        let weak = std::sync::Arc::downgrade(&self.inner);
+        // The group while `job` is its member's newest run and the member is in the group.
+        let current = move || {
+            let inner = weak.upgrade()?;
+            let current = inner.runs.load(std::sync::atomic::Ordering::Acquire) == seq
+                && !inner.left.load(std::sync::atomic::Ordering::Acquire);
+            current.then_some(KafkaGroup { inner })
+        };
         let spawned = std::thread::Builder::new()
             .name("riffle-group-cleanup".into())
-            .spawn(move || match group.clean_up(&storage, &job) {
-                Ok(done) => tracing::info!(
-                    group = %group.inner.name,
-                    markers = done.markers,
-                    runs = done.runs,
-                    "group: cleaned up the checkpoint storage"
-                ),
-                Err(e) => {
-                    tracing::warn!(group = %group.inner.name, error = %e, "group: clean-up failed")
+            .spawn(move || {
+                let mut first = true;
+                while let Some(group) = current() {
+                    match group.clean_up(&storage, &job) {
+                        // The first pass always says what it did; later ones when they removed
+                        // something.
+                        Ok(done) if first || done.runs + done.markers > 0 => tracing::info!(
+                            group = %group.inner.name,
+                            markers = done.markers,
+                            runs = done.runs,
+                            "group: cleaned up the checkpoint storage"
+                        ),
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(group = %group.inner.name, error = %e, "group: clean-up failed")
+                        }
+                    }
+                    first = false;
+                    let next = Instant::now() + cleanup_period(group.cleanup_grace());
+                    drop(group);
+                    while Instant::now() < next {
+                        std::thread::sleep(CLEANUP_POLL);
+                        if current().is_none() {
+                            return;
+                        }
+                    }
                 }
             });
         if let Err(e) = spawned {
@@ -244,6 +274,15 @@ impl KafkaGroup {
         }
     }
 }
+
+/// How often a run's clean-up looks for runs to remove: every half grace (a dead run is then
+/// removed at most 1.5 graces after its last write), at least every second.
+fn cleanup_period(grace: Duration) -> Duration {
+    (grace / 2).max(Duration::from_secs(1))
+}
+
+/// How often a waiting clean-up checks that its run is still the member's newest.
+const CLEANUP_POLL: Duration = Duration::from_millis(200);
 
 #[cfg(test)]
 mod tests {
