@@ -295,6 +295,12 @@ impl<In: Data, Out: Data> OperatorHarness<In, Out> {
         self.clock.now()
     }
 
+    /// Ends input `input` of a two-input operator (0: the first, 1: the second), as the task
+    /// does when every channel of that input ended; the other input may go on.
+    pub fn end_input(&mut self, input: usize) -> Result<()> {
+        self.chain.end_input(input)
+    }
+
     /// Ends the input (a bounded input delivers the final watermark first: call
     /// `watermark(i64::MAX)` to mimic it).
     pub fn finish(&mut self) -> Result<()> {

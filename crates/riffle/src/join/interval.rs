@@ -19,7 +19,9 @@ use crate::error::{Error, Result};
 use crate::keys::KeyFn;
 use crate::keys::KeyGroup;
 use crate::operators::keyed::KeyedRuntime;
-use crate::operators::{BuildOperator, Collector, Operator, OperatorContext, OutputTag};
+use crate::operators::{
+    BuildOperator, Collector, OperatorContext, OutputTag, TwoInput, TwoInputOperator,
+};
 use crate::record::{Data, Either, EventTime, Record, Timestamp};
 use crate::state::{TimeDomain, ValueStateDescriptor};
 use crate::util::RateLimitedLog;
@@ -281,11 +283,11 @@ where
     Out: Data,
     P: ProcessJoinFunction<A, B, Out>,
 {
-    type Operator = OpenIntervalJoin<K, A, B, Out, P>;
+    type Operator = TwoInput<OpenIntervalJoin<K, A, B, Out, P>>;
 
     fn build(self, ctx: &OperatorContext) -> Result<Self::Operator> {
         self.spec.validate()?;
-        Ok(OpenIntervalJoin {
+        Ok(TwoInput::new(OpenIntervalJoin {
             key: self.key,
             spec: self.spec,
             function: self.function,
@@ -294,7 +296,7 @@ where
             right: ValueStateDescriptor::new("interval-join-right"),
             late_log: RateLimitedLog::new(Duration::from_secs(10)),
             _out: PhantomData,
-        })
+        }))
     }
 }
 
@@ -443,7 +445,7 @@ where
     }
 }
 
-impl<K, A, B, Out, P> Operator for OpenIntervalJoin<K, A, B, Out, P>
+impl<K, A, B, Out, P> OpenIntervalJoin<K, A, B, Out, P>
 where
     K: Data + Hash + Eq,
     A: Data,
@@ -451,55 +453,81 @@ where
     Out: Data,
     P: ProcessJoinFunction<A, B, Out>,
 {
-    type In = Either<A, B>;
+    /// The key and key group of a record of either side, and its event time (a record without
+    /// one is an error: the join's windows are in event time).
+    fn locate(&self, record: &Record<Either<A, B>>) -> Result<(K, KeyGroup, Timestamp)> {
+        let Some(ts) = record.timestamp() else {
+            return Err(Error::user(
+                "an interval join received a record without a timestamp: give both sources \
+                 a WatermarkStrategy with timestamps",
+            ));
+        };
+        let key = (self.key)(&record.value);
+        let key_group = self.runtime.key_group(&key)?;
+        Ok((key, key_group, ts))
+    }
+
+    /// Joins (or sends aside, when behind the watermark) a run of one side's records, each
+    /// tagged with its side for the join's key function.
+    fn side(
+        &mut self,
+        batch: impl Iterator<Item = Record<Either<A, B>>>,
+        out: &mut Collector<'_, Out>,
+    ) -> Result<()> {
+        for record in batch {
+            let (key, key_group, ts) = self.locate(&record)?;
+            let late = ts < out.current_watermark();
+            let ctx = &self.runtime.ctx;
+            match record.value {
+                Either::Left(a) if late => {
+                    let record = Record::timed(a, record.timestamp);
+                    let tag = self.spec.left_late.as_ref();
+                    Self::late(tag, record, ctx, &mut self.late_log, out)?;
+                }
+                Either::Right(b) if late => {
+                    let record = Record::timed(b, record.timestamp);
+                    let tag = self.spec.right_late.as_ref();
+                    Self::late(tag, record, ctx, &mut self.late_log, out)?;
+                }
+                Either::Left(a) => self.left(&key, key_group, a, ts, out)?,
+                Either::Right(b) => self.right(&key, key_group, b, ts, out)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<K, A, B, Out, P> TwoInputOperator for OpenIntervalJoin<K, A, B, Out, P>
+where
+    K: Data + Hash + Eq,
+    A: Data,
+    B: Data,
+    Out: Data,
+    P: ProcessJoinFunction<A, B, Out>,
+{
+    type In1 = A;
+    type In2 = B;
     type Out = Out;
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.function.open(ctx)
     }
 
-    fn process(
-        &mut self,
-        batch: &mut Vec<Record<Either<A, B>>>,
-        out: &mut Collector<'_, Out>,
-    ) -> Result<()> {
-        for record in batch.drain(..) {
-            let Some(ts) = record.timestamp() else {
-                return Err(Error::user(
-                    "an interval join received a record without a timestamp: give both sources \
-                     a WatermarkStrategy with timestamps",
-                ));
-            };
-            let key = (self.key)(&record.value);
-            let key_group = self.runtime.key_group(&key)?;
-            let late = ts < out.current_watermark();
-            match record.value {
-                Either::Left(a) if late => {
-                    let ctx = &self.runtime.ctx;
-                    let record = Record::timed(a, record.timestamp);
-                    Self::late(
-                        self.spec.left_late.as_ref(),
-                        record,
-                        ctx,
-                        &mut self.late_log,
-                        out,
-                    )?;
-                }
-                Either::Right(b) if late => {
-                    let ctx = &self.runtime.ctx;
-                    let record = Record::timed(b, record.timestamp);
-                    Self::late(
-                        self.spec.right_late.as_ref(),
-                        record,
-                        ctx,
-                        &mut self.late_log,
-                        out,
-                    )?;
-                }
-                Either::Left(a) => self.left(&key, key_group, a, ts, out)?,
-                Either::Right(b) => self.right(&key, key_group, b, ts, out)?,
-            }
-        }
+    fn process1(&mut self, batch: &mut Vec<Record<A>>, out: &mut Collector<'_, Out>) -> Result<()> {
+        let run = batch
+            .drain(..)
+            .map(|r| Record::timed(Either::Left(r.value), r.timestamp));
+        self.side(run, out)
+    }
+
+    fn process2(&mut self, batch: &mut Vec<Record<B>>, out: &mut Collector<'_, Out>) -> Result<()> {
+        let run = batch
+            .drain(..)
+            .map(|r| Record::timed(Either::Right(r.value), r.timestamp));
+        self.side(run, out)
+    }
+
+    fn end_of_batch(&mut self, _out: &mut Collector<'_, Out>) -> Result<()> {
         self.runtime.report_size(0, 0);
         Ok(())
     }

@@ -29,9 +29,9 @@ use crate::checkpoint::{Redistribution, RestoreState, SnapshotWriter, decode, en
 use crate::error::{Error, Result};
 use crate::operators::{
     BuildOperator, Collector, KeyedContext, KeyedProcess, KeyedProcessFunction, OpenKeyedProcess,
-    Operator, OperatorContext, ProcessContext,
+    Operator, OperatorContext, ProcessContext, TwoInput, TwoInputOperator,
 };
-use crate::record::{Data, Either, Record, Timestamp};
+use crate::record::{Data, Record, Timestamp};
 use crate::state::{MapStateDescriptor, TimeDomain};
 
 /// One map of broadcast state, its key and value types hidden.
@@ -365,15 +365,15 @@ impl<A, B, Out, P> BroadcastProcess<A, B, Out, P> {
 impl<A: Data, B: Data, Out: Data, P: BroadcastProcessFunction<A, B, Out>> BuildOperator
     for BroadcastProcess<A, B, Out, P>
 {
-    type Operator = OpenBroadcastProcess<A, B, Out, P>;
+    type Operator = TwoInput<OpenBroadcastProcess<A, B, Out, P>>;
 
     fn build(self, ctx: &OperatorContext) -> Result<Self::Operator> {
-        Ok(OpenBroadcastProcess {
+        Ok(TwoInput::new(OpenBroadcastProcess {
             function: self.function,
             states: self.declarations.instantiate()?,
             ctx: ctx.clone(),
             _types: PhantomData,
-        })
+        }))
     }
 }
 
@@ -382,43 +382,38 @@ fn report_size(ctx: &OperatorContext, states: &BroadcastStates) {
     ctx.metrics.set_state(states.len() as u64, 0);
 }
 
-impl<A: Data, B: Data, Out: Data, P: BroadcastProcessFunction<A, B, Out>> Operator
+impl<A: Data, B: Data, Out: Data, P: BroadcastProcessFunction<A, B, Out>> TwoInputOperator
     for OpenBroadcastProcess<A, B, Out, P>
 {
-    type In = Either<A, B>;
+    type In1 = A;
+    type In2 = B;
     type Out = Out;
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.function.open(ctx)
     }
 
-    fn process(
-        &mut self,
-        batch: &mut Vec<Record<Either<A, B>>>,
-        out: &mut Collector<'_, Out>,
-    ) -> Result<()> {
-        let states = &mut self.states;
-        let mut changed = false;
+    fn process1(&mut self, batch: &mut Vec<Record<A>>, out: &mut Collector<'_, Out>) -> Result<()> {
         for record in batch.drain(..) {
-            let process = ProcessContext::new(out, record.timestamp);
-            match record.value {
-                Either::Left(a) => {
-                    let mut ctx = ReadOnlyBroadcastContext {
-                        process,
-                        states: &*states,
-                    };
-                    self.function.process_element(a, &mut ctx)?;
-                }
-                Either::Right(b) => {
-                    let mut ctx = BroadcastContext { process, states };
-                    self.function.process_broadcast_element(b, &mut ctx)?;
-                    changed = true;
-                }
-            }
+            let mut ctx = ReadOnlyBroadcastContext {
+                process: ProcessContext::new(out, record.timestamp),
+                states: &self.states,
+            };
+            self.function.process_element(record.value, &mut ctx)?;
         }
-        if changed {
-            report_size(&self.ctx, states);
+        Ok(())
+    }
+
+    fn process2(&mut self, batch: &mut Vec<Record<B>>, out: &mut Collector<'_, Out>) -> Result<()> {
+        for record in batch.drain(..) {
+            let mut ctx = BroadcastContext {
+                process: ProcessContext::new(out, record.timestamp),
+                states: &mut self.states,
+            };
+            self.function
+                .process_broadcast_element(record.value, &mut ctx)?;
         }
+        report_size(&self.ctx, &self.states);
         Ok(())
     }
 
@@ -622,8 +617,6 @@ pub struct KeyedBroadcastProcess<K, A, B, Out, P> {
 /// A [`KeyedBroadcastProcess`] built on its subtask.
 pub struct OpenKeyedBroadcastProcess<K, A, B, Out, P> {
     inner: OpenKeyedProcess<K, A, Out, WithBroadcastState<P, B>>,
-    /// A run of keyed records of a batch, handed to the keyed part at once.
-    run: Vec<Record<A>>,
 }
 
 impl<K, A, B, Out, P> KeyedBroadcastProcess<K, A, B, Out, P> {
@@ -651,7 +644,7 @@ where
     Out: Data,
     P: KeyedBroadcastProcessFunction<K, A, B, Out>,
 {
-    type Operator = OpenKeyedBroadcastProcess<K, A, B, Out, P>;
+    type Operator = TwoInput<OpenKeyedBroadcastProcess<K, A, B, Out, P>>;
 
     fn build(self, ctx: &OperatorContext) -> Result<Self::Operator> {
         let function = WithBroadcastState {
@@ -659,14 +652,13 @@ where
             states: self.declarations.instantiate()?,
             _type: PhantomData,
         };
-        Ok(OpenKeyedBroadcastProcess {
+        Ok(TwoInput::new(OpenKeyedBroadcastProcess {
             inner: KeyedProcess::new(self.key, function).build(ctx)?,
-            run: Vec::new(),
-        })
+        }))
     }
 }
 
-impl<K, A, B, Out, P> OpenKeyedBroadcastProcess<K, A, B, Out, P>
+impl<K, A, B, Out, P> TwoInputOperator for OpenKeyedBroadcastProcess<K, A, B, Out, P>
 where
     K: Data + Hash + Eq,
     A: Data,
@@ -674,52 +666,31 @@ where
     Out: Data,
     P: KeyedBroadcastProcessFunction<K, A, B, Out>,
 {
-    fn flush_run(&mut self, out: &mut Collector<'_, Out>) -> Result<()> {
-        if self.run.is_empty() {
-            return Ok(());
-        }
-        self.inner.process(&mut self.run, out)?;
-        self.run.clear();
-        Ok(())
-    }
-}
-
-impl<K, A, B, Out, P> Operator for OpenKeyedBroadcastProcess<K, A, B, Out, P>
-where
-    K: Data + Hash + Eq,
-    A: Data,
-    B: Data,
-    Out: Data,
-    P: KeyedBroadcastProcessFunction<K, A, B, Out>,
-{
-    type In = Either<A, B>;
+    type In1 = A;
+    type In2 = B;
     type Out = Out;
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.inner.open(ctx)
     }
 
-    fn process(
-        &mut self,
-        batch: &mut Vec<Record<Either<A, B>>>,
-        out: &mut Collector<'_, Out>,
-    ) -> Result<()> {
+    fn process1(&mut self, batch: &mut Vec<Record<A>>, out: &mut Collector<'_, Out>) -> Result<()> {
+        self.inner.process(batch, out)
+    }
+
+    fn process2(&mut self, batch: &mut Vec<Record<B>>, out: &mut Collector<'_, Out>) -> Result<()> {
+        // Keyed records of the batch before these broadcast ones saw the state before them.
+        let function = self.inner.function_mut();
         for record in batch.drain(..) {
-            match record.value {
-                Either::Left(a) => self.run.push(Record::timed(a, record.timestamp)),
-                Either::Right(b) => {
-                    // Keyed records before the broadcast one see the state before it.
-                    self.flush_run(out)?;
-                    let function = self.inner.function_mut();
-                    let mut ctx = BroadcastContext {
-                        process: ProcessContext::new(out, record.timestamp),
-                        states: &mut function.states,
-                    };
-                    function.function.process_broadcast_element(b, &mut ctx)?;
-                }
-            }
+            let mut ctx = BroadcastContext {
+                process: ProcessContext::new(out, record.timestamp),
+                states: &mut function.states,
+            };
+            function
+                .function
+                .process_broadcast_element(record.value, &mut ctx)?;
         }
-        self.flush_run(out)
+        Ok(())
     }
 
     fn on_watermark(&mut self, watermark: Timestamp, out: &mut Collector<'_, Out>) -> Result<()> {

@@ -1,9 +1,9 @@
 //! Functions over two connected streams (Flink's `CoProcessFunction`, `KeyedCoProcessFunction`,
 //! `CoMapFunction`).
 //!
-//! A two-input operator reads [`Either`]: `Left` records from the first input, `Right` from the
-//! second, in one task whose watermark is the minimum of both inputs' and whose checkpoints align
-//! barriers across both. The functions here dispatch each record to the method of its input; a
+//! A two-input operator ([`TwoInputOperator`]) runs in one task whose watermark is the minimum of
+//! both inputs' and whose checkpoints align barriers across both. The functions here have one
+//! method per input; a
 //! keyed one shares its keyed state and timers between both inputs, so a record of one input can
 //! see what the other left for the same key.
 
@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::operators::{
-    Collector, KeyedContext, KeyedProcessFunction, Operator, OperatorContext, ProcessContext,
+    BuildOperator, Collector, KeyedContext, KeyedProcessFunction, OperatorContext, ProcessContext,
+    TwoInput, TwoInputOperator,
 };
 use crate::record::{Data, Either, Record, Timestamp};
 use crate::state::TimeDomain;
@@ -105,27 +106,29 @@ impl<A, B, Out, P> CoProcess<A, B, Out, P> {
     }
 }
 
-impl<A: Data, B: Data, Out: Data, P: CoProcessFunction<A, B, Out>> Operator
+impl<A: Data, B: Data, Out: Data, P: CoProcessFunction<A, B, Out>> TwoInputOperator
     for CoProcess<A, B, Out, P>
 {
-    type In = Either<A, B>;
+    type In1 = A;
+    type In2 = B;
     type Out = Out;
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
         self.function.open(ctx)
     }
 
-    fn process(
-        &mut self,
-        batch: &mut Vec<Record<Either<A, B>>>,
-        out: &mut Collector<'_, Out>,
-    ) -> Result<()> {
+    fn process1(&mut self, batch: &mut Vec<Record<A>>, out: &mut Collector<'_, Out>) -> Result<()> {
         for record in batch.drain(..) {
             let mut ctx = ProcessContext::new(out, record.timestamp);
-            match record.value {
-                Either::Left(a) => self.function.process_element1(a, &mut ctx)?,
-                Either::Right(b) => self.function.process_element2(b, &mut ctx)?,
-            }
+            self.function.process_element1(record.value, &mut ctx)?;
+        }
+        Ok(())
+    }
+
+    fn process2(&mut self, batch: &mut Vec<Record<B>>, out: &mut Collector<'_, Out>) -> Result<()> {
+        for record in batch.drain(..) {
+            let mut ctx = ProcessContext::new(out, record.timestamp);
+            self.function.process_element2(record.value, &mut ctx)?;
         }
         Ok(())
     }
@@ -136,6 +139,16 @@ impl<A: Data, B: Data, Out: Data, P: CoProcessFunction<A, B, Out>> Operator
 
     fn close(&mut self, out: &mut Collector<'_, Out>) -> Result<()> {
         self.function.close(out)
+    }
+}
+
+impl<A: Data, B: Data, Out: Data, P: CoProcessFunction<A, B, Out>> BuildOperator
+    for CoProcess<A, B, Out, P>
+{
+    type Operator = TwoInput<Self>;
+
+    fn build(self, _ctx: &OperatorContext) -> Result<TwoInput<Self>> {
+        Ok(TwoInput::new(self))
     }
 }
 
@@ -158,7 +171,7 @@ impl<A, B, Out, F1, F2> CoMap<A, B, Out, F1, F2> {
     }
 }
 
-impl<A, B, Out, F1, F2> Operator for CoMap<A, B, Out, F1, F2>
+impl<A, B, Out, F1, F2> TwoInputOperator for CoMap<A, B, Out, F1, F2>
 where
     A: Data,
     B: Data,
@@ -166,22 +179,37 @@ where
     F1: Fn(A) -> Out + Send + Sync + 'static,
     F2: Fn(B) -> Out + Send + Sync + 'static,
 {
-    type In = Either<A, B>;
+    type In1 = A;
+    type In2 = B;
     type Out = Out;
 
-    fn process(
-        &mut self,
-        batch: &mut Vec<Record<Either<A, B>>>,
-        out: &mut Collector<'_, Out>,
-    ) -> Result<()> {
+    fn process1(&mut self, batch: &mut Vec<Record<A>>, out: &mut Collector<'_, Out>) -> Result<()> {
         for record in batch.drain(..) {
-            let value = match record.value {
-                Either::Left(a) => (self.first)(a),
-                Either::Right(b) => (self.second)(b),
-            };
-            out.emit(Record::timed(value, record.timestamp))?;
+            out.emit(Record::timed((self.first)(record.value), record.timestamp))?;
         }
         Ok(())
+    }
+
+    fn process2(&mut self, batch: &mut Vec<Record<B>>, out: &mut Collector<'_, Out>) -> Result<()> {
+        for record in batch.drain(..) {
+            out.emit(Record::timed((self.second)(record.value), record.timestamp))?;
+        }
+        Ok(())
+    }
+}
+
+impl<A, B, Out, F1, F2> BuildOperator for CoMap<A, B, Out, F1, F2>
+where
+    A: Data,
+    B: Data,
+    Out: Data,
+    F1: Fn(A) -> Out + Send + Sync + 'static,
+    F2: Fn(B) -> Out + Send + Sync + 'static,
+{
+    type Operator = TwoInput<Self>;
+
+    fn build(self, _ctx: &OperatorContext) -> Result<TwoInput<Self>> {
+        Ok(TwoInput::new(self))
     }
 }
 

@@ -17,6 +17,7 @@ pub(crate) mod keyed;
 mod output;
 mod process;
 mod rolling;
+mod two_input;
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -41,6 +42,7 @@ pub use output::Collector;
 pub(crate) use output::{ErasedSideOutput, Output, SideOutputs, TypedSideOutput};
 pub use process::{Process, ProcessContext};
 pub use rolling::Rolling;
+pub use two_input::{TwoInput, TwoInputOperator};
 
 // Moved to `crate::join` (one home for the join operators); the old paths stay for one release.
 pub use crate::join::{
