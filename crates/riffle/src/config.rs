@@ -11,20 +11,25 @@ use crate::checkpoint::CheckpointConfig;
 use crate::error::{Error, Result};
 use crate::state::{HeapBackend, StateBackend};
 use crate::time::{Clock, SystemClock};
+use crate::util::setters;
 
 /// The largest supported `max_parallelism` (number of key groups), as in Flink.
 pub const MAX_KEY_GROUPS: usize = 32_768;
 
 /// Settings of a [`StreamEnv`](crate::StreamEnv) and of the jobs it runs.
 ///
+/// Build it from [`EnvConfig::default`] (or [`EnvConfig::deterministic`]) with its `with_*`
+/// setters, one per setting: a program written so keeps compiling when a release adds a
+/// setting. (A struct literal with `..EnvConfig::default()` works in this release too; the
+/// struct becomes `#[non_exhaustive]` in the next, see CHANGELOG.md.)
+///
 /// ```
 /// use std::time::Duration;
-/// let config = riffle::EnvConfig {
-///     parallelism: 2,
-///     buffer_timeout: Duration::from_millis(5),
-///     ..riffle::EnvConfig::default()
-/// };
+/// let config = riffle::EnvConfig::default()
+///     .with_parallelism(2)
+///     .with_buffer_timeout(Duration::from_millis(5));
 /// config.validate().unwrap();
+/// assert_eq!(config.parallelism, 2);
 /// ```
 #[derive(Clone, Debug)]
 pub struct EnvConfig {
@@ -101,6 +106,39 @@ impl Default for EnvConfig {
 }
 
 impl EnvConfig {
+    setters! {
+        /// Sets [`job_name`](Self::job_name).
+        with_job_name => job_name: String;
+        /// Sets [`parallelism`](Self::parallelism).
+        with_parallelism => parallelism: usize;
+        /// Sets [`max_parallelism`](Self::max_parallelism).
+        with_max_parallelism => max_parallelism: usize;
+        /// Sets [`buffer_size`](Self::buffer_size).
+        with_buffer_size => buffer_size: usize;
+        /// Sets [`buffer_timeout`](Self::buffer_timeout).
+        with_buffer_timeout => buffer_timeout: Duration;
+        /// Sets [`channel_capacity`](Self::channel_capacity).
+        with_channel_capacity => channel_capacity: usize;
+        /// Sets [`dead_letter_dir`](Self::dead_letter_dir).
+        with_dead_letter_dir => dead_letter_dir: PathBuf;
+        /// Sets [`fail_on_dead_letters`](Self::fail_on_dead_letters).
+        with_fail_on_dead_letters => fail_on_dead_letters: bool;
+        /// Sets [`watermark_interval`](Self::watermark_interval).
+        with_watermark_interval => watermark_interval: Duration;
+        /// Sets [`watermark_after_every_batch`](Self::watermark_after_every_batch).
+        with_watermark_after_every_batch => watermark_after_every_batch: bool;
+        /// Sets [`latency_interval`](Self::latency_interval) (`None`: no latency tracking).
+        with_latency_interval => latency_interval: Option<Duration>;
+        /// Sets [`clock`](Self::clock).
+        with_clock => clock: Arc<dyn Clock>;
+        /// Sets [`checkpoints`](Self::checkpoints).
+        with_checkpoints => checkpoints: CheckpointConfig;
+        /// Sets [`state_backend`](Self::state_backend).
+        with_state_backend => state_backend: Arc<dyn StateBackend>;
+        /// Sets [`local_state_dir`](Self::local_state_dir).
+        with_local_state_dir => local_state_dir: PathBuf;
+    }
+
     /// Settings under which a small job's output does not depend on timing: parallelism 1,
     /// batches of one record, and a watermark after every record of every source (the last one
     /// included), so that lateness, windows and timers behave on a ten-line file as they would
@@ -128,12 +166,10 @@ impl EnvConfig {
     /// assert_eq!(output.values(), vec![(10_000, false), (20_000, false), (1_000, true)]);
     /// ```
     pub fn deterministic() -> Self {
-        EnvConfig {
-            parallelism: 1,
-            buffer_size: 1,
-            watermark_after_every_batch: true,
-            ..EnvConfig::default()
-        }
+        EnvConfig::default()
+            .with_parallelism(1)
+            .with_buffer_size(1)
+            .with_watermark_after_every_batch(true)
     }
 
     /// Checks every setting; the error names the first bad one.

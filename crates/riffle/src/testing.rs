@@ -54,6 +54,7 @@ pub mod evolution;
 /// let ctx = riffle::testing::operator_context("sink", "run-1", 0, 2);
 /// assert_eq!((ctx.subtask, ctx.parallelism), (0, 2));
 /// ```
+#[allow(deprecated)] // sets `batch_size`, the former name of `buffer_size`
 pub fn operator_context(
     id: &str,
     run_id: &str,
@@ -75,6 +76,7 @@ pub fn operator_context(
         max_parallelism,
         key_groups: KeyGroupRange::for_subtask(subtask, parallelism, max_parallelism),
         metrics: MetricsRegistry::default().operator(id, subtask),
+        buffer_size: 1024,
         batch_size: 1024,
         clock: Arc::new(ManualClock::new(0)),
     }
@@ -140,7 +142,7 @@ pub struct HarnessBuilder<Op: BuildOperator> {
     parallelism: usize,
     max_parallelism: usize,
     processing_time: Timestamp,
-    batch_size: usize,
+    buffer_size: usize,
     side: SideOutputs,
     side_captures: Vec<(String, Box<dyn Any + Send>)>,
 }
@@ -165,10 +167,16 @@ impl<Op: BuildOperator> HarnessBuilder<Op> {
         self
     }
 
-    /// Records per emitted batch (default 1024).
-    pub fn batch_size(mut self, batch_size: usize) -> Self {
-        self.batch_size = batch_size;
+    /// Records per emitted batch (default 1024), as [`EnvConfig::buffer_size`](crate::EnvConfig::buffer_size).
+    pub fn buffer_size(mut self, buffer_size: usize) -> Self {
+        self.buffer_size = buffer_size;
         self
+    }
+
+    /// [`buffer_size`](Self::buffer_size), under its former name.
+    #[deprecated(since = "0.1.0", note = "renamed `buffer_size`, as the job's setting")]
+    pub fn batch_size(self, batch_size: usize) -> Self {
+        self.buffer_size(batch_size)
     }
 
     /// Restores `state` (a snapshot taken with [`OperatorHarness::snapshot`]) when the operator
@@ -208,7 +216,11 @@ impl<Op: BuildOperator> HarnessBuilder<Op> {
         ctx.max_parallelism = self.max_parallelism;
         ctx.key_groups =
             KeyGroupRange::for_subtask(self.subtask, self.parallelism, self.max_parallelism);
-        ctx.batch_size = self.batch_size;
+        ctx.buffer_size = self.buffer_size;
+        #[allow(deprecated)]
+        {
+            ctx.batch_size = self.buffer_size;
+        }
         ctx.clock = clock.clone();
         let registry = MetricsRegistry::default();
         ctx.metrics = registry.operator(&ctx.name, self.subtask);
@@ -253,7 +265,7 @@ impl OperatorHarness<(), ()> {
             parallelism: 1,
             max_parallelism: 128,
             processing_time: 0,
-            batch_size: 1024,
+            buffer_size: 1024,
             side: SideOutputs::default(),
             side_captures: Vec::new(),
         }

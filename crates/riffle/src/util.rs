@@ -2,6 +2,22 @@
 
 use std::time::{Duration, Instant};
 
+/// One `with_<field>` setter per field of a settings struct (`setter => field: type;`, each
+/// with its doc), for settings built as `Settings::default().with_a(..).with_b(..)`.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $setter:ident => $field:ident: $ty:ty;)*) => {
+        $(
+            $(#[$doc])*
+            #[must_use]
+            pub fn $setter(mut self, $field: $ty) -> Self {
+                self.$field = $field;
+                self
+            }
+        )*
+    };
+}
+pub(crate) use setters;
+
 /// The proptest configuration of the fuzz-style property tests: `default` cases, or as many as
 /// the environment variable `RIFFLE_FUZZ_CASES` says (`scripts/fuzz.sh` sets it for long runs).
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Checkpointing and recovery settings: how often to checkpoint, where to, how many to keep, how
 //! to restart after a failure, and what to restore at start.
 
+use crate::util::setters;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -99,15 +100,16 @@ pub enum RestoreFrom {
 
 /// Checkpointing settings of a job.
 ///
+/// Built from [`CheckpointConfig::default`] with its `with_*` setters, as
+/// [`EnvConfig`](crate::EnvConfig) is.
+///
 /// ```
 /// use std::time::Duration;
 /// use riffle::checkpoint::{CheckpointConfig, RestartStrategy};
-/// let checkpoints = CheckpointConfig {
-///     interval: Some(Duration::from_secs(10)),
-///     storage: "/var/lib/riffle/checkpoints".into(),
-///     restart: RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_secs(1) },
-///     ..CheckpointConfig::default()
-/// };
+/// let checkpoints = CheckpointConfig::default()
+///     .with_interval(Some(Duration::from_secs(10)))
+///     .with_storage("/var/lib/riffle/checkpoints".into())
+///     .with_restart(RestartStrategy::FixedDelay { attempts: 3, delay: Duration::from_secs(1) });
 /// checkpoints.validate().unwrap();
 /// ```
 #[derive(Clone)]
@@ -243,6 +245,31 @@ impl Default for CheckpointConfig {
 }
 
 impl CheckpointConfig {
+    setters! {
+        /// Sets [`interval`](Self::interval) (`None`: no checkpoints).
+        with_interval => interval: Option<Duration>;
+        /// Sets [`min_pause`](Self::min_pause).
+        with_min_pause => min_pause: Duration;
+        /// Sets [`timeout`](Self::timeout).
+        with_timeout => timeout: Duration;
+        /// Sets [`tolerable_failed_checkpoints`](Self::tolerable_failed_checkpoints).
+        with_tolerable_failed_checkpoints => tolerable_failed_checkpoints: Option<u32>;
+        /// Sets [`retained`](Self::retained).
+        with_retained => retained: usize;
+        /// Sets [`storage`](Self::storage).
+        with_storage => storage: String;
+        /// Sets [`storage_options`](Self::storage_options).
+        with_storage_options => storage_options: Vec<(String, String)>;
+        /// Sets [`object_store`](Self::object_store).
+        with_object_store => object_store: Option<Arc<dyn object_store::ObjectStore>>;
+        /// Sets [`restart`](Self::restart).
+        with_restart => restart: RestartStrategy;
+        /// Sets [`restore`](Self::restore).
+        with_restore => restore: Option<RestoreFrom>;
+        /// Sets [`allow_non_restored_state`](Self::allow_non_restored_state).
+        with_allow_non_restored_state => allow_non_restored_state: bool;
+    }
+
     /// These settings with unaligned checkpoints on or off (Flink's
     /// `enableUnalignedCheckpoints`).
     ///

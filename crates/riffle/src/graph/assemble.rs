@@ -172,6 +172,7 @@ impl Assembler<'_> {
         .map_err(|e| e.in_operator(&self.layout.names[node], op.subtask))
     }
 
+    #[allow(deprecated)] // sets `batch_size`, the former name of `buffer_size`
     fn operator_context(&self, node: NodeId, subtask: usize) -> OperatorContext {
         let parallelism = self.layout.parallelism[node];
         let name = self.layout.names[node].clone();
@@ -191,6 +192,7 @@ impl Assembler<'_> {
                 parallelism,
                 self.config.max_parallelism,
             ),
+            buffer_size: self.config.buffer_size,
             batch_size: self.config.buffer_size,
             clock: self.config.clock.clone(),
             store: self.store.as_ref().map(|s| s.store.clone()),

@@ -283,7 +283,13 @@ pub struct OperatorContext {
     pub key_groups: KeyGroupRange,
     /// Counters of this instance.
     pub metrics: Arc<OperatorMetrics>,
-    /// Records per batch on the job's channels.
+    /// Records per batch on the job's channels ([`EnvConfig::buffer_size`](crate::EnvConfig::buffer_size)).
+    pub buffer_size: usize,
+    /// The same as [`buffer_size`](Self::buffer_size), under its former name.
+    #[deprecated(
+        since = "0.1.0",
+        note = "renamed `buffer_size`, as the setting it comes from"
+    )]
     pub batch_size: usize,
     /// Processing time.
     pub clock: std::sync::Arc<dyn crate::time::Clock>,

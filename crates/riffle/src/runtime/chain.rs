@@ -34,7 +34,7 @@ impl<Op: Operator> ChainLink<Op> {
             op,
             next,
             side,
-            buffer: Vec::with_capacity(ctx.batch_size),
+            buffer: Vec::with_capacity(ctx.buffer_size),
             ctx,
             watermark: INITIAL_WATERMARK,
             restore: None,
@@ -62,7 +62,7 @@ impl<Op: Operator> ChainLink<Op> {
             ..
         } = self;
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let mut out = Collector::new(next.as_mut(), buffer, side, ctx.batch_size, *watermark);
+            let mut out = Collector::new(next.as_mut(), buffer, side, ctx.buffer_size, *watermark);
             let result = f(op, &mut out).and_then(|r| out.flush().map(|()| r));
             ctx.metrics.add_out(out.emitted());
             result

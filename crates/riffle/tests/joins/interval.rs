@@ -400,7 +400,7 @@ proptest! {
                 ctx.emit((o, p, at))
             },
         );
-        let mut h = OperatorHarness::builder(op).batch_size(batch).build().unwrap();
+        let mut h = OperatorHarness::builder(op).buffer_size(batch).build().unwrap();
         let mut max_seen = i64::MIN;
         for (ts, record) in input {
             h.process(record, ts).unwrap();

@@ -52,7 +52,7 @@ fn run(
         .aggregate(Count);
     let mut h = OperatorHarness::builder(op)
         .side_output(&late)
-        .batch_size(3)
+        .buffer_size(3)
         .build()
         .unwrap();
     let mut max_seen = i64::MIN;
