@@ -24,10 +24,7 @@
 //! use riffle::{EnvConfig, StreamEnv};
 //! use riffle_rocksdb::RocksDbBackend;
 //!
-//! let config = EnvConfig {
-//!     state_backend: Arc::new(RocksDbBackend::new().memory(256 << 20)),
-//!     ..EnvConfig::default()
-//! };
+//! let config = EnvConfig::default().with_state_backend(Arc::new(RocksDbBackend::new().memory(256 << 20)));
 //! let env = StreamEnv::with_config(config);
 //! ```
 
