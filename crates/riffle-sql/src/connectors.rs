@@ -3,8 +3,8 @@
 //! | connector | reads | writes | options |
 //! |---|---|---|---|
 //! | `nexmark` | the Nexmark generator (`riffle-nexmark`) | | `events.num`, `first-event.rate` / `next-event.rate` (events per second of event time) |
-//! | `filesystem` | JSON lines (`'format' = 'json'`) | JSON lines | `path`, `format` |
-//! | `print` | | `+I[...]` lines on standard output | |
+//! | `filesystem` | JSON lines (`'format' = 'json'`) | JSON lines; a changelog as Debezium's JSON envelope (`'format' = 'debezium-json'`) | `path`, `format` |
+//! | `print` | | `+I[...]` lines on standard output (`-U[...]`, `+U[...]`, `-D[...]` for changes) | |
 //! | `blackhole` | | nothing | |
 //!
 //! A source's rows get the table's computed columns and, with a `WATERMARK`, event time from
@@ -18,11 +18,12 @@ use riffle::sink::FileSink;
 use riffle::source::file::FileSource;
 use riffle::source::mapped::SourceExt;
 use riffle::time::WatermarkStrategy;
-use riffle::{DataStream, StreamEnv};
+use riffle::{Change, DataStream, RowKind, StreamEnv};
 use riffle_nexmark::{Event, NexmarkConfig, NexmarkSource};
 
 use crate::error::{Result, SqlError};
 use crate::expr::Typed;
+use crate::lower::Rows;
 use crate::parse::TableDef;
 use crate::plan::TimeAttribute;
 use crate::types::{DataType, Field, Row, Schema, Value};
@@ -118,32 +119,50 @@ pub fn scan(
 }
 
 /// Writes `rows` (of the table's physical columns `schema`) with the table's connector.
-pub fn sink(rows: DataStream<Row>, table: &TableDef, schema: &Schema) -> Result<()> {
+pub fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
     let name = format!("Sink: {}", table.name);
     match option(table, "connector")? {
-        "blackhole" => {
-            rows.sink_fn(|_row: Row| Ok(())).name(&name);
-        }
+        "blackhole" => match rows {
+            Rows::Append(rows) => {
+                rows.sink_fn(|_row: Row| Ok(())).name(&name);
+            }
+            Rows::Changelog(changes) => {
+                changes.sink_fn(|_change: Change<Row>| Ok(())).name(&name);
+            }
+        },
         "print" => {
             let schema = schema.clone();
-            rows.sink_fn(move |row: Row| {
-                println!("+I[{}]", row_text(&row, &schema));
-                Ok(())
-            })
-            .name(&name);
+            rows.into_changelog()
+                .sink_fn(move |change: Change<Row>| {
+                    println!("{}", change_text(&change, &schema));
+                    Ok(())
+                })
+                .name(&name);
         }
         "filesystem" => {
             let path = option(table, "path")?.to_string();
             let format = table.options.get("format").map_or("json", |f| f.as_str());
-            if format != "json" {
-                return Err(SqlError::plan(format!(
-                    "table `{}`: filesystem writes 'format' = 'json' (got '{format}')",
-                    table.name
-                )));
-            }
             let schema = schema.clone();
-            rows.map(move |row: Row| json_text(&row, &schema))
-                .name("JSON")
+            let lines = match format {
+                "json" => rows
+                    .into_append(&format!(
+                        "table `{}` ('connector' = 'filesystem', 'format' = 'json')",
+                        table.name
+                    ))?
+                    .map(move |row: Row| json_text(&row, &schema))
+                    .name("JSON"),
+                "debezium-json" => rows
+                    .into_changelog()
+                    .map(move |change: Change<Row>| debezium_json_text(&change, &schema))
+                    .name("Debezium JSON"),
+                other => {
+                    return Err(SqlError::plan(format!(
+                        "table `{}`: filesystem writes 'format' = 'json' or 'debezium-json' (got '{other}')",
+                        table.name
+                    )));
+                }
+            };
+            lines
                 .sink(
                     FileSink::<String>::new(path)
                         .setting_name("path")
@@ -159,6 +178,31 @@ pub fn sink(rows: DataStream<Row>, table: &TableDef, schema: &Schema) -> Result<
         }
     }
     Ok(())
+}
+
+/// A change as Flink's print connector and SQL client show it: `+I[a, b]`, `-U[..]`, `+U[..]`,
+/// `-D[..]`.
+pub fn change_text(change: &Change<Row>, schema: &Schema) -> String {
+    format!(
+        "{}[{}]",
+        change.op.short_string(),
+        row_text(&change.row, schema)
+    )
+}
+
+/// A change in Debezium's JSON envelope, as Flink's `debezium-json` format writes one: an added
+/// row (`+I`, `+U`) is `{"before":null,"after":{..},"op":"c"}`, a removed one (`-U`, `-D`)
+/// `{"before":{..},"after":null,"op":"d"}`.
+pub fn debezium_json_text(change: &Change<Row>, schema: &Schema) -> String {
+    let row = json_text(&change.row, schema);
+    match change.op {
+        RowKind::Insert | RowKind::UpdateAfter => {
+            format!(r#"{{"before":null,"after":{row},"op":"c"}}"#)
+        }
+        RowKind::UpdateBefore | RowKind::Delete => {
+            format!(r#"{{"before":{row},"after":null,"op":"d"}}"#)
+        }
+    }
 }
 
 fn option<'a>(table: &'a TableDef, key: &str) -> Result<&'a str> {

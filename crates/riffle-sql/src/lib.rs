@@ -34,7 +34,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use riffle::{DataStream, StreamEnv};
+use riffle::{Change, DataStream, StreamEnv};
 
 pub mod aggregate;
 pub mod connectors;
@@ -176,6 +176,16 @@ impl SqlEnv {
                 Ok(Executed::Created(name))
             }
             Statement::Set { key, value } => {
+                let mut catalog = self.catalog.borrow_mut();
+                let before = catalog.options.insert(key.clone(), value.clone());
+                // An option the planner reads is checked now, naming the setting.
+                if let Err(e) = catalog.check_options() {
+                    match before {
+                        Some(before) => catalog.options.insert(key.clone(), before),
+                        None => catalog.options.remove(&key),
+                    };
+                    return Err(e);
+                }
                 self.options.borrow_mut().insert(key.clone(), value.clone());
                 Ok(Executed::Set(key, value))
             }
@@ -192,13 +202,14 @@ impl SqlEnv {
             Statement::Query(query) => {
                 let plan = self.catalog.borrow().plan_query(&query)?;
                 let schema = plan.schema().clone();
-                let rows = lower::lower(&plan, &self.env)?;
                 let shown = schema.clone();
-                rows.sink_fn(move |row: Row| {
-                    println!("+I[{}]", connectors::row_text(&row, &shown));
-                    Ok(())
-                })
-                .name("Sink: print");
+                lower::lower(&plan, &self.env)?
+                    .into_changelog()
+                    .sink_fn(move |change: Change<Row>| {
+                        println!("{}", connectors::change_text(&change, &shown));
+                        Ok(())
+                    })
+                    .name("Sink: print");
                 Ok(Executed::Printing(schema))
             }
             Statement::Explain(query) => {
@@ -233,15 +244,62 @@ impl SqlEnv {
         Ok(plans)
     }
 
-    /// A query's rows as a stream of the environment, with their schema.
+    /// A query's rows as a stream of the environment, with their schema. The query's rows must
+    /// only be added (an updating query, such as a `GROUP BY` without a window, is read with
+    /// [`sql_changelog`](Self::sql_changelog)).
     pub fn sql_query(&self, query: &str) -> Result<(DataStream<Row>, Schema)> {
+        let (plan, schema) = self.plan_select(query, "sql_query")?;
+        let rows = lower::lower(&plan, &self.env)?.into_append("sql_query")?;
+        Ok((rows, schema))
+    }
+
+    /// A query's rows as a changelog (`riffle::change`'s contract: applying every change in
+    /// order gives the query's current result), with their schema: the changes of an updating
+    /// query, or every row of an append-only one as an insert (`+I`).
+    ///
+    /// ```
+    /// use riffle::{StreamEnv, sink::CollectSink};
+    /// use riffle::change::UpsertTable;
+    /// use riffle_sql::{SqlEnv, Value};
+    ///
+    /// let env = StreamEnv::new();
+    /// let sql = SqlEnv::new(&env);
+    /// sql.execute_sql(
+    ///     "CREATE TABLE events (event_type INT, bid ROW<auction BIGINT, price BIGINT>)
+    ///      WITH ('connector' = 'nexmark', 'events.num' = '1000');",
+    /// )
+    /// .unwrap();
+    /// let (changes, _) = sql
+    ///     .sql_changelog("SELECT bid.auction, COUNT(*) AS bids FROM events WHERE event_type = 2 GROUP BY bid.auction")
+    ///     .unwrap();
+    /// let (sink, out) = CollectSink::new();
+    /// changes.sink(sink);
+    /// env.execute().unwrap();
+    /// // Applied by key (the auction), the changes leave one row per auction.
+    /// let mut table = UpsertTable::new();
+    /// for change in out.values() {
+    ///     table.apply(change.row.get(0).clone(), change);
+    /// }
+    /// let bids: i64 = table.rows().values().map(|row| match row.get(1) { Value::Int(n) => *n, _ => 0 }).sum();
+    /// assert_eq!(bids, 920); // 46 of every 50 events are bids
+    /// ```
+    pub fn sql_changelog(&self, query: &str) -> Result<(DataStream<Change<Row>>, Schema)> {
+        let (plan, schema) = self.plan_select(query, "sql_changelog")?;
+        Ok((lower::lower(&plan, &self.env)?.into_changelog(), schema))
+    }
+
+    /// The plan of the query `query` (what `caller` takes) and its output schema.
+    fn plan_select(&self, query: &str, caller: &str) -> Result<(plan::Plan, Schema)> {
         let query = self.substitute(query)?;
         match parse::parse_statement(&query)? {
             Statement::Query(query) => {
                 let plan = self.catalog.borrow().plan_query(&query)?;
-                Ok((lower::lower(&plan, &self.env)?, plan.schema().clone()))
+                let schema = plan.schema().clone();
+                Ok((plan, schema))
             }
-            _ => Err(SqlError::plan("sql_query takes a query (SELECT ...)")),
+            _ => Err(SqlError::plan(format!(
+                "{caller} takes a query (SELECT ...)"
+            ))),
         }
     }
 

@@ -1,5 +1,6 @@
 //! The logical plan: what a query computes, as a tree of relational steps, each with its output
-//! schema and its changelog mode (what its output rows mean: `append`, rows only added).
+//! schema and its changelog mode (what its output rows mean: `append`, rows only added, or
+//! `retract`, rows added and taken back as a result changes).
 //! Expressions are compiled while planning ([`crate::expr`]), so a plan that exists type-checks.
 //! [`crate::lower`] turns a plan into DataStream operators; [`Plan::explain`] prints it.
 
@@ -19,12 +20,17 @@ use crate::types::{DataType, Field, Schema};
 pub enum ChangelogMode {
     /// Rows are only added (`+I`).
     Append,
+    /// Rows are added (`+I`), updated (`-U` the old row, then `+U` the new one) and deleted
+    /// (`-D`): a consumer that applies every change in order holds the current result
+    /// (`riffle::change`'s contract).
+    Retract,
 }
 
 impl std::fmt::Display for ChangelogMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ChangelogMode::Append => f.write_str("append"),
+            ChangelogMode::Retract => f.write_str("retract: +I -U +U -D"),
         }
     }
 }
@@ -91,6 +97,27 @@ pub enum Plan {
         /// The output columns.
         schema: Schema,
     },
+    /// `GROUP BY keys` without a window (an updating aggregate): one row per key, updated as
+    /// rows of the key arrive (`+I` for a new key, `-U` and `+U` when its result changes).
+    GroupAggregate {
+        /// The input (append-only).
+        input: Box<Plan>,
+        /// What each input row contributes: the group keys (first `keys` columns), then the
+        /// aggregates' arguments and filters.
+        pre: Vec<Typed>,
+        /// How many of `pre` are group keys.
+        keys: usize,
+        /// The aggregates, reading `pre`'s columns.
+        aggs: Vec<AggSpec>,
+        /// The output columns, over `[keys.., aggs..]`.
+        post: Vec<Typed>,
+        /// Texts for `EXPLAIN`: keys and aggregates.
+        texts: Vec<String>,
+        /// The output columns.
+        schema: Schema,
+        /// How long a key's state lives after its last update (`table.exec.state.ttl`).
+        ttl: Option<std::time::Duration>,
+    },
     /// Reading a table: its connector's columns, then its computed columns.
     Scan {
         /// The table.
@@ -134,14 +161,19 @@ impl Plan {
         match self {
             Plan::Scan { schema, .. }
             | Plan::Project { schema, .. }
-            | Plan::WindowAggregate { schema, .. } => schema,
+            | Plan::WindowAggregate { schema, .. }
+            | Plan::GroupAggregate { schema, .. } => schema,
             Plan::Filter { input, .. } => input.schema(),
         }
     }
 
     /// What the output rows mean.
     pub fn changelog_mode(&self) -> ChangelogMode {
-        ChangelogMode::Append
+        match self {
+            Plan::Scan { .. } | Plan::WindowAggregate { .. } => ChangelogMode::Append,
+            Plan::GroupAggregate { .. } => ChangelogMode::Retract,
+            Plan::Filter { input, .. } | Plan::Project { input, .. } => input.changelog_mode(),
+        }
     }
 
     /// The output's event-time attribute, if it has one.
@@ -150,8 +182,8 @@ impl Plan {
             Plan::Scan { time, .. } | Plan::Project { time, .. } => time.as_ref(),
             Plan::Filter { input, .. } => input.time(),
             // Rows of a window aggregation carry `window_time` as their event time (not a
-            // column one can window again yet).
-            Plan::WindowAggregate { .. } => None,
+            // column one can window again yet); an updating aggregate's rows have none.
+            Plan::WindowAggregate { .. } | Plan::GroupAggregate { .. } => None,
         }
     }
 
@@ -220,6 +252,29 @@ impl Plan {
                 ));
                 input.explain_into(depth + 2, lines);
             }
+            Plan::GroupAggregate {
+                input,
+                keys,
+                texts,
+                schema,
+                ttl,
+                ..
+            } => {
+                let (key_texts, agg_texts) = texts.split_at(*keys);
+                let ttl = ttl.map_or("no TTL: one entry per key for ever".to_string(), |t| {
+                    format!("TTL {} ms after the key's last update", t.as_millis())
+                });
+                lines.push(format!(
+                    "{pad}GroupAggregate: keyed by [{}], aggregates [{}] -> {schema} (keyed state: one accumulator per key, {ttl}) [{mode}]",
+                    key_texts.join(", "),
+                    agg_texts.join(", ")
+                ));
+                lines.push(format!(
+                    "{pad}  Hash by [{}], pre-computed keys and arguments (chained)",
+                    key_texts.join(", ")
+                ));
+                input.explain_into(depth + 2, lines);
+            }
         }
     }
 }
@@ -233,6 +288,8 @@ pub struct Catalog {
     pub views: BTreeMap<String, ast::Query>,
     /// Functions.
     pub functions: Functions,
+    /// The options `SET` gave (`table.exec.state.ttl`, ...).
+    pub options: BTreeMap<String, String>,
 }
 
 impl Catalog {
@@ -412,23 +469,33 @@ impl Catalog {
         self.project(plan, qualifier.as_deref(), &select.projection)
     }
 
-    /// `SELECT .. FROM TABLE(TUMBLE(..)) GROUP BY window_start, window_end, ..`.
+    /// `SELECT .. FROM TABLE(TUMBLE(..)) GROUP BY window_start, window_end, ..` (a window
+    /// aggregation), or `SELECT .. FROM t GROUP BY ..` (an updating aggregate).
     fn plan_grouped(&self, select: &ast::Select, group_by: &[ast::Expr]) -> Result<Plan> {
         let [from] = &select.from[..] else {
             return Err(SqlError::plan(
-                "a grouped query reads one window table function (FROM TABLE(TUMBLE(..)))",
-            ));
-        };
-        let ast::TableFactor::TableFunction { expr, .. } = &from.relation else {
-            return Err(SqlError::plan(
-                "GROUP BY without a window (an updating aggregate, with a changelog output) is not supported yet: group a window table function, FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(time), INTERVAL ..)) GROUP BY window_start, window_end, ..",
+                "a grouped query reads one table, view or window table function (a join is not supported yet)",
             ));
         };
         if !from.joins.is_empty() {
             return Err(SqlError::plan("JOIN is not supported yet"));
         }
-        let (input, qualifier, window) = self.window_function(expr)?;
-        let mut input = input;
+        let (mut input, qualifier, window) = match &from.relation {
+            ast::TableFactor::TableFunction { expr, .. } => {
+                let (input, qualifier, window) = self.window_function(expr)?;
+                (input, qualifier, Some(window))
+            }
+            relation => {
+                let (input, qualifier) = self.plan_relation(relation)?;
+                (input, qualifier, None)
+            }
+        };
+        if input.changelog_mode() != ChangelogMode::Append {
+            return Err(SqlError::plan(format!(
+                "an aggregate over an updating input (its rows are {}) needs to take back what each retracted row added, which Riffle's SQL does not do yet: aggregate an append-only table or view",
+                input.changelog_mode()
+            )));
+        }
         let schema = input.schema().clone();
         let scope = Scope::new(&schema, qualifier.as_deref(), &self.functions);
         if let Some(condition) = &select.selection {
@@ -444,18 +511,22 @@ impl Catalog {
                 text: condition.to_string(),
             };
         }
-        // The group keys: window_start and window_end, and the input's expressions.
+        // The group keys: window_start and window_end of a window, and the input's expressions.
         let mut has_start = false;
         let mut has_end = false;
         let mut keys: Vec<(String, Typed)> = Vec::new();
         for expr in group_by {
             match expr {
-                ast::Expr::Identifier(i) if i.value == "window_start" => has_start = true,
-                ast::Expr::Identifier(i) if i.value == "window_end" => has_end = true,
+                ast::Expr::Identifier(i) if window.is_some() && i.value == "window_start" => {
+                    has_start = true
+                }
+                ast::Expr::Identifier(i) if window.is_some() && i.value == "window_end" => {
+                    has_end = true
+                }
                 other => keys.push((other.to_string(), compile(other, &scope)?)),
             }
         }
-        if !(has_start && has_end) {
+        if window.is_some() && !(has_start && has_end) {
             return Err(SqlError::plan(
                 "a window aggregation groups by window_start and window_end (GROUP BY window_start, window_end, ...)",
             ));
@@ -522,7 +593,11 @@ impl Catalog {
                 nullable: t.nullable,
             })
             .collect();
-        for name in ["window_start", "window_end", "window_time"] {
+        let window_columns: &[&str] = match window {
+            Some(_) => &["window_start", "window_end", "window_time"],
+            None => &[],
+        };
+        for name in window_columns {
             fields.push(Field {
                 name: name.to_string(),
                 ty: DataType::Timestamp { precision: 3 },
@@ -557,16 +632,52 @@ impl Catalog {
             });
             post.push(typed);
         }
-        Ok(Plan::WindowAggregate {
-            input: Box::new(input),
-            window,
-            keys: keys.len(),
-            pre,
-            aggs,
-            post,
-            texts,
-            schema: Schema::new(out_fields),
+        let (input, keys, schema) = (Box::new(input), keys.len(), Schema::new(out_fields));
+        Ok(match window {
+            Some(window) => Plan::WindowAggregate {
+                input,
+                window,
+                keys,
+                pre,
+                aggs,
+                post,
+                texts,
+                schema,
+            },
+            None => Plan::GroupAggregate {
+                input,
+                keys,
+                pre,
+                aggs,
+                post,
+                texts,
+                schema,
+                ttl: self.state_ttl()?,
+            },
         })
+    }
+
+    /// Checks the options the planner reads (`SET` calls it, so that a bad value fails at the
+    /// statement that gave it).
+    pub fn check_options(&self) -> Result<()> {
+        self.state_ttl().map(|_| ())
+    }
+
+    /// `SET 'table.exec.state.ttl' = '..'`: how long the state of a key lives after its last
+    /// update (`None`, the default, or 0: for ever), as Flink's option. A number alone is
+    /// milliseconds; units `ms`, `s`, `min`, `h` and `d` (with or without a space, long forms
+    /// too: `1 hour`, `30 minutes`).
+    fn state_ttl(&self) -> Result<Option<std::time::Duration>> {
+        const KEY: &str = "table.exec.state.ttl";
+        let Some(text) = self.options.get(KEY) else {
+            return Ok(None);
+        };
+        let ms = parse_duration_ms(text).ok_or_else(|| {
+            SqlError::plan(format!(
+                "SET '{KEY}' = '{text}': not a duration (say '1 h', '30 min', '3600 s' or milliseconds)"
+            ))
+        })?;
+        Ok((ms > 0).then(|| std::time::Duration::from_millis(ms)))
     }
 
     /// `TUMBLE(t, DESCRIPTOR(time), size)` / `HOP(t, DESCRIPTOR(time), slide, size)`: the input
@@ -768,6 +879,26 @@ impl Catalog {
             time,
         })
     }
+}
+
+/// A duration as Flink's options write it (`500`, `500 ms`, `10 s`, `5 min`, `1 h`, `1 d`, long
+/// unit names too), in milliseconds; `None` when it is not one.
+pub fn parse_duration_ms(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().ok()?;
+    let per_unit: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "ms" | "milli" | "millis" | "millisecond" | "milliseconds" => 1,
+        "s" | "sec" | "secs" | "second" | "seconds" => 1_000,
+        "min" | "mins" | "minute" | "minutes" => 60_000,
+        "h" | "hour" | "hours" => 3_600_000,
+        "d" | "day" | "days" => 86_400_000,
+        _ => return None,
+    };
+    number.checked_mul(per_unit)
 }
 
 /// Column `index` of `schema` as an expression.

@@ -4,9 +4,10 @@
 //! The DDL and the queries are the nexmark project's (github.com/nexmark/nexmark,
 //! `nexmark-flink/src/main/resources/queries/`: `ddl_gen.sql` and `ddl_views.sql` at 536d772,
 //! the `bid` row and view with the `channel` and `url` columns of its later versions, which q21
-//! and q22 read; `q0.sql`, `q1.sql`, `q14.sql` and `q21.sql` at 0f96e93). Each query's sink table is
-//! `'connector' = 'blackhole'` there; the test writes it to files instead (the one change) and
-//! reads them back.
+//! and q22 read; `q0.sql`, `q1.sql`, `q14.sql`, `q16.sql`, `q17.sql` and `q21.sql` at 0f96e93).
+//! Each query's sink table is `'connector' = 'blackhole'` there; the test writes it to files
+//! instead (the one change) and reads them back: JSON lines, or for the updating queries (q16,
+//! q17) their changelog in Debezium's JSON envelope, applied to give the final row of each key.
 
 use std::collections::BTreeMap;
 
@@ -215,6 +216,76 @@ SELECT
     SPLIT_INDEX(url, '/', 4) as dir2,
     SPLIT_INDEX(url, '/', 5) as dir3 FROM bid;";
 
+const Q16: &str = "CREATE TABLE nexmark_q16 (
+    channel VARCHAR,
+    `day` VARCHAR,
+    `minute` VARCHAR,
+    total_bids BIGINT,
+    rank1_bids BIGINT,
+    rank2_bids BIGINT,
+    rank3_bids BIGINT,
+    total_bidders BIGINT,
+    rank1_bidders BIGINT,
+    rank2_bidders BIGINT,
+    rank3_bidders BIGINT,
+    total_auctions BIGINT,
+    rank1_auctions BIGINT,
+    rank2_auctions BIGINT,
+    rank3_auctions BIGINT
+) WITH (
+    'connector' = 'blackhole'
+);
+
+INSERT INTO nexmark_q16
+SELECT
+    channel,
+    DATE_FORMAT(dateTime, 'yyyy-MM-dd') as `day`,
+    max(DATE_FORMAT(dateTime, 'HH:mm')) as `minute`,
+    count(*) AS total_bids,
+    count(*) filter (where price < 10000) AS rank1_bids,
+    count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,
+    count(*) filter (where price >= 1000000) AS rank3_bids,
+    count(distinct bidder) AS total_bidders,
+    count(distinct bidder) filter (where price < 10000) AS rank1_bidders,
+    count(distinct bidder) filter (where price >= 10000 and price < 1000000) AS rank2_bidders,
+    count(distinct bidder) filter (where price >= 1000000) AS rank3_bidders,
+    count(distinct auction) AS total_auctions,
+    count(distinct auction) filter (where price < 10000) AS rank1_auctions,
+    count(distinct auction) filter (where price >= 10000 and price < 1000000) AS rank2_auctions,
+    count(distinct auction) filter (where price >= 1000000) AS rank3_auctions
+FROM bid
+GROUP BY channel, DATE_FORMAT(dateTime, 'yyyy-MM-dd');";
+
+const Q17: &str = "CREATE TABLE nexmark_q17 (
+  auction BIGINT,
+  `day` VARCHAR,
+  total_bids BIGINT,
+  rank1_bids BIGINT,
+  rank2_bids BIGINT,
+  rank3_bids BIGINT,
+  min_price BIGINT,
+  max_price BIGINT,
+  avg_price BIGINT,
+  sum_price BIGINT
+) WITH (
+  'connector' = 'blackhole'
+);
+
+INSERT INTO nexmark_q17
+SELECT
+     auction,
+     DATE_FORMAT(dateTime, 'yyyy-MM-dd') as `day`,
+     count(*) AS total_bids,
+     count(*) filter (where price < 10000) AS rank1_bids,
+     count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,
+     count(*) filter (where price >= 1000000) AS rank3_bids,
+     min(price) AS min_price,
+     max(price) AS max_price,
+     avg(price) AS avg_price,
+     sum(price) AS sum_price
+FROM bid
+GROUP BY auction, DATE_FORMAT(dateTime, 'yyyy-MM-dd');";
+
 const EVENTS: u64 = 20_000;
 
 /// Nexmark q14's `count_char(text, 'c')`, as a Rust function.
@@ -232,11 +303,69 @@ fn count_char() -> ScalarFunction {
 /// with times as epoch milliseconds and decimals as doubles.
 fn sql_rows(query: &str, parallelism: usize) -> Vec<serde_json::Value> {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
-    let env = StreamEnv::with_config(riffle::EnvConfig {
-        parallelism,
-        ..riffle::EnvConfig::default()
-    });
+    let mut rows: Vec<serde_json::Value> = sql_lines(query, parallelism, "json", dir.path(), None)
+        .into_iter()
+        .map(|mut row| {
+            if let Some(time) = row.get("dateTime").and_then(|t| t.as_str()) {
+                let ms = riffle_sql::format::parse_timestamp(time).unwrap();
+                row["dateTime"] = json!(ms);
+            }
+            row
+        })
+        .collect();
+    sort(&mut rows);
+    rows
+}
+
+/// The result of the updating nexmark query `query`, its state on `backend` (the heap when
+/// `None`): its changelog, written as `debezium-json` files, applied as a multiset (a `c` adds
+/// its `after` row, a `d` takes its `before` row back); every row left is there once.
+fn sql_final_rows(
+    query: &str,
+    parallelism: usize,
+    backend: Option<std::sync::Arc<dyn riffle::state::StateBackend>>,
+) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    for change in sql_lines(query, parallelism, "debezium-json", dir.path(), backend) {
+        let (row, by) = match change["op"].as_str() {
+            Some("c") => (&change["after"], 1),
+            Some("d") => (&change["before"], -1),
+            other => panic!("a Debezium change's op: {other:?} in {change}"),
+        };
+        *counts.entry(row.to_string()).or_default() += by;
+    }
+    let mut rows = Vec::new();
+    for (row, count) in counts {
+        assert!(
+            count == 0 || count == 1,
+            "{row} is there {count} times after every change"
+        );
+        if count == 1 {
+            rows.push(serde_json::from_str(&row).unwrap());
+        }
+    }
+    sort(&mut rows);
+    rows
+}
+
+/// The lines the nexmark query `query` wrote to its sink table, in files of format `format`
+/// under `dir`, each a JSON value; the job's state on `backend` (the heap when `None`).
+fn sql_lines(
+    query: &str,
+    parallelism: usize,
+    format: &str,
+    dir: &std::path::Path,
+    backend: Option<std::sync::Arc<dyn riffle::state::StateBackend>>,
+) -> Vec<serde_json::Value> {
+    let out = dir.join("out");
+    let mut config = riffle::EnvConfig::default()
+        .with_parallelism(parallelism)
+        .with_local_state_dir(dir.join("state"));
+    if let Some(backend) = backend {
+        config = config.with_state_backend(backend);
+    }
+    let env = StreamEnv::with_config(config);
     let sql = SqlEnv::new(&env);
     for (name, value) in [
         ("TPS", "10000000".to_string()),
@@ -254,33 +383,53 @@ fn sql_rows(query: &str, parallelism: usize) -> Vec<serde_json::Value> {
     let query = query.replace(
         "'connector' = 'blackhole'",
         &format!(
-            "'connector' = 'filesystem', 'path' = '{}', 'format' = 'json'",
+            "'connector' = 'filesystem', 'path' = '{}', 'format' = '{format}'",
             out.display()
         ),
     );
     sql.execute_sql(&query).unwrap_or_else(|e| panic!("{e}"));
     env.execute().unwrap();
-    let mut rows = Vec::new();
+    let mut lines = Vec::new();
     for entry in std::fs::read_dir(&out).unwrap() {
         let path = entry.unwrap().path();
         if !path.is_file() {
             continue;
         }
         for line in std::fs::read_to_string(path).unwrap().lines() {
-            let mut row: serde_json::Value = serde_json::from_str(line).unwrap();
-            if let Some(time) = row.get("dateTime").and_then(|t| t.as_str()) {
-                let ms = riffle_sql::format::parse_timestamp(time).unwrap();
-                row["dateTime"] = json!(ms);
-            }
-            rows.push(row);
+            lines.push(serde_json::from_str(line).unwrap());
         }
     }
-    sort(&mut rows);
-    rows
+    lines
 }
 
 /// The rows of a DataStream query over the same events.
 fn datastream_rows<T: riffle::Data>(
+    query: fn(&riffle::DataStream<Event>) -> riffle::DataStream<T>,
+) -> Vec<serde_json::Value> {
+    let mut rows = datastream_changes(query);
+    sort(&mut rows);
+    rows
+}
+
+/// The final row of each key of an updating DataStream query over the same events (its
+/// changelog's last row of each key), without the changelog's `op`.
+fn datastream_final_rows<T: riffle::Data>(
+    query: fn(&riffle::DataStream<Event>) -> riffle::DataStream<T>,
+    key: &[&str],
+) -> Vec<serde_json::Value> {
+    let mut last: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    for mut row in datastream_changes(query) {
+        row.as_object_mut().unwrap().remove("op");
+        let key: Vec<&serde_json::Value> = key.iter().map(|k| &row[*k]).collect();
+        last.insert(serde_json::to_string(&key).unwrap(), row);
+    }
+    let mut rows: Vec<serde_json::Value> = last.into_values().collect();
+    sort(&mut rows);
+    rows
+}
+
+/// The rows of a DataStream query in the order it emitted them (each key's in order).
+fn datastream_changes<T: riffle::Data>(
     query: fn(&riffle::DataStream<Event>) -> riffle::DataStream<T>,
 ) -> Vec<serde_json::Value> {
     let env = StreamEnv::new();
@@ -291,13 +440,10 @@ fn datastream_rows<T: riffle::Data>(
     };
     query(&NexmarkSource::new(config).stream(&env)).sink(sink);
     env.execute().unwrap();
-    let mut rows: Vec<serde_json::Value> = out
-        .values()
+    out.values()
         .iter()
         .map(|r| serde_json::to_value(r).unwrap())
-        .collect();
-    sort(&mut rows);
-    rows
+        .collect()
 }
 
 fn sort(rows: &mut [serde_json::Value]) {
@@ -357,4 +503,39 @@ fn q21_extracts_the_channel_id_with_a_regular_expression() {
 #[test]
 fn q22_splits_the_url_into_directories() {
     assert_same(sql_rows(Q22, 1), datastream_rows(queries::q22), "q22");
+}
+
+#[test]
+fn q16_counts_bids_bidders_and_auctions_per_channel_and_day_as_an_updating_aggregate() {
+    let expected = datastream_final_rows(queries::q16, &["channel", "day"]);
+    for p in [1, 2] {
+        assert_same(sql_final_rows(Q16, p, None), expected.clone(), "q16");
+    }
+}
+
+#[test]
+fn q17_keeps_running_statistics_per_auction_and_day_in_keyed_state() {
+    let expected = datastream_final_rows(queries::q17, &["auction", "day"]);
+    for p in [1, 2] {
+        assert_same(sql_final_rows(Q17, p, None), expected.clone(), "q17");
+    }
+}
+
+/// The updating aggregates' accumulators are declared keyed state: on RocksDB they live in
+/// the task's store, and the results are the same.
+#[test]
+fn q16_and_q17_on_rocksdb_state_give_the_same_results() {
+    let rocksdb = || -> Option<std::sync::Arc<dyn riffle::state::StateBackend>> {
+        Some(std::sync::Arc::new(riffle_rocksdb::RocksDbBackend::new()))
+    };
+    assert_same(
+        sql_final_rows(Q16, 2, rocksdb()),
+        datastream_final_rows(queries::q16, &["channel", "day"]),
+        "q16 on RocksDB",
+    );
+    assert_same(
+        sql_final_rows(Q17, 2, rocksdb()),
+        datastream_final_rows(queries::q17, &["auction", "day"]),
+        "q17 on RocksDB",
+    );
 }

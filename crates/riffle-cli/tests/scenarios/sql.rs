@@ -91,3 +91,49 @@ fn explain_prints_the_plan_and_errors_say_where_and_what() {
     let undefined = crate::riffle_raw(&["sql", "-f", &file], dir.path());
     assert!(String::from_utf8_lossy(&undefined.stderr).contains("--define EVENTS=VALUE"));
 }
+
+/// An updating query (`GROUP BY` without a window) prints its changelog as Flink's SQL client
+/// does: `+I` for a new key, `-U` and `+U` when its result changes; the last row of each key is
+/// the result.
+#[test]
+fn an_updating_query_prints_its_changelog() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = BIDS
+        .split("CREATE TABLE counts")
+        .next()
+        .unwrap()
+        .to_string()
+        + "SELECT MOD(auction, 3) AS bucket, COUNT(*) AS bids FROM bid GROUP BY MOD(auction, 3);";
+    let file = script(dir.path(), "buckets.sql", &text);
+    let out = crate::riffle(
+        &[
+            "sql",
+            "-f",
+            &file,
+            "-D",
+            "EVENTS=1000",
+            "--no-web",
+            "-p",
+            "2",
+        ],
+        dir.path(),
+    );
+    let changes: Vec<&str> = out
+        .lines()
+        .filter(|l| {
+            ["+I[", "-U[", "+U[", "-D["]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .collect();
+    let inserts = changes.iter().filter(|l| l.starts_with("+I[")).count();
+    assert_eq!(inserts, 3, "one insert per bucket: {out}");
+    assert!(changes.iter().any(|l| l.starts_with("-U[")), "{out}");
+    // The last row of each bucket: 920 bids in all (46 of every 50 events).
+    let mut last = std::collections::BTreeMap::new();
+    for change in changes.iter().filter(|l| !l.starts_with('-')) {
+        let fields: Vec<&str> = change[3..change.len() - 1].split(", ").collect();
+        last.insert(fields[0].to_string(), fields[1].parse::<u64>().unwrap());
+    }
+    assert_eq!(last.values().sum::<u64>(), 920, "{last:?}");
+}

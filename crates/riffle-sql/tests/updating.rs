@@ -1,0 +1,256 @@
+//! Updating aggregates in SQL (`GROUP BY` without a window, issue 29): the exact changelog of a
+//! small input (`+I` for a new key, `-U`/`+U` when a result changes, nothing when it does not),
+//! the final result of a larger one against a batch computation at p = 1 and 2, what `EXPLAIN`
+//! says, `table.exec.state.ttl`, and the errors of what is not supported.
+
+use std::collections::BTreeMap;
+
+use riffle::change::{RetractTable, RowKind};
+use riffle::sink::CollectSink;
+use riffle::{Change, EnvConfig, StreamEnv};
+use riffle_sql::{Row, SqlEnv, Value};
+
+/// A table `orders` over JSON lines of `(customer, amount, ts)` in `dir`.
+fn orders(dir: &std::path::Path, rows: &[(i64, i64, i64)]) -> String {
+    let path = dir.join("orders.jsonl");
+    let text: String = rows
+        .iter()
+        .map(|(customer, amount, ts)| {
+            format!("{{\"customer\":{customer},\"amount\":{amount},\"ts\":{ts}}}\n")
+        })
+        .collect();
+    std::fs::write(&path, text).unwrap();
+    format!(
+        "CREATE TABLE orders (customer BIGINT, amount BIGINT, ts TIMESTAMP(3))
+         WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'json');",
+        path.display()
+    )
+}
+
+/// The changes of `query` over `ddl`'s tables at parallelism `p`, as `+I[1, 2]` texts.
+fn changes(ddl: &str, query: &str, config: EnvConfig) -> Vec<Change<Row>> {
+    let env = StreamEnv::with_config(config);
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(ddl).unwrap();
+    let (changes, _) = sql.sql_changelog(query).unwrap_or_else(|e| panic!("{e}"));
+    let (sink, out) = CollectSink::new();
+    changes.sink(sink);
+    env.execute().unwrap();
+    out.values()
+}
+
+fn text(change: &Change<Row>) -> String {
+    let values: Vec<String> = change
+        .row
+        .0
+        .iter()
+        .map(|v| match v {
+            Value::Int(i) => i.to_string(),
+            Value::Null => "NULL".into(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    format!("{}[{}]", change.op.short_string(), values.join(", "))
+}
+
+#[test]
+fn a_new_key_is_inserted_a_changed_result_updated_and_an_unchanged_one_not_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let ddl = orders(
+        dir.path(),
+        &[(1, 10, 1), (2, 5, 2), (1, 30, 3), (1, 20, 4), (2, 5, 5)],
+    );
+    let got: Vec<String> = changes(
+        &ddl,
+        "SELECT customer, MAX(amount) AS biggest FROM orders GROUP BY customer",
+        EnvConfig::deterministic(),
+    )
+    .iter()
+    .map(text)
+    .collect();
+    // Customer 1's 20 and customer 2's second 5 change nothing: no change is sent.
+    assert_eq!(
+        got,
+        ["+I[1, 10]", "+I[2, 5]", "-U[1, 10]", "+U[1, 30]"],
+        "{got:?}"
+    );
+    let got: Vec<String> = changes(
+        &ddl,
+        "SELECT customer, COUNT(*) AS n, SUM(amount) AS total, AVG(amount) AS average FROM orders GROUP BY customer",
+        EnvConfig::deterministic(),
+    )
+    .iter()
+    .map(text)
+    .collect();
+    assert_eq!(
+        got,
+        [
+            "+I[1, 1, 10, 10]",
+            "+I[2, 1, 5, 5]",
+            "-U[1, 1, 10, 10]",
+            "+U[1, 2, 40, 20]",
+            "-U[1, 2, 40, 20]",
+            "+U[1, 3, 60, 20]",
+            "-U[2, 1, 5, 5]",
+            "+U[2, 2, 10, 5]",
+        ]
+    );
+}
+
+#[test]
+fn an_aggregate_without_group_by_is_one_updating_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let ddl = orders(dir.path(), &[(1, 10, 1), (2, 5, 2), (1, 30, 3)]);
+    let got: Vec<String> = changes(
+        &ddl,
+        "SELECT COUNT(*) AS n, SUM(amount) + 1 AS total FROM orders WHERE amount > 6",
+        EnvConfig::deterministic(),
+    )
+    .iter()
+    .map(text)
+    .collect();
+    assert_eq!(got, ["+I[1, 11]", "-U[1, 11]", "+U[2, 41]"]);
+}
+
+#[test]
+fn the_final_result_equals_a_batch_computation_at_any_parallelism() {
+    let dir = tempfile::tempdir().unwrap();
+    // 20 000 orders of 97 customers, amounts and times in a fixed but scrambled order.
+    let rows: Vec<(i64, i64, i64)> = (0..20_000i64)
+        .map(|i| (i * 7919 % 97, (i * 104_729) % 1_000 - 200, i))
+        .collect();
+    let mut expected: BTreeMap<i64, (i64, i64, i64, i64)> = BTreeMap::new();
+    for (customer, amount, _) in &rows {
+        let e = expected
+            .entry(*customer)
+            .or_insert((0, 0, i64::MAX, i64::MIN));
+        e.0 += 1;
+        e.1 += amount;
+        e.2 = e.2.min(*amount);
+        e.3 = e.3.max(*amount);
+    }
+    let expected: Vec<Row> = expected
+        .into_iter()
+        .map(|(c, (n, sum, min, max))| {
+            Row(vec![c, n, sum, min, max]
+                .into_iter()
+                .map(Value::Int)
+                .collect())
+        })
+        .collect();
+    let ddl = orders(dir.path(), &rows);
+    for p in [1, 2] {
+        let changes = changes(
+            &ddl,
+            "SELECT customer, COUNT(*), SUM(amount), MIN(amount), MAX(amount) FROM orders GROUP BY customer",
+            EnvConfig::default().with_parallelism(p),
+        );
+        // Every retraction takes back a row that was there (a multiset that never goes
+        // negative), and what is left is the batch result.
+        let mut table = RetractTable::new();
+        table.apply_all(changes.clone()).unwrap();
+        let mut result: Vec<Row> = table.rows().into_iter().collect();
+        result.sort();
+        assert_eq!(result, expected, "p = {p}");
+        assert!(
+            changes.iter().any(|c| c.op == RowKind::UpdateBefore),
+            "p = {p}: no update"
+        );
+    }
+}
+
+#[test]
+fn explain_shows_the_updating_aggregate_its_state_and_its_changelog_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&orders(dir.path(), &[])).unwrap();
+    let query =
+        "SELECT customer, SUM(amount) AS total FROM orders WHERE amount > 0 GROUP BY customer";
+    let plan = sql.explain(query).unwrap();
+    assert!(
+        plan.contains(
+            "GroupAggregate: keyed by [customer], aggregates [SUM(amount)] -> (`customer` BIGINT, `total` BIGINT) (keyed state: one accumulator per key, no TTL: one entry per key for ever) [retract: +I -U +U -D]"
+        ),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("Filter: amount > 0 (chained, stateless) [append]"),
+        "{plan}"
+    );
+    sql.execute_sql("SET 'table.exec.state.ttl' = '1 h';")
+        .unwrap();
+    let plan = sql.explain(query).unwrap();
+    assert!(
+        plan.contains("TTL 3600000 ms after the key's last update"),
+        "{plan}"
+    );
+    // A projection over the changelog keeps its mode.
+    let plan = sql
+        .explain(&format!("SELECT total * 2 AS doubled FROM ({query})"))
+        .unwrap();
+    assert!(
+        plan.lines()
+            .next()
+            .is_some_and(|l| l.starts_with("Map:") && l.ends_with("[retract: +I -U +U -D]")),
+        "{plan}"
+    );
+}
+
+#[test]
+fn what_is_not_supported_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&orders(dir.path(), &[])).unwrap();
+    let error = |script: &str| sql.execute_sql(script).err().unwrap().to_string();
+    // An aggregate of an aggregate's changelog needs retractable accumulators.
+    let nested = error(
+        "SELECT total, COUNT(*) FROM (SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer) GROUP BY total;",
+    );
+    assert!(
+        nested.contains("an aggregate over an updating input"),
+        "{nested}"
+    );
+    // A JSON file takes only appends, as Flink's filesystem sink with the json format.
+    let out = dir.path().join("out");
+    let sink = error(&format!(
+        "CREATE TABLE totals (customer BIGINT, total BIGINT) WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'json');
+         INSERT INTO totals SELECT customer, SUM(amount) FROM orders GROUP BY customer;",
+        out.display()
+    ));
+    assert!(
+        sink.contains("table `totals` ('connector' = 'filesystem', 'format' = 'json') takes only appended rows")
+            && sink.contains("debezium-json"),
+        "{sink}"
+    );
+    // A bad option fails at its SET, naming the setting, and is not kept.
+    let ttl = error("SET 'table.exec.state.ttl' = 'a while';");
+    assert!(
+        ttl.contains("'table.exec.state.ttl' = 'a while': not a duration"),
+        "{ttl}"
+    );
+    assert!(
+        sql.sql_changelog("SELECT customer, COUNT(*) FROM orders GROUP BY customer")
+            .is_ok()
+    );
+    let append_only = sql
+        .sql_query("SELECT customer, COUNT(*) FROM orders GROUP BY customer")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(append_only.contains("sql_changelog"), "{append_only}");
+}
+
+#[test]
+fn durations_read_as_flinks_options_write_them() {
+    use riffle_sql::plan::parse_duration_ms;
+    assert_eq!(parse_duration_ms("500"), Some(500));
+    assert_eq!(parse_duration_ms("10 s"), Some(10_000));
+    assert_eq!(parse_duration_ms("5min"), Some(300_000));
+    assert_eq!(parse_duration_ms(" 1 hour "), Some(3_600_000));
+    assert_eq!(parse_duration_ms("2 d"), Some(172_800_000));
+    assert_eq!(parse_duration_ms("1.5 h"), None);
+    assert_eq!(parse_duration_ms("h"), None);
+    assert_eq!(parse_duration_ms("99999999999999999 d"), None);
+}
