@@ -935,10 +935,11 @@ pub fn q17(events: &DataStream<Event>) -> DataStream<Change<Q17Row>> {
         .uid("q17")
 }
 
-/// q18's order on the bids of one bidder and auction: `ORDER BY dateTime DESC`, ties broken
-/// by the other columns so that the answer does not depend on arrival order.
-fn latest_first(b: &Bid) -> (Timestamp, i64, &str, &str, &str) {
-    (b.date_time, b.price, &b.channel, &b.url, &b.extra)
+/// q18's order on the bids of one bidder and auction, first first: `ORDER BY dateTime DESC`,
+/// ties broken by the bid's other columns in order, ascending (as Riffle's SQL breaks them), so
+/// that the answer does not depend on arrival order.
+fn latest_first(b: &Bid) -> (Reverse<Timestamp>, i64, &str, &str, &str) {
+    (Reverse(b.date_time), b.price, &b.channel, &b.url, &b.extra)
 }
 
 static LAST_BID: ValueStateDescriptor<Bid> = ValueStateDescriptor::new("last-bid");
@@ -951,8 +952,9 @@ static LAST_BID: ValueStateDescriptor<Bid> = ValueStateDescriptor::new("last-bid
 ///   FROM bid) WHERE rank_number <= 1;
 /// ```
 ///
-/// Bids with the same `dateTime` are ordered by price, channel, url and extra (the SQL leaves
-/// ties to arrival order, which differs between parallel runs).
+/// Bids with the same `dateTime` are ordered by price, channel, url and extra, ascending (Flink's
+/// SQL leaves ties to arrival order, which differs between parallel runs; Riffle's SQL orders
+/// them by the row's columns).
 pub fn q18(events: &DataStream<Event>) -> DataStream<Change<Bid>> {
     bids(events)
         .key_by(|b| (b.bidder, b.auction))
@@ -960,7 +962,7 @@ pub fn q18(events: &DataStream<Event>) -> DataStream<Change<Bid>> {
             let mut state = ctx.value(&LAST_BID);
             let before = state.get()?;
             if let Some(last) = &before
-                && latest_first(&b) <= latest_first(last)
+                && latest_first(&b) >= latest_first(last)
             {
                 return Ok(());
             }
@@ -981,15 +983,15 @@ pub struct Q19Row {
     pub rank_number: u32,
 }
 
-/// q19's order on the bids of an auction: `ORDER BY price DESC`, ties broken by time, bidder
-/// and the other columns.
-fn top_first(b: &Bid) -> (Reverse<i64>, Timestamp, i64, &str, &str, &str) {
+/// q19's order on the bids of an auction: `ORDER BY price DESC`, ties broken by the bid's other
+/// columns in order (bidder, channel, url, time, extra), ascending, as Riffle's SQL breaks them.
+fn top_first(b: &Bid) -> (Reverse<i64>, i64, &str, &str, Timestamp, &str) {
     (
         Reverse(b.price),
-        b.date_time,
         b.bidder,
         &b.channel,
         &b.url,
+        b.date_time,
         &b.extra,
     )
 }
@@ -1008,8 +1010,8 @@ static TOP_FLOOR: ValueStateDescriptor<i64> = ValueStateDescriptor::new("top-flo
 /// ```
 ///
 /// A bid entering the top 10 at rank r moves the ones below: rows r to the end are emitted
-/// (keyed by auction and `rank_number`). Ties on price are ordered by time, bidder and the other
-/// columns. A keyed floor (the 10th price once there are 10) spares the list for most bids.
+/// (keyed by auction and `rank_number`). Ties on price are ordered by the bid's other columns
+/// (bidder, channel, url, time, extra). A keyed floor (the 10th price once there are 10) spares the list for most bids.
 pub fn q19(events: &DataStream<Event>) -> DataStream<Change<Q19Row>> {
     bids(events)
         .key_by(|b| b.auction)

@@ -590,16 +590,17 @@ fn q18_keeps_the_last_bid_per_bidder_and_auction() {
         let entry = last
             .entry((b.bidder, b.auction))
             .or_insert_with(|| b.clone());
+        // Latest first; ties by the other columns, ascending.
         let order = |x: &Bid| {
             (
-                x.date_time,
+                Reverse(x.date_time),
                 x.price,
                 x.channel.clone(),
                 x.url.clone(),
                 x.extra.clone(),
             )
         };
-        if order(&b) > order(entry) {
+        if order(&b) < order(entry) {
             *entry = b;
         }
     }
@@ -618,10 +619,10 @@ fn q19_keeps_the_ten_highest_bids_per_auction() {
         bids.sort_by_key(|b| {
             (
                 Reverse(b.price),
-                b.date_time,
                 b.bidder,
                 b.channel.clone(),
                 b.url.clone(),
+                b.date_time,
                 b.extra.clone(),
             )
         });

@@ -83,7 +83,7 @@ pub fn scan(
             let config = nexmark_config(table)?;
             let convert = nexmark_row(physical)?;
             let source = NexmarkSource::new(config)
-                .map_records(move |event: Event| complete(convert(&event)));
+                .map_records(move |event: &Event| complete(convert(event)));
             match &time {
                 Some(_) => env.from_source_with_watermarks(source, strategy(true)),
                 None => env.from_source(source),
@@ -99,8 +99,8 @@ pub fn scan(
                 )));
             }
             let schema = physical.clone();
-            let source = FileSource::lines(path).map_records(move |line: String| {
-                let row = json_row(&line, &schema)?;
+            let source = FileSource::lines(path).map_records(move |line: &String| {
+                let row = json_row(line, &schema)?;
                 complete(row)
             });
             match &time {

@@ -291,16 +291,28 @@ fn field_of(row: Typed, name: &str) -> Result<Typed> {
         return Err(SqlError::plan(format!("{} has no field `{name}`", row.ty)));
     };
     let field: Field = fields[index].clone();
-    let eval = row.eval;
-    Ok(Typed {
-        ty: field.ty,
-        nullable: true,
-        eval: Arc::new(move |r| {
-            Ok(match eval(r)? {
-                Value::Row(mut values) if index < values.len() => values.swap_remove(index),
+    let eval: Eval = match row.column {
+        // A field of a column (`bid.price`) is read in place: only the field is copied.
+        Some(column) => Arc::new(move |r: &Row| {
+            Ok(match r.get(column) {
+                Value::Row(values) => values.get(index).cloned().unwrap_or(Value::Null),
                 _ => Value::Null,
             })
         }),
+        None => {
+            let eval = row.eval;
+            Arc::new(move |r: &Row| {
+                Ok(match eval(r)? {
+                    Value::Row(mut values) if index < values.len() => values.swap_remove(index),
+                    _ => Value::Null,
+                })
+            })
+        }
+    };
+    Ok(Typed {
+        ty: field.ty,
+        nullable: true,
+        eval,
         name: Some(field.name),
         column: None,
     })

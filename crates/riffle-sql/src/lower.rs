@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use riffle::state::{AggregatingStateDescriptor, StateTtl};
+use riffle::state::{AggregatingStateDescriptor, StateTtl, ValueStateDescriptor};
 use riffle::window::{Sliding, Tumbling};
 use riffle::{Change, DataStream, StreamEnv};
 
@@ -84,6 +84,79 @@ fn eval_all(evals: &[Eval], row: &Row) -> riffle::Result<Row> {
         values.push(eval(row)?);
     }
     Ok(Row(values))
+}
+
+/// The state of a Top-N's partition: its first rows, in order, as carried (see [`TopN`]).
+type RowsState = ValueStateDescriptor<Vec<Row>>;
+
+/// The ranking of a Top-N (`ROW_NUMBER() OVER (..)` bounded by `rn <= limit`), over rows
+/// carried as `[partition keys.., order keys.., the input row's columns..]`.
+#[derive(Clone)]
+struct TopN {
+    /// How many partition keys lead a carried row.
+    keys: usize,
+    /// Per order key, whether it sorts descending.
+    descending: Vec<bool>,
+    /// Rows kept per partition.
+    limit: usize,
+    /// The output columns but the rank, over the input row.
+    project: Vec<Eval>,
+    /// Where the rank goes among the output columns.
+    rank_at: usize,
+}
+
+impl TopN {
+    /// Which of two carried rows of a partition comes first: by the order keys, then (ties) by
+    /// the input row's columns, ascending.
+    fn compare(&self, a: &Row, b: &Row) -> std::cmp::Ordering {
+        let orders = self.keys..self.keys + self.descending.len();
+        for (i, descending) in orders.clone().zip(&self.descending) {
+            let ordering = a.0[i].cmp(&b.0[i]);
+            let ordering = if *descending {
+                ordering.reverse()
+            } else {
+                ordering
+            };
+            if ordering.is_ne() {
+                return ordering;
+            }
+        }
+        a.0[orders.end..].cmp(&b.0[orders.end..])
+    }
+
+    /// The output row of a carried row at rank `rank` (1, 2, ...).
+    fn output(&self, carried: &Row, rank: usize) -> riffle::Result<Row> {
+        let input = Row(carried.0[self.keys + self.descending.len()..].to_vec());
+        let mut values = eval_all(&self.project, &input)?.0;
+        values.insert(self.rank_at, Value::Int(rank as i64));
+        Ok(Row(values))
+    }
+
+    /// Puts `row` among `kept` (a partition's first rows, in order); the changes of the ranks
+    /// it moved, or `None` when it does not get in. A row at rank r moves the rows below it:
+    /// ranks r to the end are updated (`-U` the old row, `+U` the new), a rank that was empty
+    /// is inserted (`+I`), and the row pushed past `limit` leaves.
+    fn insert(&self, kept: &mut Vec<Row>, row: Row) -> riffle::Result<Option<Vec<Change<Row>>>> {
+        let at = kept.partition_point(|x| self.compare(x, &row).is_le());
+        if at >= self.limit {
+            return Ok(None);
+        }
+        let before: Vec<Row> = kept[at..].to_vec();
+        kept.insert(at, row);
+        kept.truncate(self.limit);
+        let mut changes = Vec::new();
+        for (offset, now) in kept[at..].iter().enumerate() {
+            let rank = at + offset + 1;
+            match before.get(offset) {
+                Some(old) => {
+                    changes.push(Change::update_before(self.output(old, rank)?));
+                    changes.push(Change::update_after(self.output(now, rank)?));
+                }
+                None => changes.push(Change::insert(self.output(now, rank)?)),
+            }
+        }
+        Ok(Some(changes))
+    }
 }
 
 /// The rows of `plan`, as a stream of `env`.
@@ -212,6 +285,62 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
                         }
                     })
                     .name("GroupAggregate"),
+            )
+        }
+        Plan::TopN {
+            input,
+            partition,
+            order,
+            limit,
+            project,
+            rank_at,
+            ttl,
+            ..
+        } => {
+            // Each input row is carried as [partition keys.., order keys.., the row's columns..]:
+            // the keys are computed once, before the shuffle (where an error can fail the job).
+            let keys: Vec<Eval> = partition.iter().map(|e| e.eval.clone()).collect();
+            let orders: Vec<Eval> = order.iter().map(|(e, _)| e.eval.clone()).collect();
+            let top = TopN {
+                keys: keys.len(),
+                descending: order.iter().map(|(_, desc)| *desc).collect(),
+                limit: *limit,
+                project: project.iter().map(|e| e.eval.clone()).collect(),
+                rank_at: *rank_at,
+            };
+            let mut rows = RowsState::new("top-n");
+            if let Some(ttl) = ttl {
+                rows = rows.with_ttl(StateTtl::after_write(*ttl));
+            }
+            let rows = Arc::new(rows);
+            let key_count = keys.len();
+            Rows::Changelog(
+                append(input)?
+                    .try_map(move |row: Row| -> riffle::Result<Row> {
+                        let mut carried =
+                            Vec::with_capacity(keys.len() + orders.len() + row.0.len());
+                        for eval in keys.iter().chain(&orders) {
+                            carried.push(eval(&row)?);
+                        }
+                        carried.extend(row.0);
+                        Ok(Row(carried))
+                    })
+                    .name("Pre-rank")
+                    .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()))
+                    .process(move |_: &Row, row: Row, ctx| {
+                        let mut state = ctx.value(&rows);
+                        let mut kept = state.get()?.unwrap_or_default();
+                        let Some(changes) = top.insert(&mut kept, row)? else {
+                            return Ok(());
+                        };
+                        state.set(kept)?;
+                        drop(state);
+                        for change in changes {
+                            ctx.emit(change)?;
+                        }
+                        Ok(())
+                    })
+                    .name(if *limit == 1 { "Deduplicate" } else { "TopN" }),
             )
         }
         Plan::Project { input, exprs, .. } => {

@@ -118,6 +118,30 @@ pub enum Plan {
         /// How long a key's state lives after its last update (`table.exec.state.ttl`).
         ttl: Option<std::time::Duration>,
     },
+    /// `ROW_NUMBER() OVER (PARTITION BY .. ORDER BY ..)` bounded by the outer query's `WHERE rn
+    /// <= n`: the first `limit` rows of each partition in that order (Top-N; with `limit` 1,
+    /// deduplication), updated as rows arrive. Rows that tie on the order are ordered by their
+    /// columns (so the result does not depend on arrival order).
+    TopN {
+        /// The input (append-only).
+        input: Box<Plan>,
+        /// The partition keys, over the input's columns.
+        partition: Vec<Typed>,
+        /// The order, over the input's columns, each with `true` for `DESC`.
+        order: Vec<(Typed, bool)>,
+        /// How many rows of each partition are kept.
+        limit: usize,
+        /// The output columns but the rank, over the input's columns.
+        project: Vec<Typed>,
+        /// Where the rank (`BIGINT`, 1 to `limit`) sits among the output columns.
+        rank_at: usize,
+        /// Texts for `EXPLAIN`: partition keys, then the order.
+        texts: Vec<String>,
+        /// The output columns.
+        schema: Schema,
+        /// How long a partition's state lives after its last update (`table.exec.state.ttl`).
+        ttl: Option<std::time::Duration>,
+    },
     /// Reading a table: its connector's columns, then its computed columns.
     Scan {
         /// The table.
@@ -162,7 +186,8 @@ impl Plan {
             Plan::Scan { schema, .. }
             | Plan::Project { schema, .. }
             | Plan::WindowAggregate { schema, .. }
-            | Plan::GroupAggregate { schema, .. } => schema,
+            | Plan::GroupAggregate { schema, .. }
+            | Plan::TopN { schema, .. } => schema,
             Plan::Filter { input, .. } => input.schema(),
         }
     }
@@ -171,7 +196,7 @@ impl Plan {
     pub fn changelog_mode(&self) -> ChangelogMode {
         match self {
             Plan::Scan { .. } | Plan::WindowAggregate { .. } => ChangelogMode::Append,
-            Plan::GroupAggregate { .. } => ChangelogMode::Retract,
+            Plan::GroupAggregate { .. } | Plan::TopN { .. } => ChangelogMode::Retract,
             Plan::Filter { input, .. } | Plan::Project { input, .. } => input.changelog_mode(),
         }
     }
@@ -183,7 +208,7 @@ impl Plan {
             Plan::Filter { input, .. } => input.time(),
             // Rows of a window aggregation carry `window_time` as their event time (not a
             // column one can window again yet); an updating aggregate's rows have none.
-            Plan::WindowAggregate { .. } | Plan::GroupAggregate { .. } => None,
+            Plan::WindowAggregate { .. } | Plan::GroupAggregate { .. } | Plan::TopN { .. } => None,
         }
     }
 
@@ -271,6 +296,31 @@ impl Plan {
                 ));
                 lines.push(format!(
                     "{pad}  Hash by [{}], pre-computed keys and arguments (chained)",
+                    key_texts.join(", ")
+                ));
+                input.explain_into(depth + 2, lines);
+            }
+            Plan::TopN {
+                input,
+                partition,
+                limit,
+                texts,
+                schema,
+                ttl,
+                ..
+            } => {
+                let (key_texts, order_texts) = texts.split_at(partition.len());
+                let what = if *limit == 1 { "Deduplicate" } else { "TopN" };
+                let ttl = ttl.map_or("no TTL".to_string(), |t| {
+                    format!("TTL {} ms after the partition's last update", t.as_millis())
+                });
+                lines.push(format!(
+                    "{pad}{what}: first {limit} by [{}] per [{}], ties by the row's columns -> {schema} (keyed state: the partition's first {limit} rows, {ttl}) [{mode}]",
+                    order_texts.join(", "),
+                    key_texts.join(", ")
+                ));
+                lines.push(format!(
+                    "{pad}  Hash by [{}] (chained)",
                     key_texts.join(", ")
                 ));
                 input.explain_into(depth + 2, lines);
@@ -439,6 +489,17 @@ impl Catalog {
         if !group_by.is_empty() || aggregating {
             return self.plan_grouped(select, &group_by);
         }
+        if let Some((plan, qualifier, rest)) = self.plan_top_n(select)? {
+            let plan = self.filter(plan, qualifier.as_deref(), rest.as_ref())?;
+            return self.project(plan, qualifier.as_deref(), &select.projection);
+        }
+        let (plan, qualifier) = self.plan_from(select)?;
+        let plan = self.filter(plan, qualifier.as_deref(), select.selection.as_ref())?;
+        self.project(plan, qualifier.as_deref(), &select.projection)
+    }
+
+    /// The one relation of a SELECT's FROM, and the name that qualifies its columns.
+    fn plan_from(&self, select: &ast::Select) -> Result<(Plan, Option<String>)> {
         let [from] = &select.from[..] else {
             return Err(SqlError::plan(if select.from.is_empty() {
                 "a SELECT without FROM is not supported yet".to_string()
@@ -449,10 +510,20 @@ impl Catalog {
         if !from.joins.is_empty() {
             return Err(SqlError::plan("JOIN is not supported yet"));
         }
-        let (mut plan, qualifier) = self.plan_relation(&from.relation)?;
-        if let Some(condition) = &select.selection {
+        self.plan_relation(&from.relation)
+    }
+
+    /// `plan`'s rows for which `condition` (a WHERE) is true; `plan` itself when there is none.
+    fn filter(
+        &self,
+        plan: Plan,
+        qualifier: Option<&str>,
+        condition: Option<&ast::Expr>,
+    ) -> Result<Plan> {
+        let mut plan = plan;
+        if let Some(condition) = condition {
             let schema = plan.schema().clone();
-            let scope = Scope::new(&schema, qualifier.as_deref(), &self.functions);
+            let scope = Scope::new(&schema, qualifier, &self.functions);
             let predicate = compile(condition, &scope)?;
             if !matches!(predicate.ty, DataType::Boolean | DataType::Null) {
                 return Err(SqlError::plan(format!(
@@ -466,7 +537,154 @@ impl Catalog {
                 text: condition.to_string(),
             };
         }
-        self.project(plan, qualifier.as_deref(), &select.projection)
+        Ok(plan)
+    }
+
+    /// `SELECT .. FROM (SELECT .., ROW_NUMBER() OVER (PARTITION BY .. ORDER BY ..) AS rn FROM t)
+    /// WHERE rn <= n [AND ..]`, Flink's Top-N and deduplication: the Top-N plan, the derived
+    /// table's name, and what is left of the outer WHERE. `None` when `select` reads no such
+    /// derived table.
+    fn plan_top_n(
+        &self,
+        select: &ast::Select,
+    ) -> Result<Option<TopNQuery>> {
+        let [from] = &select.from[..] else {
+            return Ok(None);
+        };
+        let ast::TableFactor::Derived {
+            subquery, alias, ..
+        } = &from.relation
+        else {
+            return Ok(None);
+        };
+        let ast::SetExpr::Select(inner) = subquery.body.as_ref() else {
+            return Ok(None);
+        };
+        let Some((rank_at, rank_name, spec)) = row_number_of(inner)? else {
+            return Ok(None);
+        };
+        if !from.joins.is_empty() {
+            return Err(SqlError::plan("JOIN is not supported yet"));
+        }
+        if inner.distinct.is_some()
+            || !matches!(&inner.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty())
+        {
+            return Err(SqlError::plan(
+                "ROW_NUMBER() OVER (..) of a grouped or DISTINCT query is not supported yet",
+            ));
+        }
+        // The outer WHERE bounds the rank: `rn <= n`, `rn < n` or `rn = 1`.
+        let mut conjuncts = Vec::new();
+        if let Some(selection) = &select.selection {
+            split_and(selection, &mut conjuncts);
+        }
+        let mut limit = None;
+        let mut rest = Vec::new();
+        for conjunct in conjuncts {
+            match rank_bound(conjunct, &rank_name) {
+                Some(n) if limit.is_none() => limit = Some(n),
+                _ => rest.push(conjunct.clone()),
+            }
+        }
+        let Some(limit) = limit.filter(|n| *n >= 1) else {
+            return Err(SqlError::plan(format!(
+                "ROW_NUMBER() OVER (..) AS {rank_name} is supported as a Top-N or a deduplication: the outer query bounds it, WHERE {rank_name} <= N (or {rank_name} = 1)"
+            )));
+        };
+        let rest = rest.into_iter().reduce(|a, b| ast::Expr::BinaryOp {
+            left: Box::new(a),
+            op: ast::BinaryOperator::And,
+            right: Box::new(b),
+        });
+        let (input, qualifier) = self.plan_from(inner)?;
+        let input = self.filter(input, qualifier.as_deref(), inner.selection.as_ref())?;
+        if input.changelog_mode() != ChangelogMode::Append {
+            return Err(SqlError::plan(format!(
+                "ROW_NUMBER() OVER (..) over an updating input (its rows are {}) is not supported yet",
+                input.changelog_mode()
+            )));
+        }
+        let schema = input.schema().clone();
+        let scope = Scope::new(&schema, qualifier.as_deref(), &self.functions);
+        let mut texts = Vec::new();
+        let mut partition = Vec::new();
+        for expr in &spec.partition_by {
+            partition.push(compile(expr, &scope)?);
+            texts.push(expr.to_string());
+        }
+        let mut order = Vec::new();
+        for item in &spec.order_by {
+            let descending = match &item.options.sort {
+                None | Some(ast::OrderBySort::Asc) => false,
+                Some(ast::OrderBySort::Desc) => true,
+                Some(_) => {
+                    return Err(SqlError::plan(format!(
+                        "ORDER BY {item} in OVER (..) is not supported (ASC or DESC)"
+                    )));
+                }
+            };
+            if item.options.nulls_first.is_some() {
+                return Err(SqlError::plan(
+                    "NULLS FIRST / NULLS LAST in OVER (..) is not supported yet (NULLs come first ascending, last descending)",
+                ));
+            }
+            order.push((compile(&item.expr, &scope)?, descending));
+            texts.push(item.to_string());
+        }
+        if order.is_empty() {
+            return Err(SqlError::plan(
+                "ROW_NUMBER() OVER (..) needs an ORDER BY (which rows come first)",
+            ));
+        }
+        // The derived table's other columns, over the input's; the rank goes in at its place.
+        let items: Vec<ast::SelectItem> = inner
+            .projection
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != rank_at)
+            .map(|(_, item)| item.clone())
+            .collect();
+        let Plan::Project {
+            exprs: project,
+            schema: projected,
+            ..
+        } = self.project(input.clone(), qualifier.as_deref(), &items)?
+        else {
+            unreachable!("a projection plans to a Project");
+        };
+        // `SELECT *, ROW_NUMBER()..`: the rank's place among the output columns follows the
+        // columns `*` stood for.
+        let rank_column = inner.projection[..rank_at]
+            .iter()
+            .map(|item| match item {
+                ast::SelectItem::Wildcard(_) | ast::SelectItem::QualifiedWildcard(..) => {
+                    schema.len()
+                }
+                _ => 1,
+            })
+            .sum::<usize>();
+        let mut fields = projected.fields.clone();
+        fields.insert(
+            rank_column,
+            Field {
+                name: rank_name.clone(),
+                ty: DataType::BigInt,
+                nullable: false,
+            },
+        );
+        let top_n = Plan::TopN {
+            input: Box::new(input),
+            partition,
+            order,
+            limit,
+            project,
+            rank_at: rank_column,
+            texts,
+            schema: Schema::new(fields),
+            ttl: self.state_ttl()?,
+        };
+        let qualifier = alias.as_ref().map(|a| a.name.value.clone());
+        Ok(Some((top_n, qualifier, rest)))
     }
 
     /// `SELECT .. FROM TABLE(TUMBLE(..)) GROUP BY window_start, window_end, ..` (a window
@@ -961,6 +1179,114 @@ fn time_attribute(
         name: column.to_string(),
         out_of_orderness_ms,
     })
+}
+
+/// A Top-N query's plan, the name of its derived table, and the rest of its outer WHERE.
+type TopNQuery = (Plan, Option<String>, Option<ast::Expr>);
+
+/// The `ROW_NUMBER() OVER (..) AS name` of a SELECT list: its position, its name and its window.
+fn row_number_of(select: &ast::Select) -> Result<Option<(usize, String, ast::WindowSpec)>> {
+    let mut found = None;
+    for (position, item) in select.projection.iter().enumerate() {
+        let (expr, alias) = match item {
+            ast::SelectItem::UnnamedExpr(e) => (e, None),
+            ast::SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value.clone())),
+            _ => continue,
+        };
+        let ast::Expr::Function(function) = expr else {
+            continue;
+        };
+        let Some(over) = &function.over else {
+            continue;
+        };
+        let name = function.name.to_string().to_ascii_uppercase();
+        if name != "ROW_NUMBER" {
+            return Err(SqlError::plan(format!(
+                "{name}(..) OVER (..) is not supported yet (ROW_NUMBER() for Top-N and deduplication is)"
+            )));
+        }
+        let ast::WindowType::WindowSpec(spec) = over else {
+            return Err(SqlError::plan(
+                "a named window (OVER w) is not supported yet: write OVER (PARTITION BY .. ORDER BY ..)",
+            ));
+        };
+        if spec.window_frame.is_some() {
+            return Err(SqlError::plan(
+                "ROW_NUMBER() OVER (..) takes no frame (ROWS/RANGE ..)",
+            ));
+        }
+        let Some(alias) = alias else {
+            return Err(SqlError::plan(
+                "ROW_NUMBER() OVER (..) needs a name (AS rn), for the outer query to bound it",
+            ));
+        };
+        if found.is_some() {
+            return Err(SqlError::plan(
+                "one ROW_NUMBER() OVER (..) per query is supported",
+            ));
+        }
+        found = Some((position, alias, spec.clone()));
+    }
+    Ok(found)
+}
+
+/// The conjuncts of `expr` (`a AND b AND c`: `a`, `b`, `c`).
+fn split_and<'a>(expr: &'a ast::Expr, out: &mut Vec<&'a ast::Expr>) {
+    match expr {
+        ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::And,
+            right,
+        } => {
+            split_and(left, out);
+            split_and(right, out);
+        }
+        ast::Expr::Nested(inner) => split_and(inner, out),
+        other => out.push(other),
+    }
+}
+
+/// The number of rows `condition` keeps when it bounds the rank `rank`: `rank <= n`, `rank < n`
+/// (`n - 1`), `rank = 1`, or the same with the sides swapped.
+fn rank_bound(condition: &ast::Expr, rank: &str) -> Option<usize> {
+    use ast::BinaryOperator as Op;
+    let ast::Expr::BinaryOp { left, op, right } = condition else {
+        return None;
+    };
+    let is_rank = |e: &ast::Expr| match e {
+        ast::Expr::Identifier(i) => i.value.eq_ignore_ascii_case(rank),
+        ast::Expr::CompoundIdentifier(parts) => parts
+            .last()
+            .is_some_and(|i| i.value.eq_ignore_ascii_case(rank)),
+        _ => false,
+    };
+    let number = |e: &ast::Expr| match e {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::Number(n, _) => n.parse::<usize>().ok(),
+            _ => None,
+        },
+        _ => None,
+    };
+    // `rank OP n`, with a swapped comparison turned around.
+    let (op, n) = if is_rank(left) {
+        (op.clone(), number(right)?)
+    } else if is_rank(right) {
+        let flipped = match op {
+            Op::GtEq => Op::LtEq,
+            Op::Gt => Op::Lt,
+            Op::Eq => Op::Eq,
+            _ => return None,
+        };
+        (flipped, number(left)?)
+    } else {
+        return None;
+    };
+    match (op, n) {
+        (Op::LtEq, n) => Some(n),
+        (Op::Lt, n) => n.checked_sub(1),
+        (Op::Eq, 1) => Some(1),
+        _ => None,
+    }
 }
 
 /// An aggregate call found in a grouped query's SELECT list.

@@ -254,3 +254,94 @@ fn durations_read_as_flinks_options_write_them() {
     assert_eq!(parse_duration_ms("h"), None);
     assert_eq!(parse_duration_ms("99999999999999999 d"), None);
 }
+
+#[test]
+fn a_top_n_updates_the_ranks_a_row_moves_and_breaks_ties_by_the_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let ddl = orders(
+        dir.path(),
+        &[
+            (1, 10, 1),
+            (1, 30, 2),
+            (2, 7, 3),
+            (1, 20, 4),
+            (1, 5, 5),
+            (1, 30, 0),
+        ],
+    );
+    let got: Vec<String> = changes(
+        &ddl,
+        "SELECT customer, amount, r FROM (
+             SELECT *, ROW_NUMBER() OVER (PARTITION BY customer ORDER BY amount DESC) AS r FROM orders
+         ) WHERE r <= 2",
+        EnvConfig::deterministic(),
+    )
+    .iter()
+    .map(text)
+    .collect();
+    assert_eq!(
+        got,
+        [
+            "+I[1, 10, 1]",
+            // 30 goes first: rank 1 is updated, 10 moves to rank 2.
+            "-U[1, 10, 1]",
+            "+U[1, 30, 1]",
+            "+I[1, 10, 2]",
+            "+I[2, 7, 1]",
+            // 20 takes rank 2; 10 leaves.
+            "-U[1, 10, 2]",
+            "+U[1, 20, 2]",
+            // 5 does not get in. The second 30 ties with the first; the tie goes by the
+            // row's columns: (1, 30, ts 0) before (1, 30, ts 2), so it takes rank 1.
+            "-U[1, 30, 1]",
+            "+U[1, 30, 1]",
+            "-U[1, 20, 2]",
+            "+U[1, 30, 2]",
+        ]
+    );
+    // Without the rank in the output, and keeping one row (a deduplication).
+    let got: Vec<String> = changes(
+        &ddl,
+        "SELECT customer, amount FROM (
+             SELECT customer, amount, ROW_NUMBER() OVER (PARTITION BY customer ORDER BY ts) AS r FROM orders
+         ) WHERE r = 1 AND amount > 6",
+        EnvConfig::deterministic(),
+    )
+    .iter()
+    .map(text)
+    .collect();
+    // Customer 1's first order by time is the last line's (ts 0): it replaces the first.
+    assert_eq!(got, ["+I[1, 10]", "+I[2, 7]", "-U[1, 10]", "+U[1, 30]"]);
+}
+
+#[test]
+fn explain_and_errors_of_row_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&orders(dir.path(), &[])).unwrap();
+    let plan = sql
+        .explain("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY customer ORDER BY amount DESC) AS r FROM orders) WHERE r <= 3")
+        .unwrap();
+    assert!(
+        plan.contains("TopN: first 3 by [amount DESC] per [customer], ties by the row's columns -> (`customer` BIGINT, `amount` BIGINT, `ts` TIMESTAMP(3), `r` BIGINT NOT NULL)"),
+        "{plan}"
+    );
+    assert!(plan.contains("[retract: +I -U +U -D]"), "{plan}");
+    let error = |query: &str| sql.sql_changelog(query).err().unwrap().to_string();
+    let unbounded = error(
+        "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY customer ORDER BY amount) AS r FROM orders)",
+    );
+    assert!(unbounded.contains("WHERE r <= N"), "{unbounded}");
+    let rank = error(
+        "SELECT * FROM (SELECT *, RANK() OVER (PARTITION BY customer ORDER BY amount) AS r FROM orders) WHERE r <= 3",
+    );
+    assert!(
+        rank.contains("RANK(..) OVER (..) is not supported yet"),
+        "{rank}"
+    );
+    let unordered = error(
+        "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY customer) AS r FROM orders) WHERE r <= 3",
+    );
+    assert!(unordered.contains("needs an ORDER BY"), "{unordered}");
+}

@@ -13,8 +13,9 @@ use crate::error::Result;
 use crate::record::Data;
 use crate::source::{Boundedness, ReadStatus, Source, SourceOutput, SplitReader, SplitWatermark};
 
-/// The conversion of a [`MappedSource`]: a record, or why it cannot be converted.
-pub type RecordMap<T, U> = Arc<dyn Fn(T) -> std::result::Result<U, String> + Send + Sync>;
+/// The conversion of a [`MappedSource`]: a record, or why it cannot be converted. It borrows
+/// the record, so that a refused one is still there to be dead-lettered (serialized only then).
+pub type RecordMap<T, U> = Arc<dyn Fn(&T) -> std::result::Result<U, String> + Send + Sync>;
 
 /// `source` with every record converted by a function ([`SourceExt::map_records`]).
 pub struct MappedSource<S, T, U> {
@@ -36,7 +37,7 @@ pub trait SourceExt<T: Data>: Source<T> + Sized {
     /// let env = StreamEnv::new();
     /// let (sink, out) = CollectSink::new();
     /// let lengths = CollectionSource::new(vec!["a".to_string(), "bcd".to_string()])
-    ///     .map_records(|s: String| Ok::<_, String>(s.len()));
+    ///     .map_records(|s: &String| Ok::<_, String>(s.len()));
     /// env.from_source(lengths).sink(sink);
     /// env.execute().unwrap();
     /// let mut lengths = out.values();
@@ -45,7 +46,7 @@ pub trait SourceExt<T: Data>: Source<T> + Sized {
     /// ```
     fn map_records<U: Data>(
         self,
-        map: impl Fn(T) -> std::result::Result<U, String> + Send + Sync + 'static,
+        map: impl Fn(&T) -> std::result::Result<U, String> + Send + Sync + 'static,
     ) -> MappedSource<Self, T, U> {
         MappedSource {
             source: self,
@@ -126,14 +127,13 @@ impl<T: Data, U: Data> SplitReader<U> for MappedReader<T, U> {
         let status = self.inner.read(&mut self.buffer, max)?;
         for record in self.buffer.records.drain(..) {
             let timestamp = record.timestamp;
-            let value = record.value;
-            let payload = serde_json::to_vec(&value).unwrap_or_default();
-            match (self.map)(value) {
+            match (self.map)(&record.value) {
                 Ok(converted) => out.records.push(crate::record::Record {
                     value: converted,
                     timestamp,
                 }),
                 Err(why) => {
+                    let payload = serde_json::to_vec(&record.value).unwrap_or_default();
                     out.bad_record("a record of the last read", why, &payload);
                 }
             }
