@@ -107,6 +107,11 @@ pub struct RunArgs {
     /// Generate at most this many events per second (wall clock).
     #[arg(long, value_name = "EVENTS_PER_SEC")]
     pub rate: Option<f64>,
+    /// Run the query's SQL text (the nexmark project's, `riffle_nexmark::sql`) through Riffle's
+    /// SQL instead of its DataStream program, on the same generated events (q0, q1, q2, q14,
+    /// q16–q19, q21, q22; not with --input or --output).
+    #[arg(long)]
+    pub sql: bool,
     /// Print the measurements as one JSON object (what --all reads from its child processes).
     #[arg(long, hide = true)]
     pub json: bool,
@@ -242,6 +247,9 @@ pub fn run_query(query: Query, args: &RunArgs) -> riffle::Result<Measurement> {
             .join("dead-letter"),
         ..defaults
     });
+    if args.sql {
+        return run_sql_query(query, args, env, parallelism, &state_dir);
+    }
     let (events, source_name) = match &args.input {
         Some(dir) => {
             let path = dir.join("events");
@@ -292,14 +300,90 @@ pub fn run_query(query: Query, args: &RunArgs) -> riffle::Result<Measurement> {
     })
 }
 
+/// Runs the SQL text of `query` on `env` (a fresh environment of `run_query`) and measures it
+/// as `run_query` measures the DataStream program: events read by the source, rows reaching
+/// the sink table (changes, for the updating queries), CPU of the whole process.
+fn run_sql_query(
+    query: Query,
+    args: &RunArgs,
+    env: StreamEnv,
+    parallelism: usize,
+    state_dir: &Path,
+) -> riffle::Result<Measurement> {
+    let refuse = |setting: &str, why: &str| Err(Error::config(setting, why.to_string()));
+    if args.input.is_some() {
+        return refuse(
+            "--input",
+            "--sql reads the generator (the datagen table), not files",
+        );
+    }
+    if args.output.is_some() {
+        return refuse(
+            "--output",
+            "--sql writes its sink table, 'blackhole' as in the nexmark project",
+        );
+    }
+    let Some(text) = riffle_nexmark::sql::query(query) else {
+        return Err(Error::config(
+            "--query",
+            format!(
+                "Riffle's SQL does not run {query} yet (it runs q0, q1, q2, q14, q16–q19, q21, q22)"
+            ),
+        ));
+    };
+    let sql = riffle_sql::SqlEnv::new(&env);
+    crate::sql::register_functions(&sql);
+    for (name, value) in riffle_nexmark::sql::variables(&args.generator.config(args.rate)?) {
+        sql.define(name, &value);
+    }
+    let failed = |e: riffle_sql::SqlError| Error::config("--sql", e.to_string());
+    for script in [
+        riffle_nexmark::sql::DDL_GEN,
+        riffle_nexmark::sql::DDL_VIEWS,
+        text,
+    ] {
+        sql.execute_sql(script).map_err(failed)?;
+    }
+    let cpu_before = crate::process::cpu_seconds("self");
+    let started = Instant::now();
+    let result = env.execute();
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = crate::process::cpu_seconds("self") - cpu_before;
+    let _ = std::fs::remove_dir_all(state_dir);
+    let result = result?;
+    Ok(Measurement {
+        query: format!("{} (SQL)", query.name()),
+        parallelism,
+        events: result.records_out("Source: datagen"),
+        results: result.records_in(&format!("Sink: nexmark_{}", query.name())),
+        seconds,
+        cpu_seconds: cpu,
+        peak_rss: crate::process::peak_rss(),
+    })
+}
+
 /// Runs every query, each in a child process (so CPU time and peak memory are its own).
 fn run_all(args: &RunArgs) -> riffle::Result<()> {
     let exe = std::env::current_exe()
         .map_err(|e| Error::io("cannot find the riffle executable".to_string(), e))?;
     let mut rows = Vec::new();
-    for query in Query::ALL {
+    // With --sql: each query that has SQL text, as its DataStream program and as SQL, in turns.
+    let runs: Vec<(Query, bool)> = Query::ALL
+        .iter()
+        .flat_map(|&query| match args.sql {
+            false => vec![(query, false)],
+            true if riffle_nexmark::sql::query(query).is_some() => {
+                vec![(query, false), (query, true)]
+            }
+            true => vec![],
+        })
+        .collect();
+    for (query, sql) in runs {
         let mut command = std::process::Command::new(&exe);
         command.args(["nexmark", "run", "--json", "--query", query.name()]);
+        if sql {
+            command.arg("--sql");
+        }
         command.args(["--events", &args.generator.events.to_string()]);
         command.args([
             "--events-per-second",
@@ -337,12 +421,27 @@ fn run_all(args: &RunArgs) -> riffle::Result<()> {
             .find_map(|l| serde_json::from_str(l).ok())
             .ok_or_else(|| Error::user(format!("{query} printed no measurement: {stdout}")))?;
         eprintln!(
-            "{query}: {:.0} events per CPU-second",
+            "{}: {:.0} events per CPU-second",
+            m.query,
             m.events_per_cpu_second()
         );
         rows.push(m);
     }
     print_table(&rows);
+    if args.sql {
+        println!();
+        println!("| query | SQL CPU per event / DataStream's |");
+        println!("|---|---|");
+        for pair in rows.chunks(2) {
+            if let [datastream, sql] = pair {
+                println!(
+                    "| {} | {:.2} |",
+                    datastream.query,
+                    datastream.events_per_cpu_second() / sql.events_per_cpu_second()
+                );
+            }
+        }
+    }
     Ok(())
 }
 

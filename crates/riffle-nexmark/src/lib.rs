@@ -33,6 +33,7 @@ pub mod event;
 pub mod partitioned;
 pub mod queries;
 pub mod source;
+pub mod sql;
 
 use std::path::PathBuf;
 

@@ -34,6 +34,43 @@ pub struct Typed {
     pub name: Option<String>,
     /// The column it reads, when it is one as it is (for time attributes and keys).
     pub column: Option<usize>,
+    /// Where in the row its value sits, when it only reads it (a column, or a field of a column
+    /// of `ROW` type): a projection of an owned row moves such values instead of copying them.
+    pub place: Option<Place>,
+}
+
+/// Where an expression's value sits in a row ([`Typed::place`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    /// Column `c`.
+    Column(usize),
+    /// Field `f` of column `c` (a `ROW`).
+    Field(usize, usize),
+}
+
+impl Place {
+    /// The value at this place of `row` (`NULL` when it is not there), copied.
+    pub fn get(self, row: &Row) -> Value {
+        match self {
+            Place::Column(c) => row.get(c).clone(),
+            Place::Field(c, f) => match row.get(c) {
+                Value::Row(values) => values.get(f).cloned().unwrap_or(Value::Null),
+                _ => Value::Null,
+            },
+        }
+    }
+
+    /// The value at this place of `row`, taken out (`NULL` left behind).
+    pub fn take(self, row: &mut Row) -> Value {
+        let slot = match self {
+            Place::Column(c) => row.0.get_mut(c),
+            Place::Field(c, f) => match row.0.get_mut(c) {
+                Some(Value::Row(values)) => values.get_mut(f),
+                _ => None,
+            },
+        };
+        slot.map(std::mem::take).unwrap_or(Value::Null)
+    }
 }
 
 impl std::fmt::Debug for Typed {
@@ -54,6 +91,7 @@ impl Typed {
             eval,
             name: None,
             column: None,
+            place: None,
         }
     }
 
@@ -84,6 +122,7 @@ impl Typed {
             eval: Arc::new(move |row| cast_value(eval(row)?, &from, &target)),
             name: self.name,
             column: None,
+            place: None,
         })
     }
 }
@@ -147,6 +186,7 @@ impl<'a> Scope<'a> {
             eval: Arc::new(move |row: &Row| Ok(row.get(index).clone())),
             name: Some(field.name.clone()),
             column: Some(index),
+            place: Some(crate::expr::Place::Column(index)),
         })
     }
 }
@@ -291,14 +331,10 @@ fn field_of(row: Typed, name: &str) -> Result<Typed> {
         return Err(SqlError::plan(format!("{} has no field `{name}`", row.ty)));
     };
     let field: Field = fields[index].clone();
-    let eval: Eval = match row.column {
+    let place = row.column.map(|column| Place::Field(column, index));
+    let eval: Eval = match place {
         // A field of a column (`bid.price`) is read in place: only the field is copied.
-        Some(column) => Arc::new(move |r: &Row| {
-            Ok(match r.get(column) {
-                Value::Row(values) => values.get(index).cloned().unwrap_or(Value::Null),
-                _ => Value::Null,
-            })
-        }),
+        Some(place) => Arc::new(move |r: &Row| Ok(place.get(r))),
         None => {
             let eval = row.eval;
             Arc::new(move |r: &Row| {
@@ -315,6 +351,7 @@ fn field_of(row: Typed, name: &str) -> Result<Typed> {
         eval,
         name: Some(field.name),
         column: None,
+        place,
     })
 }
 

@@ -112,6 +112,7 @@ fn of_values(
         }),
         name: None,
         column: None,
+        place: None,
     }
 }
 
@@ -211,6 +212,7 @@ impl Functions {
                 }),
                 name: None,
                 column: None,
+                place: None,
             });
         }
         builtin(name, args)
@@ -320,6 +322,7 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 }),
                 name: None,
                 column: None,
+                place: None,
             }
         }
         "SUBSTRING" | "SUBSTR" => {
@@ -407,6 +410,7 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 }),
                 name: None,
                 column: None,
+                place: None,
             }
         }
         "NULLIF" => {
@@ -426,6 +430,7 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 }),
                 name: None,
                 column: None,
+                place: None,
             }
         }
         "IF" => {
@@ -453,6 +458,7 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 }),
                 name: None,
                 column: None,
+                place: None,
             }
         }
         "REGEXP_EXTRACT" => {

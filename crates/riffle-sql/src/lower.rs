@@ -17,7 +17,7 @@ use riffle::{Change, DataStream, StreamEnv};
 use crate::aggregate::RowAggregates;
 use crate::connectors;
 use crate::error::{Result, SqlError};
-use crate::expr::{Eval, Typed};
+use crate::expr::{Eval, Place, Typed};
 use crate::parse::{ColumnDef, TableDef};
 use crate::plan::{Plan, WindowKind};
 use crate::types::{Row, Schema, Value};
@@ -84,6 +84,73 @@ fn eval_all(evals: &[Eval], row: &Row) -> riffle::Result<Row> {
         values.push(eval(row)?);
     }
     Ok(Row(values))
+}
+
+/// A projection of rows it owns: the values of expressions that only read a place of the row
+/// (a column, a field of a `ROW` column) are moved out of it rather than copied, the others
+/// computed first, from the intact row.
+#[derive(Clone)]
+struct Projection {
+    steps: Vec<Step>,
+}
+
+/// How a [`Projection`] gets one output value.
+#[derive(Clone)]
+enum Step {
+    /// Computed from the row.
+    Compute(Eval),
+    /// Moved out of the row (nothing else reads that place).
+    Move(Place),
+    /// Copied from the row (another step reads the same place or one inside it).
+    Copy(Place),
+}
+
+impl Projection {
+    fn new(exprs: &[Typed]) -> Projection {
+        let places: Vec<Option<Place>> = exprs.iter().map(|e| e.place).collect();
+        let overlap = |a: Place, b: Place| match (a, b) {
+            (Place::Column(c), Place::Column(d))
+            | (Place::Column(c), Place::Field(d, _))
+            | (Place::Field(c, _), Place::Column(d)) => c == d,
+            (Place::Field(c, f), Place::Field(d, g)) => (c, f) == (d, g),
+        };
+        let steps = exprs
+            .iter()
+            .enumerate()
+            .map(|(i, e)| match e.place {
+                None => Step::Compute(e.eval.clone()),
+                Some(place) => {
+                    let shared = places
+                        .iter()
+                        .enumerate()
+                        .any(|(j, other)| j != i && other.is_some_and(|o| overlap(place, o)));
+                    if shared {
+                        Step::Copy(place)
+                    } else {
+                        Step::Move(place)
+                    }
+                }
+            })
+            .collect();
+        Projection { steps }
+    }
+
+    fn apply(&self, mut row: Row) -> riffle::Result<Row> {
+        let mut values: Vec<Value> = Vec::with_capacity(self.steps.len());
+        for step in &self.steps {
+            values.push(match step {
+                Step::Compute(eval) => eval(&row)?,
+                Step::Copy(place) => place.get(&row),
+                Step::Move(_) => Value::Null,
+            });
+        }
+        for (value, step) in values.iter_mut().zip(&self.steps) {
+            if let Step::Move(place) = step {
+                *value = place.take(&mut row);
+            }
+        }
+        Ok(Row(values))
+    }
 }
 
 /// The state of a Top-N's partition: its first rows, in order, as carried (see [`TopN`]).
@@ -344,9 +411,9 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
             )
         }
         Plan::Project { input, exprs, .. } => {
-            let evals: Vec<_> = exprs.iter().map(|e| e.eval.clone()).collect();
+            let projection = Projection::new(exprs);
             lower(input, env)?
-                .flat_map_rows("Calc", move |row: Row| eval_all(&evals, &row).map(Some))
+                .flat_map_rows("Calc", move |row: Row| projection.apply(row).map(Some))
         }
     })
 }
@@ -385,6 +452,7 @@ pub fn insert(env: &StreamEnv, table: &TableDef, plan: &Plan) -> Result<()> {
             eval: std::sync::Arc::new(move |row: &Row| Ok(row.get(index).clone())),
             name: Some(from.name.clone()),
             column: Some(index),
+            place: Some(crate::expr::Place::Column(index)),
         };
         let cast = column.cast(&to.ty).map_err(|e| {
             SqlError::plan(format!(
@@ -400,4 +468,70 @@ pub fn insert(env: &StreamEnv, table: &TableDef, plan: &Plan) -> Result<()> {
         rows = rows.flat_map_rows("Cast", move |row: Row| eval_all(&casts, &row).map(Some));
     }
     connectors::sink(rows, table, &target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::DataType;
+
+    /// An expression that reads `place` of the row.
+    fn at(place: Place) -> Typed {
+        Typed {
+            ty: DataType::BigInt,
+            nullable: true,
+            eval: Arc::new(move |row: &Row| Ok(place.get(row))),
+            name: None,
+            column: None,
+            place: Some(place),
+        }
+    }
+
+    #[test]
+    fn a_projection_moves_what_only_it_reads_and_copies_what_is_read_twice() {
+        let row = Row(vec![
+            Value::Int(1),
+            Value::Row(vec![Value::Int(20), Value::Int(21)]),
+            Value::Int(3),
+        ]);
+        let doubled = Typed {
+            eval: Arc::new(|row: &Row| match row.get(0) {
+                Value::Int(i) => Ok(Value::Int(i * 2)),
+                _ => Ok(Value::Null),
+            }),
+            place: None,
+            ..at(Place::Column(0))
+        };
+        let projection = Projection::new(&[
+            at(Place::Field(1, 1)),
+            at(Place::Column(1)),
+            at(Place::Column(2)),
+            at(Place::Column(0)),
+            doubled,
+            at(Place::Field(1, 0)),
+        ]);
+        assert!(matches!(
+            projection.steps.as_slice(),
+            [
+                Step::Copy(_),
+                Step::Copy(_),
+                Step::Move(_),
+                Step::Move(_),
+                Step::Compute(_),
+                Step::Copy(_)
+            ]
+        ));
+        let projected = projection.apply(row.clone()).unwrap();
+        assert_eq!(
+            projected.0,
+            vec![
+                Value::Int(21),
+                row.0[1].clone(),
+                Value::Int(3),
+                Value::Int(1),
+                Value::Int(2),
+                Value::Int(20)
+            ]
+        );
+    }
 }

@@ -544,10 +544,7 @@ impl Catalog {
     /// WHERE rn <= n [AND ..]`, Flink's Top-N and deduplication: the Top-N plan, the derived
     /// table's name, and what is left of the outer WHERE. `None` when `select` reads no such
     /// derived table.
-    fn plan_top_n(
-        &self,
-        select: &ast::Select,
-    ) -> Result<Option<TopNQuery>> {
+    fn plan_top_n(&self, select: &ast::Select) -> Result<Option<TopNQuery>> {
         let [from] = &select.from[..] else {
             return Ok(None);
         };
@@ -1128,6 +1125,7 @@ fn column_of(schema: &Schema, index: usize) -> Typed {
         eval: std::sync::Arc::new(move |row| Ok(row.get(index).clone())),
         name: Some(field.name.clone()),
         column: Some(index),
+        place: Some(crate::expr::Place::Column(index)),
     }
 }
 

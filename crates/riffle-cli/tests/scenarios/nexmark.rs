@@ -103,6 +103,59 @@ fn nexmark_run_all_prints_one_row_per_query() {
     assert!(stdout.contains("| q10 | 2 | 2000 | 1840 |"), "{stdout}");
 }
 
+/// `--sql` runs the nexmark project's SQL text of a query on the same events, measured the same
+/// way: the same rows reach the sink (changes, for an updating query), and `--all --sql` pairs
+/// each query's DataStream and SQL runs with their CPU ratio.
+#[test]
+fn nexmark_run_sql_measures_the_sql_text_beside_the_datastream_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let stdout = riffle(
+        &[
+            "nexmark", "run", "--query", "q2", "--sql", "--events", "20000", "-p", "2",
+        ],
+        dir.path(),
+    );
+    let datastream = riffle(
+        &[
+            "nexmark", "run", "--query", "q2", "--events", "20000", "-p", "2",
+        ],
+        dir.path(),
+    );
+    let results = |out: &str, name: &str| -> String {
+        let row = out
+            .lines()
+            .find(|l| l.starts_with(&format!("| {name} |")))
+            .unwrap_or_else(|| panic!("no row {name}: {out}"));
+        row.split('|').nth(4).unwrap().trim().to_string()
+    };
+    assert_eq!(results(&stdout, "q2 (SQL)"), results(&datastream, "q2"));
+    assert!(stdout.contains("| q2 (SQL) | 2 | 20000 |"), "{stdout}");
+    let all = riffle(
+        &[
+            "nexmark", "run", "--all", "--sql", "--events", "2000", "-p", "1",
+        ],
+        dir.path(),
+    );
+    assert!(all.contains("| q17 (SQL) | 1 | 2000 |"), "{all}");
+    assert!(
+        all.contains("| query | SQL CPU per event / DataStream's |"),
+        "{all}"
+    );
+    assert!(!all.contains("| q5 "), "q5 has no SQL text yet: {all}");
+    let unsupported = crate::riffle_raw(
+        &[
+            "nexmark", "run", "--query", "q5", "--sql", "--events", "100",
+        ],
+        dir.path(),
+    );
+    assert!(!unsupported.status.success());
+    assert!(
+        String::from_utf8_lossy(&unsupported.stderr).contains("Riffle's SQL does not run q5 yet"),
+        "{}",
+        String::from_utf8_lossy(&unsupported.stderr)
+    );
+}
+
 #[test]
 fn nexmark_names_a_query_it_does_not_implement() {
     let dir = tempfile::tempdir().unwrap();
