@@ -6,6 +6,7 @@
 //! | `filesystem` | JSON lines (`'format' = 'json'`) | JSON lines; a changelog as Debezium's JSON envelope (`'format' = 'debezium-json'`) | `path`, `format` |
 //! | `print` | | `+I[...]` lines on standard output (`-U[...]`, `+U[...]`, `-D[...]` for changes) | |
 //! | `blackhole` | | nothing | |
+//! | `kafka` (the `kafka` feature) | JSON values | JSON values, or a changelog as `debezium-json`; at-least-once or exactly-once | Flink's: `topic`, `properties.bootstrap.servers`, `scan.startup.mode`, `sink.delivery-guarantee`, ... ([`crate::kafka`]) |
 //!
 //! A source's rows get the table's computed columns and, with a `WATERMARK`, event time from
 //! its time attribute; a row that cannot be read (a JSON line that does not fit the table, a
@@ -108,9 +109,20 @@ pub fn scan(
                 None => env.from_source(source),
             }
         }
+        "kafka" => {
+            let schema = physical.clone();
+            let source = kafka_source(table, move |line: &str| {
+                let row = json_row(line, &schema)?;
+                complete(row)
+            })?;
+            match &time {
+                Some(_) => env.from_source_with_watermarks(source, strategy(false)),
+                None => env.from_source(source),
+            }
+        }
         other => {
             return Err(SqlError::plan(format!(
-                "table `{}`: the connector '{other}' cannot be read (sources: nexmark, filesystem)",
+                "table `{}`: the connector '{other}' cannot be read (sources: nexmark, filesystem, kafka)",
                 table.name
             )));
         }
@@ -170,14 +182,52 @@ pub fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
                 )
                 .name(&name);
         }
+        "kafka" => kafka_sink(rows, table, schema)?,
         other => {
             return Err(SqlError::plan(format!(
-                "table `{}`: the connector '{other}' cannot be written (sinks: blackhole, print, filesystem)",
+                "table `{}`: the connector '{other}' cannot be written (sinks: blackhole, print, filesystem, kafka)",
                 table.name
             )));
         }
     }
     Ok(())
+}
+
+/// The source of a `kafka` table ([`crate::kafka`]).
+#[cfg(feature = "kafka")]
+fn kafka_source(
+    table: &TableDef,
+    convert: impl Fn(&str) -> std::result::Result<Row, String> + Send + Sync + 'static,
+) -> Result<impl riffle::source::Source<Row>> {
+    crate::kafka::source(table, convert)
+}
+
+/// Without the `kafka` feature, a `kafka` table is refused, saying how to get one.
+#[cfg(not(feature = "kafka"))]
+fn kafka_source(
+    table: &TableDef,
+    _convert: impl Fn(&str) -> std::result::Result<Row, String> + Send + Sync + 'static,
+) -> Result<riffle::source::collection::CollectionSource<Row>> {
+    Err(no_kafka(table))
+}
+
+/// Writes `rows` to a `kafka` table ([`crate::kafka`]).
+#[cfg(feature = "kafka")]
+fn kafka_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
+    crate::kafka::sink(rows, table, schema)
+}
+
+#[cfg(not(feature = "kafka"))]
+fn kafka_sink(_rows: Rows, table: &TableDef, _schema: &Schema) -> Result<()> {
+    Err(no_kafka(table))
+}
+
+#[cfg(not(feature = "kafka"))]
+fn no_kafka(table: &TableDef) -> SqlError {
+    SqlError::plan(format!(
+        "table `{}`: this build has no Kafka connector (build riffle with `--features kafka`, or riffle-sql with its `kafka` feature)",
+        table.name
+    ))
 }
 
 /// A change as Flink's print connector and SQL client show it: `+I[a, b]`, `-U[..]`, `+U[..]`,

@@ -42,6 +42,8 @@ pub mod error;
 pub mod expr;
 pub mod format;
 pub mod functions;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod lower;
 pub mod parse;
 pub mod plan;

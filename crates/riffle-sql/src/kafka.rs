@@ -1,0 +1,248 @@
+//! The `kafka` connector (with the crate's `kafka` feature), with Flink's options:
+//!
+//! | option | reads | writes | meaning |
+//! |---|---|---|---|
+//! | `topic` | yes | yes | the topic (reading: several separated by `;`) |
+//! | `properties.bootstrap.servers` | yes | yes | the brokers, `host:port[,..]` (required) |
+//! | `properties.group.id` | yes | | the consumer group its offsets are committed to (default `riffle-<topics>`) |
+//! | `properties.*` | yes | yes | any other librdkafka client setting (`properties.security.protocol`, ...) |
+//! | `scan.startup.mode` | yes | | `group-offsets` (default, as Flink: the group's committed offsets, the earliest without), `earliest-offset`, `latest-offset`, `timestamp` |
+//! | `scan.startup.timestamp-millis` | yes | | where `timestamp` starts (epoch ms) |
+//! | `scan.topic-partition-discovery.interval` | yes | | how often new partitions are looked for (`30 s` by default; `0` never) |
+//! | `format` / `value.format` | yes | yes | `json` (reading and writing), `debezium-json` (writing a changelog) |
+//! | `key.fields` | | yes | columns whose values, as a JSON object, are each message's key (`a;b`); a `debezium-json` changelog without it is keyed by each change's row, so that a row's retraction follows its insertion in one partition |
+//! | `sink.delivery-guarantee` | | yes | `at-least-once` (default, as Flink), `exactly-once` (a Kafka transaction per checkpoint: readers with `isolation.level=read_committed` see each row once), `none` |
+//! | `sink.transactional-id-prefix` | | yes | the prefix of the sink's transactional ids (default: the job's name and the sink) |
+//!
+//! A source's positions (offsets) are in the job's checkpoints; the table's watermark is kept
+//! per partition. A value that is not a JSON object of the table's columns is a bad record of
+//! the source (a dead letter by default, never lost silently).
+
+use std::time::Duration;
+
+use riffle::Change;
+use riffle::source::Source;
+use riffle::source::mapped::SourceExt;
+use riffle_kafka::{KafkaConnection, KafkaSink, KafkaSource, StartFrom};
+
+use crate::connectors::{debezium_json_text, json_text};
+use crate::error::{Result, SqlError};
+use crate::lower::Rows;
+use crate::parse::TableDef;
+use crate::types::{Row, Schema};
+
+/// The connection of a table's `properties.*` options.
+fn connection(table: &TableDef) -> Result<KafkaConnection> {
+    let bootstrap = required(table, "properties.bootstrap.servers")?;
+    let mut kafka = KafkaConnection::new(bootstrap);
+    for (key, value) in &table.options {
+        if let Some(setting) = key.strip_prefix("properties.")
+            && !matches!(setting, "bootstrap.servers" | "group.id")
+        {
+            kafka = kafka.set(setting, value);
+        }
+    }
+    Ok(kafka)
+}
+
+fn required<'a>(table: &'a TableDef, key: &str) -> Result<&'a str> {
+    table.options.get(key).map(String::as_str).ok_or_else(|| {
+        SqlError::plan(format!(
+            "table `{}` ('connector' = 'kafka') needs the option '{key}'",
+            table.name
+        ))
+    })
+}
+
+fn bad_option(table: &TableDef, key: &str, value: &str, what: &str) -> SqlError {
+    SqlError::plan(format!(
+        "table `{}`: '{key}' = '{value}': {what}",
+        table.name
+    ))
+}
+
+/// The table's value format: `format` or `value.format`, `json` by default.
+fn format(table: &TableDef) -> &str {
+    table
+        .options
+        .get("value.format")
+        .or_else(|| table.options.get("format"))
+        .map_or("json", String::as_str)
+}
+
+/// The source of a `kafka` table: each value, a JSON object of the table's physical columns,
+/// converted by `convert` (the table's computed columns and time check).
+pub(crate) fn source(
+    table: &TableDef,
+    convert: impl Fn(&str) -> std::result::Result<Row, String> + Send + Sync + 'static,
+) -> Result<impl Source<Row>> {
+    let kafka = connection(table)?;
+    let topics: Vec<String> = required(table, "topic")?
+        .split(';')
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .collect();
+    match format(table) {
+        "json" => {}
+        other => {
+            return Err(bad_option(
+                table,
+                "format",
+                other,
+                "a kafka table is read as 'json' (Debezium changelogs and Avro come later)",
+            ));
+        }
+    }
+    let start = match table
+        .options
+        .get("scan.startup.mode")
+        .map_or("group-offsets", String::as_str)
+    {
+        "group-offsets" => StartFrom::GroupOffsets,
+        "earliest-offset" => StartFrom::Earliest,
+        "latest-offset" => StartFrom::Latest,
+        "timestamp" => {
+            let key = "scan.startup.timestamp-millis";
+            let ms = required(table, key)?;
+            StartFrom::Timestamp(
+                ms.trim()
+                    .parse()
+                    .map_err(|_| bad_option(table, key, ms, "not epoch milliseconds"))?,
+            )
+        }
+        other => {
+            return Err(bad_option(
+                table,
+                "scan.startup.mode",
+                other,
+                "one of group-offsets, earliest-offset, latest-offset, timestamp",
+            ));
+        }
+    };
+    let discovery = match table.options.get("scan.topic-partition-discovery.interval") {
+        None => Some(Duration::from_secs(30)),
+        Some(text) => match crate::plan::parse_duration_ms(text) {
+            Some(0) => None,
+            Some(ms) => Some(Duration::from_millis(ms)),
+            None => {
+                return Err(bad_option(
+                    table,
+                    "scan.topic-partition-discovery.interval",
+                    text,
+                    "not a duration",
+                ));
+            }
+        },
+    };
+    let mut source = KafkaSource::with_decoder(kafka, topics, |bytes: &[u8]| {
+        std::str::from_utf8(bytes)
+            .map(str::to_string)
+            .map_err(|e| format!("not UTF-8: {e}"))
+    })
+    .start_from(start)
+    .partition_discovery(discovery);
+    if let Some(group) = table.options.get("properties.group.id") {
+        source = source.group_id(group.clone());
+    }
+    Ok(source.map_records(move |line: &String| convert(line)))
+}
+
+/// Writes `rows` to a `kafka` table.
+pub(crate) fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
+    let kafka = connection(table)?;
+    let topic = required(table, "topic")?.to_string();
+    let name = format!("Sink: {}", table.name);
+    let guarantee = table
+        .options
+        .get("sink.delivery-guarantee")
+        .map_or("at-least-once", String::as_str);
+    let exactly_once = match guarantee {
+        "exactly-once" => true,
+        // Riffle's Kafka sink always waits for the broker's acknowledgement: `none` is
+        // at-least-once too.
+        "at-least-once" | "none" => false,
+        other => {
+            return Err(bad_option(
+                table,
+                "sink.delivery-guarantee",
+                other,
+                "one of at-least-once, exactly-once, none",
+            ));
+        }
+    };
+    let prefix = table.options.get("sink.transactional-id-prefix").cloned();
+    let key = key_columns(table, schema)?;
+    let finish = |sink: KafkaSink<Change<Row>>| {
+        let sink = match (exactly_once, prefix) {
+            (true, Some(prefix)) => sink.exactly_once().transactional_id_prefix(prefix),
+            (true, None) => sink.exactly_once(),
+            (false, _) => sink.at_least_once(),
+        };
+        match key {
+            // The key columns as a JSON object, as Flink's `key.format` 'json' writes them.
+            Some((columns, key_schema)) => sink.key(move |change: &Change<Row>| {
+                let values = columns.iter().map(|&c| change.row.get(c).clone()).collect();
+                json_text(&Row(values), &key_schema)
+            }),
+            None => sink,
+        }
+    };
+    let schema = schema.clone();
+    match format(table) {
+        "json" => {
+            let changes = rows.into_append(&format!(
+                "table `{}` ('connector' = 'kafka', 'format' = 'json')",
+                table.name
+            ))?;
+            let sink = KafkaSink::<Change<Row>>::with_encoder(kafka, topic, move |change, out| {
+                out.extend_from_slice(json_text(&change.row, &schema).as_bytes());
+                Ok(())
+            });
+            changes
+                .map(Change::insert)
+                .name("Changelog")
+                .sink(finish(sink))
+                .name(&name);
+        }
+        "debezium-json" => {
+            let row_schema = schema.clone();
+            let sink = KafkaSink::<Change<Row>>::with_encoder(kafka, topic, move |change, out| {
+                out.extend_from_slice(debezium_json_text(change, &schema).as_bytes());
+                Ok(())
+            });
+            let sink = finish(sink);
+            // Without `key.fields`, a change is keyed by its row: a row's retraction lands in
+            // the partition of its insertion, after it, whatever the topic's partitions.
+            let sink = match table.options.contains_key("key.fields") {
+                true => sink,
+                false => sink.key(move |change: &Change<Row>| json_text(&change.row, &row_schema)),
+            };
+            rows.into_changelog().sink(sink).name(&name);
+        }
+        other => {
+            return Err(bad_option(
+                table,
+                "format",
+                other,
+                "a kafka table is written as 'json' or 'debezium-json'",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The columns of `key.fields` (`a;b`), by position in `schema`, and their schema.
+fn key_columns(table: &TableDef, schema: &Schema) -> Result<Option<(Vec<usize>, Schema)>> {
+    let Some(fields) = table.options.get("key.fields") else {
+        return Ok(None);
+    };
+    let mut columns = Vec::new();
+    for name in fields.split(';').map(str::trim).filter(|n| !n.is_empty()) {
+        let column = schema.index_of(name).ok_or_else(|| {
+            bad_option(table, "key.fields", fields, &format!("no column `{name}`"))
+        })?;
+        columns.push(column);
+    }
+    let key_schema = Schema::new(columns.iter().map(|&c| schema.fields[c].clone()).collect());
+    Ok(Some((columns, key_schema)))
+}

@@ -1,0 +1,207 @@
+//! The `kafka` connector in SQL, against the test broker (`./scripts/test.sh` starts it): the
+//! seed's clicks per user and minute from a topic into a topic, exactly-once, and an updating
+//! query's changelog as Debezium JSON; the rows read back `read_committed` equal a batch
+//! computation, and a line that is not a row is a dead letter.
+
+#![cfg(feature = "kafka")]
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use riffle::checkpoint::CheckpointConfig;
+use riffle::source::datagen::Generator;
+use riffle::{EnvConfig, StreamEnv};
+use riffle_clicks::{ClickGenerator, ClicksConfig};
+use riffle_kafka::testing::{TestProducer, bootstrap, read_committed};
+use riffle_kafka::{KafkaConnection, ensure_topics};
+use riffle_sql::SqlEnv;
+
+/// A topic name of this run.
+fn topic(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("sql-{name}-{}-{nanos}", std::process::id())
+}
+
+#[test]
+fn clicks_per_user_and_minute_go_from_a_topic_to_a_topic_exactly_once() {
+    let (input, counts, totals) = (topic("clicks"), topic("counts"), topic("totals"));
+    let kafka = KafkaConnection::new(bootstrap());
+    ensure_topics(&kafka, &[(&input, 3), (&counts, 2), (&totals, 2)], 1).unwrap();
+    // 3 000 clicks of 50 users over about 3 minutes, in order, and one line that is no click.
+    let generator = ClickGenerator::new(ClicksConfig {
+        users: 50,
+        late_share: 0.0,
+        events_per_second: 17.0,
+        ..ClicksConfig::default()
+    });
+    let clicks: Vec<_> = (0..3_000).map(|i| generator.generate(i)).collect();
+    let producer = TestProducer::new(&[("linger.ms", "5")]);
+    for (i, click) in clicks.iter().enumerate() {
+        let line = serde_json::to_string(click).unwrap();
+        producer.send(&input, (i % 3) as i32, None, line.as_bytes());
+    }
+    producer.send(&input, 0, None, b"{\"user_id\": \"not a number\"");
+    // The stream goes on: a click of user 999 two minutes later in every partition moves the
+    // watermark past the last window of the clicks above (a stop does not fire open windows).
+    let later = clicks.iter().map(|c| c.event_time).max().unwrap() + 120_000;
+    let mut closing = clicks[0].clone();
+    closing.user_id = 999;
+    closing.event_time = later;
+    for partition in 0..3 {
+        let line = serde_json::to_string(&closing).unwrap();
+        producer.send(&input, partition, None, line.as_bytes());
+    }
+    producer.flush();
+    let lines = clicks.len() + 3;
+
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamEnv::with_config(
+        EnvConfig::default()
+            .with_parallelism(2)
+            .with_dead_letter_dir(dir.path().join("dead-letter"))
+            .with_checkpoints(
+                CheckpointConfig::default()
+                    .with_interval(Some(Duration::from_millis(300)))
+                    .with_storage(dir.path().join("checkpoints").display().to_string()),
+            ),
+    );
+    let sql = SqlEnv::new(&env);
+    let brokers = bootstrap();
+    sql.execute_sql(&format!(
+        "CREATE TABLE clicks (
+             user_id BIGINT, url VARCHAR, user_agent VARCHAR, ip VARCHAR, event_time TIMESTAMP(3),
+             WATERMARK FOR event_time AS event_time - INTERVAL '5' SECOND
+         ) WITH ('connector' = 'kafka', 'topic' = '{input}',
+                 'properties.bootstrap.servers' = '{brokers}',
+                 'properties.group.id' = 'sql-test-{input}',
+                 'scan.startup.mode' = 'earliest-offset', 'format' = 'json');
+         CREATE TABLE counts (user_id BIGINT, window_start TIMESTAMP(3), clicks BIGINT)
+         WITH ('connector' = 'kafka', 'topic' = '{counts}',
+               'properties.bootstrap.servers' = '{brokers}', 'format' = 'json',
+               'key.fields' = 'user_id', 'sink.delivery-guarantee' = 'exactly-once');
+         CREATE TABLE totals (user_id BIGINT, clicks BIGINT)
+         WITH ('connector' = 'kafka', 'topic' = '{totals}',
+               'properties.bootstrap.servers' = '{brokers}', 'format' = 'debezium-json',
+               'sink.delivery-guarantee' = 'exactly-once');
+         INSERT INTO counts
+         SELECT user_id, window_start, COUNT(*)
+         FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '1' MINUTE))
+         GROUP BY user_id, window_start, window_end;
+         INSERT INTO totals SELECT user_id, COUNT(*) FROM clicks GROUP BY user_id;"
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let handle = env.execute_async().unwrap();
+    // Every line read (the bad one as a dead letter), then the sources end their input: the
+    // last windows fire, the last transaction commits. Each INSERT reads the table (two scans).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let metrics = handle.metrics();
+        let sources = metrics
+            .operators
+            .iter()
+            .filter(|o| o.name.starts_with("Source: clicks"));
+        let read: u64 = sources.clone().map(|o| o.records_out).sum();
+        let bad: u64 = sources.map(|o| o.bad_records).sum();
+        if read as usize == 2 * lines && bad == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "read {read} of {} clicks, {bad} bad",
+            2 * lines
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    handle.stop();
+    let result = handle.wait().unwrap();
+    assert_eq!(result.bad_records(), 2);
+
+    let mut per_window: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    let mut per_user: BTreeMap<i64, i64> = BTreeMap::new();
+    for click in &clicks {
+        let user = click.user_id as i64;
+        let start = click.event_time - click.event_time.rem_euclid(60_000);
+        *per_window.entry((user, start)).or_default() += 1;
+        *per_user.entry(user).or_default() += 1;
+    }
+    // The window counts: one row per user and window, keyed by the user.
+    let rows = read_committed(&counts, Duration::from_secs(60), |n, quiet| {
+        n >= per_window.len() && quiet > Duration::from_secs(2)
+    });
+    let mut got: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for row in &rows {
+        let value: serde_json::Value = serde_json::from_str(&row.value).unwrap();
+        let user = value["user_id"].as_i64().unwrap();
+        assert_eq!(row.key, format!("{{\"user_id\":{user}}}"));
+        let start =
+            riffle_sql::format::parse_timestamp(value["window_start"].as_str().unwrap()).unwrap();
+        let previous = got.insert((user, start), value["clicks"].as_i64().unwrap());
+        assert!(previous.is_none(), "a window written twice: {value}");
+    }
+    // User 999's window never closed (nothing came after it); every other one is there once.
+    assert_eq!(got, per_window);
+    per_user.insert(999, 3);
+    // The running totals: a changelog, each change keyed by its row (no key.fields), applied
+    // as a multiset: a `d` takes back a row a `c` added before it, and what is left is one row
+    // per user, its total.
+    let changes = read_committed(&totals, Duration::from_secs(60), |_, quiet| {
+        quiet > Duration::from_secs(2)
+    });
+    let mut rows: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for change in &changes {
+        let value: serde_json::Value = serde_json::from_str(&change.value).unwrap();
+        let (row, by) = match value["op"].as_str() {
+            Some("c") => (&value["after"], 1),
+            Some("d") => (&value["before"], -1),
+            other => panic!("op {other:?} in {value}"),
+        };
+        let key: serde_json::Value = serde_json::from_str(&change.key).unwrap();
+        assert_eq!(&key, row, "a change is keyed by its row");
+        let key = (
+            row["user_id"].as_i64().unwrap(),
+            row["clicks"].as_i64().unwrap(),
+        );
+        let count = rows.entry(key).or_default();
+        *count += by;
+        assert!(*count >= 0, "{value} takes back a row that is not there");
+    }
+    let table: BTreeMap<i64, i64> = rows
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|((user, clicks), n)| {
+            assert_eq!(n, 1, "user {user}'s total {clicks} is there {n} times");
+            (user, clicks)
+        })
+        .collect();
+    assert_eq!(table, per_user);
+}
+
+#[test]
+fn bad_kafka_options_fail_naming_the_option() {
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    let error = |options: &str| {
+        sql.execute_sql(&format!(
+            "CREATE TABLE t (a BIGINT) WITH ('connector' = 'kafka', {options});
+             SELECT a FROM t;"
+        ))
+        .err()
+        .unwrap()
+        .to_string()
+    };
+    assert!(
+        error("'topic' = 'x'").contains("needs the option 'properties.bootstrap.servers'"),
+        "{}",
+        error("'topic' = 'x'")
+    );
+    let mode = error(
+        "'topic' = 'x', 'properties.bootstrap.servers' = '127.0.0.1:1', 'scan.startup.mode' = 'soon'",
+    );
+    assert!(mode.contains("'scan.startup.mode' = 'soon'"), "{mode}");
+    let format =
+        error("'topic' = 'x', 'properties.bootstrap.servers' = '127.0.0.1:1', 'format' = 'avro'");
+    assert!(format.contains("'format' = 'avro'"), "{format}");
+}
