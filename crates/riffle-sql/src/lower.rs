@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use riffle::join::JoinType;
 use riffle::state::{AggregatingStateDescriptor, StateTtl, ValueStateDescriptor};
 use riffle::window::{Sliding, Tumbling};
 use riffle::{Change, DataStream, StreamEnv};
@@ -86,6 +87,15 @@ fn eval_all(evals: &[Eval], row: &Row) -> riffle::Result<Row> {
     Ok(Row(values))
 }
 
+/// One step of a chain of stateless steps (filters and projections) lowered as one operator.
+#[derive(Clone)]
+enum Calc {
+    /// Keeps the rows for which the predicate is true.
+    Filter(Eval),
+    /// Computes new columns.
+    Project(Projection),
+}
+
 /// A projection of rows it owns: the values of expressions that only read a place of the row
 /// (a column, a field of a `ROW` column) are moved out of it rather than copied, the others
 /// computed first, from the intact row.
@@ -151,6 +161,18 @@ impl Projection {
         }
         Ok(Row(values))
     }
+}
+
+/// A join key that no other row has: an outer join's row whose key is `NULL` (which equals
+/// nothing, in SQL) is kept under it, and emitted padded.
+fn unmatched_key() -> Row {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Row(vec![
+        Value::Null,
+        Value::Int(std::process::id() as i64),
+        Value::Int(n as i64),
+    ])
 }
 
 /// The state of a Top-N's partition: its first rows, in order, as carried (see [`TopN`]).
@@ -244,12 +266,46 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
             computed.clone(),
             time.clone(),
         )?),
-        Plan::Filter {
-            input, predicate, ..
-        } => {
-            let eval = predicate.eval.clone();
-            lower(input, env)?.flat_map_rows("Filter", move |row: Row| {
-                Ok(matches!(eval(&row)?, Value::Bool(true)).then_some(row))
+        Plan::Filter { .. } | Plan::Project { .. } => {
+            // Consecutive filters and projections run as one step: one call per row, no
+            // emit between them.
+            let mut steps = Vec::new();
+            let mut node = plan;
+            loop {
+                match node {
+                    Plan::Filter {
+                        input, predicate, ..
+                    } => {
+                        steps.push(Calc::Filter(predicate.eval.clone()));
+                        node = input;
+                    }
+                    Plan::Project { input, exprs, .. } => {
+                        steps.push(Calc::Project(Projection::new(exprs)));
+                        node = input;
+                    }
+                    _ => break,
+                }
+            }
+            steps.reverse();
+            let name: Vec<&str> = steps
+                .iter()
+                .map(|step| match step {
+                    Calc::Filter(_) => "Filter",
+                    Calc::Project(_) => "Calc",
+                })
+                .collect();
+            lower(node, env)?.flat_map_rows(&name.join(" -> "), move |mut row: Row| {
+                for step in &steps {
+                    match step {
+                        Calc::Filter(predicate) => {
+                            if !matches!(predicate(&row)?, Value::Bool(true)) {
+                                return Ok(None);
+                            }
+                        }
+                        Calc::Project(projection) => row = projection.apply(row)?,
+                    }
+                }
+                Ok(Some(row))
             })
         }
         Plan::WindowAggregate {
@@ -354,6 +410,61 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
                     .name("GroupAggregate"),
             )
         }
+        Plan::Join {
+            left,
+            right,
+            kind,
+            left_keys,
+            right_keys,
+            ttl,
+            ..
+        } => {
+            let kind = *kind;
+            let (left_len, right_len) = (left.schema().len(), right.schema().len());
+            let keyed =
+                |plan: &Plan, keys: &[Typed], name: &str| -> Result<DataStream<(Row, Row)>> {
+                    let keys: Vec<Eval> = keys.iter().map(|k| k.eval.clone()).collect();
+                    // A NULL key matches nothing: an inner join drops the row, an outer join keys
+                    // it apart (a key no other row has), so that it is emitted padded.
+                    let outer = kind != JoinType::Inner;
+                    Ok(append(plan)?
+                        .process(move |row: Row, ctx| {
+                            let key = eval_all(&keys, &row)?;
+                            match key.0.iter().any(Value::is_null) {
+                                false => ctx.emit((key, row)),
+                                true if outer => ctx.emit((unmatched_key(), row)),
+                                true => Ok(()),
+                            }
+                        })
+                        .name(name))
+                };
+            let left = keyed(left, left_keys, "Join keys (left)")?;
+            let right = keyed(right, right_keys, "Join keys (right)")?;
+            let mut join = left
+                .key_by(|(key, _): &(Row, Row)| key.clone())
+                .join_regular(&right.key_by(|(key, _): &(Row, Row)| key.clone()))
+                .join_type(kind);
+            if let Some(ttl) = ttl {
+                join = join.with_state_ttl(*ttl);
+            }
+            let joined = join.apply(move |l: Option<&(Row, Row)>, r: Option<&(Row, Row)>| {
+                let mut values = Vec::with_capacity(left_len + right_len);
+                match l {
+                    Some((_, row)) => values.extend(row.0.iter().cloned()),
+                    None => values.resize(left_len, Value::Null),
+                }
+                match r {
+                    Some((_, row)) => values.extend(row.0.iter().cloned()),
+                    None => values.resize(left_len + right_len, Value::Null),
+                }
+                Row(values)
+            });
+            match kind {
+                // An inner join of appended rows only inserts.
+                JoinType::Inner => Rows::Append(joined.map(|change| change.row).name("Join rows")),
+                _ => Rows::Changelog(joined),
+            }
+        }
         Plan::TopN {
             input,
             partition,
@@ -409,11 +520,6 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
                     })
                     .name(if *limit == 1 { "Deduplicate" } else { "TopN" }),
             )
-        }
-        Plan::Project { input, exprs, .. } => {
-            let projection = Projection::new(exprs);
-            lower(input, env)?
-                .flat_map_rows("Calc", move |row: Row| projection.apply(row).map(Some))
         }
     })
 }

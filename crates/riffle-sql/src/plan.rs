@@ -142,6 +142,27 @@ pub enum Plan {
         /// How long a partition's state lives after its last update (`table.exec.state.ttl`).
         ttl: Option<std::time::Duration>,
     },
+    /// A regular join (Flink SQL's, unbounded): each row of either side joins every row of the
+    /// other side with equal keys, earlier or later; an outer join's row without a match is
+    /// padded with `NULL`s, and that padded row retracted when a match comes.
+    Join {
+        /// The left input (append-only).
+        left: Box<Plan>,
+        /// The right input (append-only).
+        right: Box<Plan>,
+        /// Inner, left, right or full.
+        kind: riffle::join::JoinType,
+        /// The keys, over the left input's columns.
+        left_keys: Vec<Typed>,
+        /// The keys, over the right input's columns, in the same order.
+        right_keys: Vec<Typed>,
+        /// The equalities, for `EXPLAIN`.
+        texts: Vec<String>,
+        /// The left columns, then the right ones.
+        schema: Schema,
+        /// How long a row is kept for later matches (`table.exec.state.ttl`).
+        ttl: Option<std::time::Duration>,
+    },
     /// Reading a table: its connector's columns, then its computed columns.
     Scan {
         /// The table.
@@ -187,7 +208,8 @@ impl Plan {
             | Plan::Project { schema, .. }
             | Plan::WindowAggregate { schema, .. }
             | Plan::GroupAggregate { schema, .. }
-            | Plan::TopN { schema, .. } => schema,
+            | Plan::TopN { schema, .. }
+            | Plan::Join { schema, .. } => schema,
             Plan::Filter { input, .. } => input.schema(),
         }
     }
@@ -197,6 +219,12 @@ impl Plan {
         match self {
             Plan::Scan { .. } | Plan::WindowAggregate { .. } => ChangelogMode::Append,
             Plan::GroupAggregate { .. } | Plan::TopN { .. } => ChangelogMode::Retract,
+            // An inner join of appended rows only adds rows; an outer join retracts the padded
+            // row of a match that comes later.
+            Plan::Join { kind, .. } => match kind {
+                riffle::join::JoinType::Inner => ChangelogMode::Append,
+                _ => ChangelogMode::Retract,
+            },
             Plan::Filter { input, .. } | Plan::Project { input, .. } => input.changelog_mode(),
         }
     }
@@ -208,7 +236,10 @@ impl Plan {
             Plan::Filter { input, .. } => input.time(),
             // Rows of a window aggregation carry `window_time` as their event time (not a
             // column one can window again yet); an updating aggregate's rows have none.
-            Plan::WindowAggregate { .. } | Plan::GroupAggregate { .. } | Plan::TopN { .. } => None,
+            Plan::WindowAggregate { .. }
+            | Plan::GroupAggregate { .. }
+            | Plan::TopN { .. }
+            | Plan::Join { .. } => None,
         }
     }
 
@@ -299,6 +330,27 @@ impl Plan {
                     key_texts.join(", ")
                 ));
                 input.explain_into(depth + 2, lines);
+            }
+            Plan::Join {
+                left,
+                right,
+                kind,
+                texts,
+                schema,
+                ttl,
+                ..
+            } => {
+                let ttl = ttl.map_or("no TTL: every row kept".to_string(), |t| {
+                    format!("TTL {} ms after a row arrived", t.as_millis())
+                });
+                lines.push(format!(
+                    "{pad}Join: {kind:?} on [{}] -> {schema} (keyed state: both sides' rows per key, {ttl}) [{mode}]",
+                    texts.join(" AND ")
+                ));
+                lines.push(format!("{pad}  Hash by the left keys"));
+                left.explain_into(depth + 2, lines);
+                lines.push(format!("{pad}  Hash by the right keys"));
+                right.explain_into(depth + 2, lines);
             }
             Plan::TopN {
                 input,
@@ -489,41 +541,197 @@ impl Catalog {
         if !group_by.is_empty() || aggregating {
             return self.plan_grouped(select, &group_by);
         }
-        if let Some((plan, qualifier, rest)) = self.plan_top_n(select)? {
-            let plan = self.filter(plan, qualifier.as_deref(), rest.as_ref())?;
-            return self.project(plan, qualifier.as_deref(), &select.projection);
+        if let Some((plan, qualifiers, rest)) = self.plan_top_n(select)? {
+            let plan = self.filter(plan, &qualifiers, rest.as_ref())?;
+            return self.project(plan, &qualifiers, &select.projection);
         }
-        let (plan, qualifier) = self.plan_from(select)?;
-        let plan = self.filter(plan, qualifier.as_deref(), select.selection.as_ref())?;
-        self.project(plan, qualifier.as_deref(), &select.projection)
+        let (plan, qualifiers, condition) = self.plan_from(select)?;
+        let plan = self.filter(plan, &qualifiers, condition.as_ref())?;
+        self.project(plan, &qualifiers, &select.projection)
     }
 
-    /// The one relation of a SELECT's FROM, and the name that qualifies its columns.
-    fn plan_from(&self, select: &ast::Select) -> Result<(Plan, Option<String>)> {
-        let [from] = &select.from[..] else {
-            return Err(SqlError::plan(if select.from.is_empty() {
-                "a SELECT without FROM is not supported yet".to_string()
-            } else {
-                "a FROM of several tables (a join) is not supported yet".to_string()
-            }));
-        };
-        if !from.joins.is_empty() {
-            return Err(SqlError::plan("JOIN is not supported yet"));
+    /// The relation of a SELECT's FROM (a table, a view, a derived table, or a join of two),
+    /// the names that qualify its columns, and what is left of the SELECT's WHERE to apply to
+    /// its rows (a join of `FROM a, b` takes its keys out of the WHERE).
+    fn plan_from(&self, select: &ast::Select) -> Result<(Plan, Qualifiers, Option<ast::Expr>)> {
+        match &select.from[..] {
+            [] => Err(SqlError::plan("a SELECT without FROM is not supported yet")),
+            [from] => {
+                let (mut plan, name) = self.plan_relation(&from.relation)?;
+                let mut qualifiers = named(name, &plan);
+                let mut residual = Vec::new();
+                for join in &from.joins {
+                    let (kind, condition) = join_kind(join)?;
+                    let (right, name) = self.plan_relation(&join.relation)?;
+                    let (joined, names, rest) =
+                        self.join(plan, qualifiers, right, name, kind, condition)?;
+                    if !rest.is_empty() && kind != riffle::join::JoinType::Inner {
+                        return Err(SqlError::plan(format!(
+                            "the ON of an outer join takes equalities of both sides' columns (`{}` is not one); filter in WHERE or a derived table",
+                            rest[0]
+                        )));
+                    }
+                    (plan, qualifiers) = (joined, names);
+                    residual.extend(rest);
+                }
+                residual.extend(select.selection.clone());
+                Ok((plan, qualifiers, and_all(residual)))
+            }
+            [a, b] if a.joins.is_empty() && b.joins.is_empty() => {
+                let Some(condition) = &select.selection else {
+                    return Err(SqlError::plan(
+                        "FROM a, b without a WHERE that equates their columns is a cross join, which is not supported",
+                    ));
+                };
+                let (left, left_name) = self.plan_relation(&a.relation)?;
+                let (right, right_name) = self.plan_relation(&b.relation)?;
+                let qualifiers = named(left_name, &left);
+                let (plan, qualifiers, rest) = self.join(
+                    left,
+                    qualifiers,
+                    right,
+                    right_name,
+                    riffle::join::JoinType::Inner,
+                    condition,
+                )?;
+                Ok((plan, qualifiers, and_all(rest)))
+            }
+            _ => Err(SqlError::plan(
+                "a FROM of more than two tables is not supported yet (join two, in a view or a derived table)",
+            )),
         }
-        self.plan_relation(&from.relation)
+    }
+
+    /// The regular join of `left` (its columns named by `qualifiers`) and `right` (named `name`)
+    /// on `condition`: its equalities of a left and a right expression are the keys; the plan,
+    /// its qualifiers, and the conjuncts of `condition` that are not keys.
+    fn join(
+        &self,
+        left: Plan,
+        qualifiers: Qualifiers,
+        right: Plan,
+        name: Option<String>,
+        kind: riffle::join::JoinType,
+        condition: &ast::Expr,
+    ) -> Result<(Plan, Qualifiers, Vec<ast::Expr>)> {
+        use riffle::join::JoinType;
+        for (side, input) in [("left", &left), ("right", &right)] {
+            if input.changelog_mode() != ChangelogMode::Append {
+                return Err(SqlError::plan(format!(
+                    "a join of an updating input (its {side} side's rows are {}) is not supported yet",
+                    input.changelog_mode()
+                )));
+            }
+        }
+        let left_len = left.schema().len();
+        let right_names = named(name, &right);
+        let mut all = qualifiers.clone();
+        all.extend(
+            right_names
+                .iter()
+                .map(|(n, r)| (n.clone(), r.start + left_len..r.end + left_len)),
+        );
+        // The side an outer join pads may be NULL.
+        let nullable = |fields: &[Field], padded: bool| -> Vec<Field> {
+            fields
+                .iter()
+                .map(|f| Field {
+                    nullable: f.nullable || padded,
+                    ..f.clone()
+                })
+                .collect()
+        };
+        let mut fields = nullable(
+            &left.schema().fields,
+            matches!(kind, JoinType::Right | JoinType::Full),
+        );
+        fields.extend(nullable(
+            &right.schema().fields,
+            matches!(kind, JoinType::Left | JoinType::Full),
+        ));
+        let schema = Schema::new(fields);
+        let joined = self.scope(&schema, &all);
+        let left_scope = self.scope(left.schema(), &qualifiers);
+        let right_scope = self.scope(right.schema(), &right_names);
+        let mut conjuncts = Vec::new();
+        split_and(condition, &mut conjuncts);
+        let (mut left_keys, mut right_keys, mut texts, mut rest) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for conjunct in conjuncts {
+            // Every name resolves over both sides (an unqualified column of both is ambiguous).
+            compile(conjunct, &joined)?;
+            let pair = match conjunct {
+                ast::Expr::BinaryOp {
+                    left: a,
+                    op: ast::BinaryOperator::Eq,
+                    right: b,
+                } => match (compile(a, &left_scope), compile(b, &right_scope)) {
+                    (Ok(x), Ok(y)) => Some((x, y)),
+                    _ => match (compile(b, &left_scope), compile(a, &right_scope)) {
+                        (Ok(x), Ok(y)) => Some((x, y)),
+                        _ => None,
+                    },
+                },
+                _ => None,
+            };
+            match pair {
+                Some((x, y)) => {
+                    let y = if x.ty == y.ty || (x.ty.is_integer() && y.ty.is_integer()) {
+                        y
+                    } else {
+                        let from = y.ty.clone();
+                        y.cast(&x.ty).map_err(|e| {
+                            SqlError::plan(format!(
+                                "join keys `{conjunct}`: {} and {from} do not compare ({})",
+                                x.ty, e.message
+                            ))
+                        })?
+                    };
+                    left_keys.push(x);
+                    right_keys.push(y);
+                    texts.push(conjunct.to_string());
+                }
+                None => rest.push(conjunct.clone()),
+            }
+        }
+        if left_keys.is_empty() {
+            return Err(SqlError::plan(format!(
+                "a join needs an equality of a column of each side (`{condition}` has none): a cross join or a join on a range alone is not supported yet"
+            )));
+        }
+        let plan = Plan::Join {
+            left: Box::new(left),
+            right: Box::new(right),
+            kind,
+            left_keys,
+            right_keys,
+            texts,
+            schema,
+            ttl: self.state_ttl()?,
+        };
+        Ok((plan, all, rest))
+    }
+
+    /// The scope of `schema`'s columns, qualified by `qualifiers`.
+    fn scope<'a>(&'a self, schema: &'a Schema, qualifiers: &Qualifiers) -> Scope<'a> {
+        Scope {
+            schema,
+            qualifiers: qualifiers.clone(),
+            functions: &self.functions,
+        }
     }
 
     /// `plan`'s rows for which `condition` (a WHERE) is true; `plan` itself when there is none.
     fn filter(
         &self,
         plan: Plan,
-        qualifier: Option<&str>,
+        qualifiers: &Qualifiers,
         condition: Option<&ast::Expr>,
     ) -> Result<Plan> {
         let mut plan = plan;
         if let Some(condition) = condition {
             let schema = plan.schema().clone();
-            let scope = Scope::new(&schema, qualifier, &self.functions);
+            let scope = self.scope(&schema, qualifiers);
             let predicate = compile(condition, &scope)?;
             if !matches!(predicate.ty, DataType::Boolean | DataType::Null) {
                 return Err(SqlError::plan(format!(
@@ -588,13 +796,9 @@ impl Catalog {
                 "ROW_NUMBER() OVER (..) AS {rank_name} is supported as a Top-N or a deduplication: the outer query bounds it, WHERE {rank_name} <= N (or {rank_name} = 1)"
             )));
         };
-        let rest = rest.into_iter().reduce(|a, b| ast::Expr::BinaryOp {
-            left: Box::new(a),
-            op: ast::BinaryOperator::And,
-            right: Box::new(b),
-        });
-        let (input, qualifier) = self.plan_from(inner)?;
-        let input = self.filter(input, qualifier.as_deref(), inner.selection.as_ref())?;
+        let rest = and_all(rest);
+        let (input, qualifiers, condition) = self.plan_from(inner)?;
+        let input = self.filter(input, &qualifiers, condition.as_ref())?;
         if input.changelog_mode() != ChangelogMode::Append {
             return Err(SqlError::plan(format!(
                 "ROW_NUMBER() OVER (..) over an updating input (its rows are {}) is not supported yet",
@@ -602,7 +806,7 @@ impl Catalog {
             )));
         }
         let schema = input.schema().clone();
-        let scope = Scope::new(&schema, qualifier.as_deref(), &self.functions);
+        let scope = self.scope(&schema, &qualifiers);
         let mut texts = Vec::new();
         let mut partition = Vec::new();
         for expr in &spec.partition_by {
@@ -645,7 +849,7 @@ impl Catalog {
             exprs: project,
             schema: projected,
             ..
-        } = self.project(input.clone(), qualifier.as_deref(), &items)?
+        } = self.project(input.clone(), &qualifiers, &items)?
         else {
             unreachable!("a projection plans to a Project");
         };
@@ -680,29 +884,30 @@ impl Catalog {
             schema: Schema::new(fields),
             ttl: self.state_ttl()?,
         };
-        let qualifier = alias.as_ref().map(|a| a.name.value.clone());
-        Ok(Some((top_n, qualifier, rest)))
+        let qualifiers = named(alias.as_ref().map(|a| a.name.value.clone()), &top_n);
+        Ok(Some((top_n, qualifiers, rest)))
     }
 
     /// `SELECT .. FROM TABLE(TUMBLE(..)) GROUP BY window_start, window_end, ..` (a window
     /// aggregation), or `SELECT .. FROM t GROUP BY ..` (an updating aggregate).
     fn plan_grouped(&self, select: &ast::Select, group_by: &[ast::Expr]) -> Result<Plan> {
-        let [from] = &select.from[..] else {
-            return Err(SqlError::plan(
-                "a grouped query reads one table, view or window table function (a join is not supported yet)",
-            ));
-        };
-        if !from.joins.is_empty() {
-            return Err(SqlError::plan("JOIN is not supported yet"));
-        }
-        let (mut input, qualifier, window) = match &from.relation {
-            ast::TableFactor::TableFunction { expr, .. } => {
+        let (mut input, qualifiers, window, selection) = match &select.from[..] {
+            [from] if matches!(from.relation, ast::TableFactor::TableFunction { .. }) => {
+                if !from.joins.is_empty() {
+                    return Err(SqlError::plan(
+                        "a join of a window table function is not supported yet",
+                    ));
+                }
+                let ast::TableFactor::TableFunction { expr, .. } = &from.relation else {
+                    unreachable!("matched above");
+                };
                 let (input, qualifier, window) = self.window_function(expr)?;
-                (input, qualifier, Some(window))
+                let qualifiers = named(qualifier, &input);
+                (input, qualifiers, Some(window), select.selection.clone())
             }
-            relation => {
-                let (input, qualifier) = self.plan_relation(relation)?;
-                (input, qualifier, None)
+            _ => {
+                let (input, qualifiers, condition) = self.plan_from(select)?;
+                (input, qualifiers, None, condition)
             }
         };
         if input.changelog_mode() != ChangelogMode::Append {
@@ -712,8 +917,8 @@ impl Catalog {
             )));
         }
         let schema = input.schema().clone();
-        let scope = Scope::new(&schema, qualifier.as_deref(), &self.functions);
-        if let Some(condition) = &select.selection {
+        let scope = self.scope(&schema, &qualifiers);
+        if let Some(condition) = &selection {
             let predicate = compile(condition, &scope).map_err(|e| {
                 SqlError::plan(format!(
                     "WHERE {condition}: {} (a WHERE of a window aggregation reads the input's columns)",
@@ -1005,11 +1210,11 @@ impl Catalog {
     fn project(
         &self,
         input: Plan,
-        qualifier: Option<&str>,
+        qualifiers: &Qualifiers,
         items: &[ast::SelectItem],
     ) -> Result<Plan> {
         let schema = input.schema().clone();
-        let scope = Scope::new(&schema, qualifier, &self.functions);
+        let scope = self.scope(&schema, qualifiers);
         let mut exprs = Vec::new();
         let mut texts = Vec::new();
         let mut fields: Vec<Field> = Vec::new();
@@ -1053,10 +1258,11 @@ impl Catalog {
                 }
                 ast::SelectItem::QualifiedWildcard(kind, _) => {
                     let name = kind.to_string();
-                    if qualifier != Some(name.as_str()) {
+                    let Some((_, columns)) = qualifiers.iter().find(|(n, _)| *n == name) else {
                         return Err(SqlError::plan(format!("no table `{name}` in FROM")));
-                    }
-                    for (index, field) in schema.fields.iter().enumerate() {
+                    };
+                    for index in columns.clone() {
+                        let field = &schema.fields[index];
                         push(
                             column_of(&schema, index),
                             field.name.clone(),
@@ -1066,13 +1272,17 @@ impl Catalog {
                 }
             }
         }
+        // A name that repeats (`B.dateTime, A.dateTime`) is made unique as Flink's planner
+        // does: `dateTime`, `dateTime0`, `dateTime1`, ...
         let mut seen = std::collections::BTreeSet::new();
-        for field in &fields {
+        for field in &mut fields {
             if !seen.insert(field.name.clone()) {
-                return Err(SqlError::plan(format!(
-                    "the column name `{}` appears twice in the SELECT list: give one an alias",
-                    field.name
-                )));
+                let unique = (0..)
+                    .map(|n| format!("{}{n}", field.name))
+                    .find(|name| !seen.contains(name))
+                    .expect("an unused name");
+                seen.insert(unique.clone());
+                field.name = unique;
             }
         }
         // The event time is passed on when its column is selected as it is.
@@ -1180,7 +1390,7 @@ fn time_attribute(
 }
 
 /// A Top-N query's plan, the name of its derived table, and the rest of its outer WHERE.
-type TopNQuery = (Plan, Option<String>, Option<ast::Expr>);
+type TopNQuery = (Plan, Qualifiers, Option<ast::Expr>);
 
 /// The `ROW_NUMBER() OVER (..) AS name` of a SELECT list: its position, its name and its window.
 fn row_number_of(select: &ast::Select) -> Result<Option<(usize, String, ast::WindowSpec)>> {
@@ -1226,6 +1436,48 @@ fn row_number_of(select: &ast::Select) -> Result<Option<(usize, String, ast::Win
         found = Some((position, alias, spec.clone()));
     }
     Ok(found)
+}
+
+/// The names that qualify a relation's columns (`B.price`): each table name or alias with the
+/// columns it qualifies.
+pub type Qualifiers = Vec<(String, std::ops::Range<usize>)>;
+
+/// The qualifiers of one relation: `name` over all of `plan`'s columns (none without a name).
+fn named(name: Option<String>, plan: &Plan) -> Qualifiers {
+    name.map(|n| vec![(n, 0..plan.schema().len())])
+        .unwrap_or_default()
+}
+
+/// The kind and condition of a `JOIN .. ON ..`.
+fn join_kind(join: &ast::Join) -> Result<(riffle::join::JoinType, &ast::Expr)> {
+    use ast::JoinOperator as J;
+    use riffle::join::JoinType;
+    let (kind, constraint) = match &join.join_operator {
+        J::Join(c) | J::Inner(c) => (JoinType::Inner, c),
+        J::Left(c) | J::LeftOuter(c) => (JoinType::Left, c),
+        J::Right(c) | J::RightOuter(c) => (JoinType::Right, c),
+        J::FullOuter(c) => (JoinType::Full, c),
+        other => {
+            return Err(SqlError::plan(format!(
+                "this kind of join is not supported yet: {other:?}"
+            )));
+        }
+    };
+    match constraint {
+        ast::JoinConstraint::On(condition) => Ok((kind, condition)),
+        _ => Err(SqlError::plan(
+            "a join takes its condition in ON (USING and NATURAL are not supported yet)",
+        )),
+    }
+}
+
+/// `a AND b AND ..` of `conjuncts`, `None` when there are none.
+fn and_all(conjuncts: Vec<ast::Expr>) -> Option<ast::Expr> {
+    conjuncts.into_iter().reduce(|a, b| ast::Expr::BinaryOp {
+        left: Box::new(a),
+        op: ast::BinaryOperator::And,
+        right: Box::new(b),
+    })
 }
 
 /// The conjuncts of `expr` (`a AND b AND c`: `a`, `b`, `c`).

@@ -43,9 +43,11 @@ fn sql_rows(query: Query, parallelism: usize) -> Vec<serde_json::Value> {
     let mut rows: Vec<serde_json::Value> = sql_lines(query, parallelism, "json", dir.path(), None)
         .into_iter()
         .map(|mut row| {
-            if let Some(time) = row.get("dateTime").and_then(|t| t.as_str()) {
-                let ms = riffle_sql::format::parse_timestamp(time).unwrap();
-                row["dateTime"] = json!(ms);
+            for column in ["dateTime", "bid_dateTime", "auction_dateTime", "expires"] {
+                if let Some(time) = row.get(column).and_then(|t| t.as_str()) {
+                    let ms = riffle_sql::format::parse_timestamp(time).unwrap();
+                    row[column] = json!(ms);
+                }
             }
             row
         })
@@ -308,5 +310,24 @@ fn q19_keeps_the_ten_highest_bids_of_each_auction_with_their_rank() {
         sql_final_rows(Query::Q19, 2, Some(rocksdb)),
         expected,
         "q19 on RocksDB",
+    );
+}
+
+/// A regular inner join (`auction AS A INNER JOIN person AS P ON A.seller = P.id`) of two
+/// append-only views, filtered on both sides after the join.
+#[test]
+fn q3_joins_auctions_to_their_sellers() {
+    for p in [1, 2] {
+        assert_same(sql_rows(Query::Q3, p), datastream_rows(queries::q3), "q3");
+    }
+}
+
+/// A regular inner join of bids and auctions, with columns of both sides by qualified names.
+#[test]
+fn q20_expands_bids_with_their_auction() {
+    assert_same(
+        sql_rows(Query::Q20, 2),
+        datastream_rows(queries::q20),
+        "q20",
     );
 }
