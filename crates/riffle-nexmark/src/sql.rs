@@ -31,6 +31,7 @@ pub fn query(query: Query) -> Option<&'static str> {
         Query::Q1 => include_str!("../sql/q1.sql"),
         Query::Q2 => include_str!("../sql/q2.sql"),
         Query::Q3 => include_str!("../sql/q3.sql"),
+        Query::Q11 => include_str!("../sql/q11.sql"),
         Query::Q14 => include_str!("../sql/q14.sql"),
         Query::Q16 => include_str!("../sql/q16.sql"),
         Query::Q17 => include_str!("../sql/q17.sql"),

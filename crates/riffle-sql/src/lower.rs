@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use riffle::join::JoinType;
 use riffle::state::{AggregatingStateDescriptor, StateTtl, ValueStateDescriptor};
-use riffle::window::{Sliding, Tumbling};
+use riffle::window::{Session, Sliding, Tumbling};
 use riffle::{Change, DataStream, StreamEnv};
 
 use crate::aggregate::RowAggregates;
@@ -326,6 +326,9 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
                     Duration::from_millis(*size as u64),
                     Duration::from_millis(*slide as u64),
                 ),
+                WindowKind::Session { gap } => {
+                    Session::with_gap(Duration::from_millis(*gap as u64))
+                }
             };
             let aggregates = RowAggregates {
                 specs: aggs.clone(),

@@ -62,6 +62,12 @@ pub enum WindowKind {
         /// Window length, ms.
         size: i64,
     },
+    /// `SESSION(time, gap)` (a group window): a key's rows closer than `gap` to each other, one
+    /// window from the first to the last row plus `gap`.
+    Session {
+        /// The gap of inactivity that closes a session, ms.
+        gap: i64,
+    },
 }
 
 impl std::fmt::Display for WindowKind {
@@ -69,6 +75,7 @@ impl std::fmt::Display for WindowKind {
         match self {
             WindowKind::Tumble { size } => write!(f, "TUMBLE({size} ms)"),
             WindowKind::Hop { slide, size } => write!(f, "HOP({size} ms every {slide} ms)"),
+            WindowKind::Session { gap } => write!(f, "SESSION({gap} ms gap)"),
         }
     }
 }
@@ -907,7 +914,10 @@ impl Catalog {
             }
             _ => {
                 let (input, qualifiers, condition) = self.plan_from(select)?;
-                (input, qualifiers, None, condition)
+                // A group window in GROUP BY (`TUMBLE(time, size)`, `HOP(..)`, `SESSION(..)`,
+                // Flink's legacy form) over the input's time attribute.
+                let window = self.group_window(&input, &qualifiers, group_by)?;
+                (input, qualifiers, window, condition)
             }
         };
         if input.changelog_mode() != ChangelogMode::Append {
@@ -942,6 +952,10 @@ impl Catalog {
                 }
                 ast::Expr::Identifier(i) if window.is_some() && i.value == "window_end" => {
                     has_end = true
+                }
+                // The group window of the legacy form stands for both.
+                ast::Expr::Function(f) if window.is_some() && group_window_name(f).is_some() => {
+                    (has_start, has_end) = (true, true)
                 }
                 other => keys.push((other.to_string(), compile(other, &scope)?)),
             }
@@ -1098,6 +1112,70 @@ impl Catalog {
             ))
         })?;
         Ok((ms > 0).then(|| std::time::Duration::from_millis(ms)))
+    }
+
+    /// The group window among `group_by` (Flink's legacy form: `TUMBLE(time, size)`, `HOP(time,
+    /// slide, size)`, `SESSION(time, gap)`), over `input`'s time attribute; `None` without one.
+    fn group_window(
+        &self,
+        input: &Plan,
+        qualifiers: &Qualifiers,
+        group_by: &[ast::Expr],
+    ) -> Result<Option<WindowKind>> {
+        let mut windows = group_by.iter().filter_map(|e| match e {
+            ast::Expr::Function(f) => group_window_name(f).map(|name| (name, f)),
+            _ => None,
+        });
+        let Some((name, function)) = windows.next() else {
+            return Ok(None);
+        };
+        if windows.next().is_some() {
+            return Err(SqlError::plan("GROUP BY takes one group window"));
+        }
+        let args = function_args(function)?;
+        let schema = input.schema().clone();
+        let scope = self.scope(&schema, qualifiers);
+        let Some(time) = input.time() else {
+            return Err(SqlError::plan(format!(
+                "{name}(..) in GROUP BY: the input has no event time (a WATERMARK; processing-time windows are not supported yet)"
+            )));
+        };
+        match args.first().map(|a| compile(a, &scope)).transpose()? {
+            Some(t) if t.column == Some(time.column) => {}
+            _ => {
+                return Err(SqlError::plan(format!(
+                    "{name}(time, ..) in GROUP BY: the first argument is the input's time attribute `{}`",
+                    time.name
+                )));
+            }
+        }
+        let interval = |i: usize, what: &str| constant_interval(args.get(i).copied(), &name, what);
+        Ok(Some(match (name.as_str(), args.len()) {
+            ("TUMBLE", 2) => WindowKind::Tumble {
+                size: interval(1, "size")?,
+            },
+            ("HOP", 3) => {
+                let (slide, size) = (interval(1, "slide")?, interval(2, "size")?);
+                if size % slide != 0 {
+                    return Err(SqlError::plan(format!(
+                        "HOP: the size ({size} ms) must be a multiple of the slide ({slide} ms)"
+                    )));
+                }
+                WindowKind::Hop { slide, size }
+            }
+            ("SESSION", 2) => WindowKind::Session {
+                gap: interval(1, "gap")?,
+            },
+            (name, n) => {
+                return Err(SqlError::plan(format!(
+                    "{name}(..) in GROUP BY takes {} arguments, got {n}",
+                    match name {
+                        "HOP" => 3,
+                        _ => 2,
+                    }
+                )));
+            }
+        }))
     }
 
     /// `TUMBLE(t, DESCRIPTOR(time), size)` / `HOP(t, DESCRIPTOR(time), slide, size)`: the input
@@ -1480,6 +1558,47 @@ fn and_all(conjuncts: Vec<ast::Expr>) -> Option<ast::Expr> {
     })
 }
 
+/// The name of a group window function of GROUP BY (`TUMBLE`, `HOP`, `SESSION`), upper case.
+fn group_window_name(function: &ast::Function) -> Option<String> {
+    let name = function.name.to_string().to_ascii_uppercase();
+    matches!(name.as_str(), "TUMBLE" | "HOP" | "SESSION").then_some(name)
+}
+
+/// The arguments of a function call, in order.
+fn function_args(function: &ast::Function) -> Result<Vec<&ast::Expr>> {
+    match &function.args {
+        ast::FunctionArguments::List(list) => list
+            .args
+            .iter()
+            .map(|a| match a {
+                ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) => Ok(e),
+                other => Err(SqlError::plan(format!(
+                    "{}: the argument `{other}` is not supported (pass them in order)",
+                    function.name
+                ))),
+            })
+            .collect(),
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// A positive constant `INTERVAL`, in ms: argument `what` of window function `name`.
+fn constant_interval(arg: Option<&ast::Expr>, name: &str, what: &str) -> Result<i64> {
+    let functions = Functions::default();
+    let empty = Schema::default();
+    let scope = Scope::new(&empty, None, &functions);
+    match arg
+        .map(|e| compile(e, &scope))
+        .transpose()?
+        .and_then(|t| t.constant_value())
+    {
+        Some(crate::types::Value::Interval(ms)) if ms > 0 => Ok(ms),
+        _ => Err(SqlError::plan(format!(
+            "{name}: the {what} must be a positive constant INTERVAL"
+        ))),
+    }
+}
+
 /// The conjuncts of `expr` (`a AND b AND c`: `a`, `b`, `c`).
 fn split_and<'a>(expr: &'a ast::Expr, out: &mut Vec<&'a ast::Expr>) {
     match expr {
@@ -1618,6 +1737,22 @@ fn rewrite_grouped(
                 ast::FunctionArguments::List(list) => list.args.iter().collect(),
                 _ => Vec::new(),
             };
+            // The legacy group window's properties: `SESSION_START(time, gap)` is `window_start`.
+            if let Some((_, property)) = name.split_once('_')
+                && matches!(name.split('_').next(), Some("TUMBLE" | "HOP" | "SESSION"))
+            {
+                let column = match property {
+                    "START" => "window_start",
+                    "END" => "window_end",
+                    "ROWTIME" => "window_time",
+                    _ => {
+                        return Err(SqlError::plan(format!(
+                            "{name}(..) is not supported (_START, _END and _ROWTIME are)"
+                        )));
+                    }
+                };
+                return Ok(E::Identifier(ast::Ident::new(column)));
+            }
             if crate::functions::is_aggregate(&name) {
                 let distinct = matches!(
                     &function.args,

@@ -43,7 +43,14 @@ fn sql_rows(query: Query, parallelism: usize) -> Vec<serde_json::Value> {
     let mut rows: Vec<serde_json::Value> = sql_lines(query, parallelism, "json", dir.path(), None)
         .into_iter()
         .map(|mut row| {
-            for column in ["dateTime", "bid_dateTime", "auction_dateTime", "expires"] {
+            for column in [
+                "dateTime",
+                "bid_dateTime",
+                "auction_dateTime",
+                "expires",
+                "starttime",
+                "endtime",
+            ] {
                 if let Some(time) = row.get(column).and_then(|t| t.as_str()) {
                     let ms = riffle_sql::format::parse_timestamp(time).unwrap();
                     row[column] = json!(ms);
@@ -330,4 +337,17 @@ fn q20_expands_bids_with_their_auction() {
         datastream_rows(queries::q20),
         "q20",
     );
+}
+
+/// Session windows in Flink's legacy group-window form (`GROUP BY B.bidder, SESSION(B.dateTime,
+/// INTERVAL '10' SECOND)` with `SESSION_START` and `SESSION_END`).
+#[test]
+fn q11_counts_each_bidders_bids_per_session() {
+    for p in [1, 2] {
+        assert_same(
+            sql_rows(Query::Q11, p),
+            datastream_rows(queries::q11),
+            "q11",
+        );
+    }
 }

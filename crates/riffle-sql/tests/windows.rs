@@ -250,3 +250,54 @@ fn explain_shows_the_window_and_its_keys_and_errors_name_the_construct() {
     assert!(error("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(url), INTERVAL '1' MINUTE)) GROUP BY window_start, window_end").contains("time attribute `event_time`"));
     assert!(error("SELECT COUNT(*) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '1' MINUTE)) GROUP BY window_start").contains("window_start and window_end"));
 }
+
+/// Flink's legacy group windows (`GROUP BY TUMBLE(time, size)`, `HOP(..)`, with `TUMBLE_START`,
+/// `HOP_END`, ...) give the window table functions' rows; a group window needs the time
+/// attribute.
+#[test]
+fn legacy_group_windows_equal_the_window_table_functions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = clicks_file(dir.path(), 5_000);
+    let ddl = clicks_table(&path);
+    let sorted = |mut rows: Vec<Row>| {
+        rows.sort();
+        rows
+    };
+    for p in [1, 2] {
+        let (tvf, _) = run(
+            &ddl,
+            "SELECT user_id, window_start, window_end, COUNT(*) FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '1' MINUTE)) GROUP BY user_id, window_start, window_end",
+            p,
+        );
+        let (legacy, _) = run(
+            &ddl,
+            "SELECT user_id, TUMBLE_START(event_time, INTERVAL '1' MINUTE), TUMBLE_END(event_time, INTERVAL '1' MINUTE), COUNT(*) FROM clicks GROUP BY TUMBLE(event_time, INTERVAL '1' MINUTE), user_id",
+            p,
+        );
+        assert!(!tvf.is_empty());
+        assert_eq!(sorted(legacy), sorted(tvf), "p = {p}");
+        let (tvf, _) = run(
+            &ddl,
+            "SELECT user_id, window_end, COUNT(*) FROM TABLE(HOP(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '30' SECOND, INTERVAL '1' MINUTE)) GROUP BY user_id, window_start, window_end",
+            p,
+        );
+        let (legacy, _) = run(
+            &ddl,
+            "SELECT user_id, HOP_END(event_time, INTERVAL '30' SECOND, INTERVAL '1' MINUTE), COUNT(*) FROM clicks GROUP BY user_id, HOP(event_time, INTERVAL '30' SECOND, INTERVAL '1' MINUTE)",
+            p,
+        );
+        assert_eq!(sorted(legacy), sorted(tvf), "p = {p}");
+    }
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&ddl).unwrap();
+    let error = sql
+        .sql_query("SELECT COUNT(*) FROM clicks GROUP BY TUMBLE(ip, INTERVAL '1' MINUTE)")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("the input's time attribute `event_time`"),
+        "{error}"
+    );
+}
