@@ -20,7 +20,7 @@ use crate::connectors;
 use crate::error::{Result, SqlError};
 use crate::expr::{Eval, Place, Typed};
 use crate::parse::{ColumnDef, TableDef};
-use crate::plan::{Plan, WindowKind};
+use crate::plan::{ChangelogMode, Plan, WindowKind};
 use crate::types::{Row, Schema, Value};
 
 /// The rows of a lowered step: only added, or a changelog.
@@ -85,6 +85,33 @@ fn eval_all(evals: &[Eval], row: &Row) -> riffle::Result<Row> {
         values.push(eval(row)?);
     }
     Ok(Row(values))
+}
+
+/// An aggregate's output row from its aggregated row (keys, window columns, aggregates): the
+/// SELECT list's expressions, when `HAVING` keeps the row.
+#[derive(Clone)]
+struct Output {
+    post: Arc<Vec<Eval>>,
+    having: Option<Eval>,
+}
+
+impl Output {
+    fn new(post: &[Typed], having: Option<&Typed>) -> Output {
+        Output {
+            post: Arc::new(post.iter().map(|e| e.eval.clone()).collect()),
+            having: having.map(|h| h.eval.clone()),
+        }
+    }
+
+    /// The output row, `None` when `HAVING` drops it.
+    fn of(&self, aggregated: Row) -> riffle::Result<Option<Row>> {
+        if let Some(having) = &self.having
+            && !matches!(having(&aggregated)?, Value::Bool(true))
+        {
+            return Ok(None);
+        }
+        eval_all(&self.post, &aggregated).map(Some)
+    }
 }
 
 /// One step of a chain of stateless steps (filters and projections) lowered as one operator.
@@ -315,10 +342,11 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
             keys,
             aggs,
             post,
+            having,
             ..
         } => {
             let pre: Vec<_> = pre.iter().map(|e| e.eval.clone()).collect();
-            let post: Vec<_> = post.iter().map(|e| e.eval.clone()).collect();
+            let output = Output::new(post, having.as_ref());
             let key_count = *keys;
             let windows = match window {
                 WindowKind::Tumble { size } => Tumbling::of(Duration::from_millis(*size as u64)),
@@ -340,7 +368,7 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
                     .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()))
                     .window(windows)
                     .aggregate(aggregates)
-                    .try_map(move |result| -> riffle::Result<Row> {
+                    .process(move |result, ctx| {
                         let riffle::window::WindowResult {
                             key,
                             window_start,
@@ -353,7 +381,10 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
                         aggregated.push(Value::Timestamp(window_end));
                         aggregated.push(Value::Timestamp(window_end - 1));
                         aggregated.extend(value);
-                        eval_all(&post, &Row(aggregated))
+                        match output.of(Row(aggregated))? {
+                            Some(row) => ctx.emit(row),
+                            None => Ok(()),
+                        }
                     })
                     .name("Calc"),
             )
@@ -364,11 +395,12 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
             keys,
             aggs,
             post,
+            having,
             ttl,
             ..
         } => {
             let pre: Vec<_> = pre.iter().map(|e| e.eval.clone()).collect();
-            let post: Arc<Vec<Eval>> = Arc::new(post.iter().map(|e| e.eval.clone()).collect());
+            let post = Output::new(post, having.as_ref());
             let key_count = *keys;
             let aggregates = RowAggregates {
                 specs: aggs.clone(),
@@ -378,40 +410,66 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
                 accumulators = accumulators.with_ttl(StateTtl::after_write(*ttl));
             }
             let accumulators = Arc::new(accumulators);
-            // The output row of a key from its aggregates' results.
-            let output = move |key: &Row, results: Vec<Value>| -> riffle::Result<Row> {
+            // The output row of a key from its aggregates' results (`None`: HAVING drops it).
+            let output = move |key: &Row, results: Vec<Value>| -> riffle::Result<Option<Row>> {
                 let mut aggregated = key.0.clone();
                 aggregated.extend(results);
-                eval_all(&post, &Row(aggregated))
+                post.of(Row(aggregated))
             };
-            Rows::Changelog(
-                append(input)?
-                    .try_map(move |row: Row| eval_all(&pre, &row))
-                    .name("Pre-aggregate")
-                    .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()))
-                    .process(move |key: &Row, row: Row, ctx| {
-                        let (before, after) = {
-                            let mut state = ctx.aggregating(&accumulators);
-                            let before = state.get()?;
-                            state.add(&row)?;
-                            (before, state.get()?.unwrap_or_default())
-                        };
-                        let after = output(key, after)?;
-                        match before {
-                            None => ctx.emit(Change::insert(after)),
-                            Some(before) => {
-                                let before = output(key, before)?;
-                                // An unchanged result is not sent again (as in Flink).
-                                if before == after {
-                                    return Ok(());
-                                }
-                                ctx.emit(Change::update_before(before))?;
-                                ctx.emit(Change::update_after(after))
-                            }
+            let changes = append(input)?
+                .try_map(move |row: Row| eval_all(&pre, &row))
+                .name("Pre-aggregate")
+                .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()))
+                .process(move |key: &Row, row: Row, ctx| {
+                    let (before, after) = {
+                        let mut state = ctx.aggregating(&accumulators);
+                        let before = state.get()?;
+                        state.add(&row)?;
+                        (before, state.get()?.unwrap_or_default())
+                    };
+                    let after = output(key, after)?;
+                    let before = before.map(|b| output(key, b)).transpose()?.flatten();
+                    match (before, after) {
+                        (None, None) => Ok(()),
+                        (None, Some(after)) => ctx.emit(Change::insert(after)),
+                        // HAVING no longer keeps the key's row.
+                        (Some(before), None) => ctx.emit(Change::delete(before)),
+                        // An unchanged result is not sent again (as in Flink).
+                        (Some(before), Some(after)) if before == after => Ok(()),
+                        (Some(before), Some(after)) => {
+                            ctx.emit(Change::update_before(before))?;
+                            ctx.emit(Change::update_after(after))
                         }
+                    }
+                })
+                .name("GroupAggregate");
+            match plan.changelog_mode() {
+                // SELECT DISTINCT: only inserts.
+                ChangelogMode::Append => Rows::Append(changes.map(|c| c.row).name("Distinct rows")),
+                ChangelogMode::Retract => Rows::Changelog(changes),
+            }
+        }
+        Plan::Union { inputs, .. } => {
+            let lowered = inputs
+                .iter()
+                .map(|input| lower(input, env))
+                .collect::<Result<Vec<Rows>>>()?;
+            if lowered.iter().all(|rows| matches!(rows, Rows::Append(_))) {
+                let streams: Vec<DataStream<Row>> = lowered
+                    .into_iter()
+                    .filter_map(|rows| match rows {
+                        Rows::Append(rows) => Some(rows),
+                        Rows::Changelog(_) => None,
                     })
-                    .name("GroupAggregate"),
-            )
+                    .collect();
+                let others: Vec<&DataStream<Row>> = streams[1..].iter().collect();
+                Rows::Append(streams[0].union(&others))
+            } else {
+                let streams: Vec<DataStream<Change<Row>>> =
+                    lowered.into_iter().map(Rows::into_changelog).collect();
+                let others: Vec<&DataStream<Change<Row>>> = streams[1..].iter().collect();
+                Rows::Changelog(streams[0].union(&others))
+            }
         }
         Plan::Join {
             left,

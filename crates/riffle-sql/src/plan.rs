@@ -99,6 +99,8 @@ pub enum Plan {
         aggs: Vec<AggSpec>,
         /// The output columns, over `[keys.., window_start, window_end, window_time, aggs..]`.
         post: Vec<Typed>,
+        /// `HAVING`: which aggregated rows are kept, over the same columns as `post`.
+        having: Option<Typed>,
         /// Texts for `EXPLAIN`: keys and aggregates.
         texts: Vec<String>,
         /// The output columns.
@@ -118,6 +120,8 @@ pub enum Plan {
         aggs: Vec<AggSpec>,
         /// The output columns, over `[keys.., aggs..]`.
         post: Vec<Typed>,
+        /// `HAVING`: which aggregated rows are kept, over the same columns as `post`.
+        having: Option<Typed>,
         /// Texts for `EXPLAIN`: keys and aggregates.
         texts: Vec<String>,
         /// The output columns.
@@ -170,6 +174,13 @@ pub enum Plan {
         /// How long a row is kept for later matches (`table.exec.state.ttl`).
         ttl: Option<std::time::Duration>,
     },
+    /// `a UNION ALL b ..`: every row of each input.
+    Union {
+        /// The inputs, their columns of the same types (cast where they were not).
+        inputs: Vec<Plan>,
+        /// The first input's columns (their names).
+        schema: Schema,
+    },
     /// Reading a table: its connector's columns, then its computed columns.
     Scan {
         /// The table.
@@ -216,7 +227,8 @@ impl Plan {
             | Plan::WindowAggregate { schema, .. }
             | Plan::GroupAggregate { schema, .. }
             | Plan::TopN { schema, .. }
-            | Plan::Join { schema, .. } => schema,
+            | Plan::Join { schema, .. }
+            | Plan::Union { schema, .. } => schema,
             Plan::Filter { input, .. } => input.schema(),
         }
     }
@@ -225,7 +237,22 @@ impl Plan {
     pub fn changelog_mode(&self) -> ChangelogMode {
         match self {
             Plan::Scan { .. } | Plan::WindowAggregate { .. } => ChangelogMode::Append,
+            // `SELECT DISTINCT` (a group aggregate of no aggregates) only adds rows: a result
+            // never changes, so it is never sent again.
+            Plan::GroupAggregate { aggs, having, .. } if aggs.is_empty() && having.is_none() => {
+                ChangelogMode::Append
+            }
             Plan::GroupAggregate { .. } | Plan::TopN { .. } => ChangelogMode::Retract,
+            Plan::Union { inputs, .. } => {
+                if inputs
+                    .iter()
+                    .all(|i| i.changelog_mode() == ChangelogMode::Append)
+                {
+                    ChangelogMode::Append
+                } else {
+                    ChangelogMode::Retract
+                }
+            }
             // An inner join of appended rows only adds rows; an outer join retracts the padded
             // row of a match that comes later.
             Plan::Join { kind, .. } => match kind {
@@ -247,6 +274,14 @@ impl Plan {
             | Plan::GroupAggregate { .. }
             | Plan::TopN { .. }
             | Plan::Join { .. } => None,
+            // The inputs' time attribute, when they all have it at the same column.
+            Plan::Union { inputs, .. } => {
+                let first = inputs.first()?.time()?;
+                inputs[1..]
+                    .iter()
+                    .all(|i| i.time().is_some_and(|t| t.column == first.column))
+                    .then_some(first)
+            }
         }
     }
 
@@ -338,6 +373,15 @@ impl Plan {
                 ));
                 input.explain_into(depth + 2, lines);
             }
+            Plan::Union { inputs, schema } => {
+                lines.push(format!(
+                    "{pad}Union: {} inputs -> {schema} (no state) [{mode}]",
+                    inputs.len()
+                ));
+                for input in inputs {
+                    input.explain_into(depth + 1, lines);
+                }
+            }
             Plan::Join {
                 left,
                 right,
@@ -389,7 +433,7 @@ impl Plan {
 }
 
 /// The tables, views and functions statements see.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Catalog {
     /// Tables, by name.
     pub tables: BTreeMap<String, TableDef>,
@@ -448,10 +492,26 @@ impl Catalog {
 
     /// The plan of `query`.
     pub fn plan_query(&self, query: &ast::Query) -> Result<Plan> {
-        if query.with.is_some() {
-            return Err(SqlError::plan(
-                "WITH ... is not supported yet: use CREATE VIEW",
-            ));
+        if let Some(with) = &query.with {
+            // Each common table expression is a view of this query (later ones see earlier).
+            if with.recursive {
+                return Err(SqlError::plan("WITH RECURSIVE is not supported"));
+            }
+            let mut scoped = self.clone();
+            for cte in &with.cte_tables {
+                if !cte.alias.columns.is_empty() {
+                    return Err(SqlError::plan(format!(
+                        "WITH {}(columns) AS ..: name the columns in the query instead",
+                        cte.alias.name
+                    )));
+                }
+                scoped
+                    .views
+                    .insert(cte.alias.name.value.clone(), (*cte.query).clone());
+            }
+            let mut body = query.clone();
+            body.with = None;
+            return scoped.plan_query(&body);
         }
         if query.order_by.is_some() {
             return Err(SqlError::plan(
@@ -461,14 +521,82 @@ impl Catalog {
         if query.limit_clause.is_some() || query.fetch.is_some() {
             return Err(SqlError::plan("LIMIT is not supported yet"));
         }
-        match query.body.as_ref() {
+        self.plan_set(query.body.as_ref())
+    }
+
+    /// The plan of a query's body: a SELECT, a query in parentheses, or a `UNION ALL`.
+    fn plan_set(&self, body: &ast::SetExpr) -> Result<Plan> {
+        match body {
             ast::SetExpr::Select(select) => self.plan_select(select),
             ast::SetExpr::Query(inner) => self.plan_query(inner),
+            ast::SetExpr::SetOperation {
+                left,
+                op: ast::SetOperator::Union,
+                set_quantifier: ast::SetQuantifier::All,
+                right,
+            } => self.union(self.plan_set(left)?, self.plan_set(right)?),
+            ast::SetExpr::SetOperation {
+                op, set_quantifier, ..
+            } => Err(SqlError::plan(format!(
+                "{op} {set_quantifier} is not supported yet (UNION ALL is; a UNION without ALL is SELECT DISTINCT of a UNION ALL)"
+            ))),
             other => Err(SqlError::plan(format!(
                 "`{}` is not supported yet",
                 other.to_string().chars().take(60).collect::<String>()
             ))),
         }
+    }
+
+    /// `left UNION ALL right`: their columns must match in number and, after a cast, in type.
+    fn union(&self, left: Plan, right: Plan) -> Result<Plan> {
+        let (l, r) = (left.schema().clone(), right.schema().clone());
+        if l.len() != r.len() {
+            return Err(SqlError::plan(format!(
+                "UNION ALL of {} columns {l} and {} columns {r}",
+                l.len(),
+                r.len()
+            )));
+        }
+        // The right side's columns cast to the left side's types where they differ.
+        let right = if l.fields.iter().zip(&r.fields).all(|(a, b)| a.ty == b.ty) {
+            right
+        } else {
+            let mut exprs = Vec::new();
+            for (index, (a, b)) in l.fields.iter().zip(&r.fields).enumerate() {
+                let cast = column_of(&r, index).cast(&a.ty).map_err(|e| {
+                    SqlError::plan(format!(
+                        "UNION ALL: column {} is {} on the left and {} on the right ({})",
+                        index + 1,
+                        a.ty,
+                        b.ty,
+                        e.message
+                    ))
+                })?;
+                exprs.push(cast);
+            }
+            let fields = l
+                .fields
+                .iter()
+                .zip(&r.fields)
+                .map(|(a, b)| Field {
+                    nullable: a.nullable || b.nullable,
+                    ..a.clone()
+                })
+                .collect();
+            Plan::Project {
+                input: Box::new(right),
+                texts: r.fields.iter().map(|f| f.name.clone()).collect(),
+                exprs,
+                schema: Schema::new(fields),
+                time: None,
+            }
+        };
+        let mut inputs = match left {
+            Plan::Union { inputs, .. } => inputs,
+            other => vec![other],
+        };
+        inputs.push(right);
+        Ok(Plan::Union { inputs, schema: l })
     }
 
     /// The plan of a relation of `FROM`, and the name that qualifies its columns.
@@ -527,11 +655,10 @@ impl Catalog {
     }
 
     fn plan_select(&self, select: &ast::Select) -> Result<Plan> {
-        if select.distinct.is_some() {
-            return Err(SqlError::plan("SELECT DISTINCT is not supported yet"));
-        }
-        if select.having.is_some() {
-            return Err(SqlError::plan("HAVING is not supported yet"));
+        match &select.distinct {
+            None | Some(ast::Distinct::All) => {}
+            Some(ast::Distinct::Distinct) => return self.plan_distinct(select),
+            Some(other) => return Err(SqlError::plan(format!("{other} is not supported"))),
         }
         let group_by = match &select.group_by {
             ast::GroupByExpr::Expressions(exprs, _) => exprs.clone(),
@@ -545,7 +672,7 @@ impl Catalog {
             }
             _ => false,
         });
-        if !group_by.is_empty() || aggregating {
+        if !group_by.is_empty() || aggregating || select.having.is_some() {
             return self.plan_grouped(select, &group_by);
         }
         if let Some((plan, qualifiers, rest)) = self.plan_top_n(select)? {
@@ -895,6 +1022,40 @@ impl Catalog {
         Ok(Some((top_n, qualifiers, rest)))
     }
 
+    /// `SELECT DISTINCT a, b FROM ..`: a group aggregate by every column of the SELECT list,
+    /// without aggregates (each distinct row sent once).
+    fn plan_distinct(&self, select: &ast::Select) -> Result<Plan> {
+        let grouped =
+            !matches!(&select.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty());
+        if grouped || select.having.is_some() {
+            return Err(SqlError::plan(
+                "SELECT DISTINCT of a grouped query is not supported yet (its groups are distinct already)",
+            ));
+        }
+        let mut keys = Vec::new();
+        for item in &select.projection {
+            match item {
+                ast::SelectItem::UnnamedExpr(e)
+                | ast::SelectItem::ExprWithAlias { expr: e, .. } => {
+                    if has_aggregate(e) {
+                        return Err(SqlError::plan(
+                            "SELECT DISTINCT with an aggregate is not supported yet",
+                        ));
+                    }
+                    keys.push(e.clone());
+                }
+                _ => {
+                    return Err(SqlError::plan(
+                        "SELECT DISTINCT * is not supported yet: name the columns",
+                    ));
+                }
+            }
+        }
+        let mut select = select.clone();
+        select.distinct = None;
+        self.plan_grouped(&select, &keys)
+    }
+
     /// `SELECT .. FROM TABLE(TUMBLE(..)) GROUP BY window_start, window_end, ..` (a window
     /// aggregation), or `SELECT .. FROM t GROUP BY ..` (an updating aggregate).
     fn plan_grouped(&self, select: &ast::Select, group_by: &[ast::Expr]) -> Result<Plan> {
@@ -981,6 +1142,11 @@ impl Catalog {
             let rewritten = rewrite_grouped(expr, &key_names, &mut found)?;
             outputs.push((rewritten, alias, expr.to_string()));
         }
+        let having = select
+            .having
+            .as_ref()
+            .map(|h| rewrite_grouped(h, &key_names, &mut found).map(|r| (r, h.to_string())))
+            .transpose()?;
         // Pre-computed row: keys, then each aggregate's argument and filter.
         let mut pre: Vec<Typed> = keys.iter().map(|(_, t)| t.clone()).collect();
         let mut texts: Vec<String> = key_names.clone();
@@ -1066,6 +1232,20 @@ impl Catalog {
             });
             post.push(typed);
         }
+        let having = match having {
+            Some((condition, text)) => {
+                let predicate = compile(&condition, &post_scope)?;
+                if !matches!(predicate.ty, DataType::Boolean | DataType::Null) {
+                    return Err(SqlError::plan(format!(
+                        "HAVING needs a BOOLEAN condition, got {} ({text})",
+                        predicate.ty
+                    )));
+                }
+                texts.push(format!("HAVING {text}"));
+                Some(predicate)
+            }
+            None => None,
+        };
         let (input, keys, schema) = (Box::new(input), keys.len(), Schema::new(out_fields));
         Ok(match window {
             Some(window) => Plan::WindowAggregate {
@@ -1075,11 +1255,13 @@ impl Catalog {
                 pre,
                 aggs,
                 post,
+                having,
                 texts,
                 schema,
             },
             None => Plan::GroupAggregate {
                 input,
+                having,
                 keys,
                 pre,
                 aggs,

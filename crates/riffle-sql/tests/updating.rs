@@ -345,3 +345,62 @@ fn explain_and_errors_of_row_number() {
     );
     assert!(unordered.contains("needs an ORDER BY"), "{unordered}");
 }
+
+#[test]
+fn having_distinct_with_and_union_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let ddl = orders(
+        dir.path(),
+        &[(1, 10, 1), (2, 5, 2), (1, 30, 3), (2, 5, 4), (3, 1, 5)],
+    );
+    let run = |query: &str| -> Vec<String> {
+        changes(&ddl, query, EnvConfig::deterministic())
+            .iter()
+            .map(text)
+            .collect()
+    };
+    // HAVING: a key's row appears when it passes, goes (-D) when it no longer does.
+    assert_eq!(
+        run(
+            "SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer HAVING COUNT(*) = 1"
+        ),
+        ["+I[1, 10]", "+I[2, 5]", "-D[1, 10]", "-D[2, 5]", "+I[3, 1]"]
+    );
+    // SELECT DISTINCT: each distinct row once, as appends.
+    assert_eq!(
+        run("SELECT DISTINCT customer, amount FROM orders"),
+        ["+I[1, 10]", "+I[2, 5]", "+I[1, 30]", "+I[3, 1]"]
+    );
+    // WITH: views of the query; UNION ALL of two of them (two sources: in any order).
+    let mut union = run(
+        "WITH big AS (SELECT customer, amount FROM orders WHERE amount >= 10),
+                  small AS (SELECT customer, amount FROM orders WHERE amount < 2)
+             SELECT customer FROM big UNION ALL SELECT customer FROM small",
+    );
+    union.sort();
+    assert_eq!(union, ["+I[1]", "+I[1]", "+I[3]"]);
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&ddl).unwrap();
+    let plan = sql
+        .explain("SELECT DISTINCT customer FROM orders UNION ALL SELECT customer FROM orders")
+        .unwrap();
+    assert!(plan.starts_with("Union: 2 inputs"), "{plan}");
+    assert!(
+        plan.contains("GroupAggregate: keyed by [customer], aggregates []"),
+        "{plan}"
+    );
+    let error = |query: &str| sql.sql_changelog(query).err().unwrap().to_string();
+    assert!(
+        error("SELECT customer FROM orders UNION SELECT customer FROM orders")
+            .contains("UNION ALL is")
+    );
+    assert!(
+        error("SELECT customer, amount FROM orders UNION ALL SELECT customer FROM orders")
+            .contains("UNION ALL of 2 columns")
+    );
+    assert!(
+        error("SELECT customer FROM orders GROUP BY customer HAVING SUM(amount)")
+            .contains("HAVING needs a BOOLEAN")
+    );
+}
