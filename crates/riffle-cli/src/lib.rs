@@ -13,3 +13,4 @@ pub mod process;
 pub mod progress;
 pub mod savepoint;
 pub mod sql;
+pub mod sql_client;

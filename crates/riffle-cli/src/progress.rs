@@ -18,6 +18,12 @@ pub fn install_ctrlc_handler() {
     });
 }
 
+/// Forgets the Ctrl-C presses so far: the SQL client's next job starts with none (a Ctrl-C
+/// stopped the previous one).
+pub fn reset_interrupts() {
+    INTERRUPTS.store(0, Ordering::SeqCst);
+}
+
 /// What the renderer of a progress report gets.
 pub struct Report<'a> {
     /// Time since the job started.

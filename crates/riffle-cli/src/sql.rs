@@ -1,4 +1,5 @@
-//! `riffle sql -f job.sql`: runs a SQL script in Flink's dialect (docs/sql.md). Its DDL
+//! `riffle sql -f job.sql`: runs a SQL script (without `-f`: the interactive client,
+//! [`crate::sql_client`]) in Flink's dialect (docs/sql.md). Its DDL
 //! registers tables, views and functions; its `INSERT INTO` statements (and queries, whose rows
 //! are printed as `+I[...]` lines) run as one job with the same engine options as the demos:
 //! parallelism, checkpoints, `--restore`, `--state-backend`, the web UI and the progress line.
@@ -15,9 +16,9 @@ use crate::progress::{human, run_with_progress};
 /// Options of `riffle sql`.
 #[derive(Args, Clone, Debug)]
 pub struct SqlArgs {
-    /// The script to run (statements separated by `;`).
+    /// The script to run (statements separated by `;`); without it, the interactive SQL client.
     #[arg(long = "file", short = 'f', value_name = "FILE")]
-    pub file: PathBuf,
+    pub file: Option<PathBuf>,
     /// Replace `${NAME}` in the script by VALUE (repeatable).
     #[arg(long = "define", short = 'D', value_name = "NAME=VALUE")]
     pub defines: Vec<String>,
@@ -44,26 +45,35 @@ pub fn register_functions(sql: &SqlEnv) {
     );
 }
 
-/// Runs `riffle sql`.
-pub fn run(args: &SqlArgs) -> riffle::Result<()> {
-    let script = std::fs::read_to_string(&args.file)
-        .map_err(|e| riffle::Error::config("--file", format!("`{}`: {e}", args.file.display())))?;
-    let env = StreamEnv::with_config(args.engine.env_config("sql")?);
-    let sql = SqlEnv::new(&env);
-    register_functions(&sql);
-    for define in &args.defines {
+/// Replaces `${NAME}` by VALUE in what `sql` runs, for each `NAME=VALUE` of `--define`.
+pub fn define_all(sql: &SqlEnv, defines: &[String]) -> riffle::Result<()> {
+    for define in defines {
         let (name, value) = define.split_once('=').ok_or_else(|| {
             riffle::Error::config("--define", format!("`{define}` is not NAME=VALUE"))
         })?;
         sql.define(name.trim(), value);
     }
+    Ok(())
+}
+
+/// Runs `riffle sql`: the script of `--file`, or the interactive client without one.
+pub fn run(args: &SqlArgs) -> riffle::Result<()> {
+    let Some(file) = &args.file else {
+        return crate::sql_client::run(args);
+    };
+    let script = std::fs::read_to_string(file)
+        .map_err(|e| riffle::Error::config("--file", format!("`{}`: {e}", file.display())))?;
+    let env = StreamEnv::with_config(args.engine.env_config("sql")?);
+    let sql = SqlEnv::new(&env);
+    register_functions(&sql);
+    define_all(&sql, &args.defines)?;
     if args.explain {
-        for plan in sql.explain_sql(&script).map_err(sql_error(&args.file))? {
+        for plan in sql.explain_sql(&script).map_err(sql_error(file))? {
             println!("{plan}\n");
         }
         return Ok(());
     }
-    let done = sql.execute_sql(&script).map_err(sql_error(&args.file))?;
+    let done = sql.execute_sql(&script).map_err(sql_error(file))?;
     let mut jobs = 0;
     for executed in &done {
         match executed {

@@ -97,6 +97,47 @@ impl SqlEnv {
         &self.env
     }
 
+    /// The same tables, views, functions, options and variables, adding jobs to `env` (a SQL
+    /// client runs each query in an environment of its own).
+    ///
+    /// ```
+    /// use riffle::StreamEnv;
+    /// use riffle_sql::SqlEnv;
+    /// let session = SqlEnv::new(&StreamEnv::new());
+    /// session.execute_sql("CREATE TABLE t (a BIGINT) WITH ('connector' = 'blackhole');").unwrap();
+    /// let job = session.with_env(&StreamEnv::new());
+    /// assert_eq!(job.names(), ["t"]);
+    /// ```
+    pub fn with_env(&self, env: &StreamEnv) -> SqlEnv {
+        SqlEnv {
+            env: env.clone(),
+            catalog: RefCell::new(self.catalog.borrow().clone()),
+            options: RefCell::new(self.options.borrow().clone()),
+            variables: RefCell::new(self.variables.borrow().clone()),
+        }
+    }
+
+    /// The names of the tables and views, sorted (`SHOW TABLES`).
+    pub fn names(&self) -> Vec<String> {
+        let catalog = self.catalog.borrow();
+        let mut names: Vec<String> = catalog
+            .tables
+            .keys()
+            .chain(catalog.views.keys())
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The columns of table or view `name` (`DESCRIBE name`): a table's physical and computed
+    /// columns, a view's query's.
+    pub fn describe(&self, name: &str) -> Result<Schema> {
+        let query = format!("SELECT * FROM {name}");
+        let (_, schema) = self.plan_select(&query, "DESCRIBE")?;
+        Ok(schema)
+    }
+
     /// Registers a scalar function, called as `name(...)` (what `CREATE FUNCTION name AS
     /// '...'` then names).
     pub fn register_function(&self, name: &str, function: ScalarFunction) {

@@ -137,3 +137,78 @@ fn an_updating_query_prints_its_changelog() {
     }
     assert_eq!(last.values().sum::<u64>(), 920, "{last:?}");
 }
+
+/// `riffle sql` without a file is the interactive client; statements piped into it run as they
+/// would typed: DDL changes the session, a query runs as a job whose rows are printed (with
+/// their changelog op), `SHOW TABLES`, `DESCRIBE`, `EXPLAIN` and `SET` are answered, a bad
+/// statement is an error and the session goes on, `QUIT` ends it.
+#[test]
+fn the_interactive_client_runs_statements_one_after_another() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users.jsonl");
+    std::fs::write(
+        &users,
+        "{\"id\":1,\"name\":\"ann\"}\n{\"id\":2,\"name\":\"bob\"}\n",
+    )
+    .unwrap();
+    let input = format!(
+        "CREATE TABLE users (id BIGINT, name VARCHAR)\n  WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'json');\n\
+         SHOW TABLES;\nDESCRIBE users;\n\
+         SELECT name,\n  id * 10 AS x\nFROM users;\n\
+         SELECT COUNT(*) AS n FROM users;\n\
+         SELECT nope FROM users;\n\
+         EXPLAIN SELECT name FROM users;\n\
+         SET 'table.exec.state.ttl' = '1 h';\nSET;\nHELP;\nQUIT;\nSELECT 'never' FROM users;\n",
+        users.display()
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_riffle"))
+        .args(["sql", "--no-web", "-p", "1"])
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    for expected in [
+        "users",
+        "| id | BIGINT | TRUE |",
+        "| op | name | x |",
+        "| +I | ann | 10 |",
+        "| +I | bob | 20 |",
+        "| op | n |",
+        "| -U | 1 |",
+        "| +U | 2 |",
+        "'table.exec.state.ttl' = '1 h'",
+    ] {
+        assert!(lines.contains(&expected), "no `{expected}` in\n{stdout}");
+    }
+    assert!(stdout.contains("Map: name -> (`name` VARCHAR)"), "{stdout}");
+    assert!(
+        stdout.contains("SHOW TABLES;"),
+        "HELP lists the statements: {stdout}"
+    );
+    assert!(
+        !stdout.contains("never"),
+        "a statement after QUIT ran: {stdout}"
+    );
+    assert!(
+        stderr.contains("[ERROR] column `nope` not found"),
+        "{stderr}"
+    );
+    // The history is kept in $HOME.
+    let history = std::fs::read_to_string(dir.path().join(".riffle_sql_history")).unwrap();
+    assert!(history.contains("SHOW TABLES;"), "{history}");
+}
