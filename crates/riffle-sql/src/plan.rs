@@ -987,17 +987,12 @@ impl Catalog {
         else {
             unreachable!("a projection plans to a Project");
         };
-        // `SELECT *, ROW_NUMBER()..`: the rank's place among the output columns follows the
-        // columns `*` stood for.
-        let rank_column = inner.projection[..rank_at]
-            .iter()
-            .map(|item| match item {
-                ast::SelectItem::Wildcard(_) | ast::SelectItem::QualifiedWildcard(..) => {
-                    schema.len()
-                }
-                _ => 1,
-            })
-            .sum::<usize>();
+        // The rank's place among the output columns: after the columns of the items before it
+        // (`SELECT A.*, ROW_NUMBER() ..`: A's columns).
+        let rank_column = self
+            .project(input.clone(), &qualifiers, &inner.projection[..rank_at])?
+            .schema()
+            .len();
         let mut fields = projected.fields.clone();
         fields.insert(
             rank_column,
@@ -1517,7 +1512,8 @@ impl Catalog {
                     )));
                 }
                 ast::SelectItem::QualifiedWildcard(kind, _) => {
-                    let name = kind.to_string();
+                    let text = kind.to_string();
+                    let name = text.strip_suffix(".*").unwrap_or(&text).to_string();
                     let Some((_, columns)) = qualifiers.iter().find(|(n, _)| *n == name) else {
                         return Err(SqlError::plan(format!("no table `{name}` in FROM")));
                     };

@@ -43,24 +43,30 @@ fn sql_rows(query: Query, parallelism: usize) -> Vec<serde_json::Value> {
     let mut rows: Vec<serde_json::Value> = sql_lines(query, parallelism, "json", dir.path(), None)
         .into_iter()
         .map(|mut row| {
-            for column in [
-                "dateTime",
-                "bid_dateTime",
-                "auction_dateTime",
-                "expires",
-                "starttime",
-                "endtime",
-            ] {
-                if let Some(time) = row.get(column).and_then(|t| t.as_str()) {
-                    let ms = riffle_sql::format::parse_timestamp(time).unwrap();
-                    row[column] = json!(ms);
-                }
-            }
+            epoch_times(&mut row);
             row
         })
         .collect();
     sort(&mut rows);
     rows
+}
+
+/// The time columns of a SQL row (`'2026-01-15 00:18:00.4'`) as the DataStream rows write
+/// them, epoch milliseconds.
+fn epoch_times(row: &mut serde_json::Value) {
+    for column in [
+        "dateTime",
+        "bid_dateTime",
+        "auction_dateTime",
+        "expires",
+        "starttime",
+        "endtime",
+    ] {
+        if let Some(time) = row.get(column).and_then(|t| t.as_str()) {
+            let ms = riffle_sql::format::parse_timestamp(time).unwrap();
+            row[column] = json!(ms);
+        }
+    }
 }
 
 /// The result of the updating nexmark query `query`, its state on `backend` (the heap when
@@ -89,9 +95,7 @@ fn sql_final_rows(
         );
         if count == 1 {
             let mut row: serde_json::Value = serde_json::from_str(&row).unwrap();
-            if let Some(time) = row.get("dateTime").and_then(|t| t.as_str()) {
-                row["dateTime"] = json!(riffle_sql::format::parse_timestamp(time).unwrap());
-            }
+            epoch_times(&mut row);
             rows.push(row);
         }
     }
@@ -349,5 +353,16 @@ fn q11_counts_each_bidders_bids_per_session() {
             datastream_rows(queries::q11),
             "q11",
         );
+    }
+}
+
+/// Winning bids: a Top-1 per auction (`ROW_NUMBER() .. <= 1`) over a join of auctions and bids
+/// (`FROM auction A, bid B WHERE A.id = B.auction AND B.dateTime BETWEEN ..`); its last row per
+/// auction is the DataStream query's row (emitted when the auction closes).
+#[test]
+fn q9_finds_the_winning_bid_of_each_auction() {
+    let expected = datastream_final_rows(queries::q9, &["id"]);
+    for p in [1, 2] {
+        assert_same(sql_final_rows(Query::Q9, p, None), expected.clone(), "q9");
     }
 }
