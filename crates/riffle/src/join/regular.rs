@@ -219,13 +219,14 @@ impl<A, B, Out> RegularJoinFunction<A, B, Out> {
                 ctx.list(others).update(other_rows)?;
             }
         }
-        let (mut my_rows, _) = self.live(mine, now, ctx)?;
-        my_rows.push(Kept {
+        // Appended, never read back here: rereading and rewriting this side's rows at every
+        // arrival cost a key's n-th row n copies (a hot auction's bids: quadratic). Its expired
+        // rows go when the other side reads them (above), or with the list's TTL.
+        ctx.list(mine).add(Kept {
             row,
             arrived: now,
             padded,
-        });
-        ctx.list(mine).update(my_rows)
+        })
     }
 }
 
