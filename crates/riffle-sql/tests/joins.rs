@@ -3,10 +3,12 @@
 //! its match comes), `NULL` keys that match nothing, `FROM a, b WHERE ..`, and the errors of
 //! what is not supported.
 
+mod common;
+
 use riffle::change::RetractTable;
 use riffle::sink::CollectSink;
 use riffle::{Change, EnvConfig, StreamEnv};
-use riffle_sql::{Row, SqlEnv, Value};
+use riffle_sql::{Row, SqlEnv};
 
 /// Tables `users (id, name)` and `orders (user_id, amount)` over JSON lines in `dir`.
 fn tables(dir: &std::path::Path, users: &[&str], orders: &[&str]) -> String {
@@ -37,19 +39,7 @@ const ORDERS: [&str; 4] = [
     r#"{"user_id": null, "amount": 40}"#,
 ];
 
-fn text(row: &Row) -> String {
-    let values: Vec<String> = row
-        .0
-        .iter()
-        .map(|v| match v {
-            Value::Int(i) => i.to_string(),
-            Value::String(s) => s.to_string(),
-            Value::Null => "NULL".into(),
-            other => format!("{other:?}"),
-        })
-        .collect();
-    format!("[{}]", values.join(", "))
-}
+use common::row_text as text;
 
 /// The final rows of `query` (its changelog applied as a multiset: every retraction takes
 /// back a row that was there), sorted, at parallelism `p`.

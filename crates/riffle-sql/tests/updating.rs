@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+mod common;
+
 use riffle::change::{RetractTable, RowKind};
 use riffle::sink::CollectSink;
 use riffle::{Change, EnvConfig, StreamEnv};
@@ -40,17 +42,11 @@ fn changes(ddl: &str, query: &str, config: EnvConfig) -> Vec<Change<Row>> {
 }
 
 fn text(change: &Change<Row>) -> String {
-    let values: Vec<String> = change
-        .row
-        .0
-        .iter()
-        .map(|v| match v {
-            Value::Int(i) => i.to_string(),
-            Value::Null => "NULL".into(),
-            other => format!("{other:?}"),
-        })
-        .collect();
-    format!("{}[{}]", change.op.short_string(), values.join(", "))
+    format!(
+        "{}{}",
+        change.op.short_string(),
+        common::row_text(&change.row)
+    )
 }
 
 #[test]

@@ -308,6 +308,49 @@ where
     Out: Data,
     P: ProcessJoinFunction<A, B, Out>,
 {
+    /// The key and key group of a record of either side, and its event time (a record without
+    /// one is an error: the join's windows are in event time).
+    fn locate(&self, record: &Record<Either<A, B>>) -> Result<(K, KeyGroup, Timestamp)> {
+        let Some(ts) = record.timestamp() else {
+            return Err(Error::user(
+                "an interval join received a record without a timestamp: give both sources \
+                 a WatermarkStrategy with timestamps",
+            ));
+        };
+        let key = (self.key)(&record.value);
+        let key_group = self.runtime.key_group(&key)?;
+        Ok((key, key_group, ts))
+    }
+
+    /// Joins (or sends aside, when behind the watermark) a run of one side's records, each
+    /// tagged with its side for the join's key function.
+    fn side(
+        &mut self,
+        batch: impl Iterator<Item = Record<Either<A, B>>>,
+        out: &mut Collector<'_, Out>,
+    ) -> Result<()> {
+        for record in batch {
+            let (key, key_group, ts) = self.locate(&record)?;
+            let late = ts < out.current_watermark();
+            let ctx = &self.runtime.ctx;
+            match record.value {
+                Either::Left(a) if late => {
+                    let record = Record::timed(a, record.timestamp);
+                    let tag = self.spec.left_late.as_ref();
+                    Self::late(tag, record, ctx, &mut self.late_log, out)?;
+                }
+                Either::Right(b) if late => {
+                    let record = Record::timed(b, record.timestamp);
+                    let tag = self.spec.right_late.as_ref();
+                    Self::late(tag, record, ctx, &mut self.late_log, out)?;
+                }
+                Either::Left(a) => self.left(&key, key_group, a, ts, out)?,
+                Either::Right(b) => self.right(&key, key_group, b, ts, out)?,
+            }
+        }
+        Ok(())
+    }
+
     /// A left record: joins the right records buffered for `key`, then waits for later ones.
     fn left(
         &mut self,
@@ -439,58 +482,6 @@ where
                 rights.clear()?;
             } else {
                 rights.set(buffer)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-impl<K, A, B, Out, P> OpenIntervalJoin<K, A, B, Out, P>
-where
-    K: Data + Hash + Eq,
-    A: Data,
-    B: Data,
-    Out: Data,
-    P: ProcessJoinFunction<A, B, Out>,
-{
-    /// The key and key group of a record of either side, and its event time (a record without
-    /// one is an error: the join's windows are in event time).
-    fn locate(&self, record: &Record<Either<A, B>>) -> Result<(K, KeyGroup, Timestamp)> {
-        let Some(ts) = record.timestamp() else {
-            return Err(Error::user(
-                "an interval join received a record without a timestamp: give both sources \
-                 a WatermarkStrategy with timestamps",
-            ));
-        };
-        let key = (self.key)(&record.value);
-        let key_group = self.runtime.key_group(&key)?;
-        Ok((key, key_group, ts))
-    }
-
-    /// Joins (or sends aside, when behind the watermark) a run of one side's records, each
-    /// tagged with its side for the join's key function.
-    fn side(
-        &mut self,
-        batch: impl Iterator<Item = Record<Either<A, B>>>,
-        out: &mut Collector<'_, Out>,
-    ) -> Result<()> {
-        for record in batch {
-            let (key, key_group, ts) = self.locate(&record)?;
-            let late = ts < out.current_watermark();
-            let ctx = &self.runtime.ctx;
-            match record.value {
-                Either::Left(a) if late => {
-                    let record = Record::timed(a, record.timestamp);
-                    let tag = self.spec.left_late.as_ref();
-                    Self::late(tag, record, ctx, &mut self.late_log, out)?;
-                }
-                Either::Right(b) if late => {
-                    let record = Record::timed(b, record.timestamp);
-                    let tag = self.spec.right_late.as_ref();
-                    Self::late(tag, record, ctx, &mut self.late_log, out)?;
-                }
-                Either::Left(a) => self.left(&key, key_group, a, ts, out)?,
-                Either::Right(b) => self.right(&key, key_group, b, ts, out)?,
             }
         }
         Ok(())

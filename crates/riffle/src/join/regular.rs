@@ -219,14 +219,21 @@ impl<A, B, Out> RegularJoinFunction<A, B, Out> {
                 ctx.list(others).update(other_rows)?;
             }
         }
-        // Appended, never read back here: rereading and rewriting this side's rows at every
-        // arrival cost a key's n-th row n copies (a hot auction's bids: quadratic). Its expired
-        // rows go when the other side reads them (above), or with the list's TTL.
-        ctx.list(mine).add(Kept {
+        let kept = Kept {
             row,
             arrived: now,
             padded,
-        })
+        };
+        if self.ttl.is_none() {
+            // Nothing expires: the row is appended, this side's rows never read back (rereading
+            // and rewriting them at every arrival cost a key's n-th row n copies: quadratic).
+            return ctx.list(mine).add(kept);
+        }
+        // With a TTL, this side's expired rows go now, so that a key whose other side never
+        // comes still holds only the rows of the last `ttl`.
+        let (mut my_rows, _) = self.live(mine, now, ctx)?;
+        my_rows.push(kept);
+        ctx.list(mine).update(my_rows)
     }
 }
 
