@@ -4,8 +4,9 @@
 //! and q22 read; the queries at 0f96e93), for the queries Riffle's SQL runs (`riffle-sql`,
 //! `riffle nexmark run --sql`). Each query's sink table is `'connector' = 'blackhole'`. Two
 //! changes: q20's file creates `discard_sink` and inserts into `nexmark_q20` (its table is named
-//! `nexmark_q20` here); q9 is its version whose time column is `dateTime` (the project's later
-//! files rename it `customTime`, a column of views this DDL does not have).
+//! `nexmark_q20` here); q9 and q15 are their versions whose time column is `dateTime` (q15's at a8da211; the
+//! project's later files rename it `customTime`, a column of views this DDL does not have); q7
+//! is at eb6c5a8.
 //!
 //! The scripts use the nexmark project's variables: `${TPS}`, `${EVENTS_NUM}`,
 //! `${PERSON_PROPORTION}`, `${AUCTION_PROPORTION}`, `${BID_PROPORTION}` and `${NEXMARK_TABLE}`
@@ -32,9 +33,12 @@ pub fn query(query: Query) -> Option<&'static str> {
         Query::Q1 => include_str!("../sql/q1.sql"),
         Query::Q2 => include_str!("../sql/q2.sql"),
         Query::Q3 => include_str!("../sql/q3.sql"),
+        Query::Q7 => include_str!("../sql/q7.sql"),
+        Query::Q8 => include_str!("../sql/q8.sql"),
         Query::Q9 => include_str!("../sql/q9.sql"),
         Query::Q11 => include_str!("../sql/q11.sql"),
         Query::Q14 => include_str!("../sql/q14.sql"),
+        Query::Q15 => include_str!("../sql/q15.sql"),
         Query::Q16 => include_str!("../sql/q16.sql"),
         Query::Q17 => include_str!("../sql/q17.sql"),
         Query::Q18 => include_str!("../sql/q18.sql"),
