@@ -33,6 +33,7 @@ pub fn query(query: Query) -> Option<&'static str> {
         Query::Q1 => include_str!("../sql/q1.sql"),
         Query::Q2 => include_str!("../sql/q2.sql"),
         Query::Q3 => include_str!("../sql/q3.sql"),
+        Query::Q4 => include_str!("../sql/q4.sql"),
         Query::Q7 => include_str!("../sql/q7.sql"),
         Query::Q8 => include_str!("../sql/q8.sql"),
         Query::Q9 => include_str!("../sql/q9.sql"),

@@ -4,10 +4,16 @@
 //! projection that can fail the job with a clear error); adding a row to an accumulator only
 //! reads columns, so it cannot fail. Accumulators are serializable state: window state is part
 //! of checkpoints and rescales with its key groups.
+//!
+//! Over an updating input (an aggregate of an aggregate's result, of an outer join's rows),
+//! [`RetractingAggregates`] takes a retracted row back out of the accumulators: `MIN`, `MAX`
+//! and `COUNT(DISTINCT ..)` keep how many times each value is there, `SUM` and `AVG` subtract,
+//! and a group whose every row was retracted is gone.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use riffle::aggregate::AggregateFunction;
+use riffle::change::Change;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, SqlError};
@@ -124,6 +130,11 @@ pub enum Acc {
     Extreme(Value),
     /// A sum and a count.
     Avg(Value, i64),
+    /// Each value seen and how many times it is there (`MIN`, `MAX` and `COUNT(DISTINCT ..)`
+    /// over an updating input).
+    Values(BTreeMap<Value, i64>),
+    /// A sum and how many values make it (`SUM` over an updating input: `NULL` at none).
+    RetractSum(Value, i64),
 }
 
 /// All the aggregates of a grouped query, over its pre-computed rows.
@@ -244,8 +255,176 @@ impl AggregateFunction<Row> for RowAggregates {
                 Acc::Extreme(value) => value.clone(),
                 Acc::Avg(_, 0) => Value::Null,
                 Acc::Avg(sum, n) => average(sum, *n, &spec.ty),
+                // Only the retracting aggregates make these.
+                Acc::Values(_) | Acc::RetractSum(..) => Value::Null,
             })
             .collect()
+    }
+}
+
+/// `a - b` in the type `ty` (an integer wraps, a decimal that overflows is `NULL`).
+fn sub_values(a: &Value, b: &Value, ty: &DataType) -> Value {
+    let negated = match b {
+        Value::Int(v) => Value::Int(v.wrapping_neg()),
+        Value::Double(v) => Value::Double(-v),
+        Value::Null => Value::Null,
+        other => {
+            let d = to_decimal(other);
+            Value::Decimal(Decimal::new(-d.unscaled, d.scale))
+        }
+    };
+    add_values(a, &negated, ty)
+}
+
+/// All the aggregates of a grouped query over an updating input, fed its changes: `+I` and
+/// `+U` add a row, `-U` and `-D` take one back. The result is `None` once every row of the
+/// group was taken back (the group's row is then deleted).
+#[derive(Clone, Debug)]
+pub struct RetractingAggregates {
+    /// The aggregates, in order.
+    pub specs: Vec<AggSpec>,
+}
+
+/// The accumulators of a group over an updating input: how many rows are in it, and each
+/// aggregate's running state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RetractAcc {
+    /// Rows added less rows taken back.
+    pub rows: i64,
+    /// Each aggregate's accumulator.
+    pub accs: Vec<Acc>,
+}
+
+/// `value` counted `by` more times in `values` (a value at no count leaves the map).
+fn count_value(values: &mut BTreeMap<Value, i64>, value: &Value, by: i64) {
+    match values.get_mut(value) {
+        Some(n) => {
+            *n += by;
+            if *n <= 0 {
+                values.remove(value);
+            }
+        }
+        None if by > 0 => {
+            values.insert(value.clone(), by);
+        }
+        None => {}
+    }
+}
+
+impl AggregateFunction<Change<Row>> for RetractingAggregates {
+    type Acc = RetractAcc;
+    type Out = Option<Vec<Value>>;
+
+    fn create(&self) -> RetractAcc {
+        RetractAcc {
+            rows: 0,
+            accs: self
+                .specs
+                .iter()
+                .map(|spec| match spec.kind {
+                    AggKind::CountStar | AggKind::Count => Acc::Count(0),
+                    AggKind::CountDistinct | AggKind::Min | AggKind::Max => {
+                        Acc::Values(BTreeMap::new())
+                    }
+                    AggKind::Sum => Acc::RetractSum(Value::Null, 0),
+                    AggKind::Avg => Acc::Avg(Value::Null, 0),
+                })
+                .collect(),
+        }
+    }
+
+    fn add(&self, acc: &mut RetractAcc, change: &Change<Row>) {
+        let by: i64 = if change.op.is_retract() { -1 } else { 1 };
+        acc.rows += by;
+        let row = &change.row;
+        for (spec, acc) in self.specs.iter().zip(acc.accs.iter_mut()) {
+            if let Some(filter) = spec.filter
+                && !matches!(row.get(filter), Value::Bool(true))
+            {
+                continue;
+            }
+            let value = spec.arg.map_or(&Value::Null, |i| row.get(i));
+            match (spec.kind, acc) {
+                (AggKind::CountStar, Acc::Count(n)) => *n += by,
+                (_, _) if value.is_null() => {}
+                (AggKind::Count, Acc::Count(n)) => *n += by,
+                (_, Acc::Values(values)) => count_value(values, value, by),
+                (AggKind::Sum, Acc::RetractSum(sum, n)) => {
+                    *sum = match by {
+                        1 => add_values(sum, value, &spec.ty),
+                        _ => sub_values(sum, value, &spec.ty),
+                    };
+                    *n += by;
+                    if *n == 0 {
+                        *sum = Value::Null;
+                    }
+                }
+                (AggKind::Avg, Acc::Avg(sum, n)) => {
+                    *sum = match by {
+                        1 => add_values(sum, value, &spec.arg_type),
+                        _ => sub_values(sum, value, &spec.arg_type),
+                    };
+                    *n += by;
+                    if *n == 0 {
+                        *sum = Value::Null;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn merge(&self, acc: &mut RetractAcc, other: RetractAcc) {
+        acc.rows += other.rows;
+        for ((spec, acc), other) in self.specs.iter().zip(acc.accs.iter_mut()).zip(other.accs) {
+            match (acc, other) {
+                (Acc::Count(a), Acc::Count(b)) => *a += b,
+                (Acc::Values(a), Acc::Values(b)) => {
+                    for (value, n) in b {
+                        count_value(a, &value, n);
+                    }
+                }
+                (Acc::RetractSum(a, n), Acc::RetractSum(b, m)) => {
+                    *a = add_values(a, &b, &spec.ty);
+                    *n += m;
+                }
+                (Acc::Avg(a, n), Acc::Avg(b, m)) => {
+                    *a = add_values(a, &b, &spec.arg_type);
+                    *n += m;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn result(&self, acc: &RetractAcc) -> Option<Vec<Value>> {
+        if acc.rows <= 0 {
+            return None;
+        }
+        Some(
+            self.specs
+                .iter()
+                .zip(&acc.accs)
+                .map(|(spec, acc)| match (spec.kind, acc) {
+                    (AggKind::CountDistinct, Acc::Values(values)) => {
+                        Value::Int(values.len() as i64)
+                    }
+                    (AggKind::Min, Acc::Values(values)) => {
+                        values.keys().next().cloned().unwrap_or(Value::Null)
+                    }
+                    (_, Acc::Values(values)) => {
+                        values.keys().next_back().cloned().unwrap_or(Value::Null)
+                    }
+                    (_, Acc::Count(n)) => Value::Int(*n),
+                    (_, Acc::RetractSum(_, 0)) | (_, Acc::Avg(_, 0)) => Value::Null,
+                    (_, Acc::RetractSum(sum, _)) => {
+                        cast_value(sum.clone(), &spec.arg_type, &spec.ty).unwrap_or(Value::Null)
+                    }
+                    (_, Acc::Avg(sum, n)) => average(sum, *n, &spec.ty),
+                    _ => Value::Null,
+                })
+                .collect(),
+        )
     }
 }
 
@@ -341,6 +520,40 @@ mod tests {
         assert_eq!(result[0], Value::Int(1));
         assert_eq!(result[1], Value::Int(0));
         assert!(result[3].is_null() && result[4].is_null() && result[6].is_null());
+    }
+
+    #[test]
+    fn retracted_rows_are_taken_back_and_an_emptied_group_has_no_result() {
+        let specs = vec![
+            spec("COUNT", false, None, None),
+            spec("MIN", false, Some((0, DataType::BigInt)), None),
+            spec("MAX", false, Some((0, DataType::BigInt)), None),
+            spec("SUM", false, Some((0, DataType::BigInt)), None),
+            spec("COUNT", true, Some((0, DataType::BigInt)), None),
+            spec("AVG", false, Some((0, DataType::BigInt)), None),
+        ];
+        let aggs = RetractingAggregates { specs };
+        let row = |v: i64| Row(vec![Value::Int(v)]);
+        let ints = |v: &[i64]| Some(v.iter().map(|x| Value::Int(*x)).collect::<Vec<_>>());
+        let mut acc = aggs.create();
+        for v in [7, 3, 7, 9] {
+            aggs.add(&mut acc, &Change::insert(row(v)));
+        }
+        assert_eq!(aggs.result(&acc), ints(&[4, 3, 9, 26, 3, 6]));
+        // One 7 of two, then the 9 and the 3: the other 7 is the minimum and the maximum.
+        aggs.add(&mut acc, &Change::update_before(row(7)));
+        aggs.add(&mut acc, &Change::delete(row(9)));
+        aggs.add(&mut acc, &Change::delete(row(3)));
+        assert_eq!(aggs.result(&acc), ints(&[1, 7, 7, 7, 1, 7]));
+        // In two halves, merged: the same as in one.
+        let (mut a, mut b) = (aggs.create(), aggs.create());
+        aggs.add(&mut a, &Change::insert(row(7)));
+        aggs.add(&mut b, &Change::insert(row(5)));
+        aggs.add(&mut b, &Change::delete(row(5)));
+        aggs.merge(&mut a, b);
+        assert_eq!(aggs.result(&a), aggs.result(&acc));
+        aggs.add(&mut acc, &Change::delete(row(7)));
+        assert_eq!(aggs.result(&acc), None);
     }
 
     #[test]

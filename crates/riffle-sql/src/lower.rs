@@ -15,7 +15,7 @@ use riffle::state::{AggregatingStateDescriptor, StateTtl, ValueStateDescriptor};
 use riffle::window::{Session, Sliding, Tumbling};
 use riffle::{Change, DataStream, StreamEnv};
 
-use crate::aggregate::RowAggregates;
+use crate::aggregate::{RetractingAggregates, RowAggregates};
 use crate::connectors;
 use crate::error::{Result, SqlError};
 use crate::expr::{Eval, Place, Typed};
@@ -402,6 +402,18 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
             let pre: Vec<_> = pre.iter().map(|e| e.eval.clone()).collect();
             let post = Output::new(post, having.as_ref());
             let key_count = *keys;
+            if input.changelog_mode() == ChangelogMode::Retract {
+                return Ok(Rows::Changelog(retracting_aggregate(
+                    lower(input, env)?.into_changelog(),
+                    pre,
+                    key_count,
+                    RetractingAggregates {
+                        specs: aggs.clone(),
+                    },
+                    post,
+                    *ttl,
+                )));
+            }
             let aggregates = RowAggregates {
                 specs: aggs.clone(),
             };
@@ -429,18 +441,7 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
                     };
                     let after = output(key, after)?;
                     let before = before.map(|b| output(key, b)).transpose()?.flatten();
-                    match (before, after) {
-                        (None, None) => Ok(()),
-                        (None, Some(after)) => ctx.emit(Change::insert(after)),
-                        // HAVING no longer keeps the key's row.
-                        (Some(before), None) => ctx.emit(Change::delete(before)),
-                        // An unchanged result is not sent again (as in Flink).
-                        (Some(before), Some(after)) if before == after => Ok(()),
-                        (Some(before), Some(after)) => {
-                            ctx.emit(Change::update_before(before))?;
-                            ctx.emit(Change::update_after(after))
-                        }
-                    }
+                    emit_group_change(before, after, ctx)
                 })
                 .name("GroupAggregate");
             match plan.changelog_mode() {
@@ -583,6 +584,79 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
             )
         }
     })
+}
+
+/// What a group's row did when a row of it came: nothing, appeared (`+I`), went (`-D`: `HAVING`
+/// no longer keeps it, or its every row was retracted) or changed (`-U`, `+U`); an unchanged
+/// result is not sent again (as in Flink).
+fn emit_group_change(
+    before: Option<Row>,
+    after: Option<Row>,
+    ctx: &mut riffle::operators::KeyedContext<'_, '_, Row, Change<Row>>,
+) -> riffle::Result<()> {
+    match (before, after) {
+        (None, None) => Ok(()),
+        (None, Some(after)) => ctx.emit(Change::insert(after)),
+        (Some(before), None) => ctx.emit(Change::delete(before)),
+        (Some(before), Some(after)) if before == after => Ok(()),
+        (Some(before), Some(after)) => {
+            ctx.emit(Change::update_before(before))?;
+            ctx.emit(Change::update_after(after))
+        }
+    }
+}
+
+/// A `GROUP BY` over an updating input: each change's row pre-computed (keys, arguments,
+/// filters), keyed by the group, and added to (`+I`, `+U`) or taken back out of (`-U`, `-D`)
+/// the group's accumulators, one declared aggregating state per key; a group whose every row
+/// was taken back is deleted and its state cleared. A retraction of a group the operator does
+/// not hold (its state expired) changes nothing.
+fn retracting_aggregate(
+    changes: DataStream<Change<Row>>,
+    pre: Vec<Eval>,
+    key_count: usize,
+    aggregates: RetractingAggregates,
+    post: Output,
+    ttl: Option<std::time::Duration>,
+) -> DataStream<Change<Row>> {
+    let mut accumulators = AggregatingStateDescriptor::new("group-aggregate", aggregates);
+    if let Some(ttl) = ttl {
+        accumulators = accumulators.with_ttl(StateTtl::after_write(ttl));
+    }
+    let accumulators = Arc::new(accumulators);
+    let output = move |key: &Row, results: Option<Vec<Value>>| -> riffle::Result<Option<Row>> {
+        let Some(results) = results else {
+            return Ok(None);
+        };
+        let mut aggregated = key.0.clone();
+        aggregated.extend(results);
+        post.of(Row(aggregated))
+    };
+    changes
+        .try_map(move |change: Change<Row>| -> riffle::Result<Change<Row>> {
+            Ok(Change::new(change.op, eval_all(&pre, &change.row)?))
+        })
+        .name("Pre-aggregate")
+        .key_by(move |change: &Change<Row>| Row(change.row.0[..key_count].to_vec()))
+        .process(move |key: &Row, change: Change<Row>, ctx| {
+            let (before, after) = {
+                let mut state = ctx.aggregating(&accumulators);
+                let before = state.get()?;
+                if before.is_none() && change.op.is_retract() {
+                    return Ok(());
+                }
+                state.add(&change)?;
+                let after = state.get()?.flatten();
+                if after.is_none() {
+                    state.clear()?;
+                }
+                (before.flatten(), after)
+            };
+            let before = output(key, before)?;
+            let after = output(key, after)?;
+            emit_group_change(before, after, ctx)
+        })
+        .name("GroupAggregate")
 }
 
 /// The physical columns of a sink table.

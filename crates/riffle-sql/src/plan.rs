@@ -109,7 +109,7 @@ pub enum Plan {
     /// `GROUP BY keys` without a window (an updating aggregate): one row per key, updated as
     /// rows of the key arrive (`+I` for a new key, `-U` and `+U` when its result changes).
     GroupAggregate {
-        /// The input (append-only).
+        /// The input (append-only, or a changelog whose retracted rows are taken back).
         input: Box<Plan>,
         /// What each input row contributes: the group keys (first `keys` columns), then the
         /// aggregates' arguments and filters.
@@ -239,7 +239,15 @@ impl Plan {
             Plan::Scan { .. } | Plan::WindowAggregate { .. } => ChangelogMode::Append,
             // `SELECT DISTINCT` (a group aggregate of no aggregates) only adds rows: a result
             // never changes, so it is never sent again.
-            Plan::GroupAggregate { aggs, having, .. } if aggs.is_empty() && having.is_none() => {
+            Plan::GroupAggregate {
+                aggs,
+                having,
+                input,
+                ..
+            } if aggs.is_empty()
+                && having.is_none()
+                && input.changelog_mode() == ChangelogMode::Append =>
+            {
                 ChangelogMode::Append
             }
             Plan::GroupAggregate { .. } | Plan::TopN { .. } => ChangelogMode::Retract,
@@ -362,8 +370,15 @@ impl Plan {
                 let ttl = ttl.map_or("no TTL: one entry per key for ever".to_string(), |t| {
                     format!("TTL {} ms after the key's last update", t.as_millis())
                 });
+                // Over an updating input, a retracted row is taken back out of the accumulators.
+                let retracting = match input.changelog_mode() {
+                    ChangelogMode::Append => "",
+                    ChangelogMode::Retract => {
+                        ", retracting: MIN/MAX/DISTINCT keep each value's count"
+                    }
+                };
                 lines.push(format!(
-                    "{pad}GroupAggregate: keyed by [{}], aggregates [{}] -> {schema} (keyed state: one accumulator per key, {ttl}) [{mode}]",
+                    "{pad}GroupAggregate: keyed by [{}], aggregates [{}] -> {schema} (keyed state: one accumulator per key, {ttl}{retracting}) [{mode}]",
                     key_texts.join(", "),
                     agg_texts.join(", ")
                 ));
@@ -1076,9 +1091,9 @@ impl Catalog {
                 (input, qualifiers, window, condition)
             }
         };
-        if input.changelog_mode() != ChangelogMode::Append {
+        if window.is_some() && input.changelog_mode() != ChangelogMode::Append {
             return Err(SqlError::plan(format!(
-                "an aggregate over an updating input (its rows are {}) needs to take back what each retracted row added, which Riffle's SQL does not do yet: aggregate an append-only table or view",
+                "a window aggregation over an updating input (its rows are {}) is not supported yet: a window's result is final when the watermark passes it, and a later retraction could not change it; aggregate the updating rows with a GROUP BY without a window",
                 input.changelog_mode()
             )));
         }

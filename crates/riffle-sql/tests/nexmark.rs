@@ -397,3 +397,22 @@ fn q15_counts_bids_bidders_and_auctions_per_day_and_price_rank() {
         assert_same(sql_final_rows(Query::Q15, p, None), expected.clone(), "q15");
     }
 }
+
+/// An updating aggregate over an updating one: each auction's highest price (a `GROUP BY` over
+/// a join, updated as bids come) averaged per category, every retracted maximum taken back out
+/// of its category's sum and count. The final row of each category is the DataStream query's
+/// (which averages each auction's price when the auction closes).
+#[test]
+fn q4_averages_the_winning_prices_per_category_taking_back_each_retracted_maximum() {
+    let expected = datastream_final_rows(queries::q4, &["id"]);
+    for p in [1, 2] {
+        assert_same(sql_final_rows(Query::Q4, p, None), expected.clone(), "q4");
+    }
+    let rocksdb: std::sync::Arc<dyn riffle::state::StateBackend> =
+        std::sync::Arc::new(riffle_rocksdb::RocksDbBackend::new());
+    assert_same(
+        sql_final_rows(Query::Q4, 2, Some(rocksdb)),
+        expected,
+        "q4 on RocksDB",
+    );
+}
