@@ -15,7 +15,7 @@
 //! ```
 //! use riffle_nexmark::{Query, sql};
 //! assert!(sql::query(Query::Q17).unwrap().contains("GROUP BY auction"));
-//! assert!(sql::query(Query::Q5).is_none());
+//! assert!(sql::query(Query::Q6).is_none());
 //! ```
 
 use crate::{NexmarkConfig, Query};
@@ -34,6 +34,7 @@ pub fn query(query: Query) -> Option<&'static str> {
         Query::Q2 => include_str!("../sql/q2.sql"),
         Query::Q3 => include_str!("../sql/q3.sql"),
         Query::Q4 => include_str!("../sql/q4.sql"),
+        Query::Q5 => include_str!("../sql/q5.sql"),
         Query::Q7 => include_str!("../sql/q7.sql"),
         Query::Q8 => include_str!("../sql/q8.sql"),
         Query::Q9 => include_str!("../sql/q9.sql"),

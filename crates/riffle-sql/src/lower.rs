@@ -483,6 +483,31 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
         } => {
             let kind = *kind;
             let (left_len, right_len) = (left.schema().len(), right.schema().len());
+            let pair = move |l: Option<&(Row, Row)>, r: Option<&(Row, Row)>| {
+                let mut values = Vec::with_capacity(left_len + right_len);
+                match l {
+                    Some((_, row)) => values.extend(row.0.iter().cloned()),
+                    None => values.resize(left_len, Value::Null),
+                }
+                match r {
+                    Some((_, row)) => values.extend(row.0.iter().cloned()),
+                    None => values.resize(left_len + right_len, Value::Null),
+                }
+                Row(values)
+            };
+            if left.changelog_mode() == ChangelogMode::Retract
+                || right.changelog_mode() == ChangelogMode::Retract
+            {
+                return Ok(Rows::Changelog(changelog_join(
+                    [
+                        (lower(left, env)?.into_changelog(), left_keys),
+                        (lower(right, env)?.into_changelog(), right_keys),
+                    ],
+                    kind,
+                    *ttl,
+                    pair,
+                )));
+            }
             let keyed =
                 |plan: &Plan, keys: &[Typed], name: &str| -> Result<DataStream<(Row, Row)>> {
                     let keys: Vec<Eval> = keys.iter().map(|k| k.eval.clone()).collect();
@@ -509,18 +534,7 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
             if let Some(ttl) = ttl {
                 join = join.with_state_ttl(*ttl);
             }
-            let joined = join.apply(move |l: Option<&(Row, Row)>, r: Option<&(Row, Row)>| {
-                let mut values = Vec::with_capacity(left_len + right_len);
-                match l {
-                    Some((_, row)) => values.extend(row.0.iter().cloned()),
-                    None => values.resize(left_len, Value::Null),
-                }
-                match r {
-                    Some((_, row)) => values.extend(row.0.iter().cloned()),
-                    None => values.resize(left_len + right_len, Value::Null),
-                }
-                Row(values)
-            });
+            let joined = join.apply(pair);
             match kind {
                 // An inner join of appended rows only inserts.
                 JoinType::Inner => Rows::Append(joined.map(|change| change.row).name("Join rows")),
@@ -584,6 +598,46 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
             )
         }
     })
+}
+
+/// A regular join of two changelogs (at least one updating): each side's changes carried with
+/// their join keys, keyed by them, and joined by the core's changelog join (a retracted row
+/// takes back its side's equal row and retracts its results). A row whose key has a `NULL`
+/// matches nothing: an inner join drops its changes, an outer join keys them by the row itself
+/// and its side (so that its retraction finds it, and no row of the other side shares it).
+fn changelog_join(
+    [(left, left_keys), (right, right_keys)]: [(DataStream<Change<Row>>, &Vec<Typed>); 2],
+    kind: JoinType,
+    ttl: Option<Duration>,
+    pair: impl Fn(Option<&(Row, Row)>, Option<&(Row, Row)>) -> Row + Send + Sync + 'static,
+) -> DataStream<Change<Row>> {
+    let keyed = |changes: DataStream<Change<Row>>, keys: &[Typed], side: i64, name: &str| {
+        let keys: Vec<Eval> = keys.iter().map(|k| k.eval.clone()).collect();
+        let outer = kind != JoinType::Inner;
+        changes
+            .process(move |change: Change<Row>, ctx| {
+                let key = eval_all(&keys, &change.row)?;
+                let key = match key.0.iter().any(Value::is_null) {
+                    false => key,
+                    true if outer => {
+                        let mut apart = vec![Value::Null, Value::Int(side)];
+                        apart.extend(change.row.0.iter().cloned());
+                        Row(apart)
+                    }
+                    true => return Ok(()),
+                };
+                ctx.emit(Change::new(change.op, (key, change.row)))
+            })
+            .name(name)
+            .key_by(|change: &Change<(Row, Row)>| change.row.0.clone())
+    };
+    let left = keyed(left, left_keys, 0, "Join keys (left)");
+    let right = keyed(right, right_keys, 1, "Join keys (right)");
+    let mut join = left.join_regular(&right).join_type(kind);
+    if let Some(ttl) = ttl {
+        join = join.with_state_ttl(ttl);
+    }
+    join.apply_changelog(pair)
 }
 
 /// What a group's row did when a row of it came: nothing, appeared (`+I`), went (`-D`: `HAVING`

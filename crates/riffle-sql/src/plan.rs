@@ -263,8 +263,16 @@ impl Plan {
             }
             // An inner join of appended rows only adds rows; an outer join retracts the padded
             // row of a match that comes later.
-            Plan::Join { kind, .. } => match kind {
-                riffle::join::JoinType::Inner => ChangelogMode::Append,
+            // A join of an updating input retracts the results of the rows taken back.
+            Plan::Join {
+                kind, left, right, ..
+            } => match kind {
+                riffle::join::JoinType::Inner
+                    if left.changelog_mode() == ChangelogMode::Append
+                        && right.changelog_mode() == ChangelogMode::Append =>
+                {
+                    ChangelogMode::Append
+                }
                 _ => ChangelogMode::Retract,
             },
             Plan::Filter { input, .. } | Plan::Project { input, .. } => input.changelog_mode(),
@@ -409,8 +417,13 @@ impl Plan {
                 let ttl = ttl.map_or("no TTL: every row kept".to_string(), |t| {
                     format!("TTL {} ms after a row arrived", t.as_millis())
                 });
+                // Over an updating input, a retracted row takes back the equal row kept.
+                let retracting = match (left.changelog_mode(), right.changelog_mode()) {
+                    (ChangelogMode::Append, ChangelogMode::Append) => "",
+                    _ => ", a retracted row takes back its side's equal row and its results",
+                };
                 lines.push(format!(
-                    "{pad}Join: {kind:?} on [{}] -> {schema} (keyed state: both sides' rows per key, {ttl}) [{mode}]",
+                    "{pad}Join: {kind:?} on [{}] -> {schema} (keyed state: both sides' rows per key, {ttl}{retracting}) [{mode}]",
                     texts.join(" AND ")
                 ));
                 lines.push(format!("{pad}  Hash by the left keys"));
@@ -764,14 +777,6 @@ impl Catalog {
         condition: &ast::Expr,
     ) -> Result<(Plan, Qualifiers, Vec<ast::Expr>)> {
         use riffle::join::JoinType;
-        for (side, input) in [("left", &left), ("right", &right)] {
-            if input.changelog_mode() != ChangelogMode::Append {
-                return Err(SqlError::plan(format!(
-                    "a join of an updating input (its {side} side's rows are {}) is not supported yet",
-                    input.changelog_mode()
-                )));
-            }
-        }
         let left_len = left.schema().len();
         let right_names = named(name, &right);
         let mut all = qualifiers.clone();

@@ -142,6 +142,72 @@ fn a_left_join_retracts_the_padded_row_when_the_match_comes() {
     );
 }
 
+/// A join of an updating input (an aggregate's result): a row taken back takes back its
+/// results, and the outer side's rows it leaves without a match are padded again; the final
+/// rows are the batch join's at p = 1 and 2.
+#[test]
+fn joins_of_an_updating_input_end_at_the_batch_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let ddl = tables(dir.path(), &USERS, &ORDERS);
+    let totals = "(SELECT user_id, SUM(amount) AS total FROM orders GROUP BY user_id) t";
+    // User 1's two orders: its count passes the HAVING, then its row is deleted.
+    let singles =
+        "(SELECT user_id, COUNT(*) AS n FROM orders GROUP BY user_id HAVING COUNT(*) < 2) c";
+    for p in [1, 2] {
+        let query = |kind: &str, right: &str, on: &str| {
+            result(
+                &ddl,
+                &format!(
+                    "SELECT u.name, {on} FROM users u {kind} JOIN {right} ON u.id = {on_key}",
+                    on_key = if right == totals {
+                        "t.user_id"
+                    } else {
+                        "c.user_id"
+                    }
+                ),
+                p,
+            )
+        };
+        assert_eq!(query("", totals, "t.total"), ["[ann, 30]"], "p = {p}");
+        assert_eq!(
+            query("LEFT", totals, "t.total"),
+            ["[ann, 30]", "[bob, NULL]", "[nobody, NULL]"],
+            "p = {p}"
+        );
+        // The orders of user 3 and of no user (a NULL key, its own group) match nobody.
+        assert_eq!(
+            query("RIGHT", totals, "t.total"),
+            ["[NULL, 30]", "[NULL, 40]", "[ann, 30]"],
+            "p = {p}"
+        );
+        assert_eq!(
+            query("FULL", singles, "c.n"),
+            [
+                "[NULL, 1]",
+                "[NULL, 1]",
+                "[ann, NULL]",
+                "[bob, NULL]",
+                "[nobody, NULL]"
+            ],
+            "p = {p}"
+        );
+        assert!(query("", singles, "c.n").is_empty(), "p = {p}");
+    }
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&ddl).unwrap();
+    let plan = sql
+        .explain(&format!(
+            "SELECT u.name, t.total FROM users u JOIN {totals} ON u.id = t.user_id"
+        ))
+        .unwrap();
+    assert!(
+        plan.contains("a retracted row takes back its side's equal row")
+            && plan.contains("[retract: +I -U +U -D]"),
+        "{plan}"
+    );
+}
+
 #[test]
 fn explain_and_errors_of_joins() {
     let dir = tempfile::tempdir().unwrap();

@@ -9,6 +9,7 @@ use crate::api::connected::KeyedConnectedStreams;
 use crate::api::keyed::KeyedStream;
 use crate::api::stream::DataStream;
 use crate::change::Change;
+use crate::join::ChangelogJoinFunction;
 use crate::operators::{JoinType, KeyedProcess, RegularJoinFunction};
 use crate::record::Data;
 
@@ -100,6 +101,48 @@ impl<K: Data + Hash + Eq, A: Data, B: Data> RegularJoinBuilder<K, A, B> {
         F: Fn(Option<&A>, Option<&B>) -> Out + Send + Sync + 'static,
     {
         let function = RegularJoinFunction::new(self.join, self.ttl, join);
+        let key = self.streams.key();
+        self.streams.add_keyed("RegularJoin", move || {
+            KeyedProcess::new(key.clone(), function.clone())
+        })
+    }
+}
+
+impl<K: Data + Hash + Eq, A: Data + PartialEq, B: Data + PartialEq>
+    RegularJoinBuilder<K, Change<A>, Change<B>>
+{
+    /// As [`apply`](RegularJoinBuilder::apply), for two changelogs (an aggregate's updating
+    /// result, another join's output): a `-U`/`-D` row takes back the equal row of its side and
+    /// retracts (`-D`) the results it was part of; an outer side's rows left with no match are
+    /// emitted padded again.
+    ///
+    /// ```
+    /// use riffle::{Change, EnvConfig, StreamEnv, sink::CollectSink};
+    ///
+    /// let env = StreamEnv::with_config(EnvConfig::deterministic());
+    /// let (sink, out) = CollectSink::new();
+    /// // A user renamed: the old row retracted, the new one inserted.
+    /// let users = env.from_iter(vec![
+    ///     Change::insert((1u64, "ann".to_string())),
+    ///     Change::update_before((1, "ann".to_string())),
+    ///     Change::update_after((1, "anna".to_string())),
+    /// ]);
+    /// let orders = env.from_iter(vec![Change::insert((1u64, 30u32))]);
+    /// users.key_by(|u| u.row.0)
+    ///     .join_regular(&orders.key_by(|o| o.row.0))
+    ///     .apply_changelog(|user, order| (user.unwrap().1.clone(), order.unwrap().1))
+    ///     .sink(sink);
+    /// env.execute().unwrap();
+    /// let mut table = riffle::change::RetractTable::new();
+    /// table.apply_all(out.values()).unwrap();
+    /// assert_eq!(table.rows(), vec![("anna".to_string(), 30)]);
+    /// ```
+    pub fn apply_changelog<Out, F>(self, join: F) -> DataStream<Change<Out>>
+    where
+        Out: Data,
+        F: Fn(Option<&A>, Option<&B>) -> Out + Send + Sync + 'static,
+    {
+        let function = ChangelogJoinFunction::new(self.join, self.ttl, join);
         let key = self.streams.key();
         self.streams.add_keyed("RegularJoin", move || {
             KeyedProcess::new(key.clone(), function.clone())

@@ -17,4 +17,4 @@ pub(crate) mod window;
 pub use interval::{
     IntervalJoinOperator, IntervalJoinSpec, JoinContext, OpenIntervalJoin, ProcessJoinFunction,
 };
-pub use regular::{JoinType, RegularJoinFunction};
+pub use regular::{ChangelogJoinFunction, JoinType, RegularJoinFunction};

@@ -10,8 +10,12 @@
 //! live in the job's keyed state (heap or RocksDB), are checkpointed per key group and restore at
 //! any parallelism.
 //!
-//! **Inputs are append-only**: every input record is an insert. Deletes and updates of input
-//! rows (changelog inputs) are not supported by this version.
+//! **Inputs**: append-only (every input record is an insert, [`RegularJoinFunction`]), or
+//! changelogs ([`ChangelogJoinFunction`], built with
+//! [`apply_changelog`](crate::api::RegularJoinBuilder::apply_changelog)): a `+I`/`+U` row arrives
+//! as an insert does, a `-U`/`-D` row takes back the equal row kept for its side and retracts
+//! (`-D`) every result it was part of; an outer side's rows that lose their last match are
+//! emitted padded again (`+I`).
 //!
 //! **State**: per key, the rows of each input, each with its arrival time (processing time) and
 //! whether its `None`-padded result is out. With a time-to-live, a row is forgotten `ttl` after
@@ -237,6 +241,163 @@ impl<A, B, Out> RegularJoinFunction<A, B, Out> {
     }
 }
 
+/// The keyed function of a regular join of two changelogs (see the [module](self)): reads
+/// [`Either`] a change of the first input (`Left`) or of the second (`Right`). An accumulating
+/// change (`+I`, `+U`) joins as a [`RegularJoinFunction`]'s row does; a retracting one (`-U`,
+/// `-D`) takes back the equal row of its side (nothing, if there is none: it expired or never
+/// came) and retracts its results. Its state is a [`RegularJoinFunction`]'s.
+///
+/// ```
+/// use riffle::{Change, Either};
+/// use riffle::join::{ChangelogJoinFunction, JoinType};
+/// use riffle::operators::KeyedProcess;
+/// use riffle::testing::OperatorHarness;
+///
+/// type L = Change<(u64, char)>;
+/// type R = Change<(u64, u32)>;
+/// let join = ChangelogJoinFunction::new(JoinType::Left, None, |l: Option<&(u64, char)>, r: Option<&(u64, u32)>| {
+///     (l.map(|l| l.1), r.map(|r| r.1))
+/// });
+/// let key = std::sync::Arc::new(|e: &Either<L, R>| match e {
+///     Either::Left(l) => l.row.0,
+///     Either::Right(r) => r.row.0,
+/// });
+/// let mut h = OperatorHarness::builder(KeyedProcess::new(key, join)).build().unwrap();
+/// h.process(Either::Left(Change::insert((1, 'a'))), 10).unwrap();
+/// h.process(Either::Right(Change::insert((1, 7))), 20).unwrap();
+/// h.process(Either::Right(Change::delete((1, 7))), 30).unwrap();
+/// assert_eq!(h.take_values(), vec![
+///     Change::insert((Some('a'), None)),
+///     Change::delete((Some('a'), None)),
+///     Change::insert((Some('a'), Some(7))),
+///     Change::delete((Some('a'), Some(7))),
+///     Change::insert((Some('a'), None)),
+/// ]);
+/// ```
+pub struct ChangelogJoinFunction<A, B, Out> {
+    rows: RegularJoinFunction<A, B, Out>,
+}
+
+impl<A, B, Out> Clone for ChangelogJoinFunction<A, B, Out> {
+    fn clone(&self) -> Self {
+        ChangelogJoinFunction {
+            rows: self.rows.clone(),
+        }
+    }
+}
+
+impl<A, B, Out> ChangelogJoinFunction<A, B, Out> {
+    /// A join of kind `join` of two changelogs, keeping rows for `ttl` of processing time after
+    /// they arrived (`None` or zero: until retracted), emitting `apply(left, right)`.
+    pub fn new(
+        join: JoinType,
+        ttl: Option<Duration>,
+        apply: impl Fn(Option<&A>, Option<&B>) -> Out + Send + Sync + 'static,
+    ) -> Self {
+        ChangelogJoinFunction {
+            rows: RegularJoinFunction::new(join, ttl, apply),
+        }
+    }
+}
+
+impl<K, A, B, Out> KeyedProcessFunction<K, Either<Change<A>, Change<B>>, Change<Out>>
+    for ChangelogJoinFunction<A, B, Out>
+where
+    K: Data + std::hash::Hash + Eq,
+    A: Data + PartialEq,
+    B: Data + PartialEq,
+    Out: Data,
+{
+    fn process_element(
+        &mut self,
+        _key: &K,
+        value: Either<Change<A>, Change<B>>,
+        ctx: &mut KeyedContext<K, Change<Out>>,
+    ) -> Result<()> {
+        let join = &self.rows;
+        let lefts = join.descriptor::<A>("regular-join-left");
+        let rights = join.descriptor::<B>("regular-join-right");
+        let apply = join.apply.clone();
+        let (left_outer, right_outer) = (join.join.left_outer(), join.join.right_outer());
+        match value {
+            Either::Left(a) if a.op.is_retract() => join.take_back(
+                a.row,
+                (&lefts, left_outer),
+                (&rights, right_outer),
+                |l, r| apply(l, r),
+                ctx,
+            ),
+            Either::Left(a) => {
+                join.arrive(a.row, &lefts, &rights, left_outer, |l, r| apply(l, r), ctx)
+            }
+            Either::Right(b) if b.op.is_retract() => join.take_back(
+                b.row,
+                (&rights, right_outer),
+                (&lefts, left_outer),
+                |r, l| apply(l, r),
+                ctx,
+            ),
+            Either::Right(b) => {
+                join.arrive(b.row, &rights, &lefts, right_outer, |r, l| apply(l, r), ctx)
+            }
+        }
+    }
+}
+
+impl<A, B, Out> RegularJoinFunction<A, B, Out> {
+    /// A row of one side is retracted: the equal row kept for that side goes, with its results
+    /// (`-D` of each pair, or of its padded row); if that side has no row left and the other
+    /// side is outer, the other side's rows are emitted padded again. Each side comes with its
+    /// state and whether it is outer; `apply` gives the output of (this side, the other).
+    fn take_back<K, M, O>(
+        &self,
+        row: M,
+        (mine, _): (&ListStateDescriptor<Kept<M>>, bool),
+        (others, other_outer): (&ListStateDescriptor<Kept<O>>, bool),
+        apply: impl Fn(Option<&M>, Option<&O>) -> Out,
+        ctx: &mut KeyedContext<K, Change<Out>>,
+    ) -> Result<()>
+    where
+        K: Data + std::hash::Hash + Eq,
+        M: Data + PartialEq,
+        O: Data,
+        Out: Data,
+    {
+        let now = ctx.current_processing_time();
+        let (mut my_rows, _) = self.live(mine, now, ctx)?;
+        let Some(at) = my_rows.iter().position(|kept| kept.row == row) else {
+            return Ok(());
+        };
+        let gone = my_rows.remove(at);
+        if gone.padded {
+            ctx.emit(Change::delete(apply(Some(&gone.row), None)))?;
+        }
+        let (mut other_rows, mut others_changed) = self.live(others, now, ctx)?;
+        for other in &other_rows {
+            ctx.emit(Change::delete(apply(Some(&gone.row), Some(&other.row))))?;
+        }
+        if other_outer && my_rows.is_empty() {
+            for other in &mut other_rows {
+                ctx.emit(Change::insert(apply(None, Some(&other.row))))?;
+                other.padded = true;
+                others_changed = true;
+            }
+        }
+        if others_changed {
+            if other_rows.is_empty() {
+                ctx.list(others).clear()?;
+            } else {
+                ctx.list(others).update(other_rows)?;
+            }
+        }
+        if my_rows.is_empty() {
+            ctx.list(mine).clear()
+        } else {
+            ctx.list(mine).update(my_rows)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,6 +445,43 @@ mod tests {
                 Change::insert((Some('b'), Some(10))),
                 Change::insert((Some('b'), Some(11))),
                 Change::insert((Some('c'), None)),
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_retracted_row_takes_back_its_results_and_pads_the_outer_rows_it_leaves() -> Result<()> {
+        type CL = Change<L>;
+        type CR = Change<R>;
+        let key: KeyFn<u64, Either<CL, CR>> = Arc::new(|e: &Either<CL, CR>| match e {
+            Either::Left(l) => l.row.0,
+            Either::Right(r) => r.row.0,
+        });
+        let function =
+            ChangelogJoinFunction::new(JoinType::Right, None, |l: Option<&L>, r: Option<&R>| {
+                (l.map(|l| l.1), r.map(|r| r.1))
+            });
+        let mut h = OperatorHarness::builder(KeyedProcess::new(key, function)).build()?;
+        h.process(Either::Left(Change::insert((1, 'a'))), 1)?;
+        h.process(Either::Left(Change::insert((1, 'a'))), 2)?;
+        h.process(Either::Right(Change::insert((1, 7))), 3)?;
+        // One 'a' of two goes: its pair goes; the other 'a' still matches.
+        h.process(Either::Left(Change::update_before((1, 'a'))), 4)?;
+        // A row that is not there changes nothing.
+        h.process(Either::Left(Change::delete((1, 'z'))), 5)?;
+        // The last 'a' goes: 7 is padded again; then 7 goes, padded.
+        h.process(Either::Left(Change::delete((1, 'a'))), 6)?;
+        h.process(Either::Right(Change::delete((1, 7))), 7)?;
+        assert_eq!(
+            h.take_values(),
+            vec![
+                Change::insert((Some('a'), Some(7))),
+                Change::insert((Some('a'), Some(7))),
+                Change::delete((Some('a'), Some(7))),
+                Change::delete((Some('a'), Some(7))),
+                Change::insert((None, Some(7))),
+                Change::delete((None, Some(7))),
             ]
         );
         Ok(())
