@@ -39,6 +39,7 @@ pub fn query(query: Query) -> Option<&'static str> {
         Query::Q8 => include_str!("../sql/q8.sql"),
         Query::Q9 => include_str!("../sql/q9.sql"),
         Query::Q11 => include_str!("../sql/q11.sql"),
+        Query::Q12 => include_str!("../sql/q12.sql"),
         Query::Q14 => include_str!("../sql/q14.sql"),
         Query::Q15 => include_str!("../sql/q15.sql"),
         Query::Q16 => include_str!("../sql/q16.sql"),

@@ -540,6 +540,22 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 "DATE_FORMAT",
             )
         }
+        // The processing time (the wall clock, ms since the epoch) when the row is computed: a
+        // column of it is a processing-time attribute that windows can follow.
+        "PROCTIME" => {
+            arity(name, &args, 0..=0)?;
+            Typed {
+                ty: DataType::TimestampLtz { precision: 3 },
+                nullable: false,
+                eval: Arc::new(|_: &Row| {
+                    use riffle::time::Clock;
+                    Ok(Value::Timestamp(riffle::time::SystemClock.now()))
+                }),
+                name: None,
+                column: None,
+                place: None,
+            }
+        }
         "HOUR" | "MINUTE" | "SECOND" | "YEAR" | "MONTH" | "DAYOFMONTH" => {
             arity(name, &args, 1..=1)?;
             extract(name, args.remove(0))?

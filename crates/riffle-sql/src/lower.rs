@@ -338,6 +338,7 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
         Plan::WindowAggregate {
             input,
             window,
+            processing_time,
             pre,
             keys,
             aggs,
@@ -348,15 +349,16 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
             let pre: Vec<_> = pre.iter().map(|e| e.eval.clone()).collect();
             let output = Output::new(post, having.as_ref());
             let key_count = *keys;
-            let windows = match window {
-                WindowKind::Tumble { size } => Tumbling::of(Duration::from_millis(*size as u64)),
-                WindowKind::Hop { slide, size } => Sliding::of(
-                    Duration::from_millis(*size as u64),
-                    Duration::from_millis(*slide as u64),
-                ),
-                WindowKind::Session { gap } => {
-                    Session::with_gap(Duration::from_millis(*gap as u64))
+            let ms = |ms: &i64| Duration::from_millis(*ms as u64);
+            let windows = match (window, *processing_time) {
+                (WindowKind::Tumble { size }, false) => Tumbling::of(ms(size)),
+                (WindowKind::Tumble { size }, true) => Tumbling::processing_time(ms(size)),
+                (WindowKind::Hop { slide, size }, false) => Sliding::of(ms(size), ms(slide)),
+                (WindowKind::Hop { slide, size }, true) => {
+                    Sliding::processing_time(ms(size), ms(slide))
                 }
+                (WindowKind::Session { gap }, false) => Session::with_gap(ms(gap)),
+                (WindowKind::Session { gap }, true) => Session::processing_time(ms(gap)),
             };
             let aggregates = RowAggregates {
                 specs: aggs.clone(),

@@ -90,6 +90,8 @@ pub enum Plan {
         input: Box<Plan>,
         /// The windows.
         window: WindowKind,
+        /// Whether they are of processing time (fired by the clock, not the watermark).
+        processing_time: bool,
         /// What each input row contributes: the group keys (first `keys` columns), then the
         /// aggregates' arguments and filters.
         pre: Vec<Typed>,
@@ -215,6 +217,8 @@ pub enum Plan {
         schema: Schema,
         /// The input column that is still the event time, if one is passed on as it is.
         time: Option<TimeAttribute>,
+        /// The column of processing time (`PROCTIME()`, or an input's passed on as it is).
+        proc_time: Option<TimeAttribute>,
     },
 }
 
@@ -301,6 +305,15 @@ impl Plan {
         }
     }
 
+    /// The output's processing-time attribute (a `PROCTIME()` column), if it has one.
+    pub fn proc_time(&self) -> Option<&TimeAttribute> {
+        match self {
+            Plan::Project { proc_time, .. } => proc_time.as_ref(),
+            Plan::Filter { input, .. } => input.proc_time(),
+            _ => None,
+        }
+    }
+
     /// The plan as Riffle operators, one line per step, leaves last (what `EXPLAIN` prints).
     pub fn explain(&self) -> String {
         let mut lines = Vec::new();
@@ -349,14 +362,19 @@ impl Plan {
             Plan::WindowAggregate {
                 input,
                 window,
+                processing_time,
                 keys,
                 texts,
                 schema,
                 ..
             } => {
                 let (key_texts, agg_texts) = texts.split_at(*keys);
+                let (time, fired) = match processing_time {
+                    true => (" of processing time", "the clock"),
+                    false => ("", "the watermark"),
+                };
                 lines.push(format!(
-                    "{pad}Window: {window}, keyed by [{}], aggregates [{}] -> {schema} (keyed state: one accumulator per key and window, fired by the watermark) [{mode}]",
+                    "{pad}Window: {window}{time}, keyed by [{}], aggregates [{}] -> {schema} (keyed state: one accumulator per key and window, fired by {fired}) [{mode}]",
                     key_texts.join(", "),
                     agg_texts.join(", ")
                 ));
@@ -617,6 +635,7 @@ impl Catalog {
                 exprs,
                 schema: Schema::new(fields),
                 time: None,
+                proc_time: None,
             }
         };
         let mut inputs = match left {
@@ -1074,6 +1093,8 @@ impl Catalog {
     /// `SELECT .. FROM TABLE(TUMBLE(..)) GROUP BY window_start, window_end, ..` (a window
     /// aggregation), or `SELECT .. FROM t GROUP BY ..` (an updating aggregate).
     fn plan_grouped(&self, select: &ast::Select, group_by: &[ast::Expr]) -> Result<Plan> {
+        // Whether the windows are of processing time (a `PROCTIME()` column's).
+        let mut processing_time = false;
         let (mut input, qualifiers, window, selection) = match &select.from[..] {
             [from] if matches!(from.relation, ast::TableFactor::TableFunction { .. }) => {
                 if !from.joins.is_empty() {
@@ -1084,7 +1105,8 @@ impl Catalog {
                 let ast::TableFactor::TableFunction { expr, .. } = &from.relation else {
                     unreachable!("matched above");
                 };
-                let (input, qualifier, window) = self.window_function(expr)?;
+                let (input, qualifier, window, processing) = self.window_function(expr)?;
+                processing_time = processing;
                 let qualifiers = named(qualifier, &input);
                 (input, qualifiers, Some(window), select.selection.clone())
             }
@@ -1266,6 +1288,7 @@ impl Catalog {
             Some(window) => Plan::WindowAggregate {
                 input,
                 window,
+                processing_time,
                 keys,
                 pre,
                 aggs,
@@ -1377,7 +1400,10 @@ impl Catalog {
 
     /// `TUMBLE(t, DESCRIPTOR(time), size)` / `HOP(t, DESCRIPTOR(time), slide, size)`: the input
     /// plan, its qualifier, the windows.
-    fn window_function(&self, expr: &ast::Expr) -> Result<(Plan, Option<String>, WindowKind)> {
+    fn window_function(
+        &self,
+        expr: &ast::Expr,
+    ) -> Result<(Plan, Option<String>, WindowKind, bool)> {
         let ast::Expr::Function(function) = expr else {
             return Err(SqlError::plan(format!(
                 "FROM TABLE({expr}) is not a window table function"
@@ -1427,10 +1453,15 @@ impl Catalog {
             }
             _ => String::new(),
         };
-        let Some(time) = input.time() else {
-            return Err(SqlError::plan(format!(
-                "{name}: `{table}` has no event time (declare WATERMARK FOR <column> AS ... in its CREATE TABLE; processing-time windows are not supported yet)"
-            )));
+        let processing = input.proc_time().is_some_and(|t| t.name == descriptor);
+        let time = match (processing, input.time()) {
+            (true, _) => input.proc_time().expect("checked"),
+            (false, Some(time)) => time,
+            (false, None) => {
+                return Err(SqlError::plan(format!(
+                    "{name}: `{table}` has no event time (declare WATERMARK FOR <column> AS ... in its CREATE TABLE) and `{descriptor}` is not its processing time (a PROCTIME() column)"
+                )));
+            }
         };
         if descriptor != time.name {
             return Err(SqlError::plan(format!(
@@ -1479,7 +1510,7 @@ impl Catalog {
                 )));
             }
         };
-        Ok((input, qualifier, window))
+        Ok((input, qualifier, window, processing))
     }
 
     fn project(
@@ -1572,12 +1603,29 @@ impl Catalog {
                     out_of_orderness_ms: t.out_of_orderness_ms,
                 })
         });
+        // The processing time: a `PROCTIME()` column, or the input's passed on as it is.
+        let proc_time = texts
+            .iter()
+            .position(|text| {
+                let call: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+                call.to_ascii_uppercase().starts_with("PROCTIME()")
+            })
+            .or_else(|| {
+                let column = input.proc_time()?.column;
+                exprs.iter().position(|e| e.column == Some(column))
+            })
+            .map(|column| TimeAttribute {
+                column,
+                name: fields[column].name.clone(),
+                out_of_orderness_ms: 0,
+            });
         Ok(Plan::Project {
             input: Box::new(input),
             exprs,
             texts,
             schema: Schema::new(fields),
             time,
+            proc_time,
         })
     }
 }
