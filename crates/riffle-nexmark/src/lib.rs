@@ -30,7 +30,10 @@
 #![forbid(unsafe_code)]
 
 pub mod event;
-pub mod partitioned;
+/// Moved to `riffle::sink::partitioned`; this path stays for one release.
+pub mod partitioned {
+    pub use riffle::sink::partitioned::*;
+}
 pub mod queries;
 pub mod source;
 pub mod sql;

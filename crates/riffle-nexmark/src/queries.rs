@@ -376,47 +376,18 @@ pub fn q10(events: &DataStream<Event>) -> DataStream<Q10Row> {
         .name("q10")
 }
 
-/// A partition value in a directory name, escaped as Flink's file system connector does
-/// (`PartitionPathUtils.escapePathName`: `%XX` for `:`, `/`, `%`, `=`, `#`, `?`, `\\`, `"`, `'`,
-/// `*`, `[`, `]`, `^`, `{`, `}` and control characters): `00:00` -> `00%3A00`.
+/// Moved to `riffle::sink::partitioned` (SQL's partitioned tables use it too).
+#[deprecated(note = "use riffle::sink::partitioned::escape_partition_value")]
 pub fn escape_partition_value(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        if c.is_control()
-            || matches!(
-                c,
-                ':' | '/'
-                    | '%'
-                    | '='
-                    | '#'
-                    | '?'
-                    | '\\'
-                    | '"'
-                    | '\''
-                    | '*'
-                    | '['
-                    | ']'
-                    | '^'
-                    | '{'
-                    | '}'
-            )
-        {
-            for byte in c.to_string().bytes() {
-                out.push_str(&format!("%{byte:02X}"));
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    riffle::sink::partitioned::escape_partition_value(value)
 }
 
 /// q10's partition directory of a row: `dt=2026-01-15/hm=00%3A00`.
 pub fn q10_partition(row: &Q10Row) -> String {
     format!(
         "dt={}/hm={}",
-        escape_partition_value(&row.dt),
-        escape_partition_value(&row.hm)
+        riffle::sink::partitioned::escape_partition_value(&row.dt),
+        riffle::sink::partitioned::escape_partition_value(&row.hm)
     )
 }
 
@@ -439,31 +410,6 @@ pub fn sql_timestamp(millis: Timestamp) -> String {
     text
 }
 
-/// One string column (`VARCHAR`, and a `TIMESTAMP` written as text) as Flink's CSV format writes
-/// it: Jackson's `CsvEncoder` with Flink's defaults (separator `,`, quote `"`, no escape
-/// character, line separator `\n`, no `STRICT_CHECK_FOR_QUOTING`) quotes a value longer than 24
-/// characters (UTF-16 units) without looking at it, and a shorter one that holds a character
-/// below `-` (U+002D: control characters, space, ``!"#$%&'()*+,``, below the highest of `,`, `"`
-/// and `\n`); inside the quotes a `"` is doubled. An empty string is written as nothing. So
-/// every `dateTime` is quoted (it holds a space), and so is a generated bid's `extra` (54 to 81
-/// letters), as in Flink's files.
-fn csv_string(field: &str, line: &mut Vec<u8>) {
-    // Bytes below `-` are ASCII: in UTF-8 every byte of a longer character is 0x80 or above.
-    let long = field.len() > 24 && field.encode_utf16().count() > 24;
-    if long || field.bytes().any(|b| b < b'-') {
-        line.push(b'"');
-        for part in field.split_inclusive('"') {
-            line.extend_from_slice(part.as_bytes());
-            if part.ends_with('"') {
-                line.push(b'"');
-            }
-        }
-        line.push(b'"');
-    } else {
-        line.extend_from_slice(field.as_bytes());
-    }
-}
-
 /// q10's CSV line of a row (the partition columns are in the directory, not in the file, as
 /// in Flink's file system connector): `auction,bidder,price,dateTime,extra`, as Flink's CSV
 /// format writes it: the `BIGINT`s as plain numbers, `dateTime` ([`sql_timestamp`]) and `extra`
@@ -472,17 +418,17 @@ fn csv_string(field: &str, line: &mut Vec<u8>) {
 pub fn q10_csv(row: &Q10Row, line: &mut Vec<u8>) {
     use std::io::Write;
     let _ = write!(line, "{},{},{},", row.auction, row.bidder, row.price);
-    csv_string(&sql_timestamp(row.date_time), line);
+    riffle::sink::csv::write_field(&sql_timestamp(row.date_time), line);
     line.push(b',');
-    csv_string(&row.extra, line);
+    riffle::sink::csv::write_field(&row.extra, line);
 }
 
 /// q10's sink: CSV part files (`.csv`) under `dir/dt=<date>/hm=<HH%3Amm>/`, exactly-once (see
-/// [`PartitionedFileSink`](crate::partitioned::PartitionedFileSink)).
+/// [`PartitionedFileSink`](riffle::sink::partitioned::PartitionedFileSink)).
 pub fn q10_sink(
     dir: impl Into<std::path::PathBuf>,
-) -> crate::partitioned::PartitionedFileSink<Q10Row> {
-    crate::partitioned::PartitionedFileSink::new(dir, q10_partition, |row, line| {
+) -> riffle::sink::partitioned::PartitionedFileSink<Q10Row> {
+    riffle::sink::partitioned::PartitionedFileSink::new(dir, q10_partition, |row, line| {
         q10_csv(row, line);
         Ok(())
     })

@@ -13,12 +13,14 @@
 //! two phases with the job's checkpoints: nothing is visible twice, nothing is lost.
 
 mod collect;
+pub mod csv;
 mod exactly_once;
 mod file;
 mod function;
 pub mod json;
 mod operator;
 pub mod part_files;
+pub mod partitioned;
 mod simple;
 mod upsert;
 

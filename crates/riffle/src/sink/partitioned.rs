@@ -1,5 +1,5 @@
-//! A partitioned, exactly-once file sink: what q10 writes into (Flink's `filesystem` connector
-//! with `PARTITIONED BY`).
+//! A partitioned, exactly-once file sink (Flink's `filesystem` connector with `PARTITIONED BY`):
+//! what Nexmark q10 and SQL's partitioned `filesystem` tables write into.
 //!
 //! Each record goes to the directory of its partition, a relative path the sink is given a
 //! function for (q10: `dt=2026-01-15/hm=00:00`). Within a partition the protocol is the one of
@@ -28,11 +28,11 @@ use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use riffle::checkpoint::{decode, encode};
-use riffle::operators::OperatorContext;
-use riffle::sink::part_files::{IN_PROGRESS, due_at_end, job_tag, remove_stale, sync_dir};
-use riffle::sink::{Finalizer, Guarantee, Sink, SinkWriter};
-use riffle::{Data, Error, Record, Result};
+use crate::checkpoint::{decode, encode};
+use crate::operators::OperatorContext;
+use crate::sink::part_files::{IN_PROGRESS, due_at_end, job_tag, remove_stale, sync_dir};
+use crate::sink::{Finalizer, Guarantee, Sink, SinkWriter};
+use crate::{Data, Error, Record, Result};
 use serde::{Deserialize, Serialize};
 
 /// How deep partition directories may nest below the sink's directory (q10: `dt=../hm=..`).
@@ -45,7 +45,7 @@ type LineFn<T> = Arc<dyn Fn(&T, &mut Vec<u8>) -> Result<()> + Send + Sync>;
 /// checkpoint that covers it completed; see the [module documentation](self).
 ///
 /// ```no_run
-/// use riffle_nexmark::partitioned::PartitionedFileSink;
+/// use riffle::sink::partitioned::PartitionedFileSink;
 /// let sink = PartitionedFileSink::new(
 ///     "out/bids",
 ///     |t: &(String, i64)| format!("day={}", t.0),
@@ -280,7 +280,7 @@ struct PartitionWriter<T> {
 fn commit_files(dir: &Path, files: &[PartFile]) -> Result<()> {
     let mut partitions = HashSet::new();
     for (partition, file) in files {
-        riffle::sink::part_files::commit_file(&dir.join(partition), file)?;
+        crate::sink::part_files::commit_file(&dir.join(partition), file)?;
         partitions.insert(partition);
     }
     for partition in partitions {
@@ -454,6 +454,41 @@ impl<T: Data> SinkWriter<T> for PartitionWriter<T> {
             commit_files(&dir, &due_at_end(pending, closed, ending))
         })))
     }
+}
+
+/// A partition value in a directory name, escaped as Flink's file system connector does
+/// (`PartitionPathUtils.escapePathName`: `%XX` for `:`, `/`, `%`, `=`, `#`, `?`, `\\`, `"`, `'`,
+/// `*`, `[`, `]`, `^`, `{`, `}` and control characters): `00:00` -> `00%3A00`.
+pub fn escape_partition_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        if c.is_control()
+            || matches!(
+                c,
+                ':' | '/'
+                    | '%'
+                    | '='
+                    | '#'
+                    | '?'
+                    | '\\'
+                    | '"'
+                    | '\''
+                    | '*'
+                    | '['
+                    | ']'
+                    | '^'
+                    | '{'
+                    | '}'
+            )
+        {
+            for byte in c.to_string().bytes() {
+                out.push_str(&format!("%{byte:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
