@@ -10,7 +10,8 @@
 //!
 //! The scripts use the nexmark project's variables: `${TPS}`, `${EVENTS_NUM}`,
 //! `${PERSON_PROPORTION}`, `${AUCTION_PROPORTION}`, `${BID_PROPORTION}` and `${NEXMARK_TABLE}`
-//! ([`variables`] gives them for a generator's settings).
+//! ([`variables`] gives them for a generator's settings); q10 writes its files under
+//! `${NEXMARK_DIR}/data/output/${SUBMIT_TIME}/bid/` (the runner gives those two).
 //!
 //! ```
 //! use riffle_nexmark::{Query, sql};
@@ -38,6 +39,7 @@ pub fn query(query: Query) -> Option<&'static str> {
         Query::Q7 => include_str!("../sql/q7.sql"),
         Query::Q8 => include_str!("../sql/q8.sql"),
         Query::Q9 => include_str!("../sql/q9.sql"),
+        Query::Q10 => include_str!("../sql/q10.sql"),
         Query::Q11 => include_str!("../sql/q11.sql"),
         Query::Q12 => include_str!("../sql/q12.sql"),
         Query::Q14 => include_str!("../sql/q14.sql"),

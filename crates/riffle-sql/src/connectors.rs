@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use riffle::sink::FileSink;
+use riffle::sink::partitioned::PartitionedFileSink;
 use riffle::source::file::FileSource;
 use riffle::source::mapped::SourceExt;
 use riffle::time::WatermarkStrategy;
@@ -151,11 +152,19 @@ pub fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
                 })
                 .name(&name);
         }
+        "filesystem" if !table.partition_keys.is_empty() => partitioned_sink(rows, table, schema)?,
         "filesystem" => {
-            let path = option(table, "path")?.to_string();
+            let path = file_path(option(table, "path")?);
             let format = table.options.get("format").map_or("json", |f| f.as_str());
             let schema = schema.clone();
             let lines = match format {
+                "csv" => rows
+                    .into_append(&format!(
+                        "table `{}` ('connector' = 'filesystem', 'format' = 'csv')",
+                        table.name
+                    ))?
+                    .map(move |row: Row| csv_text(&row, &schema))
+                    .name("CSV"),
                 "json" => rows
                     .into_append(&format!(
                         "table `{}` ('connector' = 'filesystem', 'format' = 'json')",
@@ -169,7 +178,7 @@ pub fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
                     .name("Debezium JSON"),
                 other => {
                     return Err(SqlError::plan(format!(
-                        "table `{}`: filesystem writes 'format' = 'json' or 'debezium-json' (got '{other}')",
+                        "table `{}`: filesystem writes 'format' = 'json', 'csv' or 'debezium-json' (got '{other}')",
                         table.name
                     )));
                 }
@@ -191,6 +200,107 @@ pub fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A `filesystem` path as Flink's options give it: `file:///tmp/x` is `/tmp/x`.
+fn file_path(path: &str) -> String {
+    path.strip_prefix("file://").unwrap_or(path).to_string()
+}
+
+/// The sink of a `PARTITIONED BY (..)` `filesystem` table: each row's line (without its
+/// partition columns, as Flink writes them) in the directory of its partition,
+/// `<path>/a=1/b=x/` (values escaped as Flink escapes them; `NULL` or empty:
+/// `__DEFAULT_PARTITION__`), exactly-once ([`PartitionedFileSink`]). Files are committed at
+/// each checkpoint and at the end of the input; Flink's `sink.partition-commit.*` and
+/// `sink.rolling-policy.*` options are accepted, and files also roll at 128 MB.
+fn partitioned_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
+    let path = file_path(option(table, "path")?);
+    let format = table.options.get("format").map_or("json", |f| f.as_str());
+    let mut partition = Vec::new();
+    for key in &table.partition_keys {
+        partition.push(schema.index_of(key).ok_or_else(|| {
+            SqlError::plan(format!(
+                "table `{}`: PARTITIONED BY names `{key}`, which is not one of its columns",
+                table.name
+            ))
+        })?);
+    }
+    let kept: Vec<usize> = (0..schema.len())
+        .filter(|i| !partition.contains(i))
+        .collect();
+    let kept_schema = Schema::new(kept.iter().map(|i| schema.fields[*i].clone()).collect());
+    let line: Arc<dyn Fn(&Row) -> String + Send + Sync> = match format {
+        "csv" => Arc::new(move |row: &Row| csv_text(row, &kept_schema)),
+        "json" => Arc::new(move |row: &Row| json_text(row, &kept_schema)),
+        other => {
+            return Err(SqlError::plan(format!(
+                "table `{}`: a partitioned filesystem table writes 'format' = 'json' or 'csv' (got '{other}')",
+                table.name
+            )));
+        }
+    };
+    let keys: Vec<(String, usize, DataType)> = table
+        .partition_keys
+        .iter()
+        .zip(&partition)
+        .map(|(name, i)| (name.clone(), *i, schema.fields[*i].ty.clone()))
+        .collect();
+    let directory = move |row: &Row| -> String {
+        let parts: Vec<String> = keys
+            .iter()
+            .map(|(name, i, ty)| {
+                let value = match row.get(*i) {
+                    Value::Null => String::new(),
+                    value => crate::format::display(value, ty),
+                };
+                let value = match value.is_empty() {
+                    true => "__DEFAULT_PARTITION__".to_string(),
+                    false => riffle::sink::partitioned::escape_partition_value(&value),
+                };
+                format!("{name}={value}")
+            })
+            .collect();
+        parts.join("/")
+    };
+    let sink = PartitionedFileSink::new(path, directory, move |row: &Row, out| {
+        let kept_row = Row(kept.iter().map(|i| row.get(*i).clone()).collect());
+        out.extend_from_slice(line(&kept_row).as_bytes());
+        Ok(())
+    })
+    .extension(format)
+    .setting_name("path");
+    rows.into_append(&format!(
+        "table `{}` ('connector' = 'filesystem', PARTITIONED BY)",
+        table.name
+    ))?
+    .sink(sink)
+    .name(&format!("Sink: {}", table.name));
+    Ok(())
+}
+
+/// A row as one line of Flink's `csv` format: numbers as they are, strings and times (the
+/// shortest fraction, `2026-01-15 00:18:00.4`) quoted as Flink's encoder quotes them
+/// ([`riffle::sink::csv::write_field`]), `NULL` as nothing.
+pub fn csv_text(row: &Row, schema: &Schema) -> String {
+    let mut line = Vec::new();
+    for (i, (value, field)) in row.0.iter().zip(&schema.fields).enumerate() {
+        if i > 0 {
+            line.push(b',');
+        }
+        match value {
+            Value::Null => {}
+            Value::String(s) => riffle::sink::csv::write_field(s, &mut line),
+            Value::Timestamp(ms) => riffle::sink::csv::write_field(
+                &riffle_nexmark::queries::sql_timestamp(*ms),
+                &mut line,
+            ),
+            Value::Bool(b) => line.extend_from_slice(if *b { b"true" } else { b"false" }),
+            other => {
+                riffle::sink::csv::write_field(&crate::format::display(other, &field.ty), &mut line)
+            }
+        }
+    }
+    String::from_utf8(line).expect("UTF-8 in, UTF-8 out")
 }
 
 /// The source of a `kafka` table ([`crate::kafka`]).

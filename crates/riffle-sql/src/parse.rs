@@ -92,6 +92,9 @@ pub struct TableDef {
     pub primary_key: Vec<String>,
     /// `WITH (..)`: the connector and its options.
     pub options: BTreeMap<String, String>,
+    /// `PARTITIONED BY (..)`: the columns whose values name a row's directory (a `filesystem`
+    /// table's sink writes `<path>/a=1/b=x/part-..`, without those columns in the files).
+    pub partition_keys: Vec<String>,
 }
 
 /// A statement's text, and where it starts in the script.
@@ -415,6 +418,7 @@ fn parse_create_table(text: &str) -> Result<TableDef, SqlError> {
         watermark: None,
         primary_key: Vec::new(),
         options: BTreeMap::new(),
+        partition_keys: Vec::new(),
     };
     loop {
         if parse_word(p, "WATERMARK") {
@@ -459,6 +463,19 @@ fn parse_create_table(text: &str) -> Result<TableDef, SqlError> {
         }
     }
     p.expect_token(&Token::RParen).map_err(parser_error)?;
+    if parse_word(p, "PARTITIONED") {
+        p.expect_keyword(Keyword::BY).map_err(parser_error)?;
+        p.expect_token(&Token::LParen).map_err(parser_error)?;
+        loop {
+            table
+                .partition_keys
+                .push(p.parse_identifier().map_err(parser_error)?.value);
+            if !p.consume_token(&Token::Comma) {
+                break;
+            }
+        }
+        p.expect_token(&Token::RParen).map_err(parser_error)?;
+    }
     if p.parse_keyword(Keyword::WITH) {
         p.expect_token(&Token::LParen).map_err(parser_error)?;
         loop {

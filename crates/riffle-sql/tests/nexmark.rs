@@ -479,3 +479,71 @@ fn q12_counts_each_bidders_bids_per_processing_time_window() {
         );
     }
 }
+
+/// A partitioned file system table (`PARTITIONED BY (dt, hm)`, `'format' = 'csv'`, its path
+/// `file://${NEXMARK_DIR}/...`): the same partition directories holding the same CSV lines as
+/// the DataStream query's sink writes (Flink's quoting and times), at p = 1 and 2.
+#[test]
+fn q10_writes_every_bid_into_its_date_and_minute_partition_as_csv() {
+    /// Each file's partition directory (relative to `root`) with its lines, sorted.
+    fn partitions(root: &std::path::Path) -> BTreeMap<String, Vec<String>> {
+        let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut dirs = vec![root.to_path_buf()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().to_string();
+                if path.is_dir() {
+                    assert!(!name.starts_with('.') || name == ".in-progress", "{name}");
+                    if name != ".in-progress" {
+                        dirs.push(path);
+                    }
+                } else if !name.starts_with('.') {
+                    assert!(name.ends_with(".csv"), "{name}");
+                    let partition = dir.strip_prefix(root).unwrap().display().to_string();
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    found
+                        .entry(partition)
+                        .or_default()
+                        .extend(text.lines().map(String::from));
+                }
+            }
+        }
+        for lines in found.values_mut() {
+            lines.sort();
+        }
+        found
+    }
+    let expected_dir = tempfile::tempdir().unwrap();
+    let env = StreamEnv::new();
+    queries::q10(&NexmarkSource::new(nexmark_config()).stream(&env))
+        .sink(queries::q10_sink(expected_dir.path()));
+    env.execute().unwrap();
+    let expected = partitions(expected_dir.path());
+    assert!(
+        expected
+            .keys()
+            .any(|p| p.starts_with("dt=") && p.contains("/hm="))
+    );
+    for p in [1, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let env = StreamEnv::with_config(
+            riffle::EnvConfig::default()
+                .with_parallelism(p)
+                .with_local_state_dir(dir.path().join("state")),
+        );
+        let sql = SqlEnv::new(&env);
+        for (name, value) in sql::variables(&nexmark_config()) {
+            sql.define(name, &value);
+        }
+        sql.define("NEXMARK_DIR", &dir.path().display().to_string());
+        sql.define("SUBMIT_TIME", "t");
+        sql.execute_sql(sql::DDL_GEN).unwrap();
+        sql.execute_sql(sql::DDL_VIEWS).unwrap();
+        sql.execute_sql(sql::query(Query::Q10).unwrap())
+            .unwrap_or_else(|e| panic!("{e}"));
+        env.execute().unwrap();
+        let got = partitions(&dir.path().join("data/output/t/bid"));
+        assert_eq!(got, expected, "q10, p = {p}");
+    }
+}
