@@ -109,7 +109,7 @@ pub struct RunArgs {
     pub rate: Option<f64>,
     /// Run the query's SQL text (the nexmark project's, `riffle_nexmark::sql`) through Riffle's
     /// SQL instead of its DataStream program, on the same generated events (every query but
-    /// q6 and q13; not with --input or --output).
+    /// q6; not with --input or --output).
     #[arg(long)]
     pub sql: bool,
     /// Print the measurements as one JSON object (what --all reads from its child processes).
@@ -341,6 +341,25 @@ fn run_sql_query(
         &state_dir.join("q10-output").display().to_string(),
     );
     sql.define("SUBMIT_TIME", "run");
+    // q13's side table, where the nexmark project keeps it: `${FLINK_HOME}/data/`.
+    let flink_home = state_dir.join("q13-home");
+    if query == Query::Q13 {
+        let data = flink_home.join("data");
+        std::fs::create_dir_all(&data)
+            .and_then(|()| {
+                std::fs::write(
+                    data.join("side_input.txt"),
+                    riffle_nexmark::sql::q13_side_input(),
+                )
+            })
+            .map_err(|e| {
+                Error::io(
+                    format!("cannot write q13's side table under `{}`", data.display()),
+                    e,
+                )
+            })?;
+    }
+    sql.define("FLINK_HOME", &flink_home.display().to_string());
     let failed = |e: riffle_sql::SqlError| Error::config("--sql", e.to_string());
     for script in [
         riffle_nexmark::sql::DDL_GEN,

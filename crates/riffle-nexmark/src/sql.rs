@@ -11,12 +11,15 @@
 //! The scripts use the nexmark project's variables: `${TPS}`, `${EVENTS_NUM}`,
 //! `${PERSON_PROPORTION}`, `${AUCTION_PROPORTION}`, `${BID_PROPORTION}` and `${NEXMARK_TABLE}`
 //! ([`variables`] gives them for a generator's settings); q10 writes its files under
-//! `${NEXMARK_DIR}/data/output/${SUBMIT_TIME}/bid/` (the runner gives those two).
+//! `${NEXMARK_DIR}/data/output/${SUBMIT_TIME}/bid/` (the runner gives those two), and q13
+//! reads its side table from `${FLINK_HOME}/data/side_input.txt` ([`q13_side_input`] is its
+//! text).
 //!
 //! ```
 //! use riffle_nexmark::{Query, sql};
 //! assert!(sql::query(Query::Q17).unwrap().contains("GROUP BY auction"));
 //! assert!(sql::query(Query::Q6).is_none());
+//! assert!(sql::q13_side_input().starts_with("0,value-0\n"));
 //! ```
 
 use crate::{NexmarkConfig, Query};
@@ -42,6 +45,7 @@ pub fn query(query: Query) -> Option<&'static str> {
         Query::Q10 => include_str!("../sql/q10.sql"),
         Query::Q11 => include_str!("../sql/q11.sql"),
         Query::Q12 => include_str!("../sql/q12.sql"),
+        Query::Q13 => include_str!("../sql/q13.sql"),
         Query::Q14 => include_str!("../sql/q14.sql"),
         Query::Q15 => include_str!("../sql/q15.sql"),
         Query::Q16 => include_str!("../sql/q16.sql"),
@@ -53,6 +57,15 @@ pub fn query(query: Query) -> Option<&'static str> {
         Query::Q22 => include_str!("../sql/q22.sql"),
         _ => return None,
     })
+}
+
+/// The text of q13's side table, `side_input.txt` (CSV lines `key,value`): the table the
+/// DataStream q13 looks bids up in ([`crate::queries::q13_side_value`] for keys 0 to
+/// [`crate::queries::Q13_SIDE_ROWS`]` - 1`).
+pub fn q13_side_input() -> String {
+    (0..crate::queries::Q13_SIDE_ROWS)
+        .map(|key| format!("{key},{}\n", crate::queries::q13_side_value(key)))
+        .collect()
 }
 
 /// The scripts' variables for the generator's settings `config` (the default proportions 1, 3,

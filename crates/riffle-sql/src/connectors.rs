@@ -92,17 +92,11 @@ pub fn scan(
             }
         }
         "filesystem" => {
-            let path = option(table, "path")?.to_string();
-            let format = table.options.get("format").map_or("json", |f| f.as_str());
-            if format != "json" {
-                return Err(SqlError::plan(format!(
-                    "table `{}`: filesystem reads 'format' = 'json' (got '{format}')",
-                    table.name
-                )));
-            }
+            let path = file_path(option(table, "path")?);
+            let parse = line_parser(table)?;
             let schema = physical.clone();
             let source = FileSource::lines(path).map_records(move |line: &String| {
-                let row = json_row(line, &schema)?;
+                let row = parse(line, &schema)?;
                 complete(row)
             });
             match &time {
@@ -200,6 +194,101 @@ pub fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// How a `filesystem` table's lines read as rows: `'format' = 'json'` (the default) or `'csv'`.
+type LineParser = fn(&str, &Schema) -> std::result::Result<Row, String>;
+
+fn line_parser(table: &TableDef) -> Result<LineParser> {
+    match table.options.get("format").map_or("json", |f| f.as_str()) {
+        "json" => Ok(json_row),
+        "csv" => Ok(csv_row),
+        other => Err(SqlError::plan(format!(
+            "table `{}`: filesystem reads 'format' = 'json' or 'csv' (got '{other}')",
+            table.name
+        ))),
+    }
+}
+
+/// A line of Flink's `csv` format as a row of `schema`: its fields in order (RFC 4180 quoting),
+/// each read as its column's type (as `CAST` from a string would); an empty field is `NULL`.
+fn csv_row(line: &str, schema: &Schema) -> std::result::Result<Row, String> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .from_reader(line.as_bytes());
+    let record = match reader.records().next() {
+        Some(record) => record.map_err(|e| format!("not a CSV line: {e}"))?,
+        None => return Err("an empty line".into()),
+    };
+    if record.len() != schema.len() {
+        return Err(format!(
+            "{} fields where the table has {} columns",
+            record.len(),
+            schema.len()
+        ));
+    }
+    let mut values = Vec::with_capacity(schema.len());
+    for (text, field) in record.iter().zip(&schema.fields) {
+        values.push(match text {
+            "" => Value::Null,
+            text => crate::expr::cast_value(Value::string(text), &DataType::Varchar, &field.ty)
+                .map_err(|e| format!("column `{}`: {e}", field.name))?,
+        });
+    }
+    Ok(Row(values))
+}
+
+/// Every row of the bounded `filesystem` table `table` (a file, or a directory of files), read
+/// now: a lookup join's table. A line that does not read is an error naming the file and line.
+pub fn read_bounded(table: &TableDef, schema: &Schema) -> Result<Vec<Row>> {
+    let path = std::path::PathBuf::from(file_path(option(table, "path")?));
+    let parse = line_parser(table)?;
+    let mut files = Vec::new();
+    let mut dirs = vec![path.clone()];
+    while let Some(dir) = dirs.pop() {
+        if dir.is_file() {
+            files.push(dir);
+            continue;
+        }
+        let entries = std::fs::read_dir(&dir).map_err(|e| {
+            SqlError::plan(format!(
+                "table `{}`: 'path' = '{}' cannot be read: {e}",
+                table.name,
+                path.display()
+            ))
+        })?;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if !name.to_string_lossy().starts_with('.') {
+                dirs.push(entry.path());
+            }
+        }
+    }
+    files.sort();
+    let mut rows = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).map_err(|e| {
+            SqlError::plan(format!(
+                "table `{}`: `{}` cannot be read: {e}",
+                table.name,
+                file.display()
+            ))
+        })?;
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            rows.push(parse(line, schema).map_err(|e| {
+                SqlError::plan(format!(
+                    "table `{}`: `{}` line {}: {e}",
+                    table.name,
+                    file.display(),
+                    n + 1
+                ))
+            })?);
+        }
+    }
+    Ok(rows)
 }
 
 /// A `filesystem` path as Flink's options give it: `file:///tmp/x` is `/tmp/x`.

@@ -7,6 +7,7 @@
 //! A step's rows are a stream of [`Row`]s when they are only added, of [`Change`]s of rows when
 //! they are updated ([`Rows`], after the plan's changelog mode).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,6 +77,12 @@ impl Rows {
             ),
         }
     }
+}
+
+/// The values of `exprs` over `row`, as a row, at planning time (an error is the plan's).
+fn eval_all_now(exprs: &[Typed], row: &Row) -> Result<Row> {
+    let evals: Vec<Eval> = exprs.iter().map(|e| e.eval.clone()).collect();
+    eval_all(&evals, row).map_err(|e| SqlError::plan(e.to_string()))
 }
 
 /// The values of `exprs` over `row`, as a row.
@@ -472,6 +479,70 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
                     lowered.into_iter().map(Rows::into_changelog).collect();
                 let others: Vec<&DataStream<Change<Row>>> = streams[1..].iter().collect();
                 Rows::Changelog(streams[0].union(&others))
+            }
+        }
+        Plan::LookupJoin {
+            input,
+            table,
+            kind,
+            left_keys,
+            right_keys,
+            schema,
+            ..
+        } => {
+            let table_schema = crate::lower::sink_schema(table);
+            let mut lookup: HashMap<Row, Vec<Row>> = HashMap::new();
+            for row in connectors::read_bounded(table, &table_schema)? {
+                let key = eval_all_now(right_keys, &row)?;
+                // A NULL key matches nothing.
+                if !key.0.iter().any(Value::is_null) {
+                    lookup.entry(key).or_default().push(row);
+                }
+            }
+            let lookup = Arc::new(lookup);
+            let keys: Vec<Eval> = left_keys.iter().map(|k| k.eval.clone()).collect();
+            let (width, outer) = (schema.len(), *kind == JoinType::Left);
+            let joined = move |row: &Row| -> riffle::Result<Vec<Row>> {
+                let key = eval_all(&keys, row)?;
+                let matches = match key.0.iter().any(Value::is_null) {
+                    true => None,
+                    false => lookup.get(&key),
+                };
+                let pair = |other: Option<&Row>| {
+                    let mut values = Vec::with_capacity(width);
+                    values.extend(row.0.iter().cloned());
+                    match other {
+                        Some(other) => values.extend(other.0.iter().cloned()),
+                        None => values.resize(width, Value::Null),
+                    }
+                    Row(values)
+                };
+                Ok(match matches {
+                    Some(rows) => rows.iter().map(|other| pair(Some(other))).collect(),
+                    None if outer => vec![pair(None)],
+                    None => Vec::new(),
+                })
+            };
+            match lower(input, env)? {
+                Rows::Append(rows) => Rows::Append(
+                    rows.process(move |row: Row, ctx| {
+                        for out in joined(&row)? {
+                            ctx.emit(out)?;
+                        }
+                        Ok(())
+                    })
+                    .name("LookupJoin"),
+                ),
+                Rows::Changelog(changes) => Rows::Changelog(
+                    changes
+                        .process(move |change: Change<Row>, ctx| {
+                            for out in joined(&change.row)? {
+                                ctx.emit(Change::new(change.op, out))?;
+                            }
+                            Ok(())
+                        })
+                        .name("LookupJoin"),
+                ),
             }
         }
         Plan::Join {

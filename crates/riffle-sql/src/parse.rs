@@ -233,15 +233,60 @@ fn parse_piece(piece: &Piece) -> Result<Statement, SqlError> {
     }
 }
 
+/// What the name of a table read `FOR SYSTEM_TIME AS OF time` carries after it (the parser's
+/// dialect does not read the clause): `` `side_input FOR SYSTEM_TIME AS OF B.p_time` ``, a
+/// lookup join's table.
+pub const SYSTEM_TIME_MARK: &str = " FOR SYSTEM_TIME AS OF ";
+
 /// `TUMBLE(TABLE bid, ...)` as `TUMBLE(bid, ...)`: a `TABLE` keyword right after `(`, `,` or
-/// `=>` names a table argument of a table function.
+/// `=>` names a table argument of a table function. And `t FOR SYSTEM_TIME AS OF B.p_time`
+/// (a temporal table, Flink's lookup join) as one quoted name, `` `t FOR SYSTEM_TIME AS OF
+/// B.p_time` `` ([`SYSTEM_TIME_MARK`]).
 fn rewrite_table_arguments(text: &str) -> Result<String, SqlError> {
     let tokens = tokens(text)?;
     let mut out = String::with_capacity(text.len());
     let mut previous: Option<&Token> = None;
+    // Where in `out` the last word starts, and the word.
+    let mut last_word: Option<(usize, String)> = None;
     let mut i = 0;
     while i < tokens.len() {
         let token = &tokens[i].token;
+        let upper = |t: &Token| match t {
+            Token::Word(w) => w.value.to_ascii_uppercase(),
+            _ => String::new(),
+        };
+        let words: Vec<usize> = (i..tokens.len())
+            .filter(|j| !matches!(tokens[*j].token, Token::Whitespace(_)))
+            .take(4)
+            .collect();
+        let clause: Vec<String> = words.iter().map(|j| upper(&tokens[*j].token)).collect();
+        if clause == ["FOR", "SYSTEM_TIME", "AS", "OF"]
+            && let Some((start, table)) = last_word.take()
+        {
+            // The time: a column, qualified or not.
+            let mut j = words[3] + 1;
+            let mut time = String::new();
+            while j < tokens.len() {
+                match &tokens[j].token {
+                    Token::Whitespace(_) if time.is_empty() => {}
+                    Token::Word(w) if time.is_empty() || time.ends_with('.') => {
+                        time.push_str(&w.value)
+                    }
+                    Token::Period if !time.is_empty() => time.push('.'),
+                    _ => break,
+                }
+                j += 1;
+            }
+            out.truncate(start);
+            out.push_str(&format!("`{table}{SYSTEM_TIME_MARK}{time}`"));
+            i = j;
+            continue;
+        }
+        if let Token::Word(w) = token {
+            last_word = Some((out.len(), w.value.clone()));
+        } else if !matches!(token, Token::Whitespace(_)) {
+            last_word = None;
+        }
         let is_table = matches!(token, Token::Word(w) if w.keyword == Keyword::TABLE);
         let after_argument_start = matches!(
             previous,
@@ -488,6 +533,16 @@ fn parse_create_table(text: &str) -> Result<TableDef, SqlError> {
             }
         }
         p.expect_token(&Token::RParen).map_err(parser_error)?;
+    }
+    // Flink's legacy option names (the nexmark project's q13 uses them).
+    for (legacy, key) in [
+        ("connector.type", "connector"),
+        ("connector.path", "path"),
+        ("format.type", "format"),
+    ] {
+        if let Some(value) = table.options.remove(legacy) {
+            table.options.entry(key.to_string()).or_insert(value);
+        }
     }
     let rest = p.peek_token();
     if rest.token != Token::EOF {

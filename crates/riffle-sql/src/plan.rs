@@ -176,6 +176,25 @@ pub enum Plan {
         /// How long a row is kept for later matches (`table.exec.state.ttl`).
         ttl: Option<std::time::Duration>,
     },
+    /// `a JOIN t FOR SYSTEM_TIME AS OF a.time ON a.k = t.k` with `t` a bounded table (Flink's
+    /// lookup join): each row of the input looks its key up in `t`, read whole when the job
+    /// starts; no state (the table does not change while the job runs).
+    LookupJoin {
+        /// The input.
+        input: Box<Plan>,
+        /// The looked-up table.
+        table: Box<TableDef>,
+        /// Inner or left.
+        kind: riffle::join::JoinType,
+        /// The keys, over the input's columns.
+        left_keys: Vec<Typed>,
+        /// The keys, over the table's columns, in the same order.
+        right_keys: Vec<Typed>,
+        /// The equalities, for `EXPLAIN`.
+        texts: Vec<String>,
+        /// The input's columns, then the table's.
+        schema: Schema,
+    },
     /// `a UNION ALL b ..`: every row of each input.
     Union {
         /// The inputs, their columns of the same types (cast where they were not).
@@ -232,6 +251,7 @@ impl Plan {
             | Plan::GroupAggregate { schema, .. }
             | Plan::TopN { schema, .. }
             | Plan::Join { schema, .. }
+            | Plan::LookupJoin { schema, .. }
             | Plan::Union { schema, .. } => schema,
             Plan::Filter { input, .. } => input.schema(),
         }
@@ -279,7 +299,9 @@ impl Plan {
                 }
                 _ => ChangelogMode::Retract,
             },
-            Plan::Filter { input, .. } | Plan::Project { input, .. } => input.changelog_mode(),
+            Plan::Filter { input, .. }
+            | Plan::Project { input, .. }
+            | Plan::LookupJoin { input, .. } => input.changelog_mode(),
         }
     }
 
@@ -287,7 +309,8 @@ impl Plan {
     pub fn time(&self) -> Option<&TimeAttribute> {
         match self {
             Plan::Scan { time, .. } | Plan::Project { time, .. } => time.as_ref(),
-            Plan::Filter { input, .. } => input.time(),
+            // The input's columns come first, as they were.
+            Plan::Filter { input, .. } | Plan::LookupJoin { input, .. } => input.time(),
             // Rows of a window aggregation carry `window_time` as their event time (not a
             // column one can window again yet); an updating aggregate's rows have none.
             Plan::WindowAggregate { .. }
@@ -309,7 +332,7 @@ impl Plan {
     pub fn proc_time(&self) -> Option<&TimeAttribute> {
         match self {
             Plan::Project { proc_time, .. } => proc_time.as_ref(),
-            Plan::Filter { input, .. } => input.proc_time(),
+            Plan::Filter { input, .. } | Plan::LookupJoin { input, .. } => input.proc_time(),
             _ => None,
         }
     }
@@ -422,6 +445,22 @@ impl Plan {
                 for input in inputs {
                     input.explain_into(depth + 1, lines);
                 }
+            }
+            Plan::LookupJoin {
+                input,
+                table,
+                kind,
+                texts,
+                schema,
+                ..
+            } => {
+                let path = table.options.get("path").map_or("?", String::as_str);
+                lines.push(format!(
+                    "{pad}LookupJoin: {kind:?} with `{}` ({path}, read whole at start) on [{}] -> {schema} (no state) [{mode}]",
+                    table.name,
+                    texts.join(" AND ")
+                ));
+                input.explain_into(depth + 1, lines);
             }
             Plan::Join {
                 left,
@@ -743,6 +782,13 @@ impl Catalog {
                 let mut residual = Vec::new();
                 for join in &from.joins {
                     let (kind, condition) = join_kind(join)?;
+                    if let Some((table, alias)) = self.temporal_table(&join.relation)? {
+                        let (joined, names, rest) =
+                            self.lookup_join(plan, qualifiers, table, alias, kind, condition)?;
+                        (plan, qualifiers) = (joined, names);
+                        residual.extend(rest);
+                        continue;
+                    }
                     let (right, name) = self.plan_relation(&join.relation)?;
                     let (joined, names, rest) =
                         self.join(plan, qualifiers, right, name, kind, condition)?;
@@ -781,6 +827,82 @@ impl Catalog {
                 "a FROM of more than two tables is not supported yet (join two, in a view or a derived table)",
             )),
         }
+    }
+
+    /// The table of `t FOR SYSTEM_TIME AS OF time` (the parser's rewrite names it
+    /// `` `t FOR SYSTEM_TIME AS OF time` ``) and its qualifier, if `relation` is one.
+    fn temporal_table(&self, relation: &ast::TableFactor) -> Result<Option<(TableDef, String)>> {
+        let ast::TableFactor::Table { name, alias, .. } = relation else {
+            return Ok(None);
+        };
+        let Some(ast::ObjectNamePart::Identifier(ident)) = name.0.last() else {
+            return Ok(None);
+        };
+        let Some((table, _time)) = ident.value.split_once(crate::parse::SYSTEM_TIME_MARK) else {
+            return Ok(None);
+        };
+        let Some(def) = self.tables.get(table) else {
+            return Err(SqlError::plan(format!(
+                "`{table}` FOR SYSTEM_TIME AS OF: a lookup join reads a table (CREATE TABLE), and there is no table `{table}` (known: {})",
+                self.known_names()
+            )));
+        };
+        let qualifier = alias
+            .as_ref()
+            .map_or(table.to_string(), |a| a.name.value.clone());
+        Ok(Some((def.clone(), qualifier)))
+    }
+
+    /// The lookup join of `left` with the bounded table `table` (named `name`) on `condition`
+    /// (equalities of a left and a table expression; the rest filters the joined rows of an
+    /// inner join): a [`Plan::LookupJoin`], its qualifiers, and the rest of the condition.
+    fn lookup_join(
+        &self,
+        left: Plan,
+        qualifiers: Qualifiers,
+        table: TableDef,
+        name: String,
+        kind: riffle::join::JoinType,
+        condition: &ast::Expr,
+    ) -> Result<(Plan, Qualifiers, Vec<ast::Expr>)> {
+        use riffle::join::JoinType;
+        if !matches!(kind, JoinType::Inner | JoinType::Left) {
+            return Err(SqlError::plan(format!(
+                "a lookup join (`{}` FOR SYSTEM_TIME AS OF ..) is INNER or LEFT, as in Flink (got {kind:?})",
+                table.name
+            )));
+        }
+        let connector = table.options.get("connector").map_or("", String::as_str);
+        if connector != "filesystem" {
+            return Err(SqlError::plan(format!(
+                "a lookup join reads a bounded `filesystem` table whole at start; `{}` is '{connector}'",
+                table.name
+            )));
+        }
+        let right = self.scan(&table)?;
+        let (joined, names, rest) =
+            self.join(left, qualifiers, right, Some(name), kind, condition)?;
+        let Plan::Join {
+            left,
+            left_keys,
+            right_keys,
+            texts,
+            schema,
+            ..
+        } = joined
+        else {
+            unreachable!("join plans a Join");
+        };
+        let plan = Plan::LookupJoin {
+            input: left,
+            table: Box::new(table),
+            kind,
+            left_keys,
+            right_keys,
+            texts,
+            schema,
+        };
+        Ok((plan, names, rest))
     }
 
     /// The regular join of `left` (its columns named by `qualifiers`) and `right` (named `name`)

@@ -208,6 +208,67 @@ fn joins_of_an_updating_input_end_at_the_batch_result() {
     );
 }
 
+/// A lookup join of a stream with a bounded CSV table (`FOR SYSTEM_TIME AS OF`), read whole
+/// at start: inner and left, `NULL` keys matching nothing, a quoted CSV field; `EXPLAIN` and
+/// the errors.
+#[test]
+fn a_lookup_join_reads_its_bounded_table_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users.csv");
+    std::fs::write(&users, "1,ann\n2,\"bob, jr\"\n").unwrap();
+    let ddl = tables(dir.path(), &USERS, &ORDERS)
+        + &format!(
+            "CREATE TABLE names (id BIGINT, name VARCHAR)
+               WITH ('connector.type' = 'filesystem', 'connector.path' = 'file://{}', 'format.type' = 'csv');
+             CREATE VIEW o AS SELECT *, PROCTIME() AS t FROM orders;",
+            users.display()
+        );
+    for p in [1, 2] {
+        assert_eq!(
+            result(
+                &ddl,
+                "SELECT o.amount, n.name FROM o JOIN names FOR SYSTEM_TIME AS OF o.t AS n ON o.user_id = n.id",
+                p
+            ),
+            ["[10, ann]", "[20, ann]"]
+        );
+        assert_eq!(
+            result(
+                &ddl,
+                "SELECT o.amount, n.name FROM o LEFT JOIN names FOR SYSTEM_TIME AS OF o.t AS n ON o.user_id = n.id",
+                p
+            ),
+            ["[10, ann]", "[20, ann]", "[30, NULL]", "[40, NULL]"]
+        );
+    }
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&ddl).unwrap();
+    let plan = sql
+        .explain("SELECT o.amount, n.name FROM o JOIN names FOR SYSTEM_TIME AS OF o.t AS n ON o.user_id = n.id")
+        .unwrap();
+    assert!(
+        plan.contains("LookupJoin: Inner with `names`") && plan.contains("[append]"),
+        "{plan}"
+    );
+    let error = |query: &str| sql.sql_changelog(query).err().unwrap().to_string();
+    let right = error(
+        "SELECT o.amount FROM o RIGHT JOIN names FOR SYSTEM_TIME AS OF o.t AS n ON o.user_id = n.id",
+    );
+    assert!(right.contains("INNER or LEFT"), "{right}");
+    sql.execute_sql(
+        "CREATE TABLE gen (event_type INT) WITH ('connector' = 'nexmark', 'events.num' = '10');",
+    )
+    .unwrap();
+    let streamed = error(
+        "SELECT o.amount FROM o JOIN gen FOR SYSTEM_TIME AS OF o.t AS g ON o.user_id = g.event_type",
+    );
+    assert!(
+        streamed.contains("reads a bounded `filesystem` table"),
+        "{streamed}"
+    );
+}
+
 #[test]
 fn explain_and_errors_of_joins() {
     let dir = tempfile::tempdir().unwrap();
