@@ -108,8 +108,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "EVENTS_PER_SEC")]
     pub rate: Option<f64>,
     /// Run the query's SQL text (the nexmark project's, `riffle_nexmark::sql`) through Riffle's
-    /// SQL instead of its DataStream program, on the same generated events (every query but
-    /// q6; not with --input or --output).
+    /// SQL instead of its DataStream program, on the same generated events (every query; not
+    /// with --input or --output).
     #[arg(long)]
     pub sql: bool,
     /// Print the measurements as one JSON object (what --all reads from its child processes).
@@ -326,7 +326,7 @@ fn run_sql_query(
     let Some(text) = riffle_nexmark::sql::query(query) else {
         return Err(Error::config(
             "--query",
-            format!("Riffle's SQL does not run {query} yet (it runs every query but q6 and q13)"),
+            format!("Riffle's SQL does not run {query} yet"),
         ));
     };
     let sql = riffle_sql::SqlEnv::new(&env);

@@ -299,13 +299,26 @@ pub fn compile(expr: &ast::Expr, scope: &Scope<'_>) -> Result<Typed> {
 
 /// `a.b.c`: a qualified column, or a column of `ROW` type and its fields.
 fn compound(parts: &[ast::Ident], scope: &Scope<'_>) -> Result<Typed> {
-    let (mut value, rest) = match scope
+    // A qualifier may name several ranges of columns (a derived table without a name keeps
+    // its columns' qualifiers): the first that holds the column.
+    let ranges: Vec<&std::ops::Range<usize>> = scope
         .qualifiers
         .iter()
-        .find(|(name, _)| *name == parts[0].value)
-    {
-        Some((_, range)) if parts.len() > 1 => {
-            (scope.column(&parts[1].value, range.clone())?, &parts[2..])
+        .filter(|(name, _)| *name == parts[0].value)
+        .map(|(_, range)| range)
+        .collect();
+    let (mut value, rest) = match ranges.split_first() {
+        Some((first, others)) if parts.len() > 1 => {
+            let found = others
+                .iter()
+                .find_map(|range| scope.column(&parts[1].value, (*range).clone()).ok());
+            match found {
+                Some(value) => (value, &parts[2..]),
+                None => (
+                    scope.column(&parts[1].value, (*first).clone())?,
+                    &parts[2..],
+                ),
+            }
         }
         _ => (
             scope.column(&parts[0].value, 0..scope.schema.len())?,

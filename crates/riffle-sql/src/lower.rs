@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use riffle::aggregate::AggregateFunction;
 use riffle::join::JoinType;
 use riffle::state::{AggregatingStateDescriptor, StateTtl, ValueStateDescriptor};
 use riffle::window::{Session, Sliding, Tumbling};
@@ -207,6 +208,99 @@ fn unmatched_key() -> Row {
         Value::Int(std::process::id() as i64),
         Value::Int(n as i64),
     ])
+}
+
+/// An OVER aggregation's partition (see [`Plan::OverAggregate`]): its rows kept in order, as
+/// carried (`[partition keys.., order keys.., arguments.., output columns..]`), each row's
+/// output the aggregate of it and the `preceding` rows before it.
+#[derive(Clone)]
+struct Over {
+    partitions: usize,
+    descending: Vec<bool>,
+    aggregates: RowAggregates,
+    preceding: usize,
+    outputs: Vec<std::result::Result<usize, usize>>,
+}
+
+impl Over {
+    /// The order of two carried rows: by the order keys, then (ties) by the whole row.
+    fn cmp(&self, a: &Row, b: &Row) -> std::cmp::Ordering {
+        for (i, descending) in self.descending.iter().enumerate() {
+            let at = self.partitions + i;
+            let order = a.get(at).cmp(b.get(at));
+            let order = if *descending { order.reverse() } else { order };
+            if order.is_ne() {
+                return order;
+            }
+        }
+        a.cmp(b)
+    }
+
+    /// The output of the row at `at` of `rows`.
+    fn output(&self, rows: &[Row], at: usize) -> Row {
+        let mut acc = self.aggregates.create();
+        for row in &rows[at.saturating_sub(self.preceding)..=at] {
+            self.aggregates.add(&mut acc, row);
+        }
+        let values = self.aggregates.result(&acc);
+        Row(self
+            .outputs
+            .iter()
+            .map(|output| match output {
+                Ok(column) => rows[at].get(*column).clone(),
+                Err(aggregate) => values[*aggregate].clone(),
+            })
+            .collect())
+    }
+
+    /// The outputs of the `count` rows from `at` on (fewer at the end).
+    fn outputs_from(&self, rows: &[Row], at: usize, count: usize) -> Vec<Row> {
+        let end = rows.len().min(at.saturating_add(count));
+        (at..end).map(|i| self.output(rows, i)).collect()
+    }
+
+    /// `change` applied to the partition's rows `kept`: the changes of the output (a row in,
+    /// out or updated; `-U`/`+U` pairs, then `-D` or `+I` for what is left). A retraction of a
+    /// row that is not there changes nothing.
+    fn apply(&self, kept: &mut Vec<Row>, change: Change<Row>) -> Vec<Change<Row>> {
+        // The rows whose output a row at `at` changes: it and the `preceding` after it.
+        let n = self.preceding;
+        let at = kept.partition_point(|r| self.cmp(r, &change.row).is_lt());
+        let (before, mut after) = if change.op.is_retract() {
+            if kept.get(at) != Some(&change.row) {
+                return Vec::new();
+            }
+            let before = self.outputs_from(kept, at, n.saturating_add(1));
+            kept.remove(at);
+            (before, self.outputs_from(kept, at, n))
+        } else {
+            let before = self.outputs_from(kept, at, n);
+            kept.insert(at, change.row);
+            (before, self.outputs_from(kept, at, n.saturating_add(1)))
+        };
+        let mut gone = Vec::new();
+        for row in before {
+            match after.iter().position(|r| *r == row) {
+                Some(i) => {
+                    after.remove(i);
+                }
+                None => gone.push(row),
+            }
+        }
+        let mut changes = Vec::with_capacity(gone.len() + after.len());
+        let mut came = after.into_iter();
+        for row in gone {
+            match came.next() {
+                Some(new) => {
+                    changes.push(Change::update_before(row));
+                    changes.push(Change::update_after(new));
+                }
+                None => changes.push(Change::delete(row)),
+            }
+        }
+        changes.extend(came.map(Change::insert));
+        changes
+    }
 }
 
 /// The state of a Top-N's partition: its first rows, in order, as carried (see [`TopN`]).
@@ -480,6 +574,57 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
                 let others: Vec<&DataStream<Change<Row>>> = streams[1..].iter().collect();
                 Rows::Changelog(streams[0].union(&others))
             }
+        }
+        Plan::OverAggregate {
+            input,
+            pre,
+            partitions,
+            descending,
+            aggs,
+            preceding,
+            outputs,
+            ..
+        } => {
+            let pre: Vec<Eval> = pre.iter().map(|e| e.eval.clone()).collect();
+            let over = Over {
+                partitions: *partitions,
+                descending: descending.clone(),
+                aggregates: RowAggregates {
+                    specs: aggs.clone(),
+                },
+                preceding: *preceding,
+                outputs: outputs.clone(),
+            };
+            let rows = Arc::new(RowsState::new("over-rows"));
+            let key_count = *partitions;
+            Rows::Changelog(
+                lower(input, env)?
+                    .into_changelog()
+                    .try_map(move |change: Change<Row>| -> riffle::Result<Change<Row>> {
+                        Ok(Change::new(change.op, eval_all(&pre, &change.row)?))
+                    })
+                    .name("Pre-over")
+                    .key_by(move |change: &Change<Row>| Row(change.row.0[..key_count].to_vec()))
+                    .process(move |_: &Row, change: Change<Row>, ctx| {
+                        let mut state = ctx.value(&rows);
+                        let mut kept = state.get()?.unwrap_or_default();
+                        let changes = over.apply(&mut kept, change);
+                        if changes.is_empty() {
+                            return Ok(());
+                        }
+                        if kept.is_empty() {
+                            state.clear()?;
+                        } else {
+                            state.set(kept)?;
+                        }
+                        drop(state);
+                        for change in changes {
+                            ctx.emit(change)?;
+                        }
+                        Ok(())
+                    })
+                    .name("OverAggregate"),
+            )
         }
         Plan::LookupJoin {
             input,

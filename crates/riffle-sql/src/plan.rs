@@ -195,6 +195,31 @@ pub enum Plan {
         /// The input's columns, then the table's.
         schema: Schema,
     },
+    /// `SELECT .., AGG(x) OVER (PARTITION BY p ORDER BY o ROWS BETWEEN n PRECEDING AND CURRENT
+    /// ROW) FROM t`: each row of `t` with the aggregate of itself and the `n` rows before it in
+    /// its partition's order; a changelog (a row that comes in, or goes, changes the results of
+    /// the `n` rows after it).
+    OverAggregate {
+        /// The input (append-only or a changelog).
+        input: Box<Plan>,
+        /// What each input row carries: the partition keys (first `partitions`), the order
+        /// keys (next `descending.len()`), the aggregates' arguments, the other output columns.
+        pre: Vec<Typed>,
+        /// How many of `pre` are partition keys.
+        partitions: usize,
+        /// Per order key, whether it sorts descending.
+        descending: Vec<bool>,
+        /// The aggregates, reading `pre`'s columns.
+        aggs: Vec<AggSpec>,
+        /// How many rows before the current one the frame holds.
+        preceding: usize,
+        /// Each output column: a column of `pre` (`Ok`) or an aggregate (`Err`).
+        outputs: Vec<std::result::Result<usize, usize>>,
+        /// Texts for `EXPLAIN`: partition keys, order keys, aggregates.
+        texts: Vec<String>,
+        /// The output columns.
+        schema: Schema,
+    },
     /// `a UNION ALL b ..`: every row of each input.
     Union {
         /// The inputs, their columns of the same types (cast where they were not).
@@ -252,6 +277,7 @@ impl Plan {
             | Plan::TopN { schema, .. }
             | Plan::Join { schema, .. }
             | Plan::LookupJoin { schema, .. }
+            | Plan::OverAggregate { schema, .. }
             | Plan::Union { schema, .. } => schema,
             Plan::Filter { input, .. } => input.schema(),
         }
@@ -274,7 +300,9 @@ impl Plan {
             {
                 ChangelogMode::Append
             }
-            Plan::GroupAggregate { .. } | Plan::TopN { .. } => ChangelogMode::Retract,
+            Plan::GroupAggregate { .. } | Plan::TopN { .. } | Plan::OverAggregate { .. } => {
+                ChangelogMode::Retract
+            }
             Plan::Union { inputs, .. } => {
                 if inputs
                     .iter()
@@ -315,6 +343,7 @@ impl Plan {
             // column one can window again yet); an updating aggregate's rows have none.
             Plan::WindowAggregate { .. }
             | Plan::GroupAggregate { .. }
+            | Plan::OverAggregate { .. }
             | Plan::TopN { .. }
             | Plan::Join { .. } => None,
             // The inputs' time attribute, when they all have it at the same column.
@@ -445,6 +474,29 @@ impl Plan {
                 for input in inputs {
                     input.explain_into(depth + 1, lines);
                 }
+            }
+            Plan::OverAggregate {
+                input,
+                partitions,
+                descending,
+                preceding,
+                texts,
+                schema,
+                ..
+            } => {
+                let (partition, rest) = texts.split_at(*partitions);
+                let (order, aggs) = rest.split_at(descending.len());
+                lines.push(format!(
+                    "{pad}OverAggregate: partitioned by [{}], ordered by [{}], ROWS {preceding} PRECEDING, aggregates [{}] -> {schema} (keyed state: each partition's rows in order; a row in or out updates the {preceding} after it) [{mode}]",
+                    partition.join(", "),
+                    order.join(", "),
+                    aggs.join(", ")
+                ));
+                lines.push(format!(
+                    "{pad}  Hash by [{}], pre-computed keys and arguments (chained)",
+                    partition.join(", ")
+                ));
+                input.explain_into(depth + 2, lines);
             }
             Plan::LookupJoin {
                 input,
@@ -752,6 +804,13 @@ impl Catalog {
                 return Err(SqlError::plan("GROUP BY ALL is not supported"));
             }
         };
+        if select
+            .projection
+            .iter()
+            .any(|item| over_call(item).is_some())
+        {
+            return self.plan_over(select);
+        }
         let aggregating = select.projection.iter().any(|item| match item {
             ast::SelectItem::UnnamedExpr(e) | ast::SelectItem::ExprWithAlias { expr: e, .. } => {
                 has_aggregate(e)
@@ -760,6 +819,9 @@ impl Catalog {
         });
         if !group_by.is_empty() || aggregating || select.having.is_some() {
             return self.plan_grouped(select, &group_by);
+        }
+        if let Some(plan) = self.plan_top_n_in_place(select)? {
+            return Ok(plan);
         }
         if let Some((plan, qualifiers, rest)) = self.plan_top_n(select)? {
             let plan = self.filter(plan, &qualifiers, rest.as_ref())?;
@@ -778,7 +840,10 @@ impl Catalog {
             [] => Err(SqlError::plan("a SELECT without FROM is not supported yet")),
             [from] => {
                 let (mut plan, name) = self.plan_relation(&from.relation)?;
-                let mut qualifiers = named(name, &plan);
+                let mut qualifiers = match name {
+                    Some(name) => named(Some(name), &plan),
+                    None => unnamed_derived_qualifiers(&from.relation),
+                };
                 let mut residual = Vec::new();
                 for join in &from.joins {
                     let (kind, condition) = join_kind(join)?;
@@ -1060,12 +1125,58 @@ impl Catalog {
         let ast::SetExpr::Select(inner) = subquery.body.as_ref() else {
             return Ok(None);
         };
-        let Some((rank_at, rank_name, spec)) = row_number_of(inner)? else {
+        if row_number_of(inner)?.is_none() {
             return Ok(None);
-        };
+        }
         if !from.joins.is_empty() {
             return Err(SqlError::plan("JOIN is not supported yet"));
         }
+        self.top_n_of(
+            inner,
+            alias.as_ref().map(|a| a.name.value.clone()),
+            select.selection.as_ref(),
+        )
+    }
+
+    /// `SELECT *, ROW_NUMBER() OVER (..) AS rn FROM t WHERE rn <= n` (Nexmark q6's form: the
+    /// bound in the WHERE of the SELECT that numbers the rows, which Flink does not read): the
+    /// Top-N of `t` (the WHERE's other conjuncts filter `t` first), as the nested form plans it.
+    fn plan_top_n_in_place(&self, select: &ast::Select) -> Result<Option<Plan>> {
+        let Some((_, rank_name, _)) = row_number_of(select)? else {
+            return Ok(None);
+        };
+        let Some(selection) = &select.selection else {
+            return Ok(None);
+        };
+        let mut conjuncts = Vec::new();
+        split_and(selection, &mut conjuncts);
+        let (bounds, others): (Vec<&ast::Expr>, Vec<&ast::Expr>) = conjuncts
+            .into_iter()
+            .partition(|c| rank_bound(c, &rank_name).is_some());
+        if bounds.is_empty() {
+            return Ok(None);
+        }
+        let mut inner = select.clone();
+        inner.selection = and_all(others.into_iter().cloned().collect());
+        let bound = and_all(bounds.into_iter().cloned().collect());
+        let Some((plan, qualifiers, rest)) = self.top_n_of(&inner, None, bound.as_ref())? else {
+            return Ok(None);
+        };
+        Ok(Some(self.filter(plan, &qualifiers, rest.as_ref())?))
+    }
+
+    /// The Top-N of the SELECT `inner` (which numbers its rows with `ROW_NUMBER() OVER (..)`),
+    /// bounded by `outer_where` (`rn <= n`, ...), named `alias`: the plan, its qualifiers, and
+    /// the rest of `outer_where`.
+    fn top_n_of(
+        &self,
+        inner: &ast::Select,
+        alias: Option<String>,
+        outer_where: Option<&ast::Expr>,
+    ) -> Result<Option<TopNQuery>> {
+        let Some((rank_at, rank_name, spec)) = row_number_of(inner)? else {
+            return Ok(None);
+        };
         if inner.distinct.is_some()
             || !matches!(&inner.group_by, ast::GroupByExpr::Expressions(e, _) if e.is_empty())
         {
@@ -1075,7 +1186,7 @@ impl Catalog {
         }
         // The outer WHERE bounds the rank: `rn <= n`, `rn < n` or `rn = 1`.
         let mut conjuncts = Vec::new();
-        if let Some(selection) = &select.selection {
+        if let Some(selection) = outer_where {
             split_and(selection, &mut conjuncts);
         }
         let mut limit = None;
@@ -1174,8 +1285,161 @@ impl Catalog {
             schema: Schema::new(fields),
             ttl: self.state_ttl()?,
         };
-        let qualifiers = named(alias.as_ref().map(|a| a.name.value.clone()), &top_n);
+        let qualifiers = named(alias, &top_n);
         Ok(Some((top_n, qualifiers, rest)))
+    }
+
+    /// `SELECT .., AGG(x) OVER (PARTITION BY .. ORDER BY .. ROWS BETWEEN n PRECEDING AND
+    /// CURRENT ROW) FROM ..`: an [`Plan::OverAggregate`] (every OVER of the query the same).
+    fn plan_over(&self, select: &ast::Select) -> Result<Plan> {
+        let (input, qualifiers, condition) = self.plan_from(select)?;
+        let input = self.filter(input, &qualifiers, condition.as_ref())?;
+        let schema = input.schema().clone();
+        let scope = self.scope(&schema, &qualifiers);
+        // The window: the first OVER's, which every other must repeat.
+        let spec = select
+            .projection
+            .iter()
+            .find_map(over_call)
+            .map(|(_, spec)| spec.clone())
+            .expect("plan_over is called for a query with an OVER");
+        let ast::WindowType::WindowSpec(spec) = spec else {
+            return Err(SqlError::plan(
+                "a named window (OVER w) is not supported yet: write OVER (PARTITION BY .. ORDER BY ..)",
+            ));
+        };
+        let frame_error = || {
+            SqlError::plan(format!(
+                "OVER ({spec}): the frame Riffle supports is ROWS BETWEEN <n> PRECEDING AND CURRENT ROW"
+            ))
+        };
+        let frame = spec.window_frame.as_ref().ok_or_else(frame_error)?;
+        let preceding = match (&frame.units, &frame.start_bound, &frame.end_bound) {
+            (
+                ast::WindowFrameUnits::Rows,
+                ast::WindowFrameBound::Preceding(Some(n)),
+                None | Some(ast::WindowFrameBound::CurrentRow),
+            ) => match compile(n, &scope)?.constant_value() {
+                Some(crate::types::Value::Int(n)) if n >= 0 => n as usize,
+                _ => return Err(frame_error()),
+            },
+            _ => return Err(frame_error()),
+        };
+        let mut pre = Vec::new();
+        let mut texts = Vec::new();
+        for expr in &spec.partition_by {
+            pre.push(compile(expr, &scope)?);
+            texts.push(expr.to_string());
+        }
+        let partitions = pre.len();
+        let mut descending = Vec::new();
+        for item in &spec.order_by {
+            descending.push(match &item.options.sort {
+                None | Some(ast::OrderBySort::Asc) => false,
+                Some(ast::OrderBySort::Desc) => true,
+                Some(_) => {
+                    return Err(SqlError::plan(format!(
+                        "ORDER BY {item} in OVER (..) is not supported (ASC or DESC)"
+                    )));
+                }
+            });
+            pre.push(compile(&item.expr, &scope)?);
+            texts.push(item.to_string());
+        }
+        if descending.is_empty() {
+            return Err(SqlError::plan(format!(
+                "OVER ({spec}) needs an ORDER BY (which rows come before)"
+            )));
+        }
+        let mut aggs = Vec::new();
+        let mut outputs = Vec::new();
+        let mut fields = Vec::new();
+        for (position, item) in select.projection.iter().enumerate() {
+            let (expr, alias) = match item {
+                ast::SelectItem::UnnamedExpr(e) => (e, None),
+                ast::SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.value.clone())),
+                _ => {
+                    return Err(SqlError::plan(
+                        "SELECT * of an OVER aggregation: name the columns",
+                    ));
+                }
+            };
+            if let Some((function, over)) = over_call(item) {
+                if over.to_string() != ast::WindowType::WindowSpec(spec.clone()).to_string() {
+                    return Err(SqlError::plan(format!(
+                        "every OVER of a query is the same window (got `{over}` and `{spec}`)"
+                    )));
+                }
+                let mut plain = function.clone();
+                plain.over = None;
+                let mut found = Vec::new();
+                rewrite_grouped(&ast::Expr::Function(plain), &[], &mut found)?;
+                let [aggregate] = &found[..] else {
+                    return Err(SqlError::plan(format!(
+                        "{function}: an aggregate (COUNT, SUM, MIN, MAX, AVG) OVER a window"
+                    )));
+                };
+                let arg = aggregate
+                    .arg
+                    .as_ref()
+                    .map(|a| compile(a, &scope))
+                    .transpose()?;
+                let (kind, ty) = AggSpec::kind_and_type(
+                    &aggregate.name,
+                    aggregate.distinct,
+                    arg.as_ref().map(|a| a.ty.clone()),
+                )?;
+                let arg_type = arg.as_ref().map_or(DataType::Null, |a| a.ty.clone());
+                let arg_index = arg.map(|a| {
+                    pre.push(a);
+                    pre.len() - 1
+                });
+                texts.push(function.to_string());
+                fields.push(Field {
+                    name: alias.unwrap_or_else(|| format!("EXPR${position}")),
+                    ty: ty.clone(),
+                    nullable: true,
+                });
+                outputs.push(Err(aggs.len()));
+                aggs.push(AggSpec {
+                    kind,
+                    arg: arg_index,
+                    filter: None,
+                    arg_type,
+                    ty,
+                });
+            } else {
+                if has_aggregate(expr) {
+                    return Err(SqlError::plan(format!(
+                        "`{expr}`: an aggregate in a query with OVER needs its own OVER (..)"
+                    )));
+                }
+                let typed = compile(expr, &scope)?;
+                fields.push(Field {
+                    name: alias.unwrap_or_else(|| {
+                        typed
+                            .name
+                            .clone()
+                            .unwrap_or_else(|| format!("EXPR${position}"))
+                    }),
+                    ty: typed.ty.clone(),
+                    nullable: typed.nullable,
+                });
+                pre.push(typed);
+                outputs.push(Ok(pre.len() - 1));
+            }
+        }
+        Ok(Plan::OverAggregate {
+            input: Box::new(input),
+            pre,
+            partitions,
+            descending,
+            aggs,
+            preceding,
+            outputs,
+            texts,
+            schema: Schema::new(fields),
+        })
     }
 
     /// `SELECT DISTINCT a, b FROM ..`: a group aggregate by every column of the SELECT list,
@@ -1894,6 +2158,32 @@ fn named(name: Option<String>, plan: &Plan) -> Qualifiers {
         .unwrap_or_default()
 }
 
+/// The qualifiers of a derived table without a name (`FROM (SELECT A.id, B.price FROM ..)`,
+/// as Nexmark q6 writes): each column its SELECT list gives as a qualified column (`A.id`)
+/// keeps that qualifier, so that `A.id` still names it outside (Calcite's lenient reading).
+fn unnamed_derived_qualifiers(relation: &ast::TableFactor) -> Qualifiers {
+    let ast::TableFactor::Derived { subquery, .. } = relation else {
+        return Vec::new();
+    };
+    let ast::SetExpr::Select(select) = subquery.body.as_ref() else {
+        return Vec::new();
+    };
+    let mut qualifiers = Vec::new();
+    for (i, item) in select.projection.iter().enumerate() {
+        match item {
+            ast::SelectItem::UnnamedExpr(ast::Expr::CompoundIdentifier(parts))
+                if parts.len() == 2 =>
+            {
+                qualifiers.push((parts[0].value.clone(), i..i + 1));
+            }
+            // Before a `*`, the positions after it are not known.
+            ast::SelectItem::Wildcard(_) | ast::SelectItem::QualifiedWildcard(..) => break,
+            _ => {}
+        }
+    }
+    qualifiers
+}
+
 /// The kind and condition of a `JOIN .. ON ..`.
 fn join_kind(join: &ast::Join) -> Result<(riffle::join::JoinType, &ast::Expr)> {
     use ast::JoinOperator as J;
@@ -2033,6 +2323,21 @@ struct FoundAggregate {
     arg: Option<ast::Expr>,
     filter: Option<ast::Expr>,
     text: String,
+}
+
+/// The function of a SELECT item that is an aggregate `OVER (..)` (not `ROW_NUMBER()`, a
+/// Top-N's), and its window.
+fn over_call(item: &ast::SelectItem) -> Option<(&ast::Function, &ast::WindowType)> {
+    let (ast::SelectItem::UnnamedExpr(ast::Expr::Function(function))
+    | ast::SelectItem::ExprWithAlias {
+        expr: ast::Expr::Function(function),
+        ..
+    }) = item
+    else {
+        return None;
+    };
+    let over = function.over.as_ref()?;
+    (!function.name.to_string().eq_ignore_ascii_case("ROW_NUMBER")).then_some((function, over))
 }
 
 /// Whether `expr` calls an aggregate function.

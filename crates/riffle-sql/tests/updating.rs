@@ -266,6 +266,59 @@ fn an_aggregate_over_an_updating_input_ends_at_the_batch_result_at_any_paralleli
     }
 }
 
+/// `SUM(..) OVER (PARTITION BY .. ORDER BY .. ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)`: rows
+/// in order only add rows; a row that comes before rows already out updates the one after it.
+#[test]
+fn an_over_aggregation_adds_each_row_and_updates_the_rows_a_late_one_precedes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ddl = orders(
+        dir.path(),
+        &[(1, 10, 1), (2, 5, 2), (1, 30, 3), (1, 20, 4), (1, 7, 0)],
+    );
+    let query = "SELECT customer, amount, SUM(amount) OVER (PARTITION BY customer ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s FROM orders";
+    let got: Vec<String> = changes(&ddl, query, EnvConfig::deterministic())
+        .iter()
+        .map(text)
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "+I[1, 10, 10]",
+            "+I[2, 5, 5]",
+            "+I[1, 30, 40]",
+            "+I[1, 20, 50]",
+            // 7 (ts 0) comes first: 10's frame is now 7 and 10.
+            "-U[1, 10, 10]",
+            "+U[1, 7, 7]",
+            "+I[1, 10, 17]",
+        ],
+        "{got:?}"
+    );
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&ddl).unwrap();
+    let plan = sql.explain(query).unwrap();
+    assert!(
+        plan.contains(
+            "OverAggregate: partitioned by [customer], ordered by [ts], ROWS 1 PRECEDING"
+        ) && plan.contains("[retract: +I -U +U -D]"),
+        "{plan}"
+    );
+    let error = |query: &str| sql.sql_changelog(query).err().unwrap().to_string();
+    let frame = error("SELECT SUM(amount) OVER (PARTITION BY customer ORDER BY ts) FROM orders");
+    assert!(
+        frame.contains("ROWS BETWEEN <n> PRECEDING AND CURRENT ROW"),
+        "{frame}"
+    );
+    let two = error(
+        "SELECT SUM(amount) OVER (PARTITION BY customer ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW), MAX(amount) OVER (ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM orders",
+    );
+    assert!(
+        two.contains("every OVER of a query is the same window"),
+        "{two}"
+    );
+}
+
 #[test]
 fn explain_shows_the_updating_aggregate_its_state_and_its_changelog_mode() {
     let dir = tempfile::tempdir().unwrap();
