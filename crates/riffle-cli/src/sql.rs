@@ -30,9 +30,30 @@ pub struct SqlArgs {
     pub engine: EngineArgs,
 }
 
-/// The functions every script can call by `CREATE FUNCTION name AS '...'`: Nexmark's
-/// `count_char(text, 'c')` (q14).
+/// The functions every script can call: Nexmark's `count_char(text, 'c')` (q14, which names it
+/// by `CREATE FUNCTION`), and the seed's `is_bot(user_agent)` and `ip_country(ip)` (`riffle
+/// demo`'s bot filter and IP-prefix table; `examples/sql/clicks.sql`).
 pub fn register_functions(sql: &SqlEnv) {
+    // The seed's job in SQL: its bot filter and its IP-prefix enrichment, as `riffle demo`'s.
+    sql.register_function(
+        "is_bot",
+        ScalarFunction::returning(DataType::Boolean, |args| match args {
+            [Value::String(agent)] => Ok(Value::Bool(crate::clicks::is_bot(agent))),
+            _ => Ok(Value::Null),
+        }),
+    );
+    sql.register_function(
+        "ip_country",
+        ScalarFunction::returning(DataType::Varchar, |args| match args {
+            [Value::String(ip)] => {
+                let country = crate::clicks::IpCountryTable::embedded()
+                    .lookup(ip)
+                    .unwrap_or(crate::clicks::Country::UNKNOWN);
+                Ok(Value::string(country.as_str()))
+            }
+            _ => Ok(Value::Null),
+        }),
+    );
     sql.register_function(
         "count_char",
         ScalarFunction::returning(DataType::BigInt, |args| match args {

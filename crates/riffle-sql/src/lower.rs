@@ -440,6 +440,7 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
             input,
             window,
             processing_time,
+            late,
             pre,
             keys,
             aggs,
@@ -447,7 +448,12 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
             having,
             ..
         } => {
-            let pre: Vec<_> = pre.iter().map(|e| e.eval.clone()).collect();
+            let mut pre: Vec<_> = pre.iter().map(|e| e.eval.clone()).collect();
+            // The late rows' table's columns ride along after the aggregates' arguments.
+            let late_from = pre.len();
+            if let Some((_, columns)) = late {
+                pre.extend(columns.iter().map(|c| c.eval.clone()));
+            }
             let output = Output::new(post, having.as_ref());
             let key_count = *keys;
             let ms = |ms: &i64| Duration::from_millis(*ms as u64);
@@ -464,13 +470,25 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
             let aggregates = RowAggregates {
                 specs: aggs.clone(),
             };
+            let late_tag = riffle::operators::OutputTag::<Row>::new("late-rows");
+            let mut windowed = append(input)?
+                .try_map(move |row: Row| eval_all(&pre, &row))
+                .name("Pre-aggregate")
+                .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()))
+                .window(windows);
+            if late.is_some() {
+                windowed = windowed.side_output_late(&late_tag);
+            }
+            let results = windowed.aggregate(aggregates);
+            if let Some((table, _)) = late {
+                let late_rows = results
+                    .get_side_output(&late_tag)
+                    .map(move |mut row: Row| Row(row.0.split_off(late_from)))
+                    .name("Late rows");
+                connectors::sink(Rows::Append(late_rows), table, &sink_schema(table))?;
+            }
             Rows::Append(
-                append(input)?
-                    .try_map(move |row: Row| eval_all(&pre, &row))
-                    .name("Pre-aggregate")
-                    .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()))
-                    .window(windows)
-                    .aggregate(aggregates)
+                results
                     .process(move |result, ctx| {
                         let riffle::window::WindowResult {
                             key,

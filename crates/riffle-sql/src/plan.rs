@@ -92,6 +92,10 @@ pub enum Plan {
         window: WindowKind,
         /// Whether they are of processing time (fired by the clock, not the watermark).
         processing_time: bool,
+        /// Riffle's extension, `SET 'riffle.window.late-rows-table' = 't'`: the table that the
+        /// rows too late for their windows are written into, and its columns over the input
+        /// (by name, cast to the table's types).
+        late: Option<(Box<TableDef>, Vec<Typed>)>,
         /// What each input row contributes: the group keys (first `keys` columns), then the
         /// aggregates' arguments and filters.
         pre: Vec<Typed>,
@@ -415,6 +419,7 @@ impl Plan {
                 input,
                 window,
                 processing_time,
+                late,
                 keys,
                 texts,
                 schema,
@@ -424,6 +429,10 @@ impl Plan {
                 let (time, fired) = match processing_time {
                     true => (" of processing time", "the clock"),
                     false => ("", "the watermark"),
+                };
+                let fired = match late {
+                    Some((table, _)) => format!("{fired}; late rows to `{}`", table.name),
+                    None => fired.to_string(),
                 };
                 lines.push(format!(
                     "{pad}Window: {window}{time}, keyed by [{}], aggregates [{}] -> {schema} (keyed state: one accumulator per key and window, fired by {fired}) [{mode}]",
@@ -1672,6 +1681,7 @@ impl Catalog {
         let (input, keys, schema) = (Box::new(input), keys.len(), Schema::new(out_fields));
         Ok(match window {
             Some(window) => Plan::WindowAggregate {
+                late: self.late_rows_table(&input, &scope)?,
                 input,
                 window,
                 processing_time,
@@ -1695,6 +1705,41 @@ impl Catalog {
                 ttl: self.state_ttl()?,
             },
         })
+    }
+
+    /// Riffle's extension to Flink's SQL, `SET 'riffle.window.late-rows-table' = 't'`: the rows
+    /// of a window aggregation's input too late for their windows (behind the watermark) go to
+    /// table `t` instead of being dropped (the DataStream API's late side output). Each of
+    /// `t`'s columns is the input's column of its name, cast to its type.
+    fn late_rows_table(
+        &self,
+        input: &Plan,
+        scope: &Scope<'_>,
+    ) -> Result<Option<(Box<TableDef>, Vec<Typed>)>> {
+        const KEY: &str = "riffle.window.late-rows-table";
+        let Some(name) = self.options.get(KEY) else {
+            return Ok(None);
+        };
+        let Some(table) = self.tables.get(name) else {
+            return Err(SqlError::plan(format!(
+                "SET '{KEY}' = '{name}': no table `{name}` (known: {})",
+                self.known_names()
+            )));
+        };
+        let mut columns = Vec::new();
+        for field in crate::lower::sink_schema(table).fields {
+            let column = compile(&ast::Expr::Identifier(ast::Ident::new(&field.name)), scope)
+                .map_err(|e| {
+                    SqlError::plan(format!(
+                        "SET '{KEY}' = '{name}': its column `{}` is not a column of the window's input ({}; the input has {})",
+                        field.name,
+                        e.message,
+                        input.schema()
+                    ))
+                })?;
+            columns.push(column.cast(&field.ty)?);
+        }
+        Ok(Some((Box::new(table.clone()), columns)))
     }
 
     /// Checks the options the planner reads (`SET` calls it, so that a bad value fails at the

@@ -212,3 +212,112 @@ fn the_interactive_client_runs_statements_one_after_another() {
     let history = std::fs::read_to_string(dir.path().join(".riffle_sql_history")).unwrap();
     assert!(history.contains("SHOW TABLES;"), "{history}");
 }
+
+/// The seed's job in SQL (`examples/sql/clicks.sql`: bots dropped with `is_bot`, clicks
+/// enriched with `ip_country`, counted per user and 1-minute tumbling window, the late clicks
+/// written to their own table by `SET 'riffle.window.late-rows-table'`) writes exactly what
+/// `riffle demo --lateness-secs 0` writes from the same clicks at p = 1: the same counts per
+/// user and window, the same late clicks with their country (times compared as epoch ms: the
+/// demo writes numbers, SQL's JSON format timestamps). At p = 2 the file is read by two readers
+/// whose interleaving decides which clicks are late, in either job: there every click that is
+/// no bot's is in a count or among the late clicks, in both.
+#[test]
+fn the_seeds_job_in_sql_writes_what_the_demo_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    crate::riffle(
+        &[
+            "generate",
+            "clicks",
+            "--count",
+            "20000",
+            "--users",
+            "500",
+            "--late-share",
+            "0.01",
+            "--output",
+            "clicks.jsonl",
+        ],
+        dir.path(),
+    );
+    let job = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/sql/clicks.sql");
+    // Each line as JSON with its times as epoch milliseconds, sorted.
+    let normalized = |out: &Path, table: &str| -> Vec<String> {
+        let mut rows: Vec<String> = crate::sorted_lines(&out.join(table))
+            .iter()
+            .map(|line| {
+                let mut row: serde_json::Value = serde_json::from_str(line).unwrap();
+                for column in ["window_start", "window_end", "event_time"] {
+                    if let Some(text) = row.get(column).and_then(|t| t.as_str()) {
+                        row[column] = riffle_sql::format::parse_timestamp(text).unwrap().into();
+                    }
+                }
+                row.to_string()
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    for p in ["1", "2"] {
+        let (demo, sql) = (format!("demo-{p}"), format!("sql-{p}"));
+        crate::riffle(
+            &[
+                "demo",
+                "--input",
+                "clicks.jsonl",
+                "--output",
+                &demo,
+                "--no-web",
+                "--lateness-secs",
+                "0",
+                "-p",
+                p,
+            ],
+            dir.path(),
+        );
+        crate::riffle(
+            &[
+                "sql",
+                "-f",
+                job,
+                "--define",
+                "INPUT=clicks.jsonl",
+                "--define",
+                &format!("OUTPUT={sql}"),
+                "--no-web",
+                "-p",
+                p,
+            ],
+            dir.path(),
+        );
+        if p == "1" {
+            for table in ["agg-clicks", "late-clicks"] {
+                let expected = normalized(&dir.path().join(&demo), table);
+                assert!(!expected.is_empty(), "p = {p}: no {table}");
+                assert_eq!(
+                    normalized(&dir.path().join(&sql), table),
+                    expected,
+                    "p = {p}: {table}"
+                );
+            }
+        }
+        // Clicks counted plus clicks late: every click that is no bot's, in both jobs.
+        let clicks = |out: &str| -> u64 {
+            let counted: u64 = normalized(&dir.path().join(out), "agg-clicks")
+                .iter()
+                .map(|row| {
+                    let row: serde_json::Value = serde_json::from_str(row).unwrap();
+                    row["count"].as_u64().unwrap()
+                })
+                .sum();
+            counted + normalized(&dir.path().join(out), "late-clicks").len() as u64
+        };
+        let humans = crate::sorted_lines(dir.path())
+            .iter()
+            .filter(|line| {
+                let click: serde_json::Value = serde_json::from_str(line).unwrap();
+                !riffle_cli::clicks::is_bot(click["user_agent"].as_str().unwrap())
+            })
+            .count() as u64;
+        assert_eq!((clicks(&demo), clicks(&sql)), (humans, humans), "p = {p}");
+    }
+}
