@@ -44,6 +44,14 @@ pub fn riffle_raw(args: &[&str], dir: &Path) -> Output {
         .expect("riffle runs")
 }
 
+/// Every line of every file in `dir`, sorted; none if `dir` is not there (yet).
+pub fn sorted_lines_if_any(dir: &Path) -> Vec<String> {
+    match dir.is_dir() {
+        true => sorted_lines(dir),
+        false => Vec::new(),
+    }
+}
+
 /// Every line of every file in `dir`, sorted.
 pub fn sorted_lines(dir: &Path) -> Vec<String> {
     let mut lines = Vec::new();

@@ -321,3 +321,124 @@ fn the_seeds_job_in_sql_writes_what_the_demo_writes() {
         assert_eq!((clicks(&demo), clicks(&sql)), (humans, humans), "p = {p}");
     }
 }
+
+/// A SQL job killed with SIGKILL while it runs and started again with `--restore latest` writes
+/// what a run never killed writes: the window counts (exactly-once part files) line for line,
+/// and the updating totals' changelog (Debezium JSON) to the same final rows, no change applied
+/// twice. The generator is throttled (`'rows-per-second'`) so that the kill comes mid-run, once
+/// a checkpoint has committed output.
+#[test]
+fn a_sql_job_killed_mid_run_and_restored_loses_and_duplicates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = script(
+        dir.path(),
+        "job.sql",
+        "CREATE TABLE datagen (
+            event_type INT,
+            bid ROW<auction BIGINT, bidder BIGINT, price BIGINT, dateTime TIMESTAMP(3)>,
+            dateTime AS CASE WHEN event_type = 2 THEN bid.dateTime ELSE TIMESTAMP '2026-01-15 00:00:00' END,
+            WATERMARK FOR dateTime AS dateTime - INTERVAL '1' SECOND
+        ) WITH ('connector' = 'nexmark', 'events.num' = '400000', 'first-event.rate' = '100000',
+                'next-event.rate' = '100000', 'rows-per-second' = '100000');
+        CREATE VIEW bid AS SELECT bid.auction, bid.price, dateTime FROM datagen WHERE event_type = 2;
+        CREATE TABLE windows (bucket BIGINT, window_start TIMESTAMP(3), bids BIGINT)
+          WITH ('connector' = 'filesystem', 'path' = '${OUT}/windows', 'format' = 'json');
+        CREATE TABLE totals (bucket BIGINT, bids BIGINT, euros BIGINT)
+          WITH ('connector' = 'filesystem', 'path' = '${OUT}/totals', 'format' = 'debezium-json');
+        INSERT INTO windows
+        SELECT MOD(auction, 10), window_start, COUNT(*)
+        FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '1' SECOND))
+        GROUP BY MOD(auction, 10), window_start, window_end;
+        INSERT INTO totals SELECT MOD(auction, 10), COUNT(*), SUM(price) FROM bid GROUP BY MOD(auction, 10);",
+    );
+    let args = |out: &str| -> Vec<String> {
+        [
+            "sql",
+            "-f",
+            &job,
+            "-D",
+            &format!("OUT={out}"),
+            "--checkpoint-dir",
+            &format!("{out}-checkpoints"),
+            "--checkpoint-interval-ms",
+            "200",
+            "--no-web",
+            "-p",
+            "2",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let strs = |v: &[String]| {
+        v.iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join("\u{0}")
+    };
+    let run = |v: &[String]| {
+        let joined = strs(v);
+        let args: Vec<&str> = joined.split('\u{0}').collect();
+        crate::riffle(&args, dir.path())
+    };
+    run(&args("reference"));
+
+    // The victim: killed once a checkpoint has committed some of its output.
+    let victim = args("victim");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_riffle"))
+        .args(&victim)
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let totals = dir.path().join("victim/totals");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !crate::sorted_lines_if_any(&totals).iter().any(|_| true) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no output committed in 60 s"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the job ended before the kill"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the job ended before the kill"
+    );
+    child.kill().unwrap(); // SIGKILL: no clean-up, no final commit
+    child.wait().unwrap();
+    let mut restore = victim.clone();
+    restore.extend(["--restore".to_string(), "latest".to_string()]);
+    run(&restore);
+
+    let windows = |out: &str| crate::sorted_lines(&dir.path().join(out).join("windows"));
+    let expected = windows("reference");
+    assert!(!expected.is_empty());
+    assert_eq!(windows("victim"), expected);
+    // The totals' changelog applied: every change once, each row there once at the end.
+    let final_totals = |out: &str| -> Vec<String> {
+        let mut counts: std::collections::BTreeMap<String, i64> = Default::default();
+        for line in crate::sorted_lines(&dir.path().join(out).join("totals")) {
+            let change: serde_json::Value = serde_json::from_str(&line).unwrap();
+            let (row, by) = match change["op"].as_str() {
+                Some("c") => (change["after"].to_string(), 1),
+                Some("d") => (change["before"].to_string(), -1),
+                other => panic!("op {other:?}"),
+            };
+            *counts.entry(row).or_default() += by;
+        }
+        assert!(counts.values().all(|n| *n == 0 || *n == 1), "{counts:?}");
+        counts
+            .into_iter()
+            .filter(|(_, n)| *n == 1)
+            .map(|(row, _)| row)
+            .collect()
+    };
+    let totals = final_totals("reference");
+    assert_eq!(totals.len(), 10);
+    assert_eq!(final_totals("victim"), totals);
+}

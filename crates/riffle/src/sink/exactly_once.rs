@@ -48,6 +48,7 @@ use crate::sink::{Finalizer, Guarantee, Sink, SinkWriter};
 pub struct ExactlyOnceFileSink<T> {
     dir: PathBuf,
     setting: String,
+    extension: String,
     roll_size: u64,
     roll_interval: Duration,
     encoder: Option<JsonEncoder<T>>,
@@ -60,6 +61,7 @@ impl<T> ExactlyOnceFileSink<T> {
         ExactlyOnceFileSink {
             dir: dir.into(),
             setting: "output".into(),
+            extension: "jsonl".into(),
             roll_size: 128 << 20,
             roll_interval: Duration::from_secs(600),
             encoder: None,
@@ -99,6 +101,12 @@ impl<T> ExactlyOnceFileSink<T> {
     /// The name of the setting the directory came from, used in configuration errors.
     pub fn setting_name(mut self, setting: &str) -> Self {
         self.setting = setting.to_string();
+        self
+    }
+
+    /// The extension of the part files (default `jsonl`; SQL's CSV tables write `csv`).
+    pub fn extension(mut self, extension: &str) -> Self {
+        self.extension = extension.to_string();
         self
     }
 }
@@ -147,6 +155,7 @@ impl<T: Data> Sink<T> for ExactlyOnceFileSink<T> {
         Ok(Box::new(TransactionalWriter {
             job,
             dir: self.dir.clone(),
+            extension: self.extension.clone(),
             subtask: ctx.subtask,
             parallelism: ctx.parallelism,
             run,
@@ -209,6 +218,8 @@ struct TransactionalWriter<T> {
     /// Hash of the job's name: the prefix of this job's part files.
     job: String,
     dir: PathBuf,
+    /// The part files' extension.
+    extension: String,
     subtask: usize,
     parallelism: usize,
     run: String,
@@ -259,8 +270,8 @@ impl<T> TransactionalWriter<T> {
                 sync_dir(&self.dir)?;
             }
             let name = format!(
-                "part-{}-{}-{}-{}.jsonl",
-                self.job, self.subtask, self.run, self.sequence
+                "part-{}-{}-{}-{}.{}",
+                self.job, self.subtask, self.run, self.sequence, self.extension
             );
             self.sequence += 1;
             let path = in_progress.join(&name);
@@ -419,6 +430,7 @@ mod tests {
         TransactionalWriter {
             job: job_tag("job"),
             dir: dir.to_path_buf(),
+            extension: "jsonl".into(),
             subtask,
             parallelism: 1,
             run: run.into(),
