@@ -376,8 +376,19 @@ impl TopN {
     }
 }
 
+/// The scans of one statement's plan, by table: a table read twice (a join of two views of
+/// it, Nexmark's `auction` and `bid`) is read once, its rows going to both readers (as Flink
+/// reuses a scan).
+type Scans = std::cell::RefCell<HashMap<String, DataStream<Row>>>;
+
 /// The rows of `plan`, as a stream of `env`.
 pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
+    lower_in(plan, env, &Scans::default())
+}
+
+/// [`lower`], sharing the statement's `scans`.
+fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
+    let lower = |plan: &Plan, env: &StreamEnv| lower_in(plan, env, scans);
     let append =
         |plan: &Plan| -> Result<DataStream<Row>> { lower(plan, env)?.into_append("an aggregate") };
     Ok(match plan {
@@ -387,13 +398,14 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
             computed,
             time,
             ..
-        } => Rows::Append(connectors::scan(
-            env,
-            table,
-            physical,
-            computed.clone(),
-            time.clone(),
-        )?),
+        } => {
+            if let Some(rows) = scans.borrow().get(&table.name) {
+                return Ok(Rows::Append(rows.clone()));
+            }
+            let rows = connectors::scan(env, table, physical, computed.clone(), time.clone())?;
+            scans.borrow_mut().insert(table.name.clone(), rows.clone());
+            Rows::Append(rows)
+        }
         Plan::Filter { .. } | Plan::Project { .. } => {
             // Consecutive filters and projections run as one step: one call per row, no
             // emit between them.
