@@ -1230,21 +1230,7 @@ impl Catalog {
         }
         let mut order = Vec::new();
         for item in &spec.order_by {
-            let descending = match &item.options.sort {
-                None | Some(ast::OrderBySort::Asc) => false,
-                Some(ast::OrderBySort::Desc) => true,
-                Some(_) => {
-                    return Err(SqlError::plan(format!(
-                        "ORDER BY {item} in OVER (..) is not supported (ASC or DESC)"
-                    )));
-                }
-            };
-            if item.options.nulls_first.is_some() {
-                return Err(SqlError::plan(
-                    "NULLS FIRST / NULLS LAST in OVER (..) is not supported yet (NULLs come first ascending, last descending)",
-                ));
-            }
-            order.push((compile(&item.expr, &scope)?, descending));
+            order.push(order_key(item, &scope)?);
             texts.push(item.to_string());
         }
         if order.is_empty() {
@@ -1343,16 +1329,9 @@ impl Catalog {
         let partitions = pre.len();
         let mut descending = Vec::new();
         for item in &spec.order_by {
-            descending.push(match &item.options.sort {
-                None | Some(ast::OrderBySort::Asc) => false,
-                Some(ast::OrderBySort::Desc) => true,
-                Some(_) => {
-                    return Err(SqlError::plan(format!(
-                        "ORDER BY {item} in OVER (..) is not supported (ASC or DESC)"
-                    )));
-                }
-            });
-            pre.push(compile(&item.expr, &scope)?);
+            let (key, desc) = order_key(item, &scope)?;
+            descending.push(desc);
+            pre.push(key);
             texts.push(item.to_string());
         }
         if descending.is_empty() {
@@ -1388,35 +1367,15 @@ impl Catalog {
                         "{function}: an aggregate (COUNT, SUM, MIN, MAX, AVG) OVER a window"
                     )));
                 };
-                let arg = aggregate
-                    .arg
-                    .as_ref()
-                    .map(|a| compile(a, &scope))
-                    .transpose()?;
-                let (kind, ty) = AggSpec::kind_and_type(
-                    &aggregate.name,
-                    aggregate.distinct,
-                    arg.as_ref().map(|a| a.ty.clone()),
-                )?;
-                let arg_type = arg.as_ref().map_or(DataType::Null, |a| a.ty.clone());
-                let arg_index = arg.map(|a| {
-                    pre.push(a);
-                    pre.len() - 1
-                });
+                let spec = aggregate_spec(aggregate, &scope, &mut pre)?;
                 texts.push(function.to_string());
                 fields.push(Field {
                     name: alias.unwrap_or_else(|| format!("EXPR${position}")),
-                    ty: ty.clone(),
+                    ty: spec.ty.clone(),
                     nullable: true,
                 });
                 outputs.push(Err(aggs.len()));
-                aggs.push(AggSpec {
-                    kind,
-                    arg: arg_index,
-                    filter: None,
-                    arg_type,
-                    ty,
-                });
+                aggs.push(spec);
             } else {
                 if has_aggregate(expr) {
                     return Err(SqlError::plan(format!(
@@ -1584,36 +1543,8 @@ impl Catalog {
         let mut texts: Vec<String> = key_names.clone();
         let mut aggs = Vec::new();
         for aggregate in &found {
-            let arg = match &aggregate.arg {
-                Some(arg) => Some(compile(arg, &scope)?),
-                None => None,
-            };
-            let (kind, ty) = AggSpec::kind_and_type(
-                &aggregate.name,
-                aggregate.distinct,
-                arg.as_ref().map(|a| a.ty.clone()),
-            )?;
-            let arg_type = arg.as_ref().map_or(DataType::Null, |a| a.ty.clone());
-            let arg_index = arg.map(|a| {
-                pre.push(a);
-                pre.len() - 1
-            });
-            let filter_index = match &aggregate.filter {
-                Some(filter) => {
-                    let f = compile(filter, &scope)?;
-                    pre.push(f);
-                    Some(pre.len() - 1)
-                }
-                None => None,
-            };
             texts.push(aggregate.text.clone());
-            aggs.push(AggSpec {
-                kind,
-                arg: arg_index,
-                filter: filter_index,
-                arg_type,
-                ty,
-            });
+            aggs.push(aggregate_spec(aggregate, &scope, &mut pre)?);
         }
         // The aggregated row: keys, window bounds and time, aggregates.
         let mut fields: Vec<Field> = keys
@@ -2368,6 +2299,61 @@ struct FoundAggregate {
     arg: Option<ast::Expr>,
     filter: Option<ast::Expr>,
     text: String,
+}
+
+/// An `ORDER BY` key of an `OVER (..)` over `scope`'s columns, and whether it is descending.
+fn order_key(item: &ast::OrderByExpr, scope: &Scope<'_>) -> Result<(Typed, bool)> {
+    let descending = match &item.options.sort {
+        None | Some(ast::OrderBySort::Asc) => false,
+        Some(ast::OrderBySort::Desc) => true,
+        Some(_) => {
+            return Err(SqlError::plan(format!(
+                "ORDER BY {item} in OVER (..) is not supported (ASC or DESC)"
+            )));
+        }
+    };
+    if item.options.nulls_first.is_some() {
+        return Err(SqlError::plan(
+            "NULLS FIRST / NULLS LAST in OVER (..) is not supported yet (NULLs come first ascending, last descending)",
+        ));
+    }
+    Ok((compile(&item.expr, scope)?, descending))
+}
+
+/// The spec of `aggregate` over `scope`'s columns, its argument and `FILTER` condition
+/// pushed onto the pre-computed row `pre`.
+fn aggregate_spec(
+    aggregate: &FoundAggregate,
+    scope: &Scope<'_>,
+    pre: &mut Vec<Typed>,
+) -> Result<AggSpec> {
+    let arg = aggregate
+        .arg
+        .as_ref()
+        .map(|a| compile(a, scope))
+        .transpose()?;
+    let (kind, ty) = AggSpec::kind_and_type(
+        &aggregate.name,
+        aggregate.distinct,
+        arg.as_ref().map(|a| a.ty.clone()),
+    )?;
+    let arg_type = arg.as_ref().map_or(DataType::Null, |a| a.ty.clone());
+    let mut push = |typed: Typed| {
+        pre.push(typed);
+        pre.len() - 1
+    };
+    let arg = arg.map(&mut push);
+    let filter = match &aggregate.filter {
+        Some(filter) => Some(push(compile(filter, scope)?)),
+        None => None,
+    };
+    Ok(AggSpec {
+        kind,
+        arg,
+        filter,
+        arg_type,
+        ty,
+    })
 }
 
 /// The function of a SELECT item that is an aggregate `OVER (..)` (not `ROW_NUMBER()`, a
