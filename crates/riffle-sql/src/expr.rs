@@ -307,13 +307,14 @@ fn compound(parts: &[ast::Ident], scope: &Scope<'_>) -> Result<Typed> {
         .filter(|(name, _)| *name == parts[0].value)
         .map(|(_, range)| range)
         .collect();
-    let (mut value, rest) = match ranges.split_first() {
-        Some((first, others)) if parts.len() > 1 => {
-            let found = others
+    let (mut value, rest) = match ranges.first() {
+        Some(first) if parts.len() > 1 => {
+            let found = ranges
                 .iter()
                 .find_map(|range| scope.column(&parts[1].value, (*range).clone()).ok());
             match found {
                 Some(value) => (value, &parts[2..]),
+                // Not in any: the first range's error names the column.
                 None => (
                     scope.column(&parts[1].value, (*first).clone())?,
                     &parts[2..],
