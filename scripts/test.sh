@@ -11,6 +11,17 @@ command -v cargo >/dev/null || { echo "test.sh: cargo is required (https://rustu
 # Formatting first: it needs nothing installed and fails in a second.
 cargo fmt --all --check
 
+# A clean build of every test binary needs about 5 GB under target/ (incremental compilation,
+# which a fresh clone never reuses, would add almost 3 GB more: it is off here). A CI run once
+# died in the linker with a bus error on a full disk: say so plainly before building.
+export CARGO_INCREMENTAL=0
+target_dir="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$target_dir"
+free_kb="$(df -Pk "$target_dir" | awk 'NR == 2 { print $4 }')"
+if [ -n "$free_kb" ] && [ "$free_kb" -lt $((8 * 1024 * 1024)) ]; then
+    echo "test.sh: only $((free_kb / 1024)) MB free under $target_dir; the build needs about 5 GB (a linker dying with a bus error means the disk filled up)" >&2
+fi
+
 # System libraries (RocksDB, libclang for its bindings, OpenSSL and zlib for librdkafka) and
 # Chromium for the web UI test.
 ./scripts/install-deps.sh
