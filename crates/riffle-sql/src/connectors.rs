@@ -38,6 +38,10 @@ pub fn scan(
     computed: Vec<Typed>,
     time: Option<TimeAttribute>,
 ) -> Result<DataStream<Row>> {
+    if let Some(rows) = &table.rows {
+        let rows: Vec<Row> = rows.as_ref().clone();
+        return Ok(env.from_iter(rows).name(&format!("Source: {}", table.name)));
+    }
     let connector = option(table, "connector")?;
     let time_column = time.as_ref().map(|t| t.column);
     // Physical columns, then computed ones; a row whose time is NULL is refused.

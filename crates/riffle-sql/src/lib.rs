@@ -195,42 +195,15 @@ impl SqlEnv {
 
     fn execute(&self, statement: Statement) -> Result<Executed> {
         match statement {
-            Statement::CreateTable(table) => {
-                let table = *table;
-                let name = table.name.clone();
-                // Checked now: a table that cannot be read fails here, not when queried.
-                self.catalog.borrow().scan(&table)?;
-                self.catalog.borrow_mut().tables.insert(name.clone(), table);
-                Ok(Executed::Created(name))
-            }
-            Statement::CreateView { name, query } => {
-                self.catalog.borrow().plan_query(&query).map_err(|e| {
-                    SqlError::new(format!("view `{name}`: {}", e.message), e.location)
-                })?;
-                self.catalog.borrow_mut().views.insert(name.clone(), *query);
-                Ok(Executed::Created(name))
-            }
-            Statement::CreateFunction { name, class } => {
-                if !self.catalog.borrow().functions.is_registered(&name) {
-                    return Err(SqlError::plan(format!(
-                        "CREATE FUNCTION {name} AS '{class}': Riffle runs no JVM classes; register a Rust function named `{name}` (SqlEnv::register_function)"
-                    )));
+            statement @ (Statement::CreateTable(_)
+            | Statement::CreateView { .. }
+            | Statement::CreateFunction { .. }
+            | Statement::Set { .. }) => {
+                let done = self.catalog.borrow_mut().define(statement)?;
+                if let Executed::Set(key, value) = &done {
+                    self.options.borrow_mut().insert(key.clone(), value.clone());
                 }
-                Ok(Executed::Created(name))
-            }
-            Statement::Set { key, value } => {
-                let mut catalog = self.catalog.borrow_mut();
-                let before = catalog.options.insert(key.clone(), value.clone());
-                // An option the planner reads is checked now, naming the setting.
-                if let Err(e) = catalog.check_options() {
-                    match before {
-                        Some(before) => catalog.options.insert(key.clone(), before),
-                        None => catalog.options.remove(&key),
-                    };
-                    return Err(e);
-                }
-                self.options.borrow_mut().insert(key.clone(), value.clone());
-                Ok(Executed::Set(key, value))
+                Ok(done)
             }
             Statement::Insert { table, query } => {
                 let catalog = self.catalog.borrow();

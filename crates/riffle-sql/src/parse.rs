@@ -95,6 +95,10 @@ pub struct TableDef {
     /// `PARTITIONED BY (..)`: the columns whose values name a row's directory (a `filesystem`
     /// table's sink writes `<path>/a=1/b=x/part-..`, without those columns in the files).
     pub partition_keys: Vec<String>,
+    /// Rows the program gives (a bounded table read from memory, whatever its connector
+    /// option says): `riffle serve` answers a query over a materialized view by reading the
+    /// view's rows as such a table.
+    pub rows: Option<std::sync::Arc<Vec<crate::types::Row>>>,
 }
 
 /// A statement's text, and where it starts in the script.
@@ -149,6 +153,21 @@ fn offset_of(text: &str, location: Location) -> usize {
 }
 
 /// Cuts `script` at its top-level semicolons (comments and strings are tokens of their own).
+/// The statements of a script, as texts without their `;` (comments and quoted `;` kept
+/// inside their statements): what a server that takes statements of its own beside Flink's
+/// (`riffle serve`'s `CREATE MATERIALIZED VIEW`) splits a query string into.
+///
+/// ```
+/// let parts = riffle_sql::parse::split_statements("SET 'a' = ';'; SELECT 1 ;\n").unwrap();
+/// assert_eq!(parts, ["SET 'a' = ';'", "SELECT 1"]);
+/// ```
+pub fn split_statements(script: &str) -> Result<Vec<String>, SqlError> {
+    Ok(split(script)?
+        .into_iter()
+        .map(|piece| piece.text.trim_end().to_string())
+        .collect())
+}
+
 fn split(script: &str) -> Result<Vec<Piece>, SqlError> {
     let mut pieces = Vec::new();
     let mut start: Option<Location> = None;
@@ -464,6 +483,7 @@ fn parse_create_table(text: &str) -> Result<TableDef, SqlError> {
         primary_key: Vec::new(),
         options: BTreeMap::new(),
         partition_keys: Vec::new(),
+        rows: None,
     };
     loop {
         if parse_word(p, "WATERMARK") {

@@ -8,11 +8,12 @@ use std::collections::BTreeMap;
 
 use sqlparser::ast;
 
+use crate::Executed;
 use crate::aggregate::{AggKind, AggSpec};
 use crate::error::{Result, SqlError};
 use crate::expr::{Scope, Typed, compile};
 use crate::functions::Functions;
-use crate::parse::{ColumnDef, TableDef};
+use crate::parse::{ColumnDef, Statement, TableDef};
 use crate::types::{DataType, Field, Schema};
 
 /// What the output rows of a step mean (Flink's changelog modes).
@@ -370,6 +371,76 @@ impl Plan {
         }
     }
 
+    /// The steps this one reads.
+    pub fn inputs(&self) -> Vec<&Plan> {
+        match self {
+            Plan::Scan { .. } => Vec::new(),
+            Plan::Join { left, right, .. } => vec![left, right],
+            Plan::Union { inputs, .. } => inputs.iter().collect(),
+            Plan::WindowAggregate { input, .. }
+            | Plan::GroupAggregate { input, .. }
+            | Plan::TopN { input, .. }
+            | Plan::LookupJoin { input, .. }
+            | Plan::OverAggregate { input, .. }
+            | Plan::Filter { input, .. }
+            | Plan::Project { input, .. } => vec![input],
+        }
+    }
+
+    /// The tables the plan reads: its scans' and its lookup joins', leaves in order.
+    ///
+    /// ```
+    /// use riffle_sql::plan::Catalog;
+    /// use riffle_sql::parse::{parse_statement, Statement};
+    /// let mut catalog = Catalog::default();
+    /// let Statement::CreateTable(t) = parse_statement(
+    ///     "CREATE TABLE t (a BIGINT) WITH ('connector' = 'blackhole')").unwrap() else { panic!() };
+    /// catalog.tables.insert("t".into(), *t);
+    /// let Statement::Query(q) = parse_statement("SELECT a FROM t WHERE a > 1").unwrap() else { panic!() };
+    /// let plan = catalog.plan_query(&q).unwrap();
+    /// assert_eq!(plan.tables().iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["t"]);
+    /// ```
+    pub fn tables(&self) -> Vec<&TableDef> {
+        let mut tables = Vec::new();
+        if let Plan::Scan { table, .. } | Plan::LookupJoin { table, .. } = self {
+            tables.push(table.as_ref());
+        }
+        for input in self.inputs() {
+            tables.extend(input.tables());
+        }
+        tables
+    }
+
+    /// The output columns whose values identify a row of the result, when the plan knows them
+    /// (Flink's upsert key): an updating aggregate's group keys, a window aggregate's keys with
+    /// its window's start or end, as far as the projections above pass them on. `Some(vec![])`:
+    /// the result has at most one row (an aggregate without `GROUP BY`). A materialized view
+    /// (`riffle serve`) is held by this key, and a lookup by all of it finds one row.
+    pub fn unique_key(&self) -> Option<Vec<usize>> {
+        // Where each of `wanted` (columns of the layout `post` reads) is in the output.
+        fn placed(post: &[Typed], wanted: &[usize]) -> Option<Vec<usize>> {
+            wanted
+                .iter()
+                .map(|w| post.iter().position(|p| p.column == Some(*w)))
+                .collect()
+        }
+        match self {
+            Plan::GroupAggregate { keys, post, .. } => {
+                placed(post, &(0..*keys).collect::<Vec<_>>())
+            }
+            Plan::WindowAggregate { keys, post, .. } => {
+                let mut key = placed(post, &(0..*keys).collect::<Vec<_>>())?;
+                // `window_start` (or else `window_end`) tells the windows of a key apart.
+                let window = placed(post, &[*keys]).or_else(|| placed(post, &[*keys + 1]))?;
+                key.extend(window);
+                Some(key)
+            }
+            Plan::Filter { input, .. } => input.unique_key(),
+            Plan::Project { input, exprs, .. } => placed(exprs, &input.unique_key()?),
+            _ => None,
+        }
+    }
+
     /// The plan as Riffle operators, one line per step, leaves last (what `EXPLAIN` prints).
     pub fn explain(&self) -> String {
         let mut lines = Vec::new();
@@ -592,6 +663,50 @@ pub struct Catalog {
 }
 
 impl Catalog {
+    /// Registers what a DDL statement defines: a table (checked readable now, not when
+    /// queried), a view (its query planned now), a function Rust registered under the name, or
+    /// an option (`SET`, checked now when the planner reads it). Other statements are refused.
+    pub fn define(&mut self, statement: Statement) -> Result<Executed> {
+        match statement {
+            Statement::CreateTable(table) => {
+                let table = *table;
+                let name = table.name.clone();
+                self.scan(&table)?;
+                self.tables.insert(name.clone(), table);
+                Ok(Executed::Created(name))
+            }
+            Statement::CreateView { name, query } => {
+                self.plan_query(&query).map_err(|e| {
+                    SqlError::new(format!("view `{name}`: {}", e.message), e.location)
+                })?;
+                self.views.insert(name.clone(), *query);
+                Ok(Executed::Created(name))
+            }
+            Statement::CreateFunction { name, class } => {
+                if !self.functions.is_registered(&name) {
+                    return Err(SqlError::plan(format!(
+                        "CREATE FUNCTION {name} AS '{class}': Riffle runs no JVM classes; register a Rust function named `{name}` (SqlEnv::register_function)"
+                    )));
+                }
+                Ok(Executed::Created(name))
+            }
+            Statement::Set { key, value } => {
+                let before = self.options.insert(key.clone(), value.clone());
+                if let Err(e) = self.check_options() {
+                    match before {
+                        Some(before) => self.options.insert(key.clone(), before),
+                        None => self.options.remove(&key),
+                    };
+                    return Err(e);
+                }
+                Ok(Executed::Set(key, value))
+            }
+            _ => Err(SqlError::plan(
+                "only CREATE TABLE, CREATE VIEW, CREATE FUNCTION and SET define something",
+            )),
+        }
+    }
+
     /// The plan of reading table `def` (its physical columns, computed columns and watermark).
     pub fn scan(&self, def: &TableDef) -> Result<Plan> {
         let physical = Schema::new(
