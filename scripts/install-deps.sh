@@ -4,7 +4,7 @@
 # .cargo/config.toml, instead of compiling RocksDB from source, ~35 min on 2 cores) and libclang
 # (bindgen generates RocksDB's bindings); for librdkafka, which riffle-kafka builds from source:
 # OpenSSL and zlib headers, cmake-free (its own configure), zstd is compiled by the zstd-sys crate;
-# Debian's Chromium for the web UI test.
+# Debian's Chromium for the web UI test; psql for the `riffle serve` tests.
 set -euo pipefail
 
 missing=()
@@ -15,6 +15,8 @@ ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || missing+=(libclang-dev)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 # Headless Chromium for the web UI test (driven by playwright-core, see scripts/test-tools.sh).
 [ -x /usr/bin/chromium ] || missing+=(chromium)
+# psql, the Postgres client the `riffle serve` tests connect with.
+command -v psql >/dev/null || missing+=(postgresql-client)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "install-deps.sh: installing ${missing[*]}" >&2
     command -v apt-get >/dev/null || { echo "install-deps.sh: need ${missing[*]} (Debian/Ubuntu packages)" >&2; exit 1; }

@@ -12,5 +12,6 @@ pub mod nexmark;
 pub mod process;
 pub mod progress;
 pub mod savepoint;
+pub mod serve;
 pub mod sql;
 pub mod sql_client;

@@ -79,6 +79,10 @@ enum Command {
     /// Run a SQL script in Flink's dialect: CREATE TABLE/VIEW/FUNCTION, SET, INSERT INTO and
     /// queries (their rows printed), as one job (docs/sql.md).
     Sql(Box<riffle_cli::sql::SqlArgs>),
+    /// Serve materialized views over the Postgres wire protocol: `CREATE MATERIALIZED VIEW`,
+    /// then `SELECT` from it and `SUBSCRIBE` to it with psql or any Postgres client
+    /// (docs/serve.md).
+    Serve(Box<riffle_cli::serve::ServeArgs>),
     /// Operator actions on a process group (`demo --kafka B --group NAME`): list the state its
     /// members cannot find, accept its loss.
     #[command(subcommand)]
@@ -132,6 +136,7 @@ fn main() -> ExitCode {
             riffle_cli::generate::run(&command).map_err(|e| e.to_string())
         }
         Command::Group(command) => riffle_cli::group::run(&command).map_err(|e| e.to_string()),
+        Command::Serve(args) => riffle_cli::serve::run(&args).map_err(|e| e.to_string()),
         Command::Sql(args) => {
             install_ctrlc_handler();
             riffle_cli::sql::run(&args).map_err(|e| e.to_string())

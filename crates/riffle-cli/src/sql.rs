@@ -34,36 +34,45 @@ pub struct SqlArgs {
 /// by `CREATE FUNCTION`), and the seed's `is_bot(user_agent)` and `ip_country(ip)` (`riffle
 /// demo`'s bot filter and IP-prefix table; `examples/sql/clicks.sql`).
 pub fn register_functions(sql: &SqlEnv) {
-    // The seed's job in SQL: its bot filter and its IP-prefix enrichment, as `riffle demo`'s.
-    sql.register_function(
-        "is_bot",
-        ScalarFunction::returning(DataType::Boolean, |args| match args {
-            [Value::String(agent)] => Ok(Value::Bool(crate::clicks::is_bot(agent))),
-            _ => Ok(Value::Null),
-        }),
-    );
-    sql.register_function(
-        "ip_country",
-        ScalarFunction::returning(DataType::Varchar, |args| match args {
-            [Value::String(ip)] => {
-                let country = crate::clicks::IpCountryTable::embedded()
-                    .lookup(ip)
-                    .unwrap_or(crate::clicks::Country::UNKNOWN);
-                Ok(Value::string(country.as_str()))
-            }
-            _ => Ok(Value::Null),
-        }),
-    );
-    sql.register_function(
-        "count_char",
-        ScalarFunction::returning(DataType::BigInt, |args| match args {
-            [Value::String(text), Value::String(c)] => {
-                let c = c.chars().next().unwrap_or('\0');
-                Ok(Value::Int(text.chars().filter(|x| *x == c).count() as i64))
-            }
-            _ => Ok(Value::Null),
-        }),
-    );
+    for (name, function) in functions() {
+        sql.register_function(name, function);
+    }
+}
+
+/// The functions of [`register_functions`], by name (`riffle serve` registers them too).
+pub fn functions() -> Vec<(&'static str, ScalarFunction)> {
+    vec![
+        // The seed's job in SQL: its bot filter and its IP-prefix enrichment, as `riffle demo`'s.
+        (
+            "is_bot",
+            ScalarFunction::returning(DataType::Boolean, |args| match args {
+                [Value::String(agent)] => Ok(Value::Bool(crate::clicks::is_bot(agent))),
+                _ => Ok(Value::Null),
+            }),
+        ),
+        (
+            "ip_country",
+            ScalarFunction::returning(DataType::Varchar, |args| match args {
+                [Value::String(ip)] => {
+                    let country = crate::clicks::IpCountryTable::embedded()
+                        .lookup(ip)
+                        .unwrap_or(crate::clicks::Country::UNKNOWN);
+                    Ok(Value::string(country.as_str()))
+                }
+                _ => Ok(Value::Null),
+            }),
+        ),
+        (
+            "count_char",
+            ScalarFunction::returning(DataType::BigInt, |args| match args {
+                [Value::String(text), Value::String(c)] => {
+                    let c = c.chars().next().unwrap_or('\0');
+                    Ok(Value::Int(text.chars().filter(|x| *x == c).count() as i64))
+                }
+                _ => Ok(Value::Null),
+            }),
+        ),
+    ]
 }
 
 /// Replaces `${NAME}` by VALUE in what `sql` runs, for each `NAME=VALUE` of `--define`.

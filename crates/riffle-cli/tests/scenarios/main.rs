@@ -15,6 +15,7 @@ mod kill_suite;
 mod late_events;
 mod nexmark;
 mod operations;
+mod serve;
 mod simple_etl;
 mod sql;
 mod watermark_outliers;

@@ -1,0 +1,157 @@
+//! `riffle serve` through psql, the real Postgres client: a materialized view over generated
+//! bids, the server killed with SIGKILL while the view ingests, restarted on its data
+//! directory: the view ends equal to a run without the kill, and to the input's count.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `riffle serve` process and the port it listens on.
+struct Served {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(dir: &Path) -> Served {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_riffle"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            "data",
+            "-p",
+            "1",
+            "--checkpoint-interval-ms",
+            "100",
+        ])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let port = loop {
+        let line = lines
+            .next()
+            .expect("riffle serve ended before listening")
+            .unwrap();
+        if let Some(rest) = line.split("listening on 127.0.0.1:").nth(1) {
+            break rest.split_whitespace().next().unwrap().parse().unwrap();
+        }
+    };
+    // The rest of its log is read (and dropped) so that the server never blocks on it.
+    std::thread::spawn(move || lines.for_each(drop));
+    Served { child, port }
+}
+
+/// What psql prints for `sql` (unaligned, tuples only); the statement must succeed.
+fn psql(port: u16, sql: &str) -> String {
+    let output = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "riffle"])
+        .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        .env("PGCONNECT_TIMEOUT", "10")
+        .output()
+        .expect("psql runs (postgresql-client, installed by scripts/install-deps.sh)");
+    assert!(
+        output.status.success(),
+        "psql -c {sql:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// The status of view `name` (`running`, `finished`, ...), from `SHOW MATERIALIZED VIEWS`.
+fn status(port: u16, name: &str) -> (String, u64) {
+    let shown = psql(port, "SHOW MATERIALIZED VIEWS");
+    let line = shown
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}|")))
+        .unwrap_or_else(|| panic!("no view {name} in {shown}"));
+    let fields: Vec<&str> = line.split('|').collect();
+    (fields[3].to_string(), fields[2].parse().unwrap())
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !done() {
+        assert!(Instant::now() < deadline, "waited 90 s for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether view `name` has a completed checkpoint in the data directory.
+fn has_checkpoint(dir: &Path, name: &str) -> bool {
+    let root = dir.join("data/views").join(name).join("checkpoints");
+    let Ok(jobs) = std::fs::read_dir(&root) else {
+        return false;
+    };
+    jobs.flatten().any(|job| {
+        std::fs::read_dir(job.path()).is_ok_and(|checkpoints| {
+            checkpoints
+                .flatten()
+                .any(|c| c.path().join("_manifest.json").exists())
+        })
+    })
+}
+
+const EVENTS: u64 = 40_000;
+
+const CREATE: &str = "CREATE TABLE bids (event_type INT, bid ROW<auction BIGINT, price BIGINT>)
+        WITH ('connector' = 'nexmark', 'events.num' = '40000', 'rows-per-second' = '8000');
+    CREATE MATERIALIZED VIEW per_auction AS
+        SELECT MOD(bid.auction, 10) AS a, COUNT(*) AS bids, SUM(bid.price) AS total
+        FROM bids WHERE event_type = 2 GROUP BY MOD(bid.auction, 10);";
+
+fn final_rows(port: u16) -> String {
+    wait_until("the view's input to end", || {
+        status(port, "per_auction").0 == "finished"
+    });
+    psql(port, "SELECT a, bids, total FROM per_auction ORDER BY a")
+}
+
+#[test]
+fn a_view_killed_while_it_ingests_comes_back_with_every_change_once() {
+    let reference = tempfile::tempdir().unwrap();
+    let expected = {
+        let server = serve(reference.path());
+        psql(server.port, CREATE);
+        final_rows(server.port)
+    };
+    assert_eq!(expected.lines().count(), 10, "{expected}");
+    // 46 of every 50 Nexmark events are bids.
+    let bids: u64 = expected
+        .lines()
+        .map(|l| l.split('|').nth(1).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(bids, EVENTS / 50 * 46);
+
+    let victim = tempfile::tempdir().unwrap();
+    let mut server = serve(victim.path());
+    psql(server.port, CREATE);
+    wait_until("a checkpoint of the view with some of its input", || {
+        has_checkpoint(victim.path(), "per_auction") && status(server.port, "per_auction").1 > 0
+    });
+    let (state, progress) = status(server.port, "per_auction");
+    assert_eq!(state, "running", "the input ended before the kill");
+    server.child.kill().unwrap(); // SIGKILL: no clean-up
+    server.child.wait().unwrap();
+    drop(server);
+
+    let server = serve(victim.path());
+    // Restored from its checkpoint: it never starts again from nothing.
+    let (_, restored) = status(server.port, "per_auction");
+    assert!(
+        restored > 0,
+        "the view came back empty (progress was {progress})"
+    );
+    assert_eq!(final_rows(server.port), expected);
+}

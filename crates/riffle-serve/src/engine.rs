@@ -1,0 +1,1063 @@
+//! What a session's statements do, apart from the wire: the catalog of tables, views and
+//! materialized views (kept in `<data-dir>/catalog.sql` and replayed at start), the view jobs,
+//! and reads of views (a point lookup by the view's key, or the query evaluated over the
+//! view's rows).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use riffle::JobMonitor;
+use riffle::checkpoint::RestoreFrom;
+use riffle::sink::CollectSink;
+use riffle::{EnvConfig, RowKind, StreamEnv};
+use riffle_sql::parse::{ColumnDef, Statement, TableDef};
+use riffle_sql::plan::{Catalog, Plan};
+use riffle_sql::{Row, Schema, SqlError, Value};
+use sqlparser::ast;
+
+use crate::view::{Materialize, ViewTable};
+
+/// An error of a statement, with the SQLSTATE a Postgres client gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatementError {
+    /// The SQLSTATE (`42P01`: no such table, `0A000`: not supported, `42601`: syntax, ...).
+    pub code: &'static str,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl StatementError {
+    fn new(code: &'static str, message: impl Into<String>) -> StatementError {
+        StatementError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for StatementError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (SQLSTATE {})", self.message, self.code)
+    }
+}
+
+impl From<SqlError> for StatementError {
+    fn from(e: SqlError) -> StatementError {
+        let code = if e.message.contains("no such table") || e.message.contains("unknown table") {
+            "42P01"
+        } else if e.message.contains("not supported") {
+            "0A000"
+        } else {
+            "42000"
+        };
+        StatementError::new(code, e.to_string())
+    }
+}
+
+type Result<T> = std::result::Result<T, StatementError>;
+
+/// What a statement gave back.
+pub enum Outcome {
+    /// Done; the command tag (`CREATE MATERIALIZED VIEW`, `SET`, ...).
+    Done(String),
+    /// Rows of a query or a `SHOW`.
+    Rows {
+        /// Their columns.
+        schema: Schema,
+        /// The rows.
+        rows: Vec<Row>,
+    },
+    /// `SUBSCRIBE v` (`copy`: inside `COPY (..) TO STDOUT`).
+    Subscribe {
+        /// The view.
+        view: Arc<ViewTable>,
+        /// Whether the changes go out as `COPY` data (psql prints them as they come).
+        copy: bool,
+    },
+}
+
+/// How `riffle serve` runs its views.
+#[derive(Clone)]
+pub struct EngineConfig {
+    /// Where the catalog and each view's checkpoints and state live.
+    pub data_dir: PathBuf,
+    /// The engine settings of every view's job (parallelism, state backend, checkpoint
+    /// interval); the job name, checkpoint storage, restore, dead-letter and state directories
+    /// are set per view, under the data directory.
+    pub env: EnvConfig,
+    /// How many changes a subscriber may fall behind before it is cut off.
+    pub max_subscriber_lag: usize,
+}
+
+/// A materialized view: its query, its rows and its job.
+struct View {
+    query: String,
+    table: Arc<ViewTable>,
+    job: Option<ViewJob>,
+}
+
+struct ViewJob {
+    monitor: JobMonitor,
+    thread: JoinHandle<riffle::Result<()>>,
+}
+
+struct State {
+    catalog: Catalog,
+    views: BTreeMap<String, View>,
+}
+
+/// The server's catalog and views, shared by every session.
+pub struct Engine {
+    config: EngineConfig,
+    state: Mutex<State>,
+}
+
+const CATALOG_FILE: &str = "catalog.sql";
+/// How long a start waits for the views to be restored before it serves anyway.
+const RESTORE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+/// The connector name a view's rows carry when a query reads them as a table.
+const VIEW_CONNECTOR: &str = "riffle-view";
+
+impl Engine {
+    /// The engine of `config`'s data directory: the statements of its catalog are replayed and
+    /// the views' jobs start again from their latest checkpoints.
+    pub fn open(config: EngineConfig, catalog: Catalog) -> riffle::Result<Engine> {
+        std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+            riffle::Error::io(
+                format!(
+                    "cannot create the data directory `{}`",
+                    config.data_dir.display()
+                ),
+                e,
+            )
+        })?;
+        let engine = Engine {
+            config,
+            state: Mutex::new(State {
+                catalog,
+                views: BTreeMap::new(),
+            }),
+        };
+        let path = engine.config.data_dir.join(CATALOG_FILE);
+        if path.exists() {
+            let script = std::fs::read_to_string(&path)
+                .map_err(|e| riffle::Error::io(format!("cannot read `{}`", path.display()), e))?;
+            let statements = riffle_sql::parse::split_statements(&script).map_err(|e| {
+                riffle::Error::config("--data-dir", format!("`{}`: {e}", path.display()))
+            })?;
+            for statement in statements {
+                engine.run(&statement, true).map_err(|e| {
+                    riffle::Error::config(
+                        "--data-dir",
+                        format!("`{}`: `{statement}`: {e}", path.display()),
+                    )
+                })?;
+            }
+            let mut state = engine.lock();
+            let names: Vec<String> = state.views.keys().cloned().collect();
+            for name in &names {
+                engine
+                    .start_view(&mut state, name)
+                    .map_err(|e| riffle::Error::config("--data-dir", e.to_string()))?;
+            }
+            // Clients come in once every view is back (restored from its checkpoint, or
+            // started afresh): none reads a view still empty from the restart.
+            let tables: Vec<Arc<ViewTable>> =
+                state.views.values().map(|v| v.table.clone()).collect();
+            drop(state);
+            let deadline = std::time::Instant::now() + RESTORE_WAIT;
+            for table in tables {
+                while !table.is_ready() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                if !table.is_ready() {
+                    tracing::warn!(view = %table.name, "the view is not restored yet; it reads empty until it is");
+                }
+            }
+        }
+        Ok(engine)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs one statement of a session.
+    pub fn execute(&self, statement: &str) -> Result<Outcome> {
+        self.run(statement, false)
+    }
+
+    /// The statements of a query string (several may come in one simple query).
+    pub fn split(&self, text: &str) -> Result<Vec<String>> {
+        riffle_sql::parse::split_statements(text)
+            .map_err(|e| StatementError::new("42601", e.to_string()))
+    }
+
+    fn run(&self, text: &str, replaying: bool) -> Result<Outcome> {
+        let words: Vec<String> = text
+            .split_whitespace()
+            .take(6)
+            .map(|w| w.trim_end_matches(';').to_ascii_uppercase())
+            .collect();
+        let word = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+        match (word(0), word(1), word(2)) {
+            ("CREATE", "MATERIALIZED", "VIEW") => self.create_view(text, replaying),
+            ("DROP", "MATERIALIZED", "VIEW") => self.drop_view(text, replaying),
+            ("SHOW", "MATERIALIZED", "VIEWS") => Ok(self.show_views()),
+            ("SHOW", "TABLES", _) => Ok(self.show_tables()),
+            ("DROP", "TABLE" | "VIEW", _) => self.drop_definition(text, replaying),
+            _ if subscribes(text).is_some() => {
+                let (view, copy) = self.subscription(text).expect("a subscription")?;
+                Ok(Outcome::Subscribe { view, copy })
+            }
+            ("BEGIN" | "START" | "COMMIT" | "END" | "ROLLBACK" | "DISCARD" | "RESET", ..) => {
+                Ok(Outcome::Done(word(0).to_string()))
+            }
+            // A Postgres client's session settings (`SET extra_float_digits = 3`): accepted.
+            ("SET", key, _) if !key.starts_with('\'') => Ok(Outcome::Done("SET".into())),
+            _ => self.sql(text, replaying),
+        }
+    }
+
+    /// Flink's statements: DDL into the catalog, queries read views.
+    fn sql(&self, text: &str, replaying: bool) -> Result<Outcome> {
+        let statement = riffle_sql::parse::parse_statement(text)?;
+        match statement {
+            Statement::Query(query) => self.query(*query),
+            Statement::Explain(query) => {
+                let catalog = self.lock().catalog.clone();
+                let plan = catalog.plan_query(&query)?;
+                Ok(Outcome::Rows {
+                    schema: Schema::new(vec![riffle_sql::Field::new(
+                        "plan",
+                        riffle_sql::DataType::Varchar,
+                    )]),
+                    rows: plan
+                        .explain()
+                        .lines()
+                        .map(|l| Row(vec![Value::string(l)]))
+                        .collect(),
+                })
+            }
+            Statement::Insert { table, .. } => Err(StatementError::new(
+                "0A000",
+                format!(
+                    "INSERT INTO {table}: riffle serve keeps materialized views; write a view's changes out with `riffle sql -f` for now"
+                ),
+            )),
+            statement => {
+                let mut state = self.lock();
+                if let Statement::CreateTable(t) = &statement
+                    && state.views.contains_key(&t.name)
+                {
+                    return Err(StatementError::new(
+                        "42P07",
+                        format!("`{}` is a materialized view", t.name),
+                    ));
+                }
+                let done = state.catalog.define(statement)?;
+                if !replaying {
+                    self.log(text)?;
+                }
+                Ok(Outcome::Done(match done {
+                    riffle_sql::Executed::Set(..) => "SET".into(),
+                    _ => format!("CREATE {}", words_after_create(text)),
+                }))
+            }
+        }
+    }
+
+    fn log(&self, statement: &str) -> Result<()> {
+        let path = self.config.data_dir.join(CATALOG_FILE);
+        let write = || -> std::io::Result<()> {
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)?;
+            file.write_all(format!("{};\n", statement.trim().trim_end_matches(';')).as_bytes())?;
+            file.sync_data()
+        };
+        write().map_err(|e| {
+            StatementError::new("58030", format!("cannot write `{}`: {e}", path.display()))
+        })
+    }
+
+    fn create_view(&self, text: &str, replaying: bool) -> Result<Outcome> {
+        let (name, query, if_not_exists) = parse_create_view(text)?;
+        let mut state = self.lock();
+        if state.views.contains_key(&name) {
+            if if_not_exists {
+                return Ok(Outcome::Done("CREATE MATERIALIZED VIEW".into()));
+            }
+            return Err(StatementError::new(
+                "42P07",
+                format!("materialized view `{name}` already exists"),
+            ));
+        }
+        if state.catalog.tables.contains_key(&name) || state.catalog.views.contains_key(&name) {
+            return Err(StatementError::new(
+                "42P07",
+                format!("`{name}` is already a table or a view"),
+            ));
+        }
+        let Statement::Query(ast) = riffle_sql::parse::parse_statement(&query)? else {
+            return Err(StatementError::new(
+                "42601",
+                "CREATE MATERIALIZED VIEW name AS takes a query (SELECT ...)",
+            ));
+        };
+        let plan = state.catalog.plan_query(&ast).map_err(|e| {
+            StatementError::from(SqlError::new(
+                format!("materialized view `{name}`: {}", e.message),
+                e.location,
+            ))
+        })?;
+        let table = Arc::new(ViewTable::new(
+            &name,
+            plan.schema().clone(),
+            plan.unique_key(),
+            self.config.max_subscriber_lag,
+        ));
+        // A view's name reads its query in other views' queries.
+        state.catalog.views.insert(name.clone(), *ast);
+        state.views.insert(
+            name.clone(),
+            View {
+                query,
+                table,
+                job: None,
+            },
+        );
+        if !replaying {
+            if let Err(e) = self.start_view(&mut state, &name) {
+                state.views.remove(&name);
+                state.catalog.views.remove(&name);
+                return Err(e);
+            }
+            self.log(text)?;
+        }
+        Ok(Outcome::Done("CREATE MATERIALIZED VIEW".into()))
+    }
+
+    fn view_dir(&self, name: &str) -> PathBuf {
+        self.config.data_dir.join("views").join(name)
+    }
+
+    /// Starts the job of view `name`, from its latest checkpoint when it has one.
+    fn start_view(&self, state: &mut State, name: &str) -> Result<()> {
+        let view = state.views.get(name).expect("registered");
+        let Statement::Query(ast) = riffle_sql::parse::parse_statement(&view.query)? else {
+            unreachable!("checked when created")
+        };
+        let mut catalog = state.catalog.clone();
+        catalog.views.remove(name);
+        let plan = catalog.plan_query(&ast)?;
+        let dir = self.view_dir(name);
+        let mut config = self.config.env.clone();
+        config.job_name = format!("view-{name}");
+        config.dead_letter_dir = dir.join("dead-letter");
+        config.local_state_dir = dir.join("state");
+        config.checkpoints.storage = dir.join("checkpoints").display().to_string();
+        config.checkpoints.restore = Some(RestoreFrom::Latest);
+        let table = view.table.clone();
+        let (started, wait) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("view-{name}"))
+            .spawn(move || -> riffle::Result<()> {
+                let env = StreamEnv::with_config(config);
+                let job = (|| -> riffle::Result<riffle::JobHandle> {
+                    let changes = riffle_sql::lower::lower(&plan, &env)
+                        .map_err(|e| riffle::Error::config("query", e.to_string()))?
+                        .into_changelog();
+                    let view = table.clone();
+                    changes
+                        .transform("Materialize", move || Materialize::new(view.clone()))
+                        .set_parallelism(1)
+                        .sink_fn(|()| Ok(()))
+                        .name("Sink: view");
+                    env.execute_async()
+                })();
+                match job {
+                    Ok(job) => {
+                        let _ = started.send(Ok(job.monitor()));
+                        job.wait().map(|_| ())
+                    }
+                    Err(e) => {
+                        let _ = started.send(Err(e.to_string()));
+                        Err(e)
+                    }
+                }
+            })
+            .map_err(|e| StatementError::new("58000", format!("cannot start a thread: {e}")))?;
+        let monitor = wait
+            .recv()
+            .map_err(|_| StatementError::new("XX000", format!("view `{name}`: its job died")))?
+            .map_err(|e| StatementError::new("42000", format!("view `{name}`: {e}")))?;
+        state.views.get_mut(name).expect("registered").job = Some(ViewJob { monitor, thread });
+        Ok(())
+    }
+
+    fn drop_view(&self, text: &str, replaying: bool) -> Result<Outcome> {
+        let (name, if_exists) = parse_drop(text, 3)?;
+        let mut state = self.lock();
+        let Some(view) = state.views.remove(&name) else {
+            if if_exists {
+                return Ok(Outcome::Done("DROP MATERIALIZED VIEW".into()));
+            }
+            return Err(StatementError::new(
+                "42P01",
+                format!("materialized view `{name}` does not exist"),
+            ));
+        };
+        state.catalog.views.remove(&name);
+        if let Some(job) = view.job {
+            job.monitor.cancel();
+            let _ = job.thread.join();
+        }
+        view.table.close_subscriptions();
+        if !replaying {
+            self.log(text)?;
+        }
+        let dir = self.view_dir(&name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| {
+                StatementError::new("58030", format!("cannot remove `{}`: {e}", dir.display()))
+            })?;
+        }
+        Ok(Outcome::Done("DROP MATERIALIZED VIEW".into()))
+    }
+
+    fn drop_definition(&self, text: &str, replaying: bool) -> Result<Outcome> {
+        let (name, if_exists) = parse_drop(text, 2)?;
+        let mut state = self.lock();
+        let removed = state.catalog.tables.remove(&name).is_some()
+            || (!state.views.contains_key(&name) && state.catalog.views.remove(&name).is_some());
+        if !removed && !if_exists {
+            return Err(StatementError::new(
+                "42P01",
+                format!("table or view `{name}` does not exist"),
+            ));
+        }
+        if removed && !replaying {
+            self.log(text)?;
+        }
+        Ok(Outcome::Done(format!(
+            "DROP {}",
+            text.split_whitespace()
+                .nth(1)
+                .unwrap_or("")
+                .to_ascii_uppercase()
+        )))
+    }
+
+    fn show_views(&self) -> Outcome {
+        let state = self.lock();
+        let schema = Schema::new(vec![
+            riffle_sql::Field::new("name", riffle_sql::DataType::Varchar),
+            riffle_sql::Field::new("rows", riffle_sql::DataType::BigInt),
+            riffle_sql::Field::new("progress", riffle_sql::DataType::BigInt),
+            riffle_sql::Field::new("status", riffle_sql::DataType::Varchar),
+            riffle_sql::Field::new("query", riffle_sql::DataType::Varchar),
+        ]);
+        let rows = state
+            .views
+            .iter()
+            .map(|(name, view)| {
+                let (_, progress) = view.table.rows();
+                let status = match &view.job {
+                    Some(job) => format!("{:?}", job.monitor.overview().status).to_lowercase(),
+                    None => "not started".to_string(),
+                };
+                Row(vec![
+                    Value::string(name),
+                    Value::Int(view.table.len() as i64),
+                    Value::Int(progress as i64),
+                    Value::string(status),
+                    Value::string(&view.query),
+                ])
+            })
+            .collect();
+        Outcome::Rows { schema, rows }
+    }
+
+    fn show_tables(&self) -> Outcome {
+        let state = self.lock();
+        let schema = Schema::new(vec![
+            riffle_sql::Field::new("name", riffle_sql::DataType::Varchar),
+            riffle_sql::Field::new("kind", riffle_sql::DataType::Varchar),
+        ]);
+        let mut rows: Vec<Row> = Vec::new();
+        for name in state.catalog.tables.keys() {
+            rows.push(Row(vec![Value::string(name), Value::string("table")]));
+        }
+        for name in state.catalog.views.keys() {
+            let kind = if state.views.contains_key(name) {
+                "materialized view"
+            } else {
+                "view"
+            };
+            rows.push(Row(vec![Value::string(name), Value::string(kind)]));
+        }
+        rows.sort();
+        Outcome::Rows { schema, rows }
+    }
+
+    /// The view a `SUBSCRIBE v` or `COPY (SUBSCRIBE v) TO STDOUT` streams, and whether it is
+    /// the `COPY` form; `None` for any other statement.
+    pub fn subscription(&self, text: &str) -> Option<Result<(Arc<ViewTable>, bool)>> {
+        let copy = subscribes(text)?;
+        Some(parse_subscribe(text, copy).and_then(|name| {
+            let state = self.lock();
+            let view = state.views.get(&name).ok_or_else(|| {
+                StatementError::new(
+                    "42P01",
+                    format!("SUBSCRIBE: materialized view `{name}` does not exist"),
+                )
+            })?;
+            Ok((view.table.clone(), copy))
+        }))
+    }
+
+    /// The view `name`'s rows (for a reader outside a session).
+    pub fn view(&self, name: &str) -> Option<Arc<ViewTable>> {
+        self.lock().views.get(name).map(|v| v.table.clone())
+    }
+
+    /// The columns a statement's rows will have (`None`: it returns no rows), without running
+    /// it (a client's `Describe`).
+    pub fn describe(&self, text: &str) -> Result<Option<Schema>> {
+        let first = text
+            .trim_start()
+            .split(|c: char| c.is_whitespace() || c == '(')
+            .next()
+            .unwrap_or("")
+            .to_ascii_uppercase();
+        if let Some(subscription) = self.subscription(text) {
+            let (view, copy) = subscription?;
+            return Ok((!copy).then(|| view.subscription_schema()));
+        }
+        let is_query =
+            matches!(first.as_str(), "SELECT" | "WITH") || text.trim_start().starts_with('(');
+        if is_query {
+            let Statement::Query(mut query) = riffle_sql::parse::parse_statement(text)? else {
+                return Ok(None);
+            };
+            query.order_by = None;
+            query.limit_clause = None;
+            let (catalog, views) = self.read_catalog();
+            let (plan, _) = plan_over_views(catalog, &views, &query, |_| Vec::new())?;
+            return Ok(Some(plan.schema().clone()));
+        }
+        match first.as_str() {
+            "SHOW" | "EXPLAIN" => match self.execute(text)? {
+                Outcome::Rows { schema, .. } => Ok(Some(schema)),
+                _ => Ok(None),
+            },
+            _ => Ok(None),
+        }
+    }
+
+    /// The catalog, and the views by name.
+    fn read_catalog(&self) -> (Catalog, HashMap<String, Arc<ViewTable>>) {
+        let state = self.lock();
+        let views = state
+            .views
+            .iter()
+            .map(|(name, v)| (name.clone(), v.table.clone()))
+            .collect();
+        (state.catalog.clone(), views)
+    }
+
+    /// A `SELECT` over materialized views: a lookup by a view's whole key reads one row;
+    /// otherwise the query runs over the views' rows (filters and projections directly, other
+    /// queries as a bounded job), then `ORDER BY` and `LIMIT` apply.
+    fn query(&self, mut query: ast::Query) -> Result<Outcome> {
+        let order_by = query.order_by.take();
+        let limit = query.limit_clause.take();
+        let (catalog, views) = self.read_catalog();
+        // First with empty views: which views does the query read?
+        let (_, used) = plan_over_views(catalog.clone(), &views, &query, |_| Vec::new())?;
+        // Then with the rows of the views it reads (a point lookup reads one row).
+        let lookup = match used.as_slice() {
+            [only] => point_lookup(&query, &views[only]),
+            _ => None,
+        };
+        let (plan, _) = plan_over_views(catalog, &views, &query, |table| match &lookup {
+            Some(rows) => rows.clone(),
+            None => table.rows().0,
+        })?;
+        let schema = plan.schema().clone();
+        let mut rows = match evaluate_directly(&plan) {
+            Some(rows) => rows?,
+            None => evaluate_as_job(&plan)?,
+        };
+        if let Some(order_by) = order_by {
+            sort(&mut rows, &schema, &order_by)?;
+        }
+        if let Some(limit) = limit {
+            apply_limit(&mut rows, &limit)?;
+        }
+        Ok(Outcome::Rows { schema, rows })
+    }
+
+    /// Stops every view's job (their state stays in their checkpoints).
+    pub fn shutdown(&self) {
+        let mut state = self.lock();
+        for view in state.views.values_mut() {
+            if let Some(job) = view.job.take() {
+                job.monitor.cancel();
+                let _ = job.thread.join();
+            }
+            view.table.close_subscriptions();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The plan of `query` with each view it reads as a bounded table of `rows_of(view)`, and the
+/// names of those views; a query reading a streaming table is refused (its rows never end).
+fn plan_over_views(
+    mut catalog: Catalog,
+    views: &HashMap<String, Arc<ViewTable>>,
+    query: &ast::Query,
+    rows_of: impl Fn(&ViewTable) -> Vec<Row>,
+) -> Result<(Plan, Vec<String>)> {
+    // Which views it reads, planned over empty ones first (cheap), then over their rows.
+    for (name, table) in views {
+        catalog.views.remove(name);
+        catalog
+            .tables
+            .insert(name.clone(), view_table_def(table, Vec::new()));
+    }
+    let plan = catalog.plan_query(query)?;
+    let mut used: Vec<String> = Vec::new();
+    for table in plan.tables() {
+        if table.rows.is_none() {
+            return Err(StatementError::new(
+                "0A000",
+                format!(
+                    "`{}` is a streaming table: a query here reads materialized views (CREATE MATERIALIZED VIEW v AS SELECT .. FROM {})",
+                    table.name, table.name
+                ),
+            ));
+        }
+        if !used.contains(&table.name) {
+            used.push(table.name.clone());
+        }
+    }
+    for name in &used {
+        let table = &views[name];
+        catalog
+            .tables
+            .insert(name.clone(), view_table_def(table, rows_of(table)));
+    }
+    Ok((catalog.plan_query(query)?, used))
+}
+
+/// A view's rows as a bounded table of its columns.
+fn view_table_def(table: &ViewTable, rows: Vec<Row>) -> TableDef {
+    TableDef {
+        name: table.name.clone(),
+        columns: table
+            .schema
+            .fields
+            .iter()
+            .cloned()
+            .map(ColumnDef::Physical)
+            .collect(),
+        watermark: None,
+        primary_key: table
+            .key
+            .iter()
+            .flatten()
+            .map(|c| table.schema.fields[*c].name.clone())
+            .collect(),
+        options: BTreeMap::from([("connector".to_string(), VIEW_CONNECTOR.to_string())]),
+        partition_keys: Vec::new(),
+        rows: Some(Arc::new(rows)),
+    }
+}
+
+/// The rows of `SELECT .. FROM view WHERE k1 = lit AND k2 = lit ..` naming the view's whole key:
+/// found by the key, not by reading the view.
+fn point_lookup(query: &ast::Query, view: &ViewTable) -> Option<Vec<Row>> {
+    let key = view.key.as_ref()?;
+    let ast::SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    if select.from.len() != 1 || !select.from[0].joins.is_empty() {
+        return None;
+    }
+    let mut equal: HashMap<String, Value> = HashMap::new();
+    let mut pending = vec![select.selection.as_ref()?];
+    while let Some(expr) = pending.pop() {
+        match expr {
+            ast::Expr::BinaryOp {
+                left,
+                op: ast::BinaryOperator::And,
+                right,
+            } => {
+                pending.push(left);
+                pending.push(right);
+            }
+            ast::Expr::Nested(inner) => pending.push(inner),
+            ast::Expr::BinaryOp {
+                left,
+                op: ast::BinaryOperator::Eq,
+                right,
+            } => {
+                let (column, value) = match (column_name(left), literal(right)) {
+                    (Some(c), Some(v)) => (c, v),
+                    _ => match (column_name(right), literal(left)) {
+                        (Some(c), Some(v)) => (c, v),
+                        _ => continue,
+                    },
+                };
+                equal.insert(column, value);
+            }
+            _ => {}
+        }
+    }
+    let values: Option<Vec<Value>> = key
+        .iter()
+        .map(|c| {
+            let field = &view.schema.fields[*c];
+            let value = equal.get(&field.name)?;
+            // The literal as the column's type (an INT literal for a BIGINT key is the same
+            // value; a string for a number column is not looked up).
+            match (value, &field.ty) {
+                (Value::Int(_), t) if t.is_numeric() => Some(value.clone()),
+                (Value::String(_), riffle_sql::DataType::Varchar) => Some(value.clone()),
+                _ => None,
+            }
+        })
+        .collect();
+    view.lookup(&Row(values?))
+}
+
+fn column_name(expr: &ast::Expr) -> Option<String> {
+    match expr {
+        ast::Expr::Identifier(ident) => Some(ident.value.clone()),
+        ast::Expr::CompoundIdentifier(parts) => parts.last().map(|p| p.value.clone()),
+        _ => None,
+    }
+}
+
+fn literal(expr: &ast::Expr) -> Option<Value> {
+    match expr {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::Number(n, _) => n.parse().ok().map(Value::Int),
+            ast::Value::SingleQuotedString(s) => Some(Value::string(s)),
+            _ => None,
+        },
+        ast::Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus,
+            expr,
+        } => match literal(expr)? {
+            Value::Int(n) => Some(Value::Int(-n)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The rows of a plan of filters and projections over views' rows, computed here; `None` for
+/// any other plan.
+fn evaluate_directly(plan: &Plan) -> Option<Result<Vec<Row>>> {
+    let failed = |e: riffle::Error| StatementError::new("22000", e.to_string());
+    match plan {
+        Plan::Scan {
+            table, computed, ..
+        } if computed.is_empty() => table.rows.as_ref().map(|rows| Ok(rows.as_ref().clone())),
+        Plan::Filter {
+            input, predicate, ..
+        } => Some(evaluate_directly(input)?.and_then(|rows| {
+            let mut kept = Vec::with_capacity(rows.len());
+            for row in rows {
+                if matches!((predicate.eval)(&row).map_err(failed)?, Value::Bool(true)) {
+                    kept.push(row);
+                }
+            }
+            Ok(kept)
+        })),
+        Plan::Project { input, exprs, .. } => Some(evaluate_directly(input)?.and_then(|rows| {
+            rows.iter()
+                .map(|row| {
+                    exprs
+                        .iter()
+                        .map(|e| (e.eval)(row))
+                        .collect::<riffle::Result<Vec<Value>>>()
+                        .map(Row)
+                        .map_err(failed)
+                })
+                .collect()
+        })),
+        _ => None,
+    }
+}
+
+/// The rows of any plan over views' rows: run as a bounded job, its changes applied in order.
+fn evaluate_as_job(plan: &Plan) -> Result<Vec<Row>> {
+    let env = StreamEnv::with_config(EnvConfig {
+        parallelism: 1,
+        job_name: "riffle-serve-read".into(),
+        ..EnvConfig::default()
+    });
+    let changes = riffle_sql::lower::lower(plan, &env)?.into_changelog();
+    let (sink, out) = CollectSink::new();
+    changes.sink(sink);
+    env.execute()
+        .map_err(|e| StatementError::new("XX000", e.to_string()))?;
+    let mut counts: BTreeMap<Row, i64> = BTreeMap::new();
+    for change in out.values() {
+        let n = counts.entry(change.row).or_insert(0);
+        match change.op {
+            RowKind::Insert | RowKind::UpdateAfter => *n += 1,
+            RowKind::UpdateBefore | RowKind::Delete => *n -= 1,
+        }
+    }
+    Ok(counts
+        .into_iter()
+        .flat_map(|(row, n)| std::iter::repeat_n(row, n.max(0) as usize))
+        .collect())
+}
+
+/// `ORDER BY` output columns, by name or position.
+fn sort(rows: &mut [Row], schema: &Schema, order_by: &ast::OrderBy) -> Result<()> {
+    let ast::OrderByKind::Expressions(exprs) = &order_by.kind else {
+        return Err(StatementError::new(
+            "0A000",
+            "ORDER BY ALL is not supported",
+        ));
+    };
+    let mut keys = Vec::new();
+    for e in exprs {
+        let column = match &e.expr {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::Number(n, _) => n
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=schema.len()).contains(n))
+                    .map(|n| n - 1),
+                _ => None,
+            },
+            other => column_name(other).and_then(|name| schema.index_of(&name)),
+        }
+        .ok_or_else(|| {
+            StatementError::new(
+                "42703",
+                format!(
+                    "ORDER BY {}: order by a column of the result, by name or position",
+                    e.expr
+                ),
+            )
+        })?;
+        let descending = matches!(e.options.sort, Some(ast::OrderBySort::Desc));
+        // Postgres puts NULLs last going up, first going down.
+        let nulls_first = e.options.nulls_first.unwrap_or(descending);
+        keys.push((column, descending, nulls_first));
+    }
+    rows.sort_by(|a, b| {
+        for (column, descending, nulls_first) in &keys {
+            let (x, y) = (a.get(*column), b.get(*column));
+            let ordering = match (x.is_null(), y.is_null()) {
+                (true, true) => std::cmp::Ordering::Equal,
+                (true, false) if *nulls_first => std::cmp::Ordering::Less,
+                (true, false) => std::cmp::Ordering::Greater,
+                (false, true) if *nulls_first => std::cmp::Ordering::Greater,
+                (false, true) => std::cmp::Ordering::Less,
+                (false, false) if *descending => y.cmp(x),
+                (false, false) => x.cmp(y),
+            };
+            if ordering.is_ne() {
+                return ordering;
+            }
+        }
+        std::cmp::Ordering::Equal
+    });
+    Ok(())
+}
+
+fn apply_limit(rows: &mut Vec<Row>, limit: &ast::LimitClause) -> Result<()> {
+    let number = |e: &ast::Expr| -> Result<usize> {
+        match literal(e) {
+            Some(Value::Int(n)) if n >= 0 => Ok(n as usize),
+            _ => Err(StatementError::new(
+                "22023",
+                format!("LIMIT/OFFSET {e}: a non-negative integer"),
+            )),
+        }
+    };
+    let (limit, offset) = match limit {
+        ast::LimitClause::LimitOffset { limit, offset, .. } => (
+            limit.as_ref().map(number).transpose()?,
+            offset.as_ref().map(|o| number(&o.value)).transpose()?,
+        ),
+        ast::LimitClause::OffsetCommaLimit { offset, limit } => {
+            (Some(number(limit)?), Some(number(offset)?))
+        }
+    };
+    let offset = offset.unwrap_or(0).min(rows.len());
+    rows.drain(..offset);
+    if let Some(limit) = limit {
+        rows.truncate(limit);
+    }
+    Ok(())
+}
+
+/// What `CREATE` made: `TABLE`, `VIEW`, `FUNCTION` (for the command tag).
+fn words_after_create(text: &str) -> String {
+    text.split_whitespace()
+        .skip(1)
+        .find(|w| !w.eq_ignore_ascii_case("TEMPORARY") && !w.eq_ignore_ascii_case("OR"))
+        .unwrap_or("")
+        .to_ascii_uppercase()
+}
+
+/// An identifier as a name: unquoted or in double quotes or backticks.
+fn name_of(word: &str) -> String {
+    word.trim_matches(|c| c == '"' || c == '`').to_string()
+}
+
+/// `CREATE MATERIALIZED VIEW [IF NOT EXISTS] name AS query`: the name, the query's text, and
+/// whether `IF NOT EXISTS` was given.
+fn parse_create_view(text: &str) -> Result<(String, String, bool)> {
+    let syntax = || {
+        StatementError::new(
+            "42601",
+            "expected CREATE MATERIALIZED VIEW [IF NOT EXISTS] name AS SELECT ...",
+        )
+    };
+    let mut rest = text.trim();
+    for word in ["CREATE", "MATERIALIZED", "VIEW"] {
+        rest = strip_word(rest, word).ok_or_else(syntax)?;
+    }
+    let mut if_not_exists = false;
+    if let Some(after) = strip_word(rest, "IF")
+        .and_then(|r| strip_word(r, "NOT"))
+        .and_then(|r| strip_word(r, "EXISTS"))
+    {
+        rest = after;
+        if_not_exists = true;
+    }
+    let end = rest.find(char::is_whitespace).ok_or_else(syntax)?;
+    let name = name_of(&rest[..end]);
+    let query = strip_word(rest[end..].trim_start(), "AS").ok_or_else(syntax)?;
+    if name.is_empty() || query.trim().is_empty() {
+        return Err(syntax());
+    }
+    Ok((
+        name,
+        query.trim().trim_end_matches(';').to_string(),
+        if_not_exists,
+    ))
+}
+
+/// `DROP <kind words> [IF EXISTS] name` (`skip`: how many words before the name).
+fn parse_drop(text: &str, skip: usize) -> Result<(String, bool)> {
+    let words: Vec<&str> = text
+        .trim()
+        .trim_end_matches(';')
+        .split_whitespace()
+        .skip(skip)
+        .collect();
+    match words.as_slice() {
+        [name] => Ok((name_of(name), false)),
+        [i, e, name] if i.eq_ignore_ascii_case("IF") && e.eq_ignore_ascii_case("EXISTS") => {
+            Ok((name_of(name), true))
+        }
+        _ => Err(StatementError::new(
+            "42601",
+            "expected DROP ... [IF EXISTS] name",
+        )),
+    }
+}
+
+/// Whether `text` subscribes: `Some(false)` for `SUBSCRIBE ..`, `Some(true)` for
+/// `COPY (SUBSCRIBE ..) ..`.
+fn subscribes(text: &str) -> Option<bool> {
+    if strip_word(text, "SUBSCRIBE").is_some() {
+        return Some(false);
+    }
+    let inner = strip_word(text, "COPY")?.strip_prefix('(')?;
+    strip_word(inner, "SUBSCRIBE").map(|_| true)
+}
+
+/// `SUBSCRIBE [TO] name`, or `COPY (SUBSCRIBE [TO] name) TO STDOUT`: the view's name.
+fn parse_subscribe(text: &str, copy: bool) -> Result<String> {
+    let syntax = || {
+        StatementError::new(
+            "42601",
+            "expected SUBSCRIBE [TO] view, or COPY (SUBSCRIBE [TO] view) TO STDOUT",
+        )
+    };
+    let mut rest = text.trim().trim_end_matches(';').trim();
+    if copy {
+        rest = strip_word(rest, "COPY").ok_or_else(syntax)?;
+        rest = rest.strip_prefix('(').ok_or_else(syntax)?.trim_start();
+        let close = rest.find(')').ok_or_else(syntax)?;
+        let target = rest[close + 1..].split_whitespace().collect::<Vec<_>>();
+        if !matches!(target.as_slice(), [to, out] if to.eq_ignore_ascii_case("TO") && out.eq_ignore_ascii_case("STDOUT"))
+        {
+            return Err(syntax());
+        }
+        rest = rest[..close].trim();
+    }
+    rest = strip_word(rest, "SUBSCRIBE").ok_or_else(syntax)?;
+    if let Some(after) = strip_word(rest, "TO") {
+        rest = after;
+    }
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    match words.as_slice() {
+        [name] => Ok(name_of(name)),
+        _ => Err(syntax()),
+    }
+}
+
+/// `text` after its first word when that word is `word` (any case), trimmed.
+fn strip_word<'a>(text: &'a str, word: &str) -> Option<&'a str> {
+    let text = text.trim_start();
+    let end = text
+        .find(|c: char| c.is_whitespace() || c == '(')
+        .unwrap_or(text.len());
+    text[..end]
+        .eq_ignore_ascii_case(word)
+        .then(|| text[end..].trim_start())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_statements_of_its_own_are_read() {
+        assert_eq!(
+            parse_create_view("create materialized view if not exists \"v\" as select 1").unwrap(),
+            ("v".into(), "select 1".into(), true)
+        );
+        assert_eq!(
+            parse_create_view("CREATE MATERIALIZED VIEW v AS SELECT a FROM t;").unwrap(),
+            ("v".into(), "SELECT a FROM t".into(), false)
+        );
+        assert!(parse_create_view("CREATE MATERIALIZED VIEW v SELECT 1").is_err());
+        assert_eq!(
+            parse_drop("DROP MATERIALIZED VIEW IF EXISTS v;", 3).unwrap(),
+            ("v".into(), true)
+        );
+        assert_eq!(parse_subscribe("SUBSCRIBE TO v", false).unwrap(), "v");
+        assert_eq!(parse_subscribe("subscribe v;", false).unwrap(), "v");
+        assert_eq!(
+            parse_subscribe("COPY (SUBSCRIBE v) TO STDOUT", true).unwrap(),
+            "v"
+        );
+        assert!(parse_subscribe("COPY (SUBSCRIBE v) TO '/etc/passwd'", true).is_err());
+    }
+}

@@ -1,0 +1,198 @@
+//! `riffle serve` (issue 30, docs/serve.md): materialized views over streaming SQL, kept
+//! exactly-once by Riffle's checkpoints, queried and subscribed to over the Postgres wire
+//! protocol — "query == subscription".
+//!
+//! A session speaks Flink's SQL dialect ([`riffle_sql`]) plus:
+//! - `CREATE MATERIALIZED VIEW v AS SELECT ..`: the query runs as a job of its own whose last
+//!   operator keeps the result ([`view::Materialize`]); the job checkpoints into
+//!   `<data-dir>/views/v/` and starts again from its latest checkpoint after a restart or a
+//!   kill of the server; `DROP MATERIALIZED VIEW v`, `SHOW MATERIALIZED VIEWS`;
+//! - `SELECT .. FROM v [WHERE ..] [ORDER BY ..] [LIMIT n]`: read from the view's rows (a
+//!   lookup by the view's whole key finds its row directly);
+//! - `SUBSCRIBE v` / `COPY (SUBSCRIBE v) TO STDOUT`: the view's rows, then every change.
+//!
+//! The catalog (tables, views, materialized views) is kept in `<data-dir>/catalog.sql`.
+//!
+//! ```no_run
+//! use riffle_serve::{Server, ServeConfig};
+//!
+//! let server = Server::start(ServeConfig::new("/tmp/riffle-serve")).unwrap();
+//! println!("psql -h 127.0.0.1 -p {} -U riffle", server.local_addr().port());
+//! server.wait();
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use riffle::EnvConfig;
+use riffle_sql::ScalarFunction;
+use riffle_sql::plan::Catalog;
+
+pub mod engine;
+pub mod view;
+pub mod wire;
+
+pub use engine::{Engine, EngineConfig, Outcome, StatementError};
+
+/// How often a view checkpoints unless told: what a restart replays at most.
+pub const DEFAULT_CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How to run a server.
+#[derive(Clone)]
+pub struct ServeConfig {
+    /// Where clients connect (loopback only: the server has no authentication yet).
+    pub listen: SocketAddr,
+    /// Where the catalog, and each view's checkpoints and state, live.
+    pub data_dir: PathBuf,
+    /// The engine settings of every view's job (parallelism, state backend, checkpoint
+    /// interval: views are exactly-once up to their latest checkpoint).
+    pub env: EnvConfig,
+    /// How many changes a subscriber may fall behind before it is cut off with an error.
+    pub max_subscriber_lag: usize,
+    /// Scalar functions queries can call, by name.
+    pub functions: Vec<(String, ScalarFunction)>,
+}
+
+impl ServeConfig {
+    /// A server on `127.0.0.1:4566` keeping its data in `data_dir`, each view checkpointed every
+    /// 5 seconds.
+    pub fn new(data_dir: impl Into<PathBuf>) -> ServeConfig {
+        let mut env = EnvConfig::default();
+        env.checkpoints.interval = Some(DEFAULT_CHECKPOINT_INTERVAL);
+        ServeConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 4566)),
+            data_dir: data_dir.into(),
+            env,
+            max_subscriber_lag: 1_000_000,
+            functions: Vec::new(),
+        }
+    }
+}
+
+/// A running server: its listener, sessions and views.
+pub struct Server {
+    engine: Arc<Engine>,
+    local_addr: SocketAddr,
+    runtime: Option<tokio::runtime::Runtime>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    accept: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Opens the data directory (replaying its catalog and starting its views from their
+    /// latest checkpoints) and listens for clients.
+    pub fn start(config: ServeConfig) -> riffle::Result<Server> {
+        if !config.listen.ip().is_loopback() {
+            return Err(riffle::Error::config(
+                "--listen",
+                format!(
+                    "{} is not a loopback address: riffle serve has no authentication yet, so it only listens on 127.0.0.1 or ::1",
+                    config.listen
+                ),
+            ));
+        }
+        if config.max_subscriber_lag == 0 {
+            return Err(riffle::Error::config(
+                "--max-subscriber-lag",
+                "must be at least 1",
+            ));
+        }
+        let mut catalog = Catalog::default();
+        for (name, function) in &config.functions {
+            catalog.functions.register(name, function.clone());
+        }
+        let engine = Arc::new(Engine::open(
+            EngineConfig {
+                data_dir: config.data_dir.clone(),
+                env: config.env.clone(),
+                max_subscriber_lag: config.max_subscriber_lag,
+            },
+            catalog,
+        )?);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("riffle-serve")
+            .enable_all()
+            .build()
+            .map_err(|e| riffle::Error::io("cannot start the server's runtime", e))?;
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(config.listen))
+            .map_err(|e| {
+                riffle::Error::config(
+                    "--listen",
+                    format!("cannot listen on {}: {e}", config.listen),
+                )
+            })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|e| riffle::Error::io("the listener has no address", e))?;
+        let handlers = Arc::new(wire::Handlers::new(engine.clone()));
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let accept = runtime.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    accepted = listener.accept() => match accepted {
+                        Ok((socket, _)) => {
+                            let handlers = handlers.clone();
+                            tokio::spawn(async move {
+                                if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                                    tracing::debug!(error = %e, "a client's connection ended with an error");
+                                }
+                            });
+                        }
+                        Err(e) => tracing::warn!(error = %e, "cannot accept a client"),
+                    },
+                }
+            }
+        });
+        tracing::info!(%local_addr, "riffle serve: listening (Postgres wire protocol)");
+        Ok(Server {
+            engine,
+            local_addr,
+            runtime: Some(runtime),
+            stop: Some(stop),
+            accept: Some(accept),
+        })
+    }
+
+    /// Where clients connect.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The catalog and views.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Serves until the process ends.
+    pub fn wait(mut self) {
+        if let (Some(runtime), Some(accept)) = (self.runtime.as_ref(), self.accept.take()) {
+            let _ = runtime.block_on(accept);
+        }
+    }
+
+    /// Stops listening, ends the sessions and stops the views' jobs (their state stays in
+    /// their checkpoints).
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+        }
+        self.engine.shutdown();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

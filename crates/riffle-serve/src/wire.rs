@@ -1,0 +1,574 @@
+//! The Postgres wire protocol in front of the [`Engine`]: simple and extended queries, rows in
+//! text or binary as the client asks, errors with their SQLSTATE (the session goes on), and
+//! subscriptions streamed as rows or `COPY` data, flushed batch by batch.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures_util::{Sink, SinkExt, stream};
+use pgwire::api::auth::noop::NoopStartupHandler;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{
+    DataRowEncoder, DescribePortalResponse, DescribeStatementResponse, FieldInfo, QueryResponse,
+    Response, Tag,
+};
+use pgwire::api::stmt::{NoopQueryParser, StoredStatement};
+use pgwire::api::store::{Entry, PortalStore};
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, Type,
+};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
+use pgwire::messages::data::DataRow;
+use pgwire::messages::extendedquery::Execute;
+use pgwire::messages::response::{CommandComplete, ReadyForQuery, TransactionStatus};
+use pgwire::messages::simplequery::Query;
+use riffle::RowKind;
+use riffle_sql::{DataType, Row, Schema, Value};
+
+use crate::engine::{Engine, Outcome, StatementError};
+use crate::view::ViewTable;
+
+/// One handler for every connection: the engine's sessions.
+pub struct Handlers {
+    engine: Arc<Engine>,
+    parser: Arc<NoopQueryParser>,
+}
+
+impl Handlers {
+    /// Handlers of `engine`'s statements.
+    pub fn new(engine: Arc<Engine>) -> Handlers {
+        Handlers {
+            engine,
+            parser: Arc::new(NoopQueryParser::new()),
+        }
+    }
+
+    /// Runs `statement` off the async threads (a query over a view may run a small job).
+    async fn run(&self, statement: String) -> Result<Outcome, StatementError> {
+        let engine = self.engine.clone();
+        tokio::task::spawn_blocking(move || engine.execute(&statement))
+            .await
+            .unwrap_or_else(|e| Err(panicked(e)))
+    }
+
+    async fn describe(&self, statement: String) -> Result<Option<Schema>, StatementError> {
+        let engine = self.engine.clone();
+        tokio::task::spawn_blocking(move || engine.describe(&statement))
+            .await
+            .unwrap_or_else(|e| Err(panicked(e)))
+    }
+}
+
+fn panicked(e: tokio::task::JoinError) -> StatementError {
+    StatementError {
+        code: "XX000",
+        message: format!("the statement failed: {e}"),
+    }
+}
+
+impl PgWireServerHandlers for Handlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        Arc::new(Session(self.clone_handle()))
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        Arc::new(Session(self.clone_handle()))
+    }
+
+    fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
+        Arc::new(Session(self.clone_handle()))
+    }
+}
+
+impl Handlers {
+    fn clone_handle(&self) -> Arc<Handlers> {
+        Arc::new(Handlers {
+            engine: self.engine.clone(),
+            parser: self.parser.clone(),
+        })
+    }
+}
+
+/// The handlers of one connection.
+pub struct Session(Arc<Handlers>);
+
+impl NoopStartupHandler for Session {}
+
+fn error_info(e: &StatementError) -> ErrorInfo {
+    ErrorInfo::new("ERROR".to_string(), e.code.to_string(), e.message.clone())
+}
+
+/// The Postgres type a column of `ty` is sent as.
+fn pg_type(ty: &DataType) -> Type {
+    match ty {
+        DataType::Boolean => Type::BOOL,
+        DataType::TinyInt | DataType::SmallInt => Type::INT2,
+        DataType::Int => Type::INT4,
+        DataType::BigInt => Type::INT8,
+        DataType::Float | DataType::Double => Type::FLOAT8,
+        DataType::Decimal { .. } => Type::NUMERIC,
+        DataType::Varchar => Type::VARCHAR,
+        DataType::Date => Type::DATE,
+        DataType::Timestamp { .. } => Type::TIMESTAMP,
+        DataType::TimestampLtz { .. } => Type::TIMESTAMPTZ,
+        DataType::Interval
+        | DataType::Row(_)
+        | DataType::Array(_)
+        | DataType::Map(..)
+        | DataType::Null => Type::TEXT,
+    }
+}
+
+/// The fields of `schema`, in the formats the client asked for.
+fn fields(schema: &Schema, format: &Format) -> Vec<FieldInfo> {
+    schema
+        .fields
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            FieldInfo::new(
+                f.name.clone(),
+                None,
+                None,
+                pg_type(&f.ty),
+                format.format_for(i),
+            )
+        })
+        .collect()
+}
+
+/// Encodes one value as the column's Postgres type.
+fn encode(encoder: &mut DataRowEncoder, value: &Value, ty: &DataType) -> PgWireResult<()> {
+    if value.is_null() {
+        return encoder.encode_field(&None::<i64>);
+    }
+    match (pg_type(ty), value) {
+        (t, Value::Bool(b)) if t == Type::BOOL => encoder.encode_field(b),
+        (t, Value::Int(n)) if t == Type::INT2 => encoder.encode_field(&(*n as i16)),
+        (t, Value::Int(n)) if t == Type::INT4 => encoder.encode_field(&(*n as i32)),
+        (t, Value::Int(n)) if t == Type::INT8 => encoder.encode_field(n),
+        (t, Value::Double(x)) if t == Type::FLOAT8 => encoder.encode_field(x),
+        (t, Value::Int(n)) if t == Type::FLOAT8 => encoder.encode_field(&(*n as f64)),
+        (t, Value::Decimal(d)) if t == Type::NUMERIC => {
+            let scale = u32::from(d.scale);
+            match rust_decimal::Decimal::try_from_i128_with_scale(d.unscaled, scale) {
+                Ok(d) => encoder.encode_field(&d),
+                Err(_) => encoder.encode_field(&d.to_f64()),
+            }
+        }
+        (t, Value::Date(days)) if t == Type::DATE => {
+            let date = chrono::NaiveDate::from_ymd_opt(1970, 1, 1).and_then(|epoch| {
+                epoch.checked_add_signed(chrono::TimeDelta::days(i64::from(*days)))
+            });
+            encoder.encode_field(&date)
+        }
+        (t, Value::Timestamp(ms)) if t == Type::TIMESTAMP => {
+            let time = chrono::DateTime::from_timestamp_millis(*ms).map(|t| t.naive_utc());
+            encoder.encode_field(&time)
+        }
+        (t, Value::Timestamp(ms)) if t == Type::TIMESTAMPTZ => {
+            encoder.encode_field(&chrono::DateTime::from_timestamp_millis(*ms))
+        }
+        _ => encoder.encode_field(&riffle_sql::format::display(value, ty)),
+    }
+}
+
+fn data_row(
+    encoder: &mut DataRowEncoder,
+    row: &Row,
+    schema: &Schema,
+    prefix: &[Value],
+    prefix_types: &[DataType],
+) -> PgWireResult<DataRow> {
+    for (value, ty) in prefix.iter().zip(prefix_types) {
+        encode(encoder, value, ty)?;
+    }
+    for (value, field) in row.0.iter().zip(&schema.fields) {
+        encode(encoder, value, &field.ty)?;
+    }
+    Ok(encoder.take_row())
+}
+
+/// The response of a statement's outcome (not a subscription).
+fn response(outcome: Outcome, format: &Format) -> PgWireResult<Response> {
+    match outcome {
+        Outcome::Done(tag) => Ok(Response::Execution(Tag::new(&tag))),
+        Outcome::Rows { schema, rows } => {
+            let fields = Arc::new(fields(&schema, format));
+            let mut encoder = DataRowEncoder::new(fields.clone());
+            let encoded: Vec<PgWireResult<DataRow>> = rows
+                .iter()
+                .map(|row| data_row(&mut encoder, row, &schema, &[], &[]))
+                .collect();
+            Ok(Response::Query(QueryResponse::new(
+                fields,
+                stream::iter(encoded),
+            )))
+        }
+        Outcome::Subscribe { .. } => Ok(Response::Error(Box::new(ErrorInfo::new(
+            "ERROR".into(),
+            "0A000".into(),
+            "SUBSCRIBE streams over the simple query protocol (psql, simple_query), or COPY (SUBSCRIBE v) TO STDOUT".into(),
+        )))),
+    }
+}
+
+/// What a change did, as a subscription's `op` column says it: `insert`, `delete`, and for a
+/// keyed view an update's new row as `update` (its old row was the key's previous one).
+fn op_text(op: RowKind, keyed: bool) -> &'static str {
+    match op {
+        RowKind::Insert => "insert",
+        RowKind::UpdateAfter if keyed => "update",
+        RowKind::UpdateAfter => "insert",
+        RowKind::UpdateBefore | RowKind::Delete => "delete",
+    }
+}
+
+/// The rows a subscription sends for `changes`: each change, but a keyed view's `-U` (its
+/// `+U` follows as `update`).
+fn subscription_rows(
+    changes: &[riffle::Change<Row>],
+    keyed: bool,
+) -> impl Iterator<Item = (&'static str, &Row)> {
+    changes
+        .iter()
+        .filter(move |c| !(keyed && c.op == RowKind::UpdateBefore))
+        .map(move |c| (op_text(c.op, keyed), &c.row))
+}
+
+/// One line of `COPY` text: tab-separated, `\N` for NULL, backslash escapes.
+fn copy_line(values: impl Iterator<Item = String>) -> Vec<u8> {
+    let mut line = String::new();
+    for (i, value) in values.enumerate() {
+        if i > 0 {
+            line.push('\t');
+        }
+        line.push_str(&value);
+    }
+    line.push('\n');
+    line.into_bytes()
+}
+
+fn copy_text(value: &Value, ty: &DataType) -> String {
+    if value.is_null() {
+        return "\\N".into();
+    }
+    let text = riffle_sql::format::display(value, ty);
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Streams a subscription to the client: the view's rows, then its changes batch by batch
+/// (each flushed), until the client goes away or falls too far behind.
+async fn stream_subscription<C>(
+    client: &mut C,
+    view: Arc<ViewTable>,
+    copy: bool,
+    describe: bool,
+) -> PgWireResult<()>
+where
+    C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let mut subscription = view.subscribe();
+    let keyed = view.key.is_some();
+    let schema = view.subscription_schema();
+    let prefix_types: Vec<DataType> = schema.fields[..2].iter().map(|f| f.ty.clone()).collect();
+    let fields = Arc::new(fields(&schema, &Format::UnifiedText));
+    let mut encoder = DataRowEncoder::new(fields.clone());
+    let encode_row = |encoder: &mut DataRowEncoder, progress: u64, op: &str, row: &Row| {
+        if copy {
+            let values = [Value::Int(progress as i64), Value::string(op)];
+            let line = copy_line(
+                values
+                    .iter()
+                    .zip(&prefix_types)
+                    .map(|(v, t)| copy_text(v, t))
+                    .chain(
+                        row.0
+                            .iter()
+                            .zip(&view.schema.fields)
+                            .map(|(v, f)| copy_text(v, &f.ty)),
+                    ),
+            );
+            Ok(PgWireBackendMessage::CopyData(CopyData::new(line.into())))
+        } else {
+            data_row(
+                encoder,
+                row,
+                &view.schema,
+                &[Value::Int(progress as i64), Value::string(op)],
+                &prefix_types,
+            )
+            .map(PgWireBackendMessage::DataRow)
+        }
+    };
+    if copy {
+        let formats = vec![0; schema.len()];
+        client
+            .send(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
+                0,
+                schema.len() as i16,
+                formats,
+            )))
+            .await?;
+    } else if describe {
+        client
+            .send(PgWireBackendMessage::RowDescription(
+                pgwire::messages::data::RowDescription::new(
+                    fields.iter().map(Into::into).collect(),
+                ),
+            ))
+            .await?;
+    }
+    for row in &subscription.snapshot {
+        client
+            .feed(encode_row(
+                &mut encoder,
+                subscription.progress,
+                "insert",
+                row,
+            )?)
+            .await?;
+    }
+    client.flush().await?;
+    let mut sent = subscription.snapshot.len();
+    while let Some(batch) = subscription.changes.recv().await {
+        subscription.taken(&batch);
+        for (op, row) in subscription_rows(&batch.changes, keyed) {
+            client
+                .feed(encode_row(&mut encoder, batch.progress, op, row)?)
+                .await?;
+            sent += 1;
+        }
+        client.flush().await?;
+    }
+    // The view was dropped, or this subscriber fell behind.
+    if let Some(reason) = subscription.cut_off() {
+        client
+            .send(PgWireBackendMessage::ErrorResponse(
+                ErrorInfo::new("ERROR".into(), "53400".into(), reason).into(),
+            ))
+            .await?;
+    } else {
+        if copy {
+            client
+                .feed(PgWireBackendMessage::CopyDone(CopyDone::new()))
+                .await?;
+        }
+        let tag = if copy { "COPY" } else { "SUBSCRIBE" };
+        client
+            .feed(PgWireBackendMessage::CommandComplete(CommandComplete::new(
+                format!("{tag} {sent}"),
+            )))
+            .await?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Session {
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // A subscription answers for as long as it lasts, flushing as changes come: it is
+        // sent here rather than as one response.
+        let statements = self.0.engine.split(&query.query).unwrap_or_default();
+        if let [only] = statements.as_slice()
+            && let Some(Ok((view, copy))) = self.0.engine.subscription(only)
+        {
+            client.set_state(PgWireConnectionState::QueryInProgress);
+            let result = stream_subscription(client, view, copy, true).await;
+            client.set_state(PgWireConnectionState::ReadyForQuery);
+            result?;
+            client
+                .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
+                    TransactionStatus::Idle,
+                )))
+                .await?;
+            return Ok(());
+        }
+        self._on_query(client, query).await
+    }
+
+    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statements = match self.0.engine.split(query) {
+            Ok(statements) => statements,
+            Err(e) => return Ok(vec![Response::Error(Box::new(error_info(&e)))]),
+        };
+        let mut responses = Vec::new();
+        for statement in statements {
+            match self.0.run(statement).await {
+                Ok(outcome) => responses.push(response(outcome, &Format::UnifiedText)?),
+                Err(e) => {
+                    // Postgres stops a multi-statement query at its first error.
+                    responses.push(Response::Error(Box::new(error_info(&e))));
+                    break;
+                }
+            }
+        }
+        Ok(responses)
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Session {
+    type Statement = String;
+    type QueryParser = NoopQueryParser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        self.0.parser.clone()
+    }
+
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // A subscription streams for as long as it lasts, flushing as changes come (its row
+        // description went out with Describe).
+        let name = message.name.as_deref().unwrap_or(pgwire::api::DEFAULT_NAME);
+        let statement = match client.portal_store().get_portal(name) {
+            Some(Entry::Value(portal)) => Some(portal.statement.statement.clone()),
+            _ => None,
+        };
+        if let Some(statement) = statement
+            && matches!(client.state(), PgWireConnectionState::ReadyForQuery)
+            && let Some(Ok((view, copy))) = self.0.engine.subscription(&statement)
+        {
+            client.set_state(PgWireConnectionState::QueryInProgress);
+            let result = stream_subscription(client, view, copy, false).await;
+            client.set_state(PgWireConnectionState::ReadyForQuery);
+            return result;
+        }
+        self._on_execute(client, message).await
+    }
+
+    async fn do_query<C>(
+        &self,
+        _client: &mut C,
+        portal: &Portal<Self::Statement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !portal.parameters.is_empty() {
+            return Ok(Response::Error(Box::new(ErrorInfo::new(
+                "ERROR".into(),
+                "0A000".into(),
+                "statements with parameters ($1, ..) are not supported yet: put the values in the statement".into(),
+            ))));
+        }
+        match self.0.run(portal.statement.statement.clone()).await {
+            Ok(outcome) => response(outcome, &portal.result_column_format),
+            Err(e) => Ok(Response::Error(Box::new(error_info(&e)))),
+        }
+    }
+
+    async fn do_describe_statement<C>(
+        &self,
+        _client: &mut C,
+        statement: &StoredStatement<Self::Statement>,
+    ) -> PgWireResult<DescribeStatementResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let schema = self
+            .0
+            .describe(statement.statement.clone())
+            .await
+            .map_err(|e| PgWireError::UserError(Box::new(error_info(&e))))?;
+        Ok(DescribeStatementResponse::new(
+            Vec::new(),
+            schema.map_or_else(Vec::new, |s| fields(&s, &Format::UnifiedBinary)),
+        ))
+    }
+
+    async fn do_describe_portal<C>(
+        &self,
+        _client: &mut C,
+        portal: &Portal<Self::Statement>,
+    ) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let schema = self
+            .0
+            .describe(portal.statement.statement.clone())
+            .await
+            .map_err(|e| PgWireError::UserError(Box::new(error_info(&e))))?;
+        Ok(DescribePortalResponse::new(
+            schema.map_or_else(Vec::new, |s| fields(&s, &portal.result_column_format)),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_text_escapes_what_would_split_a_line() {
+        assert_eq!(
+            copy_text(&Value::string("a\tb\\c\nd"), &DataType::Varchar),
+            "a\\tb\\\\c\\nd"
+        );
+        assert_eq!(copy_text(&Value::Null, &DataType::BigInt), "\\N");
+        assert_eq!(
+            copy_line(["1".to_string(), "x".to_string()].into_iter()),
+            b"1\tx\n"
+        );
+    }
+
+    #[test]
+    fn a_keyed_views_update_is_one_row_and_an_unkeyed_views_two() {
+        let changes = vec![
+            riffle::Change::new(RowKind::UpdateBefore, Row(vec![Value::Int(1)])),
+            riffle::Change::new(RowKind::UpdateAfter, Row(vec![Value::Int(2)])),
+        ];
+        let keyed: Vec<_> = subscription_rows(&changes, true)
+            .map(|(op, _)| op)
+            .collect();
+        assert_eq!(keyed, ["update"]);
+        let unkeyed: Vec<_> = subscription_rows(&changes, false)
+            .map(|(op, _)| op)
+            .collect();
+        assert_eq!(unkeyed, ["delete", "insert"]);
+    }
+}

@@ -1,0 +1,331 @@
+//! `riffle serve` end to end, through a real Postgres client (tokio-postgres) on the wire:
+//! materialized views over a CSV file of clicks, read by key, by range and with aggregates,
+//! subscribed to, and kept across a restart of the server. Expected results are computed here
+//! from the generated clicks, not taken from Riffle.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use riffle_serve::{ServeConfig, Server};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+/// The clicks: (user, url, time in ms), a second apart, users 0..7 and pages 0..5.
+fn clicks(n: i64) -> Vec<(i64, String, i64)> {
+    (0..n)
+        .map(|i| {
+            (
+                i * 7 % 11 % 7,
+                format!("/p/{}", i % 5),
+                1_767_225_600_000 + i * 1_000,
+            )
+        })
+        .collect()
+}
+
+fn write_clicks(dir: &Path, n: i64) -> String {
+    let path = dir.join("clicks.csv");
+    let mut text = String::new();
+    for (user, url, ms) in clicks(n) {
+        let secs = ms / 1000;
+        let (h, m, s) = (secs / 3600 % 24, secs / 60 % 60, secs % 60);
+        text.push_str(&format!(
+            "{user},{url},2026-01-01 {h:02}:{m:02}:{s:02}.000\n"
+        ));
+    }
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+fn config(data: &Path) -> ServeConfig {
+    let mut config = ServeConfig::new(data);
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.env.parallelism = 1;
+    config.env.checkpoints.interval = Some(Duration::from_millis(200));
+    config
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn connect(server: &Server) -> Client {
+    let (client, connection) = tokio_postgres::connect(
+        &format!(
+            "host=127.0.0.1 port={} user=riffle dbname=riffle",
+            server.local_addr().port()
+        ),
+        NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// The rows of a simple query, as text.
+async fn rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
+    client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
+        .into_iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(
+                (0..row.len())
+                    .map(|i| row.get(i).map(str::to_string))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Waits until view `name`'s job reports `status`.
+async fn wait_for_status(client: &Client, name: &str, status: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let views = rows(client, "SHOW MATERIALIZED VIEWS").await;
+        let now = views
+            .iter()
+            .find(|r| r[0].as_deref() == Some(name))
+            .and_then(|r| r[3].clone());
+        if now.as_deref() == Some(status) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "view {name} is {now:?}, not {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn expected_per_user(n: i64) -> BTreeMap<i64, i64> {
+    let mut counts = BTreeMap::new();
+    for (user, _, _) in clicks(n) {
+        *counts.entry(user).or_insert(0) += 1;
+    }
+    counts
+}
+
+const N: i64 = 5_000;
+
+fn create_clicks_and_views(path: &str) -> String {
+    format!(
+        "CREATE TABLE clicks (user_id BIGINT, url STRING, ts TIMESTAMP(3),
+             WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+         WITH ('connector' = 'filesystem', 'path' = '{path}', 'format' = 'csv');
+         CREATE MATERIALIZED VIEW per_user AS
+             SELECT user_id, COUNT(*) AS clicks FROM clicks GROUP BY user_id;
+         CREATE MATERIALIZED VIEW per_user_minute AS
+             SELECT user_id, window_start, COUNT(*) AS clicks
+             FROM TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(ts), INTERVAL '1' MINUTE))
+             GROUP BY user_id, window_start, window_end"
+    )
+}
+
+#[test]
+fn views_answer_lookups_ranges_and_aggregates_and_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_clicks(dir.path(), N);
+    let data = dir.path().join("data");
+    let expected = expected_per_user(N);
+    let rt = runtime();
+    {
+        let server = Server::start(config(&data)).unwrap();
+        rt.block_on(async {
+            let client = connect(&server).await;
+            client
+                .batch_execute(&create_clicks_and_views(&path))
+                .await
+                .unwrap();
+            wait_for_status(&client, "per_user", "finished").await;
+            wait_for_status(&client, "per_user_minute", "finished").await;
+
+            // A lookup by the view's key, through the extended protocol (binary rows).
+            let row = client
+                .query_one(
+                    "SELECT user_id, clicks FROM per_user WHERE user_id = 3",
+                    &[],
+                )
+                .await
+                .unwrap();
+            assert_eq!(row.get::<_, i64>(0), 3);
+            assert_eq!(row.get::<_, i64>(1), expected[&3]);
+            assert!(
+                client
+                    .query("SELECT * FROM per_user WHERE user_id = 99", &[])
+                    .await
+                    .unwrap()
+                    .is_empty()
+            );
+
+            // Every row, ordered and limited.
+            let top = rows(
+                &client,
+                "SELECT user_id, clicks FROM per_user ORDER BY clicks DESC, user_id LIMIT 3",
+            )
+            .await;
+            let mut by_count: Vec<(i64, i64)> = expected.iter().map(|(u, c)| (*u, *c)).collect();
+            by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let want: Vec<Vec<Option<String>>> = by_count[..3]
+                .iter()
+                .map(|(u, c)| vec![Some(u.to_string()), Some(c.to_string())])
+                .collect();
+            assert_eq!(top, want);
+
+            // An aggregate over a view, and a filter over a range.
+            let total = rows(&client, "SELECT SUM(clicks) AS total FROM per_user").await;
+            assert_eq!(total, [[Some(N.to_string())]]);
+            let busy = rows(
+                &client,
+                "SELECT user_id FROM per_user WHERE clicks > 700 ORDER BY user_id",
+            )
+            .await;
+            let want: Vec<Vec<Option<String>>> = expected
+                .iter()
+                .filter(|(_, c)| **c > 700)
+                .map(|(u, _)| vec![Some(u.to_string())])
+                .collect();
+            assert_eq!(busy, want);
+
+            // The windowed view: one row per user and minute, summing to every click.
+            let minutes = rows(
+                &client,
+                "SELECT COUNT(*) AS windows, SUM(clicks) AS clicks FROM per_user_minute",
+            )
+            .await;
+            let mut windows = std::collections::BTreeSet::new();
+            for (user, _, ms) in clicks(N) {
+                windows.insert((user, ms / 60_000));
+            }
+            assert_eq!(
+                minutes,
+                [[Some(windows.len().to_string()), Some(N.to_string())]]
+            );
+
+            // A bad statement gets an error with its SQLSTATE; the session goes on.
+            let e = client.simple_query("SELECT * FROM nope").await.unwrap_err();
+            assert!(e.as_db_error().is_some(), "{e}");
+            let e = client
+                .simple_query("SELECT * FROM clicks")
+                .await
+                .unwrap_err();
+            let db = e.as_db_error().unwrap();
+            assert_eq!(db.code().code(), "0A000");
+            assert!(db.message().contains("streaming table"), "{}", db.message());
+            assert_eq!(
+                rows(&client, "SELECT COUNT(*) FROM per_user").await.len(),
+                1
+            );
+        });
+        server.stop();
+    }
+    // The same data directory: the catalog and the views come back.
+    let server = Server::start(config(&data)).unwrap();
+    rt.block_on(async {
+        let client = connect(&server).await;
+        wait_for_status(&client, "per_user", "finished").await;
+        let all = rows(
+            &client,
+            "SELECT user_id, clicks FROM per_user ORDER BY user_id",
+        )
+        .await;
+        let want: Vec<Vec<Option<String>>> = expected
+            .iter()
+            .map(|(u, c)| vec![Some(u.to_string()), Some(c.to_string())])
+            .collect();
+        assert_eq!(all, want);
+        client
+            .batch_execute("DROP MATERIALIZED VIEW per_user")
+            .await
+            .unwrap();
+        let names: Vec<_> = rows(&client, "SHOW MATERIALIZED VIEWS")
+            .await
+            .into_iter()
+            .map(|r| r[0].clone().unwrap())
+            .collect();
+        assert_eq!(names, ["per_user_minute"]);
+    });
+    server.stop();
+    assert!(!data.join("views").join("per_user").exists());
+}
+
+#[test]
+fn a_subscriber_gets_the_rows_then_every_change_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let server = Server::start(config(&dir.path().join("data"))).unwrap();
+    rt.block_on(async {
+        let client = connect(&server).await;
+        // Bids arrive over about two seconds: the subscriber sees the view change.
+        client
+            .batch_execute(
+                "CREATE TABLE bids (event_type INT, bid ROW<auction BIGINT, price BIGINT>)
+                 WITH ('connector' = 'nexmark', 'events.num' = '20000', 'rows-per-second' = '10000');
+                 CREATE MATERIALIZED VIEW per_auction AS
+                     SELECT MOD(bid.auction, 10) AS a, COUNT(*) AS bids, MAX(bid.price) AS highest
+                     FROM bids WHERE event_type = 2 GROUP BY MOD(bid.auction, 10)",
+            )
+            .await
+            .unwrap();
+        let watcher = connect(&server).await;
+        let copy = watcher
+            .copy_out("COPY (SUBSCRIBE per_auction) TO STDOUT")
+            .await
+            .unwrap();
+        wait_for_status(&client, "per_auction", "finished").await;
+        let final_rows: BTreeMap<String, Vec<String>> =
+            rows(&client, "SELECT a, bids, highest FROM per_auction")
+                .await
+                .into_iter()
+                .map(|r| {
+                    let r: Vec<String> = r.into_iter().map(Option::unwrap).collect();
+                    (r[0].clone(), r)
+                })
+                .collect();
+        assert_eq!(final_rows.len(), 10);
+        // Apply what the subscriber got until it matches the view's final rows.
+        let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut last_progress = 0u64;
+        let mut updates = 0;
+        let mut copy = Box::pin(copy);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut pending = String::new();
+        while seen != final_rows {
+            assert!(Instant::now() < deadline, "the subscriber saw {seen:?}");
+            let chunk = tokio::time::timeout(Duration::from_secs(10), copy.next())
+                .await
+                .expect("the subscription went quiet before reaching the view's rows")
+                .expect("the subscription ended")
+                .unwrap();
+            pending.push_str(std::str::from_utf8(&chunk).unwrap());
+            while let Some(end) = pending.find('\n') {
+                let line: String = pending.drain(..=end).collect();
+                let fields: Vec<String> =
+                    line.trim_end().split('\t').map(str::to_string).collect();
+                let progress: u64 = fields[0].parse().unwrap();
+                assert!(progress >= last_progress, "progress went back: {line}");
+                last_progress = progress;
+                let row = fields[2..].to_vec();
+                match fields[1].as_str() {
+                    "insert" => {
+                        assert!(seen.insert(row[0].clone(), row).is_none(), "{line}");
+                    }
+                    "update" => {
+                        updates += 1;
+                        assert!(seen.insert(row[0].clone(), row).is_some(), "{line}");
+                    }
+                    other => panic!("unexpected op {other}: {line}"),
+                }
+            }
+        }
+        assert!(updates > 0, "the subscriber saw no update");
+    });
+    server.stop();
+}
