@@ -922,9 +922,20 @@ fn words_after_create(text: &str) -> String {
         .to_ascii_uppercase()
 }
 
-/// An identifier as a name: unquoted or in double quotes or backticks.
-fn name_of(word: &str) -> String {
-    word.trim_matches(|c| c == '"' || c == '`').to_string()
+/// An identifier as a name: unquoted or in double quotes or backticks, of letters, digits and
+/// `_` (a view's name is also its directory's: `..` or `/` never reach the file system).
+fn name_of(word: &str) -> Result<String> {
+    let name = word.trim_matches(|c| c == '"' || c == '`');
+    let valid = !name.is_empty()
+        && name.chars().count() <= 63
+        && name.chars().all(|c| c.is_alphanumeric() || c == '_');
+    if !valid {
+        return Err(StatementError::new(
+            "42602",
+            format!("`{word}` is not a valid name: letters, digits and _ (at most 63)"),
+        ));
+    }
+    Ok(name.to_string())
 }
 
 /// `CREATE MATERIALIZED VIEW [IF NOT EXISTS] name AS query`: the name, the query's text, and
@@ -949,7 +960,7 @@ fn parse_create_view(text: &str) -> Result<(String, String, bool)> {
         if_not_exists = true;
     }
     let end = rest.find(char::is_whitespace).ok_or_else(syntax)?;
-    let name = name_of(&rest[..end]);
+    let name = name_of(&rest[..end])?;
     let query = strip_word(rest[end..].trim_start(), "AS").ok_or_else(syntax)?;
     if name.is_empty() || query.trim().is_empty() {
         return Err(syntax());
@@ -970,9 +981,9 @@ fn parse_drop(text: &str, skip: usize) -> Result<(String, bool)> {
         .skip(skip)
         .collect();
     match words.as_slice() {
-        [name] => Ok((name_of(name), false)),
+        [name] => Ok((name_of(name)?, false)),
         [i, e, name] if i.eq_ignore_ascii_case("IF") && e.eq_ignore_ascii_case("EXISTS") => {
-            Ok((name_of(name), true))
+            Ok((name_of(name)?, true))
         }
         _ => Err(StatementError::new(
             "42601",
@@ -1017,7 +1028,7 @@ fn parse_subscribe(text: &str, copy: bool) -> Result<String> {
     }
     let words: Vec<&str> = rest.split_whitespace().collect();
     match words.as_slice() {
-        [name] => Ok(name_of(name)),
+        [name] => name_of(name),
         _ => Err(syntax()),
     }
 }
@@ -1059,5 +1070,12 @@ mod tests {
             "v"
         );
         assert!(parse_subscribe("COPY (SUBSCRIBE v) TO '/etc/passwd'", true).is_err());
+        // A view's name names its directory: nothing that walks the file system.
+        for bad in ["\"..\"", "\"../../x\"", "`a/b`", "\"\"", "\"a.b\""] {
+            let e = parse_create_view(&format!("CREATE MATERIALIZED VIEW {bad} AS SELECT 1"))
+                .unwrap_err();
+            assert_eq!(e.code, "42602", "{bad}");
+            assert!(parse_drop(&format!("DROP MATERIALIZED VIEW {bad}"), 3).is_err());
+        }
     }
 }
