@@ -63,6 +63,9 @@ pub struct ChangeBatch {
     pub progress: u64,
     /// The changes, in order.
     pub changes: Vec<Change<Row>>,
+    /// The batch as `COPY` text, encoded by the first subscriber that sends it and shared by
+    /// the others.
+    pub copy_text: std::sync::OnceLock<bytes::Bytes>,
 }
 
 struct Subscriber {
@@ -155,6 +158,11 @@ impl ViewTable {
         Schema::new(fields)
     }
 
+    /// How many changes the view has applied (its position in its changelog).
+    pub fn progress(&self) -> u64 {
+        self.read().progress
+    }
+
     /// Every row of the view, and the view's progress (one consistent point).
     pub fn rows(&self) -> (Vec<Row>, u64) {
         let inner = self.read();
@@ -245,6 +253,7 @@ impl ViewTable {
         let batch = Arc::new(ChangeBatch {
             progress: inner.progress,
             changes,
+            copy_text: std::sync::OnceLock::new(),
         });
         let max_lag = self.max_lag;
         inner.subscribers.retain(|s| {

@@ -290,10 +290,12 @@ where
     let prefix_types: Vec<DataType> = schema.fields[..2].iter().map(|f| f.ty.clone()).collect();
     let fields = Arc::new(fields(&schema, &Format::UnifiedText));
     let mut encoder = DataRowEncoder::new(fields.clone());
-    let encode_row = |encoder: &mut DataRowEncoder, progress: u64, op: &str, row: &Row| {
-        if copy {
+    // `COPY` text of rows: one message for many rows (a COPY's messages need not follow rows).
+    let copy_lines = |rows: &mut dyn Iterator<Item = (u64, &str, &Row)>| -> bytes::Bytes {
+        let mut text = Vec::new();
+        for (progress, op, row) in rows {
             let values = [Value::Int(progress as i64), Value::string(op)];
-            let line = copy_line(
+            text.extend(copy_line(
                 values
                     .iter()
                     .zip(&prefix_types)
@@ -304,18 +306,9 @@ where
                             .zip(&view.schema.fields)
                             .map(|(v, f)| copy_text(v, &f.ty)),
                     ),
-            );
-            Ok(PgWireBackendMessage::CopyData(CopyData::new(line.into())))
-        } else {
-            data_row(
-                encoder,
-                row,
-                &view.schema,
-                &[Value::Int(progress as i64), Value::string(op)],
-                &prefix_types,
-            )
-            .map(PgWireBackendMessage::DataRow)
+            ));
         }
+        text.into()
     };
     if copy {
         let formats = vec![0; schema.len()];
@@ -335,24 +328,46 @@ where
             ))
             .await?;
     }
-    for row in &subscription.snapshot {
-        client
-            .feed(encode_row(
-                &mut encoder,
-                subscription.progress,
-                "insert",
-                row,
-            )?)
-            .await?;
+    let mut sent = subscription.snapshot.len();
+    let snapshot_progress = subscription.progress;
+    if copy {
+        for chunk in subscription.snapshot.chunks(1024) {
+            let text = copy_lines(&mut chunk.iter().map(|row| (snapshot_progress, "insert", row)));
+            client
+                .feed(PgWireBackendMessage::CopyData(CopyData::new(text)))
+                .await?;
+        }
+    } else {
+        for row in &subscription.snapshot {
+            let prefix = [
+                Value::Int(snapshot_progress as i64),
+                Value::string("insert"),
+            ];
+            let row = data_row(&mut encoder, row, &view.schema, &prefix, &prefix_types)?;
+            client.feed(PgWireBackendMessage::DataRow(row)).await?;
+        }
     }
     client.flush().await?;
-    let mut sent = subscription.snapshot.len();
     while let Some(batch) = subscription.changes.recv().await {
         subscription.taken(&batch);
-        for (op, row) in subscription_rows(&batch.changes, keyed) {
+        if copy {
+            // Encoded once for every subscriber of the view.
+            let text = batch.copy_text.get_or_init(|| {
+                copy_lines(
+                    &mut subscription_rows(&batch.changes, keyed)
+                        .map(|(op, row)| (batch.progress, op, row)),
+                )
+            });
+            sent += subscription_rows(&batch.changes, keyed).count();
             client
-                .feed(encode_row(&mut encoder, batch.progress, op, row)?)
+                .send(PgWireBackendMessage::CopyData(CopyData::new(text.clone())))
                 .await?;
+            continue;
+        }
+        for (op, row) in subscription_rows(&batch.changes, keyed) {
+            let prefix = [Value::Int(batch.progress as i64), Value::string(op)];
+            let row = data_row(&mut encoder, row, &view.schema, &prefix, &prefix_types)?;
+            client.feed(PgWireBackendMessage::DataRow(row)).await?;
             sent += 1;
         }
         client.flush().await?;

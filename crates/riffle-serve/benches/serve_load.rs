@@ -1,0 +1,238 @@
+//! `riffle serve` under load (issue 30): a materialized view ingesting generated Nexmark bids as
+//! fast as it can, first alone, then with point-lookup clients at a steady rate and subscribers
+//! following every change, all over the Postgres wire protocol (tokio-postgres).
+//!
+//! ```sh
+//! cargo bench -p riffle-serve --bench serve_load -- [events] [lookup clients] [lookups/s each] [subscribers]
+//! ```
+//!
+//! Prints the ingest rate without and with readers, lookup latency p50/p99/max, and the
+//! subscribers' lag (from the moment the view applied a change to the moment a subscriber read
+//! it) p50/p99/max.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use hdrhistogram::Histogram;
+use riffle_serve::{ServeConfig, Server};
+use tokio_postgres::NoTls;
+
+/// The allocator the `riffle` command runs with.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn arg(i: usize, default: u64) -> u64 {
+    std::env::args()
+        .filter(|a| !a.starts_with("--"))
+        .nth(i)
+        .map_or(default, |a| a.parse().expect("a number"))
+}
+
+fn view_sql(events: u64) -> String {
+    format!(
+        "CREATE TABLE bids (event_type INT, bid ROW<auction BIGINT, bidder BIGINT, price BIGINT>)
+             WITH ('connector' = 'nexmark', 'events.num' = '{events}');
+         CREATE MATERIALIZED VIEW per_bidder AS
+             SELECT bid.bidder AS bidder, COUNT(*) AS bids, MAX(bid.price) AS highest
+             FROM bids WHERE event_type = 2 GROUP BY bid.bidder"
+    )
+}
+
+struct Run {
+    seconds: f64,
+    lookups: Histogram<u64>,
+    lag: Histogram<u64>,
+    rss_mb: u64,
+    changes: u64,
+}
+
+fn run(events: u64, clients: u64, rate: u64, subscribers: u64) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ServeConfig::new(dir.path().join("data"));
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.max_subscriber_lag = usize::MAX / 2;
+    let server = Server::start(config).unwrap();
+    let url = format!(
+        "host=127.0.0.1 port={} user=riffle",
+        server.local_addr().port()
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let connect = |url: String| async move {
+        let (client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+    };
+    let admin = rt.block_on(connect(url.clone()));
+    let done = Arc::new(AtomicBool::new(false));
+    let lookups = Arc::new(Mutex::new(Histogram::<u64>::new(3).unwrap()));
+    let lag = Arc::new(Mutex::new(Histogram::<u64>::new(3).unwrap()));
+    // When the view reached each progress: sampled every millisecond.
+    let timeline: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::new(Mutex::new(Vec::new()));
+    let started = Instant::now();
+    rt.block_on(admin.batch_execute(&view_sql(events))).unwrap();
+    let view = server.engine().view("per_bidder").unwrap();
+    {
+        let (timeline, done, view) = (timeline.clone(), done.clone(), view.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let progress = view.progress();
+                timeline.lock().unwrap().push((Instant::now(), progress));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+    }
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (url, done, lookups) = (url.clone(), done.clone(), lookups.clone());
+        tasks.push(rt.spawn(async move {
+            let client = connect(url).await;
+            let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / rate.max(1)));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut key = c * 7919;
+            while !done.load(Ordering::Relaxed) {
+                tick.tick().await;
+                key = (key * 31 + 17) % 10_000 + 1000;
+                let at = Instant::now();
+                client
+                    .simple_query(&format!("SELECT * FROM per_bidder WHERE bidder = {key}"))
+                    .await
+                    .unwrap();
+                lookups
+                    .lock()
+                    .unwrap()
+                    .record(at.elapsed().as_micros() as u64)
+                    .unwrap();
+            }
+        }));
+    }
+    let received = Arc::new(AtomicU64::new(0));
+    for _ in 0..subscribers {
+        let (url, done, lag, timeline, received) = (
+            url.clone(),
+            done.clone(),
+            lag.clone(),
+            timeline.clone(),
+            received.clone(),
+        );
+        tasks.push(rt.spawn(async move {
+            let client = connect(url).await;
+            let copy = client
+                .copy_out("COPY (SUBSCRIBE per_bidder) TO STDOUT")
+                .await
+                .unwrap();
+            let mut copy = Box::pin(copy);
+            let mut pending = Vec::new();
+            while !done.load(Ordering::Relaxed) {
+                let Ok(Some(Ok(chunk))) =
+                    tokio::time::timeout(Duration::from_millis(100), copy.next()).await
+                else {
+                    continue;
+                };
+                let now = Instant::now();
+                pending.extend_from_slice(&chunk);
+                let Some(end) = pending.iter().rposition(|b| *b == b'\n') else {
+                    continue;
+                };
+                let lines: Vec<u8> = pending.drain(..=end).collect();
+                let last = lines[..lines.len() - 1]
+                    .rsplit(|b| *b == b'\n')
+                    .next()
+                    .unwrap();
+                let count = lines.iter().filter(|b| **b == b'\n').count() as u64;
+                received.fetch_add(count, Ordering::Relaxed);
+                let progress: u64 =
+                    std::str::from_utf8(last.split(|b| *b == b'\t').next().unwrap())
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                // The first moment the view was at this progress or beyond.
+                let reached = {
+                    let timeline = timeline.lock().unwrap();
+                    let i = timeline.partition_point(|(_, p)| *p < progress);
+                    timeline.get(i).map_or(now, |(t, _)| *t)
+                };
+                lag.lock()
+                    .unwrap()
+                    .record(now.saturating_duration_since(reached).as_micros() as u64)
+                    .unwrap();
+            }
+        }));
+    }
+    // The view's input ends: the run is over.
+    let status = || {
+        rt.block_on(admin.simple_query("SHOW MATERIALIZED VIEWS"))
+            .unwrap()
+            .into_iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(3).map(str::to_string),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let mut rss = 0;
+    while status() != "finished" {
+        rss = rss.max(riffle::metrics::process_rss_bytes().unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    done.store(true, Ordering::Relaxed);
+    for task in tasks {
+        let _ = rt.block_on(task);
+    }
+    let changes = view.progress();
+    drop(admin);
+    server.stop();
+    let lookups = lookups.lock().unwrap().clone();
+    let lag = lag.lock().unwrap().clone();
+    Run {
+        seconds,
+        lookups,
+        lag,
+        rss_mb: rss >> 20,
+        changes,
+    }
+}
+
+fn main() {
+    let events = arg(1, 10_000_000);
+    let clients = arg(2, 8);
+    let rate = arg(3, 250);
+    let subscribers = arg(4, 10);
+    let alone = run(events, 0, rate, 0);
+    println!(
+        "alone:        {events} events in {:.2} s = {:.0} events/s ({} view changes), max RSS {} MB",
+        alone.seconds,
+        events as f64 / alone.seconds,
+        alone.changes,
+        alone.rss_mb
+    );
+    let loaded = run(events, clients, rate, subscribers);
+    println!(
+        "with readers: {events} events in {:.2} s = {:.0} events/s ({} view changes), max RSS {} MB; {clients} lookup clients at {rate}/s each, {subscribers} subscribers",
+        loaded.seconds,
+        events as f64 / loaded.seconds,
+        loaded.changes,
+        loaded.rss_mb
+    );
+    let ms = |us: u64| us as f64 / 1000.0;
+    println!(
+        "lookups:      {} done, latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        loaded.lookups.len(),
+        ms(loaded.lookups.value_at_quantile(0.5)),
+        ms(loaded.lookups.value_at_quantile(0.99)),
+        ms(loaded.lookups.max())
+    );
+    println!(
+        "subscription lag: {} reads, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        loaded.lag.len(),
+        ms(loaded.lag.value_at_quantile(0.5)),
+        ms(loaded.lag.value_at_quantile(0.99)),
+        ms(loaded.lag.max())
+    );
+}
