@@ -46,7 +46,10 @@ impl std::fmt::Display for StatementError {
 
 impl From<SqlError> for StatementError {
     fn from(e: SqlError) -> StatementError {
-        let code = if e.message.contains("no such table") || e.message.contains("unknown table") {
+        let code = if ["no such table", "unknown table", "no table or view"]
+            .iter()
+            .any(|m| e.message.contains(m))
+        {
             "42P01"
         } else if e.message.contains("not supported") {
             "0A000"
