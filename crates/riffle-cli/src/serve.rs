@@ -14,9 +14,14 @@ use crate::demos::EngineArgs;
 /// Options of `riffle serve`.
 #[derive(Args, Clone, Debug)]
 pub struct ServeArgs {
-    /// Where Postgres clients connect (loopback only).
+    /// Where Postgres clients connect (a loopback address unless --users-file is given).
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:4566")]
     pub listen: String,
+    /// The users who may connect, one `name:password` per line (`#` starts a comment):
+    /// clients then authenticate with SCRAM-SHA-256. Without it any user name connects with no
+    /// password, on loopback only.
+    #[arg(long, value_name = "FILE")]
+    pub users_file: Option<PathBuf>,
     /// Where the catalog and each view's checkpoints and state are kept; a restart on the
     /// same directory brings the views back from their latest checkpoints.
     #[arg(long, value_name = "DIR", default_value = "riffle-serve-data")]
@@ -54,6 +59,9 @@ pub fn run(args: &ServeArgs) -> riffle::Result<()> {
     config.listen = listen;
     config.env = env;
     config.max_subscriber_lag = args.max_subscriber_lag;
+    if let Some(file) = &args.users_file {
+        config.users = read_users(file)?;
+    }
     config.functions = crate::sql::functions()
         .into_iter()
         .map(|(name, f)| (name.to_string(), f))
@@ -68,4 +76,31 @@ pub fn run(args: &ServeArgs) -> riffle::Result<()> {
     );
     server.wait();
     Ok(())
+}
+
+/// The `name:password` lines of a users file.
+fn read_users(file: &std::path::Path) -> riffle::Result<Vec<(String, String)>> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| riffle::Error::config("--users-file", format!("`{}`: {e}", file.display())))?;
+    let mut users = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (name, password) = line.split_once(':').ok_or_else(|| {
+            riffle::Error::config(
+                "--users-file",
+                format!("`{}` line {}: not name:password", file.display(), n + 1),
+            )
+        })?;
+        users.push((name.trim().to_string(), password.to_string()));
+    }
+    if users.is_empty() {
+        return Err(riffle::Error::config(
+            "--users-file",
+            format!("`{}` names no user", file.display()),
+        ));
+    }
+    Ok(users)
 }

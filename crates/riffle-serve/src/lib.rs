@@ -41,8 +41,11 @@ pub const DEFAULT_CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration
 /// How to run a server.
 #[derive(Clone)]
 pub struct ServeConfig {
-    /// Where clients connect (loopback only: the server has no authentication yet).
+    /// Where clients connect: a loopback address unless `users` is set.
     pub listen: SocketAddr,
+    /// The users who may connect and their passwords (SCRAM-SHA-256); none: any user name, no
+    /// password, loopback only.
+    pub users: Vec<(String, String)>,
     /// Where the catalog, and each view's checkpoints and state, live.
     pub data_dir: PathBuf,
     /// The engine settings of every view's job (parallelism, state backend, checkpoint
@@ -62,6 +65,7 @@ impl ServeConfig {
         env.checkpoints.interval = Some(DEFAULT_CHECKPOINT_INTERVAL);
         ServeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 4566)),
+            users: Vec::new(),
             data_dir: data_dir.into(),
             env,
             max_subscriber_lag: 1_000_000,
@@ -83,13 +87,23 @@ impl Server {
     /// Opens the data directory (replaying its catalog and starting its views from their
     /// latest checkpoints) and listens for clients.
     pub fn start(config: ServeConfig) -> riffle::Result<Server> {
-        if !config.listen.ip().is_loopback() {
+        if !config.listen.ip().is_loopback() && config.users.is_empty() {
             return Err(riffle::Error::config(
                 "--listen",
                 format!(
-                    "{} is not a loopback address: riffle serve has no authentication yet, so it only listens on 127.0.0.1 or ::1",
+                    "{} is not a loopback address: without --users-file anyone could connect; give users and passwords, or listen on 127.0.0.1",
                     config.listen
                 ),
+            ));
+        }
+        if let Some((name, _)) = config
+            .users
+            .iter()
+            .find(|(n, p)| n.is_empty() || p.is_empty())
+        {
+            return Err(riffle::Error::config(
+                "--users-file",
+                format!("user `{name}`: a user needs a name and a password"),
             ));
         }
         if config.max_subscriber_lag == 0 {
@@ -127,7 +141,8 @@ impl Server {
         let local_addr = listener
             .local_addr()
             .map_err(|e| riffle::Error::io("the listener has no address", e))?;
-        let handlers = Arc::new(wire::Handlers::new(engine.clone()));
+        let users = (!config.users.is_empty()).then(|| wire::Users::new(&config.users));
+        let handlers = Arc::new(wire::Handlers::new(engine.clone(), users));
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let accept = runtime.spawn(async move {
             loop {

@@ -2,12 +2,18 @@
 //! text or binary as the client asks, errors with their SQLSTATE (the session goes on), and
 //! subscriptions streamed as rows or `COPY` data, flushed batch by batch.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures_util::{Sink, SinkExt, stream};
 use pgwire::api::auth::noop::NoopStartupHandler;
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::sasl::scram::{ScramAuth, gen_salted_password};
+use pgwire::api::auth::{
+    AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+};
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{
@@ -20,12 +26,12 @@ use pgwire::api::{
     ClientInfo, ClientPortalStore, PgWireConnectionState, PgWireServerHandlers, Type,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
 use pgwire::messages::data::DataRow;
 use pgwire::messages::extendedquery::Execute;
 use pgwire::messages::response::{CommandComplete, ReadyForQuery, TransactionStatus};
 use pgwire::messages::simplequery::Query;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use riffle::RowKind;
 use riffle_sql::{DataType, Row, Schema, Value};
 
@@ -36,14 +42,67 @@ use crate::view::ViewTable;
 pub struct Handlers {
     engine: Arc<Engine>,
     parser: Arc<NoopQueryParser>,
+    users: Option<Arc<Users>>,
+}
+
+/// The users who may connect, with their passwords salted and hashed for SCRAM-SHA-256.
+#[derive(Debug)]
+pub struct Users {
+    passwords: HashMap<String, Password>,
+}
+
+/// SCRAM's iterations of the password hash (Postgres' default).
+const SCRAM_ITERATIONS: usize = 4096;
+
+impl Users {
+    /// The users of `(name, password)`.
+    pub fn new(users: &[(String, String)]) -> Users {
+        Users {
+            passwords: users
+                .iter()
+                .map(|(name, password)| (name.clone(), salted(password)))
+                .collect(),
+        }
+    }
+}
+
+/// `password` with a fresh random salt, hashed as SCRAM stores it.
+fn salted(password: &str) -> Password {
+    use std::hash::{BuildHasher, Hasher};
+    // A salt must differ between users and servers, not be secret: the process's random
+    // hasher keys give 16 such bytes.
+    let mut salt = Vec::with_capacity(16);
+    for i in 0..2u8 {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u8(i);
+        salt.extend(hasher.finish().to_le_bytes());
+    }
+    let hash = gen_salted_password(password, &salt, SCRAM_ITERATIONS);
+    Password::new(Some(salt), hash)
+}
+
+#[async_trait]
+impl AuthSource for Users {
+    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
+        let user = login.user().ok_or(PgWireError::UserNameRequired)?;
+        // An unknown user gets a password no one knows: the exchange fails as a wrong
+        // password does, not telling which users exist.
+        Ok(self
+            .passwords
+            .get(user)
+            .cloned()
+            .unwrap_or_else(|| salted(&format!("{:?}", std::time::Instant::now()))))
+    }
 }
 
 impl Handlers {
-    /// Handlers of `engine`'s statements.
-    pub fn new(engine: Arc<Engine>) -> Handlers {
+    /// Handlers of `engine`'s statements; with `users`, a client authenticates with
+    /// SCRAM-SHA-256 as one of them.
+    pub fn new(engine: Arc<Engine>, users: Option<Users>) -> Handlers {
         Handlers {
             engine,
             parser: Arc::new(NoopQueryParser::new()),
+            users: users.map(Arc::new),
         }
     }
 
@@ -79,8 +138,20 @@ impl PgWireServerHandlers for Handlers {
         Arc::new(Session(self.clone_handle()))
     }
 
-    fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
-        Arc::new(Session(self.clone_handle()))
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        Arc::new(match &self.users {
+            None => Startup::Open(Session(self.clone_handle())),
+            Some(users) => {
+                let mut scram = ScramAuth::new(users.clone());
+                scram.set_iterations(SCRAM_ITERATIONS);
+                Startup::Scram(
+                    SASLAuthStartupHandler::new(
+                        Arc::new(DefaultServerParameterProvider::default()),
+                    )
+                    .with_scram(scram),
+                )
+            }
+        })
     }
 }
 
@@ -89,7 +160,35 @@ impl Handlers {
         Arc::new(Handlers {
             engine: self.engine.clone(),
             parser: self.parser.clone(),
+            users: self.users.clone(),
         })
+    }
+}
+
+/// How a connection starts: without a password, or with SCRAM-SHA-256.
+pub enum Startup {
+    /// Any user, no password (loopback only).
+    Open(Session),
+    /// A configured user and their password.
+    Scram(SASLAuthStartupHandler<DefaultServerParameterProvider>),
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match self {
+            Startup::Open(session) => session.on_startup(client, message).await,
+            Startup::Scram(scram) => scram.on_startup(client, message).await,
+        }
     }
 }
 

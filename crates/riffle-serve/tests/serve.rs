@@ -329,3 +329,53 @@ fn a_subscriber_gets_the_rows_then_every_change_once() {
     });
     server.stop();
 }
+
+#[test]
+fn with_users_a_client_needs_its_password_and_without_them_only_loopback_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut with_users = config(&dir.path().join("data"));
+    with_users.users = vec![("ana".into(), "s3cret".into())];
+    let server = Server::start(with_users).unwrap();
+    let port = server.local_addr().port();
+    let rt = runtime();
+    rt.block_on(async {
+        let connect = |user: &'static str, password: Option<&'static str>| async move {
+            let mut url = format!("host=127.0.0.1 port={port} user={user}");
+            if let Some(password) = password {
+                url.push_str(&format!(" password={password}"));
+            }
+            match tokio_postgres::connect(&url, NoTls).await {
+                Ok((client, connection)) => {
+                    tokio::spawn(connection);
+                    Ok(client)
+                }
+                Err(e) => Err(e),
+            }
+        };
+        let wrong = connect("ana", Some("guess"))
+            .await
+            .expect_err("a wrong password is refused");
+        assert_eq!(
+            wrong.as_db_error().map(|e| e.code().code()),
+            Some("28P01"),
+            "{wrong:?}"
+        );
+        assert!(
+            connect("ana", None).await.is_err(),
+            "no password is refused"
+        );
+        assert!(
+            connect("mallory", Some("s3cret")).await.is_err(),
+            "an unknown user is refused"
+        );
+        let client = connect("ana", Some("s3cret")).await.unwrap();
+        assert!(rows(&client, "SHOW TABLES").await.is_empty());
+    });
+    server.stop();
+
+    // Without users, a non-loopback address fails at start, naming the setting.
+    let mut open = config(&dir.path().join("other"));
+    open.listen = "0.0.0.0:0".parse().unwrap();
+    let e = Server::start(open).err().expect("refused");
+    assert!(e.to_string().contains("--listen"), "{e}");
+}
