@@ -134,6 +134,34 @@ fn tokens(sql: &str) -> Result<Vec<TokenWithSpan>, SqlError> {
         .map_err(|e| SqlError::new(e.message.clone(), Some(e.location)))
 }
 
+/// Each token's text as it is in `text` (tokens are contiguous, in order). A token's own
+/// rendering is not its text: a string literal `'it''s'` renders as `'it's'`, which would end
+/// the literal early and read the rest as SQL.
+fn token_sources<'a>(text: &'a str, tokens: &[TokenWithSpan]) -> Vec<&'a str> {
+    let mut starts = Vec::with_capacity(tokens.len());
+    let mut next = tokens.iter().map(|t| t.span.start).peekable();
+    let (mut line, mut column) = (1u64, 1u64);
+    for (offset, c) in text.char_indices() {
+        while next
+            .peek()
+            .is_some_and(|l| (l.line, l.column) <= (line, column))
+        {
+            next.next();
+            starts.push(offset);
+        }
+        if c == '\n' {
+            line += 1;
+            column = 1;
+        } else {
+            column += 1;
+        }
+    }
+    starts.resize(tokens.len(), text.len());
+    (0..tokens.len())
+        .map(|i| &text[starts[i]..starts.get(i + 1).copied().unwrap_or(text.len())])
+        .collect()
+}
+
 /// The byte offset of `location` (1-based line and column, in characters) in `text`.
 fn offset_of(text: &str, location: Location) -> usize {
     let mut line = 1;
@@ -263,6 +291,7 @@ pub const SYSTEM_TIME_MARK: &str = " FOR SYSTEM_TIME AS OF ";
 /// B.p_time` `` ([`SYSTEM_TIME_MARK`]).
 fn rewrite_table_arguments(text: &str) -> Result<String, SqlError> {
     let tokens = tokens(text)?;
+    let sources = token_sources(text, &tokens);
     let mut out = String::with_capacity(text.len());
     let mut previous: Option<&Token> = None;
     // Where in `out` the last word starts, and the word.
@@ -323,7 +352,7 @@ fn rewrite_table_arguments(text: &str) -> Result<String, SqlError> {
             }
             continue;
         }
-        out.push_str(&token.to_string());
+        out.push_str(sources[i]);
         if !matches!(token, Token::Whitespace(_)) {
             previous = Some(token);
         }
@@ -719,11 +748,13 @@ pub(crate) fn convert_type(ty: &ast::DataType) -> Option<DataType> {
 /// Rewrites `>>` between type arguments as `> >`, so that nested types parse (`ROW<a
 /// ARRAY<INT>>`). Only outside strings; `>>` is no operator in Flink SQL.
 pub(crate) fn split_shift_right(script: &str) -> Result<String, SqlError> {
-    Ok(tokens(script)?
-        .into_iter()
-        .map(|t| match t.token {
-            Token::ShiftRight => "> >".to_string(),
-            other => other.to_string(),
+    let tokens = tokens(script)?;
+    Ok(tokens
+        .iter()
+        .zip(token_sources(script, &tokens))
+        .map(|(t, source)| match t.token {
+            Token::ShiftRight => "> >",
+            _ => source,
         })
         .collect())
 }
@@ -731,6 +762,24 @@ pub(crate) fn split_shift_right(script: &str) -> Result<String, SqlError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quote_doubled_in_a_string_stays_in_the_string() {
+        // Rendered from its tokens, `'3'' OR ''1'' = ''1'` became `'3' OR '1' = '1'`: SQL.
+        let Statement::Query(q) =
+            parse_statement("SELECT a FROM t WHERE b = '3'' OR ''1'' = ''1' AND c = 'x'").unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            q.to_string(),
+            "SELECT a FROM t WHERE b = '3'' OR ''1'' = ''1' AND c = 'x'"
+        );
+        assert_eq!(
+            split_shift_right("CREATE TABLE t (a ROW<b ARRAY<INT>>) WITH ('p' = 'it''s')").unwrap(),
+            "CREATE TABLE t (a ROW<b ARRAY<INT> >) WITH ('p' = 'it''s')"
+        );
+    }
 
     #[test]
     fn a_flink_create_table_with_rows_computed_columns_and_a_watermark() {
