@@ -532,6 +532,15 @@ impl Engine {
     /// The columns a statement's rows will have (`None`: it returns no rows), without running
     /// it (a client's `Describe`).
     pub fn describe(&self, text: &str) -> Result<Option<Schema>> {
+        // Parameters do not change the columns: planned as NULLs.
+        let parameters = parameter_types(text, &[]).len();
+        let bound;
+        let text = if parameters > 0 {
+            bound = bind_parameters(text, &vec!["NULL".to_string(); parameters])?;
+            bound.as_str()
+        } else {
+            text
+        };
         let first = text
             .trim_start()
             .split(|c: char| c.is_whitespace() || c == '(')
@@ -1080,5 +1089,181 @@ mod tests {
             assert_eq!(e.code, "42602", "{bad}");
             assert!(parse_drop(&format!("DROP MATERIALIZED VIEW {bad}"), 3).is_err());
         }
+    }
+}
+
+/// The statement's parameters (`$1`, `$2`, ..) and, where it tells, each one's type: the type of
+/// the column it is compared with (`user_id = $1`), `BIGINT` after `LIMIT`/`OFFSET`; `None`
+/// otherwise (sent as text). Index `i` is `$(i + 1)`.
+pub fn parameter_types(text: &str, schemas: &[Schema]) -> Vec<Option<riffle_sql::DataType>> {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let Ok(tokens) = Tokenizer::new(&sqlparser::dialect::GenericDialect {}, text).tokenize() else {
+        return Vec::new();
+    };
+    let tokens: Vec<Token> = tokens
+        .into_iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .collect();
+    let column_type = |name: &str| {
+        schemas
+            .iter()
+            .find_map(|s| s.index_of(name).map(|i| s.fields[i].ty.clone()))
+    };
+    let comparison = |t: &Token| {
+        matches!(
+            t,
+            Token::Eq | Token::Neq | Token::Lt | Token::Gt | Token::LtEq | Token::GtEq
+        )
+    };
+    let mut types: Vec<Option<riffle_sql::DataType>> = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let Token::Placeholder(p) = token else {
+            continue;
+        };
+        let Some(n) = p.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) else {
+            continue;
+        };
+        if n == 0 {
+            continue;
+        }
+        if types.len() < n {
+            types.resize(n, None);
+        }
+        let word = |t: Option<&Token>| match t {
+            Some(Token::Word(w)) => Some(w.value.clone()),
+            _ => None,
+        };
+        let before = i.checked_sub(1).map(|b| &tokens[b]);
+        let ty = if before.is_some_and(&comparison) {
+            word(i.checked_sub(2).map(|b| &tokens[b])).and_then(|c| column_type(&c))
+        } else if tokens.get(i + 1).is_some_and(comparison) {
+            word(tokens.get(i + 2)).and_then(|c| column_type(&c))
+        } else if matches!(before, Some(Token::Word(w)) if w.value.eq_ignore_ascii_case("LIMIT") || w.value.eq_ignore_ascii_case("OFFSET"))
+        {
+            Some(riffle_sql::DataType::BigInt)
+        } else {
+            None
+        };
+        if types[n - 1].is_none() {
+            types[n - 1] = ty;
+        }
+    }
+    types
+}
+
+/// `text` with each parameter `$n` outside quotes replaced by `values[n - 1]` (SQL literals);
+/// the rest of the text is kept byte for byte.
+pub fn bind_parameters(text: &str, values: &[String]) -> Result<String> {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let tokens = Tokenizer::new(&sqlparser::dialect::GenericDialect {}, text)
+        .tokenize_with_location()
+        .map_err(|e| StatementError::new("42601", e.to_string()))?;
+    // Byte offsets of each line's start: token locations are lines and columns of characters.
+    let line_starts: Vec<usize> = std::iter::once(0)
+        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .collect();
+    let offset = |line: u64, column: u64| -> usize {
+        let start = line_starts[(line as usize).saturating_sub(1).min(line_starts.len() - 1)];
+        text[start..]
+            .char_indices()
+            .nth((column as usize).saturating_sub(1))
+            .map_or(text.len(), |(i, _)| start + i)
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    for token in tokens {
+        let Token::Placeholder(p) = &token.token else {
+            continue;
+        };
+        let Some(n) = p.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) else {
+            continue;
+        };
+        let value = n
+            .checked_sub(1)
+            .and_then(|i| values.get(i))
+            .ok_or_else(|| {
+                StatementError::new(
+                    "08P01",
+                    format!("{p}: the statement was given {} parameters", values.len()),
+                )
+            })?;
+        let from = offset(token.span.start.line, token.span.start.column);
+        out.push_str(&text[copied..from]);
+        out.push_str(value);
+        copied = from + p.len();
+    }
+    out.push_str(&text[copied..]);
+    Ok(out)
+}
+
+impl Engine {
+    /// The columns a statement's parameters may be compared with: every view's and table's.
+    pub fn schemas(&self) -> Vec<Schema> {
+        let state = self.lock();
+        let mut schemas: Vec<Schema> = state
+            .views
+            .values()
+            .map(|v| v.table.schema.clone())
+            .collect();
+        for table in state.catalog.tables.values() {
+            schemas.push(Schema::new(
+                table
+                    .columns
+                    .iter()
+                    .filter_map(|c| match c {
+                        ColumnDef::Physical(f) => Some(f.clone()),
+                        ColumnDef::Computed { .. } => None,
+                    })
+                    .collect(),
+            ));
+        }
+        schemas
+    }
+}
+
+#[cfg(test)]
+mod parameter_tests {
+    use super::*;
+    use riffle_sql::{DataType, Field};
+
+    #[test]
+    fn a_parameter_takes_the_type_of_the_column_it_is_compared_with() {
+        let schema = Schema::new(vec![
+            Field::new("user_id", DataType::BigInt),
+            Field::new("name", DataType::Varchar),
+        ]);
+        let types = parameter_types(
+            "SELECT * FROM v WHERE user_id = $1 AND $2 <> name AND x = '$3' LIMIT $3",
+            &[schema],
+        );
+        assert_eq!(
+            types,
+            [
+                Some(DataType::BigInt),
+                Some(DataType::Varchar),
+                Some(DataType::BigInt)
+            ]
+        );
+    }
+
+    #[test]
+    fn parameters_are_bound_as_literals_outside_quotes() {
+        let bound = bind_parameters(
+            "SELECT '$1' AS t FROM v WHERE a = $1 AND b = $2",
+            &["42".into(), "'it''s'".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            bound,
+            "SELECT '$1' AS t FROM v WHERE a = 42 AND b = 'it''s'"
+        );
+        let bound = bind_parameters("SELECT 'a''b',\n  $1", &["'x'".into()]).unwrap();
+        assert_eq!(bound, "SELECT 'a''b',\n  'x'");
+        assert_eq!(
+            bind_parameters("SELECT $2", &["1".into()])
+                .unwrap_err()
+                .code,
+            "08P01"
+        );
     }
 }

@@ -122,6 +122,58 @@ impl Handlers {
     }
 }
 
+impl Handlers {
+    /// The types of a statement's parameters: what the client declared, else what the
+    /// statement tells (the column a parameter is compared with), else text.
+    fn parameter_types(&self, statement: &StoredStatement<String>) -> Vec<Type> {
+        let inferred = crate::engine::parameter_types(&statement.statement, &self.engine.schemas());
+        (0..inferred.len().max(statement.parameter_types.len()))
+            .map(|i| {
+                let declared = statement.parameter_types.get(i).cloned().flatten();
+                declared
+                    .filter(|t| *t != Type::UNKNOWN)
+                    .or_else(|| inferred.get(i).cloned().flatten().map(|t| pg_type(&t)))
+                    .unwrap_or(Type::TEXT)
+            })
+            .collect()
+    }
+}
+
+/// Parameter `i` of `portal`, of type `ty`, as a SQL literal (decoded first: a value that is not
+/// of its type is refused, never pasted into the statement).
+fn literal(portal: &Portal<String>, i: usize, ty: &Type) -> PgWireResult<String> {
+    fn quoted(text: &str) -> String {
+        format!("'{}'", text.replace('\'', "''"))
+    }
+    let text = match ty {
+        t if *t == Type::INT2 => portal.parameter::<i16>(i, t)?.map(|v| v.to_string()),
+        t if *t == Type::INT4 => portal.parameter::<i32>(i, t)?.map(|v| v.to_string()),
+        t if *t == Type::INT8 => portal.parameter::<i64>(i, t)?.map(|v| v.to_string()),
+        t if *t == Type::FLOAT4 => portal
+            .parameter::<f32>(i, t)?
+            .map(|v| format!("CAST({:?} AS DOUBLE)", f64::from(v))),
+        t if *t == Type::FLOAT8 => portal
+            .parameter::<f64>(i, t)?
+            .map(|v| format!("CAST({v:?} AS DOUBLE)")),
+        t if *t == Type::BOOL => portal
+            .parameter::<bool>(i, t)?
+            .map(|v| if v { "TRUE" } else { "FALSE" }.to_string()),
+        t if *t == Type::NUMERIC => portal
+            .parameter::<rust_decimal::Decimal>(i, t)?
+            .map(|v| v.to_string()),
+        t if *t == Type::TIMESTAMP => portal
+            .parameter::<chrono::NaiveDateTime>(i, t)?
+            .map(|v| format!("TIMESTAMP '{}'", v.format("%Y-%m-%d %H:%M:%S%.3f"))),
+        t if *t == Type::DATE => portal
+            .parameter::<chrono::NaiveDate>(i, t)?
+            .map(|v| format!("DATE '{}'", v.format("%Y-%m-%d"))),
+        _ => portal
+            .parameter::<String>(i, &Type::TEXT)?
+            .map(|v| quoted(&v)),
+    };
+    Ok(text.unwrap_or_else(|| "NULL".to_string()))
+}
+
 fn panicked(e: tokio::task::JoinError) -> StatementError {
     StatementError {
         code: "XX000",
@@ -596,14 +648,19 @@ impl ExtendedQueryHandler for Session {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        if !portal.parameters.is_empty() {
-            return Ok(Response::Error(Box::new(ErrorInfo::new(
-                "ERROR".into(),
-                "0A000".into(),
-                "statements with parameters ($1, ..) are not supported yet: put the values in the statement".into(),
-            ))));
-        }
-        match self.0.run(portal.statement.statement.clone()).await {
+        let statement = if portal.parameters.is_empty() {
+            portal.statement.statement.clone()
+        } else {
+            let types = self.0.parameter_types(&portal.statement);
+            let values = (0..portal.parameters.len())
+                .map(|i| literal(portal, i, types.get(i).unwrap_or(&Type::TEXT)))
+                .collect::<PgWireResult<Vec<String>>>()?;
+            match crate::engine::bind_parameters(&portal.statement.statement, &values) {
+                Ok(statement) => statement,
+                Err(e) => return Ok(Response::Error(Box::new(error_info(&e)))),
+            }
+        };
+        match self.0.run(statement).await {
             Ok(outcome) => response(outcome, &portal.result_column_format),
             Err(e) => Ok(Response::Error(Box::new(error_info(&e)))),
         }
@@ -626,7 +683,7 @@ impl ExtendedQueryHandler for Session {
             .await
             .map_err(|e| PgWireError::UserError(Box::new(error_info(&e))))?;
         Ok(DescribeStatementResponse::new(
-            Vec::new(),
+            self.0.parameter_types(statement),
             schema.map_or_else(Vec::new, |s| fields(&s, &Format::UnifiedBinary)),
         ))
     }

@@ -165,6 +165,41 @@ fn views_answer_lookups_ranges_and_aggregates_and_survive_a_restart() {
                     .is_empty()
             );
 
+            // Parameters, typed by the column they are compared with; a text parameter is a
+            // value, never SQL.
+            let row = client
+                .query_one("SELECT clicks FROM per_user WHERE user_id = $1", &[&3i64])
+                .await
+                .unwrap();
+            assert_eq!(row.get::<_, i64>(0), expected[&3]);
+            let busy = client
+                .query(
+                    "SELECT user_id FROM per_user WHERE clicks > $1 ORDER BY user_id LIMIT $2",
+                    &[&700i64, &2i64],
+                )
+                .await
+                .unwrap();
+            let want: Vec<i64> = expected
+                .iter()
+                .filter(|(_, c)| **c > 700)
+                .map(|(u, _)| *u)
+                .take(2)
+                .collect();
+            assert_eq!(
+                busy.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(),
+                want
+            );
+            for text in ["3", "3' OR '1' = '1"] {
+                let found = client
+                    .query(
+                        "SELECT user_id FROM per_user WHERE CAST(user_id AS STRING) = $1",
+                        &[&text],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(found.len(), usize::from(text == "3"), "{text}");
+            }
+
             // Every row, ordered and limited.
             let top = rows(
                 &client,
