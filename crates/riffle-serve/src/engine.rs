@@ -709,33 +709,23 @@ fn point_lookup(query: &ast::Query, view: &ViewTable) -> Option<Vec<Row>> {
         return None;
     }
     let mut equal: HashMap<String, Value> = HashMap::new();
-    let mut pending = vec![select.selection.as_ref()?];
-    while let Some(expr) = pending.pop() {
-        match expr {
-            ast::Expr::BinaryOp {
-                left,
-                op: ast::BinaryOperator::And,
-                right,
-            } => {
-                pending.push(left);
-                pending.push(right);
-            }
-            ast::Expr::Nested(inner) => pending.push(inner),
-            ast::Expr::BinaryOp {
-                left,
-                op: ast::BinaryOperator::Eq,
-                right,
-            } => {
-                let (column, value) = match (column_name(left), literal(right)) {
+    let mut conjuncts = Vec::new();
+    riffle_sql::plan::split_and(select.selection.as_ref()?, &mut conjuncts);
+    for expr in conjuncts {
+        if let ast::Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::Eq,
+            right,
+        } = expr
+        {
+            let (column, value) = match (column_name(left), literal(right)) {
+                (Some(c), Some(v)) => (c, v),
+                _ => match (column_name(right), literal(left)) {
                     (Some(c), Some(v)) => (c, v),
-                    _ => match (column_name(right), literal(left)) {
-                        (Some(c), Some(v)) => (c, v),
-                        _ => continue,
-                    },
-                };
-                equal.insert(column, value);
-            }
-            _ => {}
+                    _ => continue,
+                },
+            };
+            equal.insert(column, value);
         }
     }
     let values: Option<Vec<Value>> = key
@@ -1206,16 +1196,7 @@ impl Engine {
             .map(|v| v.table.schema.clone())
             .collect();
         for table in state.catalog.tables.values() {
-            schemas.push(Schema::new(
-                table
-                    .columns
-                    .iter()
-                    .filter_map(|c| match c {
-                        ColumnDef::Physical(f) => Some(f.clone()),
-                        ColumnDef::Computed { .. } => None,
-                    })
-                    .collect(),
-            ));
+            schemas.push(riffle_sql::lower::sink_schema(table));
         }
         schemas
     }

@@ -114,11 +114,19 @@ impl Handlers {
             .unwrap_or_else(|e| Err(panicked(e)))
     }
 
-    async fn describe(&self, statement: String) -> Result<Option<Schema>, StatementError> {
+    /// The columns `statement`'s rows will have, in `format` (none: it returns no rows).
+    async fn described_fields(
+        &self,
+        statement: &StoredStatement<String>,
+        format: &Format,
+    ) -> PgWireResult<Vec<FieldInfo>> {
         let engine = self.engine.clone();
-        tokio::task::spawn_blocking(move || engine.describe(&statement))
+        let text = statement.statement.clone();
+        let schema = tokio::task::spawn_blocking(move || engine.describe(&text))
             .await
             .unwrap_or_else(|e| Err(panicked(e)))
+            .map_err(|e| PgWireError::UserError(Box::new(error_info(&e))))?;
+        Ok(schema.map_or_else(Vec::new, |s| fields(&s, format)))
     }
 }
 
@@ -677,14 +685,11 @@ impl ExtendedQueryHandler for Session {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let schema = self
-            .0
-            .describe(statement.statement.clone())
-            .await
-            .map_err(|e| PgWireError::UserError(Box::new(error_info(&e))))?;
         Ok(DescribeStatementResponse::new(
             self.0.parameter_types(statement),
-            schema.map_or_else(Vec::new, |s| fields(&s, &Format::UnifiedBinary)),
+            self.0
+                .described_fields(statement, &Format::UnifiedBinary)
+                .await?,
         ))
     }
 
@@ -699,13 +704,10 @@ impl ExtendedQueryHandler for Session {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let schema = self
-            .0
-            .describe(portal.statement.statement.clone())
-            .await
-            .map_err(|e| PgWireError::UserError(Box::new(error_info(&e))))?;
         Ok(DescribePortalResponse::new(
-            schema.map_or_else(Vec::new, |s| fields(&s, &portal.result_column_format)),
+            self.0
+                .described_fields(&portal.statement, &portal.result_column_format)
+                .await?,
         ))
     }
 }

@@ -2349,7 +2349,7 @@ fn constant_interval(arg: Option<&ast::Expr>, name: &str, what: &str) -> Result<
 }
 
 /// The conjuncts of `expr` (`a AND b AND c`: `a`, `b`, `c`).
-fn split_and<'a>(expr: &'a ast::Expr, out: &mut Vec<&'a ast::Expr>) {
+pub fn split_and<'a>(expr: &'a ast::Expr, out: &mut Vec<&'a ast::Expr>) {
     match expr {
         ast::Expr::BinaryOp {
             left,
