@@ -155,3 +155,84 @@ fn a_view_killed_while_it_ingests_comes_back_with_every_change_once() {
     );
     assert_eq!(final_rows(server.port), expected);
 }
+
+/// The sum of a view's column, 0 while it has no rows.
+fn sum(port: u16, sql: &str) -> u64 {
+    psql(port, sql).trim().parse().unwrap_or(0)
+}
+
+#[cfg(feature = "kafka")]
+#[test]
+fn a_view_of_a_kafka_topic_killed_while_it_ingests_counts_every_record_once() {
+    use riffle_kafka::testing::{TestProducer, bootstrap};
+    use riffle_kafka::{KafkaConnection, ensure_topics};
+
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let topic = format!("serve-orders-{}-{nanos}", std::process::id());
+    ensure_topics(&KafkaConnection::new(bootstrap()), &[(&topic, 2)], 1).unwrap();
+    let producer = TestProducer::new(&[("linger.ms", "5")]);
+    let order = |i: u64| format!(r#"{{"user_id": {}, "amount": {}}}"#, i % 50, i % 7);
+    let produce = |from: u64, to: u64| {
+        for i in from..to {
+            producer.send(&topic, (i % 2) as i32, None, order(i).as_bytes());
+        }
+        producer.flush();
+    };
+    const HALF: u64 = 20_000;
+    produce(0, HALF);
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = serve(dir.path());
+    psql(
+        server.port,
+        &format!(
+            "CREATE TABLE orders (user_id BIGINT, amount BIGINT) WITH ('connector' = 'kafka',
+                 'topic' = '{topic}', 'properties.bootstrap.servers' = '{}',
+                 'properties.group.id' = '{topic}', 'scan.startup.mode' = 'earliest-offset',
+                 'format' = 'json');
+             CREATE MATERIALIZED VIEW per_user AS
+                 SELECT user_id, COUNT(*) AS n, SUM(amount) AS total FROM orders GROUP BY user_id;",
+            bootstrap()
+        ),
+    );
+    let total = "SELECT SUM(n) FROM per_user";
+    wait_until("the first half read", || sum(server.port, total) >= HALF);
+    assert_eq!(sum(server.port, total), HALF);
+    // The second half arrives; the server is killed while it reads it.
+    let before = status(server.port, "per_user").1;
+    produce(HALF, 2 * HALF);
+    wait_until("the second half being read", || {
+        status(server.port, "per_user").1 > before
+    });
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
+    drop(server);
+
+    let server = serve(dir.path());
+    wait_until("every record read", || sum(server.port, total) >= 2 * HALF);
+    assert_eq!(
+        sum(server.port, total),
+        2 * HALF,
+        "a record was counted twice"
+    );
+    let mut expected = std::collections::BTreeMap::<u64, (u64, u64)>::new();
+    for i in 0..2 * HALF {
+        let e = expected.entry(i % 50).or_default();
+        e.0 += 1;
+        e.1 += i % 7;
+    }
+    let want: String = expected
+        .iter()
+        .map(|(u, (n, t))| format!("{u}|{n}|{t}\n"))
+        .collect();
+    assert_eq!(
+        psql(
+            server.port,
+            "SELECT user_id, n, total FROM per_user ORDER BY user_id"
+        ),
+        want
+    );
+}
