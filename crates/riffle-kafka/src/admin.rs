@@ -56,7 +56,13 @@ pub fn ensure_topics(
         results,
         "create topic",
         Some(RDKafkaErrorCode::TopicAlreadyExists),
-    )
+    )?;
+    // A job started right after this reads the topics' partitions: they must be visible (a
+    // topic just created showed none for a moment, and a source then failed at start).
+    for (name, _) in topics {
+        visible_partitions(&admin, name)?;
+    }
+    Ok(())
 }
 
 /// Creates `topic` with `partitions` partitions and the topic settings `configs` if it does
@@ -83,24 +89,7 @@ pub(crate) fn ensure_topic_with(
         "create topic",
         Some(RDKafkaErrorCode::TopicAlreadyExists),
     )?;
-    // A topic just created may show no partitions (or an error) for a moment: look again
-    // until it has some.
-    let deadline = std::time::Instant::now() + ADMIN_TIMEOUT;
-    let found = loop {
-        let metadata = admin
-            .inner()
-            .fetch_metadata(Some(topic), ADMIN_TIMEOUT)
-            .map_err(|e| kafka_error(format!("cannot read the partitions of `{topic}`"), e))?;
-        let found = metadata
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic && t.error().is_none())
-            .map_or(0, |t| t.partitions().len());
-        if found > 0 || std::time::Instant::now() >= deadline {
-            break found;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    let found = visible_partitions(&admin, topic)?;
     if found != partitions as usize {
         return Err(riffle::Error::config(
             setting,
@@ -111,6 +100,30 @@ pub(crate) fn ensure_topic_with(
         ));
     }
     Ok(())
+}
+
+/// How many partitions `topic` has. A topic just created may show none (or an error) for a
+/// moment: this looks again until it has some, for up to the admin timeout.
+fn visible_partitions(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+) -> riffle::Result<usize> {
+    let deadline = std::time::Instant::now() + ADMIN_TIMEOUT;
+    loop {
+        let metadata = admin
+            .inner()
+            .fetch_metadata(Some(topic), ADMIN_TIMEOUT)
+            .map_err(|e| kafka_error(format!("cannot read the partitions of `{topic}`"), e))?;
+        let found = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+            .map_or(0, |t| t.partitions().len());
+        if found > 0 || std::time::Instant::now() >= deadline {
+            return Ok(found);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// Deletes `topics` (those that do not exist are skipped).
