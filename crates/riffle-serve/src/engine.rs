@@ -469,7 +469,7 @@ impl Engine {
             .views
             .iter()
             .map(|(name, view)| {
-                let (_, progress) = view.table.rows();
+                let progress = view.table.progress();
                 let status = match &view.job {
                     Some(job) => format!("{:?}", job.monitor.overview().status).to_lowercase(),
                     None => "not started".to_string(),
