@@ -40,3 +40,15 @@ fn a_savepoint_survives_a_changed_state_type_on_rocksdb() {
         riffle_testing::evolution::check_state_evolution(Arc::new(backend), work.path());
     }
 }
+
+#[test]
+fn a_savepoint_of_windows_survives_a_changed_accumulator_on_rocksdb() {
+    for cache in [64 << 20, 0] {
+        let work = tempfile::tempdir().unwrap();
+        let backend = RocksDbBackend::new()
+            .memory(8 << 20)
+            .write_buffer(1 << 20)
+            .state_cache(cache);
+        riffle_testing::evolution::check_window_state_evolution(Arc::new(backend), work.path());
+    }
+}

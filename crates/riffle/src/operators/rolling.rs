@@ -23,6 +23,7 @@ use crate::operators::{BuildOperator, Collector, Operator, OperatorContext};
 use crate::record::{Data, Record};
 use crate::state::StateTable;
 use crate::state::table::FastMap;
+use crate::state::versioned::TableState;
 
 /// What crosses the shuffle of a rolling aggregate.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -113,7 +114,8 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> BuildOperator
             key: self.key,
             aggregate: self.aggregate,
             runtime: KeyedRuntime::new(ctx),
-            table: ctx.state_table("rolling"),
+            table: ctx.state_table(ROLLING),
+            table_state: TableState::new(ROLLING),
             _type: PhantomData,
         })
     }
@@ -126,8 +128,13 @@ pub(crate) struct OpenRollingAggregate<K, T, A: AggregateFunction<T>> {
     runtime: KeyedRuntime<K>,
     /// The accumulator per key.
     table: StateTable<K, (), A::Acc>,
+    /// The schema of `table`'s values, recorded in every checkpoint.
+    table_state: TableState<A::Acc>,
     _type: PhantomData<fn(T)>,
 }
+
+/// The name of a rolling aggregate's state of its accumulators (in checkpoints and the store).
+const ROLLING: &str = "rolling";
 
 impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator
     for OpenRollingAggregate<K, T, A>
@@ -169,6 +176,7 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
+        snapshot.record_state_schemas(vec![self.table_state.schema()]);
         let table = &self.table;
         let Some(table) = table.heap() else {
             return Ok(());
@@ -185,13 +193,17 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator
     }
 
     fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
+        let accumulators = self
+            .table_state
+            .reader(&self.runtime.ctx.id, state.state_schemas())?;
         let table = &mut self.table;
-        for group in state.keyed::<Vec<(K, A::Acc)>>() {
-            let (key_group, entries) = group?;
-            for (key, acc) in entries {
-                table.put(key_group, key, (), acc)?;
+        for (key_group, bytes) in &state.keyed {
+            let mut input = bytes.as_slice();
+            for (key, acc) in accumulators.read_entries::<K>(&mut input)? {
+                table.put(*key_group, key, (), acc)?;
             }
         }
+        accumulators.rewrite_store(table)?;
         Ok(())
     }
 }

@@ -738,6 +738,24 @@ pub(crate) fn convert<V: DeserializeOwned>(
     }
 }
 
+/// Reads one value of a state as `old` (its recorded schema) wrote it, from the front of
+/// `input`, converted to `V` of version `version` (by `migrate`, else by serde).
+pub(crate) fn read_old_value<V: DeserializeOwned>(
+    old: &StateSchema,
+    input: &mut &[u8],
+    version: u32,
+    migrate: Option<fn(StateValue, u32) -> Result<V>>,
+) -> std::result::Result<V, String> {
+    let format = old
+        .format
+        .as_ref()
+        .ok_or("the savepoint recorded no format")?;
+    let value = Reader::new(format)
+        .read_value(input)
+        .map_err(|e| format!("cannot read an old value: {e}"))?;
+    convert(value, old.version, version, migrate)
+}
+
 /// The schemas of an operator's states from every old subtask, one per state name (the first).
 pub(crate) fn by_name(schemas: &[StateSchema]) -> BTreeMap<String, StateSchema> {
     let mut map = BTreeMap::new();

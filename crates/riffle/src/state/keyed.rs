@@ -176,23 +176,6 @@ trait Declared<X> {
     fn read_old(&self, old: &StateSchema, input: &mut &[u8]) -> Result<X, String>;
 }
 
-/// Reads one old value of a plain state (value, reducing, aggregating).
-fn read_plain<V: Data>(
-    old: &StateSchema,
-    input: &mut &[u8],
-    version: u32,
-    migrate: Option<crate::state::Migration<V>>,
-) -> Result<V, String> {
-    let format = old
-        .format
-        .as_ref()
-        .ok_or("the savepoint recorded no format")?;
-    let value = Reader::new(format)
-        .read_value(input)
-        .map_err(|e| format!("cannot read an old value: {e}"))?;
-    evolution::convert(value, old.version, version, migrate)
-}
-
 /// A descriptor of one value per key, with its migration: value and reducing states.
 macro_rules! declared_plain {
     ($($descriptor:ident),*) => {$(
@@ -207,7 +190,7 @@ macro_rules! declared_plain {
                 std::any::type_name::<V>().to_string()
             }
             fn read_old(&self, old: &StateSchema, input: &mut &[u8]) -> Result<V, String> {
-                read_plain(old, input, self.version, self.migrate)
+                evolution::read_old_value(old, input, self.version, self.migrate)
             }
         }
     )*};
@@ -226,7 +209,7 @@ impl<In, A: AggregateFunction<In>> Declared<A::Acc> for AggregatingStateDescript
         std::any::type_name::<A::Acc>().to_string()
     }
     fn read_old(&self, old: &StateSchema, input: &mut &[u8]) -> Result<A::Acc, String> {
-        read_plain(old, input, self.version, None)
+        evolution::read_old_value(old, input, self.version, None)
     }
 }
 
@@ -251,7 +234,12 @@ impl<V: Data> Declared<ListValue<V>> for ListStateDescriptor<V> {
         *input = rest;
         let mut values = Vec::new();
         while !items.is_empty() {
-            values.push(read_plain(old, &mut items, self.version, self.migrate)?);
+            values.push(evolution::read_old_value(
+                old,
+                &mut items,
+                self.version,
+                self.migrate,
+            )?);
         }
         Ok(ListValue(values))
     }

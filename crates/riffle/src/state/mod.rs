@@ -35,6 +35,7 @@ mod keyed;
 mod kv_table;
 pub(crate) mod table;
 mod timers;
+pub(crate) mod versioned;
 
 pub use backend::{
     ChangeValue, HeapBackend, KvStore, StateBackend, TaskStore, VisitEntry, VisitWhile,

@@ -24,12 +24,15 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{CheckpointConfig, RestartStrategy, RestoreFrom};
+use crate::metrics::MetricsSnapshot;
 use crate::operators::KeyedContext;
 use crate::sink::CollectSink;
 use crate::source::datagen::{DatagenSource, Generator, ManualPaceClock, Schedule, mix};
 use crate::state::{
     ListStateDescriptor, MapStateDescriptor, StateBackend, StateValue, ValueStateDescriptor,
 };
+use crate::time::WatermarkStrategy;
+use crate::window::{Session, Tumbling, Windows};
 use crate::{EnvConfig, Error, Result, StreamEnv};
 
 /// Hits in the job.
@@ -279,17 +282,16 @@ fn count_broken(user: &u64, _hit: Hit, ctx: &mut KeyedContext<'_, '_, u64, Repor
 
 type Function = fn(&u64, Hit, &mut KeyedContext<'_, '_, u64, Report>) -> Result<()>;
 
-/// The job on `backend`: hits keyed by user into `function` (uid `counts`), at parallelism 2;
-/// paced by `schedule` when given (a job stopped part-way), else as fast as it goes.
-fn job(
+/// The settings of the suites' jobs on `backend`: checkpoints under `work` every 100 ms, at
+/// parallelism 2, restored from `restore` when given.
+fn config(
     backend: &Arc<dyn StateBackend>,
     work: &Path,
-    function: Function,
-    schedule: Option<Schedule>,
+    job_name: &str,
     restore: Option<String>,
-) -> (StreamEnv, crate::sink::Collected<Report>) {
-    let env = StreamEnv::with_config(EnvConfig {
-        job_name: "evolution".into(),
+) -> EnvConfig {
+    EnvConfig {
+        job_name: job_name.into(),
         parallelism: 2,
         checkpoints: CheckpointConfig {
             interval: Some(Duration::from_millis(100)),
@@ -304,7 +306,19 @@ fn job(
         state_backend: backend.clone(),
         local_state_dir: work.join("local"),
         ..EnvConfig::default()
-    });
+    }
+}
+
+/// The job on `backend`: hits keyed by user into `function` (uid `counts`), at parallelism 2;
+/// paced by `schedule` when given (a job stopped part-way), else as fast as it goes.
+fn job(
+    backend: &Arc<dyn StateBackend>,
+    work: &Path,
+    function: Function,
+    schedule: Option<Schedule>,
+    restore: Option<String>,
+) -> (StreamEnv, crate::sink::Collected<Report>) {
+    let env = StreamEnv::with_config(config(backend, work, "evolution", restore));
     let mut source = DatagenSource::new(Hits).count(TOTAL).splits(1);
     if let Some(schedule) = schedule {
         source = source.paced_by(schedule);
@@ -329,14 +343,23 @@ fn savepoint_of(backend: &Arc<dyn StateBackend>, work: &Path, function: Function
     let clock = Arc::new(ManualPaceClock::new());
     let schedule = Schedule::with_clock(1_000.0, clock.clone());
     let (env, _out) = job(backend, work, function, Some(schedule), None);
+    let counted = |m: &MetricsSnapshot| m.operator_total("counts").map_or(0, |o| o.records_in);
+    stop_part_way(&env, &clock, counted, "Source: hits", work)
+}
+
+/// Runs `env`, whose source follows `clock` (standing still), until `counted` (of its metrics)
+/// reaches a quarter of the input, and stops it with a savepoint under `work` (the source,
+/// `source`, has not read all of it); returns the savepoint's location.
+fn stop_part_way(
+    env: &StreamEnv,
+    clock: &ManualPaceClock,
+    counted: fn(&MetricsSnapshot) -> u64,
+    source: &str,
+    work: &Path,
+) -> String {
     let handle = env.execute_async().expect("job v1 starts");
     let started = Instant::now();
-    let counted = || {
-        handle
-            .metrics()
-            .operator_total("counts")
-            .map_or(0, |o| o.records_in)
-    };
+    let counted = || counted(&handle.metrics());
     let mut moved = false;
     while counted() < TOTAL / 4 {
         if !moved && counted() > 0 {
@@ -345,7 +368,7 @@ fn savepoint_of(backend: &Arc<dyn StateBackend>, work: &Path, function: Function
         }
         assert!(
             started.elapsed() < Duration::from_secs(120),
-            "job v1 counted {} hits in 2 minutes",
+            "job v1 counted {} records in 2 minutes",
             counted()
         );
         std::thread::sleep(Duration::from_millis(5));
@@ -356,7 +379,7 @@ fn savepoint_of(backend: &Arc<dyn StateBackend>, work: &Path, function: Function
     let result = handle.wait().expect("job v1 stops");
     let read = result
         .metrics
-        .operator_total("Source: hits")
+        .operator_total(source)
         .map_or(0, |o| o.records_out);
     assert!(read < TOTAL, "job v1 stopped part-way ({read} of {TOTAL})");
     savepoint
@@ -437,4 +460,244 @@ pub fn check_state_evolution(backend: Arc<dyn StateBackend>, work: &Path) {
         message.contains("version 2") && message.contains("version 1"),
         "{message}"
     );
+}
+
+/// A visit of a user at event time `at` (milliseconds), for the window suite.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Visit {
+    user: u64,
+    at: i64,
+}
+
+/// 40 users, one visit per millisecond of event time from 0, in one split.
+struct Visits;
+
+impl Generator for Visits {
+    type Item = Visit;
+    fn generate(&self, i: u64) -> Visit {
+        Visit {
+            user: mix(11, i, 1) % 40,
+            at: i as i64,
+        }
+    }
+    fn name(&self) -> String {
+        "visits".into()
+    }
+}
+
+/// The accumulator of the window suite's aggregate, in each version of the job.
+trait Tally: crate::record::Data + Default {
+    fn count(&mut self, visit: &Visit);
+    fn absorb(&mut self, other: Self);
+    fn hits(&self) -> u64;
+}
+
+/// Counts visits into a [`Tally`] of type `A`.
+struct Counting<A>(std::marker::PhantomData<fn() -> A>);
+
+impl<A> Clone for Counting<A> {
+    fn clone(&self) -> Self {
+        Counting(std::marker::PhantomData)
+    }
+}
+
+impl<A: Tally> crate::aggregate::AggregateFunction<Visit> for Counting<A> {
+    type Acc = A;
+    type Out = u64;
+    fn create(&self) -> A {
+        A::default()
+    }
+    fn add(&self, acc: &mut A, visit: &Visit) {
+        acc.count(visit)
+    }
+    fn merge(&self, acc: &mut A, other: A) {
+        acc.absorb(other)
+    }
+    fn result(&self, acc: &A) -> u64 {
+        acc.hits()
+    }
+}
+
+/// Version 1's accumulator.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct TallyV1 {
+    hits: u64,
+}
+
+impl Tally for TallyV1 {
+    fn count(&mut self, _: &Visit) {
+        self.hits += 1;
+    }
+    fn absorb(&mut self, other: Self) {
+        self.hits += other.hits;
+    }
+    fn hits(&self) -> u64 {
+        self.hits
+    }
+}
+
+/// Version 2's accumulator: a field added with a default.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct TallyAdded {
+    hits: u64,
+    #[serde(default)]
+    last_at: i64,
+}
+
+impl Tally for TallyAdded {
+    fn count(&mut self, visit: &Visit) {
+        self.hits += 1;
+        self.last_at = self.last_at.max(visit.at);
+    }
+    fn absorb(&mut self, other: Self) {
+        self.hits += other.hits;
+        self.last_at = self.last_at.max(other.last_at);
+    }
+    fn hits(&self) -> u64 {
+        self.hits
+    }
+}
+
+/// Version 2's accumulator with a field whose type changed: serde cannot read version 1's.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct TallyBroken {
+    hits: String,
+}
+
+impl Tally for TallyBroken {
+    fn count(&mut self, _: &Visit) {
+        self.hits.push('x');
+    }
+    fn absorb(&mut self, other: Self) {
+        self.hits.push_str(&other.hits);
+    }
+    fn hits(&self) -> u64 {
+        self.hits.len() as u64
+    }
+}
+
+/// What the window suite's job emits: the operator (`tumbling`, `sessions`, `rolling`), the
+/// user and the visits counted.
+type Counted = (String, u64, u64);
+
+/// The window suite's job on `backend`: visits keyed by user into a tumbling window of an
+/// hour (uid `tumbling`), a session window with an hour's gap (uid `sessions`) and a rolling
+/// aggregate (uid `rolling`), each counting with a [`Tally`] of type `A`; paced as [`job`].
+fn window_job<A: Tally>(
+    backend: &Arc<dyn StateBackend>,
+    work: &Path,
+    schedule: Option<Schedule>,
+    restore: Option<String>,
+) -> (StreamEnv, crate::sink::Collected<Counted>) {
+    let env = StreamEnv::with_config(config(backend, work, "window-evolution", restore));
+    let mut source = DatagenSource::new(Visits).count(TOTAL).splits(1);
+    if let Some(schedule) = schedule {
+        source = source.paced_by(schedule);
+    }
+    let strategy = WatermarkStrategy::monotonous().with_timestamps(|v: &Visit| v.at);
+    let visits = env
+        .from_source_with_watermarks(source, strategy)
+        .uid("visits")
+        .set_parallelism(1)
+        .key_by(|v: &Visit| v.user);
+    let hour = Duration::from_secs(3_600);
+    let windowed = |windows: Windows, uid: &'static str| {
+        visits
+            .window(windows)
+            .aggregate(Counting::<A>(std::marker::PhantomData))
+            .name(uid)
+            .uid(uid)
+            .map(move |r| (uid.to_string(), r.key, r.value))
+    };
+    let tumbling = windowed(Tumbling::of(hour), "tumbling");
+    let sessions = windowed(Session::with_gap(hour), "sessions");
+    let rolling = visits
+        .aggregate(Counting::<A>(std::marker::PhantomData))
+        .name("rolling")
+        .uid("rolling")
+        .map(|(user, hits)| ("rolling".to_string(), user, hits));
+    let (sink, out) = CollectSink::new();
+    tumbling.union(&[&sessions, &rolling]).sink(sink);
+    (env, out)
+}
+
+/// The suite for the state of window operators and rolling aggregates across a new version of
+/// the job on `backend` (see the module's documentation): job v1 counts part of the input into
+/// still-open windows and sessions and a rolling aggregate, and stops with a savepoint; job v2,
+/// whose accumulator gained a field, restores it: each user's window, session and final rolling
+/// count over v1's and v2's output equal a run without a savepoint; an accumulator whose field
+/// changed type fails the restore naming the operator and the state.
+pub fn check_window_state_evolution(backend: Arc<dyn StateBackend>, work: &Path) {
+    let mut expected: BTreeMap<u64, u64> = BTreeMap::new();
+    for i in 0..TOTAL {
+        *expected.entry(Visits.generate(i).user).or_default() += 1;
+    }
+
+    let clock = Arc::new(ManualPaceClock::new());
+    let schedule = Schedule::with_clock(1_000.0, clock.clone());
+    let v1_work = work.join("windows-v1");
+    let (env, v1_out) = window_job::<TallyV1>(&backend, &v1_work, Some(schedule), None);
+    // The keyed operators' inputs are pre-aggregated (partials, not visits): count what the
+    // source read.
+    let read = |m: &MetricsSnapshot| {
+        m.operator_total("Source: visits")
+            .map_or(0, |o| o.records_out)
+    };
+    let savepoint = stop_part_way(&env, &clock, read, "Source: visits", &v1_work);
+
+    let (env, v2_out) = window_job::<TallyAdded>(
+        &backend,
+        &work.join("windows-added"),
+        None,
+        Some(savepoint.clone()),
+    );
+    let result = env
+        .execute()
+        .unwrap_or_else(|e| panic!("job v2 failed: {e}"));
+    assert_eq!(result.restarts, 0);
+    let mut windows: BTreeMap<(String, u64), Vec<u64>> = BTreeMap::new();
+    let mut rolling: BTreeMap<u64, u64> = BTreeMap::new();
+    for (operator, user, hits) in v1_out.values().into_iter().chain(v2_out.values()) {
+        if operator == "rolling" {
+            rolling.insert(user, hits);
+        } else {
+            windows.entry((operator, user)).or_default().push(hits);
+        }
+    }
+    for operator in ["tumbling", "sessions"] {
+        let counted: BTreeMap<u64, Vec<u64>> = windows
+            .iter()
+            .filter(|((o, _), _)| o == operator)
+            .map(|((_, user), hits)| (*user, hits.clone()))
+            .collect();
+        let want: BTreeMap<u64, Vec<u64>> = expected.iter().map(|(u, n)| (*u, vec![*n])).collect();
+        assert_eq!(
+            counted, want,
+            "{operator}: one window per user, with every visit"
+        );
+    }
+    assert_eq!(rolling, expected, "rolling: the last count of each user");
+
+    let (env, _) = window_job::<TallyBroken>(
+        &backend,
+        &work.join("windows-broken"),
+        None,
+        Some(savepoint),
+    );
+    let error = env
+        .execute()
+        .expect_err("an accumulator that cannot read its savepoint");
+    assert!(error.is_incompatible_state(), "{error}");
+    let message = error.to_string();
+    assert!(
+        [
+            ("`tumbling`", "`windows`"),
+            ("`sessions`", "`sessions`"),
+            ("`rolling`", "`rolling`")
+        ]
+        .iter()
+        .any(|(uid, state)| message.contains(uid) && message.contains(state)),
+        "no operator and state named in: {message}"
+    );
+    assert!(message.contains("TallyBroken"), "{message}");
 }

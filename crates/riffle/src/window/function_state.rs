@@ -22,13 +22,28 @@ use crate::operators::OperatorContext;
 use crate::record::Data;
 use crate::state::{
     AggregatingState, AggregatingStateDescriptor, KeyedState, ListState, ListStateDescriptor,
-    MapState, MapStateDescriptor, ReducingState, ReducingStateDescriptor, ValueState,
+    MapState, MapStateDescriptor, ReducingState, ReducingStateDescriptor, StateSchema, ValueState,
     ValueStateDescriptor,
 };
 use crate::window::TimeWindow;
 
 /// The encoded key of a window function's state.
 pub(crate) type KeyBytes = Vec<u8>;
+
+/// The prefixes of the function's global and per-window states' names among the operator's.
+const GLOBAL: &str = "window-fn-global/";
+const WINDOW: &str = "window-fn-window/";
+
+/// `schemas` with their names prefixed by `scope`.
+fn scoped(scope: &str, schemas: Vec<StateSchema>) -> Vec<StateSchema> {
+    schemas
+        .into_iter()
+        .map(|s| StateSchema {
+            name: format!("{scope}{}", s.name),
+            ..s
+        })
+        .collect()
+}
 
 /// Per-window and global state of one window operator instance.
 pub(crate) struct FunctionState {
@@ -88,6 +103,31 @@ impl FunctionState {
         let (global, windows): FunctionStateGroup = decode(bytes)?;
         self.global.restore_group(key_group, global)?;
         self.windows.restore_group(key_group, windows)
+    }
+
+    /// The schemas of the function's states, for a checkpoint: global ones named
+    /// `window-fn-global/<name>`, per-window ones `window-fn-window/<name>`.
+    pub(crate) fn schemas(&self) -> Vec<StateSchema> {
+        let mut schemas = scoped(GLOBAL, self.global.schemas());
+        schemas.extend(scoped(WINDOW, self.windows.schemas()));
+        schemas
+    }
+
+    /// Takes the schemas a restored checkpoint recorded (see [`schemas`](FunctionState::schemas)).
+    pub(crate) fn restore_schemas(&mut self, schemas: &[StateSchema]) {
+        let unscoped = |scope: &str| -> Vec<StateSchema> {
+            schemas
+                .iter()
+                .filter_map(|s| {
+                    s.name.strip_prefix(scope).map(|name| StateSchema {
+                        name: name.to_string(),
+                        ..s.clone()
+                    })
+                })
+                .collect()
+        };
+        self.global.restore_schemas(&unscoped(GLOBAL));
+        self.windows.restore_schemas(&unscoped(WINDOW));
     }
 
     /// Entries and bytes held.

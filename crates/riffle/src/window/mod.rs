@@ -582,15 +582,25 @@ pub(crate) fn write_group<E: Serialize>(
     }
 }
 
-/// Reads what [`write_group`] wrote: the entries, and the function's state if any. (Entries
-/// alone never decode as a pair: the pair needs bytes after them.)
-pub(crate) fn read_group<E: serde::de::DeserializeOwned>(
+/// One key group of a window operator's checkpoint: its entries, and the window function's
+/// state when it has any.
+pub(crate) type WindowGroup<P, V> = (Vec<(P, V)>, Option<Vec<u8>>);
+
+/// Reads what [`write_group`] wrote for one key group: the entries `(P, V)`, each value read by
+/// `values` (converted when an older format of its type wrote it), then the window function's
+/// state when there is any.
+pub(crate) fn read_group<P: serde::de::DeserializeOwned, V: Data>(
     bytes: &[u8],
-) -> Result<(Vec<E>, Option<Vec<u8>>)> {
-    match crate::codec::decode::<(Vec<E>, Vec<u8>)>(bytes) {
-        Ok((entries, function)) => Ok((entries, Some(function))),
-        Err(_) => Ok((crate::codec::decode(bytes)?, None)),
-    }
+    values: &crate::state::versioned::ValueReader<V>,
+) -> Result<WindowGroup<P, V>> {
+    let mut input = bytes;
+    let entries = values.read_entries::<P>(&mut input)?;
+    let function = if input.is_empty() {
+        None
+    } else {
+        Some(crate::codec::decode::<Vec<u8>>(input)?)
+    };
+    Ok((entries, function))
 }
 
 /// What a window operator does with a window's accumulated records: aggregate them
@@ -640,6 +650,12 @@ pub(crate) trait WindowFn<K, T>: Send + 'static {
     fn restore_group(&mut self, _key_group: crate::keys::KeyGroup, _bytes: &[u8]) -> Result<()> {
         Ok(())
     }
+    /// The schemas of the function's own states, for a checkpoint.
+    fn state_schemas(&self) -> Vec<crate::state::StateSchema> {
+        Vec::new()
+    }
+    /// Takes the schemas a restored checkpoint recorded (before its key groups are restored).
+    fn restore_schemas(&mut self, _schemas: &[crate::state::StateSchema]) {}
     /// `window` of `key` is purged: drop the function's state of it.
     fn purge(&mut self, _key: &K, _window: TimeWindow) -> Result<()> {
         Ok(())
@@ -750,6 +766,17 @@ where
         match &mut self.state {
             Some(state) => state.restore_group(key_group, bytes),
             None => Ok(()),
+        }
+    }
+    fn state_schemas(&self) -> Vec<crate::state::StateSchema> {
+        self.state
+            .as_ref()
+            .map(function_state::FunctionState::schemas)
+            .unwrap_or_default()
+    }
+    fn restore_schemas(&mut self, schemas: &[crate::state::StateSchema]) {
+        if let Some(state) = &mut self.state {
+            state.restore_schemas(schemas);
         }
     }
     fn purge(&mut self, key: &K, window: TimeWindow) -> Result<()> {

@@ -24,8 +24,12 @@ use crate::operators::OutputTag;
 use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, MIN_WATERMARK, Record, Timestamp};
 use crate::state::StateTable;
+use crate::state::versioned::TableState;
 use crate::util::RateLimitedLog;
 use crate::window::{TimeDomain, TimeWindow, TriggerResult, Unplaceable, WindowFn, WindowSettings};
+
+/// The name of a window operator's state of its windows (in checkpoints and the store).
+const WINDOWS: &str = "windows";
 
 /// One key's accumulator in one window.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -262,6 +266,8 @@ pub(crate) struct WindowOperator<K, T, F: WindowFn<K, T>> {
     /// Windows ending at or before this time have fired (every slot of theirs).
     fired_up_to: Timestamp,
     table: StateTable<K, TimeWindow, Slot<F::Acc>>,
+    /// The schema of `table`'s values, recorded in every checkpoint.
+    table_state: TableState<Slot<F::Acc>>,
     assigned: Vec<TimeWindow>,
 }
 
@@ -286,7 +292,8 @@ where
             panes: BTreeSet::new(),
             last_pane: None,
             fired_up_to: MIN_WATERMARK,
-            table: ctx.state_table("windows"),
+            table: ctx.state_table(WINDOWS),
+            table_state: TableState::new(WINDOWS),
             assigned: Vec::new(),
         }
     }
@@ -553,6 +560,9 @@ where
             let function = self.function.snapshot_group(key_group)?;
             super::write_group(snapshot, key_group, &entries, function)?;
         }
+        let mut schemas = vec![self.table_state.schema()];
+        schemas.extend(self.function.state_schemas());
+        snapshot.record_state_schemas(schemas);
         Ok(())
     }
 
@@ -560,18 +570,23 @@ where
         for panes in state.operator::<BTreeSet<TimeWindow>>() {
             self.panes.extend(panes?);
         }
+        let slots = self
+            .table_state
+            .reader(&self.core.ctx().id, state.state_schemas())?;
+        self.function.restore_schemas(state.state_schemas());
         let table = &mut self.table;
         for (key_group, bytes) in &state.keyed {
-            let (entries, function) = super::read_group::<(TimeWindow, K, Slot<F::Acc>)>(bytes)?;
+            let (entries, function) = super::read_group::<(TimeWindow, K), _>(bytes, &slots)?;
             if let Some(function) = function {
                 self.function.restore_group(*key_group, &function)?;
             }
             let key_group = *key_group;
-            for (window, key, slot) in entries {
+            for ((window, key), slot) in entries {
                 self.panes.insert(window);
                 table.put(key_group, key, window, slot)?;
             }
         }
+        slots.rewrite_store(table)?;
         // Late records are judged against the watermark the snapshot had; windows due by the
         // next watermark fire the slots that had not fired, or changed, and only those.
         self.core.watermark = state.watermark().unwrap_or(MIN_WATERMARK);

@@ -13,6 +13,7 @@ use crate::keys::KeyFn;
 use crate::keys::KeyGroup;
 use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, Record, Timestamp};
+use crate::state::versioned::TableState;
 use crate::state::{StateTable, TimerService};
 use crate::window::operator::{Firing, WindowCore, dead_letter_payload};
 use crate::window::{TimeDomain, TimeWindow, Unplaceable, WindowFn, WindowSettings, Windows};
@@ -27,6 +28,9 @@ pub(crate) struct SessionSlot<A> {
     dirty: bool,
 }
 
+/// The name of the session operator's state of its sessions (in checkpoints and the store).
+const SESSIONS: &str = "sessions";
+
 /// The sessions of every key, oldest first.
 type Sessions<K, Acc> = StateTable<K, (), Vec<SessionSlot<Acc>>>;
 
@@ -37,6 +41,8 @@ pub(crate) struct SessionWindowOperator<K, T, F: WindowFn<K, T>> {
     core: WindowCore<F::Late>,
     gap: i64,
     sessions: Sessions<K, F::Acc>,
+    /// The schema of `sessions`' values, recorded in every checkpoint.
+    sessions_state: TableState<Vec<SessionSlot<F::Acc>>>,
     timers: TimerService<K>,
 }
 
@@ -62,7 +68,8 @@ where
             function,
             core: WindowCore::new(settings, ctx),
             gap,
-            sessions: ctx.state_table("sessions"),
+            sessions: ctx.state_table(SESSIONS),
+            sessions_state: TableState::new(SESSIONS),
             timers: TimerService::new(),
         }
     }
@@ -310,13 +317,20 @@ where
             let function = self.function.snapshot_group(key_group)?;
             super::write_group(snapshot, key_group, &entries, function)?;
         }
+        let mut schemas = vec![self.sessions_state.schema()];
+        schemas.extend(self.function.state_schemas());
+        snapshot.record_state_schemas(schemas);
         Ok(())
     }
 
     fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
         self.core.watermark = state.watermark().unwrap_or(self.core.watermark);
+        let lists = self
+            .sessions_state
+            .reader(&self.core.ctx().id, state.state_schemas())?;
+        self.function.restore_schemas(state.state_schemas());
         for (key_group, bytes) in &state.keyed {
-            let (entries, function) = super::read_group::<(K, Vec<SessionSlot<F::Acc>>)>(bytes)?;
+            let (entries, function) = super::read_group::<K, _>(bytes, &lists)?;
             if let Some(function) = function {
                 self.function.restore_group(*key_group, &function)?;
             }
@@ -327,6 +341,7 @@ where
             }
         }
         // Sessions restored into the task's store (not in the snapshot): their timers too.
+        lists.rewrite_store(&mut self.sessions)?;
         if self.sessions.heap().is_none() {
             let mut restored: Vec<(K, Vec<SessionSlot<F::Acc>>)> = Vec::new();
             self.sessions.for_each(|_, _, key, list| {

@@ -59,3 +59,18 @@ fn a_savepoint_survives_a_changed_state_type_in_a_key_value_store() {
     let work = tempfile::tempdir().unwrap();
     riffle::testing::evolution::check_state_evolution(Arc::new(MemoryKvBackend), work.path());
 }
+
+#[test]
+fn a_savepoint_of_windows_survives_a_changed_accumulator_on_the_heap() {
+    let work = tempfile::tempdir().unwrap();
+    riffle::testing::evolution::check_window_state_evolution(Arc::new(HeapBackend), work.path());
+}
+
+#[test]
+fn a_savepoint_of_windows_survives_a_changed_accumulator_in_a_key_value_store() {
+    let work = tempfile::tempdir().unwrap();
+    riffle::testing::evolution::check_window_state_evolution(
+        Arc::new(MemoryKvBackend),
+        work.path(),
+    );
+}
