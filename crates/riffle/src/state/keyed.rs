@@ -630,6 +630,11 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         Ok(())
     }
 
+    /// Whether any state was declared in this run.
+    pub(crate) fn has_states(&self) -> bool {
+        !self.slots.is_empty()
+    }
+
     /// Number of entries and bytes of table slots over every declared state.
     pub fn size(&self) -> (usize, usize) {
         self.slots

@@ -79,7 +79,9 @@ impl FunctionState {
 
     /// Drops the per-window state of `key` in `window`.
     pub(crate) fn purge<K: serde::Serialize>(&mut self, key: &K, window: TimeWindow) -> Result<()> {
-        if self.merging {
+        // Nothing declared (an aggregating window, or a function without per-window state):
+        // no key to encode per purged window.
+        if self.merging || !self.windows.has_states() {
             return Ok(());
         }
         let (bytes, key_group) = self.key_of(key)?;

@@ -25,7 +25,7 @@
 //! ```
 
 mod count;
-mod function_state;
+pub(crate) mod function_state;
 mod operator;
 mod preagg;
 mod session;
@@ -623,12 +623,15 @@ pub(crate) trait WindowFn<K, T>: Send + 'static {
     /// The late record to side-output for a late input (`None`: nothing to output).
     fn late(&self, value: T) -> Option<Self::Late>;
     fn merge(&self, acc: &mut Self::Acc, other: Self::Acc);
+    /// Emits the result of `key` in `window` (`update`: it replaces an earlier one). `state` is
+    /// the window function's keyed state, which the operator holds and checkpoints.
     fn fire(
         &mut self,
         key: &K,
         window: TimeWindow,
         acc: &Self::Acc,
         update: bool,
+        state: &mut function_state::FunctionState,
         out: &mut Collector<'_, Self::Out>,
     ) -> Result<()>;
     /// A custom trigger's decision for `value`, about to be added to `window` whose
@@ -639,30 +642,6 @@ pub(crate) trait WindowFn<K, T>: Send + 'static {
     /// Whether windows fire when time reaches their end.
     fn fires_at_end(&self) -> bool {
         true
-    }
-    /// Called when the operator opens (`merging`: session windows).
-    fn open(&mut self, _ctx: &crate::operators::OperatorContext, _merging: bool) {}
-    /// The function's own keyed state of `key_group` for a checkpoint (`None`: none).
-    fn snapshot_group(&self, _key_group: crate::keys::KeyGroup) -> Result<Option<Vec<u8>>> {
-        Ok(None)
-    }
-    /// Restores what [`snapshot_group`](WindowFn::snapshot_group) wrote.
-    fn restore_group(&mut self, _key_group: crate::keys::KeyGroup, _bytes: &[u8]) -> Result<()> {
-        Ok(())
-    }
-    /// The schemas of the function's own states, for a checkpoint.
-    fn state_schemas(&self) -> Vec<crate::state::StateSchema> {
-        Vec::new()
-    }
-    /// Takes the schemas a restored checkpoint recorded (before its key groups are restored).
-    fn restore_schemas(&mut self, _schemas: &[crate::state::StateSchema]) {}
-    /// `window` of `key` is purged: drop the function's state of it.
-    fn purge(&mut self, _key: &K, _window: TimeWindow) -> Result<()> {
-        Ok(())
-    }
-    /// Entries and bytes of the function's own state.
-    fn state_size(&self) -> (usize, usize) {
-        (0, 0)
     }
 }
 
@@ -693,6 +672,7 @@ impl<K: Data, T: Data, A: crate::aggregate::AggregateFunction<T>> WindowFn<K, T>
         window: TimeWindow,
         acc: &A::Acc,
         update: bool,
+        _state: &mut function_state::FunctionState,
         out: &mut Collector<'_, Self::Out>,
     ) -> Result<()> {
         let value = WindowResult {
@@ -711,8 +691,6 @@ pub(crate) struct ProcessWindow<P, T, Out> {
     pub(crate) function: P,
     /// Removes records from what the function sees.
     pub(crate) evictor: Option<std::sync::Arc<dyn Evictor<T>>>,
-    /// The function's keyed state (per window and global), once open.
-    pub(crate) state: Option<function_state::FunctionState>,
     pub(crate) _types: std::marker::PhantomData<fn(T) -> Out>,
 }
 
@@ -722,7 +700,6 @@ impl<P, T, Out> ProcessWindow<P, T, Out> {
         ProcessWindow {
             function,
             evictor,
-            state: None,
             _types: std::marker::PhantomData,
         }
     }
@@ -753,56 +730,17 @@ where
     fn merge(&self, acc: &mut Vec<T>, other: Vec<T>) {
         acc.extend(other);
     }
-    fn open(&mut self, ctx: &crate::operators::OperatorContext, merging: bool) {
-        self.state = Some(function_state::FunctionState::open(ctx, merging));
-    }
-    fn snapshot_group(&self, key_group: crate::keys::KeyGroup) -> Result<Option<Vec<u8>>> {
-        match &self.state {
-            Some(state) => state.snapshot_group(key_group),
-            None => Ok(None),
-        }
-    }
-    fn restore_group(&mut self, key_group: crate::keys::KeyGroup, bytes: &[u8]) -> Result<()> {
-        match &mut self.state {
-            Some(state) => state.restore_group(key_group, bytes),
-            None => Ok(()),
-        }
-    }
-    fn state_schemas(&self) -> Vec<crate::state::StateSchema> {
-        self.state
-            .as_ref()
-            .map(function_state::FunctionState::schemas)
-            .unwrap_or_default()
-    }
-    fn restore_schemas(&mut self, schemas: &[crate::state::StateSchema]) {
-        if let Some(state) = &mut self.state {
-            state.restore_schemas(schemas);
-        }
-    }
-    fn purge(&mut self, key: &K, window: TimeWindow) -> Result<()> {
-        match &mut self.state {
-            Some(state) => state.purge(key, window),
-            None => Ok(()),
-        }
-    }
-    fn state_size(&self) -> (usize, usize) {
-        self.state.as_ref().map_or((0, 0), |s| s.size())
-    }
     fn fire(
         &mut self,
         key: &K,
         window: TimeWindow,
         acc: &Vec<T>,
         update: bool,
+        state: &mut function_state::FunctionState,
         out: &mut Collector<'_, Out>,
     ) -> Result<()> {
-        let state = match self.state.as_mut() {
-            Some(state) => {
-                let (bytes, key_group) = state.key_of(key)?;
-                Some(state.firing(bytes, key_group, window))
-            }
-            None => None,
-        };
+        let (bytes, key_group) = state.key_of(key)?;
+        let state = Some(state.firing(bytes, key_group, window));
         let mut collector = WindowCollector {
             out,
             window,

@@ -26,6 +26,7 @@ use crate::record::{Data, MIN_WATERMARK, Record, Timestamp};
 use crate::state::StateTable;
 use crate::state::versioned::TableState;
 use crate::util::RateLimitedLog;
+use crate::window::function_state::FunctionState;
 use crate::window::{TimeDomain, TimeWindow, TriggerResult, Unplaceable, WindowFn, WindowSettings};
 
 /// The name of a window operator's state of its windows (in checkpoints and the store).
@@ -268,6 +269,8 @@ pub(crate) struct WindowOperator<K, T, F: WindowFn<K, T>> {
     table: StateTable<K, TimeWindow, Slot<F::Acc>>,
     /// The schema of `table`'s values, recorded in every checkpoint.
     table_state: TableState<Slot<F::Acc>>,
+    /// The window function's own keyed state (per window and global).
+    function_state: FunctionState,
     assigned: Vec<TimeWindow>,
 }
 
@@ -281,10 +284,9 @@ where
     pub(crate) fn new(
         key: KeyFn<K, T>,
         settings: WindowSettings<F::Late>,
-        mut function: F,
+        function: F,
         ctx: &OperatorContext,
     ) -> Self {
-        function.open(ctx, false);
         WindowOperator {
             key,
             function,
@@ -294,6 +296,7 @@ where
             fired_up_to: MIN_WATERMARK,
             table: ctx.state_table(WINDOWS),
             table_state: TableState::new(WINDOWS),
+            function_state: FunctionState::open(ctx, false),
             assigned: Vec::new(),
         }
     }
@@ -310,13 +313,14 @@ where
     /// Emits a slot's result if it has not fired, or changed since.
     fn fire_slot(
         function: &mut F,
+        state: &mut FunctionState,
         key: &K,
         window: TimeWindow,
         slot: &mut Slot<F::Acc>,
         out: &mut Collector<'_, F::Out>,
     ) -> Result<()> {
         match Self::fire_at_end(function.fires_at_end(), slot) {
-            Some(update) => function.fire(key, window, &slot.acc, update, out),
+            Some(update) => function.fire(key, window, &slot.acc, update, state, out),
             None => Ok(()),
         }
     }
@@ -393,7 +397,8 @@ where
             },
         )?;
         for (acc, update) in firings {
-            self.function.fire(key, window, &acc, update, out)?;
+            self.function
+                .fire(key, window, &acc, update, &mut self.function_state, out)?;
         }
         Ok(())
     }
@@ -431,12 +436,13 @@ where
             .collect();
         let table = &mut self.table;
         let function = &mut self.function;
+        let state = &mut self.function_state;
         for window in due {
             let purge = window.max_timestamp().saturating_add(lateness) <= time;
             if purge {
                 table.drain_namespace_each(&window, |_, key, mut slot| {
-                    Self::fire_slot(function, &key, window, &mut slot, out)?;
-                    function.purge(&key, window)
+                    Self::fire_slot(function, state, &key, window, &mut slot, out)?;
+                    state.purge(&key, window)
                 })?;
                 self.panes.remove(&window);
                 if self.last_pane == Some(window) {
@@ -444,7 +450,7 @@ where
                 }
             } else {
                 table.for_each_in_namespace(&window, |key, slot| {
-                    Self::fire_slot(function, key, window, slot, out)
+                    Self::fire_slot(function, state, key, window, slot, out)
                 })?;
             }
         }
@@ -456,10 +462,11 @@ where
     fn fire_early(&mut self, out: &mut Collector<'_, F::Out>) -> Result<()> {
         let table = &mut self.table;
         let function = &mut self.function;
+        let state = &mut self.function_state;
         for &window in &self.panes {
             table.for_each_in_namespace(&window, |key, slot| {
                 if slot.dirty && !slot.fired {
-                    function.fire(key, window, &slot.acc, slot.emitted, out)?;
+                    function.fire(key, window, &slot.acc, slot.emitted, state, out)?;
                     slot.emitted = true;
                     slot.dirty = false;
                 }
@@ -471,7 +478,7 @@ where
 
     fn report_size(&self) {
         self.core
-            .report_size(&self.table, self.function.state_size());
+            .report_size(&self.table, self.function_state.size());
     }
 }
 
@@ -557,11 +564,11 @@ where
         let range = self.core.ctx().key_groups;
         for key_group in range.start..=range.end {
             let entries = heap.map(|t| t.group_entries(key_group)).unwrap_or_default();
-            let function = self.function.snapshot_group(key_group)?;
+            let function = self.function_state.snapshot_group(key_group)?;
             super::write_group(snapshot, key_group, &entries, function)?;
         }
         let mut schemas = vec![self.table_state.schema()];
-        schemas.extend(self.function.state_schemas());
+        schemas.extend(self.function_state.schemas());
         snapshot.record_state_schemas(schemas);
         Ok(())
     }
@@ -573,12 +580,12 @@ where
         let slots = self
             .table_state
             .reader(&self.core.ctx().id, state.state_schemas())?;
-        self.function.restore_schemas(state.state_schemas());
+        self.function_state.restore_schemas(state.state_schemas());
         let table = &mut self.table;
         for (key_group, bytes) in &state.keyed {
             let (entries, function) = super::read_group::<(TimeWindow, K), _>(bytes, &slots)?;
             if let Some(function) = function {
-                self.function.restore_group(*key_group, &function)?;
+                self.function_state.restore_group(*key_group, &function)?;
             }
             let key_group = *key_group;
             for ((window, key), slot) in entries {

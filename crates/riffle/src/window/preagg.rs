@@ -201,9 +201,18 @@ where
         window: TimeWindow,
         acc: &A::Acc,
         update: bool,
+        state: &mut super::function_state::FunctionState,
         out: &mut Collector<'_, Self::Out>,
     ) -> Result<()> {
-        <AggregateWindow<A> as WindowFn<K, T>>::fire(&mut self.0, key, window, acc, update, out)
+        <AggregateWindow<A> as WindowFn<K, T>>::fire(
+            &mut self.0,
+            key,
+            window,
+            acc,
+            update,
+            state,
+            out,
+        )
     }
 }
 

@@ -15,6 +15,7 @@ use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, Record, Timestamp};
 use crate::state::versioned::TableState;
 use crate::state::{StateTable, TimerService};
+use crate::window::function_state::FunctionState;
 use crate::window::operator::{Firing, WindowCore, dead_letter_payload};
 use crate::window::{TimeDomain, TimeWindow, Unplaceable, WindowFn, WindowSettings, Windows};
 
@@ -43,6 +44,8 @@ pub(crate) struct SessionWindowOperator<K, T, F: WindowFn<K, T>> {
     sessions: Sessions<K, F::Acc>,
     /// The schema of `sessions`' values, recorded in every checkpoint.
     sessions_state: TableState<Vec<SessionSlot<F::Acc>>>,
+    /// The window function's own keyed state (global only: sessions merge).
+    function_state: FunctionState,
     timers: TimerService<K>,
 }
 
@@ -56,13 +59,12 @@ where
     pub(crate) fn new(
         key: KeyFn<K, T>,
         settings: WindowSettings<F::Late>,
-        mut function: F,
+        function: F,
         ctx: &OperatorContext,
     ) -> Self {
         let Windows::Session { gap, .. } = settings.windows else {
             unreachable!("session operator built for session windows");
         };
-        function.open(ctx, true);
         SessionWindowOperator {
             key,
             function,
@@ -70,6 +72,7 @@ where
             gap,
             sessions: ctx.state_table(SESSIONS),
             sessions_state: TableState::new(SESSIONS),
+            function_state: FunctionState::open(ctx, true),
             timers: TimerService::new(),
         }
     }
@@ -149,8 +152,9 @@ where
         };
         if self.core.event_time() && merged.max_timestamp() <= self.core.watermark {
             // Late within the allowed lateness: the merged session's result is updated now.
+            let state = &mut self.function_state;
             self.function
-                .fire(&key, merged, &slot.acc, slot.emitted, out)?;
+                .fire(&key, merged, &slot.acc, slot.emitted, state, out)?;
             slot.emitted = true;
             slot.fired = true;
             slot.dirty = false;
@@ -211,8 +215,9 @@ where
             };
             for slot in list.iter_mut() {
                 if !slot.fired && slot.window.max_timestamp() <= time {
+                    let state = &mut self.function_state;
                     self.function
-                        .fire(&key, slot.window, &slot.acc, slot.emitted, out)?;
+                        .fire(&key, slot.window, &slot.acc, slot.emitted, state, out)?;
                     slot.emitted = true;
                     slot.fired = true;
                     slot.dirty = false;
@@ -252,7 +257,14 @@ where
                 continue;
             };
             for slot in list.iter_mut().filter(|s| s.dirty && !s.fired) {
-                function.fire(&key, slot.window, &slot.acc, slot.emitted, out)?;
+                function.fire(
+                    &key,
+                    slot.window,
+                    &slot.acc,
+                    slot.emitted,
+                    &mut self.function_state,
+                    out,
+                )?;
                 slot.emitted = true;
                 slot.dirty = false;
             }
@@ -262,7 +274,7 @@ where
     }
 
     fn report_size(&self) {
-        let (entries, bytes) = self.function.state_size();
+        let (entries, bytes) = self.function_state.size();
         self.core
             .report_size(&self.sessions, (self.timers.len() + entries, bytes));
     }
@@ -314,11 +326,11 @@ where
                 .into_iter()
                 .map(|(_, k, v)| (k, v))
                 .collect();
-            let function = self.function.snapshot_group(key_group)?;
+            let function = self.function_state.snapshot_group(key_group)?;
             super::write_group(snapshot, key_group, &entries, function)?;
         }
         let mut schemas = vec![self.sessions_state.schema()];
-        schemas.extend(self.function.state_schemas());
+        schemas.extend(self.function_state.schemas());
         snapshot.record_state_schemas(schemas);
         Ok(())
     }
@@ -328,11 +340,11 @@ where
         let lists = self
             .sessions_state
             .reader(&self.core.ctx().id, state.state_schemas())?;
-        self.function.restore_schemas(state.state_schemas());
+        self.function_state.restore_schemas(state.state_schemas());
         for (key_group, bytes) in &state.keyed {
             let (entries, function) = super::read_group::<K, _>(bytes, &lists)?;
             if let Some(function) = function {
-                self.function.restore_group(*key_group, &function)?;
+                self.function_state.restore_group(*key_group, &function)?;
             }
             let key_group = *key_group;
             for (key, list) in entries {

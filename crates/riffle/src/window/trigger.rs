@@ -15,6 +15,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::operators::Collector;
 use crate::record::{Data, Timestamp};
+use crate::window::function_state::FunctionState;
 use crate::window::{TimeWindow, WindowFn};
 
 /// What a trigger decides for a window after a record was added.
@@ -239,29 +240,15 @@ where
         window: TimeWindow,
         acc: &Self::Acc,
         update: bool,
+        state: &mut FunctionState,
         out: &mut Collector<'_, Self::Out>,
     ) -> Result<()> {
-        self.function.fire(key, window, &acc.0, update, out)
+        self.function.fire(key, window, &acc.0, update, state, out)
     }
     fn on_element(&self, acc: &Self::Acc, value: &T, window: TimeWindow) -> TriggerResult {
         self.trigger.on_element(value, window, acc.1 + 1)
     }
     fn fires_at_end(&self) -> bool {
         self.trigger.fires_at_end()
-    }
-    fn open(&mut self, ctx: &crate::operators::OperatorContext, merging: bool) {
-        self.function.open(ctx, merging)
-    }
-    fn snapshot_group(&self, key_group: crate::keys::KeyGroup) -> Result<Option<Vec<u8>>> {
-        self.function.snapshot_group(key_group)
-    }
-    fn restore_group(&mut self, key_group: crate::keys::KeyGroup, bytes: &[u8]) -> Result<()> {
-        self.function.restore_group(key_group, bytes)
-    }
-    fn purge(&mut self, key: &K, window: TimeWindow) -> Result<()> {
-        self.function.purge(key, window)
-    }
-    fn state_size(&self) -> (usize, usize) {
-        self.function.state_size()
     }
 }
