@@ -9,8 +9,13 @@
 //!   exactly as if it had never stopped.
 //! - [`conformance`] is the suite every state backend passes (heap and RocksDB do).
 //!
-//! The harness lives in the core crate behind its `testing` feature, which only this crate
-//! turns on: a job's own build of `riffle` carries none of it.
+//! - [`evolution`] is the suite for savepoints across a new version of a job (changed state
+//!   types, windows' accumulators).
+//!
+//! The seam in the core is the operator harness (driving one operator needs the runtime's
+//! chain of operators, which the core keeps to itself): it lives behind the core's `testing`
+//! feature, which only this crate turns on, so a job's own build of `riffle` carries none of
+//! it. The suites, written on the public API, live here.
 //!
 //! ```
 //! use riffle_testing::OperatorHarness;
@@ -24,3 +29,6 @@
 //! ```
 
 pub use riffle::testing::*;
+
+pub mod conformance;
+pub mod evolution;

@@ -43,9 +43,6 @@ use crate::window::{
     window_operator,
 };
 
-pub mod conformance;
-pub mod evolution;
-
 /// The context of subtask `subtask` of `parallelism` of an operator `id`, for driving an operator
 /// or a sink writer by hand (a sink writer's two-phase commit across simulated failures).
 /// Its job is named `riffle-job` (the default of `EnvConfig::job_name`); set `job_name` for another.
@@ -435,6 +432,23 @@ impl<K: Data + Hash + Eq, T: Data> WindowTest<K, T> {
     ) -> impl BuildOperator<Operator = impl Operator<In = T, Out = Out>> {
         window_operator(self.key, self.settings, ProcessWindow::new(function, None))
     }
+}
+
+/// The keyed half of [`KeyedStream::aggregate`](crate::KeyedStream::aggregate): the operator
+/// that keeps each key's accumulator and takes the records and partial aggregates of the
+/// pre-aggregation before it ([`Rolling`](crate::operators::Rolling)), emitting `(key, result)`.
+pub fn rolling_aggregate<K, T, A>(
+    key: KeyFn<K, crate::operators::Rolling<K, T, A::Acc>>,
+    aggregate: A,
+) -> impl BuildOperator<
+    Operator = impl Operator<In = crate::operators::Rolling<K, T, A::Acc>, Out = (K, A::Out)>,
+>
+where
+    K: Data + Hash + Eq,
+    T: Data,
+    A: AggregateFunction<T>,
+{
+    crate::operators::RollingAggregate::new(key, aggregate)
 }
 
 /// A pass-through function that panics once, when the job has passed `after` records through it

@@ -512,8 +512,8 @@ fn savepoint_inspect_lists_operators_and_their_declared_state() {
     assert!(inspected.status.success(), "{stderr}");
     for line in [
         "operator uid `counts` (counts): parallelism 2, keyed, ",
-        "  state `count`: version 1, riffle::testing::evolution::v1::Count = Count { clicks: u64 }",
-        "  state `pages`: version 1, riffle::testing::evolution::v1::Page = Page { page: u32 }",
+        "  state `count`: version 1, riffle_testing::evolution::v1::Count = Count { clicks: u64 }",
+        "  state `pages`: version 1, riffle_testing::evolution::v1::Page = Page { page: u32 }",
         "  state `per-page`: version 1, ",
         "operator uid `hits` (Source: hits): parallelism 1, not keyed, operator state ",
     ] {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use riffle::state::HeapBackend;
 use riffle::testing::MemoryKvBackend;
-use riffle::testing::conformance::check_backend;
+use riffle_testing::conformance::check_backend;
 
 #[test]
 fn the_heap_backend_passes_the_conformance_suite() {
@@ -51,26 +51,23 @@ fn walk(dir: &std::path::Path) -> Vec<String> {
 #[test]
 fn a_savepoint_survives_a_changed_state_type_on_the_heap() {
     let work = tempfile::tempdir().unwrap();
-    riffle::testing::evolution::check_state_evolution(Arc::new(HeapBackend), work.path());
+    riffle_testing::evolution::check_state_evolution(Arc::new(HeapBackend), work.path());
 }
 
 #[test]
 fn a_savepoint_survives_a_changed_state_type_in_a_key_value_store() {
     let work = tempfile::tempdir().unwrap();
-    riffle::testing::evolution::check_state_evolution(Arc::new(MemoryKvBackend), work.path());
+    riffle_testing::evolution::check_state_evolution(Arc::new(MemoryKvBackend), work.path());
 }
 
 #[test]
 fn a_savepoint_of_windows_survives_a_changed_accumulator_on_the_heap() {
     let work = tempfile::tempdir().unwrap();
-    riffle::testing::evolution::check_window_state_evolution(Arc::new(HeapBackend), work.path());
+    riffle_testing::evolution::check_window_state_evolution(Arc::new(HeapBackend), work.path());
 }
 
 #[test]
 fn a_savepoint_of_windows_survives_a_changed_accumulator_in_a_key_value_store() {
     let work = tempfile::tempdir().unwrap();
-    riffle::testing::evolution::check_window_state_evolution(
-        Arc::new(MemoryKvBackend),
-        work.path(),
-    );
+    riffle_testing::evolution::check_window_state_evolution(Arc::new(MemoryKvBackend), work.path());
 }

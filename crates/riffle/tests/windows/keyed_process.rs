@@ -5,7 +5,7 @@ use std::time::Duration;
 use riffle::Result;
 use riffle::operators::KeyedProcess;
 use riffle::testing::OperatorHarness;
-use riffle::testing::conformance::Inactivity;
+use riffle_testing::conformance::Inactivity;
 
 use crate::Click;
 

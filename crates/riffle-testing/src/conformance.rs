@@ -10,27 +10,27 @@
 //! ```no_run
 //! # use std::sync::Arc;
 //! let work = std::env::temp_dir().join("conformance");
-//! riffle::testing::conformance::check_backend(Arc::new(riffle::state::HeapBackend), &work);
-//! riffle::testing::conformance::operator_round_trips(&riffle::state::HeapBackend).unwrap();
+//! riffle_testing::conformance::check_backend(Arc::new(riffle::state::HeapBackend), &work);
+//! riffle_testing::conformance::operator_round_trips(&riffle::state::HeapBackend).unwrap();
 //! ```
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::aggregate::Count;
-use crate::checkpoint::{CheckpointConfig, RestartStrategy, RestoreFrom};
-use crate::operators::{KeyedContext, KeyedProcessFunction};
-use crate::sink::ExactlyOnceFileSink;
-use crate::source::datagen::{DatagenSource, Generator, mix};
-use crate::state::{
+use riffle::aggregate::Count;
+use riffle::checkpoint::{CheckpointConfig, RestartStrategy, RestoreFrom};
+use riffle::operators::{KeyedContext, KeyedProcessFunction};
+use riffle::sink::ExactlyOnceFileSink;
+use riffle::source::datagen::{DatagenSource, Generator, mix};
+use riffle::state::{
     HeapBackend, ListStateDescriptor, MapStateDescriptor, StateBackend, StateTtl, TimeDomain,
     ValueStateDescriptor,
 };
-use crate::testing::{Step, assert_snapshot_round_trip_on};
-use crate::time::WatermarkStrategy;
-use crate::window::{Session, Tumbling};
-use crate::{EnvConfig, JobResult, Result, StreamEnv, Timestamp};
+use riffle::testing::{Step, assert_snapshot_round_trip_on};
+use riffle::time::WatermarkStrategy;
+use riffle::window::{Session, Tumbling};
+use riffle::{EnvConfig, JobResult, Result, StreamEnv, Timestamp};
 
 /// Clicks in the conformance job.
 const COUNT: u64 = 40_000;
@@ -468,10 +468,10 @@ fn script() -> Vec<Step<Visit>> {
 /// function (keyed state, timers and broadcast state). See
 /// [`assert_snapshot_round_trip_on`].
 pub fn operator_round_trips(backend: &dyn StateBackend) -> Result<()> {
-    use crate::aggregate::Sum;
-    use crate::operators::KeyedProcess;
-    use crate::testing::WindowTest;
-    use crate::window::{Sliding, TimeWindow, WindowCollector};
+    use riffle::aggregate::Sum;
+    use riffle::operators::KeyedProcess;
+    use riffle::testing::WindowTest;
+    use riffle::window::{Sliding, TimeWindow, WindowCollector};
     let user = |v: &Visit| v.0;
     let script = script();
     assert_snapshot_round_trip_on(
@@ -586,14 +586,14 @@ static VISIT_COUNT: ValueStateDescriptor<u64> = ValueStateDescriptor::new("visit
 #[derive(Clone)]
 struct Thresholds;
 
-impl crate::operators::KeyedBroadcastProcessFunction<u64, Visit, (u64, u64), String>
+impl riffle::operators::KeyedBroadcastProcessFunction<u64, Visit, (u64, u64), String>
     for Thresholds
 {
     fn process_element(
         &mut self,
         _: &u64,
         visit: Visit,
-        ctx: &mut crate::operators::KeyedReadOnlyBroadcastContext<'_, '_, '_, u64, String>,
+        ctx: &mut riffle::operators::KeyedReadOnlyBroadcastContext<'_, '_, '_, u64, String>,
     ) -> Result<()> {
         let visits = ctx.value(&VISIT_COUNT).get()?.unwrap_or(0) + 1;
         ctx.value(&VISIT_COUNT).set(visits)?;
@@ -603,7 +603,7 @@ impl crate::operators::KeyedBroadcastProcessFunction<u64, Visit, (u64, u64), Str
     fn process_broadcast_element(
         &mut self,
         (user, threshold): (u64, u64),
-        ctx: &mut crate::operators::BroadcastContext<'_, '_, String>,
+        ctx: &mut riffle::operators::BroadcastContext<'_, '_, String>,
     ) -> Result<()> {
         ctx.broadcast_state(&THRESHOLDS)?.insert(user, threshold);
         Ok(())
@@ -613,7 +613,7 @@ impl crate::operators::KeyedBroadcastProcessFunction<u64, Visit, (u64, u64), Str
         user: &u64,
         at: Timestamp,
         _: TimeDomain,
-        ctx: &mut crate::operators::KeyedReadOnlyBroadcastContext<'_, '_, '_, u64, String>,
+        ctx: &mut riffle::operators::KeyedReadOnlyBroadcastContext<'_, '_, '_, u64, String>,
     ) -> Result<()> {
         let visits = ctx.value(&VISIT_COUNT).get()?.unwrap_or(0);
         let threshold = ctx.broadcast_state(&THRESHOLDS)?.get(user).copied();
@@ -625,8 +625,8 @@ impl crate::operators::KeyedBroadcastProcessFunction<u64, Visit, (u64, u64), Str
 
 /// A keyed broadcast function (keyed state and timers, broadcast state) round trip.
 fn keyed_broadcast_round_trip(backend: &dyn StateBackend) -> Result<()> {
-    use crate::Either;
-    use crate::operators::{BroadcastStateDeclarations, KeyedBroadcastProcess};
+    use riffle::Either;
+    use riffle::operators::{BroadcastStateDeclarations, KeyedBroadcastProcess};
     let mut steps: Vec<Step<Either<Visit, (u64, u64)>>> =
         vec![Step::Record(Either::Right((1, 2)), 0)];
     for (i, step) in script().into_iter().enumerate() {
@@ -642,7 +642,7 @@ fn keyed_broadcast_round_trip(backend: &dyn StateBackend) -> Result<()> {
     }
     let mut declarations = BroadcastStateDeclarations::default();
     declarations.declare(&THRESHOLDS);
-    let key: crate::keys::KeyFn<u64, Visit> = Arc::new(|v: &Visit| v.0);
+    let key: riffle::keys::KeyFn<u64, Visit> = Arc::new(|v: &Visit| v.0);
     assert_snapshot_round_trip_on(
         backend,
         || KeyedBroadcastProcess::new(key.clone(), Thresholds, declarations.clone()),
@@ -652,8 +652,9 @@ fn keyed_broadcast_round_trip(backend: &dyn StateBackend) -> Result<()> {
 
 /// The rolling aggregate (with partial aggregates from a pre-aggregation) round trip.
 fn rolling_round_trip(backend: &dyn StateBackend) -> Result<()> {
-    use crate::aggregate::Sum;
-    use crate::operators::{Rolling, RollingAggregate};
+    use riffle::aggregate::Sum;
+    use riffle::operators::Rolling;
+    use riffle::testing::rolling_aggregate;
     type In = Rolling<u64, (u64, u64), u64>;
     let steps: Vec<Step<In>> = vec![
         Step::Record(Rolling::Record((1, 5)), 1),
@@ -662,13 +663,13 @@ fn rolling_round_trip(backend: &dyn StateBackend) -> Result<()> {
         Step::Record(Rolling::Partial { key: 1, acc: 100 }, 4),
         Step::Record(Rolling::Record((2, 1)), 5),
     ];
-    let key: crate::keys::KeyFn<u64, In> = Arc::new(|e: &In| match e {
+    let key: riffle::keys::KeyFn<u64, In> = Arc::new(|e: &In| match e {
         Rolling::Record((k, _)) => *k,
         Rolling::Partial { key, .. } => *key,
     });
     assert_snapshot_round_trip_on(
         backend,
-        || RollingAggregate::new(key.clone(), Sum::of(|v: &(u64, u64)| v.1)),
+        || rolling_aggregate(key.clone(), Sum::of(|v: &(u64, u64)| v.1)),
         &steps,
     )
 }
@@ -676,10 +677,10 @@ fn rolling_round_trip(backend: &dyn StateBackend) -> Result<()> {
 /// The interval join round trip: both sides buffered across the cut, joins with what was
 /// restored, cleanup timers restored, late records of both sides (17 pairs, 9 late records).
 fn interval_join_round_trip(backend: &dyn StateBackend) -> Result<()> {
-    use crate::Either;
-    use crate::operators::{IntervalJoinOperator, IntervalJoinSpec, JoinContext};
+    use riffle::Either;
+    use riffle::operators::{IntervalJoinOperator, IntervalJoinSpec, JoinContext};
     type In = Either<(u64, u32), (u64, u32)>;
-    let key: crate::api::KeyFn<u64, In> = Arc::new(|e: &In| match e {
+    let key: riffle::api::KeyFn<u64, In> = Arc::new(|e: &In| match e {
         Either::Left((k, _)) | Either::Right((k, _)) => *k,
     });
     let mut steps: Vec<Step<In>> = Vec::new();

@@ -13,7 +13,7 @@
 //! ```no_run
 //! # use std::sync::Arc;
 //! let work = std::env::temp_dir().join("evolution");
-//! riffle::testing::evolution::check_state_evolution(Arc::new(riffle::state::HeapBackend), &work);
+//! riffle_testing::evolution::check_state_evolution(Arc::new(riffle::state::HeapBackend), &work);
 //! ```
 
 use std::collections::BTreeMap;
@@ -23,17 +23,17 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{CheckpointConfig, RestartStrategy, RestoreFrom};
-use crate::metrics::MetricsSnapshot;
-use crate::operators::KeyedContext;
-use crate::sink::CollectSink;
-use crate::source::datagen::{DatagenSource, Generator, ManualPaceClock, Schedule, mix};
-use crate::state::{
+use riffle::checkpoint::{CheckpointConfig, RestartStrategy, RestoreFrom};
+use riffle::metrics::MetricsSnapshot;
+use riffle::operators::KeyedContext;
+use riffle::sink::CollectSink;
+use riffle::source::datagen::{DatagenSource, Generator, ManualPaceClock, Schedule, mix};
+use riffle::state::{
     ListStateDescriptor, MapStateDescriptor, StateBackend, StateValue, ValueStateDescriptor,
 };
-use crate::time::WatermarkStrategy;
-use crate::window::{Session, Tumbling, Windows};
-use crate::{EnvConfig, Error, Result, StreamEnv};
+use riffle::time::WatermarkStrategy;
+use riffle::window::{Session, Tumbling, Windows};
+use riffle::{EnvConfig, Error, Result, StreamEnv};
 
 /// Hits in the job.
 const TOTAL: u64 = 6_000;
@@ -317,7 +317,7 @@ fn job(
     function: Function,
     schedule: Option<Schedule>,
     restore: Option<String>,
-) -> (StreamEnv, crate::sink::Collected<Report>) {
+) -> (StreamEnv, riffle::sink::Collected<Report>) {
     let env = StreamEnv::with_config(config(backend, work, "evolution", restore));
     let mut source = DatagenSource::new(Hits).count(TOTAL).splits(1);
     if let Some(schedule) = schedule {
@@ -407,7 +407,7 @@ fn expected() -> BTreeMap<u64, Report> {
 }
 
 /// Each user's last report in what job v2 emitted (a user's reports come in order).
-fn last_reports(out: &crate::sink::Collected<Report>) -> BTreeMap<u64, Report> {
+fn last_reports(out: &riffle::sink::Collected<Report>) -> BTreeMap<u64, Report> {
     let mut last = BTreeMap::new();
     for report in out.values() {
         last.insert(report.0, report);
@@ -421,7 +421,7 @@ fn restore_in(
     work: &Path,
     savepoint: &str,
     function: Function,
-) -> (Result<crate::JobResult>, BTreeMap<u64, Report>) {
+) -> (Result<riffle::JobResult>, BTreeMap<u64, Report>) {
     let (env, out) = job(backend, work, function, None, Some(savepoint.to_string()));
     let result = env.execute();
     (result, last_reports(&out))
@@ -486,7 +486,7 @@ impl Generator for Visits {
 }
 
 /// The accumulator of the window suite's aggregate, in each version of the job.
-trait Tally: crate::record::Data + Default {
+trait Tally: riffle::record::Data + Default {
     fn count(&mut self, visit: &Visit);
     fn absorb(&mut self, other: Self);
     fn hits(&self) -> u64;
@@ -501,7 +501,7 @@ impl<A> Clone for Counting<A> {
     }
 }
 
-impl<A: Tally> crate::aggregate::AggregateFunction<Visit> for Counting<A> {
+impl<A: Tally> riffle::aggregate::AggregateFunction<Visit> for Counting<A> {
     type Acc = A;
     type Out = u64;
     fn create(&self) -> A {
@@ -588,7 +588,7 @@ fn window_job<A: Tally>(
     work: &Path,
     schedule: Option<Schedule>,
     restore: Option<String>,
-) -> (StreamEnv, crate::sink::Collected<Counted>) {
+) -> (StreamEnv, riffle::sink::Collected<Counted>) {
     let env = StreamEnv::with_config(config(backend, work, "window-evolution", restore));
     let mut source = DatagenSource::new(Visits).count(TOTAL).splits(1);
     if let Some(schedule) = schedule {
