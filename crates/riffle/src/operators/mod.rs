@@ -14,6 +14,7 @@ mod co_process;
 mod decode;
 mod dedup;
 pub(crate) mod keyed;
+mod keyed_table;
 mod output;
 mod process;
 mod rolling;
@@ -49,6 +50,7 @@ pub use crate::join::{
     IntervalJoinOperator, IntervalJoinSpec, JoinContext, JoinType, ProcessJoinFunction,
     RegularJoinFunction,
 };
+pub(crate) use keyed_table::{GroupState, KeyedTable, NoGroupState};
 pub(crate) use rolling::{RollingAggregate, RollingCombine};
 
 use crate::checkpoint::{RestoreState, SnapshotWriter};

@@ -19,11 +19,11 @@ use crate::keys::KeyFn;
 use crate::keys::KeyGroup;
 use crate::operators::adaptive::AdaptiveFold;
 use crate::operators::keyed::KeyedRuntime;
-use crate::operators::{BuildOperator, Collector, Operator, OperatorContext};
+use crate::operators::{
+    BuildOperator, Collector, KeyedTable, NoGroupState, Operator, OperatorContext,
+};
 use crate::record::{Data, Record};
-use crate::state::StateTable;
 use crate::state::table::FastMap;
-use crate::state::versioned::TableState;
 
 /// What crosses the shuffle of a rolling aggregate.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -114,8 +114,7 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> BuildOperator
             key: self.key,
             aggregate: self.aggregate,
             runtime: KeyedRuntime::new(ctx),
-            table: ctx.state_table(ROLLING),
-            table_state: TableState::new(ROLLING),
+            table: KeyedTable::declare(ctx, "rolling"),
             _type: PhantomData,
         })
     }
@@ -127,14 +126,9 @@ pub(crate) struct OpenRollingAggregate<K, T, A: AggregateFunction<T>> {
     aggregate: A,
     runtime: KeyedRuntime<K>,
     /// The accumulator per key.
-    table: StateTable<K, (), A::Acc>,
-    /// The schema of `table`'s values, recorded in every checkpoint.
-    table_state: TableState<A::Acc>,
+    table: KeyedTable<K, (), A::Acc>,
     _type: PhantomData<fn(T)>,
 }
-
-/// The name of a rolling aggregate's state of its accumulators (in checkpoints and the store).
-const ROLLING: &str = "rolling";
 
 impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator
     for OpenRollingAggregate<K, T, A>
@@ -176,35 +170,11 @@ impl<K: Data + Hash + Eq, T: Data, A: AggregateFunction<T>> Operator
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
-        snapshot.record_state_schemas(vec![self.table_state.schema()]);
-        let table = &self.table;
-        let Some(table) = table.heap() else {
-            return Ok(());
-        };
-        for key_group in table.key_groups_with_entries() {
-            let entries: Vec<(&K, &A::Acc)> = table
-                .group_entries(key_group)
-                .into_iter()
-                .map(|(_, k, v)| (k, v))
-                .collect();
-            snapshot.write_keyed(key_group, &entries)?;
-        }
-        Ok(())
+        self.table.snapshot(snapshot, &NoGroupState)
     }
 
     fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
-        let accumulators = self
-            .table_state
-            .reader(&self.runtime.ctx.id, state.state_schemas())?;
-        let table = &mut self.table;
-        for (key_group, bytes) in &state.keyed {
-            let mut input = bytes.as_slice();
-            for (key, acc) in accumulators.read_entries::<K>(&mut input)? {
-                table.put(*key_group, key, (), acc)?;
-            }
-        }
-        accumulators.rewrite_store(table)?;
-        Ok(())
+        self.table.restore(state, &mut NoGroupState)
     }
 }
 

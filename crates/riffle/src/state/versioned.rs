@@ -174,8 +174,23 @@ impl<V: Data> ValueReader<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::window::read_group;
     use serde::{Deserialize, Serialize};
+
+    /// A key group of a window operator: its entries, and its window function's state.
+    type Group<P, V> = (Vec<(P, V)>, Option<Vec<u8>>);
+
+    /// Entries `(P, V)` and the bytes after them, as a window operator's key group holds them.
+    fn read_group<P: DeserializeOwned, V: Data>(
+        bytes: &[u8],
+        values: &ValueReader<V>,
+    ) -> Result<Group<P, V>> {
+        let mut input = bytes;
+        let entries = values.read_entries::<P>(&mut input)?;
+        let rest = (!input.is_empty())
+            .then(|| crate::codec::decode::<Vec<u8>>(input))
+            .transpose()?;
+        Ok((entries, rest))
+    }
 
     #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
     struct V1 {

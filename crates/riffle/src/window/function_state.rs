@@ -88,50 +88,6 @@ impl FunctionState {
         self.windows.clear_key(key_group, &(bytes, window))
     }
 
-    /// The state of `key_group`, `None` when there is none.
-    pub(crate) fn snapshot_group(&self, key_group: KeyGroup) -> Result<Option<Vec<u8>>> {
-        let group: FunctionStateGroup = (
-            self.global.snapshot_group(key_group)?,
-            self.windows.snapshot_group(key_group)?,
-        );
-        if group.0.is_empty() && group.1.is_empty() {
-            return Ok(None);
-        }
-        encode(&group).map(Some)
-    }
-
-    /// Restores what [`snapshot_group`](FunctionState::snapshot_group) wrote.
-    pub(crate) fn restore_group(&mut self, key_group: KeyGroup, bytes: &[u8]) -> Result<()> {
-        let (global, windows): FunctionStateGroup = decode(bytes)?;
-        self.global.restore_group(key_group, global)?;
-        self.windows.restore_group(key_group, windows)
-    }
-
-    /// The schemas of the function's states, for a checkpoint: global ones named
-    /// `window-fn-global/<name>`, per-window ones `window-fn-window/<name>`.
-    pub(crate) fn schemas(&self) -> Vec<StateSchema> {
-        let mut schemas = scoped(GLOBAL, self.global.schemas());
-        schemas.extend(scoped(WINDOW, self.windows.schemas()));
-        schemas
-    }
-
-    /// Takes the schemas a restored checkpoint recorded (see [`schemas`](FunctionState::schemas)).
-    pub(crate) fn restore_schemas(&mut self, schemas: &[StateSchema]) {
-        let unscoped = |scope: &str| -> Vec<StateSchema> {
-            schemas
-                .iter()
-                .filter_map(|s| {
-                    s.name.strip_prefix(scope).map(|name| StateSchema {
-                        name: name.to_string(),
-                        ..s.clone()
-                    })
-                })
-                .collect()
-        };
-        self.global.restore_schemas(&unscoped(GLOBAL));
-        self.windows.restore_schemas(&unscoped(WINDOW));
-    }
-
     /// Entries and bytes held.
     pub(crate) fn size(&self) -> (usize, usize) {
         let (a, b) = (self.global.size(), self.windows.size());
@@ -151,6 +107,52 @@ impl FunctionState {
             key_group,
             window,
         }
+    }
+}
+
+impl crate::operators::GroupState for FunctionState {
+    /// The state of `key_group`, `None` when there is none.
+    fn snapshot_group(&self, key_group: KeyGroup) -> Result<Option<Vec<u8>>> {
+        let group: FunctionStateGroup = (
+            self.global.snapshot_group(key_group)?,
+            self.windows.snapshot_group(key_group)?,
+        );
+        if group.0.is_empty() && group.1.is_empty() {
+            return Ok(None);
+        }
+        encode(&group).map(Some)
+    }
+
+    /// Restores what [`snapshot_group`](FunctionState::snapshot_group) wrote.
+    fn restore_group(&mut self, key_group: KeyGroup, bytes: &[u8]) -> Result<()> {
+        let (global, windows): FunctionStateGroup = decode(bytes)?;
+        self.global.restore_group(key_group, global)?;
+        self.windows.restore_group(key_group, windows)
+    }
+
+    /// The schemas of the function's states, for a checkpoint: global ones named
+    /// `window-fn-global/<name>`, per-window ones `window-fn-window/<name>`.
+    fn schemas(&self) -> Vec<StateSchema> {
+        let mut schemas = scoped(GLOBAL, self.global.schemas());
+        schemas.extend(scoped(WINDOW, self.windows.schemas()));
+        schemas
+    }
+
+    /// Takes the schemas a restored checkpoint recorded (see [`schemas`](FunctionState::schemas)).
+    fn restore_schemas(&mut self, schemas: &[StateSchema]) {
+        let unscoped = |scope: &str| -> Vec<StateSchema> {
+            schemas
+                .iter()
+                .filter_map(|s| {
+                    s.name.strip_prefix(scope).map(|name| StateSchema {
+                        name: name.to_string(),
+                        ..s.clone()
+                    })
+                })
+                .collect()
+        };
+        self.global.restore_schemas(&unscoped(GLOBAL));
+        self.windows.restore_schemas(&unscoped(WINDOW));
     }
 }
 

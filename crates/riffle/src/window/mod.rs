@@ -566,43 +566,6 @@ impl<'c, Out: Data> WindowCollector<'c, '_, Out> {
     }
 }
 
-/// Writes one key group of a window operator's heap state: its windows' entries, and the window
-/// function's own state when it has any (then as a pair; the entries alone otherwise, the format
-/// of checkpoints taken before window functions had state). Nothing for an empty group.
-pub(crate) fn write_group<E: Serialize>(
-    snapshot: &mut crate::checkpoint::SnapshotWriter,
-    key_group: crate::keys::KeyGroup,
-    entries: &[E],
-    function: Option<Vec<u8>>,
-) -> Result<()> {
-    match function {
-        Some(function) => snapshot.write_keyed(key_group, &(entries, function)),
-        None if entries.is_empty() => Ok(()),
-        None => snapshot.write_keyed(key_group, entries),
-    }
-}
-
-/// One key group of a window operator's checkpoint: its entries, and the window function's
-/// state when it has any.
-pub(crate) type WindowGroup<P, V> = (Vec<(P, V)>, Option<Vec<u8>>);
-
-/// Reads what [`write_group`] wrote for one key group: the entries `(P, V)`, each value read by
-/// `values` (converted when an older format of its type wrote it), then the window function's
-/// state when there is any.
-pub(crate) fn read_group<P: serde::de::DeserializeOwned, V: Data>(
-    bytes: &[u8],
-    values: &crate::state::versioned::ValueReader<V>,
-) -> Result<WindowGroup<P, V>> {
-    let mut input = bytes;
-    let entries = values.read_entries::<P>(&mut input)?;
-    let function = if input.is_empty() {
-        None
-    } else {
-        Some(crate::codec::decode::<Vec<u8>>(input)?)
-    };
-    Ok((entries, function))
-}
-
 /// What a window operator does with a window's accumulated records: aggregate them
 /// incrementally or keep them for a full-window function.
 pub(crate) trait WindowFn<K, T>: Send + 'static {

@@ -21,16 +21,12 @@ use crate::error::{Error, Result};
 use crate::keys::KeyFn;
 use crate::keys::{KeyGroup, key_group_of};
 use crate::operators::OutputTag;
-use crate::operators::{Collector, Operator, OperatorContext};
+use crate::operators::{Collector, KeyedTable, Operator, OperatorContext};
 use crate::record::{Data, MIN_WATERMARK, Record, Timestamp};
 use crate::state::StateTable;
-use crate::state::versioned::TableState;
 use crate::util::RateLimitedLog;
 use crate::window::function_state::FunctionState;
 use crate::window::{TimeDomain, TimeWindow, TriggerResult, Unplaceable, WindowFn, WindowSettings};
-
-/// The name of a window operator's state of its windows (in checkpoints and the store).
-const WINDOWS: &str = "windows";
 
 /// One key's accumulator in one window.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -266,9 +262,7 @@ pub(crate) struct WindowOperator<K, T, F: WindowFn<K, T>> {
     last_pane: Option<TimeWindow>,
     /// Windows ending at or before this time have fired (every slot of theirs).
     fired_up_to: Timestamp,
-    table: StateTable<K, TimeWindow, Slot<F::Acc>>,
-    /// The schema of `table`'s values, recorded in every checkpoint.
-    table_state: TableState<Slot<F::Acc>>,
+    table: KeyedTable<K, TimeWindow, Slot<F::Acc>>,
     /// The window function's own keyed state (per window and global).
     function_state: FunctionState,
     assigned: Vec<TimeWindow>,
@@ -294,8 +288,7 @@ where
             panes: BTreeSet::new(),
             last_pane: None,
             fired_up_to: MIN_WATERMARK,
-            table: ctx.state_table(WINDOWS),
-            table_state: TableState::new(WINDOWS),
+            table: KeyedTable::declare(ctx, "windows"),
             function_state: FunctionState::open(ctx, false),
             assigned: Vec::new(),
         }
@@ -556,44 +549,20 @@ where
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
-        // The windows that hold state (every old subtask's, on restore); the slots themselves
-        // are here when on the heap, in the task's store otherwise.
+        // The windows that hold state (every old subtask's, on restore); the slots and the
+        // function's state are here when on the heap, in the task's store otherwise.
         snapshot.write_operator(Redistribution::Union, &self.panes)?;
-        // The slots and the function's state are here when on the heap, in the store otherwise.
-        let heap = self.table.heap();
-        let range = self.core.ctx().key_groups;
-        for key_group in range.start..=range.end {
-            let entries = heap.map(|t| t.group_entries(key_group)).unwrap_or_default();
-            let function = self.function_state.snapshot_group(key_group)?;
-            super::write_group(snapshot, key_group, &entries, function)?;
-        }
-        let mut schemas = vec![self.table_state.schema()];
-        schemas.extend(self.function_state.schemas());
-        snapshot.record_state_schemas(schemas);
-        Ok(())
+        self.table.snapshot(snapshot, &self.function_state)
     }
 
     fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
         for panes in state.operator::<BTreeSet<TimeWindow>>() {
             self.panes.extend(panes?);
         }
-        let slots = self
-            .table_state
-            .reader(&self.core.ctx().id, state.state_schemas())?;
-        self.function_state.restore_schemas(state.state_schemas());
-        let table = &mut self.table;
-        for (key_group, bytes) in &state.keyed {
-            let (entries, function) = super::read_group::<(TimeWindow, K), _>(bytes, &slots)?;
-            if let Some(function) = function {
-                self.function_state.restore_group(*key_group, &function)?;
-            }
-            let key_group = *key_group;
-            for ((window, key), slot) in entries {
-                self.panes.insert(window);
-                table.put(key_group, key, window, slot)?;
-            }
+        self.table.restore(state, &mut self.function_state)?;
+        if let Some(heap) = self.table.heap() {
+            self.panes.extend(heap.namespaces());
         }
-        slots.rewrite_store(table)?;
         // Late records are judged against the watermark the snapshot had; windows due by the
         // next watermark fire the slots that had not fired, or changed, and only those.
         self.core.watermark = state.watermark().unwrap_or(MIN_WATERMARK);

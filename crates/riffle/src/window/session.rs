@@ -11,10 +11,10 @@ use crate::checkpoint::{RestoreState, SnapshotWriter};
 use crate::error::Result;
 use crate::keys::KeyFn;
 use crate::keys::KeyGroup;
+use crate::operators::KeyedTable;
 use crate::operators::{Collector, Operator, OperatorContext};
 use crate::record::{Data, Record, Timestamp};
-use crate::state::versioned::TableState;
-use crate::state::{StateTable, TimerService};
+use crate::state::TimerService;
 use crate::window::function_state::FunctionState;
 use crate::window::operator::{Firing, WindowCore, dead_letter_payload};
 use crate::window::{TimeDomain, TimeWindow, Unplaceable, WindowFn, WindowSettings, Windows};
@@ -29,11 +29,8 @@ pub(crate) struct SessionSlot<A> {
     dirty: bool,
 }
 
-/// The name of the session operator's state of its sessions (in checkpoints and the store).
-const SESSIONS: &str = "sessions";
-
 /// The sessions of every key, oldest first.
-type Sessions<K, Acc> = StateTable<K, (), Vec<SessionSlot<Acc>>>;
+type Sessions<K, Acc> = KeyedTable<K, (), Vec<SessionSlot<Acc>>>;
 
 /// Session windows.
 pub(crate) struct SessionWindowOperator<K, T, F: WindowFn<K, T>> {
@@ -42,8 +39,6 @@ pub(crate) struct SessionWindowOperator<K, T, F: WindowFn<K, T>> {
     core: WindowCore<F::Late>,
     gap: i64,
     sessions: Sessions<K, F::Acc>,
-    /// The schema of `sessions`' values, recorded in every checkpoint.
-    sessions_state: TableState<Vec<SessionSlot<F::Acc>>>,
     /// The window function's own keyed state (global only: sessions merge).
     function_state: FunctionState,
     timers: TimerService<K>,
@@ -70,8 +65,7 @@ where
             function,
             core: WindowCore::new(settings, ctx),
             gap,
-            sessions: ctx.state_table(SESSIONS),
-            sessions_state: TableState::new(SESSIONS),
+            sessions: KeyedTable::declare(ctx, "sessions"),
             function_state: FunctionState::open(ctx, true),
             timers: TimerService::new(),
         }
@@ -317,52 +311,20 @@ where
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
         // The sessions and the function's state are here when on the heap, in the store otherwise.
-        let heap = self.sessions.heap();
-        let range = self.core.ctx().key_groups;
-        for key_group in range.start..=range.end {
-            let entries: Vec<(&K, &Vec<SessionSlot<F::Acc>>)> = heap
-                .map(|t| t.group_entries(key_group))
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(_, k, v)| (k, v))
-                .collect();
-            let function = self.function_state.snapshot_group(key_group)?;
-            super::write_group(snapshot, key_group, &entries, function)?;
-        }
-        let mut schemas = vec![self.sessions_state.schema()];
-        schemas.extend(self.function_state.schemas());
-        snapshot.record_state_schemas(schemas);
-        Ok(())
+        self.sessions.snapshot(snapshot, &self.function_state)
     }
 
     fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
         self.core.watermark = state.watermark().unwrap_or(self.core.watermark);
-        let lists = self
-            .sessions_state
-            .reader(&self.core.ctx().id, state.state_schemas())?;
-        self.function_state.restore_schemas(state.state_schemas());
-        for (key_group, bytes) in &state.keyed {
-            let (entries, function) = super::read_group::<K, _>(bytes, &lists)?;
-            if let Some(function) = function {
-                self.function_state.restore_group(*key_group, &function)?;
-            }
-            let key_group = *key_group;
-            for (key, list) in entries {
-                self.register_timers(&key, &list);
-                self.sessions.put(key_group, key, (), list)?;
-            }
-        }
-        // Sessions restored into the task's store (not in the snapshot): their timers too.
-        lists.rewrite_store(&mut self.sessions)?;
-        if self.sessions.heap().is_none() {
-            let mut restored: Vec<(K, Vec<SessionSlot<F::Acc>>)> = Vec::new();
-            self.sessions.for_each(|_, _, key, list| {
-                restored.push((key.clone(), list.clone()));
-                Ok(())
-            })?;
-            for (key, list) in restored {
-                self.register_timers(&key, &list);
-            }
+        self.sessions.restore(state, &mut self.function_state)?;
+        // Every restored session's timers, from the checkpoint or the task's store.
+        let mut restored: Vec<(K, Vec<SessionSlot<F::Acc>>)> = Vec::new();
+        self.sessions.for_each(|_, _, key, list| {
+            restored.push((key.clone(), list.clone()));
+            Ok(())
+        })?;
+        for (key, list) in restored {
+            self.register_timers(&key, &list);
         }
         Ok(())
     }
