@@ -111,7 +111,7 @@ pub fn scan(
         "kafka" => {
             let schema = physical.clone();
             let source = kafka_source(table, move |line: &str| {
-                let row = json_row(line, &schema)?;
+                let row = crate::json::read_row(line, &schema)?;
                 complete(row)
             })?;
             match &time {
@@ -208,7 +208,7 @@ type LineParser = fn(&str, &Schema) -> std::result::Result<Row, String>;
 
 fn line_parser(table: &TableDef) -> Result<LineParser> {
     match table.options.get("format").map_or("json", |f| f.as_str()) {
-        "json" => Ok(json_row),
+        "json" => Ok(crate::json::read_row),
         "csv" => Ok(csv_row),
         other => Err(SqlError::plan(format!(
             "table `{}`: filesystem reads 'format' = 'json' or 'csv' (got '{other}')",
@@ -696,65 +696,6 @@ fn nexmark_row(schema: &Schema) -> Result<EventToRow> {
     Ok(Arc::new(move |event| {
         Row(columns.iter().map(|c| c(event)).collect())
     }))
-}
-
-/// A JSON object as a row of `schema` (fields by name; absent ones `NULL`).
-fn json_row(line: &str, schema: &Schema) -> std::result::Result<Row, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
-    let serde_json::Value::Object(object) = &value else {
-        return Err("not a JSON object".into());
-    };
-    schema
-        .fields
-        .iter()
-        .map(|field| match object.get(&field.name) {
-            None | Some(serde_json::Value::Null) => Ok(Value::Null),
-            Some(v) => json_value(v, &field.ty)
-                .ok_or_else(|| format!("`{}`: {v} is not a {}", field.name, field.ty)),
-        })
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map(Row)
-}
-
-fn json_value(value: &serde_json::Value, ty: &DataType) -> Option<Value> {
-    use serde_json::Value as J;
-    Some(match (ty, value) {
-        (_, J::Null) => Value::Null,
-        (DataType::Boolean, J::Bool(b)) => Value::Bool(*b),
-        (t, J::Number(n)) if t.is_integer() => Value::Int(n.as_i64()?),
-        (DataType::Double | DataType::Float, J::Number(n)) => Value::Double(n.as_f64()?),
-        (DataType::Decimal { scale, .. }, J::Number(n)) => {
-            Value::Decimal(crate::expr::parse_decimal(&n.to_string())?.rescale(*scale)?)
-        }
-        (DataType::Decimal { scale, .. }, J::String(s)) => {
-            Value::Decimal(crate::expr::parse_decimal(s)?.rescale(*scale)?)
-        }
-        (DataType::Varchar, J::String(s)) => Value::string(s),
-        (DataType::Varchar, other) => Value::string(other.to_string()),
-        (t, J::String(s)) if t.is_timestamp() => {
-            Value::Timestamp(crate::format::parse_timestamp(s)?)
-        }
-        // Epoch milliseconds, as Riffle's own JSON files write times.
-        (t, J::Number(n)) if t.is_timestamp() => Value::Timestamp(n.as_i64()?),
-        (DataType::Date, J::String(s)) => Value::Date(crate::format::parse_date(s)?),
-        (DataType::Row(fields), J::Object(object)) => Value::Row(
-            fields
-                .iter()
-                .map(|f| match object.get(&f.name) {
-                    None => Some(Value::Null),
-                    Some(v) => json_value(v, &f.ty),
-                })
-                .collect::<Option<Vec<_>>>()?,
-        ),
-        (DataType::Array(element), J::Array(items)) => Value::Array(
-            items
-                .iter()
-                .map(|v| json_value(v, element))
-                .collect::<Option<Vec<_>>>()?,
-        ),
-        _ => return None,
-    })
 }
 
 /// A row as Flink's `print` connector shows it: `1000, 2001, 2026-01-15 00:18:00.400`.

@@ -42,6 +42,7 @@ pub mod error;
 pub mod expr;
 pub mod format;
 pub mod functions;
+mod json;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod lower;
