@@ -171,6 +171,24 @@ impl std::fmt::Display for Unplaceable {
 
 impl std::error::Error for Unplaceable {}
 
+/// The start of the window of `period` (a size or a slide), shifted by `offset`, that holds
+/// `timestamp`: in `i64` when nothing overflows (every time but those within a period of the
+/// ends of the range; an `i128` remainder is a library call, several times slower), exactly in
+/// `i128` otherwise.
+#[inline]
+fn aligned_start(timestamp: Timestamp, offset: i64, period: i64) -> i128 {
+    let fast = timestamp
+        .checked_sub(offset)
+        .and_then(|shifted| timestamp.checked_sub(shifted.rem_euclid(period)));
+    match fast {
+        Some(start) => i128::from(start),
+        None => {
+            let ts = i128::from(timestamp);
+            ts - (ts - i128::from(offset)).rem_euclid(i128::from(period))
+        }
+    }
+}
+
 /// The window `[start, end)` if both bounds fit in an `i64`.
 fn window_at(timestamp: Timestamp, start: i128, end: i128) -> Result<TimeWindow, Unplaceable> {
     match (i64::try_from(start), i64::try_from(end)) {
@@ -368,9 +386,8 @@ impl Windows {
         let ts = i128::from(timestamp);
         let placed = match *self {
             Windows::Tumbling { size, offset, .. } => {
-                let size = i128::from(size);
-                let start = ts - (ts - i128::from(offset)).rem_euclid(size);
-                window_at(timestamp, start, start + size).map(|w| windows.push(w))
+                let start = aligned_start(timestamp, offset, size);
+                window_at(timestamp, start, start + i128::from(size)).map(|w| windows.push(w))
             }
             Windows::Sliding {
                 size,
@@ -378,8 +395,8 @@ impl Windows {
                 offset,
                 ..
             } => {
+                let mut start = aligned_start(timestamp, offset, slide);
                 let (size, slide) = (i128::from(size), i128::from(slide));
-                let mut start = ts - (ts - i128::from(offset)).rem_euclid(slide);
                 let mut placed = Ok(());
                 while start > ts - size {
                     match window_at(timestamp, start, start + size) {
@@ -1081,6 +1098,20 @@ mod tests {
                     );
                 }
             }
+        }
+
+        /// The `i64` fast path of a window's start is the exact `i128` one wherever it is taken.
+        #[test]
+        fn a_window_start_is_exact(
+            ts in near_the_edges(),
+            offset in proptest::prop_oneof![proptest::strategy::Just(0i64), -100_000i64..=100_000, proptest::num::i64::ANY],
+            period in proptest::prop_oneof![1i64..=1_000, 1i64..=100_000_000, 1i64..=i64::MAX],
+        ) {
+            let exact = {
+                let ts = i128::from(ts);
+                ts - (ts - i128::from(offset)).rem_euclid(i128::from(period))
+            };
+            proptest::prop_assert_eq!(super::aligned_start(ts, offset, period), exact);
         }
     }
 }
