@@ -29,6 +29,7 @@ use riffle::EnvConfig;
 use riffle_sql::ScalarFunction;
 use riffle_sql::plan::Catalog;
 
+mod cursor;
 pub mod engine;
 pub mod view;
 pub mod wire;
@@ -150,7 +151,7 @@ impl Server {
                     _ = &mut stopped => break,
                     accepted = listener.accept() => match accepted {
                         Ok((socket, _)) => {
-                            let handlers = handlers.clone();
+                            let handlers = Arc::new(handlers.for_connection());
                             tokio::spawn(async move {
                                 if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
                                     tracing::debug!(error = %e, "a client's connection ended with an error");

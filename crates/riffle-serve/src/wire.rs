@@ -35,6 +35,7 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use riffle::RowKind;
 use riffle_sql::{DataType, Row, Schema, Value};
 
+use crate::cursor::Cursors;
 use crate::engine::{Engine, Outcome, StatementError};
 use crate::view::ViewTable;
 
@@ -43,6 +44,8 @@ pub struct Handlers {
     engine: Arc<Engine>,
     parser: Arc<NoopQueryParser>,
     users: Option<Arc<Users>>,
+    /// The cursors of the connection these handlers serve ([`Handlers::for_connection`]).
+    cursors: Arc<Cursors>,
 }
 
 /// The users who may connect, with their passwords salted and hashed for SCRAM-SHA-256.
@@ -103,11 +106,23 @@ impl Handlers {
             engine,
             parser: Arc::new(NoopQueryParser::new()),
             users: users.map(Arc::new),
+            cursors: Arc::default(),
+        }
+    }
+
+    /// The handlers of one new connection: the same engine and users, its own cursors.
+    pub fn for_connection(&self) -> Handlers {
+        Handlers {
+            cursors: Arc::default(),
+            ..self.share()
         }
     }
 
     /// Runs `statement` off the async threads (a query over a view may run a small job).
     async fn run(&self, statement: String) -> Result<Outcome, StatementError> {
+        if let Some(cursor) = crate::cursor::parse(&statement) {
+            return self.cursors.execute(&self.engine, cursor?).await;
+        }
         let engine = self.engine.clone();
         tokio::task::spawn_blocking(move || engine.execute(&statement))
             .await
@@ -120,6 +135,15 @@ impl Handlers {
         statement: &StoredStatement<String>,
         format: &Format,
     ) -> PgWireResult<Vec<FieldInfo>> {
+        if let Some(Ok(crate::cursor::Statement::Fetch { name, .. })) =
+            crate::cursor::parse(&statement.statement)
+        {
+            return Ok(self
+                .cursors
+                .schema(&name)
+                .await
+                .map_or_else(Vec::new, |s| fields(&s, format)));
+        }
         let engine = self.engine.clone();
         let text = statement.statement.clone();
         let schema = tokio::task::spawn_blocking(move || engine.describe(&text))
@@ -217,11 +241,17 @@ impl PgWireServerHandlers for Handlers {
 
 impl Handlers {
     fn clone_handle(&self) -> Arc<Handlers> {
-        Arc::new(Handlers {
+        Arc::new(self.share())
+    }
+
+    /// The same handlers, sharing everything (the connection's cursors too).
+    fn share(&self) -> Handlers {
+        Handlers {
             engine: self.engine.clone(),
             parser: self.parser.clone(),
             users: self.users.clone(),
-        })
+            cursors: self.cursors.clone(),
+        }
     }
 }
 
@@ -389,7 +419,7 @@ fn op_text(op: RowKind, keyed: bool) -> &'static str {
 
 /// The rows a subscription sends for `changes`: each change, but a keyed view's `-U` (its
 /// `+U` follows as `update`).
-fn subscription_rows(
+pub(crate) fn subscription_rows(
     changes: &[riffle::Change<Row>],
     keyed: bool,
 ) -> impl Iterator<Item = (&'static str, &Row)> {

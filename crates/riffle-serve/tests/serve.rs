@@ -414,3 +414,95 @@ fn with_users_a_client_needs_its_password_and_without_them_only_loopback_is_serv
     let e = Server::start(open).err().expect("refused");
     assert!(e.to_string().contains("--listen"), "{e}");
 }
+
+#[test]
+fn a_cursor_fetches_a_subscription_a_batch_at_a_time_through_the_extended_protocol() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let server = Server::start(config(&dir.path().join("data"))).unwrap();
+    rt.block_on(async {
+        let client = connect(&server).await;
+        client
+            .batch_execute(
+                "CREATE TABLE bids (event_type INT, bid ROW<auction BIGINT, price BIGINT>)
+                 WITH ('connector' = 'nexmark', 'events.num' = '20000', 'rows-per-second' = '10000');
+                 CREATE MATERIALIZED VIEW per_auction AS
+                     SELECT MOD(bid.auction, 10) AS a, COUNT(*) AS bids, MAX(bid.price) AS highest
+                     FROM bids WHERE event_type = 2 GROUP BY MOD(bid.auction, 10)",
+            )
+            .await
+            .unwrap();
+        let mut reader = connect(&server).await;
+        let transaction = reader.transaction().await.unwrap();
+        transaction
+            .batch_execute("DECLARE c CURSOR FOR SUBSCRIBE per_auction")
+            .await
+            .unwrap();
+        // The extended protocol (prepared, typed rows): what drivers' fetch loops use.
+        let fetch = transaction
+            .prepare("FETCH 7 c WITH (timeout = '2s')")
+            .await
+            .unwrap();
+        let names: Vec<&str> = fetch.columns().iter().map(|c| c.name()).collect();
+        assert_eq!(names, ["progress", "op", "a", "bids", "highest"]);
+        let types: Vec<String> = fetch.columns().iter().map(|c| c.type_().name().to_string()).collect();
+        assert_eq!(types, ["int8", "varchar", "int4", "int8", "int8"]);
+        wait_for_status(&client, "per_auction", "finished").await;
+        let final_rows: BTreeMap<i64, (i64, i64)> =
+            rows(&client, "SELECT a, bids, highest FROM per_auction")
+                .await
+                .into_iter()
+                .map(|r| {
+                    let v: Vec<i64> = r.into_iter().map(|x| x.unwrap().parse().unwrap()).collect();
+                    (v[0], (v[1], v[2]))
+                })
+                .collect();
+        assert_eq!(final_rows.len(), 10);
+        let mut seen: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+        let mut last_progress = 0;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while seen != final_rows {
+            assert!(Instant::now() < deadline, "the cursor saw {seen:?}");
+            let batch = transaction.query(&fetch, &[]).await.unwrap();
+            assert!(batch.len() <= 7, "FETCH 7 returned {}", batch.len());
+            for row in batch {
+                let progress: i64 = row.get(0);
+                assert!(progress >= last_progress);
+                last_progress = progress;
+                let op: &str = row.get(1);
+                let a: i32 = row.get(2);
+                let (a, bids, highest): (i64, i64, i64) = (i64::from(a), row.get(3), row.get(4));
+                let before = seen.insert(a, (bids, highest));
+                match op {
+                    "insert" => assert!(before.is_none(), "insert of {a} twice"),
+                    "update" => assert!(before.is_some(), "update of {a} before its insert"),
+                    other => panic!("op {other}"),
+                }
+            }
+        }
+        // Nothing more comes: a FETCH with a timeout returns no rows once it passed.
+        let empty = transaction
+            .query("FETCH ALL c WITH (timeout = '50ms')", &[])
+            .await
+            .unwrap();
+        assert!(empty.is_empty(), "{} rows after the view finished", empty.len());
+        transaction.commit().await.unwrap();
+        // The transaction's end closed the cursor.
+        let error = reader.simple_query("FETCH c").await.unwrap_err();
+        assert_eq!(
+            error.code(),
+            Some(&tokio_postgres::error::SqlState::INVALID_CURSOR_NAME),
+            "{error:?}"
+        );
+        let error = reader
+            .simple_query("DECLARE d CURSOR FOR SELECT * FROM per_auction")
+            .await
+            .unwrap_err();
+        let message = error.as_db_error().map(|e| e.message().to_string());
+        assert!(
+            message.as_deref().is_some_and(|m| m.contains("SUBSCRIBE")),
+            "{error:?}"
+        );
+    });
+    server.stop();
+}
