@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use riffle::sink::ExactlyOnceFileSink;
 use riffle::sink::partitioned::PartitionedFileSink;
+use riffle::source::datagen::DatagenSource;
 use riffle::source::file::FileSource;
 use riffle::source::mapped::SourceExt;
 use riffle::time::WatermarkStrategy;
@@ -95,6 +96,18 @@ pub fn scan(
                 None => env.from_source(source),
             }
         }
+        "datagen" => {
+            let settings = crate::datagen::settings(table, physical)?;
+            let source = DatagenSource::new(settings.generator)
+                .limit(settings.rows)
+                .rate(settings.rows_per_second)
+                .splits(1)
+                .map_records(move |row: &Row| complete(row.clone()));
+            match &time {
+                Some(_) => env.from_source_with_watermarks(source, strategy(false)),
+                None => env.from_source(source),
+            }
+        }
         "filesystem" => {
             let path = file_path(option(table, "path")?);
             let parse = line_parser(table)?;
@@ -121,7 +134,7 @@ pub fn scan(
         }
         other => {
             return Err(SqlError::plan(format!(
-                "table `{}`: the connector '{other}' cannot be read (sources: nexmark, filesystem, kafka)",
+                "table `{}`: the connector '{other}' cannot be read (sources: datagen, nexmark, filesystem, kafka)",
                 table.name
             )));
         }

@@ -38,6 +38,7 @@ use riffle::{Change, DataStream, StreamEnv};
 
 pub mod aggregate;
 pub mod connectors;
+mod datagen;
 pub mod error;
 pub mod expr;
 pub mod format;

@@ -572,3 +572,28 @@ fn having_distinct_with_and_union_all() {
             .contains("HAVING needs a BOOLEAN")
     );
 }
+
+#[test]
+fn a_datagen_table_gives_its_sequence_once_and_random_values_in_their_ranges() {
+    let ddl = "CREATE TABLE t (id BIGINT, user_id INT, name STRING, ts TIMESTAMP(3),
+                   WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+               WITH ('connector' = 'datagen', 'rows-per-second' = '1000000',
+                     'fields.id.kind' = 'sequence', 'fields.id.start' = '1',
+                     'fields.id.end' = '2000', 'fields.user_id.min' = '1',
+                     'fields.user_id.max' = '5', 'fields.name.length' = '4');";
+    for parallelism in [1, 2] {
+        let got = changes(
+            ddl,
+            "SELECT COUNT(*) AS n, SUM(id) AS total, MIN(id) AS lo, MAX(id) AS hi,
+                    MIN(user_id) AS u_lo, MAX(user_id) AS u_hi, MAX(CHAR_LENGTH(name)) AS len
+             FROM t",
+            EnvConfig::default().with_parallelism(parallelism),
+        );
+        let last = got.last().expect("a result").row.clone();
+        assert_eq!(
+            common::row_text(&last),
+            "[2000, 2001000, 1, 2000, 1, 5, 4]",
+            "parallelism {parallelism}"
+        );
+    }
+}
