@@ -288,7 +288,54 @@ pub const SYSTEM_TIME_MARK: &str = " FOR SYSTEM_TIME AS OF ";
 /// `TUMBLE(TABLE bid, ...)` as `TUMBLE(bid, ...)`: a `TABLE` keyword right after `(`, `,` or
 /// `=>` names a table argument of a table function. And `t FOR SYSTEM_TIME AS OF B.p_time`
 /// (a temporal table, Flink's lookup join) as one quoted name, `` `t FOR SYSTEM_TIME AS OF
-/// B.p_time` `` ([`SYSTEM_TIME_MARK`]).
+/// B.p_time` `` ([`SYSTEM_TIME_MARK`]); `TABLE t PARTITION BY a, b` becomes `` `t PARTITION BY
+/// a,b` `` ([`PARTITION_MARK`]).
+/// What separates a table argument's name from its partition columns in the name
+/// [`rewrite_table_arguments`] makes of `TABLE t PARTITION BY a, b`.
+pub const PARTITION_MARK: &str = " PARTITION BY ";
+
+/// At `tokens[i]`, a table name followed by `PARTITION BY` columns (`a, b` or `(a, b)`) up to
+/// the comma before the next argument: the name `t PARTITION BY a,b` and where it ends.
+fn partitioned_table(tokens: &[TokenWithSpan], i: usize) -> Option<(String, usize)> {
+    let solid: Vec<usize> = (i..tokens.len())
+        .filter(|j| !matches!(tokens[*j].token, Token::Whitespace(_)))
+        .collect();
+    let word = |k: usize| match solid.get(k).map(|j| &tokens[*j].token) {
+        Some(Token::Word(w)) => Some(w),
+        _ => None,
+    };
+    let table = word(0)?.value.clone();
+    if !(word(1)?.keyword == Keyword::PARTITION && word(2)?.keyword == Keyword::BY) {
+        return None;
+    }
+    let mut columns: Vec<String> = Vec::new();
+    let mut k = 3;
+    let parenthesized = matches!(solid.get(k).map(|j| &tokens[*j].token), Some(Token::LParen));
+    if parenthesized {
+        k += 1;
+    }
+    loop {
+        columns.push(word(k)?.value.clone());
+        k += 1;
+        match solid.get(k).map(|j| &tokens[*j].token) {
+            Some(Token::Comma) if parenthesized => k += 1,
+            // A comma outside parentheses: another column, unless the next argument starts.
+            Some(Token::Comma)
+                if word(k + 1).is_some_and(|w| !w.value.eq_ignore_ascii_case("DESCRIPTOR")) =>
+            {
+                k += 1
+            }
+            Some(Token::RParen) if parenthesized => {
+                k += 1;
+                break;
+            }
+            _ => break,
+        }
+    }
+    let end = solid.get(k).copied().unwrap_or(tokens.len());
+    Some((format!("{table}{PARTITION_MARK}{}", columns.join(",")), end))
+}
+
 fn rewrite_table_arguments(text: &str) -> Result<String, SqlError> {
     let tokens = tokens(text)?;
     let sources = token_sources(text, &tokens);
@@ -349,6 +396,13 @@ fn rewrite_table_arguments(text: &str) -> Result<String, SqlError> {
             i += 1;
             while i < tokens.len() && matches!(tokens[i].token, Token::Whitespace(_)) {
                 i += 1;
+            }
+            // `TABLE t PARTITION BY a, b` (a session window's keys): one quoted name,
+            // `t PARTITION BY a,b` ([`PARTITION_MARK`]), up to the argument's end.
+            if let Some((name, end)) = partitioned_table(&tokens, i) {
+                out.push_str(&format!("`{name}`"));
+                previous = Some(&tokens[i].token);
+                i = end;
             }
             continue;
         }
@@ -762,6 +816,30 @@ pub(crate) fn split_shift_right(script: &str) -> Result<String, SqlError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_table_argument_keeps_its_partition_columns() {
+        for (text, want) in [
+            (
+                "SELECT * FROM TABLE(SESSION(TABLE t PARTITION BY a, DESCRIPTOR(ts), INTERVAL '1' SECOND))",
+                "SELECT * FROM TABLE(SESSION(`t PARTITION BY a`, DESCRIPTOR(ts), INTERVAL '1' SECOND))",
+            ),
+            (
+                "SELECT * FROM TABLE(SESSION(TABLE t PARTITION BY (a, b), DESCRIPTOR(ts), INTERVAL '1' SECOND))",
+                "SELECT * FROM TABLE(SESSION(`t PARTITION BY a,b`, DESCRIPTOR(ts), INTERVAL '1' SECOND))",
+            ),
+            (
+                "SELECT * FROM TABLE(SESSION(TABLE t PARTITION BY a, b, DESCRIPTOR(ts), INTERVAL '1' SECOND))",
+                "SELECT * FROM TABLE(SESSION(`t PARTITION BY a,b`, DESCRIPTOR(ts), INTERVAL '1' SECOND))",
+            ),
+            (
+                "SELECT * FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND))",
+                "SELECT * FROM TABLE(TUMBLE(t, DESCRIPTOR(ts), INTERVAL '1' SECOND))",
+            ),
+        ] {
+            assert_eq!(rewrite_table_arguments(text).unwrap(), want);
+        }
+    }
 
     #[test]
     fn a_quote_doubled_in_a_string_stays_in_the_string() {

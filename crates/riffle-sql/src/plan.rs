@@ -662,6 +662,16 @@ pub struct Catalog {
     pub options: BTreeMap<String, String>,
 }
 
+/// A window table function in FROM: its input, the windows, whether of processing time, and a
+/// SESSION window's `PARTITION BY` columns.
+struct WindowFunction {
+    input: Plan,
+    qualifier: Option<String>,
+    window: WindowKind,
+    processing: bool,
+    partition: Option<Vec<String>>,
+}
+
 impl Catalog {
     /// Registers what a DDL statement defines: a table (checked readable now, not when
     /// queried), a view (its query planned now), a function Rust registered under the name, or
@@ -1564,6 +1574,8 @@ impl Catalog {
     fn plan_grouped(&self, select: &ast::Select, group_by: &[ast::Expr]) -> Result<Plan> {
         // Whether the windows are of processing time (a `PROCTIME()` column's).
         let mut processing_time = false;
+        // A SESSION window table function's PARTITION BY columns (none: one session stream).
+        let mut session_partition: Option<Vec<String>> = None;
         let (mut input, qualifiers, window, selection) = match &select.from[..] {
             [from] if matches!(from.relation, ast::TableFactor::TableFunction { .. }) => {
                 if !from.joins.is_empty() {
@@ -1574,10 +1586,19 @@ impl Catalog {
                 let ast::TableFactor::TableFunction { expr, .. } = &from.relation else {
                     unreachable!("matched above");
                 };
-                let (input, qualifier, window, processing) = self.window_function(expr)?;
-                processing_time = processing;
-                let qualifiers = named(qualifier, &input);
-                (input, qualifiers, Some(window), select.selection.clone())
+                let function = self.window_function(expr)?;
+                processing_time = function.processing;
+                session_partition = match function.window {
+                    WindowKind::Session { .. } => Some(function.partition.unwrap_or_default()),
+                    _ => None,
+                };
+                let qualifiers = named(function.qualifier, &function.input);
+                (
+                    function.input,
+                    qualifiers,
+                    Some(function.window),
+                    select.selection.clone(),
+                )
             }
             _ => {
                 let (input, qualifiers, condition) = self.plan_from(select)?;
@@ -1625,6 +1646,27 @@ impl Catalog {
                     (has_start, has_end) = (true, true)
                 }
                 other => keys.push((other.to_string(), compile(other, &scope)?)),
+            }
+        }
+        // Sessions are per partition key: the grouping keys are exactly those columns.
+        if let Some(partition) = &session_partition {
+            let mut keys_sorted: Vec<&str> = keys.iter().map(|(t, _)| t.as_str()).collect();
+            let mut partition_sorted: Vec<&str> = partition.iter().map(String::as_str).collect();
+            keys_sorted.sort_unstable();
+            partition_sorted.sort_unstable();
+            if keys_sorted != partition_sorted {
+                return Err(SqlError::plan(format!(
+                    "a SESSION window aggregation groups by its PARTITION BY columns ({}) and window_start, window_end: sessions are found per partition key (GROUP BY {} is not supported)",
+                    if partition.is_empty() {
+                        "none".to_string()
+                    } else {
+                        partition.join(", ")
+                    },
+                    keys.iter()
+                        .map(|(t, _)| t.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
             }
         }
         if window.is_some() && !(has_start && has_end) {
@@ -1877,10 +1919,7 @@ impl Catalog {
 
     /// `TUMBLE(t, DESCRIPTOR(time), size)` / `HOP(t, DESCRIPTOR(time), slide, size)`: the input
     /// plan, its qualifier, the windows.
-    fn window_function(
-        &self,
-        expr: &ast::Expr,
-    ) -> Result<(Plan, Option<String>, WindowKind, bool)> {
+    fn window_function(&self, expr: &ast::Expr) -> Result<WindowFunction> {
         let ast::Expr::Function(function) = expr else {
             return Err(SqlError::plan(format!(
                 "FROM TABLE({expr}) is not a window table function"
@@ -1913,6 +1952,19 @@ impl Catalog {
                 )));
             }
         };
+        // `TABLE t PARTITION BY a, b` (parse's rewrite): a session window's keys.
+        let (table, partition) = match table.split_once(crate::parse::PARTITION_MARK) {
+            Some((table, columns)) => (
+                table.to_string(),
+                Some(columns.split(',').map(str::to_string).collect::<Vec<_>>()),
+            ),
+            None => (table, None),
+        };
+        if partition.is_some() && name != "SESSION" {
+            return Err(SqlError::plan(format!(
+                "{name}(TABLE {table} PARTITION BY ..): only SESSION windows take PARTITION BY"
+            )));
+        }
         let (input, qualifier) = (self.plan_name(&table)?, Some(table.clone()));
         let descriptor = match args.get(1) {
             Some(ast::Expr::Function(f))
@@ -1975,19 +2027,28 @@ impl Catalog {
                 }
                 WindowKind::Hop { slide, size }
             }
-            ("TUMBLE" | "HOP", n) => {
+            ("SESSION", 3) => WindowKind::Session {
+                gap: interval(2, "gap")?,
+            },
+            ("TUMBLE" | "HOP" | "SESSION", n) => {
                 return Err(SqlError::plan(format!(
                     "{name} takes {} arguments, got {n}",
-                    if name == "TUMBLE" { 3 } else { 4 }
+                    if name == "HOP" { 4 } else { 3 }
                 )));
             }
             (other, _) => {
                 return Err(SqlError::plan(format!(
-                    "the window table function {other} is not supported yet (TUMBLE and HOP are)"
+                    "the window table function {other} is not supported yet (TUMBLE, HOP and SESSION are)"
                 )));
             }
         };
-        Ok((input, qualifier, window, processing))
+        Ok(WindowFunction {
+            input,
+            qualifier,
+            window,
+            processing,
+            partition,
+        })
     }
 
     fn project(

@@ -343,3 +343,110 @@ fn legacy_group_windows_equal_the_window_table_functions() {
         "{error}"
     );
 }
+
+/// Panics with the first sessions that differ.
+fn same_sessions(got: Vec<(i64, i64, i64, i64)>, expected: &[(i64, i64, i64, i64)], what: &str) {
+    let extra: Vec<_> = got
+        .iter()
+        .filter(|s| !expected.contains(s))
+        .take(5)
+        .collect();
+    let missing: Vec<_> = expected
+        .iter()
+        .filter(|s| !got.contains(s))
+        .take(5)
+        .collect();
+    assert!(
+        extra.is_empty() && missing.is_empty(),
+        "{what}: {} sessions, {} expected; not expected {extra:?}; missing {missing:?}",
+        got.len(),
+        expected.len()
+    );
+}
+
+#[test]
+fn session_window_table_functions_find_each_users_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, clicks) = clicks_file(dir.path(), 3_000);
+    let ddl = clicks_table(&path);
+    let gap = 700;
+    // Each user's sessions: clicks at most the gap apart, [first, last + gap) (windows that
+    // touch merge, as Flink's `TimeWindow::intersects`).
+    let mut times: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for click in &clicks {
+        times
+            .entry(click.user_id as i64)
+            .or_default()
+            .push(click.event_time);
+    }
+    let mut expected: Vec<(i64, i64, i64, i64)> = Vec::new();
+    for (user, mut ts) in times {
+        ts.sort_unstable();
+        let (mut start, mut end, mut n) = (ts[0], ts[0] + gap, 0);
+        for t in ts {
+            if t > end {
+                expected.push((user, start, end, n));
+                (start, n) = (t, 0);
+            }
+            end = end.max(t + gap);
+            n += 1;
+        }
+        expected.push((user, start, end, n));
+    }
+    expected.sort_unstable();
+    let as_tuples = |rows: Vec<Row>| {
+        let mut got: Vec<(i64, i64, i64, i64)> = rows
+            .iter()
+            .map(|r| (int(&r.0[0]), int(&r.0[1]), int(&r.0[2]), int(&r.0[3])))
+            .collect();
+        got.sort_unstable();
+        got
+    };
+    for p in [1, 2] {
+        let (tvf, _) = run(
+            &ddl,
+            "SELECT user_id, window_start, window_end, COUNT(*)
+             FROM TABLE(SESSION(TABLE clicks PARTITION BY user_id, DESCRIPTOR(event_time), INTERVAL '0.7' SECOND))
+             GROUP BY user_id, window_start, window_end",
+            p,
+        );
+        same_sessions(as_tuples(tvf), &expected, &format!("SESSION TVF, p = {p}"));
+        let (legacy, _) = run(
+            &ddl,
+            "SELECT user_id, SESSION_START(event_time, INTERVAL '0.7' SECOND), SESSION_END(event_time, INTERVAL '0.7' SECOND), COUNT(*)
+             FROM clicks GROUP BY user_id, SESSION(event_time, INTERVAL '0.7' SECOND)",
+            p,
+        );
+        same_sessions(
+            as_tuples(legacy),
+            &expected,
+            &format!("GROUP BY SESSION, p = {p}"),
+        );
+    }
+    // Without PARTITION BY: one stream of sessions over every click.
+    let (all, _) = run(
+        &ddl,
+        "SELECT COUNT(*), window_start, window_end
+         FROM TABLE(SESSION(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '10' SECOND))
+         GROUP BY window_start, window_end",
+        1,
+    );
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!(int(&all[0].0[0]), 3_000);
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&ddl).unwrap();
+    for (query, want) in [
+        (
+            "SELECT url, window_start, COUNT(*) FROM TABLE(SESSION(TABLE clicks PARTITION BY user_id, DESCRIPTOR(event_time), INTERVAL '1' SECOND)) GROUP BY url, window_start, window_end",
+            "groups by its PARTITION BY columns (user_id)",
+        ),
+        (
+            "SELECT window_start, COUNT(*) FROM TABLE(TUMBLE(TABLE clicks PARTITION BY user_id, DESCRIPTOR(event_time), INTERVAL '1' SECOND)) GROUP BY window_start, window_end",
+            "only SESSION windows take PARTITION BY",
+        ),
+    ] {
+        let error = sql.sql_query(query).err().expect(query).to_string();
+        assert!(error.contains(want), "{query}: {error}");
+    }
+}
