@@ -14,15 +14,20 @@ fn rocksdb_gives_the_heap_backends_output() {
     riffle_testing::conformance::check_backend(Arc::new(backend), work.path());
 }
 
-#[test]
-fn every_stateful_operator_round_trips_on_rocksdb() -> riffle::Result<()> {
-    // With the state cache (entries reach RocksDB at the checkpoint) and without it (every
-    // access goes to RocksDB).
-    for cache in [64 << 20, 0] {
-        let backend = RocksDbBackend::new()
+/// Small RocksDB backends with the state cache (entries reach RocksDB at the checkpoint) and
+/// without it (every access goes to RocksDB).
+fn small_backends() -> impl Iterator<Item = RocksDbBackend> {
+    [64 << 20, 0].into_iter().map(|cache| {
+        RocksDbBackend::new()
             .memory(8 << 20)
             .write_buffer(1 << 20)
-            .state_cache(cache);
+            .state_cache(cache)
+    })
+}
+
+#[test]
+fn every_stateful_operator_round_trips_on_rocksdb() -> riffle::Result<()> {
+    for backend in small_backends() {
         riffle_testing::conformance::operator_round_trips(&backend)?;
     }
     Ok(())
@@ -30,25 +35,17 @@ fn every_stateful_operator_round_trips_on_rocksdb() -> riffle::Result<()> {
 
 #[test]
 fn a_savepoint_survives_a_changed_state_type_on_rocksdb() {
-    // With the state cache and without it: old values are rewritten in RocksDB at the restore.
-    for cache in [64 << 20, 0] {
+    // Old values are rewritten in RocksDB at the restore, with the cache and without it.
+    for backend in small_backends() {
         let work = tempfile::tempdir().unwrap();
-        let backend = RocksDbBackend::new()
-            .memory(8 << 20)
-            .write_buffer(1 << 20)
-            .state_cache(cache);
         riffle_testing::evolution::check_state_evolution(Arc::new(backend), work.path());
     }
 }
 
 #[test]
 fn a_savepoint_of_windows_survives_a_changed_accumulator_on_rocksdb() {
-    for cache in [64 << 20, 0] {
+    for backend in small_backends() {
         let work = tempfile::tempdir().unwrap();
-        let backend = RocksDbBackend::new()
-            .memory(8 << 20)
-            .write_buffer(1 << 20)
-            .state_cache(cache);
         riffle_testing::evolution::check_window_state_evolution(Arc::new(backend), work.path());
     }
 }

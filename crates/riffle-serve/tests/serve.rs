@@ -291,6 +291,21 @@ fn views_answer_lookups_ranges_and_aggregates_and_survive_a_restart() {
     assert!(!data.join("views").join("per_user").exists());
 }
 
+/// Bids arriving over about two seconds (the view changes while it is read), and their count
+/// and highest price per auction group, `per_auction`.
+async fn create_per_auction(client: &Client) {
+    client
+        .batch_execute(
+            "CREATE TABLE bids (event_type INT, bid ROW<auction BIGINT, price BIGINT>)
+             WITH ('connector' = 'nexmark', 'events.num' = '20000', 'rows-per-second' = '10000');
+             CREATE MATERIALIZED VIEW per_auction AS
+                 SELECT MOD(bid.auction, 10) AS a, COUNT(*) AS bids, MAX(bid.price) AS highest
+                 FROM bids WHERE event_type = 2 GROUP BY MOD(bid.auction, 10)",
+        )
+        .await
+        .unwrap();
+}
+
 #[test]
 fn a_subscriber_gets_the_rows_then_every_change_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -298,17 +313,7 @@ fn a_subscriber_gets_the_rows_then_every_change_once() {
     let server = Server::start(config(&dir.path().join("data"))).unwrap();
     rt.block_on(async {
         let client = connect(&server).await;
-        // Bids arrive over about two seconds: the subscriber sees the view change.
-        client
-            .batch_execute(
-                "CREATE TABLE bids (event_type INT, bid ROW<auction BIGINT, price BIGINT>)
-                 WITH ('connector' = 'nexmark', 'events.num' = '20000', 'rows-per-second' = '10000');
-                 CREATE MATERIALIZED VIEW per_auction AS
-                     SELECT MOD(bid.auction, 10) AS a, COUNT(*) AS bids, MAX(bid.price) AS highest
-                     FROM bids WHERE event_type = 2 GROUP BY MOD(bid.auction, 10)",
-            )
-            .await
-            .unwrap();
+        create_per_auction(&client).await;
         let watcher = connect(&server).await;
         let copy = watcher
             .copy_out("COPY (SUBSCRIBE per_auction) TO STDOUT")
@@ -342,8 +347,7 @@ fn a_subscriber_gets_the_rows_then_every_change_once() {
             pending.push_str(std::str::from_utf8(&chunk).unwrap());
             while let Some(end) = pending.find('\n') {
                 let line: String = pending.drain(..=end).collect();
-                let fields: Vec<String> =
-                    line.trim_end().split('\t').map(str::to_string).collect();
+                let fields: Vec<String> = line.trim_end().split('\t').map(str::to_string).collect();
                 let progress: u64 = fields[0].parse().unwrap();
                 assert!(progress >= last_progress, "progress went back: {line}");
                 last_progress = progress;
@@ -422,16 +426,7 @@ fn a_cursor_fetches_a_subscription_a_batch_at_a_time_through_the_extended_protoc
     let server = Server::start(config(&dir.path().join("data"))).unwrap();
     rt.block_on(async {
         let client = connect(&server).await;
-        client
-            .batch_execute(
-                "CREATE TABLE bids (event_type INT, bid ROW<auction BIGINT, price BIGINT>)
-                 WITH ('connector' = 'nexmark', 'events.num' = '20000', 'rows-per-second' = '10000');
-                 CREATE MATERIALIZED VIEW per_auction AS
-                     SELECT MOD(bid.auction, 10) AS a, COUNT(*) AS bids, MAX(bid.price) AS highest
-                     FROM bids WHERE event_type = 2 GROUP BY MOD(bid.auction, 10)",
-            )
-            .await
-            .unwrap();
+        create_per_auction(&client).await;
         let mut reader = connect(&server).await;
         let transaction = reader.transaction().await.unwrap();
         transaction
@@ -445,7 +440,11 @@ fn a_cursor_fetches_a_subscription_a_batch_at_a_time_through_the_extended_protoc
             .unwrap();
         let names: Vec<&str> = fetch.columns().iter().map(|c| c.name()).collect();
         assert_eq!(names, ["progress", "op", "a", "bids", "highest"]);
-        let types: Vec<String> = fetch.columns().iter().map(|c| c.type_().name().to_string()).collect();
+        let types: Vec<String> = fetch
+            .columns()
+            .iter()
+            .map(|c| c.type_().name().to_string())
+            .collect();
         assert_eq!(types, ["int8", "varchar", "int4", "int8", "int8"]);
         wait_for_status(&client, "per_auction", "finished").await;
         let final_rows: BTreeMap<i64, (i64, i64)> =
@@ -485,7 +484,11 @@ fn a_cursor_fetches_a_subscription_a_batch_at_a_time_through_the_extended_protoc
             .query("FETCH ALL c WITH (timeout = '50ms')", &[])
             .await
             .unwrap();
-        assert!(empty.is_empty(), "{} rows after the view finished", empty.len());
+        assert!(
+            empty.is_empty(),
+            "{} rows after the view finished",
+            empty.len()
+        );
         transaction.commit().await.unwrap();
         // The transaction's end closed the cursor.
         let error = reader.simple_query("FETCH c").await.unwrap_err();
