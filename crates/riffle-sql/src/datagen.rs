@@ -259,7 +259,8 @@ impl FieldGen {
     fn value(&self, index: u64, stream: u64, now: i64) -> Value {
         match self {
             FieldGen::Sequence { ty, start, .. } => {
-                let n = start + index as i64;
+                // In range: the source ends after `end - start + 1` rows.
+                let n = start.wrapping_add(index as i64);
                 match ty {
                     DataType::Varchar => Value::string(n.to_string()),
                     DataType::Decimal { scale, .. } => crate::expr::parse_decimal(&n.to_string())
@@ -316,9 +317,11 @@ fn random(ty: &DataType, s: &Settings, index: u64, stream: u64) -> Value {
     match ty {
         DataType::Boolean => Value::Bool(bits & 1 == 1),
         t if t.is_integer() => {
-            let (lo, hi) = integer_range(t);
-            let lo = s.min.map_or(lo, |m| (m.ceil() as i64).max(lo));
-            let hi = s.max.map_or(hi, |m| (m.floor() as i64).min(hi));
+            let (low, high) = integer_range(t);
+            // Bounds outside the type's range are the range's ends.
+            let clamp = |m: f64| m.clamp(low as f64, high as f64) as i64;
+            let lo = s.min.map_or(low, |m| clamp(m.ceil()));
+            let hi = s.max.map_or(high, |m| clamp(m.floor()));
             if lo >= hi {
                 return Value::Int(lo);
             }
@@ -474,6 +477,30 @@ mod tests {
             };
             assert!(ts <= now() && ts >= started - 1_000 - 60_000, "{ts}");
         }
+    }
+
+    #[test]
+    fn values_stay_in_their_types_at_the_edges() {
+        let (t, schema) = table(
+            "a INT, b TINYINT, id BIGINT",
+            ", 'fields.a.min' = '1e20', 'fields.b.max' = '-1e30',
+               'fields.id.kind' = 'sequence', 'fields.id.start' = '9223372036854775806',
+               'fields.id.end' = '9223372036854775807'",
+        );
+        let d = settings(&t, &schema).unwrap();
+        assert_eq!(d.rows, Some(2));
+        for i in 0..2 {
+            let row = d.generator.generate(i);
+            assert_eq!(row.0[0], Value::Int(i64::from(i32::MAX)));
+            assert_eq!(row.0[1], Value::Int(i64::from(i8::MIN)));
+            assert_eq!(row.0[2], Value::Int(i64::MAX - 1 + i as i64));
+        }
+        let (t, schema) = table(
+            "id BIGINT",
+            ", 'fields.id.kind' = 'sequence', 'fields.id.start' = '-9223372036854775808',
+               'fields.id.end' = '9223372036854775807'",
+        );
+        assert_eq!(settings(&t, &schema).unwrap().rows, Some(u64::MAX));
     }
 
     #[test]

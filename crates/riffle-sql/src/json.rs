@@ -333,6 +333,12 @@ mod tests {
         assert_eq!(row.0[3], Value::Timestamp(1000));
         let row = read_row(r#"{"id": null}"#, &s).unwrap();
         assert!(row.0.iter().all(Value::is_null));
+        // An escaped key is the same name; a repeated one keeps its last value.
+        let row = read_row(r#"{"n\u0061me": "x", "id": 1, "id": 2}"#, &s).unwrap();
+        assert_eq!(
+            (&row.0[0], &row.0[1]),
+            (&Value::Int(2), &Value::string("x"))
+        );
     }
 
     #[test]
