@@ -33,6 +33,45 @@ impl std::fmt::Display for NoBroker {
 
 impl std::error::Error for NoBroker {}
 
+/// How long a helper asks a slow broker again before the test fails: a broker on a loaded
+/// machine, or whose group coordinator is moving, may time out one request.
+pub const PATIENCE: Duration = Duration::from_secs(120);
+
+/// `consumer`'s group's committed offsets of the partitions of `partitions`, asked again while
+/// the broker cannot answer (a timeout, a moving coordinator), for up to [`PATIENCE`].
+pub fn committed_offsets_of(
+    consumer: &BaseConsumer,
+    partitions: &TopicPartitionList,
+) -> TopicPartitionList {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match consumer.committed_offsets(partitions.clone(), Duration::from_secs(10)) {
+            Ok(committed) => return committed,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("committed offsets: {e}; asking again");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("committed offsets, for {PATIENCE:?}: {e}"),
+        }
+    }
+}
+
+/// The metadata of `topic`, asked again while the broker cannot answer, for up to
+/// [`PATIENCE`].
+pub fn topic_metadata(consumer: &BaseConsumer, topic: &str) -> rdkafka::metadata::Metadata {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) {
+            Ok(metadata) => return metadata,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("metadata of `{topic}`: {e}; asking again");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("metadata of `{topic}`, for {PATIENCE:?}: {e}"),
+        }
+    }
+}
+
 /// The test broker's bootstrap address, from [`BOOTSTRAP_VAR`].
 pub fn try_bootstrap() -> Result<String, NoBroker> {
     bootstrap_from(std::env::var(BOOTSTRAP_VAR).ok())
@@ -146,9 +185,7 @@ pub fn read_committed(
         .set("isolation.level", "read_committed")
         .create()
         .expect("a consumer");
-    let metadata = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .expect("topic metadata");
+    let metadata = topic_metadata(&consumer, topic);
     let mut tpl = TopicPartitionList::new();
     for partition in 0..metadata.topics()[0].partitions().len() as i32 {
         tpl.add_partition_offset(topic, partition, Offset::Beginning)

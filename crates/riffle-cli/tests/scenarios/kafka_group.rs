@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use riffle::source::datagen::Generator;
 use riffle_cli::clicks::is_bot;
@@ -536,9 +536,8 @@ fn committed(reader: &BaseConsumer, topics: &[String]) -> Vec<(i64, String)> {
             tpl.add_partition(topic, partition);
         }
     }
-    reader
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .unwrap()
+    let offsets = riffle_kafka::testing::committed_offsets_of(reader, &tpl);
+    offsets
         .elements()
         .iter()
         .map(|e| match e.offset() {

@@ -5,9 +5,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 pub use riffle_kafka::testing::{TestProducer, bootstrap, read_committed};
 use riffle_kafka::{KafkaConnection, ensure_topics};
@@ -56,7 +55,7 @@ pub fn committed_offsets(group: &str, topic: &str, partitions: i32) -> BTreeMap<
 /// The offsets `group` committed for `topic`, by partition, each with its metadata (the note
 /// naming the committing member and the snapshot of the partition's state; `null` when it is
 /// not JSON). A broker that cannot answer yet (its group coordinator moving: `NotCoordinator`,
-/// `CoordinatorLoadInProgress`) is asked again, for up to 30 s.
+/// `CoordinatorLoadInProgress`, a timeout) is asked again, for up to two minutes.
 pub fn committed_notes(
     group: &str,
     topic: &str,
@@ -71,17 +70,7 @@ pub fn committed_notes(
     for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let committed = loop {
-        match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
-            Ok(committed) => break committed,
-            Err(e) if std::time::Instant::now() < deadline => {
-                eprintln!("the committed offsets of `{group}`: {e}; asking again");
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => panic!("the committed offsets of `{group}`: {e}"),
-        }
-    };
+    let committed = riffle_kafka::testing::committed_offsets_of(&consumer, &tpl);
     committed
         .elements()
         .iter()
