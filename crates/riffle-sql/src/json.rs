@@ -180,27 +180,66 @@ impl<'s> ValueSeed<'s> {
         E::custom(format!("{what} is not a {}", self.ty))
     }
 
-    fn number<E: de::Error>(&self, text: String, int: Option<i64>, float: f64) -> Result<Value, E> {
+    /// A JSON number as a value of the column's type. Its text is made only where it is
+    /// needed (a `DECIMAL` or `VARCHAR` column, an error), never for an integer or a double.
+    fn number<E: de::Error>(&self, number: Number) -> Result<Value, E> {
         let ty = self.ty;
+        let int = match number {
+            Number::Signed(i) => Some(i),
+            Number::Unsigned(u) => i64::try_from(u).ok(),
+            Number::Float(_) => None,
+        };
         Ok(match ty {
             t if t.is_integer() => match int {
                 Some(i) => Value::Int(i),
-                None => return Err(self.mismatch(format!("the number {text}"))),
+                None => return Err(self.mismatch(format!("the number {}", number.text()))),
             },
-            DataType::Double | DataType::Float => Value::Double(float),
-            DataType::Decimal { scale, .. } => Value::Decimal(
-                crate::expr::parse_decimal(&text)
-                    .and_then(|d| d.rescale(*scale))
-                    .ok_or_else(|| self.mismatch(format!("the number {text}")))?,
-            ),
-            DataType::Varchar => Value::string(text),
+            DataType::Double | DataType::Float => Value::Double(number.as_f64()),
+            DataType::Decimal { scale, .. } => {
+                let text = number.text();
+                Value::Decimal(
+                    crate::expr::parse_decimal(&text)
+                        .and_then(|d| d.rescale(*scale))
+                        .ok_or_else(|| self.mismatch(format!("the number {text}")))?,
+                )
+            }
+            DataType::Varchar => Value::string(number.text()),
             // Epoch milliseconds, as Riffle's own JSON files write times.
             t if t.is_timestamp() => match int {
                 Some(i) => Value::Timestamp(i),
-                None => return Err(self.mismatch(format!("the number {text}"))),
+                None => return Err(self.mismatch(format!("the number {}", number.text()))),
             },
-            _ => return Err(self.mismatch(format!("the number {text}"))),
+            _ => return Err(self.mismatch(format!("the number {}", number.text()))),
         })
+    }
+}
+
+/// A number as serde_json read it.
+#[derive(Clone, Copy)]
+enum Number {
+    Signed(i64),
+    Unsigned(u64),
+    Float(f64),
+}
+
+impl Number {
+    fn as_f64(self) -> f64 {
+        match self {
+            Number::Signed(i) => i as f64,
+            Number::Unsigned(u) => u as f64,
+            Number::Float(f) => f,
+        }
+    }
+
+    /// Its text as serde_json writes it (a float: the shortest that reads back).
+    fn text(self) -> String {
+        match self {
+            Number::Signed(i) => i.to_string(),
+            Number::Unsigned(u) => u.to_string(),
+            Number::Float(f) => {
+                serde_json::Number::from_f64(f).map_or_else(|| f.to_string(), |n| n.to_string())
+            }
+        }
     }
 }
 
@@ -228,17 +267,15 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
     }
 
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-        self.number(v.to_string(), Some(v), v as f64)
+        self.number(Number::Signed(v))
     }
 
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-        self.number(v.to_string(), i64::try_from(v).ok(), v as f64)
+        self.number(Number::Unsigned(v))
     }
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        // The number's text as serde_json writes an `f64` (the shortest that reads back).
-        let text = serde_json::Number::from_f64(v).map_or_else(|| v.to_string(), |n| n.to_string());
-        self.number(text, None, v)
+        self.number(Number::Float(v))
     }
 
     fn visit_str<E: de::Error>(self, s: &str) -> Result<Value, E> {
