@@ -36,6 +36,7 @@ pub fn scan(
     env: &StreamEnv,
     table: &TableDef,
     physical: &Schema,
+    read: &Schema,
     computed: Vec<Typed>,
     time: Option<TimeAttribute>,
 ) -> Result<DataStream<Row>> {
@@ -88,7 +89,8 @@ pub fn scan(
     let stream = match connector {
         "nexmark" => {
             let config = nexmark_config(table)?;
-            let convert = nexmark_row(physical)?;
+            nexmark_row(physical)?;
+            let convert = nexmark_row(read)?;
             let source = NexmarkSource::new(config)
                 .map_records(move |event: &Event| complete(convert(event)));
             match &time {
@@ -111,7 +113,11 @@ pub fn scan(
         "filesystem" => {
             let path = file_path(option(table, "path")?);
             let parse = line_parser(table)?;
-            let schema = physical.clone();
+            // JSON skips the fields no one reads; CSV reads every field of a line as ever.
+            let schema = match table.options.get("format").map_or("json", |f| f.as_str()) {
+                "json" => read.clone(),
+                _ => physical.clone(),
+            };
             let source = FileSource::lines(path).map_records(move |line: &String| {
                 let row = parse(line, &schema)?;
                 complete(row)
@@ -122,7 +128,7 @@ pub fn scan(
             }
         }
         "kafka" => {
-            let schema = physical.clone();
+            let schema = read.clone();
             let source = kafka_source(table, move |line: &str| {
                 let row = crate::json::read_row(line, &schema)?;
                 complete(row)
@@ -644,6 +650,9 @@ fn getters<T>(
     fields
         .iter()
         .map(|field| {
+            if field.name == crate::lower::UNREAD {
+                return Ok((|_| Value::Null) as Getter<T>);
+            }
             let getter = lookup(&field.name).ok_or_else(|| {
                 SqlError::plan(format!(
                     "nexmark: a {entity} has no field `{}` (column `{}`)",
@@ -670,6 +679,7 @@ fn nexmark_row(schema: &Schema) -> Result<EventToRow> {
     let mut columns: Vec<Column> = Vec::new();
     for field in &schema.fields {
         let column: Column = match field.name.as_str() {
+            crate::lower::UNREAD => Box::new(|_: &Event| Value::Null),
             "event_type" => Box::new(|e: &Event| {
                 Value::Int(match e {
                     Event::Person(_) => 0,

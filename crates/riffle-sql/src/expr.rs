@@ -37,6 +37,9 @@ pub struct Typed {
     /// Where in the row its value sits, when it only reads it (a column, or a field of a column
     /// of `ROW` type): a projection of an owned row moves such values instead of copying them.
     pub place: Option<Place>,
+    /// The places of its input row it reads (`None`: not known, take it as the whole row): a
+    /// scan decodes only the places its readers read.
+    pub reads: Option<Vec<Place>>,
 }
 
 /// Where an expression's value sits in a row ([`Typed::place`]).
@@ -92,13 +95,17 @@ impl Typed {
             name: None,
             column: None,
             place: None,
+            reads: None,
         }
     }
 
     /// A constant.
     pub fn constant(value: Value, ty: DataType) -> Typed {
         let nullable = value.is_null();
-        Typed::new(ty, nullable, Arc::new(move |_| Ok(value.clone())))
+        Typed {
+            reads: Some(Vec::new()),
+            ..Typed::new(ty, nullable, Arc::new(move |_| Ok(value.clone())))
+        }
     }
 
     /// The value, when the expression reads nothing of the row (a literal, an interval).
@@ -123,6 +130,7 @@ impl Typed {
             name: self.name,
             column: None,
             place: None,
+            reads: self.reads,
         })
     }
 }
@@ -187,12 +195,50 @@ impl<'a> Scope<'a> {
             name: Some(field.name.clone()),
             column: Some(index),
             place: Some(crate::expr::Place::Column(index)),
+            reads: Some(vec![crate::expr::Place::Column(index)]),
         })
     }
 }
 
 /// Compiles `expr` in `scope`.
 pub fn compile(expr: &ast::Expr, scope: &Scope<'_>) -> Result<Typed> {
+    let mut typed = compile_expr(expr, scope)?;
+    if typed.reads.is_none() {
+        typed.reads = reads_of(expr, scope);
+    }
+    Ok(typed)
+}
+
+/// The places of the input row that `expr` reads: those of the columns and fields it names
+/// (`None` when one cannot be placed, or it holds a subquery).
+fn reads_of(expr: &ast::Expr, scope: &Scope<'_>) -> Option<Vec<Place>> {
+    use std::ops::ControlFlow;
+    let mut places = Vec::new();
+    let flow = ast::visit_expressions(expr, |e| {
+        let place = match e {
+            ast::Expr::Identifier(_) | ast::Expr::CompoundIdentifier(_) => {
+                compile_expr(e, scope).ok().and_then(|t| t.reads)
+            }
+            ast::Expr::Subquery(_) | ast::Expr::Exists { .. } => None,
+            ast::Expr::In { target, .. } if !matches!(target, ast::InTarget::List(_)) => None,
+            _ => Some(Vec::new()),
+        };
+        match place {
+            Some(found) => {
+                places.extend(found);
+                ControlFlow::Continue(())
+            }
+            None => ControlFlow::Break(()),
+        }
+    });
+    match flow {
+        ControlFlow::Continue(()) => Some(places),
+        ControlFlow::Break(()) => None,
+    }
+}
+
+/// [`compile`] without working out what the expression reads.
+fn compile_expr(expr: &ast::Expr, scope: &Scope<'_>) -> Result<Typed> {
     use ast::Expr as E;
     match expr {
         E::Identifier(ident) => scope.column(&ident.value, 0..scope.schema.len()),
@@ -359,6 +405,10 @@ fn field_of(row: Typed, name: &str) -> Result<Typed> {
             })
         }
     };
+    let reads = match place {
+        Some(place) => Some(vec![place]),
+        None => row.reads,
+    };
     Ok(Typed {
         ty: field.ty,
         nullable: true,
@@ -366,6 +416,7 @@ fn field_of(row: Typed, name: &str) -> Result<Typed> {
         name: Some(field.name),
         column: None,
         place,
+        reads,
     })
 }
 

@@ -113,6 +113,7 @@ fn of_values(
         name: None,
         column: None,
         place: None,
+        reads: None,
     }
 }
 
@@ -213,6 +214,7 @@ impl Functions {
                 name: None,
                 column: None,
                 place: None,
+                reads: None,
             });
         }
         builtin(name, args)
@@ -323,6 +325,7 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 name: None,
                 column: None,
                 place: None,
+                reads: None,
             }
         }
         "SUBSTRING" | "SUBSTR" => {
@@ -411,6 +414,7 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 name: None,
                 column: None,
                 place: None,
+                reads: None,
             }
         }
         "NULLIF" => {
@@ -431,6 +435,7 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 name: None,
                 column: None,
                 place: None,
+                reads: None,
             }
         }
         "IF" => {
@@ -459,6 +464,7 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 name: None,
                 column: None,
                 place: None,
+                reads: None,
             }
         }
         "REGEXP_EXTRACT" => {
@@ -554,6 +560,7 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 name: None,
                 column: None,
                 place: None,
+                reads: None,
             }
         }
         "HOUR" | "MINUTE" | "SECOND" | "YEAR" | "MONTH" | "DAYOFMONTH" => {

@@ -23,7 +23,7 @@ use crate::error::{Result, SqlError};
 use crate::expr::{Eval, Place, Typed};
 use crate::parse::{ColumnDef, TableDef};
 use crate::plan::{ChangelogMode, Plan, WindowKind};
-use crate::types::{Row, Schema, Value};
+use crate::types::{DataType, Row, Schema, Value};
 
 /// The rows of a lowered step: only added, or a changelog.
 pub enum Rows {
@@ -378,13 +378,151 @@ impl TopN {
 
 /// The scans of one statement's plan, by table: a table read twice (a join of two views of
 /// it, Nexmark's `auction` and `bid`) is read once, its rows going to both readers (as Flink
-/// reuses a scan).
-type Scans = std::cell::RefCell<HashMap<String, DataStream<Row>>>;
+/// reuses a scan), and only what its readers read of it is decoded.
+struct Scans {
+    built: std::cell::RefCell<HashMap<String, DataStream<Row>>>,
+    reads: HashMap<String, Option<Vec<Place>>>,
+}
 
 /// The rows of `plan`, as a stream of `env`.
 pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
-    lower_in(plan, env, &Scans::default())
+    let mut reads = HashMap::new();
+    scan_reads(plan, None, &mut reads);
+    let scans = Scans {
+        built: Default::default(),
+        reads,
+    };
+    lower_in(plan, env, &scans)
 }
+
+/// The places of its tables' physical columns that `plan` reads, by table (`None`: all of
+/// them), given the places of its output its reader reads (`above`). Only what is known
+/// for certain is left out: a step whose rows pass on whole (a join, a Top-N) reads all.
+fn scan_reads(
+    plan: &Plan,
+    above: Option<Vec<Place>>,
+    out: &mut HashMap<String, Option<Vec<Place>>>,
+) {
+    let union = |exprs: &mut dyn Iterator<Item = &Typed>| -> Option<Vec<Place>> {
+        let mut places = Vec::new();
+        for expr in exprs {
+            places.extend(expr.reads.as_ref()?.iter().copied());
+        }
+        Some(places)
+    };
+    match plan {
+        Plan::Scan {
+            table,
+            physical,
+            computed,
+            time,
+            ..
+        } => {
+            // Every computed column is computed for every row: what they read is read.
+            let mut needed = above.and_then(|above| {
+                let mut places = union(&mut computed.iter())?;
+                let time = time.as_ref().map(|t| Place::Column(t.column));
+                for place in above.into_iter().chain(time) {
+                    let column = match place {
+                        Place::Column(c) | Place::Field(c, _) => c,
+                    };
+                    match column.checked_sub(physical.len()) {
+                        None => places.push(place),
+                        Some(k) => places.extend(computed.get(k)?.reads.as_ref()?.iter().copied()),
+                    }
+                }
+                Some(places)
+            });
+            let merged = match (out.remove(&table.name), needed.take()) {
+                // First reader of the table.
+                (None, needed) => needed,
+                (Some(Some(mut before)), Some(now)) => {
+                    before.extend(now);
+                    Some(before)
+                }
+                _ => None,
+            };
+            out.insert(table.name.clone(), merged);
+        }
+        Plan::Filter {
+            input, predicate, ..
+        } => {
+            let needed = above.and_then(|mut above| {
+                above.extend(predicate.reads.as_ref()?.iter().copied());
+                Some(above)
+            });
+            scan_reads(input, needed, out);
+        }
+        Plan::Project { input, exprs, .. } => scan_reads(input, union(&mut exprs.iter()), out),
+        Plan::WindowAggregate {
+            input, pre, late, ..
+        } => {
+            let late = late.iter().flat_map(|(_, columns)| columns);
+            scan_reads(input, union(&mut pre.iter().chain(late)), out);
+        }
+        Plan::GroupAggregate { input, pre, .. } | Plan::OverAggregate { input, pre, .. } => {
+            scan_reads(input, union(&mut pre.iter()), out)
+        }
+        Plan::Union { inputs, .. } => {
+            for input in inputs {
+                scan_reads(input, above.clone(), out);
+            }
+        }
+        Plan::TopN { input, .. } | Plan::LookupJoin { input, .. } => scan_reads(input, None, out),
+        Plan::Join { left, right, .. } => {
+            scan_reads(left, None, out);
+            scan_reads(right, None, out);
+        }
+    }
+}
+
+/// `physical` as a scan decodes it when only `reads` of it are read: the fields read by no one
+/// (a column, or a field of a `ROW` column) renamed [`UNREAD`], which no input names, so that
+/// a format skips them and leaves them `NULL`.
+fn pruned(physical: &Schema, reads: &[Place]) -> Schema {
+    let unread = |field: &crate::types::Field| crate::types::Field {
+        name: UNREAD.to_string(),
+        ..field.clone()
+    };
+    let fields = physical
+        .fields
+        .iter()
+        .enumerate()
+        .map(|(c, field)| {
+            if reads.contains(&Place::Column(c)) {
+                return field.clone();
+            }
+            let read_fields: Vec<usize> = reads
+                .iter()
+                .filter_map(|place| match place {
+                    Place::Field(column, f) if *column == c => Some(*f),
+                    _ => None,
+                })
+                .collect();
+            match &field.ty {
+                _ if read_fields.is_empty() => unread(field),
+                DataType::Row(inner) => crate::types::Field {
+                    ty: DataType::Row(
+                        inner
+                            .iter()
+                            .enumerate()
+                            .map(|(f, inner)| match read_fields.contains(&f) {
+                                true => inner.clone(),
+                                false => unread(inner),
+                            })
+                            .collect(),
+                    ),
+                    ..field.clone()
+                },
+                _ => field.clone(),
+            }
+        })
+        .collect();
+    Schema::new(fields)
+}
+
+/// The name of a field no one reads, in the schema a scan decodes (see [`pruned`]).
+pub(crate) const UNREAD: &str = "\u{0}unread";
 
 /// [`lower`], sharing the statement's `scans`.
 fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
@@ -399,11 +537,19 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             time,
             ..
         } => {
-            if let Some(rows) = scans.borrow().get(&table.name) {
+            if let Some(rows) = scans.built.borrow().get(&table.name) {
                 return Ok(Rows::Append(rows.clone()));
             }
-            let rows = connectors::scan(env, table, physical, computed.clone(), time.clone())?;
-            scans.borrow_mut().insert(table.name.clone(), rows.clone());
+            let read = match scans.reads.get(&table.name) {
+                Some(Some(reads)) => pruned(physical, reads),
+                _ => physical.clone(),
+            };
+            let rows =
+                connectors::scan(env, table, physical, &read, computed.clone(), time.clone())?;
+            scans
+                .built
+                .borrow_mut()
+                .insert(table.name.clone(), rows.clone());
             Rows::Append(rows)
         }
         Plan::Filter { .. } | Plan::Project { .. } => {
@@ -996,6 +1142,7 @@ pub fn insert(env: &StreamEnv, table: &TableDef, plan: &Plan) -> Result<()> {
             name: Some(from.name.clone()),
             column: Some(index),
             place: Some(crate::expr::Place::Column(index)),
+            reads: Some(vec![crate::expr::Place::Column(index)]),
         };
         let cast = column.cast(&to.ty).map_err(|e| {
             SqlError::plan(format!(
@@ -1027,6 +1174,7 @@ mod tests {
             name: None,
             column: None,
             place: Some(place),
+            reads: Some(vec![place]),
         }
     }
 
@@ -1043,6 +1191,7 @@ mod tests {
                 _ => Ok(Value::Null),
             }),
             place: None,
+            reads: None,
             ..at(Place::Column(0))
         };
         let projection = Projection::new(&[

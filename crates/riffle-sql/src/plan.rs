@@ -2198,6 +2198,7 @@ fn column_of(schema: &Schema, index: usize) -> Typed {
         name: Some(field.name.clone()),
         column: Some(index),
         place: Some(crate::expr::Place::Column(index)),
+        reads: Some(vec![crate::expr::Place::Column(index)]),
     }
 }
 
