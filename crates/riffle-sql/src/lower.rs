@@ -14,7 +14,7 @@ use std::time::Duration;
 use riffle::aggregate::AggregateFunction;
 use riffle::join::JoinType;
 use riffle::state::{AggregatingStateDescriptor, StateTtl, ValueStateDescriptor};
-use riffle::window::{Session, Sliding, Tumbling};
+use riffle::window::{Cumulating, Session, Sliding, Tumbling};
 use riffle::{Change, DataStream, StreamEnv};
 
 use crate::aggregate::{RetractingAggregates, RowAggregates};
@@ -621,6 +621,10 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                 (WindowKind::Hop { slide, size }, false) => Sliding::of(ms(size), ms(slide)),
                 (WindowKind::Hop { slide, size }, true) => {
                     Sliding::processing_time(ms(size), ms(slide))
+                }
+                (WindowKind::Cumulate { step, size }, false) => Cumulating::of(ms(size), ms(step)),
+                (WindowKind::Cumulate { step, size }, true) => {
+                    Cumulating::processing_time(ms(size), ms(step))
                 }
                 (WindowKind::Session { gap }, false) => Session::with_gap(ms(gap)),
                 (WindowKind::Session { gap }, true) => Session::processing_time(ms(gap)),

@@ -63,6 +63,13 @@ pub enum WindowKind {
         /// Window length, ms.
         size: i64,
     },
+    /// `CUMULATE(.., step, size)`: windows from a common start growing by `step` up to `size`.
+    Cumulate {
+        /// How much each window of a cycle is longer than the one before, ms.
+        step: i64,
+        /// The largest window, ms.
+        size: i64,
+    },
     /// `SESSION(time, gap)` (a group window): a key's rows closer than `gap` to each other, one
     /// window from the first to the last row plus `gap`.
     Session {
@@ -76,6 +83,9 @@ impl std::fmt::Display for WindowKind {
         match self {
             WindowKind::Tumble { size } => write!(f, "TUMBLE({size} ms)"),
             WindowKind::Hop { slide, size } => write!(f, "HOP({size} ms every {slide} ms)"),
+            WindowKind::Cumulate { step, size } => {
+                write!(f, "CUMULATE({size} ms by steps of {step} ms)")
+            }
             WindowKind::Session { gap } => write!(f, "SESSION({gap} ms gap)"),
         }
     }
@@ -2027,18 +2037,31 @@ impl Catalog {
                 }
                 WindowKind::Hop { slide, size }
             }
+            ("CUMULATE", 4) => {
+                let (step, size) = (interval(2, "step")?, interval(3, "size")?);
+                if size % step != 0 {
+                    return Err(SqlError::plan(format!(
+                        "CUMULATE: the size ({size} ms) must be a multiple of the step ({step} ms)"
+                    )));
+                }
+                WindowKind::Cumulate { step, size }
+            }
             ("SESSION", 3) => WindowKind::Session {
                 gap: interval(2, "gap")?,
             },
-            ("TUMBLE" | "HOP" | "SESSION", n) => {
+            ("TUMBLE" | "HOP" | "CUMULATE" | "SESSION", n) => {
                 return Err(SqlError::plan(format!(
                     "{name} takes {} arguments, got {n}",
-                    if name == "HOP" { 4 } else { 3 }
+                    if matches!(name.as_str(), "HOP" | "CUMULATE") {
+                        4
+                    } else {
+                        3
+                    }
                 )));
             }
             (other, _) => {
                 return Err(SqlError::plan(format!(
-                    "the window table function {other} is not supported yet (TUMBLE, HOP and SESSION are)"
+                    "the window table function {other} is not supported yet (TUMBLE, HOP, CUMULATE and SESSION are)"
                 )));
             }
         };

@@ -156,6 +156,117 @@ fn hop_windows_count_each_click_in_every_window_that_holds_it() {
     }
 }
 
+/// Flink's documentation of `CUMULATE` (docs/dev/table/sql/queries/window-tvf/): its `Bid`
+/// table and query, and the rows it shows.
+#[test]
+fn cumulate_windows_give_flinks_documented_example() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bid.jsonl");
+    let bids = [
+        ("08:05", "4.00", "C", "supplier1"),
+        ("08:07", "2.00", "A", "supplier1"),
+        ("08:09", "5.00", "D", "supplier2"),
+        ("08:11", "3.00", "B", "supplier2"),
+        ("08:13", "1.00", "E", "supplier1"),
+        ("08:17", "6.00", "F", "supplier2"),
+    ];
+    let lines: String = bids
+        .iter()
+        .map(|(time, price, item, supplier)| {
+            format!(
+                "{{\"bidtime\": \"2020-04-15 {time}:00\", \"price\": {price}, \"item\": \"{item}\", \"supplier_id\": \"{supplier}\"}}\n"
+            )
+        })
+        .collect();
+    std::fs::write(&path, lines).unwrap();
+    let ddl = format!(
+        "CREATE TABLE Bid (bidtime TIMESTAMP(3), price DECIMAL(10, 2), item STRING, supplier_id STRING,
+           WATERMARK FOR bidtime AS bidtime - INTERVAL '1' SECOND)
+         WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'json');",
+        path.display()
+    );
+    let query = "SELECT window_start, window_end, SUM(price) AS total_price
+      FROM TABLE(
+        CUMULATE(TABLE Bid, DESCRIPTOR(bidtime), INTERVAL '2' MINUTES, INTERVAL '10' MINUTES))
+      GROUP BY window_start, window_end";
+    for p in [1, 2] {
+        let (rows, schema) = run(&ddl, query, p);
+        assert_eq!(
+            schema.names(),
+            ["window_start", "window_end", "total_price"]
+        );
+        let minute = |m: i64| 1_586_937_600_000 + m * 60_000; // 2020-04-15 08:00 + m minutes
+        let mut got: Vec<(i64, i64, String)> = rows
+            .iter()
+            .map(|r| match r.get(2) {
+                Value::Decimal(total) => (int(r.get(0)), int(r.get(1)), total.to_string()),
+                other => panic!("not a DECIMAL: {other:?}"),
+            })
+            .collect();
+        got.sort();
+        let expected: Vec<(i64, i64, String)> = [
+            (0, 6, "4.00"),
+            (0, 8, "6.00"),
+            (0, 10, "11.00"),
+            (10, 12, "3.00"),
+            (10, 14, "4.00"),
+            (10, 16, "4.00"),
+            (10, 18, "10.00"),
+            (10, 20, "10.00"),
+        ]
+        .iter()
+        .map(|(s, e, total)| (minute(*s), minute(*e), total.to_string()))
+        .collect();
+        assert_eq!(got, expected, "p = {p}");
+    }
+    // The size must be a multiple of the step, as in Flink.
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&ddl).unwrap();
+    let error = sql
+        .sql_query(
+            "SELECT window_start, COUNT(*) FROM TABLE(CUMULATE(TABLE Bid, DESCRIPTOR(bidtime), INTERVAL '3' MINUTES, INTERVAL '10' MINUTES)) GROUP BY window_start, window_end",
+        )
+        .err()
+        .expect("refused");
+    assert!(
+        error
+            .to_string()
+            .contains("CUMULATE: the size (600000 ms) must be a multiple of the step (180000 ms)"),
+        "{error}"
+    );
+}
+
+/// Every click counted in each window of its day-like cycle that ends after it, against a
+/// batch count, at p = 1 and 2.
+#[test]
+fn cumulate_windows_count_each_click_in_every_window_of_its_cycle_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, clicks) = clicks_file(dir.path(), 10_000);
+    let mut expected: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for click in &clicks {
+        let start = click.event_time - click.event_time.rem_euclid(120_000);
+        // Windows growing by 30 s to 2 min: those that end after the click.
+        for k in 1..=4 {
+            if start + k * 30_000 > click.event_time {
+                *expected.entry((start, start + k * 30_000)).or_default() += 1;
+            }
+        }
+    }
+    let query = "SELECT window_start, window_end, COUNT(*) AS clicks
+         FROM TABLE(CUMULATE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '30' SECOND, INTERVAL '2' MINUTE))
+         GROUP BY window_start, window_end";
+    for p in [1, 2] {
+        let (rows, _) = run(&clicks_table(&path), query, p);
+        let seen: BTreeMap<(i64, i64), i64> = rows
+            .iter()
+            .map(|r| ((int(r.get(0)), int(r.get(1))), int(r.get(2))))
+            .collect();
+        assert_eq!(seen.len(), rows.len(), "a window emitted twice");
+        assert_eq!(seen, expected, "p = {p}");
+    }
+}
+
 #[test]
 fn bids_sum_min_max_avg_and_distinct_bidders_per_auction_and_ten_seconds() {
     let events = 30_000;

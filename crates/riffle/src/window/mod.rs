@@ -106,6 +106,7 @@ impl Ord for TimeWindow {
 
 /// Which windows a keyed stream is cut into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Windows {
     /// Fixed-size, non-overlapping windows.
     Tumbling {
@@ -123,6 +124,21 @@ pub enum Windows {
         /// Distance between window starts in ms.
         slide: i64,
         /// Shift of the window boundaries from the epoch, in ms.
+        offset: i64,
+        /// Event or processing time.
+        time: TimeDomain,
+    },
+    /// Windows that grow by `step` ms from a common start up to `max_size` ms, then start over
+    /// (Flink SQL's `CUMULATE`): `[s, s + step)`, `[s, s + 2 step)`, .. `[s, s + max_size)`, the
+    /// starts `s` aligned to `max_size`. A record is in every window of its cycle that ends after
+    /// it; each fires when the watermark passes its end, so a day's running total is out every
+    /// `step`.
+    Cumulating {
+        /// The largest window, in ms (a multiple of `step`).
+        max_size: i64,
+        /// How much each window of a cycle is longer than the one before, in ms.
+        step: i64,
+        /// Shift of the cycles' starts from the epoch, in ms.
         offset: i64,
         /// Event or processing time.
         time: TimeDomain,
@@ -255,6 +271,44 @@ impl Sliding {
     }
 }
 
+/// Cumulating windows (Flink SQL's `CUMULATE`): windows growing by a step from a common start
+/// up to a largest size, e.g. an hourly running count of the day.
+///
+/// ```
+/// use std::time::Duration;
+/// use riffle::window::{Cumulating, TimeWindow};
+/// let hour = Duration::from_secs(3600);
+/// let mut out = Vec::new();
+/// // 02:30 is in the day's windows that end at 03:00, 04:00, .. 24:00.
+/// Cumulating::of(24 * hour, hour).assign(9_000_000, &mut out).unwrap();
+/// assert_eq!(out.len(), 22);
+/// assert_eq!(out[0], TimeWindow::new(0, 10_800_000));
+/// assert_eq!(out[21], TimeWindow::new(0, 86_400_000));
+/// ```
+pub struct Cumulating;
+
+impl Cumulating {
+    /// Event-time windows growing by `step` up to `max_size` (a multiple of `step`).
+    pub fn of(max_size: Duration, step: Duration) -> Windows {
+        Windows::Cumulating {
+            max_size: millis(max_size),
+            step: millis(step),
+            offset: 0,
+            time: TimeDomain::EventTime,
+        }
+    }
+
+    /// Processing-time windows growing by `step` up to `max_size`.
+    pub fn processing_time(max_size: Duration, step: Duration) -> Windows {
+        Windows::Cumulating {
+            max_size: millis(max_size),
+            step: millis(step),
+            offset: 0,
+            time: TimeDomain::ProcessingTime,
+        }
+    }
+}
+
 /// Session windows.
 pub struct Session;
 
@@ -293,6 +347,17 @@ impl Windows {
                 offset: millis(offset),
                 time,
             },
+            Windows::Cumulating {
+                max_size,
+                step,
+                time,
+                ..
+            } => Windows::Cumulating {
+                max_size,
+                step,
+                offset: millis(offset),
+                time,
+            },
             session => session,
         }
     }
@@ -302,6 +367,7 @@ impl Windows {
         match *self {
             Windows::Tumbling { time, .. }
             | Windows::Sliding { time, .. }
+            | Windows::Cumulating { time, .. }
             | Windows::Session { time, .. } => time,
         }
     }
@@ -338,6 +404,17 @@ impl Windows {
                 millis_text(slide),
                 offset(at)
             ),
+            Windows::Cumulating {
+                max_size,
+                step,
+                offset: at,
+                ..
+            } => format!(
+                "cumulating to {} by {}{}, {time}",
+                millis_text(max_size),
+                millis_text(step),
+                offset(at)
+            ),
             Windows::Session { gap, .. } => format!("session gap {}, {time}", millis_text(gap)),
         }
     }
@@ -356,6 +433,14 @@ impl Windows {
             Windows::Sliding { size, slide, .. } if slide > size => bad(
                 "window slide",
                 format!("({slide} ms) must not exceed the size ({size} ms)"),
+            ),
+            Windows::Cumulating { max_size, step, .. } if max_size <= 0 || step <= 0 => bad(
+                "window size",
+                format!("max size and step must be positive, got {max_size} and {step} ms"),
+            ),
+            Windows::Cumulating { max_size, step, .. } if max_size % step != 0 => bad(
+                "window step",
+                format!("the max size ({max_size} ms) must be a multiple of the step ({step} ms)"),
             ),
             Windows::Session { gap, .. } if gap <= 0 => {
                 bad("session gap", format!("must be positive, got {gap} ms"))
@@ -407,6 +492,27 @@ impl Windows {
                         }
                     }
                     start -= slide;
+                }
+                placed
+            }
+            Windows::Cumulating {
+                max_size,
+                step,
+                offset,
+                ..
+            } => {
+                let start = aligned_start(timestamp, offset, max_size);
+                // The first window of the cycle that ends after the record, then the longer ones.
+                let first = (ts - start) / i128::from(step) + 1;
+                let mut placed = Ok(());
+                for k in first..=i128::from(max_size / step) {
+                    match window_at(timestamp, start, start + k * i128::from(step)) {
+                        Ok(w) => windows.push(w),
+                        Err(e) => {
+                            placed = Err(e);
+                            break;
+                        }
+                    }
                 }
                 placed
             }
@@ -916,6 +1022,23 @@ mod tests {
             assign(Session::with_gap(Duration::from_secs(5)), 7),
             vec![(7, 5_007)]
         );
+        // Flink's CUMULATE(.., step 20 s, size 60 s): the record at 61 s in [60, 80), [60, 100),
+        // [60, 120); at 119.999 s only in the largest.
+        let step = Duration::from_secs(20);
+        assert_eq!(
+            assign(Cumulating::of(minute, step), 61_000),
+            vec![(60_000, 80_000), (60_000, 100_000), (60_000, 120_000)]
+        );
+        assert_eq!(
+            assign(Cumulating::of(minute, step), 119_999),
+            vec![(60_000, 120_000)]
+        );
+        assert_eq!(assign(Cumulating::of(minute, step), -1), vec![(-60_000, 0)]);
+        assert!(
+            Cumulating::of(minute, Duration::from_secs(25))
+                .validate()
+                .is_err()
+        );
     }
 
     #[test]
@@ -1045,11 +1168,21 @@ mod tests {
                 time: TimeDomain::EventTime
             }),
             // Few windows per record (size / slide <= 8), so the test stays fast.
-            (1i64..=1_000, 1i64..=8, offset).prop_map(|(slide, n, offset)| Windows::Sliding {
-                size: slide * n,
-                slide,
-                offset,
-                time: TimeDomain::EventTime
+            (1i64..=1_000, 1i64..=8, offset.clone()).prop_map(|(slide, n, offset)| {
+                Windows::Sliding {
+                    size: slide * n,
+                    slide,
+                    offset,
+                    time: TimeDomain::EventTime,
+                }
+            }),
+            (1i64..=1_000, 1i64..=8, offset).prop_map(|(step, n, offset)| {
+                Windows::Cumulating {
+                    max_size: step * n,
+                    step,
+                    offset,
+                    time: TimeDomain::EventTime,
+                }
             }),
             size.prop_map(|gap| Windows::Session {
                 gap,
@@ -1082,11 +1215,32 @@ mod tests {
                     let length = match windows {
                         Windows::Tumbling { size, .. } | Windows::Sliding { size, .. } => size,
                         Windows::Session { gap, .. } => gap,
+                        Windows::Cumulating { max_size, .. } => max_size,
                     };
                     for w in &out {
                         proptest::prop_assert!(w.start <= ts && ts < w.end, "{:?} holds {}", w, ts);
-                        proptest::prop_assert_eq!(i128::from(w.end) - i128::from(w.start), i128::from(length));
                         proptest::prop_assert_eq!(w.max_timestamp(), w.end - 1);
+                        let span = i128::from(w.end) - i128::from(w.start);
+                        match windows {
+                            // One start; lengths the multiples of the step that end after the
+                            // record, the last the largest.
+                            Windows::Cumulating { step, .. } => {
+                                proptest::prop_assert_eq!(w.start, out[0].start);
+                                proptest::prop_assert_eq!(span % i128::from(step), 0);
+                                proptest::prop_assert!(span <= i128::from(length));
+                            }
+                            _ => proptest::prop_assert_eq!(span, i128::from(length)),
+                        }
+                    }
+                    if let Windows::Cumulating { step, .. } = windows {
+                        let last = out[out.len() - 1];
+                        proptest::prop_assert_eq!(i128::from(last.end) - i128::from(last.start), i128::from(length));
+                        // The first is the shortest window that holds the record, each next
+                        // one a step longer.
+                        proptest::prop_assert!(i128::from(out[0].end) - i128::from(step) <= i128::from(ts));
+                        for pair in out.windows(2) {
+                            proptest::prop_assert_eq!(i128::from(pair[1].end) - i128::from(pair[0].end), i128::from(step));
+                        }
                     }
                 }
                 Err(reason) => {

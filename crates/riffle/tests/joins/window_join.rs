@@ -261,6 +261,7 @@ fn batch_join(views: &[View], clicks: &[Click], windows: Windows) -> Vec<(u64, i
                 .filter(|(from, to)| *from <= ts && ts < *to)
                 .map(|(from, _)| *from)
                 .collect(),
+            other => unimplemented!("the test draws no {other:?}"),
         }
     };
     // Sessions over both streams' times per user: a record starts a new session when it comes
