@@ -44,7 +44,8 @@ pub struct KafkaPartition {
     pub partition: i32,
 }
 
-type Decoder<T> = Arc<dyn Fn(&[u8]) -> Result<T, String> + Send + Sync>;
+/// Decodes a record from its key and its value (`None`: a tombstone).
+type Decoder<T> = Arc<dyn Fn(Option<&[u8]>, Option<&[u8]>) -> Result<T, String> + Send + Sync>;
 
 /// Reads Kafka topics in parallel, partition by partition.
 ///
@@ -102,6 +103,33 @@ impl<T: Data> KafkaSource<T> {
         kafka: KafkaConnection,
         topics: impl IntoIterator<Item = S>,
         decode: impl Fn(&[u8]) -> Result<T, String> + Send + Sync + 'static,
+    ) -> Self {
+        Self::with_record_decoder(kafka, topics, move |_key, value| match value {
+            Some(bytes) => decode(bytes),
+            None => Err("the record has no value".to_string()),
+        })
+    }
+
+    /// Reads records decoded by `decode` from their key and their value (`None` for a record
+    /// without one, a tombstone of a compacted topic): for upsert topics, where the key names
+    /// the row and a tombstone deletes it. An `Err` makes the record a bad record.
+    ///
+    /// ```no_run
+    /// use riffle_kafka::{KafkaConnection, KafkaSource};
+    /// // (key, Some(value)) for an upsert, (key, None) for a delete.
+    /// let source = KafkaSource::with_record_decoder(
+    ///     KafkaConnection::new("127.0.0.1:9092"),
+    ///     ["users"],
+    ///     |key, value| {
+    ///         let key = String::from_utf8_lossy(key.ok_or("no key")?).into_owned();
+    ///         Ok((key, value.map(|v| String::from_utf8_lossy(v).into_owned())))
+    ///     },
+    /// );
+    /// ```
+    pub fn with_record_decoder<S: Into<String>>(
+        kafka: KafkaConnection,
+        topics: impl IntoIterator<Item = S>,
+        decode: impl Fn(Option<&[u8]>, Option<&[u8]>) -> Result<T, String> + Send + Sync + 'static,
     ) -> Self {
         KafkaSource {
             kafka,
@@ -316,12 +344,14 @@ impl<T: Data> SplitReader<T> for KafkaReader<T> {
         let decode = &self.decode;
         let read = self.partition.read(max, |offset, message| {
             let timestamp = message.timestamp().to_millis();
-            match message.payload() {
-                None => out.bad_record(format!("offset {offset}"), "the record has no value", &[]),
-                Some(bytes) => match decode(bytes) {
-                    Ok(value) => out.emit_with_timestamp(value, timestamp),
-                    Err(error) => out.bad_record(format!("offset {offset}"), error, bytes),
-                },
+            let payload = message.payload();
+            match decode(message.key(), payload) {
+                Ok(value) => out.emit_with_timestamp(value, timestamp),
+                Err(error) => out.bad_record(
+                    format!("offset {offset}"),
+                    error,
+                    payload.unwrap_or_default(),
+                ),
             }
         })?;
         Ok(match read {

@@ -139,6 +139,23 @@ impl TestProducer {
         }
     }
 
+    /// Queues a tombstone: a record with `key` and no value (the deletion of the key in a
+    /// compacted topic).
+    pub fn send_tombstone(&self, topic: &str, partition: i32, key: &[u8]) {
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic)
+            .partition(partition)
+            .key(key);
+        loop {
+            match self.0.send(record) {
+                Ok(()) => return,
+                Err((_, back)) => {
+                    record = back;
+                    self.0.poll(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+
     /// Serves delivery reports without waiting (call it now and then when producing steadily).
     pub fn poll(&self) {
         self.0.poll(Duration::ZERO);
@@ -161,8 +178,10 @@ pub struct Consumed {
     pub offset: i64,
     /// The key (invalid UTF-8 replaced), empty without one.
     pub key: String,
-    /// The value (invalid UTF-8 replaced).
+    /// The value (invalid UTF-8 replaced), empty without one.
     pub value: String,
+    /// Whether the record has no value (a tombstone).
+    pub tombstone: bool,
 }
 
 /// Reads `topic` from the beginning of every partition as a `read_committed` consumer until
@@ -201,6 +220,7 @@ pub fn read_committed(
                 offset: m.offset(),
                 key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
                 value: String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+                tombstone: m.payload().is_none(),
             });
             last = Instant::now();
         }

@@ -7,6 +7,7 @@
 //! | `print` | | `+I[...]` lines on standard output (`-U[...]`, `+U[...]`, `-D[...]` for changes) | |
 //! | `blackhole` | | nothing | |
 //! | `kafka` (the `kafka` feature) | JSON values | JSON values, or a changelog as `debezium-json`; at-least-once or exactly-once | Flink's: `topic`, `properties.bootstrap.servers`, `scan.startup.mode`, `sink.delivery-guarantee`, ... ([`crate::kafka`]) |
+//! | `upsert-kafka` (the `kafka` feature) | a compacted topic: upserts by key, tombstones, normalized into a changelog | a changelog by `PRIMARY KEY`: upserts, deletions as tombstones | `key.format`, `value.format` (`json`), `value.fields-include`, and `kafka`'s |
 //!
 //! A source's rows get the table's computed columns and, with a `WATERMARK`, event time from
 //! its time attribute; a row that cannot be read (a JSON line that does not fit the table, a
@@ -45,27 +46,9 @@ pub fn scan(
         return Ok(env.from_iter(rows).name(&format!("Source: {}", table.name)));
     }
     let connector = option(table, "connector")?;
-    let time_column = time.as_ref().map(|t| t.column);
-    // Physical columns, then computed ones; a row whose time is NULL is refused.
     let complete = {
-        let computed: Vec<_> = computed.iter().map(|c| c.eval.clone()).collect();
-        let name = table.name.clone();
-        let time_name = time.as_ref().map(|t| t.name.clone());
-        Arc::new(move |mut row: Row| -> std::result::Result<Row, String> {
-            for eval in &computed {
-                let value = eval(&row).map_err(|e| e.to_string())?;
-                row.0.push(value);
-            }
-            if let Some(column) = time_column
-                && !matches!(row.get(column), Value::Timestamp(_))
-            {
-                return Err(format!(
-                    "the time attribute `{}` of `{name}` is NULL",
-                    time_name.as_deref().unwrap_or("?")
-                ));
-            }
-            Ok(row)
-        })
+        let complete = completer(table, &computed, time.as_ref());
+        move |row: Row| complete(row, true)
     };
     let strategy = |synthetic: bool| {
         let t = time.clone().expect("asked only with a time attribute");
@@ -148,6 +131,136 @@ pub fn scan(
     Ok(stream.name(&format!("Source: {}", table.name)))
 }
 
+/// What completes a row of `table`'s physical columns: its computed columns after them, and,
+/// when asked (`true`), the check that its time attribute is not `NULL`.
+fn completer(
+    table: &TableDef,
+    computed: &[Typed],
+    time: Option<&TimeAttribute>,
+) -> Arc<dyn Fn(Row, bool) -> std::result::Result<Row, String> + Send + Sync> {
+    let time_column = time.map(|t| t.column);
+    let computed: Vec<_> = computed.iter().map(|c| c.eval.clone()).collect();
+    let name = table.name.clone();
+    let time_name = time.map(|t| t.name.clone());
+    Arc::new(move |mut row: Row, check_time| {
+        for eval in &computed {
+            let value = eval(&row).map_err(|e| e.to_string())?;
+            row.0.push(value);
+        }
+        if check_time
+            && let Some(column) = time_column
+            && !matches!(row.get(column), Value::Timestamp(_))
+        {
+            return Err(format!(
+                "the time attribute `{}` of `{name}` is NULL",
+                time_name.as_deref().unwrap_or("?")
+            ));
+        }
+        Ok(row)
+    })
+}
+
+/// Whether `table` is read as a changelog of upserts and deletions by key (`upsert-kafka`).
+pub fn is_upsert(table: &TableDef) -> bool {
+    table.options.get("connector").map(String::as_str) == Some("upsert-kafka")
+        && table.rows.is_none()
+}
+
+/// The changelog of an `upsert-kafka` table: its messages (upserts and tombstones by key, see
+/// [`crate::kafka::upsert_source`]) normalized as Flink's `ChangelogNormalize` does, keyed by
+/// the primary key with the key's last row in keyed state: an upsert of a new key is `+I`, of
+/// a key with a row `-U` the old row and `+U` the new (nothing when they are equal), a
+/// tombstone `-D` the key's row (nothing for a key without one). The table's watermark follows
+/// the upserts' time attribute (a tombstone carries none).
+pub fn upsert_scan(
+    env: &StreamEnv,
+    table: &TableDef,
+    read: &Schema,
+    computed: Vec<Typed>,
+    time: Option<TimeAttribute>,
+) -> Result<DataStream<Change<Row>>> {
+    upsert_source(
+        env,
+        table,
+        read,
+        completer(table, &computed, time.as_ref()),
+        time,
+    )
+}
+
+#[cfg(feature = "kafka")]
+fn upsert_source(
+    env: &StreamEnv,
+    table: &TableDef,
+    read: &Schema,
+    complete: Arc<dyn Fn(Row, bool) -> std::result::Result<Row, String> + Send + Sync>,
+    time: Option<TimeAttribute>,
+) -> Result<DataStream<Change<Row>>> {
+    use riffle::state::ValueStateDescriptor;
+    let source =
+        crate::kafka::upsert_source(table, read, move |row, upsert| complete(row, upsert))?;
+    let upserts = match &time {
+        Some(t) => {
+            let (column, bound) = (t.column, t.out_of_orderness_ms as u64);
+            let strategy =
+                WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(bound))
+                    .with_timestamps(move |change: &Change<Row>| match change.row.get(column) {
+                        Value::Timestamp(ms) => *ms,
+                        _ => i64::MIN + 1,
+                    });
+            env.from_source_with_watermarks(source, strategy)
+        }
+        None => env.from_source(source),
+    }
+    .name(&format!("Source: {}", table.name));
+    let key: Vec<usize> = table
+        .primary_key
+        .iter()
+        .filter_map(|name| read.index_of(name))
+        .collect();
+    let last = Arc::new(ValueStateDescriptor::<Row>::new("upsert-last-row"));
+    Ok(upserts
+        .key_by(move |change: &Change<Row>| {
+            Row(key.iter().map(|&c| change.row.get(c).clone()).collect())
+        })
+        .process(move |_: &Row, change: Change<Row>, ctx| {
+            let mut state = ctx.value(&last);
+            let before = state.get()?;
+            match (change.op.is_retract(), before) {
+                (true, None) => Ok(()),
+                (true, Some(row)) => {
+                    state.clear()?;
+                    drop(state);
+                    ctx.emit(Change::delete(row))
+                }
+                (false, None) => {
+                    state.set(change.row.clone())?;
+                    drop(state);
+                    ctx.emit(Change::insert(change.row))
+                }
+                (false, Some(row)) if row == change.row => Ok(()),
+                (false, Some(row)) => {
+                    state.set(change.row.clone())?;
+                    drop(state);
+                    ctx.emit(Change::update_before(row))?;
+                    ctx.emit(Change::update_after(change.row))
+                }
+            }
+        })
+        .name("ChangelogNormalize"))
+}
+
+#[cfg(not(feature = "kafka"))]
+fn upsert_source(
+    _env: &StreamEnv,
+    table: &TableDef,
+    _read: &Schema,
+    _complete: Arc<dyn Fn(Row, bool) -> std::result::Result<Row, String> + Send + Sync>,
+    _time: Option<TimeAttribute>,
+) -> Result<DataStream<Change<Row>>> {
+    Err(no_kafka(table))
+}
+
 /// Writes `rows` (of the table's physical columns `schema`) with the table's connector.
 pub fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
     let name = format!("Sink: {}", table.name);
@@ -211,10 +324,10 @@ pub fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
                 )
                 .name(&name);
         }
-        "kafka" => kafka_sink(rows, table, schema)?,
+        "kafka" | "upsert-kafka" => kafka_sink(rows, table, schema)?,
         other => {
             return Err(SqlError::plan(format!(
-                "table `{}`: the connector '{other}' cannot be written (sinks: blackhole, print, filesystem, kafka)",
+                "table `{}`: the connector '{other}' cannot be written (sinks: blackhole, print, filesystem, kafka, upsert-kafka)",
                 table.name
             )));
         }

@@ -14,6 +14,12 @@
 //! | `sink.delivery-guarantee` | | yes | `at-least-once` (default, as Flink), `exactly-once` (a Kafka transaction per checkpoint: readers with `isolation.level=read_committed` see each row once), `none` |
 //! | `sink.transactional-id-prefix` | | yes | the prefix of the sink's transactional ids (default: the job's name and the sink) |
 //!
+//! `upsert-kafka` (Flink's) takes the same options but `format` and `key.fields`, and needs a
+//! `PRIMARY KEY (..) NOT ENFORCED`, `key.format` and `value.format` (`json`); optionally
+//! `value.fields-include` (`ALL`, the default, or `EXCEPT_KEY`). Read: each message upserts the
+//! row of its key, a tombstone deletes it (see [`upsert_source`]). Written: an updating query's
+//! changes by key, a deletion as a tombstone (see `upsert_sink`).
+//!
 //! A source's positions (offsets) are in the job's checkpoints; the table's watermark is kept
 //! per partition. A value that is not a JSON object of the table's columns is a bad record of
 //! the source (a dead letter by default, never lost silently).
@@ -21,6 +27,7 @@
 use std::time::Duration;
 
 use riffle::Change;
+use riffle::change::RowKind;
 use riffle::source::Source;
 use riffle::source::mapped::SourceExt;
 use riffle_kafka::{KafkaConnection, KafkaSink, KafkaSource, StartFrom};
@@ -48,10 +55,19 @@ fn connection(table: &TableDef) -> Result<KafkaConnection> {
 fn required<'a>(table: &'a TableDef, key: &str) -> Result<&'a str> {
     table.options.get(key).map(String::as_str).ok_or_else(|| {
         SqlError::plan(format!(
-            "table `{}` ('connector' = 'kafka') needs the option '{key}'",
-            table.name
+            "table `{}` ('connector' = '{}') needs the option '{key}'",
+            table.name,
+            connector(table)
         ))
     })
+}
+
+/// The table's connector: `kafka` or `upsert-kafka`.
+fn connector(table: &TableDef) -> &str {
+    table
+        .options
+        .get("connector")
+        .map_or("kafka", String::as_str)
 }
 
 fn bad_option(table: &TableDef, key: &str, value: &str, what: &str) -> SqlError {
@@ -76,12 +92,6 @@ pub(crate) fn source(
     table: &TableDef,
     convert: impl Fn(&str) -> std::result::Result<Row, String> + Send + Sync + 'static,
 ) -> Result<impl Source<Row>> {
-    let kafka = connection(table)?;
-    let topics: Vec<String> = required(table, "topic")?
-        .split(';')
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty())
-        .collect();
     match format(table) {
         "json" => {}
         other => {
@@ -93,6 +103,82 @@ pub(crate) fn source(
             ));
         }
     }
+    let source = configured(
+        table,
+        KafkaSource::with_decoder(connection(table)?, topics(table)?, |bytes: &[u8]| {
+            std::str::from_utf8(bytes)
+                .map(str::to_string)
+                .map_err(|e| format!("not UTF-8: {e}"))
+        }),
+    )?;
+    Ok(source.map_records(move |line: &String| convert(line)))
+}
+
+/// The source of an `upsert-kafka` table, as Flink's connector: each message an upsert of the
+/// row of its key (`key`, the primary key's columns from the message key, a JSON object, over
+/// those of the value) or, without a value (a tombstone), the deletion of the key's row (`-D`
+/// of a row of only its key). `convert` completes a row (computed columns, time); the job
+/// normalizes the upserts into a changelog (see `connectors::upsert_scan`).
+pub(crate) fn upsert_source(
+    table: &TableDef,
+    schema: &Schema,
+    convert: impl Fn(Row, bool) -> std::result::Result<Row, String> + Send + Sync + 'static,
+) -> Result<impl Source<Change<Row>>> {
+    let (key, key_schema) = primary_key(table, schema)?;
+    for option in ["key.format", "value.format"] {
+        match required(table, option)? {
+            "json" => {}
+            other => {
+                return Err(bad_option(
+                    table,
+                    option,
+                    other,
+                    "an upsert-kafka table is read as 'json' (Avro comes with issue 31)",
+                ));
+            }
+        }
+    }
+    let schema = schema.clone();
+    let decode = move |k: Option<&[u8]>, v: Option<&[u8]>| -> std::result::Result<_, String> {
+        fn text<'a>(bytes: &'a [u8], what: &str) -> std::result::Result<&'a str, String> {
+            std::str::from_utf8(bytes).map_err(|e| format!("the {what} is not UTF-8: {e}"))
+        }
+        let k = k.ok_or("an upsert-kafka message needs a key (its row's primary key)")?;
+        let key_row = crate::json::read_row(text(k, "key")?, &key_schema)
+            .map_err(|e| format!("the key: {e}"))?;
+        if key_row.0.iter().any(crate::types::Value::is_null) {
+            return Err("a column of the key is NULL".to_string());
+        }
+        let (mut row, delete) = match v {
+            Some(v) => (crate::json::read_row(text(v, "value")?, &schema)?, false),
+            None => (Row(vec![crate::types::Value::Null; schema.len()]), true),
+        };
+        for (&column, value) in key.iter().zip(key_row.0) {
+            row.0[column] = value;
+        }
+        let row = convert(row, !delete)?;
+        Ok(match delete {
+            true => Change::delete(row),
+            false => Change::insert(row),
+        })
+    };
+    configured(
+        table,
+        KafkaSource::with_record_decoder(connection(table)?, topics(table)?, decode),
+    )
+}
+
+/// The topics of the table's `topic` option (`a;b`).
+fn topics(table: &TableDef) -> Result<Vec<String>> {
+    Ok(required(table, "topic")?
+        .split(';')
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .collect())
+}
+
+/// `source` set up by the table's `scan.*` and `properties.group.id` options.
+fn configured<T: riffle::Data>(table: &TableDef, source: KafkaSource<T>) -> Result<KafkaSource<T>> {
     let start = match table
         .options
         .get("scan.startup.mode")
@@ -134,24 +220,41 @@ pub(crate) fn source(
             }
         },
     };
-    let mut source = KafkaSource::with_decoder(kafka, topics, |bytes: &[u8]| {
-        std::str::from_utf8(bytes)
-            .map(str::to_string)
-            .map_err(|e| format!("not UTF-8: {e}"))
-    })
-    .start_from(start)
-    .partition_discovery(discovery);
+    let mut source = source.start_from(start).partition_discovery(discovery);
     if let Some(group) = table.options.get("properties.group.id") {
         source = source.group_id(group.clone());
     }
-    Ok(source.map_records(move |line: &String| convert(line)))
+    Ok(source)
 }
 
-/// Writes `rows` to a `kafka` table.
+/// Writes `rows` to a `kafka` or `upsert-kafka` table.
 pub(crate) fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
+    if connector(table) == "upsert-kafka" {
+        return upsert_sink(rows, table, schema);
+    }
     let kafka = connection(table)?;
     let topic = required(table, "topic")?.to_string();
     let name = format!("Sink: {}", table.name);
+    let finish = delivery(table)?;
+    let key = key_columns(table, schema)?;
+    let finish = |sink: KafkaSink<Change<Row>>| {
+        let sink = finish(sink);
+        match key {
+            // The key columns as a JSON object, as Flink's `key.format` 'json' writes them.
+            Some((columns, key_schema)) => sink.key(move |change: &Change<Row>| {
+                let values = columns.iter().map(|&c| change.row.get(c).clone()).collect();
+                json_text(&Row(values), &key_schema)
+            }),
+            None => sink,
+        }
+    };
+    append_or_changelog_sink(rows, table, schema, kafka, topic, name, finish)
+}
+
+/// How a sink of `table` delivers (`sink.delivery-guarantee`, `sink.transactional-id-prefix`).
+fn delivery(
+    table: &TableDef,
+) -> Result<impl FnOnce(KafkaSink<Change<Row>>) -> KafkaSink<Change<Row>>> {
     let guarantee = table
         .options
         .get("sink.delivery-guarantee")
@@ -171,22 +274,122 @@ pub(crate) fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> 
         }
     };
     let prefix = table.options.get("sink.transactional-id-prefix").cloned();
-    let key = key_columns(table, schema)?;
-    let finish = |sink: KafkaSink<Change<Row>>| {
-        let sink = match (exactly_once, prefix) {
+    Ok(
+        move |sink: KafkaSink<Change<Row>>| match (exactly_once, prefix) {
             (true, Some(prefix)) => sink.exactly_once().transactional_id_prefix(prefix),
             (true, None) => sink.exactly_once(),
             (false, _) => sink.at_least_once(),
-        };
-        match key {
-            // The key columns as a JSON object, as Flink's `key.format` 'json' writes them.
-            Some((columns, key_schema)) => sink.key(move |change: &Change<Row>| {
-                let values = columns.iter().map(|&c| change.row.get(c).clone()).collect();
-                json_text(&Row(values), &key_schema)
-            }),
-            None => sink,
+        },
+    )
+}
+
+/// Writes an updating query's changes to an `upsert-kafka` table, as Flink's connector: a row
+/// inserted or updated is a message keyed by its primary key (a JSON object of the key's
+/// columns) with the row as its value; a row deleted is a tombstone (its key, no value), which
+/// a compacted topic keeps as the key's deletion; `-U` is not written (the `+U` after it
+/// replaces the key's value). Appended rows are upserts by their key.
+fn upsert_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
+    let kafka = connection(table)?;
+    let topic = required(table, "topic")?.to_string();
+    let name = format!("Sink: {}", table.name);
+    let (key, key_schema) = primary_key(table, schema)?;
+    for option in ["key.format", "value.format"] {
+        match required(table, option)? {
+            "json" => {}
+            other => {
+                return Err(bad_option(
+                    table,
+                    option,
+                    other,
+                    "an upsert-kafka table is written as 'json' (Avro comes with issue 31)",
+                ));
+            }
+        }
+    }
+    if let Some(prefix) = table.options.get("key.fields-prefix") {
+        return Err(bad_option(
+            table,
+            "key.fields-prefix",
+            prefix,
+            "not supported yet: name the key columns as the value's",
+        ));
+    }
+    let value_columns: Vec<usize> = match table
+        .options
+        .get("value.fields-include")
+        .map_or("ALL", String::as_str)
+    {
+        "ALL" => (0..schema.len()).collect(),
+        "EXCEPT_KEY" => (0..schema.len()).filter(|c| !key.contains(c)).collect(),
+        other => {
+            return Err(bad_option(
+                table,
+                "value.fields-include",
+                other,
+                "one of ALL, EXCEPT_KEY",
+            ));
         }
     };
+    let value_schema = Schema::new(
+        value_columns
+            .iter()
+            .map(|&c| schema.fields[c].clone())
+            .collect(),
+    );
+    let finish = delivery(table)?;
+    let sink = KafkaSink::<Change<Row>>::with_encoder(kafka, topic, move |change, out| {
+        let values = value_columns
+            .iter()
+            .map(|&c| change.row.get(c).clone())
+            .collect();
+        out.extend_from_slice(json_text(&Row(values), &value_schema).as_bytes());
+        Ok(())
+    })
+    .key(move |change: &Change<Row>| {
+        let values = key.iter().map(|&c| change.row.get(c).clone()).collect();
+        json_text(&Row(values), &key_schema)
+    })
+    .tombstone_if(|change: &Change<Row>| change.op == RowKind::Delete);
+    rows.into_changelog()
+        .filter(|change: &Change<Row>| change.op != RowKind::UpdateBefore)
+        .name("Upserts")
+        .sink(finish(sink))
+        .name(&name);
+    Ok(())
+}
+
+/// The columns of the table's primary key, by position in `schema`, and their schema: an
+/// `upsert-kafka` table's message key.
+fn primary_key(table: &TableDef, schema: &Schema) -> Result<(Vec<usize>, Schema)> {
+    if table.primary_key.is_empty() {
+        return Err(SqlError::plan(format!(
+            "table `{}` ('connector' = 'upsert-kafka') needs a PRIMARY KEY (..) NOT ENFORCED: its columns are each message's key",
+            table.name
+        )));
+    }
+    let mut columns = Vec::new();
+    for name in &table.primary_key {
+        columns.push(schema.index_of(name).ok_or_else(|| {
+            SqlError::plan(format!(
+                "table `{}`: the primary key names no column `{name}`",
+                table.name
+            ))
+        })?);
+    }
+    let key_schema = Schema::new(columns.iter().map(|&c| schema.fields[c].clone()).collect());
+    Ok((columns, key_schema))
+}
+
+/// Writes `rows` to a `kafka` table (its value format `json` or `debezium-json`).
+fn append_or_changelog_sink(
+    rows: Rows,
+    table: &TableDef,
+    schema: &Schema,
+    kafka: KafkaConnection,
+    topic: String,
+    name: String,
+    finish: impl FnOnce(KafkaSink<Change<Row>>) -> KafkaSink<Change<Row>>,
+) -> Result<()> {
     let schema = schema.clone();
     match format(table) {
         "json" => {

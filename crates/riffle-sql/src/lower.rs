@@ -537,6 +537,16 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             time,
             ..
         } => {
+            if connectors::is_upsert(table) {
+                // Its every column decoded: the key's are needed to normalize the upserts.
+                return Ok(Rows::Changelog(connectors::upsert_scan(
+                    env,
+                    table,
+                    physical,
+                    computed.clone(),
+                    time.clone(),
+                )?));
+            }
             if let Some(rows) = scans.built.borrow().get(&table.name) {
                 return Ok(Rows::Append(rows.clone()));
             }

@@ -301,6 +301,9 @@ impl Plan {
     /// What the output rows mean.
     pub fn changelog_mode(&self) -> ChangelogMode {
         match self {
+            Plan::Scan { table, .. } if crate::connectors::is_upsert(table) => {
+                ChangelogMode::Retract
+            }
             Plan::Scan { .. } | Plan::WindowAggregate { .. } => ChangelogMode::Append,
             // `SELECT DISTINCT` (a group aggregate of no aggregates) only adds rows: a result
             // never changes, so it is never sent again.

@@ -205,3 +205,123 @@ fn bad_kafka_options_fail_naming_the_option() {
         error("'topic' = 'x', 'properties.bootstrap.servers' = '127.0.0.1:1', 'format' = 'avro'");
     assert!(format.contains("'format' = 'avro'"), "{format}");
 }
+
+/// `upsert-kafka` in and out, as Flink's connector: a compacted topic of users by id (upserts,
+/// a move to another city, a tombstone, a repeated value) normalized into a changelog, counted
+/// per city, and the counts written by key, exactly-once: a count that falls to nothing is a
+/// tombstone of its city. At p = 1 over one partition the exact records are known.
+#[test]
+fn upsert_kafka_reads_upserts_and_tombstones_and_writes_counts_by_key() {
+    let (users, per_city) = (topic("users"), topic("per-city"));
+    let kafka = KafkaConnection::new(bootstrap());
+    ensure_topics(&kafka, &[(&users, 1), (&per_city, 1)], 1).unwrap();
+    let producer = TestProducer::new(&[]);
+    let upsert = |id: i64, name: &str, city: &str| {
+        let value = format!(r#"{{"id": {id}, "name": "{name}", "city": "{city}"}}"#);
+        producer.send(
+            &users,
+            0,
+            Some(format!(r#"{{"id":{id}}}"#).as_bytes()),
+            value.as_bytes(),
+        );
+    };
+    upsert(1, "ann", "paris");
+    upsert(1, "ann", "rome"); // ann moves: paris falls to nothing
+    upsert(2, "bob", "rome");
+    upsert(3, "cid", "paris");
+    producer.send_tombstone(&users, 0, br#"{"id":2}"#); // bob is deleted
+    upsert(3, "cid", "paris"); // the same row again: no change
+    producer.send_tombstone(&users, 0, br#"{"id":9}"#); // a key never seen: nothing
+    producer.send(
+        &users,
+        0,
+        None,
+        br#"{"id": 4, "name": "no key", "city": "oslo"}"#,
+    );
+    producer.flush();
+
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamEnv::with_config(
+        EnvConfig::default()
+            .with_parallelism(1)
+            .with_dead_letter_dir(dir.path().join("dead-letter"))
+            .with_checkpoints(
+                CheckpointConfig::default()
+                    .with_interval(Some(Duration::from_millis(300)))
+                    .with_storage(dir.path().join("checkpoints").display().to_string()),
+            ),
+    );
+    let sql = SqlEnv::new(&env);
+    let brokers = bootstrap();
+    sql.execute_sql(&format!(
+        "CREATE TABLE users (id BIGINT, name STRING, city STRING, PRIMARY KEY (id) NOT ENFORCED)
+         WITH ('connector' = 'upsert-kafka', 'topic' = '{users}',
+               'properties.bootstrap.servers' = '{brokers}',
+               'key.format' = 'json', 'value.format' = 'json');
+         CREATE TABLE per_city (city STRING, people BIGINT, PRIMARY KEY (city) NOT ENFORCED)
+         WITH ('connector' = 'upsert-kafka', 'topic' = '{per_city}',
+               'properties.bootstrap.servers' = '{brokers}',
+               'key.format' = 'json', 'value.format' = 'json',
+               'sink.delivery-guarantee' = 'exactly-once');
+         INSERT INTO per_city SELECT city, COUNT(*) FROM users GROUP BY city;"
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let handle = env.execute_async().unwrap();
+    let records = read_committed(&per_city, Duration::from_secs(120), |n, quiet| {
+        n >= 6 && quiet > Duration::from_secs(2)
+    });
+    handle.stop();
+    let result = handle.wait().unwrap();
+    let got: Vec<(String, Option<String>)> = records
+        .iter()
+        .map(|r| (r.key.clone(), (!r.tombstone).then(|| r.value.clone())))
+        .collect();
+    let record = |city: &str, people: Option<i64>| {
+        (
+            format!(r#"{{"city":"{city}"}}"#),
+            people.map(|n| format!(r#"{{"city":"{city}","people":{n}}}"#)),
+        )
+    };
+    assert_eq!(
+        got,
+        [
+            record("paris", Some(1)),
+            record("paris", None),
+            record("rome", Some(1)),
+            record("rome", Some(2)),
+            record("paris", Some(1)),
+            record("rome", Some(1)),
+        ]
+    );
+    // The message without a key is a bad record, not a row.
+    assert_eq!(result.bad_records(), 1);
+}
+
+#[test]
+fn upsert_kafka_tables_need_a_primary_key_and_both_formats() {
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    let error = |columns: &str, options: &str| {
+        sql.execute_sql(&format!(
+            "CREATE TABLE u ({columns}) WITH ('connector' = 'upsert-kafka', 'topic' = 'x',
+               'properties.bootstrap.servers' = '127.0.0.1:1'{options});
+             SELECT * FROM u;"
+        ))
+        .err()
+        .unwrap()
+        .to_string()
+    };
+    let formats = ", 'key.format' = 'json', 'value.format' = 'json'";
+    let no_key = error("a BIGINT, b BIGINT", formats);
+    assert!(no_key.contains("needs a PRIMARY KEY"), "{no_key}");
+    let no_format = error("a BIGINT, b BIGINT, PRIMARY KEY (a) NOT ENFORCED", "");
+    assert!(
+        no_format.contains("('connector' = 'upsert-kafka') needs the option 'key.format'"),
+        "{no_format}"
+    );
+    let avro = error(
+        "a BIGINT, b BIGINT, PRIMARY KEY (a) NOT ENFORCED",
+        ", 'key.format' = 'json', 'value.format' = 'avro'",
+    );
+    assert!(avro.contains("'value.format' = 'avro'"), "{avro}");
+}

@@ -55,6 +55,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// Appends a value's key to the buffer; `false` for no key.
 type KeyFn<T> = Arc<dyn Fn(&T, &mut Vec<u8>) -> bool + Send + Sync>;
 type SerializeFn<T> = Arc<dyn Fn(&T, &mut Vec<u8>) -> riffle::Result<()> + Send + Sync>;
+type TombstoneFn<T> = Arc<dyn Fn(&T) -> bool + Send + Sync>;
 
 /// Writes a stream to a Kafka topic as JSON.
 ///
@@ -74,6 +75,7 @@ pub struct KafkaSink<T> {
     key: Option<KeyFn<T>>,
     key_field: Option<String>,
     serialize: SerializeFn<T>,
+    tombstone: Option<TombstoneFn<T>>,
     /// Whether `serialize` writes JSON (a key field can be read from the value).
     json: bool,
     prefix: Option<String>,
@@ -129,6 +131,7 @@ impl<T: Data> KafkaSink<T> {
             key: None,
             key_field: None,
             serialize: Arc::new(serialize),
+            tombstone: None,
             json: false,
             prefix: None,
             pool: 4,
@@ -144,6 +147,22 @@ impl<T: Data> KafkaSink<T> {
             out.extend_from_slice(key(value).as_ref());
             true
         }));
+        self
+    }
+
+    /// A value for which `is_delete` is true is written as a tombstone: its key and no value
+    /// (what a compacted topic reads as the deletion of the key), e.g. the deletions of an
+    /// upsert changelog.
+    ///
+    /// ```no_run
+    /// use riffle::Change;
+    /// use riffle_kafka::{KafkaConnection, KafkaSink};
+    /// let sink = KafkaSink::<Change<(String, u64)>>::json(KafkaConnection::new("127.0.0.1:9092"), "totals")
+    ///     .key(|change: &Change<(String, u64)>| change.row.0.clone())
+    ///     .tombstone_if(|change: &Change<(String, u64)>| change.op.is_retract());
+    /// ```
+    pub fn tombstone_if(mut self, is_delete: impl Fn(&T) -> bool + Send + Sync + 'static) -> Self {
+        self.tombstone = Some(Arc::new(is_delete));
         self
     }
 
@@ -208,8 +227,10 @@ impl<T: Data> KafkaSink<T> {
             key: self.key.clone(),
             key_field: self.key_field.clone(),
             serialize: self.serialize.clone(),
+            tombstone: self.tombstone.clone(),
             value: Vec::with_capacity(256),
             key_bytes: Vec::new(),
+            is_tombstone: false,
         }
     }
 }
@@ -305,14 +326,23 @@ struct Encoder<T> {
     key: Option<KeyFn<T>>,
     key_field: Option<String>,
     serialize: SerializeFn<T>,
+    tombstone: Option<TombstoneFn<T>>,
     value: Vec<u8>,
     key_bytes: Vec<u8>,
+    /// Whether the last value encoded is a tombstone (written without a value).
+    is_tombstone: bool,
 }
 
 impl<T: Data> Encoder<T> {
+    /// The payload of the last value encoded: `None` for a tombstone.
+    fn payload(&self) -> Option<&[u8]> {
+        (!self.is_tombstone).then_some(self.value.as_slice())
+    }
+
     /// Encodes `value`; returns whether it has a key (in `self.key_bytes`).
     fn encode(&mut self, value: &T) -> riffle::Result<bool> {
         self.value.clear();
+        self.is_tombstone = self.tombstone.as_ref().is_some_and(|t| t(value));
         if let Some(field) = &self.key_field {
             let json = serde_json::to_value(value).map_err(riffle::Error::user)?;
             self.key_bytes.clear();

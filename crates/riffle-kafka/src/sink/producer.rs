@@ -142,8 +142,11 @@ pub(crate) struct KafkaProducer {
 
 impl KafkaProducer {
     /// Queues one record, waiting for room in the producer's queue (back-pressure).
-    pub(super) fn send(&self, key: Option<&[u8]>, payload: &[u8]) -> riffle::Result<()> {
-        let mut record = BaseRecord::to(&self.topic).payload(payload);
+    pub(super) fn send(&self, key: Option<&[u8]>, payload: Option<&[u8]>) -> riffle::Result<()> {
+        let mut record = BaseRecord::to(&self.topic);
+        if let Some(payload) = payload {
+            record = record.payload(payload);
+        }
         if let Some(key) = key {
             record = record.key(key);
         }
@@ -189,7 +192,7 @@ impl KafkaProducer {
         for record in batch.drain(..) {
             let has_key = encoder.encode(&record.value)?;
             let key = has_key.then_some(encoder.key_bytes.as_slice());
-            self.send(key, &encoder.value)?;
+            self.send(key, encoder.payload())?;
         }
         self.serve()
     }

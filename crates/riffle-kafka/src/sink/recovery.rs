@@ -201,7 +201,8 @@ pub(super) fn rewrite(target: &Target, txn: &TransactionInfo, slot: &Slot) -> ri
     struct Copy {
         partition: i32,
         key: Option<Vec<u8>>,
-        payload: Vec<u8>,
+        /// `None`: a tombstone.
+        payload: Option<Vec<u8>>,
         timestamp: Option<i64>,
         headers: Option<OwnedHeaders>,
     }
@@ -222,7 +223,7 @@ pub(super) fn rewrite(target: &Target, txn: &TransactionInfo, slot: &Slot) -> ri
                     records.push(Copy {
                         partition,
                         key: message.key().map(<[u8]>::to_vec),
-                        payload: message.payload().unwrap_or_default().to_vec(),
+                        payload: message.payload().map(<[u8]>::to_vec),
                         timestamp: message.timestamp().to_millis(),
                         headers: message.headers().map(|h| h.detach()),
                     });
@@ -239,8 +240,10 @@ pub(super) fn rewrite(target: &Target, txn: &TransactionInfo, slot: &Slot) -> ri
     for copy in &records {
         let mut record = BaseRecord::to(&producer.topic)
             .partition(copy.partition)
-            .payload(copy.payload.as_slice())
             .headers(txn_header(copy.headers.clone(), &txn.label));
+        if let Some(payload) = &copy.payload {
+            record = record.payload(payload.as_slice());
+        }
         if let Some(key) = &copy.key {
             record = record.key(key.as_slice());
         }
