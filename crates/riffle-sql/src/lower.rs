@@ -14,7 +14,7 @@ use std::time::Duration;
 use riffle::aggregate::AggregateFunction;
 use riffle::join::JoinType;
 use riffle::state::{AggregatingStateDescriptor, StateTtl, ValueStateDescriptor};
-use riffle::window::{Cumulating, Session, Sliding, Tumbling};
+use riffle::window::{Cumulating, Session, Sliding, Tumbling, WindowResult};
 use riffle::{Change, DataStream, StreamEnv};
 
 use crate::aggregate::{RetractingAggregates, RowAggregates};
@@ -382,6 +382,44 @@ impl TopN {
 struct Scans {
     built: std::cell::RefCell<HashMap<String, DataStream<Row>>>,
     reads: HashMap<String, Option<Vec<Place>>>,
+    /// Window aggregations computed once for every reader, by what they compute (see
+    /// [`window_digest`]): Nexmark q5's two equal `HOP` counts are one operator (as Flink
+    /// reuses a sub-plan).
+    windows: std::cell::RefCell<HashMap<String, WindowResults>>,
+}
+
+/// The results of a window aggregation: per key and window, the aggregates' values.
+type WindowResults = DataStream<WindowResult<Row, Vec<Value>>>;
+
+/// What a window aggregation computes, as text, when two plans that give the same text are
+/// sure to compute the same results: its window, keys and aggregates over an input of scans,
+/// filters and projections only (whose `EXPLAIN` says all they do). `None` otherwise (an
+/// input with other steps, late rows to a table), and the aggregation is not shared.
+fn window_digest(plan: &Plan) -> Option<String> {
+    let Plan::WindowAggregate {
+        input,
+        window,
+        processing_time,
+        late: None,
+        keys,
+        texts,
+        ..
+    } = plan
+    else {
+        return None;
+    };
+    let mut node: &Plan = input;
+    loop {
+        match node {
+            Plan::Filter { input, .. } | Plan::Project { input, .. } => node = input,
+            Plan::Scan { .. } => break,
+            _ => return None,
+        }
+    }
+    Some(format!(
+        "{window} {processing_time} keys {keys} {texts:?}\n{}",
+        input.explain()
+    ))
 }
 
 /// The rows of `plan`, as a stream of `env`.
@@ -391,6 +429,7 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
     let scans = Scans {
         built: Default::default(),
         reads,
+        windows: Default::default(),
     };
     lower_in(plan, env, &scans)
 }
@@ -643,15 +682,28 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                 specs: aggs.clone(),
             };
             let late_tag = riffle::operators::OutputTag::<Row>::new("late-rows");
-            let mut windowed = append(input)?
-                .try_map(move |row: Row| eval_all(&pre, &row))
-                .name("Pre-aggregate")
-                .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()))
-                .window(windows);
-            if late.is_some() {
-                windowed = windowed.side_output_late(&late_tag);
-            }
-            let results = windowed.aggregate(aggregates);
+            let digest = window_digest(plan);
+            let shared = digest
+                .as_ref()
+                .and_then(|d| scans.windows.borrow().get(d).cloned());
+            let results = match shared {
+                Some(results) => results,
+                None => {
+                    let mut windowed = append(input)?
+                        .try_map(move |row: Row| eval_all(&pre, &row))
+                        .name("Pre-aggregate")
+                        .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()))
+                        .window(windows);
+                    if late.is_some() {
+                        windowed = windowed.side_output_late(&late_tag);
+                    }
+                    let results = windowed.aggregate(aggregates);
+                    if let Some(digest) = digest {
+                        scans.windows.borrow_mut().insert(digest, results.clone());
+                    }
+                    results
+                }
+            };
             if let Some((table, _)) = late {
                 let late_rows = results
                     .get_side_output(&late_tag)

@@ -267,6 +267,88 @@ fn cumulate_windows_count_each_click_in_every_window_of_its_cycle_after_it() {
     }
 }
 
+/// Two subqueries with the same window aggregation over the same input (Nexmark q5's shape)
+/// share one window operator, each reading its own columns of the results; one that differs
+/// (another aggregate) gets its own.
+#[test]
+fn equal_window_aggregations_in_one_statement_are_computed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, clicks) = clicks_file(dir.path(), 5_000);
+    let mut per_user: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for click in &clicks {
+        let start = click.event_time - click.event_time.rem_euclid(60_000);
+        *per_user.entry((start, click.user_id as i64)).or_default() += 1;
+    }
+    // Per window, the users with the most clicks (as q5's hottest auctions).
+    let mut expected: Vec<(i64, i64, i64)> = Vec::new();
+    let starts: std::collections::BTreeSet<i64> = per_user.keys().map(|(s, _)| *s).collect();
+    for start in starts {
+        let max = per_user
+            .range((start, i64::MIN)..=(start, i64::MAX))
+            .map(|(_, n)| *n)
+            .max()
+            .unwrap();
+        for ((s, user), n) in per_user.range((start, i64::MIN)..=(start, i64::MAX)) {
+            if *n == max {
+                expected.push((*s, *user, *n));
+            }
+        }
+    }
+    let window = "TABLE(TUMBLE(TABLE clicks, DESCRIPTOR(event_time), INTERVAL '1' MINUTE))";
+    let query = |other: &str| {
+        format!(
+            "SELECT a.window_start, a.user_id, a.n FROM
+               (SELECT window_start, user_id, COUNT(*) AS n FROM {window}
+                GROUP BY user_id, window_start, window_end) AS a
+             JOIN
+               (SELECT window_start, MAX(n) AS top FROM
+                  (SELECT window_start, {other} AS n FROM {window}
+                   GROUP BY user_id, window_start, window_end)
+                GROUP BY window_start) AS b
+             ON a.window_start = b.window_start AND a.n >= b.top"
+        )
+    };
+    let windows_of = |query: &str| {
+        let env = StreamEnv::new();
+        let sql = SqlEnv::new(&env);
+        sql.execute_sql(&clicks_table(&path)).unwrap();
+        let (changes, _) = sql.sql_changelog(query).unwrap_or_else(|e| panic!("{e}"));
+        changes.sink_fn(|_| Ok(()));
+        env.plan()
+            .unwrap()
+            .vertices
+            .iter()
+            .flat_map(|v| v.operators.clone())
+            .filter(|name| name.starts_with("Window"))
+            .count()
+    };
+    assert_eq!(windows_of(&query("COUNT(*)")), 1);
+    assert_eq!(windows_of(&query("COUNT(DISTINCT url)")), 2);
+    for p in [1, 2] {
+        let env = StreamEnv::with_config(riffle::EnvConfig {
+            parallelism: p,
+            ..riffle::EnvConfig::default()
+        });
+        let sql = SqlEnv::new(&env);
+        sql.execute_sql(&clicks_table(&path)).unwrap();
+        let (changes, _) = sql
+            .sql_changelog(&query("COUNT(*)"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (sink, out) = CollectSink::new();
+        changes.sink(sink);
+        env.execute().unwrap();
+        let mut table = riffle::change::RetractTable::new();
+        table.apply_all(out.values()).unwrap();
+        let mut got: Vec<(i64, i64, i64)> = table
+            .rows()
+            .iter()
+            .map(|r| (int(r.get(0)), int(r.get(1)), int(r.get(2))))
+            .collect();
+        got.sort();
+        assert_eq!(got, expected, "p = {p}");
+    }
+}
+
 #[test]
 fn bids_sum_min_max_avg_and_distinct_bidders_per_auction_and_ten_seconds() {
     let events = 30_000;
