@@ -423,6 +423,38 @@ fn a_missing_topic_fails_at_start_naming_it() {
     );
 }
 
+/// A sink to a topic that does not exist (the test broker creates none on use) fails when the
+/// job starts, naming the topic and the setting, at-least-once and exactly-once, instead of
+/// waiting out the producer's message timeout (two minutes) on its first record.
+#[test]
+fn a_sink_to_a_missing_topic_fails_at_start_naming_it() {
+    for exactly_once in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let env = env_with_checkpoints(dir.path(), 1);
+        let sink = KafkaSink::<String>::raw(kafka(), "no-such-output-topic-riffle");
+        let sink = match exactly_once {
+            true => sink.exactly_once(),
+            false => sink,
+        };
+        env.from_iter(vec!["a".to_string(), "b".to_string()])
+            .sink(sink);
+        let started = Instant::now();
+        let err = env.execute().unwrap_err().to_string();
+        assert!(
+            err.contains("`topic`")
+                && err.contains("no-such-output-topic-riffle")
+                && err.contains("does not exist"),
+            "{err}"
+        );
+        // Within the check's 10 s (not the producer's 120 s message timeout).
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}
+
 /// Two exactly-once sinks of one job given the same transactional id prefix would fence each
 /// other's producers (a fatal error mid-run): the job fails at start naming both and the
 /// setting.

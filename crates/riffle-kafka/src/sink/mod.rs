@@ -299,6 +299,7 @@ impl<T: Data> Sink<T> for KafkaSink<T> {
                 encoder: self.encoder(),
             }));
         }
+        target.check_topic()?;
         Ok(match self.guarantee {
             Guarantee::AtLeastOnce => Box::new(AtLeastOnceWriter {
                 producer: target.producer(None)?,

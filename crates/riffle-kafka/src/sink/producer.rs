@@ -91,6 +91,47 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// Fails, naming the topic, when it does not exist at the brokers, before anything is
+    /// written (a record to a missing topic would wait for the producer's message timeout). A
+    /// broker that creates topics on use creates it here, as a producer's first write would.
+    pub(crate) fn check_topic(&self) -> riffle::Result<()> {
+        let client: BaseProducer = self
+            .kafka
+            .client_config()
+            .create()
+            .map_err(|e| kafka_error("cannot create a metadata client", e))?;
+        let deadline = std::time::Instant::now() + self.timeout.min(Duration::from_secs(10));
+        loop {
+            let metadata = client
+                .client()
+                .fetch_metadata(Some(&self.topic), self.timeout)
+                .map_err(|e| {
+                    kafka_error(format!("cannot read the partitions of `{}`", self.topic), e)
+                })?;
+            let found = metadata
+                .topics()
+                .iter()
+                .find(|t| t.name() == self.topic)
+                .filter(|t| t.error().is_none())
+                .map_or(0, |t| t.partitions().len());
+            if found > 0 {
+                return Ok(());
+            }
+            // A topic being created shows no partitions for a moment.
+            if std::time::Instant::now() >= deadline {
+                return Err(riffle::Error::config(
+                    "topic",
+                    format!(
+                        "`{}` does not exist at {}: create it first (a Kafka sink does not create its topic)",
+                        self.topic,
+                        self.kafka.bootstrap()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// A producer, transactional when `transactional_id` is given (its transactions initialised:
     /// whatever an earlier producer with the same id left open is aborted).
     pub(crate) fn producer(&self, transactional_id: Option<&str>) -> riffle::Result<KafkaProducer> {
