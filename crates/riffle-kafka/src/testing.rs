@@ -128,23 +128,21 @@ impl TestProducer {
         if let Some(key) = key {
             record = record.key(key);
         }
-        loop {
-            match self.0.send(record) {
-                Ok(()) => return,
-                Err((_, back)) => {
-                    record = back;
-                    self.0.poll(Duration::from_millis(5));
-                }
-            }
-        }
+        self.enqueue(record);
     }
 
     /// Queues a tombstone: a record with `key` and no value (the deletion of the key in a
     /// compacted topic).
     pub fn send_tombstone(&self, topic: &str, partition: i32, key: &[u8]) {
-        let mut record = BaseRecord::<[u8], [u8]>::to(topic)
-            .partition(partition)
-            .key(key);
+        self.enqueue(
+            BaseRecord::<[u8], [u8]>::to(topic)
+                .partition(partition)
+                .key(key),
+        );
+    }
+
+    /// Queues `record`, waiting for room in the queue.
+    fn enqueue(&self, mut record: BaseRecord<'_, [u8], [u8]>) {
         loop {
             match self.0.send(record) {
                 Ok(()) => return,

@@ -125,19 +125,7 @@ pub(crate) fn upsert_source(
     convert: impl Fn(Row, bool) -> std::result::Result<Row, String> + Send + Sync + 'static,
 ) -> Result<impl Source<Change<Row>>> {
     let (key, key_schema) = primary_key(table, schema)?;
-    for option in ["key.format", "value.format"] {
-        match required(table, option)? {
-            "json" => {}
-            other => {
-                return Err(bad_option(
-                    table,
-                    option,
-                    other,
-                    "an upsert-kafka table is read as 'json' (Avro comes with issue 31)",
-                ));
-            }
-        }
-    }
+    upsert_formats(table, "read")?;
     let schema = schema.clone();
     let decode = move |k: Option<&[u8]>, v: Option<&[u8]>| -> std::result::Result<_, String> {
         fn text<'a>(bytes: &'a [u8], what: &str) -> std::result::Result<&'a str, String> {
@@ -293,19 +281,7 @@ fn upsert_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
     let topic = required(table, "topic")?.to_string();
     let name = format!("Sink: {}", table.name);
     let (key, key_schema) = primary_key(table, schema)?;
-    for option in ["key.format", "value.format"] {
-        match required(table, option)? {
-            "json" => {}
-            other => {
-                return Err(bad_option(
-                    table,
-                    option,
-                    other,
-                    "an upsert-kafka table is written as 'json' (Avro comes with issue 31)",
-                ));
-            }
-        }
-    }
+    upsert_formats(table, "written")?;
     if let Some(prefix) = table.options.get("key.fields-prefix") {
         return Err(bad_option(
             table,
@@ -355,6 +331,26 @@ fn upsert_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
         .name("Upserts")
         .sink(finish(sink))
         .name(&name);
+    Ok(())
+}
+
+/// Checks an `upsert-kafka` table's `key.format` and `value.format`: both given, `json`.
+fn upsert_formats(table: &TableDef, verb: &str) -> Result<()> {
+    for option in ["key.format", "value.format"] {
+        match required(table, option)? {
+            "json" => {}
+            other => {
+                return Err(bad_option(
+                    table,
+                    option,
+                    other,
+                    &format!(
+                        "an upsert-kafka table is {verb} as 'json' (Avro comes with issue 31)"
+                    ),
+                ));
+            }
+        }
+    }
     Ok(())
 }
 

@@ -25,6 +25,20 @@ fn topic(name: &str) -> String {
     format!("sql-{name}-{}-{nanos}", std::process::id())
 }
 
+/// A job at parallelism `p` checkpointing every 300 ms into `dir`, dead letters there too.
+fn checkpointed_env(dir: &std::path::Path, p: usize) -> StreamEnv {
+    StreamEnv::with_config(
+        EnvConfig::default()
+            .with_parallelism(p)
+            .with_dead_letter_dir(dir.join("dead-letter"))
+            .with_checkpoints(
+                CheckpointConfig::default()
+                    .with_interval(Some(Duration::from_millis(300)))
+                    .with_storage(dir.join("checkpoints").display().to_string()),
+            ),
+    )
+}
+
 #[test]
 fn clicks_per_user_and_minute_go_from_a_topic_to_a_topic_exactly_once() {
     let (input, counts, totals) = (topic("clicks"), topic("counts"), topic("totals"));
@@ -58,16 +72,7 @@ fn clicks_per_user_and_minute_go_from_a_topic_to_a_topic_exactly_once() {
     let lines = clicks.len() + 3;
 
     let dir = tempfile::tempdir().unwrap();
-    let env = StreamEnv::with_config(
-        EnvConfig::default()
-            .with_parallelism(2)
-            .with_dead_letter_dir(dir.path().join("dead-letter"))
-            .with_checkpoints(
-                CheckpointConfig::default()
-                    .with_interval(Some(Duration::from_millis(300)))
-                    .with_storage(dir.path().join("checkpoints").display().to_string()),
-            ),
-    );
+    let env = checkpointed_env(dir.path(), 2);
     let sql = SqlEnv::new(&env);
     let brokers = bootstrap();
     sql.execute_sql(&format!(
@@ -241,16 +246,7 @@ fn upsert_kafka_reads_upserts_and_tombstones_and_writes_counts_by_key() {
     producer.flush();
 
     let dir = tempfile::tempdir().unwrap();
-    let env = StreamEnv::with_config(
-        EnvConfig::default()
-            .with_parallelism(1)
-            .with_dead_letter_dir(dir.path().join("dead-letter"))
-            .with_checkpoints(
-                CheckpointConfig::default()
-                    .with_interval(Some(Duration::from_millis(300)))
-                    .with_storage(dir.path().join("checkpoints").display().to_string()),
-            ),
-    );
+    let env = checkpointed_env(dir.path(), 1);
     let sql = SqlEnv::new(&env);
     let brokers = bootstrap();
     sql.execute_sql(&format!(
