@@ -102,19 +102,25 @@ impl Target {
             .map_err(|e| kafka_error("cannot create a metadata client", e))?;
         let deadline = std::time::Instant::now() + self.timeout.min(Duration::from_secs(10));
         loop {
-            let metadata = client
+            // Only a broker's answer that the topic is unknown fails the start: a broker that
+            // cannot be reached, or a topic without a leader for a moment, is left to the
+            // producer, which waits for it (a restore during an outage goes on as before).
+            let Ok(metadata) = client
                 .client()
                 .fetch_metadata(Some(&self.topic), self.timeout)
-                .map_err(|e| {
-                    kafka_error(format!("cannot read the partitions of `{}`", self.topic), e)
-                })?;
-            let found = metadata
-                .topics()
-                .iter()
-                .find(|t| t.name() == self.topic)
-                .filter(|t| t.error().is_none())
-                .map_or(0, |t| t.partitions().len());
-            if found > 0 {
+            else {
+                return Ok(());
+            };
+            let unknown = match metadata.topics().iter().find(|t| t.name() == self.topic) {
+                None => true,
+                Some(topic) => match topic.error() {
+                    None => topic.partitions().is_empty(),
+                    Some(error) => {
+                        RDKafkaErrorCode::from(error) == RDKafkaErrorCode::UnknownTopicOrPartition
+                    }
+                },
+            };
+            if !unknown {
                 return Ok(());
             }
             // A topic being created shows no partitions for a moment.
