@@ -56,10 +56,7 @@ pub fn scan(
         let strategy = WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(
             t.out_of_orderness_ms as u64,
         ))
-        .with_timestamps(move |row: &Row| match row.get(column) {
-            Value::Timestamp(ms) => *ms,
-            _ => i64::MIN + 1,
-        });
+        .with_timestamps(move |row: &Row| event_time(row, column));
         if synthetic {
             // Generated times are synthetic: not compared with the wall clock.
             strategy
@@ -131,13 +128,21 @@ pub fn scan(
     Ok(stream.name(&format!("Source: {}", table.name)))
 }
 
+/// The event time of a row: its time attribute's value; a row without one (a tombstone of
+/// an upsert table) gets the earliest time, which moves no watermark.
+fn event_time(row: &Row, column: usize) -> i64 {
+    match row.get(column) {
+        Value::Timestamp(ms) => *ms,
+        _ => i64::MIN + 1,
+    }
+}
+
+/// Completes a row of a table's physical columns (see [`completer`]).
+type Completer = Arc<dyn Fn(Row, bool) -> std::result::Result<Row, String> + Send + Sync>;
+
 /// What completes a row of `table`'s physical columns: its computed columns after them, and,
 /// when asked (`true`), the check that its time attribute is not `NULL`.
-fn completer(
-    table: &TableDef,
-    computed: &[Typed],
-    time: Option<&TimeAttribute>,
-) -> Arc<dyn Fn(Row, bool) -> std::result::Result<Row, String> + Send + Sync> {
+fn completer(table: &TableDef, computed: &[Typed], time: Option<&TimeAttribute>) -> Completer {
     let time_column = time.map(|t| t.column);
     let computed: Vec<_> = computed.iter().map(|c| c.eval.clone()).collect();
     let name = table.name.clone();
@@ -193,7 +198,7 @@ fn upsert_source(
     env: &StreamEnv,
     table: &TableDef,
     read: &Schema,
-    complete: Arc<dyn Fn(Row, bool) -> std::result::Result<Row, String> + Send + Sync>,
+    complete: Completer,
     time: Option<TimeAttribute>,
 ) -> Result<DataStream<Change<Row>>> {
     use riffle::state::ValueStateDescriptor;
@@ -204,10 +209,7 @@ fn upsert_source(
             let (column, bound) = (t.column, t.out_of_orderness_ms as u64);
             let strategy =
                 WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(bound))
-                    .with_timestamps(move |change: &Change<Row>| match change.row.get(column) {
-                        Value::Timestamp(ms) => *ms,
-                        _ => i64::MIN + 1,
-                    });
+                    .with_timestamps(move |change: &Change<Row>| event_time(&change.row, column));
             env.from_source_with_watermarks(source, strategy)
         }
         None => env.from_source(source),
@@ -255,7 +257,7 @@ fn upsert_source(
     _env: &StreamEnv,
     table: &TableDef,
     _read: &Schema,
-    _complete: Arc<dyn Fn(Row, bool) -> std::result::Result<Row, String> + Send + Sync>,
+    _complete: Completer,
     _time: Option<TimeAttribute>,
 ) -> Result<DataStream<Change<Row>>> {
     Err(no_kafka(table))

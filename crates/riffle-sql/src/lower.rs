@@ -458,7 +458,7 @@ fn scan_reads(
             ..
         } => {
             // Every computed column is computed for every row: what they read is read.
-            let mut needed = above.and_then(|above| {
+            let needed = above.and_then(|above| {
                 let mut places = union(&mut computed.iter())?;
                 let time = time.as_ref().map(|t| Place::Column(t.column));
                 for place in above.into_iter().chain(time) {
@@ -472,7 +472,7 @@ fn scan_reads(
                 }
                 Some(places)
             });
-            let merged = match (out.remove(&table.name), needed.take()) {
+            let merged = match (out.remove(&table.name), needed) {
                 // First reader of the table.
                 (None, needed) => needed,
                 (Some(Some(mut before)), Some(now)) => {
