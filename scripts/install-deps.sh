@@ -17,6 +17,8 @@ command -v pkg-config >/dev/null || missing+=(pkg-config)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 # psql, the Postgres client the `riffle serve` tests connect with.
 command -v psql >/dev/null || missing+=(postgresql-client)
+# The PostgreSQL server for the Postgres connector tests (scripts/postgres.sh starts one).
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "install-deps.sh: installing ${missing[*]}" >&2
     command -v apt-get >/dev/null || { echo "install-deps.sh: need ${missing[*]} (Debian/Ubuntu packages)" >&2; exit 1; }

@@ -7,6 +7,7 @@
 //! | `print` | | `+I[...]` lines on standard output (`-U[...]`, `+U[...]`, `-D[...]` for changes) | |
 //! | `blackhole` | | nothing | |
 //! | `kafka` (the `kafka` feature) | JSON values | JSON values, or a changelog as `debezium-json`; at-least-once or exactly-once | Flink's: `topic`, `properties.bootstrap.servers`, `scan.startup.mode`, `sink.delivery-guarantee`, ... ([`crate::kafka`]) |
+//! | `jdbc` (the `postgres` feature) | | rows into a PostgreSQL table: appended, or by `PRIMARY KEY` a changelog's upserts and deletions; at-least-once or exactly-once | Flink's: `url`, `table-name`, `username`, `password`, `sink.buffer-flush.*`, `sink.max-retries`, and `sink.delivery-guarantee` ([`crate::jdbc`]) |
 //! | `upsert-kafka` (the `kafka` feature) | a compacted topic: upserts by key, tombstones, normalized into a changelog | a changelog by `PRIMARY KEY`: upserts, deletions as tombstones | `key.format`, `value.format` (`json`), `value.fields-include`, and `kafka`'s |
 //!
 //! A source's rows get the table's computed columns and, with a `WATERMARK`, event time from
@@ -327,9 +328,10 @@ pub fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
                 .name(&name);
         }
         "kafka" | "upsert-kafka" => kafka_sink(rows, table, schema)?,
+        "jdbc" => jdbc_sink(rows, table, schema)?,
         other => {
             return Err(SqlError::plan(format!(
-                "table `{}`: the connector '{other}' cannot be written (sinks: blackhole, print, filesystem, kafka, upsert-kafka)",
+                "table `{}`: the connector '{other}' cannot be written (sinks: blackhole, print, filesystem, kafka, upsert-kafka, jdbc)",
                 table.name
             )));
         }
@@ -560,6 +562,20 @@ fn kafka_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
 #[cfg(not(feature = "kafka"))]
 fn kafka_sink(_rows: Rows, table: &TableDef, _schema: &Schema) -> Result<()> {
     Err(no_kafka(table))
+}
+
+/// Writes `rows` to a `jdbc` table ([`crate::jdbc`]).
+#[cfg(feature = "postgres")]
+fn jdbc_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
+    crate::jdbc::sink(rows, table, schema)
+}
+
+#[cfg(not(feature = "postgres"))]
+fn jdbc_sink(_rows: Rows, table: &TableDef, _schema: &Schema) -> Result<()> {
+    Err(SqlError::plan(format!(
+        "table `{}`: this build has no jdbc connector (build riffle-sql with its `postgres` feature)",
+        table.name
+    )))
 }
 
 #[cfg(not(feature = "kafka"))]

@@ -43,6 +43,8 @@ pub mod error;
 pub mod expr;
 pub mod format;
 pub mod functions;
+#[cfg(feature = "postgres")]
+pub mod jdbc;
 mod json;
 #[cfg(feature = "kafka")]
 pub mod kafka;
