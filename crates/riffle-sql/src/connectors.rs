@@ -564,6 +564,25 @@ fn kafka_sink(_rows: Rows, table: &TableDef, _schema: &Schema) -> Result<()> {
     Err(no_kafka(table))
 }
 
+/// Whether a sink of `table` is exactly-once (`'sink.delivery-guarantee' = 'exactly-once'`) or
+/// at-least-once (`at-least-once`, the default, as Flink; `none` too: Riffle's sinks always wait
+/// for their system's acknowledgement).
+#[cfg_attr(not(any(feature = "kafka", feature = "postgres")), allow(dead_code))]
+pub(crate) fn exactly_once(table: &TableDef) -> Result<bool> {
+    match table
+        .options
+        .get("sink.delivery-guarantee")
+        .map_or("at-least-once", String::as_str)
+    {
+        "exactly-once" => Ok(true),
+        "at-least-once" | "none" => Ok(false),
+        other => Err(SqlError::plan(format!(
+            "table `{}`: 'sink.delivery-guarantee' = '{other}': one of at-least-once, exactly-once, none",
+            table.name
+        ))),
+    }
+}
+
 /// Writes `rows` to a `jdbc` table ([`crate::jdbc`]).
 #[cfg(feature = "postgres")]
 fn jdbc_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {

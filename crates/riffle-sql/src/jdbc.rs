@@ -136,22 +136,7 @@ pub(crate) fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> 
         })?),
     };
     let retries = number(table, "sink.max-retries", 3)?;
-    let exactly_once = match table
-        .options
-        .get("sink.delivery-guarantee")
-        .map_or("at-least-once", String::as_str)
-    {
-        "exactly-once" => true,
-        "at-least-once" | "none" => false,
-        other => {
-            return Err(bad_option(
-                table,
-                "sink.delivery-guarantee",
-                other,
-                "one of at-least-once, exactly-once, none",
-            ));
-        }
-    };
+    let exactly_once = crate::connectors::exactly_once(table)?;
     let name = format!("Sink: {}", table.name);
     let schema = schema.clone();
     let key = table.primary_key.clone();

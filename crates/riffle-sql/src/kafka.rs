@@ -243,24 +243,7 @@ pub(crate) fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> 
 fn delivery(
     table: &TableDef,
 ) -> Result<impl FnOnce(KafkaSink<Change<Row>>) -> KafkaSink<Change<Row>>> {
-    let guarantee = table
-        .options
-        .get("sink.delivery-guarantee")
-        .map_or("at-least-once", String::as_str);
-    let exactly_once = match guarantee {
-        "exactly-once" => true,
-        // Riffle's Kafka sink always waits for the broker's acknowledgement: `none` is
-        // at-least-once too.
-        "at-least-once" | "none" => false,
-        other => {
-            return Err(bad_option(
-                table,
-                "sink.delivery-guarantee",
-                other,
-                "one of at-least-once, exactly-once, none",
-            ));
-        }
-    };
+    let exactly_once = crate::connectors::exactly_once(table)?;
     let prefix = table.options.get("sink.transactional-id-prefix").cloned();
     Ok(
         move |sink: KafkaSink<Change<Row>>| match (exactly_once, prefix) {
