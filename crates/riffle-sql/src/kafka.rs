@@ -264,6 +264,7 @@ fn upsert_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
     let topic = required(table, "topic")?.to_string();
     let name = format!("Sink: {}", table.name);
     let (key, key_schema) = primary_key(table, schema)?;
+    let key_of_pairs = key.clone();
     upsert_formats(table, "written")?;
     if let Some(prefix) = table.options.get("key.fields-prefix") {
         return Err(bad_option(
@@ -309,12 +310,51 @@ fn upsert_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
         json_text(&Row(values), &key_schema)
     })
     .tombstone_if(|change: &Change<Row>| change.op == RowKind::Delete);
+    let pairs = key_of_pairs.clone();
     rows.into_changelog()
-        .filter(|change: &Change<Row>| change.op != RowKind::UpdateBefore)
-        .name("Upserts")
+        .transform("Upserts", move || Upserts { key: pairs.clone() })
         .sink(finish(sink))
         .name(&name);
     Ok(())
+}
+
+/// A changelog as upserts by key: a `-U` followed by the `+U` of the same key is dropped (the
+/// `+U` replaces the row), a `-U` without one (a filter after an aggregation dropped the new
+/// row) becomes a `-D`: the key's row must go.
+struct Upserts {
+    key: Vec<usize>,
+}
+
+impl riffle::operators::Operator for Upserts {
+    type In = Change<Row>;
+    type Out = Change<Row>;
+
+    fn process(
+        &mut self,
+        batch: &mut Vec<riffle::Record<Change<Row>>>,
+        out: &mut riffle::operators::Collector<'_, Change<Row>>,
+    ) -> riffle::Result<()> {
+        let mut records = batch.drain(..).peekable();
+        while let Some(mut record) = records.next() {
+            if record.value.op == RowKind::UpdateBefore {
+                let same_key = |next: &riffle::Record<Change<Row>>| {
+                    next.value.op == RowKind::UpdateAfter
+                        && self
+                            .key
+                            .iter()
+                            .all(|&c| next.value.row.get(c) == record.value.row.get(c))
+                };
+                if records.peek().is_some_and(same_key) {
+                    continue;
+                }
+                // Its `+U` may also be in the next batch (the producer's batch filled between
+                // the two): then the key is deleted and put back, which ends the same.
+                record.value.op = RowKind::Delete;
+            }
+            out.emit(record)?;
+        }
+        Ok(())
+    }
 }
 
 /// Checks an `upsert-kafka` table's `key.format` and `value.format`: both given, `json`.
