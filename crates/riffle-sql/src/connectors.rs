@@ -3,10 +3,10 @@
 //! | connector | reads | writes | options |
 //! |---|---|---|---|
 //! | `nexmark` | the Nexmark generator (`riffle-nexmark`) | | `events.num`, `first-event.rate` / `next-event.rate` (events per second of event time) |
-//! | `filesystem` | JSON lines (`'format' = 'json'`) | JSON lines; a changelog as Debezium's JSON envelope (`'format' = 'debezium-json'`) | `path`, `format` |
+//! | `filesystem` | JSON lines (`'format' = 'json'`); Debezium's change events as a changelog (`'format' = 'debezium-json'`) | JSON lines; a changelog as Debezium's JSON envelope (`'format' = 'debezium-json'`) | `path`, `format` |
 //! | `print` | | `+I[...]` lines on standard output (`-U[...]`, `+U[...]`, `-D[...]` for changes) | |
 //! | `blackhole` | | nothing | |
-//! | `kafka` (the `kafka` feature) | JSON values | JSON values, or a changelog as `debezium-json`; at-least-once or exactly-once | Flink's: `topic`, `properties.bootstrap.servers`, `scan.startup.mode`, `sink.delivery-guarantee`, ... ([`crate::kafka`]) |
+//! | `kafka` (the `kafka` feature) | JSON values; Debezium's change events as a changelog | JSON values, or a changelog as `debezium-json`; at-least-once or exactly-once | Flink's: `topic`, `properties.bootstrap.servers`, `scan.startup.mode`, `sink.delivery-guarantee`, ... ([`crate::kafka`]) |
 //! | `jdbc` (the `postgres` feature) | | rows into a PostgreSQL table: appended, or by `PRIMARY KEY` a changelog's upserts and deletions; at-least-once or exactly-once | Flink's: `url`, `table-name`, `username`, `password`, `sink.buffer-flush.*`, `sink.max-retries`, and `sink.delivery-guarantee` ([`crate::jdbc`]) |
 //! | `upsert-kafka` (the `kafka` feature) | a compacted topic: upserts by key, tombstones, normalized into a changelog | a changelog by `PRIMARY KEY`: upserts, deletions as tombstones | `key.format`, `value.format` (`json`), `value.fields-include`, and `kafka`'s |
 //!
@@ -166,14 +166,124 @@ fn completer(table: &TableDef, computed: &[Typed], time: Option<&TimeAttribute>)
     })
 }
 
-/// Whether `table` is read as a changelog of upserts and deletions by key (`upsert-kafka`).
-pub fn is_upsert(table: &TableDef) -> bool {
-    table.options.get("connector").map(String::as_str) == Some("upsert-kafka")
-        && table.rows.is_none()
+/// Whether `table` is read as a changelog: of upserts and deletions by key (`upsert-kafka`),
+/// or of Debezium's change events (`'format' = 'debezium-json'`).
+pub fn is_changelog(table: &TableDef) -> bool {
+    table.rows.is_none()
+        && (table.options.get("connector").map(String::as_str) == Some("upsert-kafka")
+            || is_debezium(table))
+}
+
+/// Whether `table` is a `kafka` or `filesystem` table of Debezium JSON events.
+fn is_debezium(table: &TableDef) -> bool {
+    matches!(
+        table.options.get("connector").map(String::as_str),
+        Some("kafka" | "filesystem")
+    ) && table
+        .options
+        .get("value.format")
+        .or_else(|| table.options.get("format"))
+        .map(String::as_str)
+        == Some("debezium-json")
+}
+
+/// The changelog of a table read as one ([`is_changelog`]): an `upsert-kafka` table's
+/// ([`upsert_scan`]) or a `debezium-json` table's ([`debezium_scan`]).
+pub fn changelog_scan(
+    env: &StreamEnv,
+    table: &TableDef,
+    read: &Schema,
+    computed: Vec<Typed>,
+    time: Option<TimeAttribute>,
+) -> Result<DataStream<Change<Row>>> {
+    if is_debezium(table) {
+        debezium_scan(env, table, read, computed, time)
+    } else {
+        upsert_scan(env, table, read, computed, time)
+    }
+}
+
+/// The changelog of a `debezium-json` table (`kafka` or `filesystem`): each event's changes
+/// (the `debezium` module), with the table's computed columns; event time and watermarks from
+/// the time attribute of the rows each event adds (of the rows it retracts for a delete).
+pub fn debezium_scan(
+    env: &StreamEnv,
+    table: &TableDef,
+    read: &Schema,
+    computed: Vec<Typed>,
+    time: Option<TimeAttribute>,
+) -> Result<DataStream<Change<Row>>> {
+    let complete = completer(table, &computed, time.as_ref());
+    let schema = read.clone();
+    let decode = move |event: Option<&str>| -> std::result::Result<Vec<Change<Row>>, String> {
+        let mut changes = crate::debezium::read_changes(event, &schema)?;
+        for change in &mut changes {
+            let row = std::mem::take(&mut change.row);
+            change.row = complete(row, change.op.is_accumulate())?;
+        }
+        Ok(changes)
+    };
+    let strategy = time.as_ref().map(|t| {
+        let column = t.column;
+        WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(
+            t.out_of_orderness_ms as u64,
+        ))
+        .with_timestamps(move |changes: &Vec<Change<Row>>| {
+            changes
+                .iter()
+                .map(|c| event_time(&c.row, column))
+                .max()
+                .unwrap_or(i64::MIN + 1)
+        })
+    });
+    let events = match option(table, "connector")? {
+        "filesystem" => {
+            let source = FileSource::lines(file_path(option(table, "path")?))
+                .map_records(move |line: &String| decode(Some(line)));
+            match strategy {
+                Some(strategy) => env.from_source_with_watermarks(source, strategy),
+                None => env.from_source(source),
+            }
+        }
+        _ => {
+            let source = debezium_kafka_source(table, decode)?;
+            match strategy {
+                Some(strategy) => env.from_source_with_watermarks(source, strategy),
+                None => env.from_source(source),
+            }
+        }
+    };
+    Ok(events
+        .name(&format!("Source: {}", table.name))
+        .flat_map(|changes: Vec<Change<Row>>| changes)
+        .name("Debezium changes"))
+}
+
+/// The Debezium events of a `kafka` table ([`crate::kafka::debezium_source`]).
+#[cfg(feature = "kafka")]
+fn debezium_kafka_source(
+    table: &TableDef,
+    decode: impl Fn(Option<&str>) -> std::result::Result<Vec<Change<Row>>, String>
+    + Send
+    + Sync
+    + 'static,
+) -> Result<impl riffle::source::Source<Vec<Change<Row>>>> {
+    crate::kafka::debezium_source(table, decode)
+}
+
+#[cfg(not(feature = "kafka"))]
+fn debezium_kafka_source(
+    table: &TableDef,
+    _decode: impl Fn(Option<&str>) -> std::result::Result<Vec<Change<Row>>, String>
+    + Send
+    + Sync
+    + 'static,
+) -> Result<riffle::source::collection::CollectionSource<Vec<Change<Row>>>> {
+    Err(no_kafka(table))
 }
 
 /// The changelog of an `upsert-kafka` table: its messages (upserts and tombstones by key, see
-/// [`crate::kafka::upsert_source`]) normalized as Flink's `ChangelogNormalize` does, keyed by
+/// `kafka::upsert_source`) normalized as Flink's `ChangelogNormalize` does, keyed by
 /// the primary key with the key's last row in keyed state: an upsert of a new key is `+I`, of
 /// a key with a row `-U` the old row and `+U` the new (nothing when they are equal), a
 /// tombstone `-D` the key's row (nothing for a key without one). The table's watermark follows

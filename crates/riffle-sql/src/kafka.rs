@@ -9,7 +9,7 @@
 //! | `scan.startup.mode` | yes | | `group-offsets` (default, as Flink: the group's committed offsets, the earliest without), `earliest-offset`, `latest-offset`, `timestamp` |
 //! | `scan.startup.timestamp-millis` | yes | | where `timestamp` starts (epoch ms) |
 //! | `scan.topic-partition-discovery.interval` | yes | | how often new partitions are looked for (`30 s` by default; `0` never) |
-//! | `format` / `value.format` | yes | yes | `json` (reading and writing), `debezium-json` (writing a changelog) |
+//! | `format` / `value.format` | yes | yes | `json` (reading and writing), `debezium-json` (a changelog, reading and writing) |
 //! | `key.fields` | | yes | columns whose values, as a JSON object, are each message's key (`a;b`); a `debezium-json` changelog without it is keyed by each change's row, so that a row's retraction follows its insertion in one partition |
 //! | `sink.delivery-guarantee` | | yes | `at-least-once` (default, as Flink), `exactly-once` (a Kafka transaction per checkpoint: readers with `isolation.level=read_committed` see each row once), `none` |
 //! | `sink.transactional-id-prefix` | | yes | the prefix of the sink's transactional ids (default: the job's name and the sink) |
@@ -17,7 +17,7 @@
 //! `upsert-kafka` (Flink's) takes the same options but `format` and `key.fields`, and needs a
 //! `PRIMARY KEY (..) NOT ENFORCED`, `key.format` and `value.format` (`json`); optionally
 //! `value.fields-include` (`ALL`, the default, or `EXCEPT_KEY`). Read: each message upserts the
-//! row of its key, a tombstone deletes it (see [`upsert_source`]). Written: an updating query's
+//! row of its key, a tombstone deletes it (see `upsert_source`). Written: an updating query's
 //! changes by key, a deletion as a tombstone (see `upsert_sink`).
 //!
 //! A source's positions (offsets) are in the job's checkpoints; the table's watermark is kept
@@ -99,7 +99,7 @@ pub(crate) fn source(
                 table,
                 "format",
                 other,
-                "a kafka table is read as 'json' (Debezium changelogs and Avro come later)",
+                "a kafka table is read as 'json' or 'debezium-json' (Avro comes with issue 31)",
             ));
         }
     }
@@ -153,6 +153,30 @@ pub(crate) fn upsert_source(
     configured(
         table,
         KafkaSource::with_record_decoder(connection(table)?, topics(table)?, decode),
+    )
+}
+
+/// The source of a `kafka` table of Debezium JSON events: each message's value decoded by
+/// `decode` into its changes (`None` for a tombstone, which changes nothing).
+pub(crate) fn debezium_source(
+    table: &TableDef,
+    decode: impl Fn(Option<&str>) -> std::result::Result<Vec<Change<Row>>, String>
+    + Send
+    + Sync
+    + 'static,
+) -> Result<impl Source<Vec<Change<Row>>>> {
+    configured(
+        table,
+        KafkaSource::with_record_decoder(
+            connection(table)?,
+            topics(table)?,
+            move |_key: Option<&[u8]>, value: Option<&[u8]>| match value {
+                None => Ok(Vec::new()),
+                Some(bytes) => decode(Some(
+                    std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?,
+                )),
+            },
+        ),
     )
 }
 

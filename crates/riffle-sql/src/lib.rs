@@ -39,6 +39,7 @@ use riffle::{Change, DataStream, StreamEnv};
 pub mod aggregate;
 pub mod connectors;
 mod datagen;
+mod debezium;
 pub mod error;
 pub mod expr;
 pub mod format;

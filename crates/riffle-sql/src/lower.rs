@@ -576,9 +576,9 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             time,
             ..
         } => {
-            if connectors::is_upsert(table) {
+            if connectors::is_changelog(table) {
                 // Its every column decoded: the key's are needed to normalize the upserts.
-                return Ok(Rows::Changelog(connectors::upsert_scan(
+                return Ok(Rows::Changelog(connectors::changelog_scan(
                     env,
                     table,
                     physical,

@@ -301,7 +301,7 @@ impl Plan {
     /// What the output rows mean.
     pub fn changelog_mode(&self) -> ChangelogMode {
         match self {
-            Plan::Scan { table, .. } if crate::connectors::is_upsert(table) => {
+            Plan::Scan { table, .. } if crate::connectors::is_changelog(table) => {
                 ChangelogMode::Retract
             }
             Plan::Scan { .. } | Plan::WindowAggregate { .. } => ChangelogMode::Append,
