@@ -1,5 +1,9 @@
 //! PostgreSQL connectors for Riffle.
 //!
+//! [`PostgresCdcSource`] captures the changes of tables (a consistent snapshot, then logical
+//! replication through a slot, the position in the job's checkpoints) as a changelog
+//! normalized by primary key; see its module's documentation for the protocol.
+//!
 //! [`PostgresSink`] writes a stream into a table of a PostgreSQL database:
 //!
 //! - **append** ([`PostgresSink::append`]): every record is a new row (`INSERT`);
@@ -52,6 +56,8 @@
 //! env.execute().unwrap();
 //! ```
 
+mod cdc;
 mod sink;
 
+pub use cdc::{CdcRecord, CdcRow, CdcValue, PostgresCdcSource};
 pub use sink::{PostgresSink, RowChange};

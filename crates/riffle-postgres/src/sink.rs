@@ -280,15 +280,7 @@ struct Connection {
 
 impl Connection {
     fn new(url: &str, setting: &str, max_retries: u32) -> Result<Self> {
-        // Flink's JDBC URLs (`jdbc:postgresql://host:port/db?user=..`) are libpq URLs after
-        // their prefix.
-        let url = url.strip_prefix("jdbc:").unwrap_or(url);
-        let config = postgres::Config::from_str(url).map_err(|e| {
-            Error::config(
-                setting,
-                format!("not a PostgreSQL URL (postgresql://user@host:port/database): {e}"),
-            )
-        })?;
+        let config = parse_url(url, setting)?;
         Ok(Connection {
             config,
             max_retries,
@@ -363,6 +355,18 @@ impl Connection {
     }
 }
 
+/// The connection settings of `url` (a libpq URL, or Flink's JDBC URL
+/// `jdbc:postgresql://host:port/db?user=..`), an error naming `setting` when it is none.
+pub(crate) fn parse_url(url: &str, setting: &str) -> Result<postgres::Config> {
+    let url = url.strip_prefix("jdbc:").unwrap_or(url);
+    postgres::Config::from_str(url).map_err(|e| {
+        Error::config(
+            setting,
+            format!("not a PostgreSQL URL (postgresql://user@host:port/database): {e}"),
+        )
+    })
+}
+
 /// Whether retrying can help: no answer from the server, or its answer says so.
 fn retriable(e: &postgres::Error) -> bool {
     match e.code() {
@@ -379,7 +383,7 @@ fn retriable(e: &postgres::Error) -> bool {
 }
 
 /// The database's message with its detail and hint, or the client's.
-fn error_text(e: &postgres::Error) -> String {
+pub(crate) fn error_text(e: &postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => {
             let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
