@@ -8,6 +8,7 @@
 //! | `blackhole` | | nothing | |
 //! | `kafka` (the `kafka` feature) | JSON values; Debezium's change events as a changelog | JSON values, or a changelog as `debezium-json`; at-least-once or exactly-once | Flink's: `topic`, `properties.bootstrap.servers`, `scan.startup.mode`, `sink.delivery-guarantee`, ... ([`crate::kafka`]) |
 //! | `jdbc` (the `postgres` feature) | | rows into a PostgreSQL table: appended, or by `PRIMARY KEY` a changelog's upserts and deletions; at-least-once or exactly-once | Flink's: `url`, `table-name`, `username`, `password`, `sink.buffer-flush.*`, `sink.max-retries`, and `sink.delivery-guarantee` ([`crate::jdbc`]) |
+//! | `postgres-cdc` (the `postgres` feature) | a PostgreSQL table's snapshot and changes (logical replication), normalized by primary key | | Flink CDC's: `hostname`, `port`, `username`, `password`, `database-name`, `schema-name`, `table-name`, `slot.name` ([`crate::postgres_cdc`]) |
 //! | `upsert-kafka` (the `kafka` feature) | a compacted topic: upserts by key, tombstones, normalized into a changelog | a changelog by `PRIMARY KEY`: upserts, deletions as tombstones | `key.format`, `value.format` (`json`), `value.fields-include`, and `kafka`'s |
 //!
 //! A source's rows get the table's computed columns and, with a `WATERMARK`, event time from
@@ -170,8 +171,10 @@ fn completer(table: &TableDef, computed: &[Typed], time: Option<&TimeAttribute>)
 /// or of Debezium's change events (`'format' = 'debezium-json'`).
 pub fn is_changelog(table: &TableDef) -> bool {
     table.rows.is_none()
-        && (table.options.get("connector").map(String::as_str) == Some("upsert-kafka")
-            || is_debezium(table))
+        && (matches!(
+            table.options.get("connector").map(String::as_str),
+            Some("upsert-kafka" | "postgres-cdc")
+        ) || is_debezium(table))
 }
 
 /// Whether `table` is a `kafka` or `filesystem` table of Debezium JSON events.
@@ -198,9 +201,42 @@ pub fn changelog_scan(
 ) -> Result<DataStream<Change<Row>>> {
     if is_debezium(table) {
         debezium_scan(env, table, read, computed, time)
+    } else if table.options.get("connector").map(String::as_str) == Some("postgres-cdc") {
+        if time.is_some() {
+            return Err(SqlError::plan(format!(
+                "table `{}`: a postgres-cdc table has no WATERMARK yet (an updating table's rows come as the database commits them)",
+                table.name
+            )));
+        }
+        let complete = completer(table, &computed, None);
+        cdc_scan(env, table, read, move |row| complete(row, false))
     } else {
         upsert_scan(env, table, read, computed, time)
     }
+}
+
+/// The changelog of a `postgres-cdc` table (the `postgres_cdc` module).
+#[cfg(feature = "postgres")]
+fn cdc_scan(
+    env: &StreamEnv,
+    table: &TableDef,
+    read: &Schema,
+    complete: impl Fn(Row) -> std::result::Result<Row, String> + Send + Sync + 'static,
+) -> Result<DataStream<Change<Row>>> {
+    crate::postgres_cdc::scan(env, table, read, complete)
+}
+
+#[cfg(not(feature = "postgres"))]
+fn cdc_scan(
+    _env: &StreamEnv,
+    table: &TableDef,
+    _read: &Schema,
+    _complete: impl Fn(Row) -> std::result::Result<Row, String> + Send + Sync + 'static,
+) -> Result<DataStream<Change<Row>>> {
+    Err(SqlError::plan(format!(
+        "table `{}`: this build has no postgres-cdc connector (build riffle-sql with its `postgres` feature)",
+        table.name
+    )))
 }
 
 /// The changelog of a `debezium-json` table (`kafka` or `filesystem`): each event's changes

@@ -91,7 +91,7 @@ fn url(table: &TableDef) -> Result<String> {
 }
 
 /// `value` escaped for a URL's query.
-fn percent(value: &str) -> String {
+pub(crate) fn percent(value: &str) -> String {
     let mut out = String::new();
     for byte in value.bytes() {
         if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {

@@ -52,6 +52,8 @@ pub mod kafka;
 pub mod lower;
 pub mod parse;
 pub mod plan;
+#[cfg(feature = "postgres")]
+pub mod postgres_cdc;
 pub mod types;
 
 pub use error::SqlError;

@@ -272,3 +272,92 @@ fn a_bad_jdbc_table_is_refused_naming_what_is_wrong() {
         "{err}"
     );
 }
+
+/// `postgres-cdc` in, `jdbc` out: a PostgreSQL table's snapshot and changes counted and summed
+/// per category by SQL, written back by key exactly-once; under inserts, updates that move rows
+/// between categories, and deletes, the result table ends equal to PostgreSQL's own `GROUP BY`
+/// of the table.
+#[test]
+fn a_cdc_table_aggregated_into_postgres_equals_the_databases_own_aggregate() {
+    let mut db = client();
+    db.batch_execute(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'sql_cdc_products';
+         DROP PUBLICATION IF EXISTS riffle_sql_cdc_products;
+         DROP TABLE IF EXISTS sql_cdc_products, sql_cdc_totals;
+         CREATE TABLE sql_cdc_products (id bigint PRIMARY KEY, category text, price numeric(10, 2), in_stock boolean);
+         INSERT INTO sql_cdc_products SELECT i, 'c' || (i % 6), (i % 97) + 0.25, i % 2 = 0 FROM generate_series(1, 3000) i;
+         CREATE TABLE sql_cdc_totals (category text PRIMARY KEY, products bigint, total numeric(12, 2), in_stock bigint);",
+    )
+    .unwrap();
+    let config: postgres::Config = url().parse().unwrap();
+    let pg = (
+        match &config.get_hosts()[0] {
+            postgres::config::Host::Tcp(host) => host.clone(),
+            other => panic!("a TCP host: {other:?}"),
+        },
+        config.get_ports()[0],
+        config.get_user().unwrap().to_string(),
+        config.get_dbname().unwrap().to_string(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let env = env(dir.path(), false);
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&format!(
+        "CREATE TABLE products (id BIGINT, category STRING, price DECIMAL(10, 2), in_stock BOOLEAN,
+           PRIMARY KEY (id) NOT ENFORCED)
+         WITH ('connector' = 'postgres-cdc', 'hostname' = '{host}', 'port' = '{port}',
+               'username' = '{user}', 'database-name' = '{database}', 'schema-name' = 'public',
+               'table-name' = 'sql_cdc_products', 'slot.name' = 'sql_cdc_products');
+         CREATE TABLE totals (category STRING, products BIGINT, total DECIMAL(12, 2), in_stock BIGINT,
+           PRIMARY KEY (category) NOT ENFORCED)
+         WITH ('connector' = 'jdbc', 'url' = '{url}', 'table-name' = 'sql_cdc_totals',
+               'sink.delivery-guarantee' = 'exactly-once');
+         INSERT INTO totals
+           SELECT category, COUNT(*), SUM(price), SUM(CASE WHEN in_stock THEN 1 ELSE 0 END)
+           FROM products GROUP BY category;",
+        host = pg.0,
+        port = pg.1,
+        user = pg.2,
+        database = pg.3,
+        url = url()
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let handle = env.execute_async().unwrap();
+    let expected = "SELECT category, count(*), sum(price), sum(CASE WHEN in_stock THEN 1 ELSE 0 END) FROM sql_cdc_products GROUP BY category";
+    let differing = |db: &mut Client| -> i64 {
+        db.query_one(
+            &format!(
+                "SELECT count(*) FROM (({expected} EXCEPT TABLE sql_cdc_totals) UNION ALL (TABLE sql_cdc_totals EXCEPT {expected})) d"
+            ),
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let wait = |db: &mut Client| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while differing(db) != 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the totals never equalled the table's"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait(&mut db);
+    db.batch_execute(
+        "UPDATE sql_cdc_products SET category = 'c9', price = price + 1 WHERE id % 5 = 0;
+         DELETE FROM sql_cdc_products WHERE id % 7 = 0;
+         INSERT INTO sql_cdc_products SELECT i, 'new', 1.50, true FROM generate_series(3001, 3100) i;
+         UPDATE sql_cdc_products SET in_stock = NOT in_stock WHERE id % 3 = 0;
+         DELETE FROM sql_cdc_products WHERE category = 'c1';",
+    )
+    .unwrap();
+    wait(&mut db);
+    handle.stop();
+    handle.wait().unwrap();
+    db.batch_execute(
+        "SELECT pg_drop_replication_slot('sql_cdc_products'); DROP PUBLICATION riffle_sql_cdc_products;",
+    )
+    .unwrap();
+}
