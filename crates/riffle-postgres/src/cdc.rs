@@ -596,10 +596,19 @@ impl CdcReader {
             .map_err(|e| connector_error("cannot read the replication slot", e))?;
         let before = self.pending.len();
         let mut transaction: Option<(u32, Vec<Pending>)> = None;
+        // Whether the current transaction was read at an earlier poll: its changes are not
+        // decoded again (the slot gives everything since its last advance at every poll).
+        let mut skipping = false;
         for row in rows {
-            let data: Vec<u8> = row.get(0);
-            match decode(&data, &mut self.relations, &self.keys)? {
-                Message::Begin { xid } => transaction = Some((xid, Vec::new())),
+            let data: &[u8] = row.get(0);
+            if skipping && matches!(data.first(), Some(b'I' | b'U' | b'D')) {
+                continue;
+            }
+            match decode(data, &mut self.relations, &self.keys)? {
+                Message::Begin { xid, lsn } => {
+                    skipping = lsn <= self.decoded;
+                    transaction = Some((xid, Vec::new()));
+                }
                 Message::Changes(changes) => {
                     if let Some((_, records)) = &mut transaction {
                         records.extend(changes.into_iter().map(Pending::Record));
@@ -611,6 +620,7 @@ impl CdcReader {
                     }
                 }
                 Message::Commit { lsn } => {
+                    skipping = false;
                     let Some((xid, records)) = transaction.take() else {
                         continue;
                     };
@@ -636,8 +646,10 @@ impl CdcReader {
 }
 
 enum Message {
+    /// A transaction starts: its id and the LSN of its commit.
     Begin {
         xid: u32,
+        lsn: u64,
     },
     Commit {
         lsn: u64,
@@ -742,9 +754,12 @@ fn decode_message(
         };
     Ok(match bytes.u8()? {
         b'B' => {
-            let _final_lsn = bytes.u64()?;
+            let lsn = bytes.u64()?;
             let _timestamp = bytes.u64()?;
-            Message::Begin { xid: bytes.u32()? }
+            Message::Begin {
+                xid: bytes.u32()?,
+                lsn,
+            }
         }
         b'C' => {
             let _flags = bytes.u8()?;
