@@ -478,8 +478,21 @@ impl Plan {
                         schema.fields[t.column].name, t.out_of_orderness_ms
                     )
                 });
+                // A changelog read by key goes through keyed state first (the upserts of
+                // `upsert-kafka`, the changes of `postgres-cdc`); Debezium events do not.
+                let normalized = crate::connectors::is_changelog(table)
+                    && matches!(connector, "upsert-kafka" | "postgres-cdc");
+                let source_pad = if normalized {
+                    lines.push(format!(
+                        "{pad}ChangelogNormalize: keyed by the primary key [{}] (keyed state: the key's last row, no TTL) [{mode}]",
+                        table.primary_key.join(", ")
+                    ));
+                    format!("{pad}  ")
+                } else {
+                    pad.clone()
+                };
                 lines.push(format!(
-                    "{pad}Source: {connector} table `{}` {schema}{time} [{mode}]",
+                    "{source_pad}Source: {connector} table `{}` {schema}{time} [{mode}]",
                     table.name
                 ));
             }
