@@ -13,71 +13,22 @@
 //! update or delete without `before` (a PostgreSQL table without `REPLICA IDENTITY FULL`),
 //! an unknown `op`, or a row that does not fit the table is a bad record, with the reason.
 
-use serde::Deserialize;
-use serde_json::value::RawValue;
-
 use riffle::Change;
 
 use crate::types::{Row, Schema};
 
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(borrow, default)]
-    before: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    after: Option<&'a RawValue>,
-    #[serde(default)]
-    op: Option<String>,
-    #[serde(borrow, default)]
-    payload: Option<&'a RawValue>,
-}
-
-/// The changes of one event (`None`: a tombstone).
+/// The changes of one event (`None`: a tombstone), its rows read as rows of `schema`
+/// (`riffle::change::debezium`).
 pub(crate) fn read_changes(
     event: Option<&str>,
     schema: &Schema,
 ) -> std::result::Result<Vec<Change<Row>>, String> {
-    let Some(text) = event.filter(|t| !t.trim().is_empty()) else {
-        return Ok(Vec::new());
-    };
-    let mut envelope: Envelope<'_> =
-        serde_json::from_str(text).map_err(|e| format!("not a Debezium JSON event: {e}"))?;
-    if envelope.op.is_none()
-        && let Some(payload) = envelope.payload
-    {
-        envelope = serde_json::from_str(payload.get())
-            .map_err(|e| format!("not a Debezium JSON event's payload: {e}"))?;
+    match event {
+        None => Ok(Vec::new()),
+        Some(text) => {
+            riffle::change::debezium::read(text, |json| crate::json::read_row(json, schema))
+        }
     }
-    let row = |field: Option<&RawValue>, name: &str, op: &str| match field {
-        Some(raw) if raw.get() != "null" => {
-            crate::json::read_row(raw.get(), schema).map_err(|e| format!("`{name}`: {e}"))
-        }
-        _ => Err(format!(
-            "a Debezium event with \"op\": \"{op}\" has no `{name}`{}",
-            if name == "before" {
-                " (a PostgreSQL table needs REPLICA IDENTITY FULL for the old row of updates and deletes)"
-            } else {
-                ""
-            }
-        )),
-    };
-    let op = envelope
-        .op
-        .as_deref()
-        .ok_or("a Debezium JSON event needs an `op` field")?;
-    Ok(match op {
-        "c" | "r" => vec![Change::insert(row(envelope.after, "after", op)?)],
-        "u" => vec![
-            Change::update_before(row(envelope.before, "before", op)?),
-            Change::update_after(row(envelope.after, "after", op)?),
-        ],
-        "d" => vec![Change::delete(row(envelope.before, "before", op)?)],
-        other => {
-            return Err(format!(
-                "a Debezium event's \"op\" is \"{other}\" (expected c, r, u or d)"
-            ));
-        }
-    })
 }
 
 #[cfg(test)]

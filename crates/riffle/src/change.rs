@@ -39,6 +39,8 @@
 //! assert_eq!(back, Change::delete(("bob".to_string(), 1)));
 //! ```
 
+pub mod debezium;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
