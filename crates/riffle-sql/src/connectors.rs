@@ -75,10 +75,7 @@ pub fn scan(
             let convert = nexmark_row(read)?;
             let source = NexmarkSource::new(config)
                 .map_records(move |event: &Event| complete(convert(event)));
-            match &time {
-                Some(_) => env.from_source_with_watermarks(source, strategy(true)),
-                None => env.from_source(source),
-            }
+            timed(env, source, time.as_ref().map(|_| strategy(true)))
         }
         "datagen" => {
             let settings = crate::datagen::settings(table, physical)?;
@@ -87,10 +84,7 @@ pub fn scan(
                 .rate(settings.rows_per_second)
                 .splits(1)
                 .map_records(move |row: &Row| complete(row.clone()));
-            match &time {
-                Some(_) => env.from_source_with_watermarks(source, strategy(false)),
-                None => env.from_source(source),
-            }
+            timed(env, source, time.as_ref().map(|_| strategy(false)))
         }
         "filesystem" => {
             let path = file_path(option(table, "path")?);
@@ -104,10 +98,7 @@ pub fn scan(
                 let row = parse(line, &schema)?;
                 complete(row)
             });
-            match &time {
-                Some(_) => env.from_source_with_watermarks(source, strategy(false)),
-                None => env.from_source(source),
-            }
+            timed(env, source, time.as_ref().map(|_| strategy(false)))
         }
         "kafka" => {
             let schema = read.clone();
@@ -115,10 +106,7 @@ pub fn scan(
                 let row = crate::json::read_row(line, &schema)?;
                 complete(row)
             })?;
-            match &time {
-                Some(_) => env.from_source_with_watermarks(source, strategy(false)),
-                None => env.from_source(source),
-            }
+            timed(env, source, time.as_ref().map(|_| strategy(false)))
         }
         other => {
             return Err(SqlError::plan(format!(
@@ -128,6 +116,19 @@ pub fn scan(
         }
     };
     Ok(stream.name(&format!("Source: {}", table.name)))
+}
+
+/// The stream of `source`: with event time and watermarks by `strategy` when the table has a
+/// time attribute.
+fn timed<T: riffle::Data, S: riffle::source::Source<T>>(
+    env: &StreamEnv,
+    source: S,
+    strategy: Option<WatermarkStrategy<T>>,
+) -> DataStream<T> {
+    match strategy {
+        Some(strategy) => env.from_source_with_watermarks(source, strategy),
+        None => env.from_source(source),
+    }
 }
 
 /// The event time of a row: its time attribute's value; a row without one (a tombstone of
@@ -276,17 +277,11 @@ pub fn debezium_scan(
         "filesystem" => {
             let source = FileSource::lines(file_path(option(table, "path")?))
                 .map_records(move |line: &String| decode(Some(line)));
-            match strategy {
-                Some(strategy) => env.from_source_with_watermarks(source, strategy),
-                None => env.from_source(source),
-            }
+            timed(env, source, strategy)
         }
         _ => {
             let source = debezium_kafka_source(table, decode)?;
-            match strategy {
-                Some(strategy) => env.from_source_with_watermarks(source, strategy),
-                None => env.from_source(source),
-            }
+            timed(env, source, strategy)
         }
     };
     Ok(events
