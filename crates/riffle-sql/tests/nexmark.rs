@@ -458,17 +458,23 @@ fn q5_finds_the_auctions_with_the_most_bids_of_each_sliding_window() {
 
 /// Processing-time windows: a view with a `PROCTIME()` column, tumbled by it. Which window a
 /// bid falls in depends on the clock, so the comparison is of each bidder's bids over all its
-/// windows (every bid counted once), and of the windows' bounds (10 s, aligned).
+/// windows (every bid counted once), and of the windows' bounds (10 s, aligned); each bidder
+/// and window is one row (a group fires once, even when the clock passes its end mid-run).
 #[test]
 fn q12_counts_each_bidders_bids_per_processing_time_window() {
     let per_bidder = |rows: Vec<serde_json::Value>| {
         let mut counts: BTreeMap<i64, i64> = BTreeMap::new();
+        let mut groups = std::collections::BTreeSet::new();
         for row in rows {
             let (start, end) = (
                 row["starttime"].as_i64().unwrap(),
                 row["endtime"].as_i64().unwrap(),
             );
             assert_eq!((end - start, start % 10_000), (10_000, 0), "{row}");
+            assert!(
+                groups.insert((row["bidder"].as_i64().unwrap(), start)),
+                "a bidder's window fired twice: {row}"
+            );
             *counts.entry(row["bidder"].as_i64().unwrap()).or_default() +=
                 row["bid_count"].as_i64().unwrap();
         }

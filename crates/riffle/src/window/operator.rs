@@ -2,8 +2,9 @@
 //!
 //! State is one table: key group -> window -> key -> accumulator, plus the set of windows that
 //! hold state and whether each has fired. A window fires for all its keys at once when the
-//! watermark (or, in processing time, the clock) reaches its last millisecond; its state is then
-//! kept for the allowed lateness, during which a late record updates its key's result right away.
+//! watermark reaches its last millisecond (in processing time, when the clock reaches its end:
+//! at its last millisecond records still fall in it); its state is then kept for the allowed
+//! lateness, during which a late record updates its key's result right away.
 //! A record whose every window is past the lateness is late: it goes to the late side output, or
 //! is counted and logged.
 
@@ -44,6 +45,9 @@ pub(crate) struct Slot<A> {
 pub(crate) struct WindowCore<T> {
     pub(crate) ctx: OperatorContext,
     pub(crate) watermark: Timestamp,
+    /// The latest processing time read: the clock as this operator sees it never goes back (the
+    /// wall clock may), so no record is windowed into a processing-time window that fired.
+    processing_time: Timestamp,
     pub(crate) next_early: Option<Timestamp>,
     late_log: RateLimitedLog,
     /// Records whose windows do not fit in the timestamp range become dead letters.
@@ -61,6 +65,7 @@ impl<T: Data> WindowCore<T> {
             unplaceable: BadRecordHandler::new(BadRecordPolicy::DeadLetter, &ctx.name),
             ctx: ctx.clone(),
             watermark: MIN_WATERMARK,
+            processing_time: MIN_WATERMARK,
             late_log: RateLimitedLog::new(Duration::from_secs(10)),
             dead_letters: OutputTag::new(DEAD_LETTER_TAG),
             settings,
@@ -75,12 +80,26 @@ impl<T: Data> WindowCore<T> {
         self.settings.windows.time() == TimeDomain::EventTime
     }
 
+    /// The processing time now: the clock, never before an earlier reading.
+    pub(crate) fn now(&mut self) -> Timestamp {
+        self.processing_time = self.processing_time.max(self.ctx.clock.now());
+        self.processing_time
+    }
+
     /// The processing time a batch is windowed at (event time: unused, 0).
-    pub(crate) fn batch_time(&self) -> Timestamp {
+    pub(crate) fn batch_time(&mut self) -> Timestamp {
+        if self.event_time() { 0 } else { self.now() }
+    }
+
+    /// The time up to which windows are due (their last millisecond at or before it) when
+    /// processing time is `now`: the watermark, or in processing time the millisecond before
+    /// `now`. A processing-time window takes records until the clock reaches its end, so it
+    /// fires then, once, and the records of its last millisecond are in its result.
+    pub(crate) fn due_by(&self, now: Timestamp) -> Timestamp {
         if self.event_time() {
-            0
+            self.watermark
         } else {
-            self.ctx().clock.now()
+            now.saturating_sub(1)
         }
     }
 
@@ -238,9 +257,10 @@ pub(crate) trait Firing {
 
     /// Processing time moved: fires processing-time windows and early results when due.
     fn ticked(&mut self, out: &mut Collector<'_, Self::Out>) -> Result<()> {
-        let now = self.core().ctx().clock.now();
+        let now = self.core().now();
         if !self.core().event_time() {
-            self.advance(now, out)?;
+            let due_by = self.core().due_by(now);
+            self.advance(due_by, out)?;
         }
         if self.core().early_firing_due(now) {
             self.fire_early(out)?;
@@ -294,15 +314,6 @@ where
         }
     }
 
-    /// The time up to which windows are due: the watermark, or in processing time the clock.
-    fn due_time(&self) -> Timestamp {
-        if self.core.event_time() {
-            self.core.watermark
-        } else {
-            self.core.ctx().clock.now()
-        }
-    }
-
     /// Emits a slot's result if it has not fired, or changed since.
     fn fire_slot(
         function: &mut F,
@@ -333,16 +344,18 @@ where
     }
 
     /// Adds a record to one window of its key; fires the key's result at once if the window is
-    /// already due (a late record within the lateness).
+    /// already due by `due_by` (a late record within the lateness; never in processing time,
+    /// where the batch's windows hold its time, which `due_by` is before).
     fn add(
         &mut self,
         key_group: KeyGroup,
         key: &K,
         window: TimeWindow,
         value: std::result::Result<T, &T>,
+        due_by: Timestamp,
         out: &mut Collector<'_, F::Out>,
     ) -> Result<()> {
-        let due = window.max_timestamp() <= self.due_time();
+        let due = window.max_timestamp() <= due_by;
         if self.last_pane != Some(window) {
             self.panes.insert(window);
             self.last_pane = Some(window);
@@ -489,7 +502,9 @@ where
         batch: &mut Vec<Record<T>>,
         out: &mut Collector<'_, F::Out>,
     ) -> Result<()> {
+        // One time for the whole batch: the windows its records fall in and which are due.
         let now = self.core.batch_time();
+        let due_by = self.core.due_by(now);
         for record in batch.drain(..) {
             let time = self.core.time_of(&record, now)?;
             let key = (self.key)(&record.value);
@@ -522,12 +537,12 @@ where
                 // One window (tumbling, or a partial aggregate): the record moves in, no copy.
                 1 => {
                     let window = self.assigned[0];
-                    self.add(key_group, &key, window, Ok(record.value), out)?;
+                    self.add(key_group, &key, window, Ok(record.value), due_by, out)?;
                 }
                 n => {
                     for i in 0..n {
                         let window = self.assigned[i];
-                        self.add(key_group, &key, window, Err(&record.value), out)?;
+                        self.add(key_group, &key, window, Err(&record.value), due_by, out)?;
                     }
                 }
             }

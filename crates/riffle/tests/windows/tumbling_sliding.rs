@@ -188,6 +188,40 @@ fn processing_time_windows_follow_the_clock() -> Result<()> {
     Ok(())
 }
 
+/// The clock at a window's last millisecond: records still fall in that window, so it must not
+/// fire (and drop its state) before the clock reaches its end, and the records of its last
+/// millisecond are counted with the others, in its one result.
+#[test]
+fn a_processing_time_window_fires_once_when_the_clock_reaches_its_end() -> Result<()> {
+    let op =
+        WindowTest::new(user, Tumbling::processing_time(Duration::from_secs(10))).aggregate(Count);
+    let mut h = OperatorHarness::builder(op)
+        .processing_time(9_998)
+        .build()?;
+    h.process_untimed((1, 0))?;
+    h.advance_processing_time(Duration::from_millis(1))?; // 9 999, the window's last millisecond
+    h.process_records(vec![Record::untimed((1, 0)), Record::untimed((1, 0))])?;
+    h.process_untimed((2, 0))?;
+    h.advance_processing_time(Duration::ZERO)?;
+    assert_eq!(h.take_values(), vec![], "the window is still open at 9 999");
+    h.advance_processing_time(Duration::from_millis(1))?; // 10 000
+    let window = |key, value| WindowResult {
+        key,
+        window_start: 0,
+        window_end: 10_000,
+        value,
+        update: false,
+    };
+    assert_eq!(sorted(h.take_values()), vec![window(1, 3), window(2, 1)]);
+    h.finish()?;
+    assert_eq!(
+        h.take_values(),
+        vec![],
+        "nothing is left to fire at the end"
+    );
+    Ok(())
+}
+
 #[test]
 fn early_firings_emit_changes_before_the_end_and_the_final_result_is_an_update() -> Result<()> {
     let op = WindowTest::new(user, Tumbling::of(MINUTE))
