@@ -100,9 +100,18 @@ fn clicks_per_user_and_minute_go_from_a_topic_to_a_topic_exactly_once() {
          INSERT INTO totals SELECT user_id, COUNT(*) FROM clicks GROUP BY user_id;"
     ))
     .unwrap_or_else(|e| panic!("{e}"));
+    let mut per_window: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    let mut per_user: BTreeMap<i64, i64> = BTreeMap::new();
+    for click in &clicks {
+        let user = click.user_id as i64;
+        let start = click.event_time - click.event_time.rem_euclid(60_000);
+        *per_window.entry((user, start)).or_default() += 1;
+        *per_user.entry(user).or_default() += 1;
+    }
     let handle = env.execute_async().unwrap();
-    // Every line read (the bad one as a dead letter), then the sources end their input: the
-    // last windows fire, the last transaction commits. Each INSERT reads the table (two scans).
+    // Every line read (the bad one as a dead letter) and every closed window's count at the
+    // sink (the closing clicks' watermark fired them: a stop does not), then the stop commits
+    // the last transaction. Each INSERT reads the table (two scans).
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let metrics = handle.metrics();
@@ -112,13 +121,20 @@ fn clicks_per_user_and_minute_go_from_a_topic_to_a_topic_exactly_once() {
             .filter(|o| o.name.starts_with("Source: clicks"));
         let read: u64 = sources.clone().map(|o| o.records_out).sum();
         let bad: u64 = sources.map(|o| o.bad_records).sum();
-        if read as usize == 2 * lines && bad == 2 {
+        let counted: u64 = metrics
+            .operators
+            .iter()
+            .filter(|o| o.name == "Sink: counts")
+            .map(|o| o.records_in)
+            .sum();
+        if read as usize == 2 * lines && bad == 2 && counted as usize >= per_window.len() {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "read {read} of {} clicks, {bad} bad",
-            2 * lines
+            "read {read} of {} clicks, {bad} bad, {counted} of {} window counts at the sink",
+            2 * lines,
+            per_window.len()
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -126,14 +142,6 @@ fn clicks_per_user_and_minute_go_from_a_topic_to_a_topic_exactly_once() {
     let result = handle.wait().unwrap();
     assert_eq!(result.bad_records(), 2);
 
-    let mut per_window: BTreeMap<(i64, i64), i64> = BTreeMap::new();
-    let mut per_user: BTreeMap<i64, i64> = BTreeMap::new();
-    for click in &clicks {
-        let user = click.user_id as i64;
-        let start = click.event_time - click.event_time.rem_euclid(60_000);
-        *per_window.entry((user, start)).or_default() += 1;
-        *per_user.entry(user).or_default() += 1;
-    }
     // The window counts: one row per user and window, keyed by the user.
     let rows = read_committed(&counts, Duration::from_secs(60), |n, quiet| {
         n >= per_window.len() && quiet > Duration::from_secs(2)
