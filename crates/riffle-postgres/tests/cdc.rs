@@ -138,6 +138,15 @@ fn change_everything(name: &str, moved: &str) {
     .unwrap();
 }
 
+/// The changelog of table `name`, captured through a slot and a publication of its name.
+fn capture(env: &StreamEnv, name: &str) -> riffle::DataStream<Change<CdcRow>> {
+    PostgresCdcSource::new(url(), [name])
+        .slot(name)
+        .publication(name)
+        .poll_interval(Duration::from_millis(20))
+        .changelog(env)
+}
+
 fn env(checkpoints: &std::path::Path) -> StreamEnv {
     StreamEnv::with_config(
         EnvConfig::default()
@@ -166,12 +175,7 @@ fn a_snapshot_then_every_change_in_commit_order() {
     let dir = tempfile::tempdir().unwrap();
     let env = env(dir.path());
     let (sink, out) = CollectSink::new();
-    PostgresCdcSource::new(url(), [name])
-        .slot(name)
-        .publication(name)
-        .poll_interval(Duration::from_millis(20))
-        .changelog(&env)
-        .sink(sink);
+    capture(&env, name).sink(sink);
     let handle = env.execute_async().unwrap();
     wait_equal(name, &out);
     change_everything(name, "3, 6");
@@ -231,34 +235,28 @@ fn a_replica_through_failures_during_the_snapshot_and_the_stream_is_exact() {
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let env = env(dir.path());
-        PostgresCdcSource::new(url(), [name])
-            .slot(name)
-            .publication(name)
-            .poll_interval(Duration::from_millis(20))
-            .changelog(&env)
-            .map(fail_once_after(fail_after))
-            .sink(
-                PostgresSink::with_encoder(url(), &copy, ["id"], |change: &Change<CdcRow>| {
-                    let row: serde_json::Map<String, serde_json::Value> = change
-                        .row
-                        .columns
-                        .iter()
-                        .zip(&change.row.values)
-                        .map(|(c, v)| {
-                            (
-                                c.clone(),
-                                v.clone()
-                                    .map_or(serde_json::Value::Null, serde_json::Value::String),
-                            )
-                        })
-                        .collect();
-                    Ok(Some(match change.op {
-                        RowKind::Insert | RowKind::UpdateAfter => RowChange::Put(row),
-                        RowKind::Delete | RowKind::UpdateBefore => RowChange::Delete(row),
-                    }))
-                })
-                .exactly_once(),
-            );
+        capture(&env, name).map(fail_once_after(fail_after)).sink(
+            PostgresSink::with_encoder(url(), &copy, ["id"], |change: &Change<CdcRow>| {
+                let row: serde_json::Map<String, serde_json::Value> = change
+                    .row
+                    .columns
+                    .iter()
+                    .zip(&change.row.values)
+                    .map(|(c, v)| {
+                        (
+                            c.clone(),
+                            v.clone()
+                                .map_or(serde_json::Value::Null, serde_json::Value::String),
+                        )
+                    })
+                    .collect();
+                Ok(Some(match change.op {
+                    RowKind::Insert | RowKind::UpdateAfter => RowChange::Put(row),
+                    RowKind::Delete | RowKind::UpdateBefore => RowChange::Delete(row),
+                }))
+            })
+            .exactly_once(),
+        );
         let handle = env.execute_async().unwrap();
         wait_copied(name, &copy);
         change_everything(name, "2, 4");
@@ -280,12 +278,7 @@ fn a_moved_key_with_an_unsent_toasted_value_is_a_bad_record() {
     let dir = tempfile::tempdir().unwrap();
     let env = env(dir.path());
     let (sink, out) = CollectSink::new();
-    PostgresCdcSource::new(url(), [name])
-        .slot(name)
-        .publication(name)
-        .poll_interval(Duration::from_millis(20))
-        .changelog(&env)
-        .sink(sink);
+    capture(&env, name).sink(sink);
     let handle = env.execute_async().unwrap();
     wait_equal(name, &out);
     client()

@@ -192,7 +192,8 @@ fn is_debezium(table: &TableDef) -> bool {
 }
 
 /// The changelog of a table read as one ([`is_changelog`]): an `upsert-kafka` table's
-/// ([`upsert_scan`]) or a `debezium-json` table's ([`debezium_scan`]).
+/// ([`upsert_scan`]), a `debezium-json` table's ([`debezium_scan`]) or a `postgres-cdc`
+/// table's (the `postgres_cdc` module).
 pub fn changelog_scan(
     env: &StreamEnv,
     table: &TableDef,
