@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it on a fresh clone: installs and starts what the tests need
-# (RocksDB's system library, an S3-compatible server for the checkpoint tests, a Kafka broker, PostgreSQL,
+# (RocksDB's system library, an S3-compatible server for the checkpoint tests, a Kafka broker, PostgreSQL, a schema registry,
 # Chromium with playwright-core and the Prometheus text parser for the operations tests), then runs every test of the workspace.
 # A dependency that cannot be installed or started fails the run; no test skips itself.
 set -euo pipefail
@@ -31,13 +31,16 @@ eval "$(./scripts/test-tools.sh)"
 # S3-compatible storage for checkpoint tests (s3s-fs, installed into .tools/ on first use) and a
 # Kafka broker for the connector tests (Apache Kafka from Maven Central, into .tools/).
 ./scripts/s3-server.sh start
-trap './scripts/s3-server.sh stop; ./scripts/kafka.sh stop; ./scripts/postgres.sh stop' EXIT
+trap './scripts/s3-server.sh stop; ./scripts/kafka.sh stop; ./scripts/postgres.sh stop; ./scripts/schema-registry.sh stop' EXIT
 eval "$(./scripts/s3-server.sh env)"
 ./scripts/kafka.sh start
 eval "$(./scripts/kafka.sh env)"
 # A PostgreSQL server (Debian's, in a data directory of its own) for the Postgres connector.
 ./scripts/postgres.sh start
 eval "$(./scripts/postgres.sh env)"
+# A schema registry with Confluent's API (Apicurio Registry from Maven Central) for Avro.
+./scripts/schema-registry.sh start
+eval "$(./scripts/schema-registry.sh env)"
 
 # Lints, warnings included (missing docs on public items among them), on every target.
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings

@@ -180,6 +180,8 @@ pub struct Consumed {
     pub value: String,
     /// Whether the record has no value (a tombstone).
     pub tombstone: bool,
+    /// The value's bytes as they are (binary formats such as Avro), empty without one.
+    pub bytes: Vec<u8>,
 }
 
 /// Reads `topic` from the beginning of every partition as a `read_committed` consumer until
@@ -219,6 +221,7 @@ pub fn read_committed(
                 key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
                 value: String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
                 tombstone: m.payload().is_none(),
+                bytes: m.payload().unwrap_or_default().to_vec(),
             });
             last = Instant::now();
         }

@@ -84,9 +84,38 @@ pub fn read<R>(
         .op
         .clone()
         .ok_or("a Debezium JSON event needs an `op` field")?;
-    let mut image = |field: Option<&RawValue>, name: &str| match field {
-        Some(raw) if raw.get() != "null" => row(raw.get()).map_err(|e| format!("`{name}`: {e}")),
-        _ => Err(format!(
+    changes(&op, |name| {
+        let field = if name == "before" {
+            envelope.before
+        } else {
+            envelope.after
+        };
+        match field {
+            Some(raw) if raw.get() != "null" => row(raw.get()).map(Some),
+            _ => Ok(None),
+        }
+    })
+}
+
+/// The changes of one Debezium event of operation `op` (the table above), whatever its
+/// encoding: `image` reads the event's `"before"` or `"after"` row (`None` when the event has
+/// none). A row the operation needs and the event lacks, or an unknown `op`, is an error.
+///
+/// ```
+/// use riffle::change::debezium::changes;
+/// use riffle::RowKind;
+/// let update = changes("u", |image| Ok(Some(format!("{image} row")))).unwrap();
+/// assert_eq!(update[0].op, RowKind::UpdateBefore);
+/// assert_eq!(update[1].row, "after row");
+/// assert!(changes::<String>("d", |_| Ok(None)).is_err());
+/// ```
+pub fn changes<R>(
+    op: &str,
+    mut image: impl FnMut(&str) -> Result<Option<R>, String>,
+) -> Result<Vec<Change<R>>, String> {
+    let mut image = |name: &str| match image(name) {
+        Ok(Some(row)) => Ok(row),
+        Ok(None) => Err(format!(
             "a Debezium event with \"op\": \"{op}\" has no `{name}`{}",
             if name == "before" {
                 " (a PostgreSQL table needs REPLICA IDENTITY FULL for the old row of updates and deletes)"
@@ -94,14 +123,15 @@ pub fn read<R>(
                 ""
             }
         )),
+        Err(e) => Err(format!("`{name}`: {e}")),
     };
-    Ok(match op.as_str() {
-        "c" | "r" => vec![Change::insert(image(envelope.after, "after")?)],
+    Ok(match op {
+        "c" | "r" => vec![Change::insert(image("after")?)],
         "u" => vec![
-            Change::update_before(image(envelope.before, "before")?),
-            Change::update_after(image(envelope.after, "after")?),
+            Change::update_before(image("before")?),
+            Change::update_after(image("after")?),
         ],
-        "d" => vec![Change::delete(image(envelope.before, "before")?)],
+        "d" => vec![Change::delete(image("before")?)],
         other => {
             return Err(format!(
                 "a Debezium event's \"op\" is \"{other}\" (expected c, r, u or d)"
