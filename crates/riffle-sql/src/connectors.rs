@@ -101,11 +101,7 @@ pub fn scan(
             timed(env, source, time.as_ref().map(|_| strategy(false)))
         }
         "kafka" => {
-            let schema = read.clone();
-            let source = kafka_source(table, move |line: &str| {
-                let row = crate::json::read_row(line, &schema)?;
-                complete(row)
-            })?;
+            let source = kafka_source(table, read, complete)?;
             timed(env, source, time.as_ref().map(|_| strategy(false)))
         }
         other => {
@@ -178,17 +174,20 @@ pub fn is_changelog(table: &TableDef) -> bool {
         ) || is_debezium(table))
 }
 
-/// Whether `table` is a `kafka` or `filesystem` table of Debezium JSON events.
+/// Whether `table` is a `kafka` or `filesystem` table of Debezium events (JSON, or Avro
+/// through a schema registry).
 fn is_debezium(table: &TableDef) -> bool {
     matches!(
         table.options.get("connector").map(String::as_str),
         Some("kafka" | "filesystem")
-    ) && table
-        .options
-        .get("value.format")
-        .or_else(|| table.options.get("format"))
-        .map(String::as_str)
-        == Some("debezium-json")
+    ) && matches!(
+        table
+            .options
+            .get("value.format")
+            .or_else(|| table.options.get("format"))
+            .map(String::as_str),
+        Some("debezium-json" | "debezium-avro-confluent")
+    )
 }
 
 /// The changelog of a table read as one ([`is_changelog`]): an `upsert-kafka` table's
@@ -252,9 +251,7 @@ pub fn debezium_scan(
     time: Option<TimeAttribute>,
 ) -> Result<DataStream<Change<Row>>> {
     let complete = completer(table, &computed, time.as_ref());
-    let schema = read.clone();
-    let decode = move |event: Option<&str>| -> std::result::Result<Vec<Change<Row>>, String> {
-        let mut changes = crate::debezium::read_changes(event, &schema)?;
+    let complete = move |mut changes: Vec<Change<Row>>| {
         for change in &mut changes {
             let row = std::mem::take(&mut change.row);
             change.row = complete(row, change.op.is_accumulate())?;
@@ -276,12 +273,21 @@ pub fn debezium_scan(
     });
     let events = match option(table, "connector")? {
         "filesystem" => {
-            let source = FileSource::lines(file_path(option(table, "path")?))
-                .map_records(move |line: &String| decode(Some(line)));
+            let format = table.options.get("format").map_or("json", String::as_str);
+            if format != "debezium-json" {
+                return Err(SqlError::plan(format!(
+                    "table `{}`: 'format' = '{format}': a filesystem table of Debezium events is read as 'debezium-json'",
+                    table.name
+                )));
+            }
+            let schema = read.clone();
+            let source = FileSource::lines(file_path(option(table, "path")?)).map_records(
+                move |line: &String| complete(crate::debezium::read_changes(Some(line), &schema)?),
+            );
             timed(env, source, strategy)
         }
         _ => {
-            let source = debezium_kafka_source(table, decode)?;
+            let source = debezium_kafka_source(table, read, complete)?;
             timed(env, source, strategy)
         }
     };
@@ -295,18 +301,20 @@ pub fn debezium_scan(
 #[cfg(feature = "kafka")]
 fn debezium_kafka_source(
     table: &TableDef,
-    decode: impl Fn(Option<&str>) -> std::result::Result<Vec<Change<Row>>, String>
+    read: &Schema,
+    complete: impl Fn(Vec<Change<Row>>) -> std::result::Result<Vec<Change<Row>>, String>
     + Send
     + Sync
     + 'static,
 ) -> Result<impl riffle::source::Source<Vec<Change<Row>>>> {
-    crate::kafka::debezium_source(table, decode)
+    crate::kafka::debezium_source(table, read, complete)
 }
 
 #[cfg(not(feature = "kafka"))]
 fn debezium_kafka_source(
     table: &TableDef,
-    _decode: impl Fn(Option<&str>) -> std::result::Result<Vec<Change<Row>>, String>
+    _read: &Schema,
+    _complete: impl Fn(Vec<Change<Row>>) -> std::result::Result<Vec<Change<Row>>, String>
     + Send
     + Sync
     + 'static,
@@ -681,16 +689,18 @@ pub fn csv_text(row: &Row, schema: &Schema) -> String {
 #[cfg(feature = "kafka")]
 fn kafka_source(
     table: &TableDef,
-    convert: impl Fn(&str) -> std::result::Result<Row, String> + Send + Sync + 'static,
+    read: &Schema,
+    complete: impl Fn(Row) -> std::result::Result<Row, String> + Send + Sync + 'static,
 ) -> Result<impl riffle::source::Source<Row>> {
-    crate::kafka::source(table, convert)
+    crate::kafka::source(table, read, complete)
 }
 
 /// Without the `kafka` feature, a `kafka` table is refused, saying how to get one.
 #[cfg(not(feature = "kafka"))]
 fn kafka_source(
     table: &TableDef,
-    _convert: impl Fn(&str) -> std::result::Result<Row, String> + Send + Sync + 'static,
+    _read: &Schema,
+    _complete: impl Fn(Row) -> std::result::Result<Row, String> + Send + Sync + 'static,
 ) -> Result<riffle::source::collection::CollectionSource<Row>> {
     Err(no_kafka(table))
 }

@@ -9,7 +9,7 @@
 //! | `scan.startup.mode` | yes | | `group-offsets` (default, as Flink: the group's committed offsets, the earliest without), `earliest-offset`, `latest-offset`, `timestamp` |
 //! | `scan.startup.timestamp-millis` | yes | | where `timestamp` starts (epoch ms) |
 //! | `scan.topic-partition-discovery.interval` | yes | | how often new partitions are looked for (`30 s` by default; `0` never) |
-//! | `format` / `value.format` | yes | yes | `json` (reading and writing), `debezium-json` (a changelog, reading and writing) |
+//! | `format` / `value.format` | yes | yes | `json` (reading and writing), `debezium-json` (a changelog, reading and writing), `avro-confluent` (Avro through a schema registry, reading and writing; see the `avro` module for its options), `debezium-avro-confluent` (Debezium's Avro events, reading) |
 //! | `key.fields` | | yes | columns whose values, as a JSON object, are each message's key (`a;b`); a `debezium-json` changelog without it is keyed by each change's row, so that a row's retraction follows its insertion in one partition |
 //! | `sink.delivery-guarantee` | | yes | `at-least-once` (default, as Flink), `exactly-once` (a Kafka transaction per checkpoint: readers with `isolation.level=read_committed` see each row once), `none` |
 //! | `sink.transactional-id-prefix` | | yes | the prefix of the sink's transactional ids (default: the job's name and the sink) |
@@ -29,7 +29,6 @@ use std::time::Duration;
 use riffle::Change;
 use riffle::change::RowKind;
 use riffle::source::Source;
-use riffle::source::mapped::SourceExt;
 use riffle_kafka::{KafkaConnection, KafkaSink, KafkaSource, StartFrom};
 
 use crate::connectors::{debezium_json_text, json_text};
@@ -86,33 +85,49 @@ fn format(table: &TableDef) -> &str {
         .map_or("json", String::as_str)
 }
 
-/// The source of a `kafka` table: each value, a JSON object of the table's physical columns,
-/// converted by `convert` (the table's computed columns and time check).
+/// The source of a `kafka` table: each value, a record of the table's physical columns (`read`,
+/// those the job reads) in its format (a JSON object, or Avro through a schema registry),
+/// completed by `complete` (the table's computed columns and time check).
 pub(crate) fn source(
     table: &TableDef,
-    convert: impl Fn(&str) -> std::result::Result<Row, String> + Send + Sync + 'static,
+    read: &Schema,
+    complete: impl Fn(Row) -> std::result::Result<Row, String> + Send + Sync + 'static,
 ) -> Result<impl Source<Row>> {
-    match format(table) {
-        "json" => {}
-        other => {
-            return Err(bad_option(
-                table,
-                "format",
-                other,
-                "a kafka table is read as 'json' or 'debezium-json' (Avro comes with issue 31)",
-            ));
-        }
-    }
-    let source = configured(
+    let decode = row_decoder(table, read)?;
+    configured(
         table,
-        KafkaSource::with_decoder(connection(table)?, topics(table)?, |bytes: &[u8]| {
-            std::str::from_utf8(bytes)
-                .map(str::to_string)
-                .map_err(|e| format!("not UTF-8: {e}"))
+        KafkaSource::with_decoder(connection(table)?, topics(table)?, move |bytes: &[u8]| {
+            complete(decode(bytes)?)
         }),
-    )?;
-    Ok(source.map_records(move |line: &String| convert(line)))
+    )
 }
+
+/// Decodes a value of the table's format into a row of `schema`.
+type RowDecoder = Box<dyn Fn(&[u8]) -> std::result::Result<Row, String> + Send + Sync>;
+
+fn row_decoder(table: &TableDef, schema: &Schema) -> Result<RowDecoder> {
+    let schema = schema.clone();
+    match format(table) {
+        "json" => Ok(Box::new(move |bytes: &[u8]| {
+            let line = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+            crate::json::read_row(line, &schema)
+        })),
+        #[cfg(feature = "avro")]
+        "avro-confluent" => Ok(Box::new(crate::avro::row_decoder(
+            table,
+            "avro-confluent",
+            &schema,
+        )?)),
+        other => Err(bad_option(table, "format", other, READ_FORMATS)),
+    }
+}
+
+/// The formats a `kafka` table is read in.
+const READ_FORMATS: &str = if cfg!(feature = "avro") {
+    "a kafka table is read as 'json', 'avro-confluent', 'debezium-json' or 'debezium-avro-confluent'"
+} else {
+    "a kafka table is read as 'json' or 'debezium-json' (Avro needs riffle-sql's `avro` feature)"
+};
 
 /// The source of an `upsert-kafka` table, as Flink's connector: each message an upsert of the
 /// row of its key (`key`, the primary key's columns from the message key, a JSON object, over
@@ -156,26 +171,40 @@ pub(crate) fn upsert_source(
     )
 }
 
-/// The source of a `kafka` table of Debezium JSON events: each message's value decoded by
-/// `decode` into its changes (`None` for a tombstone, which changes nothing).
+/// The source of a `kafka` table of Debezium events (`debezium-json`, or
+/// `debezium-avro-confluent`): each message's value decoded into its changes of rows of
+/// `schema` (none for a tombstone), completed by `complete`.
 pub(crate) fn debezium_source(
     table: &TableDef,
-    decode: impl Fn(Option<&str>) -> std::result::Result<Vec<Change<Row>>, String>
+    schema: &Schema,
+    complete: impl Fn(Vec<Change<Row>>) -> std::result::Result<Vec<Change<Row>>, String>
     + Send
     + Sync
     + 'static,
 ) -> Result<impl Source<Vec<Change<Row>>>> {
+    type Decode =
+        Box<dyn Fn(Option<&[u8]>) -> std::result::Result<Vec<Change<Row>>, String> + Send + Sync>;
+    let decode: Decode = match format(table) {
+        "debezium-json" => {
+            let schema = schema.clone();
+            Box::new(move |value: Option<&[u8]>| match value {
+                None => Ok(Vec::new()),
+                Some(bytes) => crate::debezium::read_changes(
+                    Some(std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?),
+                    &schema,
+                ),
+            })
+        }
+        #[cfg(feature = "avro")]
+        "debezium-avro-confluent" => crate::avro::debezium_decoder(table, schema)?,
+        other => return Err(bad_option(table, "format", other, READ_FORMATS)),
+    };
     configured(
         table,
         KafkaSource::with_record_decoder(
             connection(table)?,
             topics(table)?,
-            move |_key: Option<&[u8]>, value: Option<&[u8]>| match value {
-                None => Ok(Vec::new()),
-                Some(bytes) => decode(Some(
-                    std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?,
-                )),
-            },
+            move |_key: Option<&[u8]>, value: Option<&[u8]>| complete(decode(value)?),
         ),
     )
 }
@@ -450,6 +479,22 @@ fn append_or_changelog_sink(
                 .sink(finish(sink))
                 .name(&name);
         }
+        #[cfg(feature = "avro")]
+        "avro-confluent" => {
+            let changes = rows.into_append(&format!(
+                "table `{}` ('connector' = 'kafka', 'format' = 'avro-confluent')",
+                table.name
+            ))?;
+            let encode = crate::avro::row_encoder(table, &topic, &schema)?;
+            let sink = KafkaSink::<Change<Row>>::with_encoder(kafka, topic, move |change, out| {
+                encode(&change.row, out)
+            });
+            changes
+                .map(Change::insert)
+                .name("Changelog")
+                .sink(finish(sink))
+                .name(&name);
+        }
         "debezium-json" => {
             let row_schema = schema.clone();
             let sink = KafkaSink::<Change<Row>>::with_encoder(kafka, topic, move |change, out| {
@@ -470,7 +515,11 @@ fn append_or_changelog_sink(
                 table,
                 "format",
                 other,
-                "a kafka table is written as 'json' or 'debezium-json'",
+                if cfg!(feature = "avro") {
+                    "a kafka table is written as 'json', 'avro-confluent' or 'debezium-json'"
+                } else {
+                    "a kafka table is written as 'json' or 'debezium-json' (Avro needs riffle-sql's `avro` feature)"
+                },
             ));
         }
     }

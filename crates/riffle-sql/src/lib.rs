@@ -37,6 +37,8 @@ use std::collections::BTreeMap;
 use riffle::{Change, DataStream, StreamEnv};
 
 pub mod aggregate;
+#[cfg(feature = "avro")]
+pub mod avro;
 pub mod connectors;
 mod datagen;
 mod debezium;
