@@ -21,8 +21,8 @@
 use std::collections::HashMap;
 
 use compact_str::CompactString;
-use riffle_avro::apache_avro::Decimal as AvroDecimal;
-use riffle_avro::{AvroDecoder, AvroEncoder, SchemaRegistry, Value as Avro};
+use riffle_formats::apache_avro::Decimal as AvroDecimal;
+use riffle_formats::{AvroDecoder, AvroEncoder, SchemaRegistry, Value as Avro};
 
 use crate::error::{Result, SqlError};
 use crate::parse::TableDef;
@@ -42,7 +42,7 @@ fn registry(table: &TableDef, format: &str) -> Result<SchemaRegistry> {
             table.name
         )));
     };
-    let bad = |e: riffle_avro::AvroError| {
+    let bad = |e: riffle_formats::AvroError| {
         SqlError::plan(format!("table `{}`: '{}.url': {e}", table.name, format))
     };
     let mut registry = SchemaRegistry::new(url).map_err(bad)?;
@@ -78,7 +78,7 @@ pub(crate) fn debezium_decoder(table: &TableDef, schema: &Schema) -> Result<Chan
     let decoder = AvroDecoder::confluent(&registry(table, "debezium-avro-confluent")?);
     let schema = schema.clone();
     Ok(Box::new(move |event: Option<&[u8]>| {
-        riffle_avro::debezium::decode_values(&decoder, event, |row| row_of(row, &schema.fields))
+        riffle_formats::debezium::decode_values(&decoder, event, |row| row_of(row, &schema.fields))
     }))
 }
 
@@ -90,13 +90,13 @@ pub(crate) fn row_encoder(
     schema: &Schema,
 ) -> Result<impl Fn(&Row, &mut Vec<u8>) -> riffle::Result<()> + Send + Sync + 'static> {
     let registry = registry(table, "avro-confluent")?;
-    let avro_schema = riffle_avro::Schema::parse_str(&schema_json(&schema.fields).to_string())
+    let avro_schema = riffle_formats::Schema::parse_str(&schema_json(&schema.fields).to_string())
         .map_err(|e| {
-            SqlError::plan(format!(
-                "table `{}`: its columns as an Avro schema: {e}",
-                table.name
-            ))
-        })?;
+        SqlError::plan(format!(
+            "table `{}`: its columns as an Avro schema: {e}",
+            table.name
+        ))
+    })?;
     let subject = table
         .options
         .get("avro-confluent.subject")
@@ -426,7 +426,7 @@ mod tests {
             ),
             Field::new("n", DataType::Int),
         ];
-        let schema = riffle_avro::Schema::parse_str(&schema_json(&fields).to_string()).unwrap();
+        let schema = riffle_formats::Schema::parse_str(&schema_json(&fields).to_string()).unwrap();
         let row = vec![
             Value::String("u1".into()),
             Value::Timestamp(1_700_000_000_123),

@@ -12,7 +12,7 @@ use riffle::change::RetractTable;
 use riffle::checkpoint::CheckpointConfig;
 use riffle::sink::CollectSink;
 use riffle::{EnvConfig, StreamEnv};
-use riffle_avro::{AvroDecoder, AvroEncoder, Schema, SchemaRegistry, Value};
+use riffle_formats::{AvroDecoder, AvroEncoder, Schema, SchemaRegistry, Value};
 use riffle_kafka::testing::{TestProducer, bootstrap, read_committed};
 use riffle_kafka::{KafkaConnection, ensure_topics};
 use riffle_sql::SqlEnv;
@@ -108,7 +108,7 @@ fn an_avro_topic_of_two_versions_is_read_by_name_and_written_as_registered_avro(
                     ),
                     (
                         "price",
-                        Value::Decimal(riffle_avro::apache_avro::Decimal::from(
+                        Value::Decimal(riffle_formats::apache_avro::Decimal::from(
                             (cents as i32).to_be_bytes(),
                         )),
                     ),

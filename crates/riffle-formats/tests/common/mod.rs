@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use riffle_avro::SchemaRegistry;
+use riffle_formats::SchemaRegistry;
 
 /// The registry `scripts/test.sh` starts (`RIFFLE_SCHEMA_REGISTRY_URL`).
 pub fn registry() -> SchemaRegistry {

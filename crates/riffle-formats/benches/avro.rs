@@ -5,13 +5,13 @@
 //!
 //! ```sh
 //! scripts/schema-registry.sh start && eval "$(scripts/schema-registry.sh env)"
-//! cargo bench -p riffle-avro --bench avro
+//! cargo bench -p riffle-formats --bench avro
 //! ```
 
 use std::hint::black_box;
 use std::time::Instant;
 
-use riffle_avro::{AvroDecoder, AvroEncoder, AvroSchema, Schema, SchemaRegistry};
+use riffle_formats::{AvroDecoder, AvroEncoder, AvroSchema, Schema, SchemaRegistry};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, AvroSchema)]

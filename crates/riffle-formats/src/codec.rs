@@ -32,14 +32,14 @@ enum Writers {
 /// A decoder is cheap to clone (its cache of resolved schemas is shared).
 ///
 /// ```no_run
-/// use riffle_avro::{AvroDecoder, AvroSchema, SchemaRegistry};
+/// use riffle_formats::{AvroDecoder, AvroSchema, SchemaRegistry};
 /// #[derive(Debug, serde::Deserialize, AvroSchema)]
 /// struct Click { user_id: String, ts: i64 }
 /// let decoder = AvroDecoder::confluent(&SchemaRegistry::new("http://127.0.0.1:8081")?)
 ///     .reader_schema(Click::get_schema());
 /// # let bytes: &[u8] = &[];
 /// let click: Click = decoder.decode(bytes)?;
-/// # Ok::<(), riffle_avro::AvroError>(())
+/// # Ok::<(), riffle_formats::AvroError>(())
 /// ```
 #[derive(Clone)]
 pub struct AvroDecoder {
@@ -230,7 +230,7 @@ impl SubjectNameStrategy {
     /// The subject of `schema` written to `topic`, as a record's key or its value.
     ///
     /// ```
-    /// use riffle_avro::{Schema, SubjectNameStrategy};
+    /// use riffle_formats::{Schema, SubjectNameStrategy};
     /// let schema = Schema::parse_str(
     ///     r#"{"type":"record","name":"Click","namespace":"com.acme","fields":[]}"#,
     /// ).unwrap();
@@ -261,7 +261,7 @@ impl SubjectNameStrategy {
 /// ([`confluent`](Self::confluent)) or as plain datums ([`plain`](Self::plain)).
 ///
 /// ```no_run
-/// use riffle_avro::{AvroEncoder, AvroSchema, SchemaRegistry};
+/// use riffle_formats::{AvroEncoder, AvroSchema, SchemaRegistry};
 /// #[derive(serde::Serialize, AvroSchema)]
 /// struct Count { user_id: String, clicks: i64 }
 /// let registry = SchemaRegistry::new("http://127.0.0.1:8081")?;
@@ -269,7 +269,7 @@ impl SubjectNameStrategy {
 /// let mut bytes = Vec::new();
 /// encoder.encode(&Count { user_id: "u1".into(), clicks: 3 }, &mut bytes)?;
 /// assert_eq!(bytes[0], 0);
-/// # Ok::<(), riffle_avro::AvroError>(())
+/// # Ok::<(), riffle_formats::AvroError>(())
 /// ```
 #[derive(Clone)]
 pub struct AvroEncoder {

@@ -4,7 +4,7 @@
 //! (no value) changes nothing.
 //!
 //! ```no_run
-//! use riffle_avro::{AvroDecoder, SchemaRegistry};
+//! use riffle_formats::{AvroDecoder, SchemaRegistry};
 //! use riffle_kafka::{KafkaConnection, KafkaSource};
 //! #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 //! struct User { id: i32, city: String }
@@ -12,9 +12,9 @@
 //! let events = KafkaSource::with_record_decoder(
 //!     KafkaConnection::new("127.0.0.1:9092"),
 //!     ["shop.public.users"],
-//!     move |_key, value| riffle_avro::debezium::decode::<User>(&decoder, value),
+//!     move |_key, value| riffle_formats::debezium::decode::<User>(&decoder, value),
 //! );
-//! # Ok::<(), riffle_avro::AvroError>(())
+//! # Ok::<(), riffle_formats::AvroError>(())
 //! ```
 
 use apache_avro::from_value;

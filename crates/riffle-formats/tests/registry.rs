@@ -6,7 +6,7 @@
 mod common;
 
 use common::{registry, unique};
-use riffle_avro::{
+use riffle_formats::{
     AvroDecoder, AvroEncoder, AvroError, AvroSchema, Schema, SubjectNameStrategy, Value,
 };
 use serde::{Deserialize, Serialize};
@@ -240,13 +240,13 @@ fn a_registry_url_that_is_not_one_fails_the_check_naming_it() {
     let registry = registry();
     registry.check().unwrap();
     let wrong_path = format!("{}/nowhere", registry.url());
-    let err = riffle_avro::SchemaRegistry::new(&wrong_path)
+    let err = riffle_formats::SchemaRegistry::new(&wrong_path)
         .unwrap()
         .check()
         .unwrap_err()
         .to_string();
     assert!(err.contains(&wrong_path), "{err}");
-    let closed = riffle_avro::SchemaRegistry::new("http://127.0.0.1:9/")
+    let closed = riffle_formats::SchemaRegistry::new("http://127.0.0.1:9/")
         .unwrap()
         .check()
         .unwrap_err()

@@ -1,5 +1,6 @@
-//! Avro for Riffle's connectors: records in the Confluent schema-registry wire format (what
-//! Kafka's Avro serializers of Confluent, Apicurio and Redpanda write), and plain Avro datums.
+//! Formats for Riffle's connectors, with a schema registry: Avro records in the Confluent
+//! schema-registry wire format (what Kafka's Avro serializers of Confluent, Apicurio and
+//! Redpanda write), and plain Avro datums.
 //!
 //! The wire format is a zero byte, the writer schema's id in the registry (4 bytes, big-endian),
 //! then the record as an Avro datum of that schema. An [`AvroDecoder`] fetches (and caches) the
@@ -12,7 +13,7 @@
 //! With `riffle-kafka`, a decoder and an encoder are a source's and a sink's codec:
 //!
 //! ```no_run
-//! use riffle_avro::{AvroDecoder, AvroEncoder, AvroSchema, SchemaRegistry, SubjectNameStrategy};
+//! use riffle_formats::{AvroDecoder, AvroEncoder, AvroSchema, SchemaRegistry, SubjectNameStrategy};
 //! use riffle_kafka::{KafkaConnection, KafkaSink, KafkaSource};
 //!
 //! #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, AvroSchema)]
@@ -25,7 +26,7 @@
 //! let subject = SubjectNameStrategy::TopicName.subject("clicks-copy", false, &Click::get_schema())?;
 //! let encoder = AvroEncoder::confluent(&registry, &subject, Click::get_schema())?;
 //! let sink = KafkaSink::with_encoder(kafka, "clicks-copy", encoder.into_fn::<Click>()).exactly_once();
-//! # Ok::<(), riffle_avro::AvroError>(())
+//! # Ok::<(), riffle_formats::AvroError>(())
 //! ```
 //!
 //! What a record cannot be decoded for — bytes not in the wire format, an id the registry does

@@ -26,10 +26,10 @@ const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 /// `http://host:port/apis/ccompat/v7`).
 ///
 /// ```no_run
-/// use riffle_avro::SchemaRegistry;
+/// use riffle_formats::SchemaRegistry;
 /// let registry = SchemaRegistry::new("http://127.0.0.1:8081")?
 ///     .basic_auth("riffle", "secret");
-/// # Ok::<(), riffle_avro::AvroError>(())
+/// # Ok::<(), riffle_formats::AvroError>(())
 /// ```
 #[derive(Clone)]
 pub struct SchemaRegistry {

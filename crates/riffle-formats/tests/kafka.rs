@@ -11,7 +11,7 @@ use riffle::checkpoint::CheckpointConfig;
 use riffle::sink::CollectSink;
 use riffle::testing::eventually;
 use riffle::{Change, EnvConfig, RowKind, StreamEnv};
-use riffle_avro::{AvroDecoder, AvroEncoder, AvroSchema, Schema, SubjectNameStrategy, Value};
+use riffle_formats::{AvroDecoder, AvroEncoder, AvroSchema, Schema, SubjectNameStrategy, Value};
 use riffle_kafka::testing::{TestProducer, bootstrap, read_committed};
 use riffle_kafka::{KafkaConnection, KafkaSink, KafkaSource, StartFrom, ensure_topics};
 use serde::{Deserialize, Serialize};
@@ -197,7 +197,7 @@ fn debezium_avro_events_are_a_changelog() {
         city: String,
     }
     let decoder = AvroDecoder::confluent(&registry);
-    let read = |bytes: Option<&[u8]>| riffle_avro::debezium::decode::<User>(&decoder, bytes);
+    let read = |bytes: Option<&[u8]>| riffle_formats::debezium::decode::<User>(&decoder, bytes);
     let u = |id, city: &str| User {
         id,
         city: city.into(),
