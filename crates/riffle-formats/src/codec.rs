@@ -12,7 +12,7 @@ use apache_avro::{Schema, from_value};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::{AvroError, SchemaRegistry, intern};
+use crate::{FormatError, SchemaRegistry, intern};
 
 /// The first byte of a record in the wire format.
 const MAGIC: u8 = 0;
@@ -39,7 +39,7 @@ enum Writers {
 ///     .reader_schema(Click::get_schema());
 /// # let bytes: &[u8] = &[];
 /// let click: Click = decoder.decode(bytes)?;
-/// # Ok::<(), riffle_formats::AvroError>(())
+/// # Ok::<(), riffle_formats::FormatError>(())
 /// ```
 #[derive(Clone)]
 pub struct AvroDecoder {
@@ -89,27 +89,27 @@ impl AvroDecoder {
 
     /// The record in `bytes`, as a generic value (resolved to the reader schema when there is
     /// one).
-    pub fn decode_value(&self, bytes: &[u8]) -> Result<Value, AvroError> {
+    pub fn decode_value(&self, bytes: &[u8]) -> Result<Value, FormatError> {
         let (reader, mut datum) = self.reader_of(bytes)?;
         let value = reader
             .datum
             .read_value(&mut datum)
-            .map_err(|e| AvroError::Decode(e.to_string()))?;
+            .map_err(|e| FormatError::Decode(e.to_string()))?;
         finished(datum)?;
         Ok(value)
     }
 
     /// The record in `bytes` as a `T`.
-    pub fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, AvroError> {
+    pub fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, FormatError> {
         let (reader, datum) = self.reader_of(bytes)?;
-        let through_values = || -> Result<T, AvroError> {
+        let through_values = || -> Result<T, FormatError> {
             let mut datum = datum;
             let value = reader
                 .datum
                 .read_value(&mut datum)
-                .map_err(|e| AvroError::Decode(e.to_string()))?;
+                .map_err(|e| FormatError::Decode(e.to_string()))?;
             finished(datum)?;
-            from_value(&value).map_err(|e| AvroError::Decode(e.to_string()))
+            from_value(&value).map_err(|e| FormatError::Decode(e.to_string()))
         };
         if reader.resolves || reader.through_values.load(Ordering::Relaxed) {
             return through_values();
@@ -119,7 +119,7 @@ impl AvroDecoder {
         let direct = reader
             .datum
             .read_deser(&mut rest)
-            .map_err(|e| AvroError::Decode(e.to_string()))
+            .map_err(|e| FormatError::Decode(e.to_string()))
             .and_then(|value| finished(rest).map(|()| value));
         match direct {
             Ok(value) => Ok(value),
@@ -142,21 +142,21 @@ impl AvroDecoder {
     }
 
     /// The writer schema id of a record in the wire format, and its datum.
-    pub fn frame(bytes: &[u8]) -> Result<(u32, &[u8]), AvroError> {
+    pub fn frame(bytes: &[u8]) -> Result<(u32, &[u8]), FormatError> {
         match bytes {
             [MAGIC, a, b, c, d, datum @ ..] => Ok((u32::from_be_bytes([*a, *b, *c, *d]), datum)),
-            [MAGIC, ..] => Err(AvroError::Framing(format!(
+            [MAGIC, ..] => Err(FormatError::Framing(format!(
                 "{} bytes, fewer than the 5 of its header",
                 bytes.len()
             ))),
-            [] => Err(AvroError::Framing("no bytes".to_string())),
-            [first, ..] => Err(AvroError::Framing(format!(
+            [] => Err(FormatError::Framing("no bytes".to_string())),
+            [first, ..] => Err(FormatError::Framing(format!(
                 "the first byte is 0x{first:02x}, not 0x00 (plain Avro, JSON or another format?)"
             ))),
         }
     }
 
-    fn reader_of<'b>(&self, bytes: &'b [u8]) -> Result<(Arc<Reader>, &'b [u8]), AvroError> {
+    fn reader_of<'b>(&self, bytes: &'b [u8]) -> Result<(Arc<Reader>, &'b [u8]), FormatError> {
         let (id, datum) = match &self.writers {
             Writers::Registry(_) => Self::frame(bytes)?,
             Writers::Plain(_) => (0, bytes),
@@ -177,7 +177,7 @@ impl AvroDecoder {
         let reader = GenericDatumReader::builder(writer)
             .maybe_reader_schema(resolve_to)
             .build()
-            .map_err(|e| AvroError::Schema(format!("the writer schema (id {id}): {e}")))?;
+            .map_err(|e| FormatError::Schema(format!("the writer schema (id {id}): {e}")))?;
         let reader = Arc::new(Reader {
             datum: reader,
             resolves: resolve_to.is_some(),
@@ -193,10 +193,10 @@ impl AvroDecoder {
 
 /// Whether `writer`'s data can be read as `reader`'s (Avro's compatibility rules), so that a
 /// schema the job cannot read says so once, in words, rather than as each record's failure.
-fn check_resolvable(writer: &Schema, reader: &Schema, id: u32) -> Result<(), AvroError> {
+fn check_resolvable(writer: &Schema, reader: &Schema, id: u32) -> Result<(), FormatError> {
     apache_avro::schema_compatibility::SchemaCompatibility::can_read(writer, reader).map_err(
         |e| {
-            AvroError::Schema(format!(
+            FormatError::Schema(format!(
                 "the writer schema of id {id} cannot be read with the reader schema: {e}"
             ))
         },
@@ -205,10 +205,10 @@ fn check_resolvable(writer: &Schema, reader: &Schema, id: u32) -> Result<(), Avr
 }
 
 /// A datum read must be the whole record.
-fn finished(rest: &[u8]) -> Result<(), AvroError> {
+fn finished(rest: &[u8]) -> Result<(), FormatError> {
     match rest.len() {
         0 => Ok(()),
-        n => Err(AvroError::Decode(format!(
+        n => Err(FormatError::Decode(format!(
             "{n} bytes left after the datum (not written with its schema?)"
         ))),
     }
@@ -239,10 +239,15 @@ impl SubjectNameStrategy {
     /// let record = SubjectNameStrategy::RecordName.subject("clicks", false, &schema).unwrap();
     /// assert_eq!(record, "com.acme.Click");
     /// ```
-    pub fn subject(self, topic: &str, is_key: bool, schema: &Schema) -> Result<String, AvroError> {
+    pub fn subject(
+        self,
+        topic: &str,
+        is_key: bool,
+        schema: &Schema,
+    ) -> Result<String, FormatError> {
         let record = || match schema {
             Schema::Record(record) => Ok(record.name.fullname(None)),
-            other => Err(AvroError::Config(format!(
+            other => Err(FormatError::Config(format!(
                 "{self:?}: the schema is not a record (it is {:?}), so it has no name",
                 apache_avro::schema::SchemaKind::from(other)
             ))),
@@ -269,7 +274,7 @@ impl SubjectNameStrategy {
 /// let mut bytes = Vec::new();
 /// encoder.encode(&Count { user_id: "u1".into(), clicks: 3 }, &mut bytes)?;
 /// assert_eq!(bytes[0], 0);
-/// # Ok::<(), riffle_formats::AvroError>(())
+/// # Ok::<(), riffle_formats::FormatError>(())
 /// ```
 #[derive(Clone)]
 pub struct AvroEncoder {
@@ -280,13 +285,13 @@ pub struct AvroEncoder {
 
 impl AvroEncoder {
     /// Registers `schema` under `subject` (a new version when the subject does not have it
-    /// yet; the registry's compatibility rule may refuse it: [`AvroError::Incompatible`]) and
+    /// yet; the registry's compatibility rule may refuse it: [`FormatError::Incompatible`]) and
     /// encodes with it.
     pub fn confluent(
         registry: &SchemaRegistry,
         subject: &str,
         schema: Schema,
-    ) -> Result<Self, AvroError> {
+    ) -> Result<Self, FormatError> {
         let id = registry.register(subject, &schema)?;
         Self::framed(id, schema)
     }
@@ -298,26 +303,26 @@ impl AvroEncoder {
         registry: &SchemaRegistry,
         subject: &str,
         schema: Schema,
-    ) -> Result<Self, AvroError> {
+    ) -> Result<Self, FormatError> {
         let id = registry.lookup(subject, &schema)?;
         Self::framed(id, schema)
     }
 
     /// Plain Avro datums of `schema`, unframed.
-    pub fn plain(schema: Schema) -> Result<Self, AvroError> {
+    pub fn plain(schema: Schema) -> Result<Self, FormatError> {
         Self::build(None, schema)
     }
 
-    fn framed(id: u32, schema: Schema) -> Result<Self, AvroError> {
+    fn framed(id: u32, schema: Schema) -> Result<Self, FormatError> {
         let [a, b, c, d] = id.to_be_bytes();
         Self::build(Some([MAGIC, a, b, c, d]), schema)
     }
 
-    fn build(header: Option<[u8; 5]>, schema: Schema) -> Result<Self, AvroError> {
+    fn build(header: Option<[u8; 5]>, schema: Schema) -> Result<Self, FormatError> {
         let schema = intern(schema);
         let writer = GenericDatumWriter::builder(schema)
             .build()
-            .map_err(|e| AvroError::Schema(e.to_string()))?;
+            .map_err(|e| FormatError::Schema(e.to_string()))?;
         Ok(AvroEncoder {
             header,
             writer: Arc::new(writer),
@@ -338,12 +343,12 @@ impl AvroEncoder {
 
     /// Appends `value` (serialized by serde against the schema) to `out`; on an error `out` is
     /// as it was.
-    pub fn encode<T: Serialize>(&self, value: &T, out: &mut Vec<u8>) -> Result<(), AvroError> {
+    pub fn encode<T: Serialize>(&self, value: &T, out: &mut Vec<u8>) -> Result<(), FormatError> {
         self.append(out, |writer, out| writer.write_ser(out, value))
     }
 
     /// Appends the generic `value` to `out`; on an error `out` is as it was.
-    pub fn encode_value(&self, value: &Value, out: &mut Vec<u8>) -> Result<(), AvroError> {
+    pub fn encode_value(&self, value: &Value, out: &mut Vec<u8>) -> Result<(), FormatError> {
         self.append(out, |writer, out| writer.write_value_ref(out, value))
     }
 
@@ -351,14 +356,14 @@ impl AvroEncoder {
         &self,
         out: &mut Vec<u8>,
         write: impl FnOnce(&GenericDatumWriter<'static>, &mut Vec<u8>) -> apache_avro::AvroResult<usize>,
-    ) -> Result<(), AvroError> {
+    ) -> Result<(), FormatError> {
         let start = out.len();
         if let Some(header) = &self.header {
             out.extend_from_slice(header);
         }
         write(&self.writer, out).map_err(|e| {
             out.truncate(start);
-            AvroError::Encode(e.to_string())
+            FormatError::Encode(e.to_string())
         })?;
         Ok(())
     }

@@ -14,7 +14,7 @@
 //!     ["shop.public.users"],
 //!     move |_key, value| riffle_formats::debezium::decode::<User>(&decoder, value),
 //! );
-//! # Ok::<(), riffle_formats::AvroError>(())
+//! # Ok::<(), riffle_formats::FormatError>(())
 //! ```
 
 use apache_avro::from_value;

@@ -26,7 +26,7 @@
 //! let subject = SubjectNameStrategy::TopicName.subject("clicks-copy", false, &Click::get_schema())?;
 //! let encoder = AvroEncoder::confluent(&registry, &subject, Click::get_schema())?;
 //! let sink = KafkaSink::with_encoder(kafka, "clicks-copy", encoder.into_fn::<Click>()).exactly_once();
-//! # Ok::<(), riffle_formats::AvroError>(())
+//! # Ok::<(), riffle_formats::FormatError>(())
 //! ```
 //!
 //! What a record cannot be decoded for — bytes not in the wire format, an id the registry does
@@ -40,6 +40,8 @@
 
 mod codec;
 pub mod debezium;
+pub mod json_schema;
+pub mod protobuf;
 mod registry;
 
 use std::collections::HashMap;
@@ -48,11 +50,11 @@ use std::sync::Mutex;
 pub use apache_avro;
 pub use apache_avro::{AvroSchema, Schema, types::Value};
 pub use codec::{AvroDecoder, AvroEncoder, SubjectNameStrategy};
-pub use registry::SchemaRegistry;
+pub use registry::{RegisteredSchema, SchemaKind, SchemaReference, SchemaRegistry};
 
-/// What went wrong with Avro: the reason a record is bad, or a setup that cannot work.
+/// What went wrong with a format: the reason a record is bad, or a setup that cannot work.
 #[derive(Debug, thiserror::Error)]
-pub enum AvroError {
+pub enum FormatError {
     /// The bytes are not in the registry's wire format.
     #[error("not in the schema registry's wire format: {0}")]
     Framing(String),
@@ -62,8 +64,8 @@ pub enum AvroError {
     /// A schema that cannot be used (not Avro, not valid, not resolvable to the reader's).
     #[error("{0}")]
     Schema(String),
-    /// The datum does not match its schema.
-    #[error("the Avro datum does not read: {0}")]
+    /// The record does not match its schema.
+    #[error("the record does not read: {0}")]
     Decode(String),
     /// A value that does not match the schema it is written with.
     #[error("a value does not match its Avro schema: {0}")]
@@ -95,10 +97,10 @@ pub enum AvroError {
     Config(String),
 }
 
-impl From<AvroError> for riffle::Error {
-    fn from(e: AvroError) -> Self {
+impl From<FormatError> for riffle::Error {
+    fn from(e: FormatError) -> Self {
         match e {
-            AvroError::Config(message) => riffle::Error::config("avro", message),
+            FormatError::Config(message) => riffle::Error::config("avro", message),
             other => riffle::Error::user(other),
         }
     }

@@ -17,7 +17,7 @@ use reqwest::StatusCode;
 use reqwest::blocking::{Client, RequestBuilder};
 use serde::Deserialize;
 
-use crate::{AvroError, intern};
+use crate::{FormatError, intern};
 
 /// The media type of the registry's API requests.
 const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
@@ -29,7 +29,7 @@ const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 /// use riffle_formats::SchemaRegistry;
 /// let registry = SchemaRegistry::new("http://127.0.0.1:8081")?
 ///     .basic_auth("riffle", "secret");
-/// # Ok::<(), riffle_formats::AvroError>(())
+/// # Ok::<(), riffle_formats::FormatError>(())
 /// ```
 #[derive(Clone)]
 pub struct SchemaRegistry {
@@ -42,6 +42,8 @@ struct Inner {
     auth: Option<(String, String)>,
     /// Writer schemas by id.
     schemas: RwLock<HashMap<u32, &'static Schema>>,
+    /// Schemas of any kind by id, as the registry holds them.
+    texts: RwLock<HashMap<u32, Arc<RegisteredSchema>>>,
     /// How long a registration or lookup keeps retrying an unreachable registry.
     patience: Duration,
 }
@@ -68,6 +70,60 @@ struct SchemaBody {
     schema: String,
     #[serde(default, rename = "schemaType")]
     schema_type: Option<String>,
+    #[serde(default)]
+    references: Vec<SchemaReference>,
+}
+
+/// The kind of a registered schema (the registry's `schemaType`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchemaKind {
+    /// Avro (the registry's default).
+    Avro,
+    /// A `.proto` file.
+    Protobuf,
+    /// JSON Schema.
+    Json,
+}
+
+impl SchemaKind {
+    fn of(name: Option<&str>) -> Result<SchemaKind, String> {
+        match name.unwrap_or("AVRO") {
+            "AVRO" => Ok(SchemaKind::Avro),
+            "PROTOBUF" => Ok(SchemaKind::Protobuf),
+            "JSON" => Ok(SchemaKind::Json),
+            other => Err(format!("a schema of type {other}")),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            SchemaKind::Avro => "AVRO",
+            SchemaKind::Protobuf => "PROTOBUF",
+            SchemaKind::Json => "JSON",
+        }
+    }
+}
+
+/// A schema another one refers to (a Protobuf `import`, by its file name): a subject's version.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct SchemaReference {
+    /// The name the schema refers to it by (for Protobuf, the imported file's name).
+    pub name: String,
+    /// The subject holding it.
+    pub subject: String,
+    /// Its version there.
+    pub version: i64,
+}
+
+/// A schema as the registry holds it: its kind, its text and its references.
+#[derive(Clone, Debug)]
+pub struct RegisteredSchema {
+    /// Avro, Protobuf or JSON Schema.
+    pub kind: SchemaKind,
+    /// The schema's text (Avro's and JSON Schema's JSON, or a `.proto` file).
+    pub text: String,
+    /// The schemas it refers to.
+    pub references: Vec<SchemaReference>,
 }
 
 #[derive(Deserialize)]
@@ -79,11 +135,11 @@ impl SchemaRegistry {
     /// A client of the registry at `url` (`http://..`); basic-auth credentials may be given in
     /// it (`http://user:password@host:port`). Nothing is asked of the registry until a schema
     /// is needed.
-    pub fn new(url: &str) -> Result<Self, AvroError> {
+    pub fn new(url: &str) -> Result<Self, FormatError> {
         let parsed = reqwest::Url::parse(url)
-            .map_err(|e| AvroError::Config(format!("the schema registry URL `{url}`: {e}")))?;
+            .map_err(|e| FormatError::Config(format!("the schema registry URL `{url}`: {e}")))?;
         if parsed.scheme() != "http" {
-            return Err(AvroError::Config(format!(
+            return Err(FormatError::Config(format!(
                 "the schema registry URL `{url}`: only http:// is supported (no TLS client is built in)"
             )));
         }
@@ -100,13 +156,14 @@ impl SchemaRegistry {
         let client = Client::builder()
             .timeout(Duration::from_secs(10))
             .build()
-            .map_err(|e| AvroError::Config(format!("an HTTP client: {e}")))?;
+            .map_err(|e| FormatError::Config(format!("an HTTP client: {e}")))?;
         Ok(SchemaRegistry {
             inner: Arc::new(Inner {
                 base: base.as_str().trim_end_matches('/').to_string(),
                 client,
                 auth,
                 schemas: RwLock::new(HashMap::new()),
+                texts: RwLock::new(HashMap::new()),
                 patience: Duration::from_secs(30),
             }),
         })
@@ -130,6 +187,7 @@ impl SchemaRegistry {
             client: shared.client.clone(),
             auth: shared.auth.clone(),
             schemas: RwLock::new(shared.schemas.read().expect("not poisoned").clone()),
+            texts: RwLock::new(shared.texts.read().expect("not poisoned").clone()),
             patience: shared.patience,
         });
         change(&mut inner);
@@ -146,7 +204,7 @@ impl SchemaRegistry {
     /// Asks the registry for its subjects: an error, at once, when the URL does not reach a
     /// schema registry's API (a wrong host, port or path, or credentials it refuses). The
     /// SQL connectors check their registry this way when a job is planned.
-    pub fn check(&self) -> Result<(), AvroError> {
+    pub fn check(&self) -> Result<(), FormatError> {
         let url = format!("{}/subjects", self.inner.base);
         let answer: Result<Vec<String>, Failure> = call(self.request(self.inner.client.get(&url)));
         answer.map(|_| ()).map_err(|failure| {
@@ -154,19 +212,43 @@ impl SchemaRegistry {
                 Failure::Transient(reason) => reason,
                 Failure::Refused(status, _, message) => format!("HTTP {status}: {message}"),
             };
-            AvroError::Config(format!(
+            FormatError::Config(format!(
                 "the schema registry at `{}` does not answer as one ({url}): {reason}",
                 self.inner.base
             ))
         })
     }
 
-    /// The schema of `id`, from the cache or the registry. Waits while the registry cannot be
-    /// reached or refuses the request (logging each failed attempt); an id the registry does
-    /// not know, or a schema that is not Avro, is an error.
-    pub fn schema_by_id(&self, id: u32) -> Result<&'static Schema, AvroError> {
+    /// The Avro schema of `id`, from the cache or the registry. Waits while the registry cannot
+    /// be reached or refuses the request (logging each failed attempt); an id the registry
+    /// does not know, or a schema that is not Avro, is an error.
+    pub fn schema_by_id(&self, id: u32) -> Result<&'static Schema, FormatError> {
         if let Some(schema) = self.inner.schemas.read().expect("not poisoned").get(&id) {
             return Ok(schema);
+        }
+        let registered = self.registered_by_id(id)?;
+        if registered.kind != SchemaKind::Avro {
+            return Err(FormatError::Schema(format!(
+                "the schema of id {id} is {}, not Avro",
+                registered.kind.name()
+            )));
+        }
+        let schema = Schema::parse_str(&registered.text)
+            .map_err(|e| FormatError::Schema(format!("the schema of id {id}: {e}")))?;
+        let schema = intern(schema);
+        self.inner
+            .schemas
+            .write()
+            .expect("not poisoned")
+            .insert(id, schema);
+        Ok(schema)
+    }
+
+    /// The schema of `id` of any kind, as the registry holds it (cached). Waits as
+    /// [`schema_by_id`](Self::schema_by_id) does; an unknown id is an error.
+    pub fn registered_by_id(&self, id: u32) -> Result<Arc<RegisteredSchema>, FormatError> {
+        if let Some(schema) = self.inner.texts.read().expect("not poisoned").get(&id) {
+            return Ok(schema.clone());
         }
         // Only the registry's "no such schema" (error code 40403) is final: any other refusal
         // (401, a 404 of a wrong URL path) is the setup's fault, not the record's, and is
@@ -179,31 +261,99 @@ impl SchemaRegistry {
                 |failure| matches!(failure, Failure::Refused(_, 40403, _)),
             )
             .map_err(|failure| match failure {
-                Failure::Refused(_, 40403, _) => AvroError::UnknownSchema(id),
+                Failure::Refused(_, 40403, _) => FormatError::UnknownSchema(id),
                 other => failure_error(other, &format!("fetching the schema of id {id}")),
             })?;
-        if let Some(kind) = body.schema_type.as_deref()
-            && kind != "AVRO"
-        {
-            return Err(AvroError::Schema(format!(
-                "the schema of id {id} is {kind}, not Avro"
-            )));
-        }
-        let schema = Schema::parse_str(&body.schema)
-            .map_err(|e| AvroError::Schema(format!("the schema of id {id}: {e}")))?;
-        let schema = intern(schema);
+        let registered = Arc::new(RegisteredSchema {
+            kind: SchemaKind::of(body.schema_type.as_deref())
+                .map_err(|kind| FormatError::Schema(format!("the schema of id {id} is {kind}")))?,
+            text: body.schema,
+            references: body.references,
+        });
         self.inner
-            .schemas
+            .texts
             .write()
             .expect("not poisoned")
-            .insert(id, schema);
-        Ok(schema)
+            .insert(id, registered.clone());
+        Ok(registered)
+    }
+
+    /// The schema a reference names (a version of a subject), waiting as
+    /// [`schema_by_id`](Self::schema_by_id) does.
+    pub fn referenced(&self, reference: &SchemaReference) -> Result<RegisteredSchema, FormatError> {
+        let url = format!(
+            "{}/subjects/{}/versions/{}",
+            self.inner.base,
+            escape(&reference.subject),
+            reference.version
+        );
+        let body: SchemaBody = self
+            .call_patiently(
+                None,
+                || self.request(self.inner.client.get(&url)),
+                |failure| matches!(failure, Failure::Refused(_, 40401 | 40402, _)),
+            )
+            .map_err(|failure| {
+                failure_error(
+                    failure,
+                    &format!(
+                        "fetching `{}` (version {} of `{}`)",
+                        reference.name, reference.version, reference.subject
+                    ),
+                )
+            })?;
+        Ok(RegisteredSchema {
+            kind: SchemaKind::of(body.schema_type.as_deref()).map_err(FormatError::Schema)?,
+            text: body.schema,
+            references: body.references,
+        })
+    }
+
+    /// Registers a schema of any kind, given as text, under `subject` (with the schemas it
+    /// refers to) and returns its id: how a producer of Protobuf or JSON Schema records (or a
+    /// test standing in for one) puts its schema in the registry.
+    pub fn register_text(
+        &self,
+        subject: &str,
+        kind: SchemaKind,
+        text: &str,
+        references: &[SchemaReference],
+    ) -> Result<u32, FormatError> {
+        let body = serde_json::json!({
+            "schema": text,
+            "schemaType": kind.name(),
+            "references": references,
+        })
+        .to_string();
+        let url = format!("{}/subjects/{}/versions", self.inner.base, escape(subject));
+        let id: IdBody = self
+            .call_patiently(
+                Some(self.inner.patience),
+                || {
+                    self.request(
+                        self.inner
+                            .client
+                            .post(&url)
+                            .header("Content-Type", CONTENT_TYPE)
+                            .body(body.clone()),
+                    )
+                },
+                |failure| matches!(failure, Failure::Refused(..)),
+            )
+            .map_err(|failure| match failure {
+                Failure::Refused(409, _, message) => FormatError::Incompatible {
+                    subject: subject.to_string(),
+                    message,
+                },
+                other => failure_error(other, &format!("registering a schema under `{subject}`")),
+            })?;
+        Ok(id.id)
     }
 
     /// Registers `schema` under `subject` (a new version, unless the subject has it already)
     /// and returns its id. A schema the subject's compatibility rule refuses is
-    /// [`AvroError::Incompatible`].
-    pub fn register(&self, subject: &str, schema: &Schema) -> Result<u32, AvroError> {
+    /// [`FormatError::Incompatible`].
+    pub fn register(&self, subject: &str, schema: &Schema) -> Result<u32, FormatError> {
         let body = request_body(schema)?;
         let url = format!("{}/subjects/{}/versions", self.inner.base, escape(subject));
         let id: IdBody = self
@@ -221,7 +371,7 @@ impl SchemaRegistry {
                 |failure| matches!(failure, Failure::Refused(..)),
             )
             .map_err(|failure| match failure {
-                Failure::Refused(409, _, message) => AvroError::Incompatible {
+                Failure::Refused(409, _, message) => FormatError::Incompatible {
                     subject: subject.to_string(),
                     message,
                 },
@@ -232,7 +382,7 @@ impl SchemaRegistry {
     }
 
     /// The id of `schema` if `subject` has it (without registering it).
-    pub fn lookup(&self, subject: &str, schema: &Schema) -> Result<u32, AvroError> {
+    pub fn lookup(&self, subject: &str, schema: &Schema) -> Result<u32, FormatError> {
         let body = request_body(schema)?;
         let url = format!("{}/subjects/{}", self.inner.base, escape(subject));
         let id: IdBody = self
@@ -250,7 +400,7 @@ impl SchemaRegistry {
                 |failure| matches!(failure, Failure::Refused(..)),
             )
             .map_err(|failure| match failure {
-                Failure::Refused(404, _, message) => AvroError::NotRegistered {
+                Failure::Refused(404, _, message) => FormatError::NotRegistered {
                     subject: subject.to_string(),
                     message,
                 },
@@ -348,12 +498,12 @@ fn call<T: for<'de> Deserialize<'de>>(request: RequestBuilder) -> Result<T, Fail
     ))
 }
 
-fn failure_error(failure: Failure, doing: &str) -> AvroError {
+fn failure_error(failure: Failure, doing: &str) -> FormatError {
     match failure {
         Failure::Transient(reason) => {
-            AvroError::Unreachable(format!("{doing}: the registry cannot be reached: {reason}"))
+            FormatError::Unreachable(format!("{doing}: the registry cannot be reached: {reason}"))
         }
-        Failure::Refused(status, code, message) => AvroError::Registry(format!(
+        Failure::Refused(status, code, message) => FormatError::Registry(format!(
             "{doing}: HTTP {status} (error code {code}): {message}"
         )),
     }
@@ -361,9 +511,9 @@ fn failure_error(failure: Failure, doing: &str) -> AvroError {
 
 /// A registration's or lookup's body: the schema's whole JSON (its canonical form would drop
 /// the fields' defaults, which the compatibility rules read).
-fn request_body(schema: &Schema) -> Result<String, AvroError> {
+fn request_body(schema: &Schema) -> Result<String, FormatError> {
     let text = serde_json::to_string(schema)
-        .map_err(|e| AvroError::Schema(format!("the schema as JSON: {e}")))?;
+        .map_err(|e| FormatError::Schema(format!("the schema as JSON: {e}")))?;
     Ok(serde_json::json!({ "schema": text }).to_string())
 }
 

@@ -7,7 +7,7 @@ mod common;
 
 use common::{registry, unique};
 use riffle_formats::{
-    AvroDecoder, AvroEncoder, AvroError, AvroSchema, Schema, SubjectNameStrategy, Value,
+    AvroDecoder, AvroEncoder, AvroSchema, FormatError, Schema, SubjectNameStrategy, Value,
 };
 use serde::{Deserialize, Serialize};
 
@@ -135,7 +135,7 @@ fn old_and_new_versions_read_with_either_schema() {
         .reader_schema(strict)
         .decode::<Click>(&old)
         .unwrap_err();
-    assert!(matches!(err, AvroError::Schema(_)), "{err}");
+    assert!(matches!(err, FormatError::Schema(_)), "{err}");
     assert!(err.to_string().contains("cannot be read"), "{err}");
 }
 
@@ -155,7 +155,7 @@ fn the_registry_refuses_an_incompatible_version_and_the_encoder_says_so() {
         .err()
         .expect("refused");
     match &err {
-        AvroError::Incompatible { subject: s, .. } => assert_eq!(s, &subject),
+        FormatError::Incompatible { subject: s, .. } => assert_eq!(s, &subject),
         other => panic!("{other}"),
     }
     assert!(err.to_string().contains("incompatible"), "{err}");
@@ -229,7 +229,7 @@ fn subjects_follow_the_strategy_and_a_lookup_needs_the_schema_registered() {
     let err = AvroEncoder::confluent_registered(&registry, &subject, schema.clone())
         .err()
         .expect("not registered");
-    assert!(matches!(err, AvroError::NotRegistered { .. }), "{err}");
+    assert!(matches!(err, FormatError::NotRegistered { .. }), "{err}");
     let registered = AvroEncoder::confluent(&registry, &subject, schema.clone()).unwrap();
     let looked_up = AvroEncoder::confluent_registered(&registry, &subject, schema).unwrap();
     assert_eq!(registered.schema_id(), looked_up.schema_id());
@@ -281,6 +281,6 @@ fn plain_datums_round_trip_without_a_registry() {
     // A value that does not fit the schema fails, and leaves the buffer as it was.
     let mut out = vec![9];
     let err = encoder.encode(&("not", "a click"), &mut out).unwrap_err();
-    assert!(matches!(err, AvroError::Encode(_)), "{err}");
+    assert!(matches!(err, FormatError::Encode(_)), "{err}");
     assert_eq!(out, [9]);
 }

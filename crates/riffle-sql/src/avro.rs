@@ -42,7 +42,7 @@ fn registry(table: &TableDef, format: &str) -> Result<SchemaRegistry> {
             table.name
         )));
     };
-    let bad = |e: riffle_formats::AvroError| {
+    let bad = |e: riffle_formats::FormatError| {
         SqlError::plan(format!("table `{}`: '{}.url': {e}", table.name, format))
     };
     let mut registry = SchemaRegistry::new(url).map_err(bad)?;
