@@ -1,6 +1,8 @@
-//! The `avro-confluent` format (with the crate's `avro` feature), as Flink's: rows as Avro
-//! records in the schema registry's wire format, and `debezium-avro-confluent`, Debezium's
-//! change events in it.
+//! The formats behind a schema registry (with the crate's `avro` feature): `avro-confluent`,
+//! as Flink's, rows as Avro records in the registry's wire format; `debezium-avro-confluent`,
+//! Debezium's change events in it; and, read only, `proto-registry` and `json-registry` (the
+//! names of Confluent's Flink), Protobuf messages and JSON Schema-checked documents in that
+//! wire format, their fields matched to columns by name as JSON's are.
 //!
 //! | option | reads | writes | meaning |
 //! |---|---|---|---|
@@ -8,6 +10,7 @@
 //! | `avro-confluent.subject` | | yes | the subject the table's schema is registered under (default `<topic>-value`) |
 //! | `avro-confluent.basic-auth.user-info` | yes | yes | `user:password` for the registry |
 //! | `debezium-avro-confluent.url` | yes | | the registry of a `debezium-avro-confluent` table |
+//! | `proto-registry.url`, `json-registry.url` | yes | | the registry of a `proto-registry` or `json-registry` table |
 //!
 //! Read: each record is decoded with its writer schema (fetched by id, cached) and its fields
 //! are matched to the table's columns by name: a column the record lacks is `NULL` (an older
@@ -72,6 +75,29 @@ pub(crate) fn row_decoder(
 pub(crate) type ChangesDecoder = Box<
     dyn Fn(Option<&[u8]>) -> std::result::Result<Vec<riffle::Change<Row>>, String> + Send + Sync,
 >;
+
+/// A record's bytes as a JSON value.
+type ToJson = Box<dyn Fn(&[u8]) -> std::result::Result<serde_json::Value, String> + Send + Sync>;
+
+/// A decoder of `table`'s Protobuf (`proto-registry`) or JSON Schema (`json-registry`) records
+/// into rows of `schema`: each record as JSON (Protobuf's JSON mapping with the fields' own
+/// names), read as a `json` table's.
+pub(crate) fn json_row_decoder(
+    table: &TableDef,
+    format: &str,
+    schema: &Schema,
+) -> Result<impl Fn(&[u8]) -> std::result::Result<Row, String> + Send + Sync + 'static> {
+    let registry = registry(table, format)?;
+    let to_json: ToJson = if format == "proto-registry" {
+        let decoder = riffle_formats::protobuf::ProtobufDecoder::confluent(&registry);
+        Box::new(move |bytes| decoder.decode_json(bytes).map_err(|e| e.to_string()))
+    } else {
+        let decoder = riffle_formats::json_schema::JsonSchemaDecoder::confluent(&registry);
+        Box::new(move |bytes| decoder.decode_json(bytes).map_err(|e| e.to_string()))
+    };
+    let schema = schema.clone();
+    Ok(move |bytes: &[u8]| crate::json::read_row(&to_json(bytes)?.to_string(), &schema))
+}
 
 /// The decoder of a `debezium-avro-confluent` table's events into changes of rows of `schema`.
 pub(crate) fn debezium_decoder(table: &TableDef, schema: &Schema) -> Result<ChangesDecoder> {

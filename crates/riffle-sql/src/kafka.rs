@@ -9,7 +9,7 @@
 //! | `scan.startup.mode` | yes | | `group-offsets` (default, as Flink: the group's committed offsets, the earliest without), `earliest-offset`, `latest-offset`, `timestamp` |
 //! | `scan.startup.timestamp-millis` | yes | | where `timestamp` starts (epoch ms) |
 //! | `scan.topic-partition-discovery.interval` | yes | | how often new partitions are looked for (`30 s` by default; `0` never) |
-//! | `format` / `value.format` | yes | yes | `json` (reading and writing), `debezium-json` (a changelog, reading and writing), `avro-confluent` (Avro through a schema registry, reading and writing; see the `avro` module for its options), `debezium-avro-confluent` (Debezium's Avro events, reading) |
+//! | `format` / `value.format` | yes | yes | `json` (reading and writing), `debezium-json` (a changelog, reading and writing), `avro-confluent` (Avro through a schema registry, reading and writing; see the `avro` module for its options), `debezium-avro-confluent` (Debezium's Avro events, reading), `proto-registry` and `json-registry` (Protobuf and JSON Schema through a registry, reading) |
 //! | `key.fields` | | yes | columns whose values, as a JSON object, are each message's key (`a;b`); a `debezium-json` changelog without it is keyed by each change's row, so that a row's retraction follows its insertion in one partition |
 //! | `sink.delivery-guarantee` | | yes | `at-least-once` (default, as Flink), `exactly-once` (a Kafka transaction per checkpoint: readers with `isolation.level=read_committed` see each row once), `none` |
 //! | `sink.transactional-id-prefix` | | yes | the prefix of the sink's transactional ids (default: the job's name and the sink) |
@@ -118,13 +118,17 @@ fn row_decoder(table: &TableDef, schema: &Schema) -> Result<RowDecoder> {
             "avro-confluent",
             &schema,
         )?)),
+        #[cfg(feature = "avro")]
+        format @ ("proto-registry" | "json-registry") => Ok(Box::new(
+            crate::avro::json_row_decoder(table, format, &schema)?,
+        )),
         other => Err(bad_option(table, "format", other, READ_FORMATS)),
     }
 }
 
 /// The formats a `kafka` table is read in.
 const READ_FORMATS: &str = if cfg!(feature = "avro") {
-    "a kafka table is read as 'json', 'avro-confluent', 'debezium-json' or 'debezium-avro-confluent'"
+    "a kafka table is read as 'json', 'avro-confluent', 'proto-registry', 'json-registry', 'debezium-json' or 'debezium-avro-confluent'"
 } else {
     "a kafka table is read as 'json' or 'debezium-json' (Avro needs riffle-sql's `avro` feature)"
 };

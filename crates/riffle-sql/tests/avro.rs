@@ -364,3 +364,91 @@ fn registry_settings_that_cannot_work_fail_when_the_job_is_planned() {
         "{err}"
     );
 }
+
+#[test]
+fn protobuf_and_json_schema_topics_are_read_by_column_name() {
+    use riffle_formats::SchemaKind;
+    let (protos, documents) = (unique("proto-clicks"), unique("json-clicks"));
+    let kafka = KafkaConnection::new(bootstrap());
+    ensure_topics(&kafka, &[(&protos, 1), (&documents, 1)], 1).unwrap();
+    let registry = SchemaRegistry::new(&registry_url()).unwrap();
+    let proto_id = registry
+        .register_text(
+            &format!("{protos}-value"),
+            SchemaKind::Protobuf,
+            r#"syntax = "proto3"; message Click { string user_id = 1; int64 n = 2; string extra = 3; }"#,
+            &[],
+        )
+        .unwrap();
+    let json_id = registry
+        .register_text(
+            &format!("{documents}-value"),
+            SchemaKind::Json,
+            r#"{"type": "object", "properties": {"user_id": {"type": "string"}, "n": {"type": "integer"}},
+                "required": ["user_id", "n"]}"#,
+            &[],
+        )
+        .unwrap();
+    let framed = |id: u32, rest: &[u8]| {
+        let mut bytes = vec![0];
+        bytes.extend_from_slice(&id.to_be_bytes());
+        bytes.extend_from_slice(rest);
+        bytes
+    };
+    let producer = TestProducer::new(&[]);
+    for n in 1..=3u8 {
+        // Click { user_id: "u<n>", n: <n> }, the file's first message (a lone 0).
+        producer.send(
+            &protos,
+            0,
+            None,
+            &framed(proto_id, &[0, 0x0a, 2, b'u', b'0' + n, 0x10, n]),
+        );
+        let doc = format!(r#"{{"user_id": "u{n}", "n": {n}}}"#);
+        producer.send(&documents, 0, None, &framed(json_id, doc.as_bytes()));
+    }
+    // A document its schema refuses: a dead letter, not a row.
+    producer.send(
+        &documents,
+        0,
+        None,
+        &framed(json_id, br#"{"user_id": "u9"}"#),
+    );
+    producer.flush();
+
+    for (topic, format) in [(&protos, "proto-registry"), (&documents, "json-registry")] {
+        let env = StreamEnv::new();
+        let sql = SqlEnv::new(&env);
+        sql.execute_sql(&format!(
+            "CREATE TABLE clicks (user_id STRING, n BIGINT)
+             WITH ('connector' = 'kafka', 'topic' = '{topic}',
+                   'properties.bootstrap.servers' = '{}', 'scan.startup.mode' = 'earliest-offset',
+                   'format' = '{format}', '{format}.url' = '{}');",
+            bootstrap(),
+            registry_url()
+        ))
+        .unwrap_or_else(|e| panic!("{format}: {e}"));
+        let (changes, _) = sql
+            .sql_changelog("SELECT user_id, n * 10 AS tens FROM clicks")
+            .unwrap_or_else(|e| panic!("{format}: {e}"));
+        let (sink, out) = CollectSink::new();
+        changes.sink(sink);
+        let handle = env.execute_async().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while out.values().len() < 3 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        handle.stop();
+        let result = handle.wait().unwrap();
+        let mut rows: Vec<String> = out
+            .values()
+            .iter()
+            .map(|c| common::row_text(&c.row))
+            .collect();
+        rows.sort();
+        assert_eq!(rows, ["[u1, 10]", "[u2, 20]", "[u3, 30]"], "{format}");
+        if format == "json-registry" {
+            assert_eq!(result.bad_records(), 1, "{format}");
+        }
+    }
+}
