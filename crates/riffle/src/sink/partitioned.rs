@@ -15,6 +15,11 @@
 //!   after the checkpoint is replayed, never duplicated. A bounded job commits its last files
 //!   when it ends.
 //!
+//! Records are written as lines ([`PartitionedFileSink::new`]) or by a part-file format of the
+//! caller's ([`PartitionedFileSink::with_format`], a [`PartWriter`] per file): a bulk format
+//! such as Parquet buffers what it needs and writes its footer when the file is closed, which
+//! every checkpoint does. An empty partition (`""`) is the sink's directory itself.
+//!
 //! Files roll at each checkpoint, at a size, and when more partitions are open than the sink
 //! keeps open files for (the least recently written one is closed; a partition written again
 //! opens a new file). `<job>` is a hash of the job's name: two jobs can share a directory.
@@ -41,6 +46,52 @@ const MAX_DEPTH: usize = 4;
 type PartitionFn<T> = Arc<dyn Fn(&T) -> String + Send + Sync>;
 type LineFn<T> = Arc<dyn Fn(&T, &mut Vec<u8>) -> Result<()> + Send + Sync>;
 
+/// Writes the records of one part file: a line format, or a bulk format such as Parquet.
+pub trait PartWriter<T>: Send {
+    /// Adds a record.
+    fn write(&mut self, value: &T) -> Result<()>;
+    /// The bytes the file holds (or will, for what is buffered) so far: it rolls past the
+    /// sink's roll size.
+    fn bytes(&self) -> u64;
+    /// Writes what is left (a bulk format's buffered rows and footer) and hands back the
+    /// file, which the sink syncs and commits.
+    fn finish(self: Box<Self>) -> Result<File>;
+}
+
+/// Opens a [`PartWriter`] over each new part file.
+pub type PartFormat<T> = Arc<dyn Fn(File) -> Result<Box<dyn PartWriter<T>>> + Send + Sync>;
+
+/// The line format: each record's line, then a newline.
+struct LineWriter<T> {
+    writer: BufWriter<File>,
+    line: LineFn<T>,
+    buffer: Vec<u8>,
+    bytes: u64,
+}
+
+impl<T> PartWriter<T> for LineWriter<T> {
+    fn write(&mut self, value: &T) -> Result<()> {
+        self.buffer.clear();
+        (self.line)(value, &mut self.buffer)?;
+        self.buffer.push(b'\n');
+        self.writer
+            .write_all(&self.buffer)
+            .map_err(|e| Error::io("cannot write a part file", e))?;
+        self.bytes += self.buffer.len() as u64;
+        Ok(())
+    }
+
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn finish(self: Box<Self>) -> Result<File> {
+        self.writer
+            .into_inner()
+            .map_err(|e| Error::io("cannot write a part file", e.into_error()))
+    }
+}
+
 /// Writes each record as one line into the directory of its partition, visible once the
 /// checkpoint that covers it completed; see the [module documentation](self).
 ///
@@ -63,11 +114,11 @@ pub struct PartitionedFileSink<T> {
     roll_size: u64,
     max_open: usize,
     partition: PartitionFn<T>,
-    line: LineFn<T>,
+    format: PartFormat<T>,
     _type: PhantomData<fn(T)>,
 }
 
-impl<T> PartitionedFileSink<T> {
+impl<T: 'static> PartitionedFileSink<T> {
     /// A sink writing into `dir`: `partition(record)` is the record's directory below it (a
     /// relative path of plain names, such as `dt=2026-01-15/hm=00:00`), `line` writes the
     /// record's line (without its newline). Files roll at 128 MB; 64 files are kept open.
@@ -76,6 +127,25 @@ impl<T> PartitionedFileSink<T> {
         partition: impl Fn(&T) -> String + Send + Sync + 'static,
         line: impl Fn(&T, &mut Vec<u8>) -> Result<()> + Send + Sync + 'static,
     ) -> Self {
+        let line: LineFn<T> = Arc::new(line);
+        Self::with_format(dir, partition, move |file| {
+            Ok(Box::new(LineWriter {
+                writer: BufWriter::with_capacity(1 << 16, file),
+                line: line.clone(),
+                buffer: Vec::with_capacity(256),
+                bytes: 0,
+            }))
+        })
+    }
+
+    /// A sink writing into `dir` with a part-file format of the caller's: `format` opens a
+    /// [`PartWriter`] over each new part file (a bulk format such as Parquet). Set the
+    /// [`extension`](Self::extension) to the format's.
+    pub fn with_format(
+        dir: impl Into<PathBuf>,
+        partition: impl Fn(&T) -> String + Send + Sync + 'static,
+        format: impl Fn(File) -> Result<Box<dyn PartWriter<T>>> + Send + Sync + 'static,
+    ) -> Self {
         PartitionedFileSink {
             dir: dir.into(),
             setting: "output".into(),
@@ -83,7 +153,7 @@ impl<T> PartitionedFileSink<T> {
             roll_size: 128 << 20,
             max_open: 64,
             partition: Arc::new(partition),
-            line: Arc::new(line),
+            format: Arc::new(format),
             _type: PhantomData,
         }
     }
@@ -118,11 +188,11 @@ fn io(context: &str, path: &Path, e: std::io::Error) -> Error {
     Error::io(format!("{context} `{}`", path.display()), e)
 }
 
-/// Whether `partition` is a relative path of plain names (no `..`, no root, no empty part,
-/// not the in-progress directory).
+/// Whether `partition` is empty (the sink's directory) or a relative path of plain names (no
+/// `..`, no root, no empty part, not the in-progress directory).
 fn valid_partition(partition: &str) -> bool {
-    !partition.is_empty()
-        && partition.split('/').count() <= MAX_DEPTH
+    partition.is_empty()
+        || partition.split('/').count() <= MAX_DEPTH
         && partition
             .split('/')
             .all(|part| !part.is_empty() && part != "." && part != ".." && part != IN_PROGRESS)
@@ -224,13 +294,12 @@ impl<T: Data> Sink<T> for PartitionedFileSink<T> {
             roll_size: self.roll_size,
             max_open: self.max_open,
             partition: self.partition.clone(),
-            line: self.line.clone(),
+            format: self.format.clone(),
             sequence: 0,
             writes: 0,
             open: HashMap::new(),
             closed: Vec::new(),
             pending: BTreeMap::new(),
-            buffer: Vec::with_capacity(256),
         }))
     }
 }
@@ -246,10 +315,9 @@ struct Committable {
     files: Vec<PartFile>,
 }
 
-struct OpenFile {
+struct OpenFile<T> {
     name: String,
-    writer: BufWriter<File>,
-    bytes: u64,
+    writer: Box<dyn PartWriter<T>>,
     /// When it was last written (a count of writes): the least recent is closed first.
     used: u64,
 }
@@ -264,15 +332,14 @@ struct PartitionWriter<T> {
     roll_size: u64,
     max_open: usize,
     partition: PartitionFn<T>,
-    line: LineFn<T>,
+    format: PartFormat<T>,
     sequence: u64,
     writes: u64,
-    open: HashMap<String, OpenFile>,
+    open: HashMap<String, OpenFile<T>>,
     /// Closed since the last barrier: pending for the next checkpoint.
     closed: Vec<PartFile>,
     /// Pre-committed files by checkpoint, not yet visible.
     pending: BTreeMap<u64, Vec<PartFile>>,
-    buffer: Vec<u8>,
 }
 
 /// Commits `files` (each out of its partition's in-progress directory) and syncs their
@@ -292,7 +359,7 @@ fn commit_files(dir: &Path, files: &[PartFile]) -> Result<()> {
 impl<T> PartitionWriter<T> {
     /// The open file of `partition`, opened (and, beyond the open-file limit, another closed)
     /// if needed.
-    fn file(&mut self, partition: &str) -> Result<&mut OpenFile> {
+    fn file(&mut self, partition: &str) -> Result<&mut OpenFile<T>> {
         if !self.open.contains_key(partition) {
             if !valid_partition(partition) {
                 return Err(Error::user(format!(
@@ -327,12 +394,12 @@ impl<T> PartitionWriter<T> {
                 .truncate(true)
                 .open(&path)
                 .map_err(|e| io("cannot open", &path, e))?;
+            let writer = (self.format)(file)?;
             self.open.insert(
                 partition.to_string(),
                 OpenFile {
                     name,
-                    writer: BufWriter::with_capacity(1 << 16, file),
-                    bytes: 0,
+                    writer,
                     used: 0,
                 },
             );
@@ -349,10 +416,7 @@ impl<T> PartitionWriter<T> {
         if let Some(open) = self.open.remove(partition) {
             let in_progress = self.dir.join(partition).join(IN_PROGRESS);
             let path = in_progress.join(&open.name);
-            let file = open
-                .writer
-                .into_inner()
-                .map_err(|e| io("cannot write", &path, e.into_error()))?;
+            let file = open.writer.finish()?;
             file.sync_all().map_err(|e| io("cannot sync", &path, e))?;
             sync_dir(&in_progress)?;
             self.closed.push((partition.to_string(), open.name));
@@ -372,32 +436,16 @@ impl<T> PartitionWriter<T> {
 
 impl<T: Data> SinkWriter<T> for PartitionWriter<T> {
     fn write(&mut self, batch: &mut Vec<Record<T>>) -> Result<()> {
-        let mut buffer = std::mem::take(&mut self.buffer);
-        let result = (|| {
-            for record in batch.drain(..) {
-                let partition = (self.partition)(&record.value);
-                buffer.clear();
-                (self.line)(&record.value, &mut buffer)?;
-                buffer.push(b'\n');
-                let dir = self.dir.clone();
-                let roll_size = self.roll_size;
-                let file = self.file(&partition)?;
-                file.writer.write_all(&buffer).map_err(|e| {
-                    io(
-                        "cannot write",
-                        &dir.join(&partition).join(IN_PROGRESS).join(&file.name),
-                        e,
-                    )
-                })?;
-                file.bytes += buffer.len() as u64;
-                if file.bytes >= roll_size {
-                    self.close(&partition)?;
-                }
+        for record in batch.drain(..) {
+            let partition = (self.partition)(&record.value);
+            let roll_size = self.roll_size;
+            let file = self.file(&partition)?;
+            file.writer.write(&record.value)?;
+            if file.writer.bytes() >= roll_size {
+                self.close(&partition)?;
             }
-            Ok(())
-        })();
-        self.buffer = buffer;
-        result
+        }
+        Ok(())
     }
 
     fn pre_commit(&mut self, checkpoint_id: u64) -> Result<Option<Vec<u8>>> {
@@ -498,8 +546,9 @@ mod tests {
     #[test]
     fn partitions_are_relative_paths_of_plain_names() {
         assert!(valid_partition("dt=2026-01-15/hm=00:00"));
+        // The sink's directory itself.
+        assert!(valid_partition(""));
         for bad in [
-            "",
             "/abs",
             "a//b",
             "../up",
