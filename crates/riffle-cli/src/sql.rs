@@ -109,6 +109,7 @@ pub fn run(args: &SqlArgs) -> riffle::Result<()> {
         match executed {
             Executed::Created(name) => eprintln!("riffle sql: created {name}"),
             Executed::Set(key, value) => eprintln!("riffle sql: set {key} = {value}"),
+            Executed::Dropped(name) => eprintln!("riffle sql: dropped {name}"),
             Executed::Inserting(table) => {
                 jobs += 1;
                 eprintln!("riffle sql: INSERT INTO {table}");

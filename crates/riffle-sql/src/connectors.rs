@@ -435,7 +435,13 @@ pub fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
                 })
                 .name(&name);
         }
-        "filesystem" if !table.partition_keys.is_empty() => partitioned_sink(rows, table, schema)?,
+        // Parquet is a bulk format: files roll at each checkpoint, partitioned or not.
+        "filesystem"
+            if !table.partition_keys.is_empty()
+                || table.options.get("format").is_some_and(|f| f == "parquet") =>
+        {
+            partitioned_sink(rows, table, schema)?
+        }
         "filesystem" => {
             let path = file_path(option(table, "path")?);
             let format = table.options.get("format").map_or("json", |f| f.as_str());
@@ -461,7 +467,7 @@ pub fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
                     .name("Debezium JSON"),
                 other => {
                     return Err(SqlError::plan(format!(
-                        "table `{}`: filesystem writes 'format' = 'json', 'csv' or 'debezium-json' (got '{other}')",
+                        "table `{}`: filesystem writes 'format' = 'json', 'csv', 'parquet' or 'debezium-json' (got '{other}')",
                         table.name
                     )));
                 }
@@ -589,12 +595,13 @@ fn file_path(path: &str) -> String {
     path.strip_prefix("file://").unwrap_or(path).to_string()
 }
 
-/// The sink of a `PARTITIONED BY (..)` `filesystem` table: each row's line (without its
-/// partition columns, as Flink writes them) in the directory of its partition,
-/// `<path>/a=1/b=x/` (values escaped as Flink escapes them; `NULL` or empty:
-/// `__DEFAULT_PARTITION__`), exactly-once ([`PartitionedFileSink`]). Files are committed at
-/// each checkpoint and at the end of the input; Flink's `sink.partition-commit.*` and
-/// `sink.rolling-policy.*` options are accepted, and files also roll at 128 MB.
+/// The sink of a `PARTITIONED BY (..)` `filesystem` table, or of any `'format' = 'parquet'`
+/// one: each row (without its partition columns, as Flink writes them) in the directory of its
+/// partition, `<path>/a=1/b=x/` (values escaped as Flink escapes them; `NULL` or empty:
+/// `__DEFAULT_PARTITION__`; `<path>` itself without `PARTITIONED BY`), exactly-once
+/// ([`PartitionedFileSink`]). Files are committed at each checkpoint and at the end of the
+/// input; Flink's `sink.partition-commit.*` and `sink.rolling-policy.*` options are accepted,
+/// and files also roll at 128 MB.
 fn partitioned_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
     let path = file_path(option(table, "path")?);
     let format = table.options.get("format").map_or("json", |f| f.as_str());
@@ -611,16 +618,6 @@ fn partitioned_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()>
         .filter(|i| !partition.contains(i))
         .collect();
     let kept_schema = Schema::new(kept.iter().map(|i| schema.fields[*i].clone()).collect());
-    let line: Arc<dyn Fn(&Row) -> String + Send + Sync> = match format {
-        "csv" => Arc::new(move |row: &Row| csv_text(row, &kept_schema)),
-        "json" => Arc::new(move |row: &Row| json_text(row, &kept_schema)),
-        other => {
-            return Err(SqlError::plan(format!(
-                "table `{}`: a partitioned filesystem table writes 'format' = 'json' or 'csv' (got '{other}')",
-                table.name
-            )));
-        }
-    };
     let keys: Vec<(String, usize, DataType)> = table
         .partition_keys
         .iter()
@@ -644,6 +641,17 @@ fn partitioned_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()>
             .collect();
         parts.join("/")
     };
+    let line: Arc<dyn Fn(&Row) -> String + Send + Sync> = match format {
+        "csv" => Arc::new(move |row: &Row| csv_text(row, &kept_schema)),
+        "json" => Arc::new(move |row: &Row| json_text(row, &kept_schema)),
+        "parquet" => return parquet_sink(rows, table, path, directory, &kept_schema, kept),
+        other => {
+            return Err(SqlError::plan(format!(
+                "table `{}`: a partitioned filesystem table writes 'format' = 'json', 'csv' or 'parquet' (got '{other}')",
+                table.name
+            )));
+        }
+    };
     let sink = PartitionedFileSink::new(path, directory, move |row: &Row, out| {
         let kept_row = Row(kept.iter().map(|i| row.get(*i).clone()).collect());
         out.extend_from_slice(line(&kept_row).as_bytes());
@@ -658,6 +666,135 @@ fn partitioned_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()>
     .sink(sink)
     .name(&format!("Sink: {}", table.name));
     Ok(())
+}
+
+/// Writes `rows` as Parquet part files into `path`, each into its `directory`.
+#[cfg(feature = "parquet")]
+fn parquet_sink(
+    rows: Rows,
+    table: &TableDef,
+    path: String,
+    directory: impl Fn(&Row) -> String + Send + Sync + 'static,
+    schema: &Schema,
+    kept: Vec<usize>,
+) -> Result<()> {
+    let sink = parquet_format(table, schema, kept)?
+        .sink(path, directory)
+        .setting_name("path");
+    rows.into_append(&format!(
+        "table `{}` ('connector' = 'filesystem', 'format' = 'parquet')",
+        table.name
+    ))?
+    .sink(sink)
+    .name(&format!("Sink: {}", table.name));
+    Ok(())
+}
+
+/// Without the `parquet` feature, `'format' = 'parquet'` is refused, saying how to get it.
+#[cfg(not(feature = "parquet"))]
+fn parquet_sink(
+    _rows: Rows,
+    table: &TableDef,
+    _path: String,
+    _directory: impl Fn(&Row) -> String + Send + Sync + 'static,
+    _schema: &Schema,
+    _kept: Vec<usize>,
+) -> Result<()> {
+    Err(SqlError::plan(format!(
+        "table `{}`: 'format' = 'parquet' needs riffle-sql's `parquet` feature (on in the `riffle` command)",
+        table.name
+    )))
+}
+
+/// The Parquet layout of a `filesystem` table's columns `kept` (of the row), typed as
+/// `schema` says: Flink's mapping of SQL types onto Parquet's (`TIMESTAMP(3)` as
+/// `TIMESTAMP(MILLIS)`, `TIMESTAMP_LTZ(3)` adjusted to UTC, `DECIMAL(p, s)` exact, `NOT NULL`
+/// columns `REQUIRED`); `'parquet.compression'` is `snappy` (the default), `zstd` or
+/// `uncompressed`. Nested and interval columns are refused, naming the column.
+#[cfg(feature = "parquet")]
+fn parquet_format(
+    table: &TableDef,
+    schema: &Schema,
+    kept: Vec<usize>,
+) -> Result<riffle_parquet::ParquetFormat<Row>> {
+    use riffle_parquet::{Cell, Column, ColumnType, Compression, ParquetFormat};
+    let mut columns = Vec::with_capacity(schema.len());
+    for field in &schema.fields {
+        let ty = match &field.ty {
+            DataType::Boolean => ColumnType::Boolean,
+            DataType::TinyInt => ColumnType::Int8,
+            DataType::SmallInt => ColumnType::Int16,
+            DataType::Int => ColumnType::Int32,
+            DataType::BigInt => ColumnType::Int64,
+            DataType::Float => ColumnType::Float,
+            DataType::Double => ColumnType::Double,
+            DataType::Decimal { precision, scale } => ColumnType::Decimal {
+                precision: *precision,
+                scale: *scale,
+            },
+            DataType::Varchar => ColumnType::String,
+            DataType::Date => ColumnType::Date,
+            DataType::Timestamp { .. } => ColumnType::TimestampMillis { utc: false },
+            DataType::TimestampLtz { .. } => ColumnType::TimestampMillis { utc: true },
+            other => {
+                return Err(SqlError::plan(format!(
+                    "table `{}`: column `{}` is {other}; 'format' = 'parquet' writes flat columns of scalar types (BOOLEAN, integers, FLOAT, DOUBLE, DECIMAL, STRING, DATE, TIMESTAMP, TIMESTAMP_LTZ)",
+                    table.name, field.name
+                )));
+            }
+        };
+        let column = Column::new(field.name.clone(), ty);
+        columns.push(match field.nullable {
+            true => column,
+            false => column.required(),
+        });
+    }
+    let compression: Compression = match table.options.get("parquet.compression") {
+        None => Compression::default(),
+        Some(name) => name.parse().map_err(|e| {
+            SqlError::plan(format!(
+                "table `{}`: 'parquet.compression': {e}",
+                table.name
+            ))
+        })?,
+    };
+    let scales: Vec<Option<u8>> = schema
+        .fields
+        .iter()
+        .map(|f| match f.ty {
+            DataType::Decimal { scale, .. } => Some(scale),
+            _ => None,
+        })
+        .collect();
+    let format = ParquetFormat::new(columns, move |row: &Row, out| {
+        for (i, scale) in kept.iter().zip(&scales) {
+            let cell = match row.get(*i) {
+                Value::Null => Cell::Null,
+                Value::Bool(b) => Cell::Bool(*b),
+                Value::Int(n) => Cell::Int(*n),
+                Value::Date(days) => Cell::Int((*days).into()),
+                Value::Timestamp(ms) => Cell::Int(*ms),
+                Value::Double(d) => Cell::Float(*d),
+                Value::String(s) => Cell::Str(s),
+                Value::Decimal(d) => {
+                    let scale = scale.unwrap_or(d.scale);
+                    let d = d.rescale(scale).ok_or_else(|| {
+                        riffle::Error::user(format!("{d:?} does not fit at scale {scale}"))
+                    })?;
+                    Cell::Decimal(d.unscaled)
+                }
+                other => {
+                    return Err(riffle::Error::user(format!(
+                        "{other:?} is not a value 'format' = 'parquet' writes"
+                    )));
+                }
+            };
+            out.push(cell)?;
+        }
+        Ok(())
+    })
+    .map_err(|e| SqlError::plan(format!("table `{}`: {e}", table.name)))?;
+    Ok(format.compression(compression))
 }
 
 /// A row as one line of Flink's `csv` format: numbers as they are, strings and times (the

@@ -73,6 +73,8 @@ pub enum Executed {
     Created(String),
     /// An option was set.
     Set(String, String),
+    /// A table or view was dropped (or there was none and `IF EXISTS` was given).
+    Dropped(String),
     /// An `INSERT INTO` was added to the job (it runs when the environment is executed).
     Inserting(String),
     /// A query's rows will be printed while the job runs.
@@ -207,6 +209,7 @@ impl SqlEnv {
             statement @ (Statement::CreateTable(_)
             | Statement::CreateView { .. }
             | Statement::CreateFunction { .. }
+            | Statement::Drop { .. }
             | Statement::Set { .. }) => {
                 let done = self.catalog.borrow_mut().define(statement)?;
                 if let Executed::Set(key, value) = &done {

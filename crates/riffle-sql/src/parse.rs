@@ -35,6 +35,15 @@ pub enum Statement {
         /// The class Flink would load (kept for messages).
         class: String,
     },
+    /// `DROP [TEMPORARY] TABLE|VIEW [IF EXISTS] name`.
+    Drop {
+        /// The table's or view's name.
+        name: String,
+        /// A view (else a table).
+        view: bool,
+        /// `IF EXISTS`: no error when there is none.
+        if_exists: bool,
+    },
     /// `INSERT INTO table query`.
     Insert {
         /// The table written.
@@ -449,6 +458,16 @@ fn parse_sqlparser(text: &str) -> Result<Statement, SqlError> {
             }
             Ok(Statement::Insert { table, query })
         }
+        ast::Statement::Drop {
+            object_type: object_type @ (ast::ObjectType::Table | ast::ObjectType::View),
+            if_exists,
+            names,
+            ..
+        } if names.len() == 1 => Ok(Statement::Drop {
+            name: names[0].to_string(),
+            view: object_type == ast::ObjectType::View,
+            if_exists,
+        }),
         ast::Statement::CreateView(view) => Ok(Statement::CreateView {
             name: view.name.to_string(),
             query: view.query,

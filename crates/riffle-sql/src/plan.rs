@@ -737,8 +737,27 @@ impl Catalog {
                 }
                 Ok(Executed::Set(key, value))
             }
+            Statement::Drop {
+                name,
+                view,
+                if_exists,
+            } => {
+                let removed = match view {
+                    true => self.views.remove(&name).is_some(),
+                    false => self.tables.remove(&name).is_some(),
+                };
+                let kind = if view { "view" } else { "table" };
+                match (removed, if_exists) {
+                    (true, _) => Ok(Executed::Dropped(name)),
+                    (false, true) => Ok(Executed::Dropped(name)),
+                    (false, false) => Err(SqlError::plan(format!(
+                        "DROP {}: there is no {kind} `{name}` (IF EXISTS skips a missing one)",
+                        kind.to_uppercase()
+                    ))),
+                }
+            }
             _ => Err(SqlError::plan(
-                "only CREATE TABLE, CREATE VIEW, CREATE FUNCTION and SET define something",
+                "only CREATE TABLE, CREATE VIEW, CREATE FUNCTION, DROP and SET define something",
             )),
         }
     }

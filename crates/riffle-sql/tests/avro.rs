@@ -416,8 +416,12 @@ fn protobuf_and_json_schema_topics_are_read_by_column_name() {
     );
     producer.flush();
 
+    let dir = tempfile::tempdir().unwrap();
     for (topic, format) in [(&protos, "proto-registry"), (&documents, "json-registry")] {
-        let env = StreamEnv::new();
+        // The refused document goes to the dead letters, kept out of the source tree.
+        let env = StreamEnv::with_config(
+            EnvConfig::default().with_dead_letter_dir(dir.path().join(format!("dead-{format}"))),
+        );
         let sql = SqlEnv::new(&env);
         sql.execute_sql(&format!(
             "CREATE TABLE clicks (user_id STRING, n BIGINT)

@@ -97,3 +97,32 @@ fn two_views_of_one_table_decode_what_either_reads() {
     );
     assert_eq!(bad, 0);
 }
+
+#[test]
+fn drop_removes_a_table_or_a_view_and_if_exists_skips_a_missing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&events(dir.path(), &[])).unwrap();
+    let error = |statement: &str| sql.execute_sql(statement).unwrap_err().to_string();
+    sql.execute_sql("DROP TEMPORARY VIEW priced; DROP VIEW IF EXISTS priced;")
+        .unwrap();
+    assert!(error("SELECT * FROM priced").contains("priced"));
+    assert!(
+        error("DROP VIEW priced").contains("there is no view `priced`"),
+        "{}",
+        error("DROP VIEW priced")
+    );
+    // A view is no table: `DROP TABLE` leaves it.
+    assert!(error("DROP TABLE labelled").contains("there is no table `labelled`"));
+    sql.execute_sql("DROP VIEW labelled; DROP TABLE events;")
+        .unwrap();
+    assert!(error("SELECT kind FROM events").contains("events"));
+    // Defined again after it was dropped, with other columns.
+    sql.execute_sql(
+        "CREATE TABLE events (n BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '3');",
+    )
+    .unwrap();
+    let (rows, _) = sql.sql_changelog("SELECT n FROM events").unwrap();
+    rows.sink(CollectSink::new().0);
+}

@@ -9,6 +9,7 @@
 //!   exactly as if it had never stopped.
 //! - [`conformance`] is the suite every state backend passes (heap and RocksDB do).
 //!
+//! - [`duckdb`] reads the Parquet files of lake sinks back with DuckDB, an independent reader.
 //! - [`evolution`] is the suite for savepoints across a new version of a job (changed state
 //!   types, windows' accumulators).
 //!
@@ -31,4 +32,5 @@
 pub use riffle::testing::*;
 
 pub mod conformance;
+pub mod duckdb;
 pub mod evolution;

@@ -193,9 +193,9 @@ fn io(context: &str, path: &Path, e: std::io::Error) -> Error {
 fn valid_partition(partition: &str) -> bool {
     partition.is_empty()
         || partition.split('/').count() <= MAX_DEPTH
-        && partition
-            .split('/')
-            .all(|part| !part.is_empty() && part != "." && part != ".." && part != IN_PROGRESS)
+            && partition
+                .split('/')
+                .all(|part| !part.is_empty() && part != "." && part != ".." && part != IN_PROGRESS)
 }
 
 /// Every directory below `dir` (itself included) down to [`MAX_DEPTH`] levels, except
