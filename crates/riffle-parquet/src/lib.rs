@@ -386,7 +386,12 @@ enum Values {
     Int64(Vec<i64>),
     Float(Vec<f32>),
     Double(Vec<f64>),
-    Bytes(Vec<ByteArray>),
+    /// Every value's bytes one after another, and where each ends: one allocation per row
+    /// group, sliced into the writer's values when it is written.
+    Bytes {
+        data: Vec<u8>,
+        ends: Vec<usize>,
+    },
     Fixed(Vec<FixedLenByteArray>),
 }
 
@@ -398,7 +403,7 @@ impl Values {
             Values::Int64(v) => v.len(),
             Values::Float(v) => v.len(),
             Values::Double(v) => v.len(),
-            Values::Bytes(v) => v.len(),
+            Values::Bytes { ends, .. } => ends.len(),
             Values::Fixed(v) => v.len(),
         }
     }
@@ -410,7 +415,10 @@ impl Values {
             Values::Int64(v) => v.truncate(len),
             Values::Float(v) => v.truncate(len),
             Values::Double(v) => v.truncate(len),
-            Values::Bytes(v) => v.truncate(len),
+            Values::Bytes { data, ends } => {
+                ends.truncate(len);
+                data.truncate(ends.last().copied().unwrap_or(0));
+            }
             Values::Fixed(v) => v.truncate(len),
         }
     }
@@ -430,7 +438,10 @@ impl Buffer {
             ColumnType::Int64 | ColumnType::TimestampMillis { .. } => Values::Int64(Vec::new()),
             ColumnType::Float => Values::Float(Vec::new()),
             ColumnType::Double => Values::Double(Vec::new()),
-            ColumnType::String | ColumnType::Binary => Values::Bytes(Vec::new()),
+            ColumnType::String | ColumnType::Binary => Values::Bytes {
+                data: Vec::new(),
+                ends: Vec::new(),
+            },
             ColumnType::Decimal { precision, .. } => match decimal_physical(precision) {
                 PhysicalType::INT32 => Values::Int32(Vec::new()),
                 PhysicalType::INT64 => Values::Int64(Vec::new()),
@@ -540,12 +551,18 @@ impl RowWriter<'_> {
                 v.push(i as f64);
                 8
             }
-            (Values::Bytes(v), ColumnType::String | ColumnType::Binary, Cell::Str(s)) => {
-                v.push(ByteArray::from(s.as_bytes().to_vec()));
+            (
+                Values::Bytes { data, ends },
+                ColumnType::String | ColumnType::Binary,
+                Cell::Str(s),
+            ) => {
+                data.extend_from_slice(s.as_bytes());
+                ends.push(data.len());
                 s.len() + 4
             }
-            (Values::Bytes(v), ColumnType::Binary, Cell::Bytes(b)) => {
-                v.push(ByteArray::from(b.to_vec()));
+            (Values::Bytes { data, ends }, ColumnType::Binary, Cell::Bytes(b)) => {
+                data.extend_from_slice(b);
+                ends.push(data.len());
                 b.len() + 4
             }
             (_, ColumnType::Decimal { precision, scale }, Cell::Decimal(_)) => {
@@ -611,7 +628,7 @@ impl<T> ParquetPartWriter<T> {
                 .map_err(|e| parquet_error(context, e))?
                 .expect("a column writer for each column of the schema");
             let defs = column.nullable.then_some(buffer.defs.as_slice());
-            let written = match (writer.untyped(), &buffer.values) {
+            let written = match (writer.untyped(), &mut buffer.values) {
                 (ColumnWriter::BoolColumnWriter(w), Values::Bool(v)) => {
                     w.write_batch(v, defs, None)
                 }
@@ -627,8 +644,18 @@ impl<T> ParquetPartWriter<T> {
                 (ColumnWriter::DoubleColumnWriter(w), Values::Double(v)) => {
                     w.write_batch(v, defs, None)
                 }
-                (ColumnWriter::ByteArrayColumnWriter(w), Values::Bytes(v)) => {
-                    w.write_batch(v, defs, None)
+                (ColumnWriter::ByteArrayColumnWriter(w), Values::Bytes { data, ends }) => {
+                    let data = bytes::Bytes::from(std::mem::take(data));
+                    let mut start = 0;
+                    let values: Vec<ByteArray> = ends
+                        .iter()
+                        .map(|&end| {
+                            let value = ByteArray::from(data.slice(start..end));
+                            start = end;
+                            value
+                        })
+                        .collect();
+                    w.write_batch(&values, defs, None)
                 }
                 (ColumnWriter::FixedLenByteArrayColumnWriter(w), Values::Fixed(v)) => {
                     w.write_batch(v, defs, None)
