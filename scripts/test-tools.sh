@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tools the web UI and metrics tests drive, installed into the clone on first use:
-# - the official Prometheus Python client (its strict OpenMetrics parser reads /metrics) and
-#   DuckDB (an independent reader of the Parquet files Riffle writes), in a virtualenv at
-#   .tools/venv;
+# - the official Prometheus Python client (its strict OpenMetrics parser reads /metrics),
+#   DuckDB and the `deltalake` package (independent readers of the Parquet files and Delta
+#   tables Riffle writes), in a virtualenv at .tools/venv;
 # - playwright-core from npm (drives Debian's headless Chromium, which install-deps.sh installs),
 #   in crates/riffle-web/tests/tools/node_modules, pinned by its package-lock.json.
 # Prints the environment the tests read (eval "$(scripts/test-tools.sh)").
@@ -12,10 +12,11 @@ cd "$(dirname "$0")/.."
 for tool in python3 node npm; do
     command -v "$tool" >/dev/null || { echo "test-tools.sh: $tool is required" >&2; exit 1; }
 done
-if ! .tools/venv/bin/python -c 'import prometheus_client, duckdb' 2>/dev/null; then
-    echo "test-tools.sh: installing prometheus-client and duckdb into .tools/venv" >&2
+if ! .tools/venv/bin/python -c 'import prometheus_client, duckdb, deltalake' 2>/dev/null; then
+    echo "test-tools.sh: installing prometheus-client, duckdb and deltalake into .tools/venv" >&2
     python3 -m venv .tools/venv
-    .tools/venv/bin/pip install --quiet --disable-pip-version-check prometheus-client==0.26.0 duckdb==2.0.1 >&2
+    .tools/venv/bin/pip install --quiet --disable-pip-version-check prometheus-client==0.26.0 \
+        duckdb==2.0.1 deltalake==1.6.6 >&2
 fi
 tools=crates/riffle-web/tests/tools
 if [ ! -e "$tools/node_modules/playwright-core/package.json" ]; then

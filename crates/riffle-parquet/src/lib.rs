@@ -75,6 +75,12 @@ pub enum ColumnType {
         /// Whether the value is an instant (adjusted to UTC).
         utc: bool,
     },
+    /// Microseconds since the epoch (`INT64` annotated `TIMESTAMP(MICROS, utc)`): Delta Lake's
+    /// and Spark's timestamps.
+    TimestampMicros {
+        /// Whether the value is an instant (adjusted to UTC).
+        utc: bool,
+    },
     /// An exact decimal of `precision` digits, `scale` after the point, given as its unscaled
     /// integer (`INT32` up to 9 digits, `INT64` up to 18, a 16-byte `FIXED_LEN_BYTE_ARRAY` up
     /// to 38).
@@ -120,6 +126,11 @@ impl Column {
         self.ty
     }
 
+    /// Whether the column may hold nulls.
+    pub fn is_nullable(&self) -> bool {
+        self.nullable
+    }
+
     fn parquet_type(&self) -> Result<TypePtr> {
         let repetition = match self.nullable {
             true => Repetition::OPTIONAL,
@@ -139,6 +150,10 @@ impl Column {
             ColumnType::TimestampMillis { utc } => (
                 PhysicalType::INT64,
                 Some(LogicalType::timestamp(utc, TimeUnit::MILLIS)),
+            ),
+            ColumnType::TimestampMicros { utc } => (
+                PhysicalType::INT64,
+                Some(LogicalType::timestamp(utc, TimeUnit::MICROS)),
             ),
             ColumnType::Decimal { precision, scale } => {
                 if precision == 0 || precision > 38 || scale > precision {
@@ -196,7 +211,7 @@ pub enum Cell<'a> {
     Null,
     /// A `BOOLEAN`.
     Bool(bool),
-    /// An integer column, a `DATE` (days) or a timestamp (milliseconds); checked against the
+    /// An integer column, a `DATE` (days) or a timestamp (in the column's unit); checked against the
     /// column's range. A float column takes it too (a decimal column does not: give it
     /// [`Cell::Decimal`]).
     Int(i64),
@@ -435,7 +450,9 @@ impl Buffer {
             ColumnType::Int8 | ColumnType::Int16 | ColumnType::Int32 | ColumnType::Date => {
                 Values::Int32(Vec::new())
             }
-            ColumnType::Int64 | ColumnType::TimestampMillis { .. } => Values::Int64(Vec::new()),
+            ColumnType::Int64
+            | ColumnType::TimestampMillis { .. }
+            | ColumnType::TimestampMicros { .. } => Values::Int64(Vec::new()),
             ColumnType::Float => Values::Float(Vec::new()),
             ColumnType::Double => Values::Double(Vec::new()),
             ColumnType::String | ColumnType::Binary => Values::Bytes {

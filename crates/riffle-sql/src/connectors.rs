@@ -485,9 +485,10 @@ pub fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
         }
         "kafka" | "upsert-kafka" => kafka_sink(rows, table, schema)?,
         "jdbc" => jdbc_sink(rows, table, schema)?,
+        "delta" => delta_sink(rows, table, schema)?,
         other => {
             return Err(SqlError::plan(format!(
-                "table `{}`: the connector '{other}' cannot be written (sinks: blackhole, print, filesystem, kafka, upsert-kafka, jdbc)",
+                "table `{}`: the connector '{other}' cannot be written (sinks: blackhole, print, filesystem, kafka, upsert-kafka, jdbc, delta)",
                 table.name
             )));
         }
@@ -678,7 +679,7 @@ fn parquet_sink(
     schema: &Schema,
     kept: Vec<usize>,
 ) -> Result<()> {
-    let sink = parquet_format(table, schema, kept)?
+    let sink = parquet_format(table, schema, kept, false)?
         .sink(path, directory)
         .setting_name("path");
     rows.into_append(&format!(
@@ -710,12 +711,14 @@ fn parquet_sink(
 /// `schema` says: Flink's mapping of SQL types onto Parquet's (`TIMESTAMP(3)` as
 /// `TIMESTAMP(MILLIS)`, `TIMESTAMP_LTZ(3)` adjusted to UTC, `DECIMAL(p, s)` exact, `NOT NULL`
 /// columns `REQUIRED`); `'parquet.compression'` is `snappy` (the default), `zstd` or
-/// `uncompressed`. Nested and interval columns are refused, naming the column.
+/// `uncompressed`. Nested and interval columns are refused, naming the column. For a Delta
+/// table (`delta`), every timestamp is Delta's `timestamp`: microseconds, adjusted to UTC.
 #[cfg(feature = "parquet")]
 fn parquet_format(
     table: &TableDef,
     schema: &Schema,
     kept: Vec<usize>,
+    delta: bool,
 ) -> Result<riffle_parquet::ParquetFormat<Row>> {
     use riffle_parquet::{Cell, Column, ColumnType, Compression, ParquetFormat};
     let mut columns = Vec::with_capacity(schema.len());
@@ -734,6 +737,9 @@ fn parquet_format(
             },
             DataType::Varchar => ColumnType::String,
             DataType::Date => ColumnType::Date,
+            DataType::Timestamp { .. } | DataType::TimestampLtz { .. } if delta => {
+                ColumnType::TimestampMicros { utc: true }
+            }
             DataType::Timestamp { .. } => ColumnType::TimestampMillis { utc: false },
             DataType::TimestampLtz { .. } => ColumnType::TimestampMillis { utc: true },
             other => {
@@ -773,6 +779,13 @@ fn parquet_format(
                 Value::Bool(b) => Cell::Bool(*b),
                 Value::Int(n) => Cell::Int(*n),
                 Value::Date(days) => Cell::Int((*days).into()),
+                Value::Timestamp(ms) if delta => {
+                    Cell::Int(ms.checked_mul(1000).ok_or_else(|| {
+                        riffle::Error::user(format!(
+                            "the timestamp {ms} ms is out of Delta's range"
+                        ))
+                    })?)
+                }
                 Value::Timestamp(ms) => Cell::Int(*ms),
                 Value::Double(d) => Cell::Float(*d),
                 Value::String(s) => Cell::Str(s),
@@ -795,6 +808,73 @@ fn parquet_format(
     })
     .map_err(|e| SqlError::plan(format!("table `{}`: {e}", table.name)))?;
     Ok(format.compression(compression))
+}
+
+/// Writes `rows` into the Delta Lake table of `table` (`'connector' = 'delta'`, the Flink Delta
+/// connector's names: `'table-path'`, `PARTITIONED BY`): Parquet part files committed to the
+/// table's log once per checkpoint, exactly-once ([`riffle_delta::DeltaSink`], at
+/// parallelism 1). The table is created when the job starts if there is none.
+#[cfg(feature = "delta")]
+fn delta_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
+    use riffle_parquet::{Column, ColumnType};
+    let path = file_path(option(table, "table-path")?);
+    let mut partition = Vec::new();
+    let mut columns = Vec::new();
+    for key in &table.partition_keys {
+        let i = schema.index_of(key).ok_or_else(|| {
+            SqlError::plan(format!(
+                "table `{}`: PARTITIONED BY names `{key}`, which is not one of its columns",
+                table.name
+            ))
+        })?;
+        let field = &schema.fields[i];
+        let ty = match field.ty {
+            DataType::Varchar => ColumnType::String,
+            DataType::TinyInt => ColumnType::Int8,
+            DataType::SmallInt => ColumnType::Int16,
+            DataType::Int => ColumnType::Int32,
+            DataType::BigInt => ColumnType::Int64,
+            DataType::Boolean => ColumnType::Boolean,
+            DataType::Date => ColumnType::Date,
+            ref other => {
+                return Err(SqlError::plan(format!(
+                    "table `{}`: the partition column `{key}` is {other}; a Delta table is partitioned here by strings, integers, booleans or dates",
+                    table.name
+                )));
+            }
+        };
+        partition.push((i, field.ty.clone()));
+        columns.push(Column::new(key.clone(), ty));
+    }
+    let kept: Vec<usize> = (0..schema.len())
+        .filter(|i| !partition.iter().any(|(p, _)| p == i))
+        .collect();
+    let kept_schema = Schema::new(kept.iter().map(|i| schema.fields[*i].clone()).collect());
+    let format = parquet_format(table, &kept_schema, kept, true)?;
+    let sink = riffle_delta::DeltaSink::new(path, format)
+        .partitioned_by(columns, move |row: &Row| {
+            partition
+                .iter()
+                .map(|(i, ty)| match row.get(*i) {
+                    Value::Null => None,
+                    value => Some(crate::format::display(value, ty)),
+                })
+                .collect()
+        })
+        .setting_name("table-path");
+    rows.into_append(&format!("table `{}` ('connector' = 'delta')", table.name))?
+        .sink(sink)
+        .name(&format!("Sink: {}", table.name))
+        .set_parallelism(1);
+    Ok(())
+}
+
+#[cfg(not(feature = "delta"))]
+fn delta_sink(_rows: Rows, table: &TableDef, _schema: &Schema) -> Result<()> {
+    Err(SqlError::plan(format!(
+        "table `{}`: 'connector' = 'delta' needs riffle-sql's `delta` feature (on in the `riffle` command)",
+        table.name
+    )))
 }
 
 /// A row as one line of Flink's `csv` format: numbers as they are, strings and times (the

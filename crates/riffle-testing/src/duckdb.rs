@@ -1,5 +1,6 @@
-//! DuckDB as an independent reader of the files Riffle's lake sinks write (`scripts/test.sh`
-//! installs it into `.tools/venv` and exports `RIFFLE_PYTHON`, the Python that has it).
+//! DuckDB and the `deltalake` Python package as independent readers of the files and tables
+//! Riffle's lake sinks write (`scripts/test.sh` installs both into `.tools/venv` and exports
+//! `RIFFLE_PYTHON`, the Python that has them).
 //!
 //! ```no_run
 //! let dir = std::path::Path::new("/tmp/out");
@@ -74,4 +75,68 @@ pub fn read_parquet(files: &[PathBuf], hive: bool) -> String {
         "read_parquet([{}], filename = true, hive_partitioning = {hive})",
         list.join(", ")
     )
+}
+
+/// What the `deltalake` package reads of the table at `dir`: its version, the files of its
+/// current snapshot, each write's `riffle.checkpoint-id` (oldest first), and each file's
+/// directory with its partition value `k` from the log (`k=1 1`).
+#[derive(Debug)]
+pub struct DeltaLog {
+    /// The table's version.
+    pub version: i64,
+    /// The files of its current snapshot.
+    pub files: Vec<PathBuf>,
+    /// Each write's `riffle.checkpoint-id` (`None` when it has none), oldest first.
+    pub checkpoint_ids: Vec<String>,
+    /// Each file's first directory and the log's value of its partition column `k`.
+    pub partition_values: Vec<String>,
+}
+
+/// Reads the Delta table at `dir` with the `deltalake` package; panics with its error when
+/// it cannot.
+pub fn delta_log(dir: &Path) -> DeltaLog {
+    let python = std::env::var("RIFFLE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = r#"
+import sys
+from deltalake import DeltaTable
+dt = DeltaTable(sys.argv[1])
+print("version", dt.version())
+for uri in dt.file_uris():
+    print("file", uri.removeprefix("file://"))
+for commit in reversed(dt.history()):
+    if commit.get("operation") == "WRITE":
+        print("checkpoint", commit.get("riffle.checkpoint-id"))
+adds = dt.get_add_actions(flatten=True)
+if "partition.k" in adds.column_names:
+    for path, k in zip(adds.column("path").to_pylist(), adds.column("partition.k").to_pylist()):
+        print("partition", path.split("/")[0], k)
+"#;
+    let output = Command::new(&python)
+        .args(["-c", script, &dir.display().to_string()])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {python} (scripts/test.sh sets RIFFLE_PYTHON): {e}")
+        });
+    assert!(
+        output.status.success(),
+        "deltalake failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut log = DeltaLog {
+        version: -1,
+        files: Vec::new(),
+        checkpoint_ids: Vec::new(),
+        partition_values: Vec::new(),
+    };
+    for line in String::from_utf8(output.stdout).unwrap().lines() {
+        let (kind, rest) = line.split_once(' ').unwrap();
+        match kind {
+            "version" => log.version = rest.parse().unwrap(),
+            "file" => log.files.push(rest.into()),
+            "checkpoint" => log.checkpoint_ids.push(rest.into()),
+            "partition" => log.partition_values.push(rest.into()),
+            other => panic!("{other}"),
+        }
+    }
+    log
 }

@@ -58,6 +58,23 @@ pub trait PartWriter<T>: Send {
     fn finish(self: Box<Self>) -> Result<File>;
 }
 
+/// Part files made visible (committed): what an [`on_commit`](PartitionedFileSink::on_commit)
+/// hook is given.
+#[derive(Debug)]
+pub struct CommittedFiles<'a> {
+    /// The checkpoint whose completion committed them; `None` at the end of a bounded input,
+    /// or for a checkpoint taken by a version that did not record it.
+    pub checkpoint_id: Option<u64>,
+    /// The sink's directory.
+    pub dir: &'a Path,
+    /// Each file's partition (a relative directory, `""` for the sink's directory) and name.
+    pub files: &'a [(String, String)],
+}
+
+/// Called after part files were committed: a table format's log appends them (see
+/// [`PartitionedFileSink::on_commit`]).
+pub type CommitHook = Arc<dyn Fn(&CommittedFiles<'_>) -> Result<()> + Send + Sync>;
+
 /// Opens a [`PartWriter`] over each new part file.
 pub type PartFormat<T> = Arc<dyn Fn(File) -> Result<Box<dyn PartWriter<T>>> + Send + Sync>;
 
@@ -115,6 +132,7 @@ pub struct PartitionedFileSink<T> {
     max_open: usize,
     partition: PartitionFn<T>,
     format: PartFormat<T>,
+    on_commit: Option<CommitHook>,
     _type: PhantomData<fn(T)>,
 }
 
@@ -154,8 +172,22 @@ impl<T: 'static> PartitionedFileSink<T> {
             max_open: 64,
             partition: Arc::new(partition),
             format: Arc::new(format),
+            on_commit: None,
             _type: PhantomData,
         }
+    }
+
+    /// Calls `hook` after each commit of part files (at a checkpoint's completion, again for
+    /// the restored checkpoint's files when a job recovers, and at the end of a bounded
+    /// input), with the files just made visible: a table format appends them to its log. The
+    /// hook may see the same files more than once (a commit replayed after a failure) and
+    /// must add each once; an error fails the job, which then recovers and calls it again.
+    pub fn on_commit(
+        mut self,
+        hook: impl Fn(&CommittedFiles<'_>) -> Result<()> + Send + Sync + 'static,
+    ) -> Self {
+        self.on_commit = Some(Arc::new(hook));
+        self
     }
 
     /// The extension of the part files (default `jsonl`).
@@ -295,6 +327,7 @@ impl<T: Data> Sink<T> for PartitionedFileSink<T> {
             max_open: self.max_open,
             partition: self.partition.clone(),
             format: self.format.clone(),
+            on_commit: self.on_commit.clone(),
             sequence: 0,
             writes: 0,
             open: HashMap::new(),
@@ -313,6 +346,30 @@ struct Committable {
     subtask: usize,
     dir: PathBuf,
     files: Vec<PartFile>,
+    /// The checkpoint (absent from checkpoints of earlier versions: see [`Committable::decode`]).
+    checkpoint_id: Option<u64>,
+}
+
+/// [`Committable`] as earlier versions wrote it.
+#[derive(Debug, Deserialize)]
+struct CommittableV1 {
+    subtask: usize,
+    dir: PathBuf,
+    files: Vec<PartFile>,
+}
+
+impl Committable {
+    fn decode(bytes: &[u8]) -> Result<Committable> {
+        decode(bytes).or_else(|e| match decode::<CommittableV1>(bytes) {
+            Ok(v1) => Ok(Committable {
+                subtask: v1.subtask,
+                dir: v1.dir,
+                files: v1.files,
+                checkpoint_id: None,
+            }),
+            Err(_) => Err(e),
+        })
+    }
 }
 
 struct OpenFile<T> {
@@ -333,6 +390,7 @@ struct PartitionWriter<T> {
     max_open: usize,
     partition: PartitionFn<T>,
     format: PartFormat<T>,
+    on_commit: Option<CommitHook>,
     sequence: u64,
     writes: u64,
     open: HashMap<String, OpenFile<T>>,
@@ -342,9 +400,14 @@ struct PartitionWriter<T> {
     pending: BTreeMap<u64, Vec<PartFile>>,
 }
 
-/// Commits `files` (each out of its partition's in-progress directory) and syncs their
-/// partitions.
-fn commit_files(dir: &Path, files: &[PartFile]) -> Result<()> {
+/// Commits `files` (each out of its partition's in-progress directory), syncs their
+/// partitions, then calls the `hook` with them.
+fn commit_files(
+    dir: &Path,
+    files: &[PartFile],
+    checkpoint_id: Option<u64>,
+    hook: Option<&CommitHook>,
+) -> Result<()> {
     let mut partitions = HashSet::new();
     for (partition, file) in files {
         crate::sink::part_files::commit_file(&dir.join(partition), file)?;
@@ -353,7 +416,14 @@ fn commit_files(dir: &Path, files: &[PartFile]) -> Result<()> {
     for partition in partitions {
         sync_dir(&dir.join(partition))?;
     }
-    Ok(())
+    match hook {
+        Some(hook) if !files.is_empty() => hook(&CommittedFiles {
+            checkpoint_id,
+            dir,
+            files,
+        }),
+        _ => Ok(()),
+    }
 }
 
 impl<T> PartitionWriter<T> {
@@ -465,6 +535,7 @@ impl<T: Data> SinkWriter<T> for PartitionWriter<T> {
             subtask: self.subtask,
             dir: std::fs::canonicalize(&self.dir).unwrap_or_else(|_| self.dir.clone()),
             files,
+            checkpoint_id: Some(checkpoint_id),
         })
         .map(Some)
     }
@@ -473,15 +544,25 @@ impl<T: Data> SinkWriter<T> for PartitionWriter<T> {
         let later = self.pending.split_off(&(checkpoint_id + 1));
         let due = std::mem::replace(&mut self.pending, later);
         let files: Vec<PartFile> = due.into_values().flatten().collect();
-        commit_files(&self.dir, &files)
+        commit_files(
+            &self.dir,
+            &files,
+            Some(checkpoint_id),
+            self.on_commit.as_ref(),
+        )
     }
 
     fn recover(&mut self, committables: Vec<Vec<u8>>) -> Result<()> {
         let mut keep = HashSet::new();
         for bytes in committables {
-            let committable: Committable = decode(&bytes)?;
+            let committable = Committable::decode(&bytes)?;
             if committable.subtask % self.parallelism == self.subtask {
-                commit_files(&committable.dir, &committable.files)?;
+                commit_files(
+                    &committable.dir,
+                    &committable.files,
+                    committable.checkpoint_id,
+                    self.on_commit.as_ref(),
+                )?;
             }
             keep.extend(committable.files.into_iter().map(|(_, name)| name));
         }
@@ -498,8 +579,14 @@ impl<T: Data> SinkWriter<T> for PartitionWriter<T> {
         let pending = std::mem::take(&mut self.pending);
         let closed = std::mem::take(&mut self.closed);
         let dir = self.dir.clone();
+        let hook = self.on_commit.clone();
         Ok(Some(Box::new(move |ending| {
-            commit_files(&dir, &due_at_end(pending, closed, ending))
+            commit_files(
+                &dir,
+                &due_at_end(pending, closed, ending),
+                None,
+                hook.as_ref(),
+            )
         })))
     }
 }
@@ -539,9 +626,76 @@ pub fn escape_partition_value(value: &str) -> String {
     out
 }
 
+/// The value a directory name's [`escape_partition_value`] escaped: `00%3A00` -> `00:00`. A `%`
+/// not followed by two hex digits is kept as it is.
+pub fn unescape_partition_value(escaped: &str) -> String {
+    let bytes = escaped.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(high), Some(low)) => {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Serialize)]
+    struct OldCommittable {
+        subtask: usize,
+        dir: PathBuf,
+        files: Vec<PartFile>,
+    }
+
+    #[test]
+    fn partition_values_unescape_to_what_was_escaped() {
+        for value in ["00:00", "a/b=c%d", "plain", "ü #?[]", "", "100%"] {
+            assert_eq!(
+                unescape_partition_value(&escape_partition_value(value)),
+                value
+            );
+        }
+        assert_eq!(unescape_partition_value("50%"), "50%");
+        assert_eq!(unescape_partition_value("%zz"), "%zz");
+    }
+
+    #[test]
+    fn committables_of_earlier_versions_decode_without_a_checkpoint_id() {
+        let files = vec![("dt=1".to_string(), "part-a-0-r-0.jsonl".to_string())];
+        let old = encode(&OldCommittable {
+            subtask: 1,
+            dir: "/out".into(),
+            files: files.clone(),
+        })
+        .unwrap();
+        let decoded = Committable::decode(&old).unwrap();
+        assert_eq!((decoded.subtask, decoded.checkpoint_id), (1, None));
+        assert_eq!(decoded.files, files);
+        let new = encode(&Committable {
+            subtask: 0,
+            dir: "/out".into(),
+            files,
+            checkpoint_id: Some(7),
+        })
+        .unwrap();
+        assert_eq!(Committable::decode(&new).unwrap().checkpoint_id, Some(7));
+    }
 
     #[test]
     fn partitions_are_relative_paths_of_plain_names() {
