@@ -442,3 +442,128 @@ fn a_sql_job_killed_mid_run_and_restored_loses_and_duplicates_nothing() {
     assert_eq!(totals.len(), 10);
     assert_eq!(final_totals("victim"), totals);
 }
+
+/// The lake sinks under SIGKILL: a SQL job writing window counts into a partitioned Delta Lake
+/// table and a partitioned Parquet table, killed once a checkpoint has committed to both and
+/// started again with `--restore latest`, holds what a run never killed holds, read by
+/// independent readers (the `deltalake` package for the table's log, DuckDB for the rows); no
+/// file is in the Delta log twice.
+#[test]
+fn lake_tables_killed_mid_run_and_restored_hold_what_a_clean_run_holds() {
+    use riffle_testing::duckdb::{committed_files, delta_log, query as duckdb, read_parquet};
+
+    let dir = tempfile::tempdir().unwrap();
+    let job = script(
+        dir.path(),
+        "lake.sql",
+        "CREATE TABLE datagen (
+            event_type INT,
+            bid ROW<auction BIGINT, bidder BIGINT, price BIGINT, dateTime TIMESTAMP(3)>,
+            dateTime AS CASE WHEN event_type = 2 THEN bid.dateTime ELSE TIMESTAMP '2026-01-15 00:00:00' END,
+            WATERMARK FOR dateTime AS dateTime - INTERVAL '1' SECOND
+        ) WITH ('connector' = 'nexmark', 'events.num' = '400000', 'first-event.rate' = '100000',
+                'next-event.rate' = '100000', 'rows-per-second' = '100000');
+        CREATE VIEW bid AS SELECT bid.auction, bid.price, dateTime FROM datagen WHERE event_type = 2;
+        CREATE TABLE delta_counts (window_start TIMESTAMP(3), bids BIGINT, euros DECIMAL(20, 2), bucket INT)
+          PARTITIONED BY (bucket) WITH ('connector' = 'delta', 'table-path' = '${OUT}/delta');
+        CREATE TABLE parquet_counts (window_start TIMESTAMP(3), bids BIGINT, bucket INT)
+          PARTITIONED BY (bucket)
+          WITH ('connector' = 'filesystem', 'path' = '${OUT}/parquet', 'format' = 'parquet');
+        CREATE VIEW counts AS
+        SELECT CAST(MOD(auction, 4) AS INT) AS bucket, window_start, COUNT(*) AS bids,
+               SUM(price) AS euros
+        FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '1' SECOND))
+        GROUP BY MOD(auction, 4), window_start, window_end;
+        INSERT INTO delta_counts SELECT window_start, bids, CAST(euros AS DECIMAL(20, 2)), bucket FROM counts;
+        INSERT INTO parquet_counts SELECT window_start, bids, bucket FROM counts;",
+    );
+    let args = |out: &str| -> Vec<String> {
+        let out = dir.path().join(out).display().to_string();
+        [
+            "sql",
+            "-f",
+            &job,
+            "-D",
+            &format!("OUT={out}"),
+            "--checkpoint-dir",
+            &format!("{out}-checkpoints"),
+            "--checkpoint-interval-ms",
+            "200",
+            "--no-web",
+            "-p",
+            "2",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let run = |v: &[String]| {
+        let args: Vec<&str> = v.iter().map(String::as_str).collect();
+        crate::riffle(&args, dir.path())
+    };
+    run(&args("reference"));
+
+    // The victim: killed once a checkpoint has committed to the Delta table (its version 2:
+    // created, then a checkpoint's commit, then another) and to the Parquet table.
+    let victim = args("victim");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_riffle"))
+        .args(&victim)
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let second_commit = dir
+        .path()
+        .join("victim/delta/_delta_log/00000000000000000002.json");
+    let parquet = dir.path().join("victim/parquet");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !(second_commit.exists() && parquet.exists() && !committed_files(&parquet).is_empty()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no output committed in 60 s"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the job ended before the kill"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the job ended before the kill"
+    );
+    child.kill().unwrap(); // SIGKILL: no clean-up, no final commit
+    child.wait().unwrap();
+    let mut restore = victim.clone();
+    restore.extend(["--restore".to_string(), "latest".to_string()]);
+    run(&restore);
+
+    let delta_rows = |out: &str| {
+        let log = delta_log(&dir.path().join(out).join("delta"));
+        let mut names: Vec<_> = log.files.iter().map(|f| f.file_name().unwrap()).collect();
+        let files = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), files, "{out}: a file in the Delta log twice");
+        duckdb(&format!(
+            "SELECT bucket, epoch_ms(window_start), bids, euros FROM {} ORDER BY ALL",
+            read_parquet(&log.files, true)
+        ))
+    };
+    let parquet_rows = |out: &str| {
+        duckdb(&format!(
+            "SELECT bucket, epoch_ms(window_start), bids FROM {} ORDER BY ALL",
+            read_parquet(
+                &committed_files(&dir.path().join(out).join("parquet")),
+                true
+            )
+        ))
+    };
+    let expected = delta_rows("reference");
+    assert!(expected.len() >= 16, "{}", expected.len());
+    assert_eq!(delta_rows("victim"), expected);
+    let expected = parquet_rows("reference");
+    assert!(expected.len() >= 16);
+    assert_eq!(parquet_rows("victim"), expected);
+}
