@@ -12,6 +12,8 @@ mod kafka_event_time;
 #[cfg(feature = "kafka")]
 mod kafka_group;
 mod kill_suite;
+#[cfg(feature = "kafka")]
+mod lake_pipeline;
 mod late_events;
 mod nexmark;
 mod operations;
