@@ -5,9 +5,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use riffle::checkpoint::CheckpointConfig;
+use riffle::StreamEnv;
 use riffle::source::datagen::{DatagenSource, Generator};
-use riffle::{EnvConfig, StreamEnv};
 use riffle_delta::DeltaSink;
 use riffle_parquet::{Cell, Column, ColumnType, ParquetFormat};
 use riffle_testing::duckdb::{delta_log as read_log, query as duckdb, read_parquet};
@@ -46,16 +45,11 @@ fn one_commit_per_checkpoint_exactly_once_across_a_task_failure() {
     // the commits of completed checkpoints stay, the rest is written again after the restore.
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("table");
-    let env = StreamEnv::with_config(EnvConfig {
-        parallelism: 2,
-        local_state_dir: dir.path().join("state"),
-        checkpoints: CheckpointConfig {
-            interval: Some(Duration::from_millis(100)),
-            storage: dir.path().join("chk").display().to_string(),
-            ..CheckpointConfig::default()
-        },
-        ..EnvConfig::default()
-    });
+    let env = StreamEnv::with_config(riffle_testing::checkpointed(
+        dir.path(),
+        2,
+        Duration::from_millis(100),
+    ));
     env.from_source(DatagenSource::new(Keyed).count(4_000).rate(2_000.0))
         .map(riffle::testing::fail_once_after(2_500))
         .sink(sink(&table))

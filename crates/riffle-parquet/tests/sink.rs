@@ -4,9 +4,8 @@
 
 use std::time::Duration;
 
-use riffle::checkpoint::CheckpointConfig;
+use riffle::StreamEnv;
 use riffle::source::datagen::{DatagenSource, Generator};
-use riffle::{EnvConfig, StreamEnv};
 use riffle_parquet::{Cell, Column, ColumnType, ParquetFormat};
 use riffle_testing::duckdb::{committed_files, query as duckdb, read_parquet};
 
@@ -229,16 +228,11 @@ fn part_files_are_exactly_once_across_a_task_failure() {
     // the files of completed checkpoints stay, the rest is aborted and written again.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let env = StreamEnv::with_config(EnvConfig {
-        parallelism: 2,
-        local_state_dir: dir.path().join("state"),
-        checkpoints: CheckpointConfig {
-            interval: Some(Duration::from_millis(100)),
-            storage: dir.path().join("chk").display().to_string(),
-            ..CheckpointConfig::default()
-        },
-        ..EnvConfig::default()
-    });
+    let env = StreamEnv::with_config(riffle_testing::checkpointed(
+        dir.path(),
+        2,
+        Duration::from_millis(100),
+    ));
     let format = ParquetFormat::new(
         vec![
             Column::new("id", ColumnType::Int64).required(),

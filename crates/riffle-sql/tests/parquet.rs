@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use riffle::checkpoint::CheckpointConfig;
 use riffle::{EnvConfig, StreamEnv};
 use riffle_sql::functions::ScalarFunction;
 use riffle_sql::{DataType, SqlEnv, Value};
@@ -123,16 +122,11 @@ fn parquet_part_files_are_exactly_once_across_a_task_failure() {
     // written again.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let env = StreamEnv::with_config(EnvConfig {
-        parallelism: 2,
-        local_state_dir: dir.path().join("state"),
-        checkpoints: CheckpointConfig {
-            interval: Some(Duration::from_millis(100)),
-            storage: dir.path().join("chk").display().to_string(),
-            ..CheckpointConfig::default()
-        },
-        ..EnvConfig::default()
-    });
+    let env = StreamEnv::with_config(riffle_testing::checkpointed(
+        dir.path(),
+        2,
+        Duration::from_millis(100),
+    ));
     let sql = SqlEnv::new(&env);
     let crash = riffle::testing::fail_once_after::<()>(2_500);
     sql.register_function(

@@ -31,6 +31,25 @@
 
 pub use riffle::testing::*;
 
+/// A job's configuration for recovery tests: `parallelism`, local state under `dir/state`,
+/// checkpoints every `interval` into `dir/chk` (the default restart strategy).
+pub fn checkpointed(
+    dir: &std::path::Path,
+    parallelism: usize,
+    interval: std::time::Duration,
+) -> riffle::EnvConfig {
+    riffle::EnvConfig {
+        parallelism,
+        local_state_dir: dir.join("state"),
+        checkpoints: riffle::checkpoint::CheckpointConfig {
+            interval: Some(interval),
+            storage: dir.join("chk").display().to_string(),
+            ..Default::default()
+        },
+        ..riffle::EnvConfig::default()
+    }
+}
+
 pub mod conformance;
 pub mod duckdb;
 pub mod evolution;

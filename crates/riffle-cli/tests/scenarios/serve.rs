@@ -157,6 +157,7 @@ fn a_view_killed_while_it_ingests_comes_back_with_every_change_once() {
 }
 
 /// The sum of a view's column, 0 while it has no rows.
+#[cfg(feature = "kafka")]
 fn sum(port: u16, sql: &str) -> u64 {
     psql(port, sql).trim().parse().unwrap_or(0)
 }

@@ -10,6 +10,36 @@ fn script(dir: &Path, name: &str, text: &str) -> String {
     path.display().to_string()
 }
 
+/// Runs `riffle` with `args` in `dir` and kills it with SIGKILL (no clean-up, no final commit)
+/// once `committed` holds, within 60 s and before the job ends by itself.
+fn kill_when(args: &[String], dir: &Path, committed: impl Fn() -> bool) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_riffle"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !committed() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no output committed in 60 s"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the job ended before the kill"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the job ended before the kill"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 const BIDS: &str = "CREATE TABLE datagen (
     event_type INT,
     bid ROW<auction BIGINT, bidder BIGINT, price BIGINT, dateTime TIMESTAMP(3)>,
@@ -385,32 +415,10 @@ fn a_sql_job_killed_mid_run_and_restored_loses_and_duplicates_nothing() {
 
     // The victim: killed once a checkpoint has committed some of its output.
     let victim = args("victim");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_riffle"))
-        .args(&victim)
-        .current_dir(dir.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
     let totals = dir.path().join("victim/totals");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !crate::sorted_lines_if_any(&totals).iter().any(|_| true) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no output committed in 60 s"
-        );
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the job ended before the kill"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "the job ended before the kill"
-    );
-    child.kill().unwrap(); // SIGKILL: no clean-up, no final commit
-    child.wait().unwrap();
+    kill_when(&victim, dir.path(), || {
+        crate::sorted_lines_if_any(&totals).iter().any(|_| true)
+    });
     let mut restore = victim.clone();
     restore.extend(["--restore".to_string(), "latest".to_string()]);
     run(&restore);
@@ -506,35 +514,13 @@ fn lake_tables_killed_mid_run_and_restored_hold_what_a_clean_run_holds() {
     // The victim: killed once a checkpoint has committed to the Delta table (its version 2:
     // created, then a checkpoint's commit, then another) and to the Parquet table.
     let victim = args("victim");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_riffle"))
-        .args(&victim)
-        .current_dir(dir.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
     let second_commit = dir
         .path()
         .join("victim/delta/_delta_log/00000000000000000002.json");
     let parquet = dir.path().join("victim/parquet");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !(second_commit.exists() && parquet.exists() && !committed_files(&parquet).is_empty()) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no output committed in 60 s"
-        );
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the job ended before the kill"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "the job ended before the kill"
-    );
-    child.kill().unwrap(); // SIGKILL: no clean-up, no final commit
-    child.wait().unwrap();
+    kill_when(&victim, dir.path(), || {
+        second_commit.exists() && parquet.exists() && !committed_files(&parquet).is_empty()
+    });
     let mut restore = victim.clone();
     restore.extend(["--restore".to_string(), "latest".to_string()]);
     run(&restore);
