@@ -32,39 +32,7 @@ pub(crate) fn read_topic(topic: &str, min: usize, wait: Duration, quiet: Duratio
         .collect()
 }
 
-/// A running `riffle`, killed (SIGKILL) when dropped, also when the test fails.
-pub(crate) struct Job(std::process::Child);
-
-impl Job {
-    pub(crate) fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Job {
-    /// Whether it exited, with its status if so.
-    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.0.try_wait().unwrap()
-    }
-
-    /// The process id.
-    pub(crate) fn id(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl From<std::process::Child> for Job {
-    fn from(child: std::process::Child) -> Job {
-        Job(child)
-    }
-}
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+pub(crate) use crate::Job;
 
 pub(crate) fn spawn(args: &[String], dir: &std::path::Path) -> Job {
     // Every run's output goes to `riffle.log` in `dir`, for a failing test to show

@@ -2,6 +2,7 @@
 //! checks the exact output, not just that something came out.
 
 mod backpressure;
+mod cdc_pipeline;
 mod checkpoint_recovery;
 mod hostile_input;
 mod join;
@@ -71,4 +72,39 @@ pub fn sorted_lines(dir: &Path) -> Vec<String> {
     }
     lines.sort();
     lines
+}
+
+/// A running `riffle`, killed (SIGKILL) when dropped, also when the test fails.
+pub(crate) struct Job(std::process::Child);
+
+impl Job {
+    pub(crate) fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Job {
+    /// Whether it exited, with its status if so.
+    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.0.try_wait().unwrap()
+    }
+
+    /// The process id.
+    #[cfg(feature = "kafka")]
+    pub(crate) fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl From<std::process::Child> for Job {
+    fn from(child: std::process::Child) -> Job {
+        Job(child)
+    }
 }
