@@ -1,7 +1,9 @@
 //! The cost of the Avro format per record, beside JSON's, on one core: Nexmark-like bids
 //! encoded and decoded with serde (JSON: serde_json; Avro: the registry's wire format, the
 //! writer schema cached after the first record), and decoded with a reader schema (Avro's
-//! resolution of the writer's schema to the job's, through a generic value).
+//! resolution of the writer's schema to the job's, through a generic value). Then the seed's
+//! clicks (`riffle-clicks`' generator): JSON as the clicks job decodes it (`Click::from_json`)
+//! and with serde_json, against Avro.
 //!
 //! ```sh
 //! scripts/schema-registry.sh start && eval "$(scripts/schema-registry.sh env)"
@@ -46,6 +48,16 @@ const BID_READER: &str = r#"{"type":"record","name":"Bid","fields":[
     {"name":"auction","type":"long"},{"name":"bidder","type":"long"},{"name":"price","type":"long"},
     {"name":"channel","type":"string"},{"name":"url","type":"string"},
     {"name":"date_time","type":"long"},{"name":"extra","type":"string","default":""}]}"#;
+
+/// The seed's click in Avro (Avro has no unsigned integers: the user id is a `long`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, AvroSchema)]
+struct AvroClick {
+    user_id: i64,
+    url: String,
+    user_agent: String,
+    ip: String,
+    event_time: i64,
+}
 
 const RECORDS: usize = 1_000_000;
 
@@ -170,4 +182,51 @@ fn main() {
             black_box(evolving.decode::<Bid>(&v1[i]).unwrap());
         },
     );
+
+    clicks(&registry);
+}
+
+/// The seed's clicks: JSON (the clicks job's decoder, and serde_json) against Avro.
+fn clicks(registry: &SchemaRegistry) {
+    use riffle::source::datagen::Generator;
+    use riffle_clicks::{Click, ClickGenerator, ClicksConfig};
+    let generator = ClickGenerator::new(ClicksConfig::default());
+    let clicks: Vec<Click> = (0..RECORDS as u64).map(|i| generator.generate(i)).collect();
+    let json: Vec<Vec<u8>> = clicks
+        .iter()
+        .map(|c| serde_json::to_vec(c).unwrap())
+        .collect();
+    let encoder = AvroEncoder::confluent(
+        registry,
+        &format!("bench-clicks-{}-value", std::process::id()),
+        AvroClick::get_schema(),
+    )
+    .unwrap();
+    let avro: Vec<Vec<u8>> = clicks
+        .iter()
+        .map(|c| {
+            let mut out = Vec::new();
+            let click = AvroClick {
+                user_id: c.user_id as i64,
+                url: c.url.to_string(),
+                user_agent: c.user_agent.to_string(),
+                ip: c.ip.to_string(),
+                event_time: c.event_time,
+            };
+            encoder.encode(&click, &mut out).unwrap();
+            out
+        })
+        .collect();
+    let json_bytes = json.iter().map(Vec::len).sum();
+    let avro_bytes = avro.iter().map(Vec::len).sum();
+    measure("clicks: decode JSON (Click::from_json)", json_bytes, |i| {
+        black_box(Click::from_json(&json[i]).unwrap());
+    });
+    measure("clicks: decode JSON (serde_json)", json_bytes, |i| {
+        black_box(serde_json::from_slice::<Click>(&json[i]).unwrap());
+    });
+    let decoder = AvroDecoder::confluent(registry);
+    measure("clicks: decode Avro (as written)", avro_bytes, |i| {
+        black_box(decoder.decode::<AvroClick>(&avro[i]).unwrap());
+    });
 }
