@@ -5,35 +5,7 @@
 //! from its latest checkpoint while the workload goes on. At the end the sink table equals the
 //! query PostgreSQL computes itself over the source tables.
 
-use std::process::Command;
-use std::time::{Duration, Instant};
-
-use crate::Job;
-
-fn psql(sql: &str) -> String {
-    let url = std::env::var("RIFFLE_POSTGRES_URL")
-        .expect("RIFFLE_POSTGRES_URL is not set: the README's test command starts PostgreSQL");
-    let output = Command::new("psql")
-        .args([
-            url.as_str(),
-            "-X",
-            "-q",
-            "-A",
-            "-t",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            sql,
-        ])
-        .output()
-        .expect("psql (Debian's postgresql-client; scripts/postgres.sh installs it)");
-    assert!(
-        output.status.success(),
-        "psql failed on {sql}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
+use crate::{Job, psql_test_server as psql, start_sql_job, wait_while_running};
 
 #[test]
 fn a_join_of_two_cdc_tables_aggregated_into_postgres_survives_sigkill() {
@@ -87,32 +59,7 @@ fn a_join_of_two_cdc_tables_aggregated_into_postgres_survives_sigkill() {
         ),
     )
     .unwrap();
-    let start = |restore: bool| -> Job {
-        let mut args = vec![
-            "sql".to_string(),
-            "-f".into(),
-            job.display().to_string(),
-            "--checkpoint-dir".into(),
-            dir.path().join("checkpoints").display().to_string(),
-            "--checkpoint-interval-ms".into(),
-            "200".into(),
-            "--no-web".into(),
-            "-p".into(),
-            "2".into(),
-        ];
-        if restore {
-            args.extend(["--restore".to_string(), "latest".to_string()]);
-        }
-        let log = std::fs::File::create(dir.path().join(format!("job-{restore}.log"))).unwrap();
-        Command::new(env!("CARGO_BIN_EXE_riffle"))
-            .args(&args)
-            .current_dir(dir.path())
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap()
-            .into()
-    };
+    let start = |restore: bool| -> Job { start_sql_job(&job, dir.path(), restore) };
     let expected = format!(
         "SELECT c.region, count(*), sum(o.amount) FROM {orders} o JOIN {customers} c ON o.customer_id = c.id GROUP BY c.region"
     );
@@ -124,26 +71,8 @@ fn a_join_of_two_cdc_tables_aggregated_into_postgres_survives_sigkill() {
         .parse()
         .unwrap()
     };
-    let wait_equal = |what: &str, job: &mut Job| {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while differing() != 0 {
-            let log = || {
-                ["false", "true"]
-                    .map(|r| {
-                        std::fs::read_to_string(dir.path().join(format!("job-{r}.log")))
-                            .unwrap_or_default()
-                    })
-                    .join("\n---\n")
-            };
-            assert!(
-                Instant::now() < deadline,
-                "{what}: not within 120 s\n{}",
-                log()
-            );
-            assert!(job.exited().is_none(), "{what}: the job ended\n{}", log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
+    let wait_equal =
+        |what: &str, job: &mut Job| wait_while_running(what, job, dir.path(), &|| differing() == 0);
 
     let mut job = start(false);
     wait_equal("the snapshot's totals", &mut job);

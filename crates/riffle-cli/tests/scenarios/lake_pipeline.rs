@@ -6,15 +6,13 @@
 //! and DuckDB) equal the batch answer over the input exactly.
 
 use std::collections::BTreeMap;
-use std::process::Command;
-use std::time::{Duration, Instant};
 
 use riffle_formats::{AvroEncoder, Schema, SchemaRegistry, Value};
 use riffle_kafka::testing::{TestProducer, bootstrap};
 use riffle_kafka::{KafkaConnection, ensure_topics};
 use riffle_testing::duckdb::{delta_log, query as duckdb, read_parquet};
 
-use crate::kafka::Job;
+use crate::{Job, psql_test_server as psql, start_sql_job, wait_while_running};
 
 const CLICK_V1: &str = r#"{"type":"record","name":"Click","namespace":"shop","fields":[
     {"name":"user_id","type":"string"},
@@ -28,31 +26,6 @@ const CLICK_V2: &str = r#"{"type":"record","name":"Click","namespace":"shop","fi
 const CLICKS: i64 = 6_000;
 /// Event time of click `n`: 100 ms apart from 2026-01-15 00:00:00 UTC.
 const START: i64 = 1_768_435_200_000;
-
-fn psql(sql: &str) -> String {
-    let url = std::env::var("RIFFLE_POSTGRES_URL")
-        .expect("RIFFLE_POSTGRES_URL is not set: the README's test command starts PostgreSQL");
-    let output = Command::new("psql")
-        .args([
-            url.as_str(),
-            "-X",
-            "-q",
-            "-A",
-            "-t",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            sql,
-        ])
-        .output()
-        .expect("psql (Debian's postgresql-client; scripts/postgres.sh installs it)");
-    assert!(
-        output.status.success(),
-        "psql failed on {sql}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
 
 fn click(n: i64) -> (String, i64, Option<&'static str>) {
     let country = (n >= CLICKS / 2 && n % 3 != 0).then_some(["fr", "de", "jp"][(n % 3) as usize]);
@@ -132,51 +105,9 @@ fn avro_clicks_to_postgres_and_delta_survive_sigkill_and_equal_the_batch_answer(
         ),
     )
     .unwrap();
-    let start = |restore: bool| -> Job {
-        let mut args = vec![
-            "sql".to_string(),
-            "-f".into(),
-            job.display().to_string(),
-            "--checkpoint-dir".into(),
-            dir.path().join("checkpoints").display().to_string(),
-            "--checkpoint-interval-ms".into(),
-            "200".into(),
-            "--no-web".into(),
-            "-p".into(),
-            "2".into(),
-        ];
-        if restore {
-            args.extend(["--restore".to_string(), "latest".to_string()]);
-        }
-        let log = std::fs::File::create(dir.path().join(format!("job-{restore}.log"))).unwrap();
-        Command::new(env!("CARGO_BIN_EXE_riffle"))
-            .args(&args)
-            .current_dir(dir.path())
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap()
-            .into()
-    };
+    let start = |restore: bool| -> Job { start_sql_job(&job, dir.path(), restore) };
     let wait_for = |what: &str, job: &mut Job, done: &dyn Fn() -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while !done() {
-            let log = || {
-                ["false", "true"]
-                    .map(|r| {
-                        std::fs::read_to_string(dir.path().join(format!("job-{r}.log")))
-                            .unwrap_or_default()
-                    })
-                    .join("\n---\n")
-            };
-            assert!(
-                Instant::now() < deadline,
-                "{what}: not within 120 s\n{}",
-                log()
-            );
-            assert!(job.exited().is_none(), "{what}: the job ended\n{}", log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_while_running(what, job, dir.path(), done)
     };
 
     // Killed mid-input, once a checkpoint committed to both sinks (the table's version 1:

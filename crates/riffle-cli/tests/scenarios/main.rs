@@ -108,3 +108,82 @@ impl From<std::process::Child> for Job {
         Job(child)
     }
 }
+
+/// What psql prints for `sql` against the test server (`RIFFLE_POSTGRES_URL`; unaligned,
+/// tuples only); the statement must succeed.
+pub(crate) fn psql_test_server(sql: &str) -> String {
+    let url = std::env::var("RIFFLE_POSTGRES_URL")
+        .expect("RIFFLE_POSTGRES_URL is not set: the README's test command starts PostgreSQL");
+    let output = std::process::Command::new("psql")
+        .args([
+            url.as_str(),
+            "-X",
+            "-q",
+            "-A",
+            "-t",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            sql,
+        ])
+        .output()
+        .expect("psql (Debian's postgresql-client; scripts/postgres.sh installs it)");
+    assert!(
+        output.status.success(),
+        "psql failed on {sql}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// `riffle sql -f job` at p = 2 with checkpoints every 200 ms under `dir/checkpoints`
+/// (`--restore latest` when `restore`), its log in `dir/job-<restore>.log`.
+pub(crate) fn start_sql_job(job: &Path, dir: &Path, restore: bool) -> Job {
+    let checkpoints = dir.join("checkpoints").display().to_string();
+    let mut args = vec![
+        "sql",
+        "-f",
+        job.to_str().unwrap(),
+        "--checkpoint-dir",
+        &checkpoints,
+        "--checkpoint-interval-ms",
+        "200",
+        "--no-web",
+        "-p",
+        "2",
+    ];
+    if restore {
+        args.extend(["--restore", "latest"]);
+    }
+    let log = std::fs::File::create(dir.join(format!("job-{restore}.log"))).unwrap();
+    std::process::Command::new(env!("CARGO_BIN_EXE_riffle"))
+        .args(&args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+        .into()
+}
+
+/// Waits (120 s at most) until `done`, while `job` runs; a failure shows the logs of
+/// [`start_sql_job`] in `dir`.
+pub(crate) fn wait_while_running(what: &str, job: &mut Job, dir: &Path, done: &dyn Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !done() {
+        let log = || {
+            ["false", "true"]
+                .map(|r| {
+                    std::fs::read_to_string(dir.join(format!("job-{r}.log"))).unwrap_or_default()
+                })
+                .join("\n---\n")
+        };
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within 120 s\n{}",
+            log()
+        );
+        assert!(job.exited().is_none(), "{what}: the job ended\n{}", log());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
