@@ -255,6 +255,23 @@ impl Source<CdcRecord> for PostgresCdcSource {
                 ),
             ));
         }
+        // A replication slot needs the REPLICATION attribute (or a superuser): say so here
+        // rather than at the slot's creation.
+        let (user, replication): (String, bool) = client
+            .query_one(
+                "SELECT current_user::text, rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user",
+                &[],
+            )
+            .map(|row| (row.get(0), row.get(1)))
+            .map_err(|e| connector_error("cannot read the user's attributes", e))?;
+        if !replication {
+            return Err(Error::config(
+                "url",
+                format!(
+                    "the user `{user}` may not read changes: change data capture needs the REPLICATION attribute (ALTER ROLE \"{user}\" WITH REPLICATION) and SELECT on the tables"
+                ),
+            ));
+        }
         for table in &self.tables {
             key_columns(&mut client, table)?;
         }

@@ -320,3 +320,37 @@ fn a_table_without_a_primary_key_is_refused_naming_it() {
         .to_string();
     assert!(err.contains("no table `public.cdc_missing`"), "{err}");
 }
+
+#[test]
+fn a_user_without_replication_is_refused_naming_what_it_needs() {
+    let mut db = client();
+    db.batch_execute(
+        "DROP ROLE IF EXISTS riffle_no_replication;
+         CREATE ROLE riffle_no_replication LOGIN NOREPLICATION;",
+    )
+    .unwrap();
+    // The same server and database, as that user.
+    let mut config: postgres::Config = url().parse().unwrap();
+    config.user("riffle_no_replication");
+    let host = match &config.get_hosts()[0] {
+        postgres::config::Host::Tcp(host) => host.clone(),
+        other => panic!("a TCP host: {other:?}"),
+    };
+    let other = format!(
+        "postgresql://riffle_no_replication@{host}:{}/{}",
+        config.get_ports()[0],
+        config.get_dbname().unwrap()
+    );
+    let err = PostgresCdcSource::new(other, ["cdc_anything"])
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("riffle_no_replication")
+            && err.contains("REPLICATION")
+            && err.contains("`url`"),
+        "{err}"
+    );
+    db.batch_execute("DROP ROLE riffle_no_replication;")
+        .unwrap();
+}
