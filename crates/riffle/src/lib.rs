@@ -37,6 +37,7 @@
 pub mod aggregate;
 pub mod api;
 pub(crate) mod bad_records;
+pub mod cep;
 pub mod change;
 pub mod checkpoint;
 pub(crate) mod codec;

@@ -304,6 +304,16 @@ where
         &self.input
     }
 
+    /// The function giving a record's key.
+    pub(crate) fn key_fn(&self) -> KeyFn<K, T> {
+        self.key.clone()
+    }
+
+    /// Reports a misuse of the API found while declaring (`execute` fails with it).
+    pub(crate) fn defer_error(&self, message: String) {
+        self.input.env.defer_error(message);
+    }
+
     pub(crate) fn add_keyed<Op, F>(&self, name: &str, factory: F) -> DataStream<OutOf<Op>>
     where
         Op: BuildOperator,

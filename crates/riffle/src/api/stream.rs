@@ -358,6 +358,13 @@ impl<T: Data> DataStream<T> {
         self.clone()
     }
 
+    /// Records a setting of the operator producing this stream, shown in its plan.
+    pub(crate) fn with_setting(&self, name: &str, value: String) -> Self {
+        self.with_node("setting", |node| {
+            node.settings.push((name.to_string(), value))
+        })
+    }
+
     /// Names the operator that produces this stream (in metrics, logs and errors).
     pub fn name(&self, name: &str) -> Self {
         self.with_node("name", |node| node.name = name.to_string())

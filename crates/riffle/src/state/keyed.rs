@@ -783,6 +783,16 @@ impl<K: Data + Hash + Eq, V: Data> ValueState<'_, K, V> {
     pub fn clear(&mut self) -> Result<()> {
         self.0.clear()
     }
+
+    /// Changes the value in place, creating it with `create` if absent: on the heap without a
+    /// copy, in a store decoded and encoded once.
+    pub(crate) fn modify<R>(
+        &mut self,
+        create: impl FnOnce() -> V,
+        change: impl FnOnce(&mut V) -> R,
+    ) -> Result<R> {
+        self.0.modify(create, change)
+    }
 }
 
 /// The values of a list state. Encoded as one byte string, the values' encodings one after the

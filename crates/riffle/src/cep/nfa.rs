@@ -1,0 +1,856 @@
+//! The matcher: a non-deterministic automaton run over one key's events in time order.
+//!
+//! A partial match (a *run*) is the events it took, each with the stage that took it, and its
+//! *branches*: what it may take next. After taking an event in stage `s` a run has up to three
+//! kinds of branch, all alive at once:
+//!
+//! - `Loop`: take another event into `s` (while `s` has taken fewer than its maximum);
+//! - `Enter(j)`: take the first event of a later stage `j` (the next one, or one past stages
+//!   that are optional), carrying the negative stages in between as guards;
+//! - `End`: nothing else is needed but a trailing `not_followed_by` must hold until `within`
+//!   has passed.
+//!
+//! A branch's contiguity decides what an event does to it: strict branches live for one event,
+//! relaxed ones until they take an event, non-deterministic ones until the match times out.
+//! Each take makes a new run (the old one keeps its other branches), so every way of matching
+//! is followed, and the events are stored once per key, shared by the runs that took them, and
+//! dropped when no run refers to them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cep::pattern::{AfterMatchSkip, Contiguity, Pattern, Stage, StageKind};
+use crate::record::Timestamp;
+
+/// A match: the events each stage took, in time order, as FlinkCEP's `Map<String, List<T>>`.
+///
+/// ```
+/// use riffle::cep::Match;
+///
+/// let m = Match::from_stages(vec![("small".into(), vec![0.5]), ("large".into(), vec![700.0, 900.0])], 1_000, 9_000);
+/// assert_eq!(m.get("large"), &[700.0, 900.0]);
+/// assert_eq!(m.last("large"), Some(&900.0));
+/// assert!(m.get("verify").is_empty());
+/// assert_eq!((m.start_timestamp(), m.end_timestamp()), (1_000, 9_000));
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Match<T> {
+    stages: Vec<(String, Vec<T>)>,
+    start: Timestamp,
+    end: Timestamp,
+}
+
+impl<T> Match<T> {
+    /// A match of the given stages' events (stages that took none may be left out), first and
+    /// last event times.
+    pub fn from_stages(stages: Vec<(String, Vec<T>)>, start: Timestamp, end: Timestamp) -> Self {
+        Match { stages, start, end }
+    }
+
+    /// The events stage `name` took (empty if it took none).
+    pub fn get(&self, name: &str) -> &[T] {
+        self.stages
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(&[], |(_, events)| events.as_slice())
+    }
+
+    /// The first event stage `name` took.
+    pub fn first(&self, name: &str) -> Option<&T> {
+        self.get(name).first()
+    }
+
+    /// The last event stage `name` took.
+    pub fn last(&self, name: &str) -> Option<&T> {
+        self.get(name).last()
+    }
+
+    /// Moves the events of stage `name` out of the match.
+    pub fn take(&mut self, name: &str) -> Vec<T> {
+        self.stages
+            .iter_mut()
+            .find(|(n, _)| n == name)
+            .map(|(_, events)| std::mem::take(events))
+            .unwrap_or_default()
+    }
+
+    /// The stages that took events, in pattern order, with their events.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[T])> {
+        self.stages
+            .iter()
+            .map(|(name, events)| (name.as_str(), events.as_slice()))
+    }
+
+    /// The number of events in the match.
+    pub fn len(&self) -> usize {
+        self.stages.iter().map(|(_, events)| events.len()).sum()
+    }
+
+    /// Whether the match holds no event (never, for what a pattern emits).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The time of its first event.
+    pub fn start_timestamp(&self) -> Timestamp {
+        self.start
+    }
+
+    /// The time of its last event.
+    pub fn end_timestamp(&self) -> Timestamp {
+        self.end
+    }
+}
+
+/// What a condition sees of the partial match it would extend: the events taken so far.
+pub struct Partial<'a, T> {
+    stages: &'a [Stage<T>],
+    taken: &'a [(u16, u64)],
+    events: &'a [Stored<T>],
+}
+
+impl<'a, T> Partial<'a, T> {
+    /// The events stage `name` took so far, in time order.
+    pub fn get<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'a T> + 's {
+        let index = self.stages.iter().position(|s| s.name == name);
+        self.taken
+            .iter()
+            .filter(move |(stage, _)| Some(*stage as usize) == index)
+            .map(|(_, id)| self.event(*id))
+    }
+
+    /// The last event stage `name` took so far.
+    pub fn last(&self, name: &str) -> Option<&'a T> {
+        self.get(name).last()
+    }
+
+    /// Every event taken so far with its stage's name, in time order.
+    pub fn events(&self) -> impl Iterator<Item = (&'a str, &'a T)> + '_ {
+        let stages = self.stages;
+        self.taken
+            .iter()
+            .map(move |(stage, id)| (stages[*stage as usize].name.as_str(), self.event(*id)))
+    }
+
+    /// How many events were taken so far.
+    pub fn len(&self) -> usize {
+        self.taken.len()
+    }
+
+    /// Whether no event was taken yet (the condition of a pattern's first event).
+    pub fn is_empty(&self) -> bool {
+        self.taken.is_empty()
+    }
+
+    fn event(&self, id: u64) -> &'a T {
+        &self.events[lookup(self.events, id)].value
+    }
+}
+
+/// An event a run took, stored once per key.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct Stored<T> {
+    id: u64,
+    timestamp: Timestamp,
+    value: T,
+}
+
+fn lookup<T>(events: &[Stored<T>], id: u64) -> usize {
+    events
+        .binary_search_by_key(&id, |e| e.id)
+        .expect("a run's event is stored")
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+enum Target {
+    Loop,
+    Enter(u16),
+    End,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+struct Branch {
+    target: Target,
+    /// No event came since the branch was made (strict contiguity and `not_next` look at
+    /// that one event only).
+    fresh: bool,
+}
+
+/// A partial match.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Run {
+    start: Timestamp,
+    /// The events taken, each with its stage.
+    taken: Vec<(u16, u64)>,
+    /// The events the last stage took.
+    count: u32,
+    /// It was emitted as a match (it does not time out, though it may grow).
+    complete: bool,
+    branches: Vec<Branch>,
+}
+
+impl Run {
+    fn stage(&self) -> usize {
+        self.taken.last().map_or(0, |(s, _)| *s as usize)
+    }
+
+    fn start_id(&self) -> u64 {
+        self.taken[0].1
+    }
+
+    /// The order in which matches found at the same moment are emitted (and skip strategies
+    /// applied): earliest first event first, then by the events taken.
+    fn order_key(&self) -> (u64, &[(u16, u64)]) {
+        (self.start_id(), &self.taken)
+    }
+}
+
+/// One key's matching state: events waiting for the watermark, the partial matches and the
+/// events they took. Kept in the key's state, so it is checkpointed, restored and rescaled with
+/// the key.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct KeyNfa<T> {
+    /// Events not yet matched (waiting for the watermark to pass them), with an arrival number
+    /// that orders events of equal time.
+    pub(crate) pending: Vec<(Timestamp, u64, T)>,
+    events: Vec<Stored<T>>,
+    runs: Vec<Run>,
+    pub(crate) next_id: u64,
+}
+
+impl<T> Default for KeyNfa<T> {
+    fn default() -> Self {
+        KeyNfa {
+            pending: Vec::new(),
+            events: Vec::new(),
+            runs: Vec::new(),
+            next_id: 0,
+        }
+    }
+}
+
+impl<T> KeyNfa<T> {
+    /// Nothing is held: the key's state can be cleared.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pending.is_empty() && self.runs.is_empty()
+    }
+
+    /// The earliest time a partial match times out, if `within` is set and any is open.
+    pub(crate) fn next_deadline(&self, within: Option<i64>) -> Option<Timestamp> {
+        let within = within?;
+        self.runs
+            .iter()
+            .map(|r| r.start.saturating_add(within))
+            .min()
+    }
+}
+
+/// What matching emitted, in order: matches and timed-out partial matches, each with the time
+/// it is emitted at.
+pub(crate) struct Emitted<T> {
+    pub(crate) matches: Vec<(Timestamp, Match<T>)>,
+    pub(crate) timed_out: Vec<(Timestamp, Match<T>)>,
+}
+
+impl<T> Default for Emitted<T> {
+    fn default() -> Self {
+        Emitted {
+            matches: Vec::new(),
+            timed_out: Vec::new(),
+        }
+    }
+}
+
+/// The event a skip strategy prunes partial matches by: those whose first event is equal to,
+/// at most, or before it.
+#[derive(Clone, Copy)]
+enum Prune {
+    Equal(u64),
+    AtMost(u64),
+    Before(u64),
+}
+
+impl Prune {
+    fn prunes(self, start: u64) -> bool {
+        match self {
+            Prune::Equal(id) => start == id,
+            Prune::AtMost(id) => start <= id,
+            Prune::Before(id) => start < id,
+        }
+    }
+}
+
+/// A pattern compiled for matching.
+pub(crate) struct Matcher<T> {
+    stages: Vec<Stage<T>>,
+    within: Option<i64>,
+    skip: AfterMatchSkip,
+    skip_stage: Option<u16>,
+}
+
+impl<T: Clone> Matcher<T> {
+    /// The matcher of a pattern that passed [`Pattern::validate`].
+    pub(crate) fn new(pattern: &Pattern<T>) -> Self {
+        let skip_stage = match &pattern.skip {
+            AfterMatchSkip::SkipToFirst(name) | AfterMatchSkip::SkipToLast(name) => pattern
+                .stages
+                .iter()
+                .position(|s| &s.name == name)
+                .map(|i| i as u16),
+            _ => None,
+        };
+        Matcher {
+            stages: pattern.stages.clone(),
+            within: pattern
+                .within
+                .map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX).max(1)),
+            skip: pattern.skip.clone(),
+            skip_stage,
+        }
+    }
+
+    /// The match window in milliseconds.
+    pub(crate) fn within(&self) -> Option<i64> {
+        self.within
+    }
+
+    /// Matches one event of time `timestamp` (not before any event matched before): first times
+    /// out what it is too late for, then advances every partial match and starts a new one.
+    pub(crate) fn advance(
+        &self,
+        nfa: &mut KeyNfa<T>,
+        timestamp: Timestamp,
+        event: T,
+        out: &mut Emitted<T>,
+    ) {
+        self.expire(nfa, timestamp, out);
+        let id = nfa.next_id;
+        nfa.next_id += 1;
+        let mut runs = Vec::with_capacity(nfa.runs.len() + 1);
+        let mut completed: Vec<Run> = Vec::new();
+        let mut took = false;
+        for mut run in std::mem::take(&mut nfa.runs) {
+            let stage = &self.stages[run.stage()];
+            let partial = Partial {
+                stages: &self.stages,
+                taken: &run.taken,
+                events: &nfa.events,
+            };
+            // A greedy loop that takes the event leaves its run no other way forward.
+            let greedy = stage.greedy
+                && run
+                    .branches
+                    .iter()
+                    .any(|b| b.target == Target::Loop && self.loop_takes(stage, &event, &partial));
+            let mut alive = Vec::with_capacity(run.branches.len());
+            for branch in &run.branches {
+                if greedy && branch.target != Target::Loop {
+                    continue;
+                }
+                let (take, survive) = self.step(&run, *branch, &event, &partial);
+                if let Some(into) = take {
+                    took = true;
+                    let child = self.extend(&run, into, id);
+                    if child.complete {
+                        completed.push(child.clone());
+                    }
+                    if !child.branches.is_empty() {
+                        runs.push(child);
+                    }
+                }
+                if survive {
+                    alive.push(Branch {
+                        target: branch.target,
+                        fresh: false,
+                    });
+                }
+            }
+            if !alive.is_empty() {
+                run.branches = alive;
+                runs.push(run);
+            }
+        }
+        let first = &self.stages[0];
+        let empty = Partial {
+            stages: &self.stages,
+            taken: &[],
+            events: &nfa.events,
+        };
+        if first.accepts(&event, &empty) {
+            took = true;
+            let child = self.extend_from(Vec::new(), timestamp, 0, 0, id);
+            if child.complete {
+                completed.push(child.clone());
+            }
+            if !child.branches.is_empty() {
+                runs.push(child);
+            }
+        }
+        if took {
+            nfa.events.push(Stored {
+                id,
+                timestamp,
+                value: event,
+            });
+        }
+        nfa.runs = runs;
+        completed.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+        let mut prunes = Vec::new();
+        for run in completed {
+            if prunes.iter().any(|p: &Prune| p.prunes(run.start_id())) {
+                continue;
+            }
+            prunes.extend(self.prune_after(&run));
+            out.matches
+                .push((timestamp, self.to_match(&run.taken, &nfa.events)));
+        }
+        if !prunes.is_empty() {
+            nfa.runs
+                .retain(|r| !prunes.iter().any(|p| p.prunes(r.start_id())));
+        }
+        self.collect(nfa);
+    }
+
+    /// Times out the partial matches whose first event is `within` or more before `time`:
+    /// those waiting for the end of a trailing `not_followed_by` are matches, the others are
+    /// timed out (unless they were matches already).
+    pub(crate) fn expire(&self, nfa: &mut KeyNfa<T>, time: Timestamp, out: &mut Emitted<T>) {
+        let Some(within) = self.within else {
+            return;
+        };
+        let deadline = |r: &Run| r.start.saturating_add(within);
+        if !nfa.runs.iter().any(|r| deadline(r) <= time) {
+            return;
+        }
+        let (mut expired, alive): (Vec<Run>, Vec<Run>) = std::mem::take(&mut nfa.runs)
+            .into_iter()
+            .partition(|r| deadline(r) <= time);
+        nfa.runs = alive;
+        expired.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+        let mut prunes = Vec::new();
+        for run in expired {
+            if prunes.iter().any(|p: &Prune| p.prunes(run.start_id())) {
+                continue;
+            }
+            let at = deadline(&run);
+            if run.branches.iter().any(|b| b.target == Target::End) {
+                prunes.extend(self.prune_after(&run));
+                out.matches
+                    .push((at, self.to_match(&run.taken, &nfa.events)));
+            } else if !run.complete {
+                out.timed_out
+                    .push((at, self.to_match(&run.taken, &nfa.events)));
+            }
+        }
+        if !prunes.is_empty() {
+            nfa.runs
+                .retain(|r| !prunes.iter().any(|p| p.prunes(r.start_id())));
+        }
+        self.collect(nfa);
+    }
+
+    /// Whether a run's loop takes `event`.
+    fn loop_takes(&self, stage: &Stage<T>, event: &T, partial: &Partial<'_, T>) -> bool {
+        !stage.until.as_ref().is_some_and(|u| u(event, partial)) && stage.accepts(event, partial)
+    }
+
+    /// What `event` does to one branch of `run`: the stage it is taken into, if any, and
+    /// whether the branch lives on.
+    fn step(
+        &self,
+        run: &Run,
+        branch: Branch,
+        event: &T,
+        partial: &Partial<'_, T>,
+    ) -> (Option<usize>, bool) {
+        let from = run.stage();
+        let (to, contiguity) = match branch.target {
+            Target::Loop => {
+                let stage = &self.stages[from];
+                if stage.until.as_ref().is_some_and(|u| u(event, partial)) {
+                    return (None, false);
+                }
+                (from, stage.inner)
+            }
+            Target::Enter(j) => (j as usize, self.stages[j as usize].entry),
+            Target::End => (self.stages.len(), Contiguity::Relaxed),
+        };
+        let mut survives = true;
+        if branch.target != Target::Loop {
+            for guard in &self.stages[from + 1..to] {
+                let hit = || guard.accepts(event, partial);
+                match guard.kind {
+                    StageKind::NotNext if branch.fresh && hit() => return (None, false),
+                    StageKind::NotFollowedBy if hit() => survives = false,
+                    _ => {}
+                }
+            }
+        }
+        if branch.target == Target::End {
+            return (None, survives);
+        }
+        let take = self.stages[to].accepts(event, partial);
+        let survives = survives
+            && match contiguity {
+                Contiguity::Strict => false,
+                Contiguity::Relaxed => !take,
+                Contiguity::NonDeterministic => true,
+            };
+        (take.then_some(to), survives)
+    }
+
+    /// The run `run` becomes when stage `into` takes event `id`.
+    fn extend(&self, run: &Run, into: usize, id: u64) -> Run {
+        let count = if into == run.stage() {
+            run.count + 1
+        } else {
+            1
+        };
+        self.extend_from(run.taken.clone(), run.start, into, count, id)
+    }
+
+    fn extend_from(
+        &self,
+        mut taken: Vec<(u16, u64)>,
+        start: Timestamp,
+        stage: usize,
+        count: u32,
+        id: u64,
+    ) -> Run {
+        let count = count.max(1);
+        taken.push((stage as u16, id));
+        let mut branches = Vec::with_capacity(2);
+        let s = &self.stages[stage];
+        if s.max.is_none_or(|max| (count as usize) < max) {
+            branches.push(Branch {
+                target: Target::Loop,
+                fresh: true,
+            });
+        }
+        let mut complete = false;
+        if count as usize >= s.min {
+            let mut reaches_end = true;
+            let mut guarded = false;
+            for (j, next) in self.stages.iter().enumerate().skip(stage + 1) {
+                match next.kind {
+                    StageKind::Take => {
+                        branches.push(Branch {
+                            target: Target::Enter(j as u16),
+                            fresh: true,
+                        });
+                        if next.required() > 0 {
+                            reaches_end = false;
+                            break;
+                        }
+                    }
+                    StageKind::NotFollowedBy => guarded = true,
+                    StageKind::NotNext => {}
+                }
+            }
+            if reaches_end {
+                if guarded {
+                    branches.push(Branch {
+                        target: Target::End,
+                        fresh: true,
+                    });
+                } else {
+                    complete = true;
+                }
+            }
+        }
+        Run {
+            start,
+            taken,
+            count,
+            complete,
+            branches,
+        }
+    }
+
+    /// What the skip strategy prunes once `run` is emitted.
+    fn prune_after(&self, run: &Run) -> Option<Prune> {
+        let of_stage = || {
+            let stage = self.skip_stage.expect("validated");
+            run.taken.iter().filter(move |(s, _)| *s == stage)
+        };
+        match self.skip {
+            AfterMatchSkip::NoSkip => None,
+            AfterMatchSkip::SkipToNext => Some(Prune::Equal(run.start_id())),
+            AfterMatchSkip::SkipPastLastEvent => Some(Prune::AtMost(run.taken.last()?.1)),
+            AfterMatchSkip::SkipToFirst(_) => Some(Prune::Before(of_stage().next()?.1)),
+            AfterMatchSkip::SkipToLast(_) => Some(Prune::Before(of_stage().next_back()?.1)),
+        }
+    }
+
+    fn to_match(&self, taken: &[(u16, u64)], events: &[Stored<T>]) -> Match<T> {
+        let mut stages: Vec<(String, Vec<T>)> = Vec::new();
+        let mut current = None;
+        for (stage, id) in taken {
+            let value = events[lookup(events, *id)].value.clone();
+            if current != Some(*stage) {
+                stages.push((self.stages[*stage as usize].name.clone(), Vec::new()));
+                current = Some(*stage);
+            }
+            stages.last_mut().expect("pushed").1.push(value);
+        }
+        let time = |id: &u64| events[lookup(events, *id)].timestamp;
+        Match {
+            stages,
+            start: taken.first().map_or(0, |(_, id)| time(id)),
+            end: taken.last().map_or(0, |(_, id)| time(id)),
+        }
+    }
+
+    /// Drops the events no run refers to any more.
+    fn collect(&self, nfa: &mut KeyNfa<T>) {
+        if nfa.events.is_empty() {
+            return;
+        }
+        let mut used: Vec<u64> = nfa
+            .runs
+            .iter()
+            .flat_map(|r| r.taken.iter().map(|(_, id)| *id))
+            .collect();
+        used.sort_unstable();
+        used.dedup();
+        if used.len() == nfa.events.len() {
+            return;
+        }
+        nfa.events.retain(|e| used.binary_search(&e.id).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Runs `pattern` over `events` (a letter and a number: `b1` is a `b`), one per
+    /// millisecond, then times everything out; returns the matches as strings like `a b1 c`,
+    /// and the timed-out partial matches.
+    fn run(pattern: Pattern<String>, events: &str) -> (Vec<String>, Vec<String>) {
+        pattern.validate().unwrap();
+        let matcher = Matcher::new(&pattern);
+        let mut nfa = KeyNfa::default();
+        let mut out = Emitted::default();
+        for (i, event) in events.split_whitespace().enumerate() {
+            matcher.advance(&mut nfa, i as i64, event.to_string(), &mut out);
+        }
+        matcher.expire(&mut nfa, Timestamp::MAX, &mut out);
+        let text = |m: &Match<String>| {
+            m.iter()
+                .flat_map(|(_, events)| events.iter().cloned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        (
+            out.matches.iter().map(|(_, m)| text(m)).collect(),
+            out.timed_out.iter().map(|(_, m)| text(m)).collect(),
+        )
+    }
+
+    fn is(letter: &'static str) -> impl Fn(&String) -> bool + Send + Sync + 'static {
+        move |e: &String| e.starts_with(letter)
+    }
+
+    fn sorted(mut v: Vec<String>) -> Vec<String> {
+        v.sort();
+        v
+    }
+
+    /// FlinkCEP's documentation, "Contiguity within looping patterns": `a b+ c` with `a`
+    /// followed by any `b`, over `a b1 d1 b2 d2 b3 c`.
+    #[test]
+    fn contiguity_within_loops_as_flink_documents_it() {
+        let pattern = |inner: fn(Pattern<String>) -> Pattern<String>| {
+            inner(
+                Pattern::begin("a")
+                    .where_(is("a"))
+                    .followed_by_any("b")
+                    .where_(is("b"))
+                    .one_or_more(),
+            )
+            .followed_by("c")
+            .where_(is("c"))
+        };
+        let input = "a b1 d1 b2 d2 b3 c";
+        assert_eq!(
+            sorted(run(pattern(|p| p.consecutive()), input).0),
+            ["a b1 c", "a b2 c", "a b3 c"]
+        );
+        assert_eq!(
+            sorted(run(pattern(|p| p), input).0),
+            [
+                "a b1 b2 b3 c",
+                "a b1 b2 c",
+                "a b1 c",
+                "a b2 b3 c",
+                "a b2 c",
+                "a b3 c"
+            ]
+        );
+        assert_eq!(
+            sorted(run(pattern(|p| p.allow_combinations()), input).0),
+            [
+                "a b1 b2 b3 c",
+                "a b1 b2 c",
+                "a b1 b3 c",
+                "a b1 c",
+                "a b2 b3 c",
+                "a b2 c",
+                "a b3 c"
+            ]
+        );
+    }
+
+    /// FlinkCEP's documentation, "After Match Skip Strategy": greedy `b+` then `c`, over
+    /// `b1 b2 b3 c`.
+    #[test]
+    fn skip_strategies_as_flink_documents_them() {
+        let with = |skip| {
+            let pattern = Pattern::begin("b")
+                .where_(is("b"))
+                .one_or_more()
+                .greedy()
+                .next("c")
+                .where_(is("c"))
+                .after_match(skip);
+            run(pattern, "b1 b2 b3 c").0
+        };
+        let all = ["b1 b2 b3 c", "b2 b3 c", "b3 c"];
+        assert_eq!(with(AfterMatchSkip::no_skip()), all);
+        assert_eq!(with(AfterMatchSkip::skip_to_next()), all);
+        assert_eq!(with(AfterMatchSkip::skip_past_last_event()), ["b1 b2 b3 c"]);
+        assert_eq!(with(AfterMatchSkip::skip_to_first("b")), all);
+        assert_eq!(
+            with(AfterMatchSkip::skip_to_last("b")),
+            ["b1 b2 b3 c", "b3 c"]
+        );
+    }
+
+    #[test]
+    fn strict_relaxed_and_any_contiguity_between_stages() {
+        let p = |link: fn(Pattern<String>, &'static str) -> Pattern<String>| {
+            link(Pattern::begin("a").where_(is("a")), "b").where_(is("b"))
+        };
+        let input = "a1 x b1 b2 a2 b3";
+        assert_eq!(run(p(|p, n| p.next(n)), input).0, ["a2 b3"]);
+        assert_eq!(run(p(|p, n| p.followed_by(n)), input).0, ["a1 b1", "a2 b3"]);
+        assert_eq!(
+            run(p(|p, n| p.followed_by_any(n)), input).0,
+            ["a1 b1", "a1 b2", "a1 b3", "a2 b3"]
+        );
+    }
+
+    #[test]
+    fn negative_stages() {
+        let not_next = Pattern::begin("a")
+            .where_(is("a"))
+            .not_next("x")
+            .where_(is("x"))
+            .followed_by("b")
+            .where_(is("b"));
+        assert_eq!(run(not_next.clone(), "a1 x1 b1 a2 y b2").0, ["a2 b2"]);
+        assert_eq!(run(not_next, "a1 b1").0, ["a1 b1"]);
+        let not_followed = Pattern::begin("a")
+            .where_(is("a"))
+            .not_followed_by("x")
+            .where_(is("x"))
+            .followed_by("b")
+            .where_(is("b"));
+        assert_eq!(run(not_followed, "a1 y x1 b1 a2 y b2").0, ["a2 b2"]);
+        // At the end: emitted when `within` passed without an `x`.
+        let at_end = Pattern::begin("a")
+            .where_(is("a"))
+            .not_followed_by("x")
+            .where_(is("x"))
+            .within(Duration::from_millis(3));
+        let (matches, timed_out) = run(at_end, "a1 y x1 a2 y y y x2 a3");
+        assert_eq!(matches, ["a2", "a3"]);
+        assert!(timed_out.is_empty());
+    }
+
+    #[test]
+    fn quantifiers_optional_and_until() {
+        let times = Pattern::begin("a")
+            .where_(is("a"))
+            .times(2..=3)
+            .consecutive()
+            .next("b")
+            .where_(is("b"));
+        assert_eq!(
+            sorted(run(times, "a1 a2 a3 b1").0),
+            ["a1 a2 a3 b1", "a2 a3 b1"]
+        );
+        let optional = Pattern::begin("a")
+            .where_(is("a"))
+            .followed_by("b")
+            .where_(is("b"))
+            .optional()
+            .followed_by("c")
+            .where_(is("c"));
+        assert_eq!(sorted(run(optional, "a1 b1 c1").0), ["a1 b1 c1", "a1 c1"]);
+        let until = |stop: bool| {
+            let loop_ = Pattern::begin("a")
+                .where_(is("a"))
+                .followed_by("b")
+                .where_(is("b"))
+                .one_or_more();
+            let loop_ = if stop { loop_.until(is("s")) } else { loop_ };
+            loop_.followed_by("c").where_(is("c"))
+        };
+        // The loop stops at `s`: `b2` comes after it.
+        assert_eq!(run(until(true), "a1 b1 s b2 c1").0, ["a1 b1 c1"]);
+        assert_eq!(
+            sorted(run(until(false), "a1 b1 s b2 c1").0),
+            ["a1 b1 b2 c1", "a1 b1 c1"]
+        );
+    }
+
+    #[test]
+    fn within_times_out_partial_matches_once() {
+        let pattern = Pattern::begin("a")
+            .where_(is("a"))
+            .followed_by("b")
+            .where_(is("b"))
+            .followed_by("c")
+            .where_(is("c"))
+            .within(Duration::from_millis(3));
+        let (matches, timed_out) = run(pattern, "a1 b1 x c1 a2 b2 c2");
+        assert_eq!(matches, ["a2 b2 c2"]);
+        assert_eq!(timed_out, ["a1 b1"]);
+    }
+
+    #[test]
+    fn iterative_conditions_see_the_partial_match() {
+        // Strictly rising numbers after a start.
+        let value = |e: &String| e[1..].parse::<i64>().unwrap();
+        let rising = Pattern::begin("start")
+            .where_(is("s"))
+            .next("up")
+            .where_with(move |e: &String, partial| {
+                let before = partial.events().last().map(|(_, e)| value(e)).unwrap_or(0);
+                value(e) > before
+            })
+            .one_or_more()
+            .consecutive()
+            .after_match(AfterMatchSkip::skip_past_last_event());
+        assert_eq!(run(rising, "s0 u1 u5 u3 s2 u4").0, ["s0 u1", "s2 u4"]);
+    }
+
+    #[test]
+    fn events_no_run_needs_are_dropped() {
+        let pattern = Pattern::begin("a")
+            .where_(is("a"))
+            .followed_by("b")
+            .where_(is("b"));
+        let matcher = Matcher::new(&pattern);
+        let mut nfa = KeyNfa::default();
+        let mut out = Emitted::default();
+        for (i, e) in ["a1", "x", "x", "b1", "x", "b2"].into_iter().enumerate() {
+            matcher.advance(&mut nfa, i as i64, e.to_string(), &mut out);
+        }
+        assert_eq!(out.matches.len(), 1);
+        assert!(nfa.is_empty() && nfa.events.is_empty());
+    }
+}

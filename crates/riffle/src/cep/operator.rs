@@ -1,0 +1,506 @@
+//! The operator matching a pattern on a keyed stream, and [`PatternStream`], what
+//! [`KeyedStream::pattern`] declares.
+//!
+//! In event time (the default) a key's events wait in its state until the watermark passes
+//! them, then are matched in time order (events of equal time in arrival order): an event-time
+//! timer at each event's time plus one, and at each open partial match's `within` deadline,
+//! drives it. An event behind the watermark when it arrives is late: it goes to the late side
+//! output, or is dropped and counted in `late_records_dropped`. In processing time events are
+//! matched as they arrive, and `within` is measured on the clock.
+
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::DataStream;
+use crate::api::KeyedStream;
+use crate::cep::nfa::{Emitted, KeyNfa, Match, Matcher};
+use crate::cep::pattern::Pattern;
+use crate::checkpoint::{RestoreState, SnapshotWriter};
+use crate::error::{Error, Result};
+use crate::keys::KeyFn;
+use crate::operators::keyed::KeyedRuntime;
+use crate::operators::{BuildOperator, Collector, Operator, OperatorContext, OutputTag};
+use crate::record::{Data, EventTime, Record, Timestamp};
+use crate::state::{TimeDomain, ValueStateDescriptor};
+use crate::util::RateLimitedLog;
+
+/// What to do with each match (and each timed-out partial match), as FlinkCEP's
+/// `PatternProcessFunction` with its `TimedOutPartialMatchHandler`.
+///
+/// Closures `FnMut(&K, Match<T>, &mut PatternContext<T, Out>) -> Result<()>` implement it; a
+/// struct implementing it can also handle timeouts itself.
+///
+/// ```
+/// use riffle::Result;
+/// use riffle::cep::{Match, PatternContext, PatternProcessFunction};
+///
+/// /// Alerts on a match; counts the partial matches that timed out instead of keeping them.
+/// #[derive(Clone, Default)]
+/// struct Alerts { timed_out: u64 }
+///
+/// impl PatternProcessFunction<u64, (u64, i64), String> for Alerts {
+///     fn process_match(&mut self, card: &u64, m: Match<(u64, i64)>, ctx: &mut PatternContext<(u64, i64), String>) -> Result<()> {
+///         ctx.emit(format!("card {card}: {} events", m.len()))
+///     }
+///     fn process_timed_out(&mut self, _: &u64, _: Match<(u64, i64)>, _: &mut PatternContext<(u64, i64), String>) -> Result<()> {
+///         self.timed_out += 1;
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait PatternProcessFunction<K, T: Data, Out: Data>: Send + 'static {
+    /// Called once per parallel instance before the first event.
+    fn open(&mut self, _ctx: &OperatorContext) -> Result<()> {
+        Ok(())
+    }
+
+    /// Called for each match of key `key`.
+    fn process_match(
+        &mut self,
+        key: &K,
+        matched: Match<T>,
+        ctx: &mut PatternContext<T, Out>,
+    ) -> Result<()>;
+
+    /// Called for each partial match that could not complete within the pattern's `within`
+    /// (one that was emitted as a match is not). By default it goes to the side output given
+    /// to [`PatternStream::side_output_timed_out`], if any.
+    fn process_timed_out(
+        &mut self,
+        _key: &K,
+        partial: Match<T>,
+        ctx: &mut PatternContext<T, Out>,
+    ) -> Result<()> {
+        ctx.send_timed_out(partial)
+    }
+}
+
+impl<K, T: Data, Out: Data, F> PatternProcessFunction<K, T, Out> for F
+where
+    F: FnMut(&K, Match<T>, &mut PatternContext<T, Out>) -> Result<()> + Send + 'static,
+{
+    fn process_match(
+        &mut self,
+        key: &K,
+        matched: Match<T>,
+        ctx: &mut PatternContext<T, Out>,
+    ) -> Result<()> {
+        self(key, matched, ctx)
+    }
+}
+
+/// The function [`PatternStream::select`] runs: one output per match.
+#[derive(Clone)]
+pub struct Select<F>(F);
+
+impl<K, T, Out, F> PatternProcessFunction<K, T, Out> for Select<F>
+where
+    F: FnMut(Match<T>) -> Out + Send + 'static,
+    T: Data,
+    Out: Data,
+{
+    fn process_match(
+        &mut self,
+        _key: &K,
+        matched: Match<T>,
+        ctx: &mut PatternContext<T, Out>,
+    ) -> Result<()> {
+        let value = (self.0)(matched);
+        ctx.emit(value)
+    }
+}
+
+/// What a [`PatternProcessFunction`] sees: the time of the match and where to emit.
+pub struct PatternContext<'c, 'o, T, Out> {
+    out: &'c mut Collector<'o, Out>,
+    timestamp: Option<EventTime>,
+    timed_out: Option<&'c OutputTag<Match<T>>>,
+}
+
+impl<T: Data, Out: Data> PatternContext<'_, '_, T, Out> {
+    /// The time of the match: its last event's time, or for a timeout (and a match ending in
+    /// `not_followed_by`) the moment `within` passed. `None` in processing time.
+    pub fn timestamp(&self) -> Option<Timestamp> {
+        self.timestamp.map(EventTime::millis)
+    }
+
+    /// The operator's current event-time watermark.
+    pub fn current_watermark(&self) -> Timestamp {
+        self.out.current_watermark()
+    }
+
+    /// Emits a value with the match's time.
+    pub fn emit(&mut self, value: Out) -> Result<()> {
+        self.out.emit(Record::timed(value, self.timestamp))
+    }
+
+    /// Sends a value to a side output; `false` if the job does not consume that side output.
+    pub fn side_output<S: Data>(&mut self, tag: &OutputTag<S>, value: S) -> Result<bool> {
+        self.out
+            .side_output(tag, Record::timed(value, self.timestamp))
+    }
+
+    /// Sends a timed-out partial match to the side output given to
+    /// [`PatternStream::side_output_timed_out`]; dropped if none was.
+    pub fn send_timed_out(&mut self, partial: Match<T>) -> Result<()> {
+        if let Some(tag) = self.timed_out {
+            self.out
+                .side_output(tag, Record::timed(partial, self.timestamp))?;
+        }
+        Ok(())
+    }
+}
+
+/// A keyed stream matched against a pattern: [`KeyedStream::pattern`] makes it, `select` or
+/// `process` turns its matches into a stream.
+///
+/// ```
+/// use std::time::Duration;
+/// use riffle::{EnvConfig, OutputTag, StreamEnv, cep::{Match, Pattern}, sink::CollectSink, time::WatermarkStrategy};
+///
+/// // (card, amount, time)
+/// type Txn = (u64, f64, i64);
+/// let env = StreamEnv::with_config(EnvConfig::deterministic());
+/// let (sink, alerts) = CollectSink::new();
+/// let txns = vec![(1u64, 0.5, 1_000i64), (2, 0.2, 1_000), (2, 40.0, 2_000), (1, 900.0, 20_000)];
+/// let timed_out = OutputTag::<Match<Txn>>::new("timed-out");
+/// let matches = env
+///     .from_iter_with_watermarks(txns, WatermarkStrategy::monotonous().with_timestamps(|t: &Txn| t.2))
+///     .key_by(|t| t.0)
+///     .pattern(
+///         Pattern::begin("small").where_(|t: &Txn| t.1 < 1.0)
+///             .followed_by("large").where_(|t: &Txn| t.1 > 500.0)
+///             .within(Duration::from_secs(60)),
+///     )
+///     .side_output_timed_out(&timed_out)
+///     .select(|m: Match<Txn>| (m.first("small").unwrap().0, m.first("large").unwrap().1));
+/// matches.sink(sink);
+/// let (timeouts, partials) = CollectSink::new();
+/// matches.get_side_output(&timed_out).sink(timeouts);
+/// env.execute().unwrap();
+/// assert_eq!(alerts.values(), vec![(1, 900.0)]);
+/// assert_eq!(partials.values()[0].first("small").unwrap().0, 2); // card 2 never had a large one
+/// ```
+pub struct PatternStream<K, T> {
+    keyed: KeyedStream<K, T>,
+    pattern: Pattern<T>,
+    late: Option<OutputTag<T>>,
+    timed_out: Option<OutputTag<Match<T>>>,
+    processing_time: bool,
+}
+
+impl<K: Data + Hash + Eq, T: Data> KeyedStream<K, T> {
+    /// Matches each key's events against `pattern` (FlinkCEP's `CEP.pattern`), in event time:
+    /// the stream needs timestamps and watermarks, unless
+    /// [`in_processing_time`](PatternStream::in_processing_time) is asked for. A pattern that
+    /// cannot match fails the job at start, naming the stage.
+    pub fn pattern(&self, pattern: Pattern<T>) -> PatternStream<K, T> {
+        PatternStream {
+            keyed: self.clone(),
+            pattern,
+            late: None,
+            timed_out: None,
+            processing_time: false,
+        }
+    }
+}
+
+impl<K: Data + Hash + Eq, T: Data> PatternStream<K, T> {
+    /// Events behind the watermark when they arrive go to this side output (read it with
+    /// `get_side_output(&tag)` on the result) instead of being dropped.
+    pub fn side_output_late(mut self, tag: &OutputTag<T>) -> Self {
+        self.late = Some(tag.clone());
+        self
+    }
+
+    /// Partial matches that could not complete within the pattern's `within` go to this side
+    /// output (the "expected event did not arrive in time" alerts).
+    pub fn side_output_timed_out(mut self, tag: &OutputTag<Match<T>>) -> Self {
+        self.timed_out = Some(tag.clone());
+        self
+    }
+
+    /// Matches events in arrival order as they arrive, measuring `within` on the processing
+    /// clock (no timestamps or watermarks needed).
+    pub fn in_processing_time(mut self) -> Self {
+        self.processing_time = true;
+        self
+    }
+
+    /// One output per match, made by `select` (FlinkCEP's `PatternSelectFunction`).
+    pub fn select<Out, F>(self, select: F) -> DataStream<Out>
+    where
+        Out: Data,
+        F: FnMut(Match<T>) -> Out + Clone + Send + Sync + 'static,
+    {
+        self.process(Select(select))
+    }
+
+    /// Runs `function` on every match and timed-out partial match.
+    pub fn process<Out, P>(self, function: P) -> DataStream<Out>
+    where
+        Out: Data,
+        P: PatternProcessFunction<K, T, Out> + Clone + Sync,
+    {
+        let matcher = match self.pattern.validate() {
+            Ok(()) => Some(Arc::new(Matcher::new(&self.pattern))),
+            Err(e) => {
+                self.keyed.defer_error(e.to_string());
+                None
+            }
+        };
+        let key = self.keyed.key_fn();
+        let (late, timed_out, processing_time) = (self.late, self.timed_out, self.processing_time);
+        let described = self.pattern.describe();
+        let stream = self.keyed.add_keyed("Pattern", move || CepOperator {
+            key: key.clone(),
+            matcher: matcher.clone(),
+            function: function.clone(),
+            late: late.clone(),
+            timed_out: timed_out.clone(),
+            processing_time,
+            _out: PhantomData,
+        });
+        stream.with_setting("pattern", described)
+    }
+}
+
+/// The operator matching a pattern per key, as declared; built per subtask into an
+/// [`OpenCep`].
+pub struct CepOperator<K, T, Out, P> {
+    key: KeyFn<K, T>,
+    matcher: Option<Arc<Matcher<T>>>,
+    function: P,
+    late: Option<OutputTag<T>>,
+    timed_out: Option<OutputTag<Match<T>>>,
+    processing_time: bool,
+    _out: PhantomData<fn() -> Out>,
+}
+
+/// A [`CepOperator`] on its subtask: each key's events and partial matches in its keyed state.
+pub struct OpenCep<K, T, Out, P> {
+    key: KeyFn<K, T>,
+    matcher: Arc<Matcher<T>>,
+    function: P,
+    late: Option<OutputTag<T>>,
+    timed_out: Option<OutputTag<Match<T>>>,
+    processing_time: bool,
+    runtime: KeyedRuntime<K>,
+    state: ValueStateDescriptor<KeyNfa<T>>,
+    late_log: RateLimitedLog,
+    _out: PhantomData<fn() -> Out>,
+}
+
+impl<K, T, Out, P> BuildOperator for CepOperator<K, T, Out, P>
+where
+    K: Data + Hash + Eq,
+    T: Data,
+    Out: Data,
+    P: PatternProcessFunction<K, T, Out>,
+{
+    type Operator = OpenCep<K, T, Out, P>;
+
+    fn build(self, ctx: &OperatorContext) -> Result<Self::Operator> {
+        let Some(matcher) = self.matcher else {
+            return Err(Error::config("pattern", "the pattern cannot be matched"));
+        };
+        Ok(OpenCep {
+            key: self.key,
+            matcher,
+            function: self.function,
+            late: self.late,
+            timed_out: self.timed_out,
+            processing_time: self.processing_time,
+            runtime: KeyedRuntime::new(ctx),
+            state: ValueStateDescriptor::new("cep-nfa"),
+            late_log: RateLimitedLog::new(Duration::from_secs(10)),
+            _out: PhantomData,
+        })
+    }
+}
+
+impl<K, T, Out, P> OpenCep<K, T, Out, P>
+where
+    K: Data + Hash + Eq,
+    T: Data,
+    Out: Data,
+    P: PatternProcessFunction<K, T, Out>,
+{
+    /// Changes `key`'s matching state with `change`, then hands what it emitted to the
+    /// function and sets the timer of the next deadline.
+    fn with_nfa(
+        &mut self,
+        key: &K,
+        out: &mut Collector<'_, Out>,
+        change: impl FnOnce(&Matcher<T>, &mut KeyNfa<T>, &mut Emitted<T>),
+    ) -> Result<()> {
+        let runtime = &mut self.runtime;
+        let key_group = runtime.key_group(key)?;
+        let matcher = &*self.matcher;
+        let mut emitted = Emitted::default();
+        let mut state = runtime.state.value(&self.state, key_group, key);
+        let (empty, deadline) = state.modify(KeyNfa::default, |nfa| {
+            change(matcher, nfa, &mut emitted);
+            (nfa.is_empty(), nfa.next_deadline(matcher.within()))
+        })?;
+        if empty {
+            state.clear()?;
+        }
+        if let Some(deadline) = deadline {
+            let domain = if self.processing_time {
+                TimeDomain::ProcessingTime
+            } else {
+                TimeDomain::EventTime
+            };
+            runtime.timers.register(domain, deadline, key.clone());
+        }
+        let time = |t: Timestamp| {
+            if self.processing_time {
+                None
+            } else {
+                EventTime::new(t)
+            }
+        };
+        for (at, matched) in emitted.matches {
+            let mut ctx = PatternContext {
+                out,
+                timestamp: time(at),
+                timed_out: self.timed_out.as_ref(),
+            };
+            self.function.process_match(key, matched, &mut ctx)?;
+        }
+        for (at, partial) in emitted.timed_out {
+            let mut ctx = PatternContext {
+                out,
+                timestamp: time(at),
+                timed_out: self.timed_out.as_ref(),
+            };
+            self.function.process_timed_out(key, partial, &mut ctx)?;
+        }
+        Ok(())
+    }
+
+    /// A late event: to the late output, or counted as dropped and logged.
+    fn late(&mut self, record: Record<T>, out: &mut Collector<'_, Out>) -> Result<()> {
+        let ctx = &self.runtime.ctx;
+        let timestamp = record.timestamp();
+        if let Some(tag) = &self.late
+            && out.side_output(tag, record)?
+        {
+            ctx.metrics.add_late_side_output(1);
+            return Ok(());
+        }
+        ctx.metrics.add_late_dropped(1);
+        if let Some(suppressed) = self.late_log.should_log() {
+            tracing::warn!(
+                operator = %ctx.name,
+                timestamp,
+                watermark = out.current_watermark(),
+                suppressed,
+                "late event dropped by a pattern (counted in late_records_dropped); \
+                 declare side_output_late to keep late events"
+            );
+        }
+        Ok(())
+    }
+
+    fn fire(
+        &mut self,
+        domain: TimeDomain,
+        time: Timestamp,
+        out: &mut Collector<'_, Out>,
+    ) -> Result<()> {
+        while let Some((timestamp, keys)) = self.runtime.timers.pop_earliest_due(domain, time) {
+            for key in keys {
+                let processing_time = self.processing_time;
+                self.with_nfa(&key, out, |matcher, nfa, emitted| {
+                    if !processing_time {
+                        // Everything before `timestamp` is here: match it in time order.
+                        let (mut due, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut nfa.pending)
+                            .into_iter()
+                            .partition(|(ts, _, _)| *ts < timestamp || timestamp == Timestamp::MAX);
+                        nfa.pending = wait;
+                        due.sort_unstable_by_key(|(ts, seq, _)| (*ts, *seq));
+                        for (ts, _, event) in due {
+                            matcher.advance(nfa, ts, event, emitted);
+                        }
+                    }
+                    matcher.expire(nfa, timestamp, emitted);
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<K, T, Out, P> Operator for OpenCep<K, T, Out, P>
+where
+    K: Data + Hash + Eq,
+    T: Data,
+    Out: Data,
+    P: PatternProcessFunction<K, T, Out>,
+{
+    type In = T;
+    type Out = Out;
+
+    fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
+        self.function.open(ctx)
+    }
+
+    fn process(&mut self, batch: &mut Vec<Record<T>>, out: &mut Collector<'_, Out>) -> Result<()> {
+        for record in batch.drain(..) {
+            let key = (self.key)(&record.value);
+            if self.processing_time {
+                let now = self.runtime.state.now();
+                self.with_nfa(&key, out, |matcher, nfa, emitted| {
+                    matcher.advance(nfa, now, record.value, emitted)
+                })?;
+                continue;
+            }
+            let Some(ts) = record.timestamp() else {
+                return Err(Error::user(
+                    "a pattern in event time received an event without a timestamp: give the \
+                     source a WatermarkStrategy with timestamps, or match in_processing_time()",
+                ));
+            };
+            if ts < out.current_watermark() {
+                self.late(record, out)?;
+                continue;
+            }
+            let key_group = self.runtime.key_group(&key)?;
+            let mut state = self.runtime.state.value(&self.state, key_group, &key);
+            state.modify(KeyNfa::default, |nfa| {
+                nfa.pending.push((ts, nfa.next_id, record.value));
+                nfa.next_id += 1;
+            })?;
+            self.runtime
+                .timers
+                .register(TimeDomain::EventTime, ts.saturating_add(1), key);
+        }
+        self.runtime.report_size(0, 0);
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: Timestamp, out: &mut Collector<'_, Out>) -> Result<()> {
+        self.fire(TimeDomain::EventTime, watermark, out)?;
+        self.runtime.report_size(0, 0);
+        Ok(())
+    }
+
+    fn on_tick(&mut self, out: &mut Collector<'_, Out>) -> Result<()> {
+        let now = self.runtime.state.now();
+        self.fire(TimeDomain::ProcessingTime, now, out)?;
+        self.runtime.report_size(0, 0);
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
+        self.runtime.snapshot(snapshot)
+    }
+
+    fn restore_state(&mut self, state: &RestoreState) -> Result<()> {
+        self.runtime.restore(state)
+    }
+}
