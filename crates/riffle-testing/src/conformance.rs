@@ -465,7 +465,7 @@ fn script() -> Vec<Step<Visit>> {
 /// state in `backend`: tumbling windows with lateness and early firings, sliding windows,
 /// merging session windows, processing-time windows, a full-window function, a keyed process
 /// function with state TTL and both kinds of timers, a rolling aggregate, and a keyed broadcast
-/// function (keyed state, timers and broadcast state). See
+/// function (keyed state, timers and broadcast state), an interval join and a pattern. See
 /// [`assert_snapshot_round_trip_on`].
 pub fn operator_round_trips(backend: &dyn StateBackend) -> Result<()> {
     use riffle::aggregate::Sum;
@@ -574,7 +574,8 @@ pub fn operator_round_trips(backend: &dyn StateBackend) -> Result<()> {
     )?;
     rolling_round_trip(backend)?;
     keyed_broadcast_round_trip(backend)?;
-    interval_join_round_trip(backend)
+    interval_join_round_trip(backend)?;
+    pattern_round_trip(backend)
 }
 
 /// Per-page thresholds, broadcast.
@@ -708,6 +709,66 @@ fn interval_join_round_trip(backend: &dyn StateBackend) -> Result<()> {
                 },
             )
         },
+        &steps,
+    )
+}
+
+/// The pattern round trip: partial matches, the events they took and the events waiting for
+/// the watermark cross the cut; matches, timeouts (emitted into the main output here) and late
+/// events on both sides of it.
+fn pattern_round_trip(backend: &dyn StateBackend) -> Result<()> {
+    use riffle::cep::{CepOperator, Match, Pattern, PatternContext, PatternProcessFunction};
+    /// (user, kind): 0 opens, 1 goes on, 2 cancels, 3 closes.
+    type Event = (u64, u8);
+    #[derive(Clone)]
+    struct Both;
+    impl PatternProcessFunction<u64, Event, String> for Both {
+        fn process_match(
+            &mut self,
+            key: &u64,
+            m: Match<Event>,
+            ctx: &mut PatternContext<Event, String>,
+        ) -> Result<()> {
+            ctx.emit(format!(
+                "match {key} {} events {:?}",
+                m.len(),
+                ctx.timestamp()
+            ))
+        }
+        fn process_timed_out(
+            &mut self,
+            key: &u64,
+            m: Match<Event>,
+            ctx: &mut PatternContext<Event, String>,
+        ) -> Result<()> {
+            ctx.emit(format!(
+                "timeout {key} {} events {:?}",
+                m.len(),
+                ctx.timestamp()
+            ))
+        }
+    }
+    let pattern = Pattern::begin("open")
+        .where_(|e: &Event| e.1 == 0)
+        .followed_by("on")
+        .where_(|e: &Event| e.1 == 1)
+        .one_or_more()
+        .not_followed_by("cancel")
+        .where_(|e: &Event| e.1 == 2)
+        .followed_by("close")
+        .where_(|e: &Event| e.1 == 3)
+        .within(Duration::from_millis(2_000));
+    let mut steps: Vec<Step<Event>> = Vec::new();
+    for i in 0..60u32 {
+        let t = i64::from(i) * 150 - i64::from(i % 3) * 200;
+        steps.push(Step::Record((u64::from(i % 3), ((i * 7) % 4) as u8), t));
+        if i % 5 == 4 {
+            steps.push(Step::Watermark(t - 100));
+        }
+    }
+    assert_snapshot_round_trip_on(
+        backend,
+        || CepOperator::new(|e: &Event| e.0, &pattern, Both).expect("a valid pattern"),
         &steps,
     )
 }

@@ -293,6 +293,52 @@ pub struct OpenCep<K, T, Out, P> {
     _out: PhantomData<fn() -> Out>,
 }
 
+impl<K, T, Out, P> CepOperator<K, T, Out, P>
+where
+    K: Data + Hash + Eq,
+    T: Data,
+    Out: Data,
+    P: PatternProcessFunction<K, T, Out>,
+{
+    /// The operator matching `pattern` on records keyed by `key` and handing matches to
+    /// `function`, for tests with [`OperatorHarness`](crate::testing) (jobs declare it with
+    /// [`KeyedStream::pattern`]). Fails if the pattern cannot be matched.
+    pub fn new(
+        key: impl Fn(&T) -> K + Send + Sync + 'static,
+        pattern: &Pattern<T>,
+        function: P,
+    ) -> Result<Self> {
+        pattern.validate()?;
+        Ok(CepOperator {
+            key: Arc::new(key),
+            matcher: Some(Arc::new(Matcher::new(pattern))),
+            function,
+            late: None,
+            timed_out: None,
+            processing_time: false,
+            _out: PhantomData,
+        })
+    }
+
+    /// Late events go to `tag`.
+    pub fn side_output_late(mut self, tag: &OutputTag<T>) -> Self {
+        self.late = Some(tag.clone());
+        self
+    }
+
+    /// Timed-out partial matches go to `tag`.
+    pub fn side_output_timed_out(mut self, tag: &OutputTag<Match<T>>) -> Self {
+        self.timed_out = Some(tag.clone());
+        self
+    }
+
+    /// Matches in processing time.
+    pub fn in_processing_time(mut self) -> Self {
+        self.processing_time = true;
+        self
+    }
+}
+
 impl<K, T, Out, P> BuildOperator for CepOperator<K, T, Out, P>
 where
     K: Data + Hash + Eq,

@@ -7,6 +7,8 @@ use riffle::sink::CollectSink;
 use riffle::time::WatermarkStrategy;
 use riffle::{EnvConfig, OutputTag, StreamEnv};
 
+use crate::reference::Ev;
+
 /// (card, amount, time)
 type Txn = (u64, f64, i64);
 
@@ -45,4 +47,225 @@ fn timed_out_partial_matches_go_to_their_side_output() {
     assert_eq!(partials.len(), 1, "{partials:?}");
     assert_eq!(partials[0].value.get("small"), &[(2, 0.2, 1_000)]);
     assert_eq!(partials[0].timestamp(), Some(61_000));
+}
+
+/// A pattern with every kind of construct, over three keys of generated events.
+fn mixed_workload() -> (crate::reference::Spec, Vec<Ev>) {
+    use crate::reference::{Kind, Skip, Spec, StageSpec};
+    use riffle::cep::Contiguity::*;
+    let stage = |kind, letters, entry| StageSpec {
+        kind,
+        letters,
+        rising: false,
+        entry,
+        min: 1,
+        max: Some(1),
+        optional: false,
+        inner: Relaxed,
+        greedy: false,
+        until: None,
+    };
+    let spec = Spec {
+        stages: vec![
+            stage(Kind::Take, 0b0001, Relaxed),
+            StageSpec {
+                max: None,
+                until: Some(0b1000),
+                ..stage(Kind::Take, 0b0010, NonDeterministic)
+            },
+            stage(Kind::NotFollowedBy, 0b1000, Relaxed),
+            StageSpec {
+                optional: true,
+                ..stage(Kind::Take, 0b0100, Strict)
+            },
+            stage(Kind::Take, 0b0101, Relaxed),
+        ],
+        within: Some(400),
+        skip: Skip::No,
+    };
+    // Pseudo-random letters; times 10 ms apart, shuffled by up to 90 ms.
+    let mut x = 0x2545_f491_u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut events: Vec<Ev> = (0..6_000)
+        .map(|i| Ev {
+            key: (next() % 7) as u8,
+            letter: (next() % 4) as u8,
+            value: 0,
+            ts: i * 10,
+        })
+        .collect();
+    let jitter: Vec<i64> = events.iter().map(|_| (next() % 90) as i64).collect();
+    let mut order: Vec<usize> = (0..events.len()).collect();
+    order.sort_by_key(|i| events[*i].ts + jitter[*i]);
+    events = order.into_iter().map(|i| events[i].clone()).collect();
+    (spec, events)
+}
+
+#[test]
+fn a_job_finds_the_reference_matches_at_any_parallelism_after_a_failure() -> riffle::Result<()> {
+    use riffle::checkpoint::{CheckpointConfig, RestartStrategy};
+    use riffle::sink::ExactlyOnceFileSink;
+    use riffle::source::collection::CollectionSource;
+    let (spec, events) = mixed_workload();
+    let mut expected: Vec<String> = {
+        let mut sorted = events.clone();
+        sorted.sort_by_key(|e| e.ts);
+        (0..7u8)
+            .flat_map(|key| {
+                let of_key: Vec<Ev> = sorted.iter().filter(|e| e.key == key).cloned().collect();
+                crate::reference::matches(&spec, &of_key)
+            })
+            .collect()
+    };
+    expected.sort();
+    assert!(expected.len() > 500, "{} matches", expected.len());
+    for parallelism in [1, 2, 3] {
+        let dir = tempfile::tempdir().unwrap();
+        let env = StreamEnv::with_config(EnvConfig {
+            parallelism,
+            buffer_size: 64,
+            watermark_interval: Duration::from_millis(10),
+            checkpoints: CheckpointConfig {
+                interval: Some(Duration::from_millis(50)),
+                storage: dir.path().join("chk").to_str().unwrap().to_string(),
+                restart: RestartStrategy::FixedDelay {
+                    attempts: 3,
+                    delay: Duration::from_millis(20),
+                },
+                ..CheckpointConfig::default()
+            },
+            ..EnvConfig::default()
+        });
+        let fail = riffle::testing::fail_once_after::<Ev>(1_500);
+        env.from_source_with_watermarks(
+            CollectionSource::new(events.clone()),
+            WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(100))
+                .with_timestamps(|e: &Ev| e.ts),
+        )
+        .uid("events")
+        .map(move |e: Ev| {
+            if e.ts % 500 == 0 {
+                std::thread::sleep(Duration::from_millis(10)); // room for checkpoints
+            }
+            fail(e)
+        })
+        .uid("crash")
+        .key_by(|e| e.key)
+        .pattern(spec.pattern())
+        .process(
+            |key: &u8, m: Match<Ev>, ctx: &mut riffle::cep::PatternContext<Ev, String>| {
+                ctx.emit(crate::reference::show(*key, &m))
+            },
+        )
+        .uid("pattern")
+        .sink(ExactlyOnceFileSink::new(dir.path().join("out")))
+        .uid("sink");
+        let result = env.execute()?;
+        assert_eq!(result.restarts, 1, "p={parallelism}");
+        assert!(
+            result.restores[0] > 0,
+            "p={parallelism}: restored from a checkpoint"
+        );
+        let mut lines = Vec::new();
+        for entry in std::fs::read_dir(dir.path().join("out")).unwrap().flatten() {
+            if entry.path().is_file() {
+                let text = std::fs::read_to_string(entry.path()).unwrap();
+                lines.extend(text.lines().map(|l| l.trim_matches('"').to_string()));
+            }
+        }
+        lines.sort();
+        assert_eq!(lines.len(), expected.len(), "p={parallelism}");
+        assert_eq!(lines, expected, "p={parallelism}");
+    }
+    Ok(())
+}
+
+#[test]
+fn late_events_go_to_their_side_output_or_are_counted() {
+    let env = StreamEnv::with_config(EnvConfig::deterministic());
+    let late = OutputTag::<Txn>::new("late");
+    let (sink, alerts) = CollectSink::new();
+    let (late_sink, late_out) = CollectSink::new();
+    // The watermark passed 10 000 when the small transaction at 2 000 arrives: late.
+    let txns = vec![
+        (1u64, 0.5, 1_000i64),
+        (1, 700.0, 10_000),
+        (1, 0.1, 2_000),
+        (1, 800.0, 11_000),
+    ];
+    let matches = env
+        .from_iter_with_watermarks(
+            txns,
+            WatermarkStrategy::monotonous().with_timestamps(|t: &Txn| t.2),
+        )
+        .key_by(|t| t.0)
+        .pattern(
+            Pattern::begin("small")
+                .where_(|t: &Txn| t.1 < 1.0)
+                .next("large")
+                .where_(|t: &Txn| t.1 > 500.0),
+        )
+        .side_output_late(&late)
+        .select(|m: Match<Txn>| m.first("large").unwrap().2);
+    matches.sink(sink);
+    matches.get_side_output(&late).sink(late_sink);
+    env.execute().unwrap();
+    assert_eq!(alerts.values(), vec![10_000]);
+    assert_eq!(late_out.values(), vec![(1, 0.1, 2_000)]);
+}
+
+#[test]
+fn a_pattern_that_cannot_match_fails_the_job_naming_the_stage() {
+    let env = StreamEnv::new();
+    env.from_iter(vec![(1u64, 1.0, 1i64)])
+        .key_by(|t: &Txn| t.0)
+        .pattern(Pattern::begin("small").not_next("large"))
+        .select(|m: Match<Txn>| m.len())
+        .sink(CollectSink::new().0);
+    let err = env.execute().unwrap_err().to_string();
+    assert!(
+        err.contains("`large`: not_next needs a stage after it"),
+        "{err}"
+    );
+}
+
+#[test]
+fn in_processing_time_events_match_as_they_arrive_and_time_out_on_the_clock() {
+    use riffle::cep::{CepOperator, PatternContext};
+    use riffle::testing::OperatorHarness;
+    let timed_out = OutputTag::<Match<Txn>>::new("timed-out");
+    let op = CepOperator::new(
+        |t: &Txn| t.0,
+        &Pattern::begin("small")
+            .where_(|t: &Txn| t.1 < 1.0)
+            .followed_by("large")
+            .where_(|t: &Txn| t.1 > 500.0)
+            .within(Duration::from_secs(60)),
+        |_: &u64, m: Match<Txn>, ctx: &mut PatternContext<Txn, f64>| {
+            ctx.emit(m.first("large").unwrap().1)
+        },
+    )
+    .unwrap()
+    .in_processing_time()
+    .side_output_timed_out(&timed_out);
+    let mut h = OperatorHarness::builder(op)
+        .processing_time(1_000)
+        .side_output(&timed_out)
+        .build()
+        .unwrap();
+    // No timestamps needed; arrival order counts, not the records' own times.
+    h.process_untimed((1, 0.5, 99_999)).unwrap();
+    h.process_untimed((2, 0.5, 0)).unwrap();
+    h.advance_processing_time(Duration::from_secs(30)).unwrap();
+    h.process_untimed((1, 900.0, 0)).unwrap();
+    assert_eq!(h.take_values(), vec![900.0]);
+    h.advance_processing_time(Duration::from_secs(31)).unwrap();
+    let partials = h.take_side_output(&timed_out);
+    assert_eq!(partials.len(), 1);
+    assert_eq!(partials[0].value.first("small"), Some(&(2, 0.5, 0)));
 }

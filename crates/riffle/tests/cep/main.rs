@@ -1,3 +1,6 @@
-//! Complex event processing end to end: patterns on keyed streams in real jobs.
+//! Complex event processing end to end: patterns on keyed streams, checked against a batch
+//! matcher written independently in the tests.
 
 mod jobs;
+mod properties;
+mod reference;
