@@ -102,6 +102,9 @@ enum Scenario {
     /// Joins of two streams: ad clicks joined to their impression within 10 minutes (interval
     /// join), click-through rate per campaign per minute, late records of both sides aside.
     Join(riffle_cli::demos::join::JoinArgs),
+    /// Complex event processing on courier events: an alert when an order picked up is not
+    /// delivered within its promised time (a pattern's timeout) and when a courier's pings stop.
+    Cep(riffle_cli::demos::cep::CepArgs),
     /// Scenario 5, checkpoint and recovery: a task dies, the job restores its latest checkpoint, and the
     /// committed output is checked against a run without failure.
     CheckpointRecovery(CheckpointRecoveryArgs),
@@ -152,6 +155,7 @@ fn main() -> ExitCode {
                 Some(Scenario::LateEvents(args)) => late_events::run(&args).map(drop),
                 Some(Scenario::Backpressure(args)) => backpressure::run(&args).map(drop),
                 Some(Scenario::Join(args)) => riffle_cli::demos::join::run(&args).map(drop),
+                Some(Scenario::Cep(args)) => riffle_cli::demos::cep::run(&args).map(drop),
                 Some(Scenario::CheckpointRecovery(args)) => {
                     checkpoint_recovery::run(&args).map(drop)
                 }

@@ -2,6 +2,7 @@
 //! built-in generator, or the user's files with `--input`) and writes to `--output`.
 
 pub mod backpressure;
+pub mod cep;
 pub mod checkpoint_recovery;
 pub mod etl;
 pub mod join;

@@ -3,6 +3,7 @@
 
 mod backpressure;
 mod cdc_pipeline;
+mod cep;
 mod checkpoint_recovery;
 mod hostile_input;
 mod join;

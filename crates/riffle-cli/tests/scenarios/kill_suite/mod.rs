@@ -37,7 +37,7 @@ mod files;
 mod group;
 #[cfg(feature = "kafka")]
 mod kafka;
-mod run;
+pub(crate) mod run;
 
 /// The number in environment variable `name`, or `default`.
 pub(crate) fn env_or(name: &str, default: u64) -> u64 {

@@ -44,6 +44,11 @@ impl Kill {
         Kill { kind, trigger }
     }
 
+    /// Whether it never kills.
+    pub(crate) fn trigger_is_never(&self) -> bool {
+        matches!(self.trigger, Trigger::Never)
+    }
+
     pub(crate) const NEVER: Kill = Kill {
         kind: "none",
         trigger: Trigger::Never,
