@@ -15,6 +15,37 @@ use riffle_clicks::{ClickGenerator, ClicksConfig};
 pub enum GenerateCommand {
     /// The seed's clicks (user_id, url, user_agent, ip, event_time) as JSON lines.
     Clicks(ClicksArgs),
+    /// Courier events (order_id, courier_id, kind, event_time) as JSON lines, the input of
+    /// `riffle demo cep --input`, in arrival order.
+    CourierEvents(CourierEventsArgs),
+}
+
+/// Options of `riffle generate courier-events`.
+#[derive(Args, Clone, Debug)]
+pub struct CourierEventsArgs {
+    /// Orders (an order is placed every 2 s of event time; about 2 + trip minutes × 60 /
+    /// ping-secs events each).
+    #[arg(long, value_name = "N")]
+    pub orders: u64,
+    /// Couriers.
+    #[arg(long, default_value_t = 500)]
+    pub couriers: u64,
+    /// Seconds between two pings of a courier carrying an order.
+    #[arg(long, default_value_t = 60)]
+    pub ping_secs: u64,
+    /// Minutes from the order within which its delivery is promised (one delivery in twelve
+    /// is late).
+    #[arg(long, default_value_t = 60)]
+    pub promised_minutes: u64,
+    /// Share of events that arrive 10 minutes late (behind the watermark).
+    #[arg(long, default_value_t = 0.0)]
+    pub late_share: f64,
+    /// Seed: the same seed (and options) gives the same events.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// The JSON-lines file to write (replaced if it exists).
+    #[arg(long, value_name = "FILE")]
+    pub output: PathBuf,
 }
 
 /// Options of `riffle generate clicks`.
@@ -81,26 +112,53 @@ pub fn run(command: &GenerateCommand) -> riffle::Result<()> {
             );
             Ok(())
         }
+        GenerateCommand::CourierEvents(args) => {
+            let events = crate::demos::cep::generate(&crate::demos::cep::CourierConfig {
+                orders: args.orders,
+                couriers: args.couriers,
+                seed: args.seed,
+                promised_minutes: args.promised_minutes,
+                ping_secs: args.ping_secs,
+                late_share: args.late_share,
+            });
+            let written = write_lines(&args.output, events.iter().map(|(e, _)| e))?;
+            println!(
+                "riffle generate: {written} courier events ({} orders, seed {}) -> {}",
+                args.orders,
+                args.seed,
+                args.output.display()
+            );
+            Ok(())
+        }
     }
 }
 
 /// Writes the clicks of `args`; returns how many.
 pub fn write_clicks(args: &ClicksArgs) -> riffle::Result<u64> {
     let generator = ClickGenerator::new(args.config()?);
-    let io = |e| Error::io(format!("cannot write `{}`", args.output.display()), e);
-    if let Some(parent) = args.output.parent()
+    write_lines(&args.output, (0..args.count).map(|i| generator.generate(i)))
+}
+
+/// Writes `values` as JSON lines to `path` (its directory created); returns how many.
+fn write_lines<T: serde::Serialize>(
+    path: &std::path::Path,
+    values: impl Iterator<Item = T>,
+) -> riffle::Result<u64> {
+    let io = |e| Error::io(format!("cannot write `{}`", path.display()), e);
+    if let Some(parent) = path.parent()
         && !parent.as_os_str().is_empty()
     {
         std::fs::create_dir_all(parent).map_err(io)?;
     }
-    let file = std::fs::File::create(&args.output)
-        .map_err(|e| Error::config("--output", format!("`{}`: {e}", args.output.display())))?;
+    let file = std::fs::File::create(path)
+        .map_err(|e| Error::config("--output", format!("`{}`: {e}", path.display())))?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-    for i in 0..args.count {
-        serde_json::to_writer(&mut out, &generator.generate(i))
-            .map_err(|e| io(std::io::Error::other(e)))?;
+    let mut written = 0;
+    for value in values {
+        serde_json::to_writer(&mut out, &value).map_err(|e| io(std::io::Error::other(e)))?;
         out.write_all(b"\n").map_err(io)?;
+        written += 1;
     }
     out.flush().map_err(io)?;
-    Ok(args.count)
+    Ok(written)
 }

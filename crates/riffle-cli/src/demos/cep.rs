@@ -1,8 +1,9 @@
 //! Complex event processing on courier events (the seed's DoorDash "late delivery alert"): two
 //! patterns on each order's events, in event time.
 //!
-//! - **Late delivery**: `picked_up` followed by `delivered` within the promised time. A
-//!   partial match that times out (picked up, not delivered in time) is the alert.
+//! - **Late delivery**: `placed`, followed by `picked_up`, followed by `delivered`, within the
+//!   promised time. A partial match that times out is the alert: `late_delivery` when the order
+//!   was picked up, `not_picked_up` when it was not.
 //! - **Courier silent**: a `ping` not followed by another `ping` (or the delivery) within N
 //!   minutes: the courier's phone went quiet while carrying the order.
 //!
@@ -44,12 +45,18 @@ pub struct CepArgs {
     /// Seed of the generator: the same seed gives the same events.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Minutes from pickup within which a delivery is promised.
-    #[arg(long, default_value_t = 45)]
+    /// Minutes from the order within which its delivery is promised.
+    #[arg(long, default_value_t = 60)]
     pub promised_minutes: u64,
     /// Minutes without a ping from a courier carrying an order before an alert.
     #[arg(long, default_value_t = 10)]
     pub silence_minutes: u64,
+    /// Seconds between two pings of a courier carrying an order (generated events).
+    #[arg(long, default_value_t = 60)]
+    pub ping_secs: u64,
+    /// Share of generated events that arrive 10 minutes late (behind the watermark).
+    #[arg(long, default_value_t = 0.001)]
+    pub late_share: f64,
     /// How far out of time order events may arrive (seconds) before they are late.
     #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
     pub out_of_orderness_secs: f64,
@@ -117,25 +124,59 @@ impl Rng {
     }
 }
 
+/// What the generator makes.
+#[derive(Clone, Debug)]
+pub struct CourierConfig {
+    /// Orders.
+    pub orders: u64,
+    /// Couriers.
+    pub couriers: u64,
+    /// Seed.
+    pub seed: u64,
+    /// Minutes from the order within which its delivery is promised.
+    pub promised_minutes: u64,
+    /// Seconds between pings.
+    pub ping_secs: u64,
+    /// Share of events that arrive 10 minutes late.
+    pub late_share: f64,
+}
+
+impl CepArgs {
+    /// The generator's settings from the flags.
+    pub fn courier_config(&self) -> CourierConfig {
+        CourierConfig {
+            orders: self.orders,
+            couriers: self.couriers,
+            seed: self.seed,
+            promised_minutes: self.promised_minutes,
+            ping_secs: self.ping_secs,
+            late_share: self.late_share,
+        }
+    }
+}
+
 /// The generated events in arrival order, each with whether it arrives far behind its time
-/// (behind the watermark: late).
-pub fn generate(args: &CepArgs) -> Vec<(CourierEvent, bool)> {
-    let mut rng = Rng(args.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+/// (behind the watermark: late). An order is placed every 2 s; one in a hundred is never picked
+/// up, one in twelve is delivered after its promised time, one in thirty has its courier go
+/// quiet for 12 to 20 minutes; events arrive up to 20 s out of order.
+pub fn generate(config: &CourierConfig) -> Vec<(CourierEvent, bool)> {
+    let mut rng = Rng(config.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     // (arrival, event, late)
     let mut events: Vec<(i64, CourierEvent, bool)> = Vec::new();
-    let promised = args.promised_minutes as i64 * MINUTE;
-    for order_id in 1..=args.orders {
-        let courier_id = 1 + rng.below(args.couriers);
+    let promised = config.promised_minutes as i64 * MINUTE;
+    let ping_every = (config.ping_secs.max(1) * 1000) as i64;
+    let late_per_million = (config.late_share.clamp(0.0, 1.0) * 1e6) as u64;
+    for order_id in 1..=config.orders {
+        let courier_id = 1 + rng.below(config.couriers);
         let placed = DEFAULT_START_TIME + order_id as i64 * 2_000 + rng.below(1_000) as i64;
         let picked = placed + 5 * MINUTE + rng.below(10 * MINUTE as u64) as i64;
-        // One delivery in twelve is late; the others take 10 to 40 minutes.
-        let trip = if rng.below(12) == 0 {
-            promised + rng.below(25 * MINUTE as u64) as i64
+        let delivered = if rng.below(12) == 0 {
+            placed + promised + rng.below(25 * MINUTE as u64) as i64
         } else {
-            10 * MINUTE + rng.below(30 * MINUTE as u64) as i64
-        };
-        let delivered = picked + trip;
-        // One courier in thirty goes quiet for 12 to 20 minutes, 5 minutes into the trip.
+            picked + 10 * MINUTE + rng.below(30 * MINUTE as u64) as i64
+        }
+        .max(picked + MINUTE);
+        let never_picked = rng.below(100) == 0;
         let quiet = (rng.below(30) == 0).then(|| {
             let from = picked + 5 * MINUTE;
             (
@@ -149,18 +190,20 @@ pub fn generate(args: &CepArgs) -> Vec<(CourierEvent, bool)> {
             kind,
             event_time,
         };
-        let mut order = vec![event(Kind::Placed, placed), event(Kind::PickedUp, picked)];
-        let mut ping = picked + 30_000;
-        while ping < delivered {
-            if !quiet.is_some_and(|(from, to)| ping >= from && ping < to) {
-                order.push(event(Kind::Ping, ping));
+        let mut order = vec![event(Kind::Placed, placed)];
+        if !never_picked {
+            order.push(event(Kind::PickedUp, picked));
+            let mut ping = picked + 30_000;
+            while ping < delivered {
+                if !quiet.is_some_and(|(from, to)| ping >= from && ping < to) {
+                    order.push(event(Kind::Ping, ping));
+                }
+                ping += ping_every;
             }
-            ping += MINUTE;
+            order.push(event(Kind::Delivered, delivered));
         }
-        order.push(event(Kind::Delivered, delivered));
         for e in order {
-            // Up to 20 s of disorder; one event in a thousand arrives 10 minutes late.
-            let late = rng.below(1_000) == 0;
+            let late = late_per_million > 0 && rng.below(1_000_000) < late_per_million;
             let delay = if late {
                 10 * MINUTE
             } else {
@@ -177,6 +220,8 @@ pub fn generate(args: &CepArgs) -> Vec<(CourierEvent, bool)> {
 #[derive(Clone)]
 struct Alerts {
     late_delivery: bool,
+    /// The pattern's `within`, in ms: an alert is due that long after its first event.
+    within: i64,
 }
 
 impl PatternProcessFunction<u64, CourierEvent, Alert> for Alerts {
@@ -189,10 +234,9 @@ impl PatternProcessFunction<u64, CourierEvent, Alert> for Alerts {
         if self.late_delivery {
             return Ok(()); // delivered in time
         }
-        // A match of the silence pattern: the last ping and the end of the silence.
+        // A match of the silence pattern: no ping in the minutes after this one.
         let ping = m.first("ping").expect("a match has its ping");
-        let at = ctx.timestamp().unwrap_or(ping.event_time);
-        ctx.emit(alert("courier_silent", ping, at))
+        ctx.emit(alert("courier_silent", ping, ping, self.within))
     }
 
     fn process_timed_out(
@@ -201,23 +245,27 @@ impl PatternProcessFunction<u64, CourierEvent, Alert> for Alerts {
         partial: Match<CourierEvent>,
         ctx: &mut PatternContext<CourierEvent, Alert>,
     ) -> riffle::Result<()> {
-        if self.late_delivery
-            && let Some(picked) = partial.first("picked_up")
-        {
-            let at = ctx.timestamp().unwrap_or(picked.event_time);
-            ctx.emit(alert("late_delivery", picked, at))?;
+        if !self.late_delivery {
+            return Ok(());
         }
-        Ok(())
+        let placed = partial
+            .first("placed")
+            .expect("a partial match has its order");
+        match partial.first("picked_up") {
+            Some(picked) => ctx.emit(alert("late_delivery", picked, placed, self.within)),
+            None => ctx.emit(alert("not_picked_up", placed, placed, self.within)),
+        }
     }
 }
 
-fn alert(kind: &str, event: &CourierEvent, at: i64) -> Alert {
+/// An alert about `event`, due `within` after `start`.
+fn alert(kind: &str, event: &CourierEvent, start: &CourierEvent, within: i64) -> Alert {
     Alert {
         alert: kind.to_string(),
         order_id: event.order_id,
         courier_id: event.courier_id,
         since: clock_time(event.event_time),
-        at: clock_time(at),
+        at: clock_time(start.event_time + within),
     }
 }
 
@@ -233,31 +281,37 @@ pub fn pipeline(
 ) -> (DataStream<Alert>, DataStream<CourierEvent>) {
     let by_order = events.key_by(|e| e.order_id);
     let late = OutputTag::<CourierEvent>::new("late-events");
+    let promised = args.promised_minutes * 60;
     let deliveries = by_order
         .pattern(
-            Pattern::begin("picked_up")
+            Pattern::begin("placed")
+                .where_(|e: &CourierEvent| e.kind == Kind::Placed)
+                .followed_by("picked_up")
                 .where_(|e: &CourierEvent| e.kind == Kind::PickedUp)
                 .followed_by("delivered")
                 .where_(|e: &CourierEvent| e.kind == Kind::Delivered)
-                .within(Duration::from_secs(args.promised_minutes * 60)),
+                .within(Duration::from_secs(promised)),
         )
         .side_output_late(&late)
         .process(Alerts {
             late_delivery: true,
+            within: promised as i64 * 1000,
         })
         .name(LATE_DELIVERY)
         .uid("late-delivery");
+    let silence = args.silence_minutes * 60;
     let silences = by_order
         .pattern(
             Pattern::begin("ping")
                 .where_(|e: &CourierEvent| e.kind == Kind::Ping)
                 .not_followed_by("next")
                 .where_(|e: &CourierEvent| matches!(e.kind, Kind::Ping | Kind::Delivered))
-                .within(Duration::from_secs(args.silence_minutes * 60)),
+                .within(Duration::from_secs(silence)),
         )
         .side_output_late(&late)
         .process(Alerts {
             late_delivery: false,
+            within: silence as i64 * 1000,
         })
         .name(COURIER_SILENT)
         .uid("courier-silent");
@@ -315,7 +369,10 @@ pub fn run(args: &CepArgs) -> riffle::Result<CepSummary> {
             env.from_source_with_watermarks(source, strategy)
         }
         None => {
-            let events: Vec<CourierEvent> = generate(args).into_iter().map(|(e, _)| e).collect();
+            let events: Vec<CourierEvent> = generate(&args.courier_config())
+                .into_iter()
+                .map(|(e, _)| e)
+                .collect();
             env.from_source_with_watermarks(CollectionSource::new(events), strategy)
         }
     }
@@ -352,7 +409,7 @@ pub fn run(args: &CepArgs) -> riffle::Result<CepSummary> {
     };
     let seconds = result.duration.as_secs_f64();
     println!(
-        "riffle demo cep: {} courier events in {seconds:.1} s ({} events/s); delivery promised within {} min of pickup, alert after {} min without a ping",
+        "riffle demo cep: {} courier events in {seconds:.1} s ({} events/s); delivery promised within {} min of the order, alert after {} min without a ping",
         summary.events,
         human(summary.events as f64 / seconds),
         args.promised_minutes,
@@ -360,7 +417,7 @@ pub fn run(args: &CepArgs) -> riffle::Result<CepSummary> {
     );
     let dir = summary.output.display();
     println!(
-        "  late deliveries  {:>9}  -> {dir}/alerts/ (picked_up not followed by delivered in time: a timeout)",
+        "  late deliveries  {:>9}  -> {dir}/alerts/ (placed, picked_up, delivered not complete in time: a timeout)",
         summary.late_deliveries
     );
     println!(
@@ -431,10 +488,19 @@ mod tests {
             for (i, e) in events.iter().enumerate() {
                 let later = &events[i + 1..];
                 match e.kind {
-                    Kind::PickedUp => {
-                        let delivered = later.iter().find(|d| d.kind == Kind::Delivered);
-                        if delivered.is_none_or(|d| d.event_time - e.event_time >= promised) {
-                            alerts.push(("late_delivery".into(), order, e.event_time + promised));
+                    Kind::Placed => {
+                        // The first pickup and the first delivery after it, within the promise.
+                        let picked = later.iter().position(|p| p.kind == Kind::PickedUp);
+                        let in_time = |x: &CourierEvent| x.event_time - e.event_time < promised;
+                        let picked = picked.filter(|p| in_time(&later[*p]));
+                        let delivered = picked.and_then(|p| {
+                            later[p + 1..].iter().find(|d| d.kind == Kind::Delivered)
+                        });
+                        let due = e.event_time + promised;
+                        match (picked, delivered.filter(|d| in_time(d))) {
+                            (_, Some(_)) => {}
+                            (Some(_), None) => alerts.push(("late_delivery".into(), order, due)),
+                            (None, None) => alerts.push(("not_picked_up".into(), order, due)),
                         }
                     }
                     Kind::Ping => {
@@ -456,9 +522,10 @@ mod tests {
     #[test]
     fn the_alerts_are_exactly_those_the_events_call_for() {
         let args = args(1_500);
-        let events = generate(&args);
+        let events = generate(&args.courier_config());
         let (expected, expected_late) = expected(&args, &events);
         assert!(expected.iter().filter(|a| a.0 == "late_delivery").count() > 50);
+        assert!(expected.iter().filter(|a| a.0 == "not_picked_up").count() > 5);
         assert!(expected.iter().filter(|a| a.0 == "courier_silent").count() > 20);
         assert!(expected_late > 10);
         let env = StreamEnv::with_config(EnvConfig::deterministic());

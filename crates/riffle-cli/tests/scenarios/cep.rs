@@ -26,18 +26,20 @@ fn the_demo_alerts_on_files_exactly() {
         line(1, 10, "placed", 0),
         line(2, 20, "placed", 1),
         line(3, 30, "placed", 2),
+        line(4, 40, "placed", 3),
         line(1, 10, "picked_up", 5),
         line(2, 20, "picked_up", 6),
         line(3, 30, "picked_up", 7),
         "{\"order_id\": \"not a number\"}".to_string(),
     ];
-    // Order 1: pings every minute, delivered after 30 min. Order 2: delivered after 50 min
-    // (late). Order 3: pings stop from minute 12 to 27 (silent), delivered after 40 min.
-    for minute in 6..60 {
+    // Order 1: pings every minute, delivered 35 min after the order. Order 2: delivered 65
+    // min after (late). Order 3: pings stop from minute 12 to 27 (silent), delivered at 47.
+    // Order 4 is never picked up.
+    for minute in 6..70 {
         if minute < 35 {
             lines.push(line(1, 10, "ping", minute));
         }
-        if minute > 6 && minute < 56 {
+        if minute > 6 && minute < 66 {
             lines.push(line(2, 20, "ping", minute));
         }
         if minute > 7 && minute < 47 && !(12..27).contains(&minute) {
@@ -46,7 +48,7 @@ fn the_demo_alerts_on_files_exactly() {
     }
     lines.push(line(1, 10, "delivered", 35));
     lines.push(line(3, 30, "delivered", 47));
-    lines.push(line(2, 20, "delivered", 56));
+    lines.push(line(2, 20, "delivered", 66));
     lines.sort_by_key(|l| l.split("event_time\":").nth(1).map(str::to_string));
     std::fs::write(dir.path().join("events.jsonl"), lines.join("\n") + "\n").unwrap();
     let stdout = riffle(
@@ -63,7 +65,7 @@ fn the_demo_alerts_on_files_exactly() {
         ],
         dir.path(),
     );
-    assert!(stdout.contains("late deliveries          1"), "{stdout}");
+    assert!(stdout.contains("late deliveries          2"), "{stdout}");
     assert!(stdout.contains("couriers silent          1"), "{stdout}");
     assert!(stdout.contains("late events              0"), "{stdout}");
     assert!(stdout.contains("bad records              1"), "{stdout}");
@@ -71,7 +73,8 @@ fn the_demo_alerts_on_files_exactly() {
         sorted_lines(&dir.path().join("out/alerts")),
         [
             r#"{"alert":"courier_silent","order_id":3,"courier_id":30,"since":"15:51:00","at":"16:01:00"}"#,
-            r#"{"alert":"late_delivery","order_id":2,"courier_id":20,"since":"15:46:00","at":"16:31:00"}"#,
+            r#"{"alert":"late_delivery","order_id":2,"courier_id":20,"since":"15:46:00","at":"16:41:00"}"#,
+            r#"{"alert":"not_picked_up","order_id":4,"courier_id":40,"since":"15:43:00","at":"16:43:00"}"#,
         ]
     );
     let dead_letters: usize = std::fs::read_dir(dir.path().join("out/dead-letter"))
@@ -95,7 +98,7 @@ fn write_input(dir: &Path) {
         args.orders = 6_000;
         args
     };
-    let text: String = generate(&args)
+    let text: String = generate(&args.courier_config())
         .into_iter()
         .filter(|(_, late)| !late)
         .map(|(e, _): (CourierEvent, bool)| serde_json::to_string(&e).unwrap() + "\n")
