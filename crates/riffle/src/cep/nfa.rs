@@ -214,6 +214,8 @@ pub(crate) struct KeyNfa<T> {
     pub(crate) pending: Vec<(Timestamp, u64, T)>,
     events: Vec<Stored<T>>,
     runs: Vec<Run>,
+    /// Completed matches waiting for an earlier partial match to end (with a skip strategy).
+    held: Vec<Vec<(u16, u64)>>,
     pub(crate) next_id: u64,
 }
 
@@ -223,6 +225,7 @@ impl<T> Default for KeyNfa<T> {
             pending: Vec::new(),
             events: Vec::new(),
             runs: Vec::new(),
+            held: Vec::new(),
             next_id: 0,
         }
     }
@@ -231,7 +234,12 @@ impl<T> Default for KeyNfa<T> {
 impl<T> KeyNfa<T> {
     /// Nothing is held: the key's state can be cleared.
     pub(crate) fn is_empty(&self) -> bool {
-        self.pending.is_empty() && self.runs.is_empty()
+        self.pending.is_empty() && self.runs.is_empty() && self.held.is_empty()
+    }
+
+    /// Whether completed matches wait for earlier partial matches.
+    pub(crate) fn holds_matches(&self) -> bool {
+        !self.held.is_empty()
     }
 
     /// The earliest time a partial match times out, if `within` is set and any is open.
@@ -393,20 +401,59 @@ impl<T: Clone> Matcher<T> {
             });
         }
         nfa.runs = runs;
-        completed.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+        self.complete(nfa, completed.into_iter().map(|r| r.taken), timestamp, out);
+        self.collect(nfa);
+    }
+
+    /// Queues completed matches and emits, at `time`, those no earlier partial match can come
+    /// before: with a skip strategy, a match waits while a partial match that started before
+    /// it is open (its match would be emitted first and could discard this one), as FlinkCEP
+    /// does. Each emitted match's strategy discards the partial and queued matches it names.
+    /// Returns what was discarded by.
+    fn complete(
+        &self,
+        nfa: &mut KeyNfa<T>,
+        matches: impl IntoIterator<Item = Vec<(u16, u64)>>,
+        time: Timestamp,
+        out: &mut Emitted<T>,
+    ) -> Vec<Prune> {
+        nfa.held.extend(matches);
+        if nfa.held.is_empty() {
+            return Vec::new();
+        }
+        nfa.held.sort();
+        let waits = self.skip != AfterMatchSkip::NoSkip;
         let mut prunes = Vec::new();
-        for run in completed {
-            if prunes.iter().any(|p: &Prune| p.prunes(run.start_id())) {
+        let mut emitted = 0;
+        for i in 0..nfa.held.len() {
+            let start = nfa.held[i][0].1;
+            if prunes.iter().any(|p: &Prune| p.prunes(start)) {
                 continue;
             }
-            prunes.extend(self.prune_after(&run));
+            if waits && nfa.runs.iter().any(|r| r.start_id() < start) {
+                break;
+            }
+            emitted = i + 1;
             out.matches
-                .push((timestamp, self.to_match(&run.taken, &nfa.events)));
+                .push((time, self.to_match(&nfa.held[i], &nfa.events)));
+            if let Some(prune) = self.prune_after(&nfa.held[i]) {
+                nfa.runs.retain(|r| !prune.prunes(r.start_id()));
+                prunes.push(prune);
+            }
         }
+        nfa.held.drain(..emitted);
         if !prunes.is_empty() {
-            nfa.runs
-                .retain(|r| !prunes.iter().any(|p| p.prunes(r.start_id())));
+            nfa.held
+                .retain(|m| !prunes.iter().any(|p| p.prunes(m[0].1)));
         }
+        prunes
+    }
+
+    /// The end of the input: partial matches that could still complete never will, so the
+    /// queued matches they held back are emitted.
+    pub(crate) fn end(&self, nfa: &mut KeyNfa<T>, time: Timestamp, out: &mut Emitted<T>) {
+        nfa.runs.clear();
+        self.complete(nfa, [], time, out);
         self.collect(nfa);
     }
 
@@ -426,24 +473,26 @@ impl<T: Clone> Matcher<T> {
             .partition(|r| deadline(r) <= time);
         nfa.runs = alive;
         expired.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
-        let mut prunes = Vec::new();
-        for run in expired {
-            if prunes.iter().any(|p: &Prune| p.prunes(run.start_id())) {
-                continue;
+        // By deadline (partial matches of one start share it), earliest first: those waiting
+        // for the end of a trailing `not_followed_by` complete, the others time out; then the
+        // queued matches they held back may come out.
+        let mut prunes: Vec<Prune> = Vec::new();
+        let mut expired = expired.into_iter().peekable();
+        while let Some(first) = expired.peek() {
+            let at = deadline(first);
+            let mut ends = Vec::new();
+            while let Some(run) = expired.next_if(|r| deadline(r) == at) {
+                if prunes.iter().any(|p| p.prunes(run.start_id())) {
+                    continue;
+                }
+                if run.branches.iter().any(|b| b.target == Target::End) {
+                    ends.push(run.taken);
+                } else if !run.complete {
+                    out.timed_out
+                        .push((at, self.to_match(&run.taken, &nfa.events)));
+                }
             }
-            let at = deadline(&run);
-            if run.branches.iter().any(|b| b.target == Target::End) {
-                prunes.extend(self.prune_after(&run));
-                out.matches
-                    .push((at, self.to_match(&run.taken, &nfa.events)));
-            } else if !run.complete {
-                out.timed_out
-                    .push((at, self.to_match(&run.taken, &nfa.events)));
-            }
-        }
-        if !prunes.is_empty() {
-            nfa.runs
-                .retain(|r| !prunes.iter().any(|p| p.prunes(r.start_id())));
+            prunes.extend(self.complete(nfa, ends, at, out));
         }
         self.collect(nfa);
     }
@@ -566,16 +615,16 @@ impl<T: Clone> Matcher<T> {
         }
     }
 
-    /// What the skip strategy prunes once `run` is emitted.
-    fn prune_after(&self, run: &Run) -> Option<Prune> {
+    /// What the skip strategy prunes once the match of `taken` is emitted.
+    fn prune_after(&self, taken: &[(u16, u64)]) -> Option<Prune> {
         let of_stage = || {
             let stage = self.skip_stage.expect("validated");
-            run.taken.iter().filter(move |(s, _)| *s == stage)
+            taken.iter().filter(move |(s, _)| *s == stage)
         };
         match self.skip {
             AfterMatchSkip::NoSkip => None,
-            AfterMatchSkip::SkipToNext => Some(Prune::Equal(run.start_id())),
-            AfterMatchSkip::SkipPastLastEvent => Some(Prune::AtMost(run.taken.last()?.1)),
+            AfterMatchSkip::SkipToNext => Some(Prune::Equal(taken[0].1)),
+            AfterMatchSkip::SkipPastLastEvent => Some(Prune::AtMost(taken.last()?.1)),
             AfterMatchSkip::SkipToFirst(_) => Some(Prune::Before(of_stage().next()?.1)),
             AfterMatchSkip::SkipToLast(_) => Some(Prune::Before(of_stage().next_back()?.1)),
         }
@@ -608,7 +657,9 @@ impl<T: Clone> Matcher<T> {
         let mut used: Vec<u64> = nfa
             .runs
             .iter()
-            .flat_map(|r| r.taken.iter().map(|(_, id)| *id))
+            .flat_map(|r| r.taken.iter())
+            .chain(nfa.held.iter().flatten())
+            .map(|(_, id)| *id)
             .collect();
         used.sort_unstable();
         used.dedup();
@@ -637,6 +688,7 @@ mod tests {
             matcher.advance(&mut nfa, i as i64, event.to_string(), &mut out);
         }
         matcher.expire(&mut nfa, Timestamp::MAX, &mut out);
+        matcher.end(&mut nfa, Timestamp::MAX, &mut out);
         let text = |m: &Match<String>| {
             m.iter()
                 .flat_map(|(_, events)| events.iter().cloned())
@@ -836,6 +888,35 @@ mod tests {
             .consecutive()
             .after_match(AfterMatchSkip::skip_past_last_event());
         assert_eq!(run(rising, "s0 u1 u5 u3 s2 u4").0, ["s0 u1", "s2 u4"]);
+    }
+
+    /// Flink's documentation of MATCH_RECOGNIZE, "Aggregations": `A+ B` with `A` while the
+    /// average of its prices stays under 15, skipping past the last row. The match that starts
+    /// at 4 completes first (at the second 25) but waits for the one that started at 2, which
+    /// then discards it.
+    #[test]
+    fn with_a_skip_strategy_a_match_waits_for_earlier_partial_matches() {
+        let price = |e: &String| e[1..].parse::<i64>().unwrap();
+        let pattern = Pattern::begin("a")
+            .where_with(move |e: &String, partial| {
+                let (sum, n) = partial
+                    .get("a")
+                    .fold((price(e), 1), |(s, n), p| (s + price(p), n + 1));
+                (sum as f64) / (n as f64) < 15.0
+            })
+            .one_or_more()
+            .greedy()
+            .next("b")
+            .after_match(AfterMatchSkip::skip_past_last_event());
+        let input = "p12 p17 p13 p16 p25 p2 p4 p10 p15 p25 p25 p30";
+        assert_eq!(
+            run(pattern.clone(), input).0,
+            ["p12 p17 p13 p16 p25", "p2 p4 p10 p15 p25 p25 p30"]
+        );
+        // Without a strategy every match comes out as soon as it completes.
+        let all = run(pattern.after_match(AfterMatchSkip::no_skip()), input).0;
+        assert_eq!(all[..2], ["p12 p17 p13 p16 p25", "p13 p16 p25"]);
+        assert!(all.contains(&"p4 p10 p15 p25 p25".to_string()));
     }
 
     #[test]

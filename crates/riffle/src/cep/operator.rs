@@ -387,20 +387,30 @@ where
         let matcher = &*self.matcher;
         let mut emitted = Emitted::default();
         let mut state = runtime.state.value(&self.state, key_group, key);
-        let (empty, deadline) = state.modify(KeyNfa::default, |nfa| {
+        let (empty, deadline, holds) = state.modify(KeyNfa::default, |nfa| {
             change(matcher, nfa, &mut emitted);
-            (nfa.is_empty(), nfa.next_deadline(matcher.within()))
+            (
+                nfa.is_empty(),
+                nfa.next_deadline(matcher.within()),
+                nfa.holds_matches(),
+            )
         })?;
         if empty {
             state.clear()?;
         }
+        let domain = if self.processing_time {
+            TimeDomain::ProcessingTime
+        } else {
+            TimeDomain::EventTime
+        };
         if let Some(deadline) = deadline {
-            let domain = if self.processing_time {
-                TimeDomain::ProcessingTime
-            } else {
-                TimeDomain::EventTime
-            };
             runtime.timers.register(domain, deadline, key.clone());
+        }
+        if holds && !self.processing_time {
+            // Matches held back for partial matches without `within` come out at the end.
+            runtime
+                .timers
+                .register(TimeDomain::EventTime, Timestamp::MAX, key.clone());
         }
         let time = |t: Timestamp| {
             if self.processing_time {
@@ -474,6 +484,9 @@ where
                         }
                     }
                     matcher.expire(nfa, timestamp, emitted);
+                    if timestamp == Timestamp::MAX {
+                        matcher.end(nfa, timestamp, emitted);
+                    }
                 })?;
             }
         }

@@ -131,16 +131,31 @@ pub fn show(key: u8, m: &Match<Ev>) -> String {
     format!("{key}|{}", events.join(","))
 }
 
-/// A match the search found: when it is emitted, and the events taken as (stage, position).
+/// A moment of matching: an event's step `(time, 1)`, or the expiry of partial matches at a
+/// deadline `(time, 0)` (before the events of that time); `END` is the end of the input.
+type Moment = (i64, u8);
+
+const END: Moment = (i64::MAX, 2);
+
+/// A match the search found: when it completes, and the events taken as (stage, position).
 struct Found {
-    at: (i64, u8),
+    at: Moment,
     taken: Vec<(usize, usize)>,
+}
+
+/// A partial match the search went through: its first event's position, and the moments it is
+/// created and ends at (when no way on is left, or it times out).
+struct Node {
+    start: usize,
+    created: Moment,
+    ends: Moment,
 }
 
 struct Search<'a> {
     spec: &'a Spec,
     events: &'a [Ev],
     found: Vec<Found>,
+    nodes: Vec<Node>,
 }
 
 impl Search<'_> {
@@ -161,6 +176,12 @@ impl Search<'_> {
             .is_some_and(|u| u & (1 << self.events[q].letter) != 0)
     }
 
+    fn step(&self, q: usize) -> Moment {
+        (self.events[q].ts, 1)
+    }
+
+    /// Follows every way on from the partial match `taken`: records the matches it leads to,
+    /// and itself as a node with its lifetime.
     fn extend(&mut self, taken: &mut Vec<(usize, usize)>) {
         let n = self.events.len();
         let (s, last) = *taken.last().expect("a taken event");
@@ -168,8 +189,11 @@ impl Search<'_> {
         let stage = self.spec.stages[s].clone();
         let start_ts = self.events[taken[0].1].ts;
         let deadline = self.spec.within.map(|w| start_ts + w);
+        let expiry: Moment = deadline.map_or(END, |d| (d, 0));
         let in_time = |q: usize| deadline.is_none_or(|d| self.events[q].ts < d);
         let can_loop = stage.max.is_none_or(|m| count < m);
+        // Without a way on, the partial match ends with the step that made it.
+        let mut ends = self.step(last);
         // A greedy loop kills the other ways on at the first event it takes.
         let mut kill = None;
         if stage.greedy && can_loop {
@@ -194,29 +218,38 @@ impl Search<'_> {
                 .collect();
             if guards.is_empty() {
                 self.found.push(Found {
-                    at: (self.events[last].ts, 1),
+                    at: self.step(last),
                     taken: taken.clone(),
                 });
             } else {
+                // Waits for `within` to pass without a guard's event (or a greedy loop's).
                 let d = deadline.expect("validated: a trailing not_followed_by has within");
-                let clean = (last + 1..n)
+                let hit = (last + 1..n)
                     .take_while(|q| self.events[*q].ts < d)
-                    .all(|q| !guards.iter().any(|g| self.accepts(*g, q, taken)));
-                if clean && kill.is_none_or(|g| self.events[g].ts >= d) {
-                    self.found.push(Found {
-                        at: (d, 0),
-                        taken: taken.clone(),
+                    .find(|q| {
+                        guards.iter().any(|g| self.accepts(*g, *q, taken)) || kill == Some(*q)
                     });
+                match hit {
+                    None => {
+                        self.found.push(Found {
+                            at: (d, 0),
+                            taken: taken.clone(),
+                        });
+                        ends = ends.max(expiry);
+                    }
+                    Some(q) => ends = ends.max(self.step(q)),
                 }
             }
         }
         // One more event into this stage.
         if can_loop {
+            let mut lives_to = expiry;
             for q in last + 1..n {
-                if !in_time(q)
-                    || (stage.inner == Contiguity::Strict && q > last + 1)
-                    || self.until(s, q)
-                {
+                if !in_time(q) {
+                    break;
+                }
+                if self.until(s, q) {
+                    lives_to = self.step(q);
                     break;
                 }
                 if self.accepts(s, q, taken) {
@@ -224,114 +257,156 @@ impl Search<'_> {
                     self.extend(taken);
                     taken.pop();
                     if stage.inner == Contiguity::Relaxed {
+                        lives_to = self.step(q);
                         break;
                     }
                 }
+                if stage.inner == Contiguity::Strict {
+                    lives_to = self.step(q);
+                    break;
+                }
             }
+            ends = ends.max(lives_to);
         }
         // The first event of a later stage.
-        if count < stage.min {
-            return;
+        if count >= stage.min {
+            let mut guards = Vec::new();
+            for j in s + 1..self.spec.stages.len() {
+                let next = self.spec.stages[j].clone();
+                if next.kind != Kind::Take {
+                    guards.push(j);
+                    continue;
+                }
+                let mut lives_to = expiry;
+                for q in last + 1..n {
+                    if !in_time(q) {
+                        break;
+                    }
+                    if kill.is_some_and(|g| g <= q) {
+                        lives_to = self.step(kill.expect("some"));
+                        break;
+                    }
+                    let hit = |kind: Kind| {
+                        guards.iter().any(|g| {
+                            self.spec.stages[*g].kind == kind && self.accepts(*g, q, taken)
+                        })
+                    };
+                    if q == last + 1 && hit(Kind::NotNext) {
+                        lives_to = self.step(q);
+                        break;
+                    }
+                    let guarded = hit(Kind::NotFollowedBy);
+                    let takes = self.accepts(j, q, taken);
+                    if takes {
+                        taken.push((j, q));
+                        self.extend(taken);
+                        taken.pop();
+                    }
+                    let lives = match next.entry {
+                        Contiguity::Strict => false,
+                        Contiguity::Relaxed => !takes,
+                        Contiguity::NonDeterministic => true,
+                    };
+                    if !lives || guarded {
+                        lives_to = self.step(q);
+                        break;
+                    }
+                }
+                ends = ends.max(lives_to);
+                if !next.optional {
+                    break;
+                }
+            }
         }
-        let mut guards = Vec::new();
-        for j in s + 1..self.spec.stages.len() {
-            let next = self.spec.stages[j].clone();
-            if next.kind != Kind::Take {
-                guards.push(j);
-                continue;
-            }
-            for q in last + 1..n {
-                if !in_time(q) || kill.is_some_and(|g| g <= q) {
-                    break;
-                }
-                if next.entry == Contiguity::Strict && q > last + 1 {
-                    break;
-                }
-                let hit = |kind: Kind| {
-                    guards
-                        .iter()
-                        .any(|g| self.spec.stages[*g].kind == kind && self.accepts(*g, q, taken))
-                };
-                if q == last + 1 && hit(Kind::NotNext) {
-                    break;
-                }
-                let guarded = hit(Kind::NotFollowedBy);
-                let takes = self.accepts(j, q, taken);
-                if takes {
-                    taken.push((j, q));
-                    self.extend(taken);
-                    taken.pop();
-                }
-                let lives = match next.entry {
-                    Contiguity::Strict => false,
-                    Contiguity::Relaxed => !takes,
-                    Contiguity::NonDeterministic => true,
-                };
-                if !lives || guarded {
-                    break;
-                }
-            }
-            if !next.optional {
-                break;
-            }
-        }
+        self.nodes.push(Node {
+            start: taken[0].1,
+            created: self.step(last),
+            ends,
+        });
     }
 }
 
 /// Every match of `spec` over one key's events (sorted by time), in the order they are
 /// emitted, after the skip strategy.
+///
+/// Without a strategy a match comes out when it completes. With one, completed matches wait
+/// (in the order of their first event, then of the events they took) while a partial match
+/// that started before them is alive, as FlinkCEP's; each emitted match discards the partial
+/// and waiting matches whose first event is in the range its strategy names.
 pub fn matches(spec: &Spec, events: &[Ev]) -> Vec<String> {
     let mut search = Search {
         spec,
         events,
         found: Vec::new(),
+        nodes: Vec::new(),
     };
     for p in 0..events.len() {
         if search.accepts(0, p, &[]) {
             search.extend(&mut vec![(0, p)]);
         }
     }
-    let mut found = search.found;
-    found.sort_by(|a, b| (a.at, a.taken[0].1, &a.taken).cmp(&(b.at, b.taken[0].1, &b.taken)));
-    // Each emitted match discards the partial matches its strategy names, by their start.
+    let (found, nodes) = (search.found, search.nodes);
+    let mut moments: Vec<Moment> = found.iter().map(|f| f.at).chain([END]).collect();
+    moments.extend(nodes.iter().map(|n| n.ends));
+    moments.sort();
+    moments.dedup();
+    let waits = !matches!(spec.skip, Skip::No);
     let mut pruned: Vec<Box<dyn Fn(usize) -> bool>> = Vec::new();
+    let mut held: Vec<&Found> = Vec::new();
     let mut out = Vec::new();
-    for m in found {
-        let start = m.taken[0].1;
-        if pruned.iter().any(|p| p(start)) {
-            continue;
-        }
-        let of = |stage: usize| {
-            m.taken
+    for moment in moments {
+        held.extend(found.iter().filter(|f| f.at == moment));
+        held.sort_by(|a, b| a.taken.cmp(&b.taken));
+        while let Some(&m) = held.first() {
+            let start = m.taken[0].1;
+            if pruned.iter().any(|p| p(start)) {
+                held.remove(0);
+                continue;
+            }
+            let blocked = waits
+                && moment != END
+                && nodes.iter().any(|n| {
+                    n.start < start
+                        && n.created <= moment
+                        && n.ends > moment
+                        && !pruned.iter().any(|p| p(n.start))
+                });
+            if blocked {
+                break;
+            }
+            held.remove(0);
+            let of = |stage: usize| {
+                m.taken
+                    .iter()
+                    .filter(move |(s, _)| *s == stage)
+                    .map(|(_, q)| *q)
+            };
+            match spec.skip {
+                Skip::No => {}
+                Skip::Next => pruned.push(Box::new(move |s| s == start)),
+                Skip::PastLast => {
+                    let last = m.taken.last().expect("an event").1;
+                    pruned.push(Box::new(move |s| s <= last));
+                }
+                Skip::First(stage) => {
+                    if let Some(first) = of(stage).next() {
+                        pruned.push(Box::new(move |s| s < first));
+                    }
+                }
+                Skip::Last(stage) => {
+                    if let Some(last) = of(stage).next_back() {
+                        pruned.push(Box::new(move |s| s < last));
+                    }
+                }
+            }
+            let key = events[start].key;
+            let text: Vec<String> = m
+                .taken
                 .iter()
-                .filter(move |(s, _)| *s == stage)
-                .map(|(_, q)| *q)
-        };
-        match spec.skip {
-            Skip::No => {}
-            Skip::Next => pruned.push(Box::new(move |s| s == start)),
-            Skip::PastLast => {
-                let last = m.taken.last().expect("an event").1;
-                pruned.push(Box::new(move |s| s <= last));
-            }
-            Skip::First(stage) => {
-                if let Some(first) = of(stage).next() {
-                    pruned.push(Box::new(move |s| s < first));
-                }
-            }
-            Skip::Last(stage) => {
-                if let Some(last) = of(stage).next_back() {
-                    pruned.push(Box::new(move |s| s < last));
-                }
-            }
+                .map(|(s, q)| format!("{}:{}", name(*s), events[*q].ts))
+                .collect();
+            out.push(format!("{key}|{}", text.join(",")));
         }
-        let key = events[start].key;
-        let text: Vec<String> = m
-            .taken
-            .iter()
-            .map(|(s, q)| format!("{}:{}", name(*s), events[*q].ts))
-            .collect();
-        out.push(format!("{key}|{}", text.join(",")));
     }
     out
 }
