@@ -56,6 +56,7 @@ pub mod parse;
 pub mod plan;
 #[cfg(feature = "postgres")]
 pub mod postgres_cdc;
+pub mod recognize;
 pub mod types;
 
 pub use error::SqlError;

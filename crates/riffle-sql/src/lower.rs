@@ -507,7 +507,9 @@ fn scan_reads(
                 scan_reads(input, above.clone(), out);
             }
         }
-        Plan::TopN { input, .. } | Plan::LookupJoin { input, .. } => scan_reads(input, None, out),
+        Plan::TopN { input, .. }
+        | Plan::LookupJoin { input, .. }
+        | Plan::MatchRecognize { input, .. } => scan_reads(input, None, out),
         Plan::Join { left, right, .. } => {
             scan_reads(left, None, out);
             scan_reads(right, None, out);
@@ -1000,6 +1002,26 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                 JoinType::Inner => Rows::Append(joined.map(|change| change.row).name("Join rows")),
                 _ => Rows::Changelog(joined),
             }
+        }
+        Plan::MatchRecognize { input, spec, .. } => {
+            // Each row is carried with its partition key, computed once before the shuffle
+            // (where an error can fail the job).
+            let keys: Vec<Eval> = spec.partition.iter().map(|e| e.eval.clone()).collect();
+            let mut matched = append(input)?
+                .try_map(move |row: Row| -> riffle::Result<(Row, Row)> {
+                    Ok((eval_all(&keys, &row)?, row))
+                })
+                .name("Pre-match")
+                .key_by(|(key, _): &(Row, Row)| key.clone())
+                .pattern(spec.pattern());
+            if spec.processing_time {
+                matched = matched.in_processing_time();
+            }
+            Rows::Append(
+                matched
+                    .process(crate::recognize::Output(spec.clone()))
+                    .name("MatchRecognize"),
+            )
         }
         Plan::TopN {
             input,

@@ -285,8 +285,101 @@ fn parse_piece(piece: &Piece) -> Result<Statement, SqlError> {
         }
         ("CREATE", "TEMPORARY", "VIEW") => parse_sqlparser(&text.replacen("TEMPORARY", "", 1)),
         ("SET", _, _) => parse_set(&text),
-        _ => parse_sqlparser(&rewrite_table_arguments(&text)?),
+        _ => parse_sqlparser(&rewrite_table_arguments(&rewrite_within(&text)?)?),
     }
+}
+
+/// Flink's `MATCH_RECOGNIZE (.. PATTERN (..) WITHIN INTERVAL '10' MINUTE DEFINE ..)`, which
+/// the parser does not read, with the `WITHIN` carried as one more `DEFINE` entry named
+/// [`crate::recognize::WITHIN_SYMBOL`]: `.. PATTERN (..) DEFINE .., __riffle_within AS
+/// INTERVAL '10' MINUTE)`.
+fn rewrite_within(text: &str) -> Result<String, SqlError> {
+    if !text.to_ascii_uppercase().contains("MATCH_RECOGNIZE") {
+        return Ok(text.to_string());
+    }
+    let tokens = tokens(text)?;
+    let sources = token_sources(text, &tokens);
+    let solid: Vec<usize> = (0..tokens.len())
+        .filter(|i| !matches!(tokens[*i].token, Token::Whitespace(_)))
+        .collect();
+    let word = |k: usize| match solid.get(k).map(|i| &tokens[*i].token) {
+        Some(Token::Word(w)) => w.value.to_ascii_uppercase(),
+        _ => String::new(),
+    };
+    // (first token of the clause, last token, the interval's text, where the entry goes)
+    let mut edits: Vec<(usize, usize, String, usize)> = Vec::new();
+    let mut k = 0;
+    while k < solid.len() {
+        if !(word(k) == "WITHIN" && word(k + 1) == "INTERVAL") {
+            k += 1;
+            continue;
+        }
+        // INTERVAL '10' MINUTE, or INTERVAL '10' SECOND(3).
+        let mut end = k + 3;
+        if matches!(
+            solid.get(end + 1).map(|i| &tokens[*i].token),
+            Some(Token::LParen)
+        ) {
+            while end < solid.len() && !matches!(tokens[solid[end]].token, Token::RParen) {
+                end += 1;
+            }
+        }
+        let Some(&last) = solid.get(end) else {
+            return Err(SqlError::new(
+                "WITHIN INTERVAL: the interval is cut short",
+                None,
+            ));
+        };
+        let interval: String = sources[solid[k + 1]..=last].concat();
+        // The end of the DEFINE list: the parenthesis that closes MATCH_RECOGNIZE (.
+        let mut depth = 0usize;
+        let mut close = None;
+        let mut seen_define = false;
+        for j in end + 1..solid.len() {
+            match &tokens[solid[j]].token {
+                Token::Word(w) if w.value.eq_ignore_ascii_case("DEFINE") && depth == 0 => {
+                    seen_define = true
+                }
+                Token::LParen => depth += 1,
+                Token::RParen if depth == 0 => {
+                    close = Some(solid[j]);
+                    break;
+                }
+                Token::RParen => depth -= 1,
+                _ => {}
+            }
+        }
+        match (seen_define, close) {
+            (true, Some(close)) => edits.push((solid[k], last, interval, close)),
+            _ => {
+                return Err(SqlError::new(
+                    "WITHIN INTERVAL belongs after the PATTERN of a MATCH_RECOGNIZE, before its DEFINE",
+                    None,
+                ));
+            }
+        }
+        k = end + 1;
+    }
+    if edits.is_empty() {
+        return Ok(text.to_string());
+    }
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut i = 0;
+    while i < tokens.len() {
+        if let Some((_, last, _, _)) = edits.iter().find(|(first, ..)| *first == i) {
+            i = last + 1;
+            continue;
+        }
+        if let Some((_, _, interval, _)) = edits.iter().find(|(.., close)| *close == i) {
+            out.push_str(&format!(
+                ", {} AS {interval}",
+                crate::recognize::WITHIN_SYMBOL
+            ));
+        }
+        out.push_str(sources[i]);
+        i += 1;
+    }
+    Ok(out)
 }
 
 /// What the name of a table read `FOR SYSTEM_TIME AS OF time` carries after it (the parser's

@@ -235,6 +235,16 @@ pub enum Plan {
         /// The output columns.
         schema: Schema,
     },
+    /// `t MATCH_RECOGNIZE (..)`: the rows of each partition matched against a row pattern in
+    /// time order (Riffle's pattern matcher), one row per match.
+    MatchRecognize {
+        /// The input (append-only, with a time attribute).
+        input: Box<Plan>,
+        /// The clause, compiled.
+        spec: std::sync::Arc<crate::recognize::Recognize>,
+        /// The partition columns, then the measures.
+        schema: Schema,
+    },
     /// `a UNION ALL b ..`: every row of each input.
     Union {
         /// The inputs, their columns of the same types (cast where they were not).
@@ -293,6 +303,7 @@ impl Plan {
             | Plan::Join { schema, .. }
             | Plan::LookupJoin { schema, .. }
             | Plan::OverAggregate { schema, .. }
+            | Plan::MatchRecognize { schema, .. }
             | Plan::Union { schema, .. } => schema,
             Plan::Filter { input, .. } => input.schema(),
         }
@@ -304,7 +315,9 @@ impl Plan {
             Plan::Scan { table, .. } if crate::connectors::is_changelog(table) => {
                 ChangelogMode::Retract
             }
-            Plan::Scan { .. } | Plan::WindowAggregate { .. } => ChangelogMode::Append,
+            Plan::Scan { .. } | Plan::WindowAggregate { .. } | Plan::MatchRecognize { .. } => {
+                ChangelogMode::Append
+            }
             // `SELECT DISTINCT` (a group aggregate of no aggregates) only adds rows: a result
             // never changes, so it is never sent again.
             Plan::GroupAggregate {
@@ -363,6 +376,7 @@ impl Plan {
             | Plan::GroupAggregate { .. }
             | Plan::OverAggregate { .. }
             | Plan::TopN { .. }
+            | Plan::MatchRecognize { .. }
             | Plan::Join { .. } => None,
             // The inputs' time attribute, when they all have it at the same column.
             Plan::Union { inputs, .. } => {
@@ -395,6 +409,7 @@ impl Plan {
             | Plan::TopN { input, .. }
             | Plan::LookupJoin { input, .. }
             | Plan::OverAggregate { input, .. }
+            | Plan::MatchRecognize { input, .. }
             | Plan::Filter { input, .. }
             | Plan::Project { input, .. } => vec![input],
         }
@@ -671,6 +686,18 @@ impl Plan {
                 ));
                 input.explain_into(depth + 2, lines);
             }
+            Plan::MatchRecognize {
+                input,
+                spec,
+                schema,
+            } => {
+                lines.push(format!(
+                    "{pad}{} -> {schema} [{mode}]",
+                    spec.explain(input.schema())
+                ));
+                lines.push(format!("{pad}  Hash by the partition keys (chained)"));
+                input.explain_into(depth + 2, lines);
+            }
         }
     }
 }
@@ -939,6 +966,32 @@ impl Catalog {
                 self.plan_query(subquery)?,
                 alias.as_ref().map(|a| a.name.value.clone()),
             )),
+            ast::TableFactor::MatchRecognize {
+                table,
+                partition_by,
+                order_by,
+                measures,
+                rows_per_match,
+                after_match_skip,
+                pattern,
+                symbols,
+                alias,
+            } => {
+                let (input, _) = self.plan_relation(table)?;
+                let clause = crate::recognize::Clause {
+                    partition_by,
+                    order_by,
+                    measures,
+                    rows_per_match: rows_per_match.as_ref(),
+                    after_match_skip: after_match_skip.as_ref(),
+                    pattern,
+                    symbols,
+                };
+                Ok((
+                    crate::recognize::plan(input, clause, &self.functions)?,
+                    alias.as_ref().map(|a| a.name.value.clone()),
+                ))
+            }
             other => Err(SqlError::plan(format!("FROM {other} is not supported yet"))),
         }
     }
@@ -2452,7 +2505,7 @@ fn function_args(function: &ast::Function) -> Result<Vec<&ast::Expr>> {
 }
 
 /// A positive constant `INTERVAL`, in ms: argument `what` of window function `name`.
-fn constant_interval(arg: Option<&ast::Expr>, name: &str, what: &str) -> Result<i64> {
+pub(crate) fn constant_interval(arg: Option<&ast::Expr>, name: &str, what: &str) -> Result<i64> {
     let functions = Functions::default();
     let empty = Schema::default();
     let scope = Scope::new(&empty, None, &functions);
