@@ -24,10 +24,10 @@ use std::time::Duration;
 use riffle::cep::{CepOperator, Match, Pattern, PatternContext, PatternProcessFunction};
 use riffle::sink::BlackholeSink;
 use riffle::source::collection::CollectionSource;
-use riffle::state::{HeapBackend, StateBackend, TaskStore};
+use riffle::state::{HeapBackend, StateBackend};
 use riffle::time::WatermarkStrategy;
 use riffle::{EnvConfig, StreamEnv};
-use riffle_testing::{MemoryKvBackend, OperatorHarness};
+use riffle_testing::MemoryKvBackend;
 
 /// The allocator of the `riffle` binary, counting the bytes allocated while counting is on.
 #[global_allocator]
@@ -173,23 +173,7 @@ fn state() -> Figure {
     let n = 100_000u64;
     let op = || CepOperator::new(|e: &Event| e.0, &pattern(), Outcome).unwrap();
     let feed = |backend: &dyn StateBackend, count_heap: bool| {
-        let work = tempfile::tempdir().unwrap();
-        let store = backend
-            .open_store(&TaskStore {
-                job: "bench".into(),
-                task: 0,
-                run_id: "state".into(),
-                key_groups: riffle::keys::KeyGroupRange::for_subtask(0, 1, 128),
-                local_dir: work.path().to_path_buf(),
-            })
-            .unwrap();
-        let builder = OperatorHarness::builder(op());
-        let mut h = match store {
-            Some(store) => builder.store(store),
-            None => builder,
-        }
-        .build()
-        .unwrap();
+        let (mut h, _work) = common::harness_on(backend, op());
         let before = counting::ALLOCATED.load(std::sync::atomic::Ordering::Relaxed);
         counting::COUNTING.store(count_heap, std::sync::atomic::Ordering::Relaxed);
         for key in 0..n {

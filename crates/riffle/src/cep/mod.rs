@@ -43,6 +43,7 @@ mod pattern;
 
 pub use nfa::{Match, Partial};
 pub use operator::{
-    CepOperator, OpenCep, PatternContext, PatternProcessFunction, PatternStream, Select,
+    CepOperator, OpenCep, PatternContext, PatternOptions, PatternProcessFunction, PatternStream,
+    Select,
 };
 pub use pattern::{AfterMatchSkip, Contiguity, Pattern, Times};

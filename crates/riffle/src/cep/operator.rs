@@ -186,9 +186,65 @@ impl<T: Data, Out: Data> PatternContext<'_, '_, T, Out> {
 pub struct PatternStream<K, T> {
     keyed: KeyedStream<K, T>,
     pattern: Pattern<T>,
+    options: PatternOptions<T>,
+}
+
+/// Where late events and timed-out partial matches go, and in which time a pattern matches.
+///
+/// ```
+/// use riffle::{OutputTag, cep::{Match, PatternOptions}};
+///
+/// let late = OutputTag::<(u64, i64)>::new("late");
+/// let expired = OutputTag::<Match<(u64, i64)>>::new("expired");
+/// let options = PatternOptions::default().side_output_late(&late).side_output_timed_out(&expired);
+/// ```
+pub struct PatternOptions<T> {
     late: Option<OutputTag<T>>,
     timed_out: Option<OutputTag<Match<T>>>,
     processing_time: bool,
+}
+
+impl<T> Default for PatternOptions<T> {
+    fn default() -> Self {
+        PatternOptions {
+            late: None,
+            timed_out: None,
+            processing_time: false,
+        }
+    }
+}
+
+impl<T> Clone for PatternOptions<T> {
+    fn clone(&self) -> Self {
+        PatternOptions {
+            late: self.late.clone(),
+            timed_out: self.timed_out.clone(),
+            processing_time: self.processing_time,
+        }
+    }
+}
+
+impl<T> PatternOptions<T> {
+    /// Events behind the watermark when they arrive go to side output `tag` instead of being
+    /// dropped (and counted).
+    pub fn side_output_late(mut self, tag: &OutputTag<T>) -> Self {
+        self.late = Some(tag.clone());
+        self
+    }
+
+    /// Partial matches that could not complete within the pattern's `within` go to side
+    /// output `tag` (the "expected event did not arrive in time" alerts).
+    pub fn side_output_timed_out(mut self, tag: &OutputTag<Match<T>>) -> Self {
+        self.timed_out = Some(tag.clone());
+        self
+    }
+
+    /// Events are matched in arrival order as they arrive, `within` measured on the
+    /// processing clock (no timestamps or watermarks needed).
+    pub fn in_processing_time(mut self) -> Self {
+        self.processing_time = true;
+        self
+    }
 }
 
 impl<K: Data + Hash + Eq, T: Data> KeyedStream<K, T> {
@@ -200,9 +256,7 @@ impl<K: Data + Hash + Eq, T: Data> KeyedStream<K, T> {
         PatternStream {
             keyed: self.clone(),
             pattern,
-            late: None,
-            timed_out: None,
-            processing_time: false,
+            options: PatternOptions::default(),
         }
     }
 }
@@ -211,21 +265,21 @@ impl<K: Data + Hash + Eq, T: Data> PatternStream<K, T> {
     /// Events behind the watermark when they arrive go to this side output (read it with
     /// `get_side_output(&tag)` on the result) instead of being dropped.
     pub fn side_output_late(mut self, tag: &OutputTag<T>) -> Self {
-        self.late = Some(tag.clone());
+        self.options = self.options.side_output_late(tag);
         self
     }
 
     /// Partial matches that could not complete within the pattern's `within` go to this side
     /// output (the "expected event did not arrive in time" alerts).
     pub fn side_output_timed_out(mut self, tag: &OutputTag<Match<T>>) -> Self {
-        self.timed_out = Some(tag.clone());
+        self.options = self.options.side_output_timed_out(tag);
         self
     }
 
     /// Matches events in arrival order as they arrive, measuring `within` on the processing
     /// clock (no timestamps or watermarks needed).
     pub fn in_processing_time(mut self) -> Self {
-        self.processing_time = true;
+        self.options = self.options.in_processing_time();
         self
     }
 
@@ -252,15 +306,13 @@ impl<K: Data + Hash + Eq, T: Data> PatternStream<K, T> {
             }
         };
         let key = self.keyed.key_fn();
-        let (late, timed_out, processing_time) = (self.late, self.timed_out, self.processing_time);
+        let options = self.options;
         let described = self.pattern.describe();
         let stream = self.keyed.add_keyed("Pattern", move || CepOperator {
             key: key.clone(),
             matcher: matcher.clone(),
             function: function.clone(),
-            late: late.clone(),
-            timed_out: timed_out.clone(),
-            processing_time,
+            options: options.clone(),
             _out: PhantomData,
         });
         stream.with_setting("pattern", described)
@@ -273,9 +325,7 @@ pub struct CepOperator<K, T, Out, P> {
     key: KeyFn<K, T>,
     matcher: Option<Arc<Matcher<T>>>,
     function: P,
-    late: Option<OutputTag<T>>,
-    timed_out: Option<OutputTag<Match<T>>>,
-    processing_time: bool,
+    options: PatternOptions<T>,
     _out: PhantomData<fn() -> Out>,
 }
 
@@ -284,9 +334,7 @@ pub struct OpenCep<K, T, Out, P> {
     key: KeyFn<K, T>,
     matcher: Arc<Matcher<T>>,
     function: P,
-    late: Option<OutputTag<T>>,
-    timed_out: Option<OutputTag<Match<T>>>,
-    processing_time: bool,
+    options: PatternOptions<T>,
     runtime: KeyedRuntime<K>,
     state: ValueStateDescriptor<KeyNfa<T>>,
     late_log: RateLimitedLog,
@@ -313,28 +361,14 @@ where
             key: Arc::new(key),
             matcher: Some(Arc::new(Matcher::new(pattern))),
             function,
-            late: None,
-            timed_out: None,
-            processing_time: false,
+            options: PatternOptions::default(),
             _out: PhantomData,
         })
     }
 
-    /// Late events go to `tag`.
-    pub fn side_output_late(mut self, tag: &OutputTag<T>) -> Self {
-        self.late = Some(tag.clone());
-        self
-    }
-
-    /// Timed-out partial matches go to `tag`.
-    pub fn side_output_timed_out(mut self, tag: &OutputTag<Match<T>>) -> Self {
-        self.timed_out = Some(tag.clone());
-        self
-    }
-
-    /// Matches in processing time.
-    pub fn in_processing_time(mut self) -> Self {
-        self.processing_time = true;
+    /// Where late events and timed-out partial matches go, and in which time it matches.
+    pub fn with_options(mut self, options: PatternOptions<T>) -> Self {
+        self.options = options;
         self
     }
 }
@@ -356,9 +390,7 @@ where
             key: self.key,
             matcher,
             function: self.function,
-            late: self.late,
-            timed_out: self.timed_out,
-            processing_time: self.processing_time,
+            options: self.options,
             runtime: KeyedRuntime::new(ctx),
             state: ValueStateDescriptor::new("cep-nfa"),
             late_log: RateLimitedLog::new(Duration::from_secs(10)),
@@ -398,7 +430,7 @@ where
         if empty {
             state.clear()?;
         }
-        let domain = if self.processing_time {
+        let domain = if self.options.processing_time {
             TimeDomain::ProcessingTime
         } else {
             TimeDomain::EventTime
@@ -406,14 +438,14 @@ where
         if let Some(deadline) = deadline {
             runtime.timers.register(domain, deadline, key.clone());
         }
-        if holds && !self.processing_time {
+        if holds && !self.options.processing_time {
             // Matches held back for partial matches without `within` come out at the end.
             runtime
                 .timers
                 .register(TimeDomain::EventTime, Timestamp::MAX, key.clone());
         }
         let time = |t: Timestamp| {
-            if self.processing_time {
+            if self.options.processing_time {
                 None
             } else {
                 EventTime::new(t)
@@ -423,7 +455,7 @@ where
             let mut ctx = PatternContext {
                 out,
                 timestamp: time(at),
-                timed_out: self.timed_out.as_ref(),
+                timed_out: self.options.timed_out.as_ref(),
             };
             self.function.process_match(key, matched, &mut ctx)?;
         }
@@ -431,7 +463,7 @@ where
             let mut ctx = PatternContext {
                 out,
                 timestamp: time(at),
-                timed_out: self.timed_out.as_ref(),
+                timed_out: self.options.timed_out.as_ref(),
             };
             self.function.process_timed_out(key, partial, &mut ctx)?;
         }
@@ -442,7 +474,7 @@ where
     fn late(&mut self, record: Record<T>, out: &mut Collector<'_, Out>) -> Result<()> {
         let ctx = &self.runtime.ctx;
         let timestamp = record.timestamp();
-        if let Some(tag) = &self.late
+        if let Some(tag) = &self.options.late
             && out.side_output(tag, record)?
         {
             ctx.metrics.add_late_side_output(1);
@@ -470,7 +502,7 @@ where
     ) -> Result<()> {
         while let Some((timestamp, keys)) = self.runtime.timers.pop_earliest_due(domain, time) {
             for key in keys {
-                let processing_time = self.processing_time;
+                let processing_time = self.options.processing_time;
                 self.with_nfa(&key, out, |matcher, nfa, emitted| {
                     if !processing_time {
                         // Everything before `timestamp` is here: match it in time order.
@@ -511,7 +543,7 @@ where
     fn process(&mut self, batch: &mut Vec<Record<T>>, out: &mut Collector<'_, Out>) -> Result<()> {
         for record in batch.drain(..) {
             let key = (self.key)(&record.value);
-            if self.processing_time {
+            if self.options.processing_time {
                 let now = self.runtime.state.now();
                 self.with_nfa(&key, out, |matcher, nfa, emitted| {
                     matcher.advance(nfa, now, record.value, emitted)

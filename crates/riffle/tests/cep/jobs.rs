@@ -236,7 +236,7 @@ fn a_pattern_that_cannot_match_fails_the_job_naming_the_stage() {
 
 #[test]
 fn in_processing_time_events_match_as_they_arrive_and_time_out_on_the_clock() {
-    use riffle::cep::{CepOperator, PatternContext};
+    use riffle::cep::{CepOperator, PatternContext, PatternOptions};
     use riffle::testing::OperatorHarness;
     let timed_out = OutputTag::<Match<Txn>>::new("timed-out");
     let op = CepOperator::new(
@@ -251,8 +251,11 @@ fn in_processing_time_events_match_as_they_arrive_and_time_out_on_the_clock() {
         },
     )
     .unwrap()
-    .in_processing_time()
-    .side_output_timed_out(&timed_out);
+    .with_options(
+        PatternOptions::default()
+            .in_processing_time()
+            .side_output_timed_out(&timed_out),
+    );
     let mut h = OperatorHarness::builder(op)
         .processing_time(1_000)
         .side_output(&timed_out)
