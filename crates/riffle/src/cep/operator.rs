@@ -506,11 +506,16 @@ where
                 self.with_nfa(&key, out, |matcher, nfa, emitted| {
                     if !processing_time {
                         // Everything before `timestamp` is here: match it in time order.
-                        let (mut due, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut nfa.pending)
-                            .into_iter()
-                            .partition(|(ts, _, _)| *ts < timestamp || timestamp == Timestamp::MAX);
-                        nfa.pending = wait;
-                        due.sort_unstable_by_key(|(ts, seq, _)| (*ts, *seq));
+                        let is_due = |ts: Timestamp| ts < timestamp || timestamp == Timestamp::MAX;
+                        let mut due = std::mem::take(&mut nfa.pending);
+                        if !due.iter().all(|(ts, _, _)| is_due(*ts)) {
+                            let (now, wait) = due.into_iter().partition(|(ts, _, _)| is_due(*ts));
+                            due = now;
+                            nfa.pending = wait;
+                        }
+                        if due.len() > 1 {
+                            due.sort_unstable_by_key(|(ts, seq, _)| (*ts, *seq));
+                        }
                         for (ts, _, event) in due {
                             matcher.advance(nfa, ts, event, emitted);
                         }

@@ -30,9 +30,68 @@ pub enum TimeDomain {
 /// ```
 #[derive(Debug, Clone)]
 pub struct TimerService<K> {
-    event: BTreeMap<Timestamp, FastMap<K, ()>>,
-    processing: BTreeMap<Timestamp, FastMap<K, ()>>,
+    event: BTreeMap<Timestamp, Keys<K>>,
+    processing: BTreeMap<Timestamp, Keys<K>>,
     len: usize,
+}
+
+/// The keys with a timer at one timestamp: most timestamps of operators that register a timer
+/// per record (a pattern's, an interval join's) have one key, which needs no set of its own.
+#[derive(Debug, Clone)]
+enum Keys<K> {
+    One(K),
+    Many(FastMap<K, ()>),
+}
+
+impl<K: Hash + Eq> Keys<K> {
+    /// Adds `key`; whether it was not there.
+    fn insert(&mut self, key: K) -> bool {
+        match self {
+            Keys::One(one) if *one == key => false,
+            Keys::One(_) => {
+                let Keys::One(one) = std::mem::replace(self, Keys::Many(FastMap::default())) else {
+                    unreachable!("matched above")
+                };
+                let Keys::Many(many) = self else {
+                    unreachable!("replaced above")
+                };
+                many.insert(one, ());
+                many.insert(key, ());
+                true
+            }
+            Keys::Many(many) => many.insert(key, ()).is_none(),
+        }
+    }
+
+    /// Removes `key`; whether it was there. The set may be left empty.
+    fn remove(&mut self, key: &K) -> bool {
+        match self {
+            Keys::One(one) if one == key => {
+                *self = Keys::Many(FastMap::default());
+                true
+            }
+            Keys::One(_) => false,
+            Keys::Many(many) => many.remove(key).is_some(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        matches!(self, Keys::Many(many) if many.is_empty())
+    }
+
+    fn into_vec(self) -> Vec<K> {
+        match self {
+            Keys::One(one) => vec![one],
+            Keys::Many(many) => many.into_keys().collect(),
+        }
+    }
+
+    fn iter(&self) -> Box<dyn Iterator<Item = &K> + '_> {
+        match self {
+            Keys::One(one) => Box::new(std::iter::once(one)),
+            Keys::Many(many) => Box::new(many.keys()),
+        }
+    }
 }
 
 impl<K> Default for TimerService<K> {
@@ -51,7 +110,7 @@ impl<K: Hash + Eq + Clone> TimerService<K> {
         TimerService::default()
     }
 
-    fn timers(&mut self, domain: TimeDomain) -> &mut BTreeMap<Timestamp, FastMap<K, ()>> {
+    fn timers(&mut self, domain: TimeDomain) -> &mut BTreeMap<Timestamp, Keys<K>> {
         match domain {
             TimeDomain::EventTime => &mut self.event,
             TimeDomain::ProcessingTime => &mut self.processing,
@@ -60,13 +119,14 @@ impl<K: Hash + Eq + Clone> TimerService<K> {
 
     /// Registers a timer for `key` at `timestamp` (again: no effect).
     pub fn register(&mut self, domain: TimeDomain, timestamp: Timestamp, key: K) {
-        if self
-            .timers(domain)
-            .entry(timestamp)
-            .or_default()
-            .insert(key, ())
-            .is_none()
-        {
+        let added = match self.timers(domain).entry(timestamp) {
+            std::collections::btree_map::Entry::Vacant(entry) => {
+                entry.insert(Keys::One(key));
+                true
+            }
+            std::collections::btree_map::Entry::Occupied(mut entry) => entry.get_mut().insert(key),
+        };
+        if added {
             self.len += 1;
         }
     }
@@ -75,7 +135,7 @@ impl<K: Hash + Eq + Clone> TimerService<K> {
     pub fn delete(&mut self, domain: TimeDomain, timestamp: Timestamp, key: &K) {
         let timers = self.timers(domain);
         if let Some(keys) = timers.get_mut(&timestamp)
-            && keys.remove(key).is_some()
+            && keys.remove(key)
         {
             if keys.is_empty() {
                 timers.remove(&timestamp);
@@ -94,7 +154,7 @@ impl<K: Hash + Eq + Clone> TimerService<K> {
         let due = std::mem::replace(timers, later);
         let fired: Vec<(Timestamp, K)> = due
             .into_iter()
-            .flat_map(|(ts, keys)| keys.into_keys().map(move |k| (ts, k)))
+            .flat_map(|(ts, keys)| keys.into_vec().into_iter().map(move |k| (ts, k)))
             .collect();
         self.len -= fired.len();
         fired
@@ -132,7 +192,7 @@ impl<K: Hash + Eq + Clone> TimerService<K> {
             return None;
         }
         let (timestamp, keys) = entry.remove_entry();
-        let keys: Vec<K> = keys.into_keys().collect();
+        let keys: Vec<K> = keys.into_vec();
         self.len -= keys.len();
         Some((timestamp, keys))
     }
@@ -150,9 +210,9 @@ impl<K: Hash + Eq + Clone> TimerService<K> {
         let event = self
             .event
             .iter()
-            .flat_map(|(ts, keys)| keys.keys().map(move |k| (TimeDomain::EventTime, *ts, k)));
+            .flat_map(|(ts, keys)| keys.iter().map(move |k| (TimeDomain::EventTime, *ts, k)));
         let processing = self.processing.iter().flat_map(|(ts, keys)| {
-            keys.keys()
+            keys.iter()
                 .map(move |k| (TimeDomain::ProcessingTime, *ts, k))
         });
         event.chain(processing).collect()
