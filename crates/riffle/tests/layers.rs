@@ -42,6 +42,8 @@ const LAYERS: &[&str] = &[
     "runtime",
     "graph",
     "api",
+    // Libraries on the API: patterns (CEP).
+    "cep",
     "testing",
 ];
 

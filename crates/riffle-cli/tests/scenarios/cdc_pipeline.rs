@@ -106,8 +106,25 @@ fn a_join_of_two_cdc_tables_aggregated_into_postgres_survives_sigkill() {
     wait_equal("the final totals", &mut job);
     job.kill();
     assert_eq!(differing(), 0);
+    // The killed job's replication connections may not be gone yet: end their walsenders and
+    // wait until no slot is active before dropping the slots.
+    let slots = format!("slot_name IN ('{orders}', '{customers}')");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let active = psql(&format!(
+            "SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots WHERE {slots} AND active_pid IS NOT NULL;"
+        ));
+        if active.trim() == "0" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replication slots stay active"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     psql(&format!(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name IN ('{orders}', '{customers}');
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE {slots};
          DROP PUBLICATION IF EXISTS riffle_{orders}, riffle_{customers};
          DROP TABLE {orders}, {customers}, {totals};"
     ));
