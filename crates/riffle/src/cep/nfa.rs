@@ -15,6 +15,12 @@
 //! Each take makes a new run (the old one keeps its other branches), so every way of matching
 //! is followed, and the events are stored once per key, shared by the runs that took them, and
 //! dropped when no run refers to them.
+//!
+//! Groups are matched unrolled: a group taken `n..=m` times becomes `m` copies of its stages,
+//! those past the `n`-th optional as a whole (skipping one skips the rest); an unbounded group
+//! becomes its `n` copies and one more that loops, `Enter`ing its own first stage again from
+//! its end. Every copy's stages keep the group's names, so a match lists a stage's events of
+//! every pass together.
 
 use serde::{Deserialize, Serialize};
 
@@ -111,10 +117,14 @@ pub struct Partial<'a, T> {
 impl<'a, T> Partial<'a, T> {
     /// The events stage `name` took so far, in time order.
     pub fn get<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'a T> + 's {
-        let index = self.stages.iter().position(|s| s.name == name);
+        let origin = self
+            .stages
+            .iter()
+            .position(|s| s.name == name)
+            .map(|i| self.stages[i].origin);
         self.taken
             .iter()
-            .filter(move |(stage, _)| Some(*stage as usize) == index)
+            .filter(move |(stage, _)| Some(self.stages[*stage as usize].origin) == origin)
             .map(|(_, id)| self.event(*id))
     }
 
@@ -290,30 +300,88 @@ impl Prune {
 /// A pattern compiled for matching.
 pub(crate) struct Matcher<T> {
     stages: Vec<Stage<T>>,
+    /// Per stage, where a run may go on from it without taking it: the ends of the optional
+    /// group copies it begins.
+    skips: Vec<Vec<usize>>,
+    /// The copies of unbounded groups that loop, as stage ranges.
+    loops: Vec<(usize, usize)>,
+    /// The pattern has groups: runs move through them by the general walk.
+    grouped: bool,
     within: Option<i64>,
     skip: AfterMatchSkip,
     skip_stage: Option<u16>,
 }
 
+/// Appends stages `start..end` of `pattern` to `into`, each group in them unrolled; `below`
+/// bounds the groups considered (those inside the group being unrolled).
+fn unroll<T>(pattern: &Pattern<T>, start: usize, end: usize, below: usize, into: &mut Matcher<T>) {
+    let mut i = start;
+    for g in pattern.groups_in(start, end, below) {
+        let group = pattern.groups[g];
+        for stage in &pattern.stages[i..group.start] {
+            into.stages.push(stage.clone());
+            into.skips.push(Vec::new());
+        }
+        let entry = pattern.stages[group.start].entry;
+        let copies = group.max.unwrap_or(group.min + 1);
+        let mut optional = Vec::new();
+        for k in 0..copies {
+            let first = into.stages.len();
+            unroll(pattern, group.start, group.end, g, into);
+            into.stages[first].entry = if k == 0 { entry } else { group.inner };
+            if k >= group.min || (k == 0 && group.optional) {
+                optional.push(first);
+            }
+            if group.max.is_none() && k + 1 == copies {
+                into.loops.push((first, into.stages.len()));
+            }
+        }
+        let after = into.stages.len();
+        for first in optional {
+            into.skips[first].push(after);
+        }
+        i = group.end;
+    }
+    for stage in &pattern.stages[i..end] {
+        into.stages.push(stage.clone());
+        into.skips.push(Vec::new());
+    }
+}
+
 impl<T: Clone> Matcher<T> {
     /// The matcher of a pattern that passed [`Pattern::validate`].
     pub(crate) fn new(pattern: &Pattern<T>) -> Self {
-        let skip_stage = match &pattern.skip {
-            AfterMatchSkip::SkipToFirst(name) | AfterMatchSkip::SkipToLast(name) => pattern
-                .stages
-                .iter()
-                .position(|s| &s.name == name)
-                .map(|i| i as u16),
-            _ => None,
-        };
-        Matcher {
-            stages: pattern.stages.clone(),
+        let mut matcher = Matcher {
+            stages: Vec::new(),
+            skips: Vec::new(),
+            loops: Vec::new(),
+            grouped: false,
             within: pattern
                 .within
                 .map(|w| i64::try_from(w.as_millis()).unwrap_or(i64::MAX).max(1)),
             skip: pattern.skip.clone(),
-            skip_stage,
+            skip_stage: None,
+        };
+        unroll(
+            pattern,
+            0,
+            pattern.stages.len(),
+            pattern.groups.len(),
+            &mut matcher,
+        );
+        let names: Vec<String> = matcher.stages.iter().map(|s| s.name.clone()).collect();
+        for (i, stage) in matcher.stages.iter_mut().enumerate() {
+            let first = names.iter().position(|n| *n == names[i]).unwrap_or(i);
+            stage.origin = u16::try_from(first).unwrap_or(u16::MAX);
         }
+        matcher.skip_stage = match &pattern.skip {
+            AfterMatchSkip::SkipToFirst(name) | AfterMatchSkip::SkipToLast(name) => {
+                names.iter().position(|n| n == name).map(|i| i as u16)
+            }
+            _ => None,
+        };
+        matcher.grouped = !pattern.groups.is_empty();
+        matcher
     }
 
     /// The match window in milliseconds.
@@ -357,7 +425,7 @@ impl<T: Clone> Matcher<T> {
                 let (take, survive) = self.step(&run, *branch, &event, &partial);
                 if let Some(into) = take {
                     took = true;
-                    let child = self.extend(&run, into, id);
+                    let child = self.extend(&run, into, branch.target == Target::Loop, id);
                     if child.complete {
                         completed.push(child.clone());
                     }
@@ -524,7 +592,8 @@ impl<T: Clone> Matcher<T> {
             Target::End => (self.stages.len(), Contiguity::Relaxed),
         };
         let mut survives = true;
-        if branch.target != Target::Loop {
+        // (A group's loop goes back to an earlier stage; groups hold no negative stage.)
+        if branch.target != Target::Loop && to > from {
             for guard in &self.stages[from + 1..to] {
                 let hit = || guard.accepts(event, partial);
                 match guard.kind {
@@ -547,13 +616,9 @@ impl<T: Clone> Matcher<T> {
         (take.then_some(to), survives)
     }
 
-    /// The run `run` becomes when stage `into` takes event `id`.
-    fn extend(&self, run: &Run, into: usize, id: u64) -> Run {
-        let count = if into == run.stage() {
-            run.count + 1
-        } else {
-            1
-        };
+    /// The run `run` becomes when stage `into` takes event `id` (in its loop if `looped`).
+    fn extend(&self, run: &Run, into: usize, looped: bool, id: u64) -> Run {
+        let count = if looped { run.count + 1 } else { 1 };
         self.extend_from(run.taken.clone(), run.start, into, count, id)
     }
 
@@ -576,7 +641,9 @@ impl<T: Clone> Matcher<T> {
             });
         }
         let mut complete = false;
-        if count as usize >= s.min {
+        if count as usize >= s.min && self.grouped {
+            complete = self.walk(stage, &mut branches);
+        } else if count as usize >= s.min {
             let mut reaches_end = true;
             let mut guarded = false;
             for (j, next) in self.stages.iter().enumerate().skip(stage + 1) {
@@ -615,11 +682,70 @@ impl<T: Clone> Matcher<T> {
         }
     }
 
+    /// The branches a run whose stage `stage` is done has past it, in a pattern with groups:
+    /// every stage it can enter next (past optional stages and optional group copies, and back
+    /// to the start of a looping group copy it is in). Whether it completes a match.
+    fn walk(&self, stage: usize, branches: &mut Vec<Branch>) -> bool {
+        const PLAIN: u8 = 1;
+        const GUARDED: u8 = 2;
+        let n = self.stages.len();
+        let mut reach = vec![0u8; n + 1];
+        reach[stage + 1] = PLAIN;
+        let enter = |j: usize, branches: &mut Vec<Branch>| {
+            let target = Target::Enter(j as u16);
+            if !branches.iter().any(|b| b.target == target) {
+                branches.push(Branch {
+                    target,
+                    fresh: true,
+                });
+            }
+        };
+        let mut complete = false;
+        for p in stage + 1..=n {
+            let r = reach[p];
+            if r == 0 {
+                continue;
+            }
+            for &(start, end) in &self.loops {
+                if end == p && (start..end).contains(&stage) {
+                    enter(start, branches);
+                }
+            }
+            if p == n {
+                complete = r & PLAIN != 0;
+                if r & GUARDED != 0 {
+                    branches.push(Branch {
+                        target: Target::End,
+                        fresh: true,
+                    });
+                }
+                break;
+            }
+            let next = &self.stages[p];
+            match next.kind {
+                StageKind::Take => {
+                    enter(p, branches);
+                    for &after in &self.skips[p] {
+                        reach[after] |= r;
+                    }
+                    if next.required() == 0 {
+                        reach[p + 1] |= r;
+                    }
+                }
+                StageKind::NotFollowedBy => reach[p + 1] |= GUARDED,
+                StageKind::NotNext => reach[p + 1] |= r,
+            }
+        }
+        complete
+    }
+
     /// What the skip strategy prunes once the match of `taken` is emitted.
     fn prune_after(&self, taken: &[(u16, u64)]) -> Option<Prune> {
         let of_stage = || {
             let stage = self.skip_stage.expect("validated");
-            taken.iter().filter(move |(s, _)| *s == stage)
+            taken
+                .iter()
+                .filter(move |(s, _)| self.stages[*s as usize].origin == stage)
         };
         match self.skip {
             AfterMatchSkip::NoSkip => None,
@@ -633,13 +759,23 @@ impl<T: Clone> Matcher<T> {
     fn to_match(&self, taken: &[(u16, u64)], events: &[Stored<T>]) -> Match<T> {
         let mut stages: Vec<(String, Vec<T>)> = Vec::new();
         let mut current = None;
+        let mut at = 0;
         for (stage, id) in taken {
             let value = events[lookup(events, *id)].value.clone();
-            if current != Some(*stage) {
-                stages.push((self.stages[*stage as usize].name.clone(), Vec::new()));
-                current = Some(*stage);
+            let origin = self.stages[*stage as usize].origin;
+            if current != Some(origin) {
+                current = Some(origin);
+                // A group's later pass adds to the events its stage took in earlier ones.
+                let name = &self.stages[origin as usize].name;
+                at = match stages.iter().position(|(n, _)| n == name) {
+                    Some(i) => i,
+                    None => {
+                        stages.push((name.clone(), Vec::new()));
+                        stages.len() - 1
+                    }
+                };
             }
-            stages.last_mut().expect("pushed").1.push(value);
+            stages[at].1.push(value);
         }
         let time = |id: &u64| events[lookup(events, *id)].timestamp;
         Match {
@@ -778,6 +914,48 @@ mod tests {
             with(AfterMatchSkip::skip_to_last("b")),
             ["b1 b2 b3 c", "b3 c"]
         );
+    }
+
+    #[test]
+    fn groups_repeat_their_stages_and_a_match_lists_every_pass_under_its_names() {
+        let pair = || {
+            Pattern::begin("a")
+                .where_(is("a"))
+                .next("b")
+                .where_(is("b"))
+        };
+        // A pair, then any further pairs, then c right after the last pair's b.
+        let p = Pattern::begin_group(pair())
+            .one_or_more()
+            .next("c")
+            .where_(is("c"));
+        let input = "a1 b1 x a2 b2 c1";
+        // (`run` lists a match stage by stage: both passes' a, then their b.)
+        assert_eq!(run(p, input).0, ["a1 a2 b1 b2 c1", "a2 b2 c1"]);
+        // Passes directly after each other.
+        let p = Pattern::begin_group(pair()).times(2).consecutive();
+        assert_eq!(run(p, "a1 b1 x a2 b2 a3 b3").0, ["a2 a3 b2 b3"]);
+        // An iterative condition sees the events of every pass: each a larger than the last.
+        let rising = Pattern::begin("a")
+            .where_(is("a"))
+            .where_with(|e: &String, m| m.last("a").is_none_or(|last| e > last))
+            .next("b")
+            .where_(is("b"));
+        let p = Pattern::begin_group(rising).times(2);
+        assert_eq!(
+            run(p, "a2 b1 a1 b2 a3 b3").0,
+            ["a2 a3 b1 b3", "a1 a3 b2 b3"]
+        );
+        // The match holds each stage's events of every pass.
+        pair().validate().unwrap();
+        let matcher = Matcher::new(&Pattern::begin_group(pair()).times(2));
+        let mut nfa = KeyNfa::default();
+        let mut out = Emitted::default();
+        for (i, e) in ["a1", "b1", "a2", "b2"].iter().enumerate() {
+            matcher.advance(&mut nfa, i as i64, e.to_string(), &mut out);
+        }
+        assert_eq!(out.matches[0].1.get("a"), ["a1", "a2"]);
+        assert_eq!(out.matches[0].1.get("b"), ["b1", "b2"]);
     }
 
     #[test]

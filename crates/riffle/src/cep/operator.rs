@@ -1,13 +1,16 @@
 //! The operator matching a pattern on a keyed stream, and [`PatternStream`], what
 //! [`KeyedStream::pattern`] declares.
 //!
-//! In event time (the default) a key's events wait in its state until the watermark passes
-//! them, then are matched in time order (events of equal time in arrival order): an event-time
-//! timer at each event's time plus one, and at each open partial match's `within` deadline,
-//! drives it. An event behind the watermark when it arrives is late: it goes to the late side
+//! In event time (the default) events wait until the watermark passes them, then are matched in
+//! time order (events of equal time in arrival order). They wait in the operator's queue, ordered
+//! by time, which the watermark drains together with the event-time timers of open partial
+//! matches' `within` deadlines: an event before a timer of a later time. At a checkpoint the
+//! queue moves into the keys' state, each event with a timer at its time plus one, so that what
+//! waits is checkpointed, restored and rescaled with its key (and matched in the same order). An event behind the watermark when it arrives is late: it goes to the late side
 //! output, or is dropped and counted in `late_records_dropped`. In processing time events are
 //! matched as they arrive, and `within` is measured on the clock.
 
+use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -337,6 +340,9 @@ pub struct OpenCep<K, T, Out, P> {
     options: PatternOptions<T>,
     runtime: KeyedRuntime<K>,
     state: ValueStateDescriptor<KeyNfa<T>>,
+    /// Events in event time waiting for the watermark, by time and arrival, with their keys.
+    queue: BTreeMap<(Timestamp, u64), (K, T)>,
+    arrivals: u64,
     late_log: RateLimitedLog,
     _out: PhantomData<fn() -> Out>,
 }
@@ -393,6 +399,8 @@ where
             options: self.options,
             runtime: KeyedRuntime::new(ctx),
             state: ValueStateDescriptor::new("cep-nfa"),
+            queue: BTreeMap::new(),
+            arrivals: 0,
             late_log: RateLimitedLog::new(Duration::from_secs(10)),
             _out: PhantomData,
         })
@@ -419,12 +427,16 @@ where
         let matcher = &*self.matcher;
         let mut emitted = Emitted::default();
         let mut state = runtime.state.value(&self.state, key_group, key);
+        // A deadline (or the hold of matches) the key had before the change has its timer.
         let (empty, deadline, holds) = state.modify(KeyNfa::default, |nfa| {
+            let had = (nfa.next_deadline(matcher.within()), nfa.holds_matches());
             change(matcher, nfa, &mut emitted);
+            let deadline = nfa.next_deadline(matcher.within());
+            let holds = nfa.holds_matches();
             (
                 nfa.is_empty(),
-                nfa.next_deadline(matcher.within()),
-                nfa.holds_matches(),
+                deadline.filter(|_| deadline != had.0),
+                holds && !had.1,
             )
         })?;
         if empty {
@@ -494,6 +506,9 @@ where
         Ok(())
     }
 
+    /// Fires the timers at or before `time`, earliest first. An event-time timer matches the
+    /// key's events in its state before its time (those a checkpoint moved there), in time
+    /// order, then ends the partial matches whose `within` has passed.
     fn fire(
         &mut self,
         domain: TimeDomain,
@@ -501,33 +516,115 @@ where
         out: &mut Collector<'_, Out>,
     ) -> Result<()> {
         while let Some((timestamp, keys)) = self.runtime.timers.pop_earliest_due(domain, time) {
-            for key in keys {
-                let processing_time = self.options.processing_time;
-                self.with_nfa(&key, out, |matcher, nfa, emitted| {
-                    if !processing_time {
-                        // Everything before `timestamp` is here: match it in time order.
-                        let is_due = |ts: Timestamp| ts < timestamp || timestamp == Timestamp::MAX;
-                        let mut due = std::mem::take(&mut nfa.pending);
-                        if !due.iter().all(|(ts, _, _)| is_due(*ts)) {
-                            let (now, wait) = due.into_iter().partition(|(ts, _, _)| is_due(*ts));
-                            due = now;
-                            nfa.pending = wait;
-                        }
-                        if due.len() > 1 {
-                            due.sort_unstable_by_key(|(ts, seq, _)| (*ts, *seq));
-                        }
-                        for (ts, _, event) in due {
-                            matcher.advance(nfa, ts, event, emitted);
-                        }
-                    }
-                    matcher.expire(nfa, timestamp, emitted);
-                    if timestamp == Timestamp::MAX {
-                        matcher.end(nfa, timestamp, emitted);
-                    }
-                })?;
-            }
+            self.fire_keys(timestamp, keys, out)?;
         }
         Ok(())
+    }
+
+    fn fire_keys(
+        &mut self,
+        timestamp: Timestamp,
+        keys: Vec<K>,
+        out: &mut Collector<'_, Out>,
+    ) -> Result<()> {
+        let processing_time = self.options.processing_time;
+        for key in keys {
+            self.with_nfa(&key, out, |matcher, nfa, emitted| {
+                if !processing_time {
+                    // Everything before `timestamp` is here: match it in time order.
+                    let is_due = |ts: Timestamp| ts < timestamp || timestamp == Timestamp::MAX;
+                    match_stored(matcher, nfa, is_due, emitted);
+                }
+                matcher.expire(nfa, timestamp, emitted);
+                if timestamp == Timestamp::MAX {
+                    matcher.end(nfa, timestamp, emitted);
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Matches, in event time, the queued events and fires the event-time timers that the
+    /// watermark has passed, in time order: an event of time `t` before a timer at `t + 1`.
+    fn advance_event_time(
+        &mut self,
+        watermark: Timestamp,
+        out: &mut Collector<'_, Out>,
+    ) -> Result<()> {
+        let due = |ts: Timestamp| ts.saturating_add(1) <= watermark;
+        loop {
+            let timer = self
+                .runtime
+                .timers
+                .next(TimeDomain::EventTime)
+                .filter(|t| *t <= watermark);
+            let event = self
+                .queue
+                .first_key_value()
+                .map(|((ts, _), _)| *ts)
+                .filter(|ts| due(*ts) && timer.is_none_or(|t| *ts < t));
+            if event.is_some() {
+                let Some(((ts, _), (key, value))) = self.queue.pop_first() else {
+                    unreachable!("peeked above")
+                };
+                self.with_nfa(&key, out, |matcher, nfa, emitted| {
+                    // Events a checkpoint stored arrived before this one.
+                    match_stored(matcher, nfa, |stored| stored <= ts, emitted);
+                    matcher.advance(nfa, ts, value, emitted);
+                })?;
+            } else if let Some(timer) = timer {
+                let Some((timestamp, keys)) = self
+                    .runtime
+                    .timers
+                    .pop_earliest_due(TimeDomain::EventTime, timer)
+                else {
+                    unreachable!("peeked above")
+                };
+                self.fire_keys(timestamp, keys, out)?;
+            } else {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Moves the queued events into their keys' state, each with a timer at its time plus one:
+    /// what a checkpoint holds of them.
+    fn store_queue(&mut self) -> Result<()> {
+        for ((ts, _), (key, value)) in std::mem::take(&mut self.queue) {
+            let key_group = self.runtime.key_group(&key)?;
+            let mut state = self.runtime.state.value(&self.state, key_group, &key);
+            state.modify(KeyNfa::default, |nfa| {
+                nfa.pending.push((ts, nfa.next_id, value));
+                nfa.next_id += 1;
+            })?;
+            self.runtime
+                .timers
+                .register(TimeDomain::EventTime, ts.saturating_add(1), key);
+        }
+        Ok(())
+    }
+}
+
+/// Matches the events stored in `nfa` (by a checkpoint) whose time `is_due`, in time order,
+/// events of one time in arrival order.
+fn match_stored<T: Data>(
+    matcher: &Matcher<T>,
+    nfa: &mut KeyNfa<T>,
+    is_due: impl Fn(Timestamp) -> bool,
+    emitted: &mut Emitted<T>,
+) {
+    if nfa.pending.is_empty() {
+        return;
+    }
+    nfa.pending.sort_unstable_by_key(|(ts, seq, _)| (*ts, *seq));
+    let due = nfa
+        .pending
+        .iter()
+        .take_while(|(ts, _, _)| is_due(*ts))
+        .count();
+    let events: Vec<_> = nfa.pending.drain(..due).collect();
+    for (ts, _, event) in events {
+        matcher.advance(nfa, ts, event, emitted);
     }
 }
 
@@ -565,22 +662,15 @@ where
                 self.late(record, out)?;
                 continue;
             }
-            let key_group = self.runtime.key_group(&key)?;
-            let mut state = self.runtime.state.value(&self.state, key_group, &key);
-            state.modify(KeyNfa::default, |nfa| {
-                nfa.pending.push((ts, nfa.next_id, record.value));
-                nfa.next_id += 1;
-            })?;
-            self.runtime
-                .timers
-                .register(TimeDomain::EventTime, ts.saturating_add(1), key);
+            self.queue.insert((ts, self.arrivals), (key, record.value));
+            self.arrivals += 1;
         }
         self.runtime.report_size(0, 0);
         Ok(())
     }
 
     fn on_watermark(&mut self, watermark: Timestamp, out: &mut Collector<'_, Out>) -> Result<()> {
-        self.fire(TimeDomain::EventTime, watermark, out)?;
+        self.advance_event_time(watermark, out)?;
         self.runtime.report_size(0, 0);
         Ok(())
     }
@@ -593,6 +683,7 @@ where
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64, snapshot: &mut SnapshotWriter) -> Result<()> {
+        self.store_queue()?;
         self.runtime.snapshot(snapshot)
     }
 

@@ -1,6 +1,7 @@
 //! The pattern a keyed stream is matched against: a sequence of named stages, each with a
 //! condition, a quantifier and the contiguity that links it to the stage before (FlinkCEP's
-//! `Pattern` vocabulary), and the time the whole match must fit in.
+//! `Pattern` vocabulary), groups of stages with quantifiers of their own, and the time the whole
+//! match must fit in.
 
 use std::fmt;
 use std::ops::{RangeFrom, RangeInclusive};
@@ -139,6 +140,22 @@ pub(crate) struct Stage<T> {
     pub(crate) inner: Contiguity,
     pub(crate) greedy: bool,
     pub(crate) until: Option<Condition<T>>,
+    /// The first stage of the same name: a group's stages are repeated when the pattern is
+    /// matched, each copy under the names of the group's stages.
+    pub(crate) origin: u16,
+}
+
+/// A group of stages (`begin_group`, `next_group`, ...) with a quantifier of its own: the
+/// stages `start..end` of the pattern, taken `min` to `max` times in sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Group {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) min: usize,
+    pub(crate) max: Option<usize>,
+    pub(crate) optional: bool,
+    /// Between one pass of the group and the next.
+    pub(crate) inner: Contiguity,
 }
 
 impl<T> Clone for Stage<T> {
@@ -154,6 +171,7 @@ impl<T> Clone for Stage<T> {
             inner: self.inner,
             greedy: self.greedy,
             until: self.until.clone(),
+            origin: self.origin,
         }
     }
 }
@@ -178,7 +196,10 @@ impl<T> Stage<T> {
 /// each with a condition, a quantifier and a contiguity, and the time a match must fit in.
 ///
 /// Methods that shape a stage (`where_`, `times`, `optional`, ...) apply to the last stage
-/// added. A match is a map from stage names to the events they took ([`Match`](crate::cep::Match)).
+/// added; after a group (`begin_group`, `next_group`, `followed_by_group`,
+/// `followed_by_any_group`) the quantifiers (`times`, `one_or_more`, `optional`, `consecutive`,
+/// `allow_combinations`) apply to the group. A match is a map from stage names to the events
+/// they took ([`Match`](crate::cep::Match)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -195,6 +216,12 @@ impl<T> Stage<T> {
 /// ```
 pub struct Pattern<T> {
     pub(crate) stages: Vec<Stage<T>>,
+    /// Groups, each after the groups inside it.
+    pub(crate) groups: Vec<Group>,
+    /// The last thing added is this group: quantifiers apply to it.
+    last_group: Option<usize>,
+    /// What was asked of the pattern that it cannot do, reported by `validate`.
+    misuse: Option<String>,
     pub(crate) within: Option<Duration>,
     pub(crate) skip: AfterMatchSkip,
 }
@@ -203,6 +230,9 @@ impl<T> Clone for Pattern<T> {
     fn clone(&self) -> Self {
         Pattern {
             stages: self.stages.clone(),
+            groups: self.groups.clone(),
+            last_group: self.last_group,
+            misuse: self.misuse.clone(),
             within: self.within,
             skip: self.skip.clone(),
         }
@@ -224,9 +254,57 @@ impl<T: 'static> Pattern<T> {
                 StageKind::Take,
                 Contiguity::Relaxed,
             )],
+            groups: Vec::new(),
+            last_group: None,
+            misuse: None,
             within: None,
             skip: AfterMatchSkip::NoSkip,
         }
+    }
+
+    /// A pattern that begins with a group: the stages of `group`, which a quantifier given
+    /// next (`times`, `one_or_more`, `optional`, ...) repeats as a whole, as FlinkCEP's
+    /// `Pattern.begin(Pattern)`.
+    ///
+    /// ```
+    /// use riffle::cep::Pattern;
+    ///
+    /// // Twice "a then directly b", then a "c".
+    /// let pair = Pattern::<char>::begin("a").where_(|c| *c == 'a').next("b").where_(|c| *c == 'b');
+    /// let pattern = Pattern::begin_group(pair).times(2).followed_by("c").where_(|c| *c == 'c');
+    /// assert_eq!(pattern.describe(), "(a next b){2} followed_by c");
+    /// assert!(pattern.validate().is_ok());
+    /// ```
+    pub fn begin_group(group: Pattern<T>) -> Self {
+        let mut pattern = Pattern {
+            stages: Vec::new(),
+            groups: Vec::new(),
+            last_group: None,
+            misuse: None,
+            within: None,
+            skip: AfterMatchSkip::NoSkip,
+        };
+        pattern.add_group(group, Contiguity::Relaxed);
+        pattern
+    }
+
+    /// Adds a group whose first event must directly follow the previous stage's last event.
+    pub fn next_group(mut self, group: Pattern<T>) -> Self {
+        self.add_group(group, Contiguity::Strict);
+        self
+    }
+
+    /// Adds a group whose first event follows the previous stage's, skipping events that do
+    /// not match it.
+    pub fn followed_by_group(mut self, group: Pattern<T>) -> Self {
+        self.add_group(group, Contiguity::Relaxed);
+        self
+    }
+
+    /// Adds a group whose first event is any later matching event, each in a match of its own.
+    pub fn followed_by_any_group(mut self, group: Pattern<T>) -> Self {
+        self.add_group(group, Contiguity::NonDeterministic);
+        self
     }
 
     /// Adds a stage whose first event must directly follow the previous stage's last event.
@@ -264,12 +342,64 @@ impl<T: 'static> Pattern<T> {
         self.where_with(move |event, _| condition(event))
     }
 
+    /// Appends `group` as a group entered with `entry`.
+    fn add_group(&mut self, group: Pattern<T>, entry: Contiguity) {
+        let mut misuse = group.misuse;
+        if group.within.is_some() {
+            misuse.get_or_insert_with(|| {
+                "within applies to a whole pattern, not to a group inside it".to_string()
+            });
+        }
+        if group.skip != AfterMatchSkip::NoSkip {
+            misuse.get_or_insert_with(|| {
+                "after_match applies to a whole pattern, not to a group inside it".to_string()
+            });
+        }
+        if let Some(misuse) = misuse {
+            self.misuse.get_or_insert(misuse);
+        }
+        let start = self.stages.len();
+        let mut stages = group.stages;
+        stages[0].entry = entry;
+        self.stages.extend(stages);
+        self.groups.extend(group.groups.into_iter().map(|g| Group {
+            start: g.start + start,
+            end: g.end + start,
+            ..g
+        }));
+        self.groups.push(Group {
+            start,
+            end: self.stages.len(),
+            min: 1,
+            max: Some(1),
+            optional: false,
+            inner: Contiguity::Relaxed,
+        });
+        self.last_group = Some(self.groups.len() - 1);
+    }
+
+    /// The last group added, if it is the last thing added; else notes that `what` was asked
+    /// of a group when it applies to stages only.
+    fn group_for(&mut self, what: &str, applies_to_groups: bool) -> Option<usize> {
+        let group = self.last_group?;
+        if !applies_to_groups {
+            let name = &self.stages[self.groups[group].end - 1].name;
+            self.misuse.get_or_insert_with(|| {
+                format!("`{what}` applies to a stage, not to the group ending with `{name}`")
+            });
+        }
+        Some(group)
+    }
+
     /// An iterative condition: it also sees the events the partial match has taken so far
     /// (e.g. "larger than the average of the stage's events until now").
     pub fn where_with(
         mut self,
         condition: impl Fn(&T, &Partial<'_, T>) -> bool + Send + Sync + 'static,
     ) -> Self {
+        if self.group_for("where_", false).is_some() {
+            return self;
+        }
         let stage = self.last();
         stage.condition = Some(match stage.condition.take() {
             None => Arc::new(condition),
@@ -280,6 +410,9 @@ impl<T: 'static> Pattern<T> {
 
     /// An alternative condition of the last stage: an event matches if either holds.
     pub fn or_(mut self, condition: impl Fn(&T) -> bool + Send + Sync + 'static) -> Self {
+        if self.group_for("or_", false).is_some() {
+            return self;
+        }
         let stage = self.last();
         stage.condition = Some(match stage.condition.take() {
             None => Arc::new(move |e, _| condition(e)),
@@ -289,9 +422,15 @@ impl<T: 'static> Pattern<T> {
     }
 
     /// The last stage takes exactly `n`, between `n` and `m` (`n..=m`) or at least `n`
-    /// (`n..`) events.
+    /// (`n..`) events; after a group, the group is taken that many times.
     pub fn times(mut self, times: impl Into<Times>) -> Self {
         let times = times.into();
+        if let Some(group) = self.group_for("times", true) {
+            let group = &mut self.groups[group];
+            group.min = times.min;
+            group.max = times.max;
+            return self;
+        }
         let stage = self.last();
         stage.min = times.min;
         stage.max = times.max;
@@ -303,8 +442,12 @@ impl<T: 'static> Pattern<T> {
         self.times(1..)
     }
 
-    /// The last stage may also take no event.
+    /// The last stage (or group) may also take no event.
     pub fn optional(mut self) -> Self {
+        if let Some(group) = self.group_for("optional", true) {
+            self.groups[group].optional = true;
+            return self;
+        }
         self.last().optional = true;
         self
     }
@@ -312,12 +455,20 @@ impl<T: 'static> Pattern<T> {
     /// The last stage's loop takes as many events as it can: while it can take an event, the
     /// next stage does not take it.
     pub fn greedy(mut self) -> Self {
+        if self.group_for("greedy", false).is_some() {
+            return self;
+        }
         self.last().greedy = true;
         self
     }
 
-    /// The events of the last stage's loop must directly follow each other.
+    /// The events of the last stage's loop must directly follow each other (after a group:
+    /// each pass of the group directly follows the one before).
     pub fn consecutive(mut self) -> Self {
+        if let Some(group) = self.group_for("consecutive", true) {
+            self.groups[group].inner = Contiguity::Strict;
+            return self;
+        }
         self.last().inner = Contiguity::Strict;
         self
     }
@@ -325,6 +476,10 @@ impl<T: 'static> Pattern<T> {
     /// The last stage's loop takes any combination of matching events (non-deterministic
     /// relaxed contiguity between its events).
     pub fn allow_combinations(mut self) -> Self {
+        if let Some(group) = self.group_for("allow_combinations", true) {
+            self.groups[group].inner = Contiguity::NonDeterministic;
+            return self;
+        }
         self.last().inner = Contiguity::NonDeterministic;
         self
     }
@@ -332,6 +487,9 @@ impl<T: 'static> Pattern<T> {
     /// Stops the last stage's loop at the first event matching `condition` (which the loop does
     /// not take; the next stage may).
     pub fn until(mut self, condition: impl Fn(&T) -> bool + Send + Sync + 'static) -> Self {
+        if self.group_for("until", false).is_some() {
+            return self;
+        }
         self.last().until = Some(Arc::new(move |e, _| condition(e)));
         self
     }
@@ -356,6 +514,7 @@ impl<T: 'static> Pattern<T> {
 
     fn push(mut self, name: impl Into<String>, kind: StageKind, entry: Contiguity) -> Self {
         self.stages.push(Stage::new(name.into(), kind, entry));
+        self.last_group = None;
         self
     }
 
@@ -365,7 +524,8 @@ impl<T: 'static> Pattern<T> {
 }
 
 impl<T> Pattern<T> {
-    /// The pattern in one line, in a regular-expression-like notation (`a b+? c`).
+    /// The pattern in one line, in a regular-expression-like notation (`a b+? c`, groups in
+    /// parentheses).
     pub fn describe(&self) -> String {
         let mut text = String::new();
         for (i, stage) in self.stages.iter().enumerate() {
@@ -378,16 +538,26 @@ impl<T> Pattern<T> {
                     (_, Contiguity::NonDeterministic) => " followed_by_any ",
                 });
             }
+            let mut opening: Vec<(usize, &Group)> = self
+                .groups
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| g.start == i)
+                .collect();
+            opening.sort_by_key(|(index, g)| std::cmp::Reverse((g.end, *index)));
+            text.extend(opening.iter().map(|_| '('));
             text.push_str(&stage.name);
-            match (stage.min, stage.max) {
-                (1, Some(1)) => {}
-                (1, None) => text.push('+'),
-                (n, Some(m)) if n == m => text.push_str(&format!("{{{n}}}")),
-                (n, Some(m)) => text.push_str(&format!("{{{n},{m}}}")),
-                (n, None) => text.push_str(&format!("{{{n},}}")),
-            }
-            if stage.optional {
-                text.push('?');
+            quantifier(&mut text, stage.min, stage.max, stage.optional);
+            let mut closing: Vec<(usize, &Group)> = self
+                .groups
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| g.end == i + 1)
+                .collect();
+            closing.sort_by_key(|(index, g)| (std::cmp::Reverse(g.start), *index));
+            for (_, g) in closing {
+                text.push(')');
+                quantifier(&mut text, g.min, g.max, g.optional);
             }
         }
         if let Some(within) = self.within {
@@ -396,9 +566,50 @@ impl<T> Pattern<T> {
         text
     }
 
+    /// The groups (by index) directly inside stages `start..end`, those of index below
+    /// `below` only (a group's inner groups come before it), outermost first.
+    pub(crate) fn groups_in(&self, start: usize, end: usize, below: usize) -> Vec<usize> {
+        let mut found: Vec<usize> = Vec::new();
+        let mut i = start;
+        while i < end {
+            let outer = (0..below)
+                .filter(|g| self.groups[*g].start == i && self.groups[*g].end <= end)
+                .max_by_key(|g| (self.groups[*g].end, *g));
+            match outer {
+                Some(g) => {
+                    found.push(g);
+                    i = self.groups[g].end;
+                }
+                None => i += 1,
+            }
+        }
+        found
+    }
+
+    /// How many stages stages `start..end` become once every group is repeated as often as
+    /// its quantifier says (an unbounded group once more than its minimum).
+    fn unrolled_len(&self, start: usize, end: usize, below: usize) -> usize {
+        let inside = self.groups_in(start, end, below);
+        let grouped: usize = inside
+            .iter()
+            .map(|g| self.groups[*g].end - self.groups[*g].start)
+            .sum();
+        inside.iter().fold(end - start - grouped, |len, g| {
+            let group = &self.groups[*g];
+            let copies = group.max.unwrap_or(group.min.saturating_add(1));
+            len.saturating_add(
+                self.unrolled_len(group.start, group.end, *g)
+                    .saturating_mul(copies),
+            )
+        })
+    }
+
     /// Checks that the pattern can be matched; the error names the stage and what is wrong.
     pub fn validate(&self) -> Result<()> {
         let fail = |message: String| Err(Error::config("pattern", message));
+        if let Some(misuse) = &self.misuse {
+            return fail(misuse.clone());
+        }
         let first = &self.stages[0];
         if first.kind != StageKind::Take {
             return fail(format!(
@@ -406,7 +617,7 @@ impl<T> Pattern<T> {
                 first.name
             ));
         }
-        if first.required() == 0 {
+        if first.required() == 0 || self.groups.iter().any(|g| g.start == 0 && g.optional) {
             return fail(format!(
                 "`{}`: the first stage of a pattern cannot be optional",
                 first.name
@@ -445,9 +656,22 @@ impl<T> Pattern<T> {
                     stage.name
                 ));
             }
-            let mandatory_after = self.stages[i + 1..]
-                .iter()
-                .any(|s| s.kind == StageKind::Take && s.required() > 0);
+            let in_optional_group = |j: usize| {
+                self.groups
+                    .iter()
+                    .any(|g| g.optional && (g.start..g.end).contains(&j))
+            };
+            let mandatory_after = self.stages[i + 1..].iter().enumerate().any(|(j, s)| {
+                s.kind == StageKind::Take && s.required() > 0 && !in_optional_group(i + 1 + j)
+            });
+            if stage.kind != StageKind::Take
+                && self.groups.iter().any(|g| (g.start..g.end).contains(&i))
+            {
+                return fail(format!(
+                    "`{}`: not_next and not_followed_by inside a group are not supported",
+                    stage.name
+                ));
+            }
             match stage.kind {
                 StageKind::NotNext if !mandatory_after => {
                     return fail(format!(
@@ -464,6 +688,28 @@ impl<T> Pattern<T> {
                 }
                 _ => {}
             }
+        }
+        for group in &self.groups {
+            let name = &self.stages[group.end - 1].name;
+            if group.max == Some(0) || group.max.is_some_and(|max| max < group.min) {
+                return fail(format!(
+                    "the group ending with `{name}`: times({}..={}) takes no event",
+                    group.min,
+                    group.max.unwrap_or(0)
+                ));
+            }
+            if group.min == 0 {
+                return fail(format!(
+                    "the group ending with `{name}`: times(0..) is written times(1..).optional()"
+                ));
+            }
+        }
+        let unrolled = self.unrolled_len(0, self.stages.len(), self.groups.len());
+        if unrolled > MAX_UNROLLED {
+            return fail(format!(
+                "its groups repeat to {unrolled} stages, more than {MAX_UNROLLED}: use one_or_more \
+                 or times(n..) for long repetitions"
+            ));
         }
         if self.within == Some(Duration::ZERO) {
             return fail("within(0) admits no match".to_string());
@@ -482,6 +728,23 @@ impl<T> Pattern<T> {
     }
 }
 
+/// The most stages a pattern may have once its groups are repeated.
+const MAX_UNROLLED: usize = 4096;
+
+/// Appends a quantifier in the notation of [`Pattern::describe`].
+fn quantifier(text: &mut String, min: usize, max: Option<usize>, optional: bool) {
+    match (min, max) {
+        (1, Some(1)) => {}
+        (1, None) => text.push('+'),
+        (n, Some(m)) if n == m => text.push_str(&format!("{{{n}}}")),
+        (n, Some(m)) => text.push_str(&format!("{{{n},{m}}}")),
+        (n, None) => text.push_str(&format!("{{{n},}}")),
+    }
+    if optional {
+        text.push('?');
+    }
+}
+
 impl<T> Stage<T> {
     fn new(name: String, kind: StageKind, entry: Contiguity) -> Self {
         Stage {
@@ -495,6 +758,7 @@ impl<T> Stage<T> {
             inner: Contiguity::Relaxed,
             greedy: false,
             until: None,
+            origin: 0,
         }
     }
 }

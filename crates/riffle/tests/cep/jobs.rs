@@ -1,4 +1,5 @@
-//! Patterns in jobs: timeouts, late events, processing time, bad patterns.
+//! Patterns in jobs: timeouts, late events, processing time, bad patterns, failures and
+//! restores at another parallelism.
 
 use std::time::Duration;
 
@@ -106,83 +107,163 @@ fn mixed_workload() -> (crate::reference::Spec, Vec<Ev>) {
     (spec, events)
 }
 
-#[test]
-fn a_job_finds_the_reference_matches_at_any_parallelism_after_a_failure() -> riffle::Result<()> {
-    use riffle::checkpoint::{CheckpointConfig, RestartStrategy};
-    use riffle::sink::ExactlyOnceFileSink;
-    use riffle::source::collection::CollectionSource;
-    let (spec, events) = mixed_workload();
-    let mut expected: Vec<String> = {
-        let mut sorted = events.clone();
-        sorted.sort_by_key(|e| e.ts);
-        (0..7u8)
-            .flat_map(|key| {
-                let of_key: Vec<Ev> = sorted.iter().filter(|e| e.key == key).cloned().collect();
-                crate::reference::matches(&spec, &of_key)
-            })
-            .collect()
-    };
+/// The reference's matches of the mixed workload, sorted.
+fn mixed_expected(spec: &crate::reference::Spec, events: &[Ev]) -> Vec<String> {
+    let mut sorted = events.to_vec();
+    sorted.sort_by_key(|e| e.ts);
+    let mut expected: Vec<String> = (0..7u8)
+        .flat_map(|key| {
+            let of_key: Vec<Ev> = sorted.iter().filter(|e| e.key == key).cloned().collect();
+            crate::reference::matches(spec, &of_key)
+        })
+        .collect();
     expected.sort();
     assert!(expected.len() > 500, "{} matches", expected.len());
+    expected
+}
+
+/// The mixed workload's job at `parallelism`, checkpointing into `dir/chk` and writing its
+/// matches exactly once into `dir/out`; `each` sees every event before the pattern.
+fn mixed_job(
+    parallelism: usize,
+    dir: &std::path::Path,
+    spec: &crate::reference::Spec,
+    events: &[Ev],
+    each: impl Fn(Ev) -> Ev + Send + Sync + Clone + 'static,
+) -> StreamEnv {
+    use riffle::checkpoint::{CheckpointConfig, RestartStrategy};
+    use riffle::sink::ExactlyOnceFileSink;
+    use riffle::source::datagen::DatagenSource;
+    use riffle::source::function::FnGenerator;
+    let env = StreamEnv::with_config(EnvConfig {
+        parallelism,
+        buffer_size: 64,
+        watermark_interval: Duration::from_millis(10),
+        checkpoints: CheckpointConfig {
+            interval: Some(Duration::from_millis(50)),
+            storage: dir.join("chk").to_str().unwrap().to_string(),
+            restart: RestartStrategy::FixedDelay {
+                attempts: 3,
+                delay: Duration::from_millis(20),
+            },
+            ..CheckpointConfig::default()
+        },
+        ..EnvConfig::default()
+    });
+    // Four splits of interleaved events, whatever the parallelism (a restore at another one
+    // goes on where each split stopped).
+    let all = std::sync::Arc::new(events.to_vec());
+    env.from_source_with_watermarks(
+        DatagenSource::new(FnGenerator::new(move |i| all[i as usize].clone()))
+            .count(events.len() as u64)
+            .splits(4),
+        WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(100))
+            .with_timestamps(|e: &Ev| e.ts),
+    )
+    .uid("events")
+    .name("events")
+    .map(each)
+    .uid("crash")
+    .key_by(|e| e.key)
+    .pattern(spec.pattern())
+    .process(
+        |key: &u8, m: Match<Ev>, ctx: &mut riffle::cep::PatternContext<Ev, String>| {
+            ctx.emit(crate::reference::show(*key, &m))
+        },
+    )
+    .uid("pattern")
+    .sink(ExactlyOnceFileSink::new(dir.join("out")))
+    .uid("sink");
+    env
+}
+
+/// The lines committed under `dir/out`.
+fn committed(dir: &std::path::Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(dir.join("out")).unwrap().flatten() {
+        if entry.path().is_file() {
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            lines.extend(text.lines().map(|l| l.trim_matches('"').to_string()));
+        }
+    }
+    lines
+}
+
+#[test]
+fn a_job_finds_the_reference_matches_at_any_parallelism_after_a_failure() -> riffle::Result<()> {
+    let (spec, events) = mixed_workload();
+    let expected = mixed_expected(&spec, &events);
     for parallelism in [1, 2, 3] {
         let dir = tempfile::tempdir().unwrap();
-        let env = StreamEnv::with_config(EnvConfig {
-            parallelism,
-            buffer_size: 64,
-            watermark_interval: Duration::from_millis(10),
-            checkpoints: CheckpointConfig {
-                interval: Some(Duration::from_millis(50)),
-                storage: dir.path().join("chk").to_str().unwrap().to_string(),
-                restart: RestartStrategy::FixedDelay {
-                    attempts: 3,
-                    delay: Duration::from_millis(20),
-                },
-                ..CheckpointConfig::default()
-            },
-            ..EnvConfig::default()
-        });
         let fail = riffle::testing::fail_once_after::<Ev>(1_500);
-        env.from_source_with_watermarks(
-            CollectionSource::new(events.clone()),
-            WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(100))
-                .with_timestamps(|e: &Ev| e.ts),
-        )
-        .uid("events")
-        .map(move |e: Ev| {
+        let env = mixed_job(parallelism, dir.path(), &spec, &events, move |e: Ev| {
             if e.ts % 500 == 0 {
                 std::thread::sleep(Duration::from_millis(10)); // room for checkpoints
             }
             fail(e)
-        })
-        .uid("crash")
-        .key_by(|e| e.key)
-        .pattern(spec.pattern())
-        .process(
-            |key: &u8, m: Match<Ev>, ctx: &mut riffle::cep::PatternContext<Ev, String>| {
-                ctx.emit(crate::reference::show(*key, &m))
-            },
-        )
-        .uid("pattern")
-        .sink(ExactlyOnceFileSink::new(dir.path().join("out")))
-        .uid("sink");
+        });
         let result = env.execute()?;
         assert_eq!(result.restarts, 1, "p={parallelism}");
         assert!(
             result.restores[0] > 0,
             "p={parallelism}: restored from a checkpoint"
         );
-        let mut lines = Vec::new();
-        for entry in std::fs::read_dir(dir.path().join("out")).unwrap().flatten() {
-            if entry.path().is_file() {
-                let text = std::fs::read_to_string(entry.path()).unwrap();
-                lines.extend(text.lines().map(|l| l.trim_matches('"').to_string()));
-            }
-        }
+        let mut lines = committed(dir.path());
         lines.sort();
         assert_eq!(lines.len(), expected.len(), "p={parallelism}");
         assert_eq!(lines, expected, "p={parallelism}");
     }
     Ok(())
+}
+
+/// Stops the job at `from` subtasks with a savepoint part-way (events then wait for the
+/// watermark in the operator), restores it at `to`: the matches of both runs together are the
+/// reference's, each once.
+fn restore_rescaled(from: usize, to: usize) -> riffle::Result<()> {
+    use riffle::checkpoint::RestoreFrom;
+    let (spec, events) = mixed_workload();
+    let expected = mixed_expected(&spec, &events);
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    // Slow after 2 000 events, so the savepoint lands part-way.
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = seen.clone();
+    let env = mixed_job(from, &first, &spec, &events, move |e: Ev| {
+        if counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 2_000 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        e
+    });
+    let job = env.execute_async()?;
+    while seen.load(std::sync::atomic::Ordering::Relaxed) < 2_000 {
+        assert!(!job.is_finished(), "the job ended before the savepoint");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let savepoint = job.stop_with_savepoint(dir.path().join("savepoint").to_str().unwrap())?;
+    let result = job.wait()?;
+    let read = result.metrics.operator_total("events").unwrap().records_out;
+    assert!(read < events.len() as u64, "stopped part-way: {read}");
+    let env = mixed_job(to, &second, &spec, &events, |e: Ev| e);
+    env.configure(|c: &mut EnvConfig| {
+        c.checkpoints.restore = Some(RestoreFrom::Savepoint(savepoint.clone()));
+    });
+    env.execute()?;
+    let mut lines = committed(&first);
+    lines.extend(committed(&second));
+    lines.sort();
+    assert_eq!(lines.len(), expected.len(), "{from} -> {to}");
+    assert_eq!(lines, expected, "{from} -> {to}");
+    Ok(())
+}
+
+#[test]
+fn partial_matches_and_waiting_events_restore_at_more_subtasks() -> riffle::Result<()> {
+    restore_rescaled(2, 3)
+}
+
+#[test]
+fn partial_matches_and_waiting_events_restore_at_fewer_subtasks() -> riffle::Result<()> {
+    restore_rescaled(3, 1)
 }
 
 #[test]

@@ -131,11 +131,12 @@ pub fn show(key: u8, m: &Match<Ev>) -> String {
     format!("{key}|{}", events.join(","))
 }
 
-/// A moment of matching: an event's step `(time, 1)`, or the expiry of partial matches at a
-/// deadline `(time, 0)` (before the events of that time); `END` is the end of the input.
-type Moment = (i64, u8);
+/// A moment of matching: an event's step `(time, 1, position)` (events of one time one after
+/// the other), or the expiry of partial matches at a deadline `(time, 0, 0)` (before the events
+/// of that time); `END` is the end of the input.
+type Moment = (i64, u8, usize);
 
-const END: Moment = (i64::MAX, 2);
+const END: Moment = (i64::MAX, 2, 0);
 
 /// A match the search found: when it completes, and the events taken as (stage, position).
 struct Found {
@@ -177,7 +178,7 @@ impl Search<'_> {
     }
 
     fn step(&self, q: usize) -> Moment {
-        (self.events[q].ts, 1)
+        (self.events[q].ts, 1, q)
     }
 
     /// Follows every way on from the partial match `taken`: records the matches it leads to,
@@ -189,7 +190,7 @@ impl Search<'_> {
         let stage = self.spec.stages[s].clone();
         let start_ts = self.events[taken[0].1].ts;
         let deadline = self.spec.within.map(|w| start_ts + w);
-        let expiry: Moment = deadline.map_or(END, |d| (d, 0));
+        let expiry: Moment = deadline.map_or(END, |d| (d, 0, 0));
         let in_time = |q: usize| deadline.is_none_or(|d| self.events[q].ts < d);
         let can_loop = stage.max.is_none_or(|m| count < m);
         // Without a way on, the partial match ends with the step that made it.
@@ -232,7 +233,7 @@ impl Search<'_> {
                 match hit {
                     None => {
                         self.found.push(Found {
-                            at: (d, 0),
+                            at: (d, 0, 0),
                             taken: taken.clone(),
                         });
                         ends = ends.max(expiry);
