@@ -450,8 +450,9 @@ where
         if let Some(deadline) = deadline {
             runtime.timers.register(domain, deadline, key.clone());
         }
-        if holds && !self.options.processing_time {
-            // Matches held back for partial matches without `within` come out at the end.
+        if holds {
+            // Matches held back for partial matches that may never end come out at the end of
+            // the input (its watermark, in processing time too).
             runtime
                 .timers
                 .register(TimeDomain::EventTime, Timestamp::MAX, key.clone());
@@ -530,6 +531,11 @@ where
         let processing_time = self.options.processing_time;
         for key in keys {
             self.with_nfa(&key, out, |matcher, nfa, emitted| {
+                if processing_time && timestamp == Timestamp::MAX {
+                    // The end of the input: what waits on the clock never times out.
+                    matcher.end(nfa, timestamp, emitted);
+                    return;
+                }
                 if !processing_time {
                     // Everything before `timestamp` is here: match it in time order.
                     let is_due = |ts: Timestamp| ts < timestamp || timestamp == Timestamp::MAX;

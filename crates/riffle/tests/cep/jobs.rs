@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use riffle::cep::{Match, Pattern};
+use riffle::record::Timestamp;
 use riffle::sink::CollectSink;
 use riffle::time::WatermarkStrategy;
 use riffle::{EnvConfig, OutputTag, StreamEnv};
@@ -313,6 +314,48 @@ fn a_pattern_that_cannot_match_fails_the_job_naming_the_stage() {
         err.contains("`large`: not_next needs a stage after it"),
         "{err}"
     );
+}
+
+/// With a skip strategy a match waits while a partial match that started before it is open; at
+/// the end of the input, that one never completes, and the match comes out, in event time and
+/// in processing time alike.
+#[test]
+fn matches_held_for_a_partial_match_come_out_at_the_end_of_the_input() {
+    use riffle::cep::{AfterMatchSkip, CepOperator, PatternContext, PatternOptions};
+    use riffle::testing::OperatorHarness;
+    for processing_time in [false, true] {
+        // Any transaction, then a larger one: 5.0 waits for one larger than 5.
+        let pattern = Pattern::begin("first")
+            .followed_by("larger")
+            .where_with(|t: &Txn, m| m.last("first").is_some_and(|f| t.1 > f.1))
+            .after_match(AfterMatchSkip::skip_past_last_event());
+        let op = CepOperator::new(
+            |t: &Txn| t.0,
+            &pattern,
+            |_: &u64, m: Match<Txn>, ctx: &mut PatternContext<Txn, (f64, f64)>| {
+                ctx.emit((m.first("first").unwrap().1, m.first("larger").unwrap().1))
+            },
+        )
+        .unwrap();
+        let op = if processing_time {
+            op.with_options(PatternOptions::default().in_processing_time())
+        } else {
+            op
+        };
+        let mut h = OperatorHarness::builder(op).build().unwrap();
+        for (i, amount) in [5.0, 1.0, 3.0].into_iter().enumerate() {
+            h.process((1, amount, 0), i as i64).unwrap();
+            h.watermark(i as i64).unwrap();
+        }
+        assert_eq!(h.take_values(), vec![], "held while 5.0 waits");
+        h.watermark(Timestamp::MAX).unwrap();
+        h.finish().unwrap();
+        assert_eq!(
+            h.take_values(),
+            vec![(1.0, 3.0)],
+            "processing time: {processing_time}"
+        );
+    }
 }
 
 #[test]
