@@ -4,7 +4,7 @@
 # .cargo/config.toml, instead of compiling RocksDB from source, ~35 min on 2 cores) and libclang
 # (bindgen generates RocksDB's bindings); for librdkafka, which riffle-kafka builds from source:
 # OpenSSL and zlib headers, cmake-free (its own configure), zstd is compiled by the zstd-sys crate;
-# Debian's Chromium for the web UI test; psql for the `riffle serve` tests.
+# Debian's Chromium for the web UI test; psql and openssl for the `riffle serve` tests.
 set -euo pipefail
 
 missing=()
@@ -15,8 +15,10 @@ ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || missing+=(libclang-dev)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 # Headless Chromium for the web UI test (driven by playwright-core, see scripts/test-tools.sh).
 [ -x /usr/bin/chromium ] || missing+=(chromium)
-# psql, the Postgres client the `riffle serve` tests connect with.
+# psql, the Postgres client the `riffle serve` tests connect with, and openssl, which makes the
+# certificate of their TLS test.
 command -v psql >/dev/null || missing+=(postgresql-client)
+command -v openssl >/dev/null || missing+=(openssl)
 # The PostgreSQL server for the Postgres connector tests (scripts/postgres.sh starts one).
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -29,6 +29,13 @@ pub struct ServeArgs {
     /// How many changes a subscriber may fall behind before it is cut off with an error.
     #[arg(long, value_name = "CHANGES", default_value_t = 1_000_000)]
     pub max_subscriber_lag: usize,
+    /// The server's certificate (then any intermediates), a PEM file: clients must connect
+    /// with TLS (sslmode=require or stronger). Needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key, a PEM file. Needs --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// How the views' jobs run (parallelism, --state-backend, --checkpoint-interval-ms: 5000
     /// unless given).
     #[command(flatten)]
@@ -61,6 +68,12 @@ pub fn run(args: &ServeArgs) -> riffle::Result<()> {
     config.max_subscriber_lag = args.max_subscriber_lag;
     if let Some(file) = &args.users_file {
         config.users = read_users(file)?;
+    }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        config.tls = Some(riffle_serve::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        });
     }
     config.functions = crate::sql::functions()
         .into_iter()

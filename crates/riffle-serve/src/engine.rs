@@ -652,6 +652,9 @@ fn plan_over_views(
     let plan = catalog.plan_query(query)?;
     let mut used: Vec<String> = Vec::new();
     for table in plan.tables() {
+        if table.name == riffle_sql::plan::NO_FROM {
+            continue;
+        }
         if table.rows.is_none() {
             return Err(StatementError::new(
                 "0A000",

@@ -56,6 +56,60 @@ pub struct ServeConfig {
     pub max_subscriber_lag: usize,
     /// Scalar functions queries can call, by name.
     pub functions: Vec<(String, ScalarFunction)>,
+    /// A certificate (chain) and its private key, PEM files: clients must then connect with TLS
+    /// (`sslmode=require`); a connection without it is refused.
+    pub tls: Option<TlsFiles>,
+}
+
+/// The PEM files of a server's TLS identity.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// The certificate, then any intermediate certificates (`--tls-cert`).
+    pub cert: PathBuf,
+    /// Its private key, PKCS#8, PKCS#1 or SEC1 (`--tls-key`).
+    pub key: PathBuf,
+}
+
+impl TlsFiles {
+    /// The acceptor of TLS connections with this identity; a file that cannot be read or holds
+    /// no certificate or key fails, naming its setting.
+    fn acceptor(&self) -> riffle::Result<pgwire::tokio::TlsAcceptor> {
+        use pgwire::tokio::tokio_rustls::rustls;
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let cert_error = |e: String| {
+            riffle::Error::config("--tls-cert", format!("`{}`: {e}", self.cert.display()))
+        };
+        let certs = CertificateDer::pem_file_iter(&self.cert)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| cert_error(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(cert_error("holds no PEM certificate".to_string()));
+        }
+        let key = PrivateKeyDer::from_pem_file(&self.key).map_err(|e| {
+            riffle::Error::config("--tls-key", format!("`{}`: {e}", self.key.display()))
+        })?;
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| cert_error(e.to_string()))?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(|e| {
+                riffle::Error::config(
+                    "--tls-key",
+                    format!(
+                        "`{}` is not the key of `{}`: {e}",
+                        self.key.display(),
+                        self.cert.display()
+                    ),
+                )
+            })?;
+        // A client that starts TLS directly (Postgres 17's sslnegotiation=direct) names the
+        // protocol by ALPN.
+        config.alpn_protocols = vec![b"postgresql".to_vec()];
+        Ok(pgwire::tokio::TlsAcceptor::from(Arc::new(config)))
+    }
 }
 
 impl ServeConfig {
@@ -71,6 +125,7 @@ impl ServeConfig {
             env,
             max_subscriber_lag: 1_000_000,
             functions: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -113,6 +168,7 @@ impl Server {
                 "must be at least 1",
             ));
         }
+        let tls = config.tls.as_ref().map(TlsFiles::acceptor).transpose()?;
         let mut catalog = Catalog::default();
         for (name, function) in &config.functions {
             catalog.functions.register(name, function.clone());
@@ -143,7 +199,7 @@ impl Server {
             .local_addr()
             .map_err(|e| riffle::Error::io("the listener has no address", e))?;
         let users = (!config.users.is_empty()).then(|| wire::Users::new(&config.users));
-        let handlers = Arc::new(wire::Handlers::new(engine.clone(), users));
+        let handlers = Arc::new(wire::Handlers::new(engine.clone(), users).tls_only(tls.is_some()));
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let accept = runtime.spawn(async move {
             loop {
@@ -152,8 +208,9 @@ impl Server {
                     accepted = listener.accept() => match accepted {
                         Ok((socket, _)) => {
                             let handlers = Arc::new(handlers.for_connection());
+                            let tls = tls.clone();
                             tokio::spawn(async move {
-                                if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                                if let Err(e) = pgwire::tokio::process_socket(socket, tls, handlers).await {
                                     tracing::debug!(error = %e, "a client's connection ended with an error");
                                 }
                             });
@@ -163,7 +220,7 @@ impl Server {
                 }
             }
         });
-        tracing::info!(%local_addr, "riffle serve: listening (Postgres wire protocol)");
+        tracing::info!(%local_addr, tls = config.tls.is_some(), "riffle serve: listening (Postgres wire protocol)");
         Ok(Server {
             engine,
             local_addr,

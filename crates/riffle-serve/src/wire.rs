@@ -44,6 +44,8 @@ pub struct Handlers {
     engine: Arc<Engine>,
     parser: Arc<NoopQueryParser>,
     users: Option<Arc<Users>>,
+    /// Connections without TLS are refused.
+    tls_only: bool,
     /// The cursors of the connection these handlers serve ([`Handlers::for_connection`]).
     cursors: Arc<Cursors>,
 }
@@ -106,8 +108,16 @@ impl Handlers {
             engine,
             parser: Arc::new(NoopQueryParser::new()),
             users: users.map(Arc::new),
+            tls_only: false,
             cursors: Arc::default(),
         }
+    }
+
+    /// Refuses, when `only`, a connection that did not start TLS (the server has a
+    /// certificate: passwords and rows never cross the network in clear).
+    pub fn tls_only(mut self, only: bool) -> Handlers {
+        self.tls_only = only;
+        self
     }
 
     /// The handlers of one new connection: the same engine and users, its own cursors.
@@ -223,18 +233,22 @@ impl PgWireServerHandlers for Handlers {
     }
 
     fn startup_handler(&self) -> Arc<impl StartupHandler> {
-        Arc::new(match &self.users {
-            None => Startup::Open(Session(self.clone_handle())),
+        let how = match &self.users {
+            None => How::Open(Session(self.clone_handle())),
             Some(users) => {
                 let mut scram = ScramAuth::new(users.clone());
                 scram.set_iterations(SCRAM_ITERATIONS);
-                Startup::Scram(
+                How::Scram(
                     SASLAuthStartupHandler::new(
                         Arc::new(DefaultServerParameterProvider::default()),
                     )
                     .with_scram(scram),
                 )
             }
+        };
+        Arc::new(Startup {
+            how,
+            tls_only: self.tls_only,
         })
     }
 }
@@ -250,13 +264,21 @@ impl Handlers {
             engine: self.engine.clone(),
             parser: self.parser.clone(),
             users: self.users.clone(),
+            tls_only: self.tls_only,
             cursors: self.cursors.clone(),
         }
     }
 }
 
-/// How a connection starts: without a password, or with SCRAM-SHA-256.
-pub enum Startup {
+/// How a connection starts: over TLS if the server requires it, then without a password or
+/// with SCRAM-SHA-256.
+pub struct Startup {
+    how: How,
+    tls_only: bool,
+}
+
+/// How a client authenticates.
+pub enum How {
     /// Any user, no password (loopback only).
     Open(Session),
     /// A configured user and their password.
@@ -275,9 +297,16 @@ impl StartupHandler for Startup {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        match self {
-            Startup::Open(session) => session.on_startup(client, message).await,
-            Startup::Scram(scram) => scram.on_startup(client, message).await,
+        if self.tls_only && !client.is_secure() {
+            return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                "FATAL".to_string(),
+                "28000".to_string(),
+                "this server takes TLS connections only: connect with sslmode=require".to_string(),
+            ))));
+        }
+        match &self.how {
+            How::Open(session) => session.on_startup(client, message).await,
+            How::Scram(scram) => scram.on_startup(client, message).await,
         }
     }
 }

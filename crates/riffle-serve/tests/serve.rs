@@ -419,6 +419,84 @@ fn with_users_a_client_needs_its_password_and_without_them_only_loopback_is_serv
     assert!(e.to_string().contains("--listen"), "{e}");
 }
 
+/// psql's output for `sql` on `server`, with `sslmode`: (succeeded, stdout, stderr).
+fn psql(server: &Server, sslmode: &str, sql: &str) -> (bool, String, String) {
+    let output = std::process::Command::new("psql")
+        .arg(format!(
+            "host=127.0.0.1 port={} user=riffle dbname=riffle sslmode={sslmode} connect_timeout=10",
+            server.local_addr().port()
+        ))
+        .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        .output()
+        .expect("psql runs (postgresql-client, installed by scripts/install-deps.sh)");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn with_a_certificate_clients_connect_over_tls_and_only_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs (installed by scripts/install-deps.sh)");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let mut tls = config(&dir.path().join("data"));
+    tls.tls = Some(riffle_serve::TlsFiles {
+        cert: cert.clone(),
+        key: key.clone(),
+    });
+    let server = Server::start(tls.clone()).unwrap();
+    let (ok, out, err) = psql(&server, "require", "SELECT 40 + 2");
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "42");
+    // The session really is encrypted: psql says with what.
+    let (ok, out, err) = psql(&server, "require", "\\conninfo");
+    assert!(ok && out.contains("SSL connection"), "{out}{err}");
+    let (ok, _, err) = psql(&server, "disable", "SELECT 1");
+    assert!(!ok, "a connection without TLS is refused");
+    assert!(err.contains("TLS connections only"), "{err}");
+    server.stop();
+
+    // Files that are not a certificate and its key fail the start, naming the setting.
+    let mut swapped = tls.clone();
+    swapped.tls = Some(riffle_serve::TlsFiles {
+        cert: key.clone(),
+        key: cert.clone(),
+    });
+    let e = Server::start(swapped).err().expect("refused");
+    assert!(e.to_string().contains("--tls-cert"), "{e}");
+    let mut missing = tls;
+    missing.tls = Some(riffle_serve::TlsFiles {
+        cert,
+        key: dir.path().join("absent.key"),
+    });
+    let e = Server::start(missing).err().expect("refused");
+    assert!(
+        e.to_string().contains("--tls-key") && e.to_string().contains("absent.key"),
+        "{e}"
+    );
+}
+
 #[test]
 fn a_cursor_fetches_a_subscription_a_batch_at_a_time_through_the_extended_protocol() {
     let dir = tempfile::tempdir().unwrap();

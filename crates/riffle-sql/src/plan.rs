@@ -14,7 +14,7 @@ use crate::error::{Result, SqlError};
 use crate::expr::{Scope, Typed, compile};
 use crate::functions::Functions;
 use crate::parse::{ColumnDef, Statement, TableDef};
-use crate::types::{DataType, Field, Schema};
+use crate::types::{DataType, Field, Row, Schema};
 
 /// What the output rows of a step mean (Flink's changelog modes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1069,7 +1069,20 @@ impl Catalog {
     /// its rows (a join of `FROM a, b` takes its keys out of the WHERE).
     fn plan_from(&self, select: &ast::Select) -> Result<(Plan, Qualifiers, Option<ast::Expr>)> {
         match &select.from[..] {
-            [] => Err(SqlError::plan("a SELECT without FROM is not supported yet")),
+            // `SELECT 1`, `SELECT now()`: over one row of no columns (clients' health checks).
+            [] => {
+                let one_row = TableDef {
+                    name: NO_FROM.to_string(),
+                    columns: Vec::new(),
+                    watermark: None,
+                    primary_key: Vec::new(),
+                    options: BTreeMap::new(),
+                    partition_keys: Vec::new(),
+                    rows: Some(std::sync::Arc::new(vec![Row(Vec::new())])),
+                };
+                let plan = self.scan(&one_row)?;
+                Ok((plan, Qualifiers::new(), select.selection.clone()))
+            }
             [from] => {
                 let (mut plan, name) = self.plan_relation(&from.relation)?;
                 let mut qualifiers = match name {
@@ -2411,6 +2424,9 @@ fn row_number_of(select: &ast::Select) -> Result<Option<(usize, String, ast::Win
     }
     Ok(found)
 }
+
+/// The table a `SELECT` without `FROM` reads: one row of no columns.
+pub const NO_FROM: &str = "(no FROM)";
 
 /// The names that qualify a relation's columns (`B.price`): each table name or alias with the
 /// columns it qualifies.
