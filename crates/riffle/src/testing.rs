@@ -451,6 +451,38 @@ where
     crate::operators::RollingAggregate::new(key, aggregate)
 }
 
+/// The configuration of a job a recovery test fails and restores: `parallelism` subtasks, small
+/// buffers (64 records), a watermark every 10 ms, a checkpoint every `interval` into `storage`,
+/// and up to three restarts 20 ms apart.
+///
+/// ```
+/// use std::time::Duration;
+/// let config = riffle::testing::recovering_config(2, std::path::Path::new("/tmp/chk"), Duration::from_millis(50));
+/// assert_eq!(config.parallelism, 2);
+/// assert_eq!(config.checkpoints.interval, Some(Duration::from_millis(50)));
+/// ```
+pub fn recovering_config(
+    parallelism: usize,
+    storage: &std::path::Path,
+    interval: Duration,
+) -> crate::EnvConfig {
+    crate::EnvConfig {
+        parallelism,
+        buffer_size: 64,
+        watermark_interval: Duration::from_millis(10),
+        checkpoints: crate::checkpoint::CheckpointConfig {
+            interval: Some(interval),
+            storage: storage.to_str().expect("a UTF-8 path").to_string(),
+            restart: crate::checkpoint::RestartStrategy::FixedDelay {
+                attempts: 3,
+                delay: Duration::from_millis(20),
+            },
+            ..crate::checkpoint::CheckpointConfig::default()
+        },
+        ..crate::EnvConfig::default()
+    }
+}
+
 /// A pass-through function that panics once, when the job has passed `after` records through it
 /// (over all subtasks and runs): a task failure at a chosen point, for recovery tests. The job
 /// restarted from a checkpoint passes through it again without failing.

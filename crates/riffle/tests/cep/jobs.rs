@@ -132,25 +132,14 @@ fn mixed_job(
     events: &[Ev],
     each: impl Fn(Ev) -> Ev + Send + Sync + Clone + 'static,
 ) -> StreamEnv {
-    use riffle::checkpoint::{CheckpointConfig, RestartStrategy};
     use riffle::sink::ExactlyOnceFileSink;
     use riffle::source::datagen::DatagenSource;
     use riffle::source::function::FnGenerator;
-    let env = StreamEnv::with_config(EnvConfig {
+    let env = StreamEnv::with_config(riffle::testing::recovering_config(
         parallelism,
-        buffer_size: 64,
-        watermark_interval: Duration::from_millis(10),
-        checkpoints: CheckpointConfig {
-            interval: Some(Duration::from_millis(50)),
-            storage: dir.join("chk").to_str().unwrap().to_string(),
-            restart: RestartStrategy::FixedDelay {
-                attempts: 3,
-                delay: Duration::from_millis(20),
-            },
-            ..CheckpointConfig::default()
-        },
-        ..EnvConfig::default()
-    });
+        &dir.join("chk"),
+        Duration::from_millis(50),
+    ));
     // Four splits of interleaved events, whatever the parallelism (a restore at another one
     // goes on where each split stopped).
     let all = std::sync::Arc::new(events.to_vec());

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use riffle::aggregate::Count;
-use riffle::checkpoint::{CheckpointConfig, RestartStrategy, RestoreFrom};
+use riffle::checkpoint::RestoreFrom;
 use riffle::sink::ExactlyOnceFileSink;
 use riffle::source::datagen::Generator;
 use riffle::source::file::FileSource;
@@ -79,21 +79,11 @@ fn job(
     split_size: u64,
     crash: impl Fn(Click) -> Click + Send + Sync + 'static,
 ) -> StreamEnv {
-    let env = StreamEnv::with_config(EnvConfig {
+    let env = StreamEnv::with_config(riffle::testing::recovering_config(
         parallelism,
-        buffer_size: 64,
-        watermark_interval: Duration::from_millis(10),
-        checkpoints: CheckpointConfig {
-            interval: Some(Duration::from_millis(40)),
-            storage: dir.join("chk").to_str().unwrap().to_string(),
-            restart: RestartStrategy::FixedDelay {
-                attempts: 3,
-                delay: Duration::from_millis(20),
-            },
-            ..CheckpointConfig::default()
-        },
-        ..EnvConfig::default()
-    });
+        &dir.join("chk"),
+        Duration::from_millis(40),
+    ));
     let seen = std::sync::atomic::AtomicU64::new(0);
     let clicks = env
         .from_source_with_watermarks(

@@ -18,12 +18,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use riffle::aggregate::Count;
-use riffle::checkpoint::{CheckpointConfig, RestartStrategy};
 use riffle::sink::ExactlyOnceFileSink;
 use riffle::source::datagen::DatagenSource;
 use riffle::time::WatermarkStrategy;
 use riffle::window::Tumbling;
-use riffle::{EnvConfig, JobResult, Result, StreamEnv};
+use riffle::{JobResult, Result, StreamEnv};
 use riffle_clicks::{Click, ClicksConfig};
 
 /// Clicks within the watermark bound (nothing late: every run has one exact answer).
@@ -49,21 +48,11 @@ pub fn windowed_job(
     count: u64,
     crash: impl Fn(Click) -> Click + Send + Sync + 'static,
 ) -> StreamEnv {
-    let env = StreamEnv::with_config(EnvConfig {
+    let env = StreamEnv::with_config(riffle::testing::recovering_config(
         parallelism,
-        buffer_size: 64,
-        watermark_interval: Duration::from_millis(10),
-        checkpoints: CheckpointConfig {
-            interval: Some(Duration::from_millis(100)),
-            storage: checkpoints.to_str().unwrap().to_string(),
-            restart: RestartStrategy::FixedDelay {
-                attempts: 3,
-                delay: Duration::from_millis(50),
-            },
-            ..CheckpointConfig::default()
-        },
-        ..EnvConfig::default()
-    });
+        checkpoints,
+        Duration::from_millis(100),
+    ));
     env.from_source_with_watermarks(
         clicks(count),
         WatermarkStrategy::bounded_out_of_orderness(Duration::from_secs(5))

@@ -47,29 +47,20 @@ fn a_failure_mid_stream_is_recovered_without_duplicates_or_loss() {
 #[test]
 fn count_windows_survive_a_failure_exactly_once() {
     use riffle::aggregate::Sum;
-    use riffle::checkpoint::{CheckpointConfig, RestartStrategy};
+
+    use riffle::StreamEnv;
     use riffle::sink::ExactlyOnceFileSink;
     use riffle::source::datagen::DatagenSource;
     use riffle::source::function::FnGenerator;
-    use riffle::{EnvConfig, StreamEnv};
     use std::time::Duration;
 
     const COUNT: u64 = 20_000;
     let job = |dir: &std::path::Path, fail_after: Option<u64>| {
-        let env = StreamEnv::with_config(EnvConfig {
-            parallelism: 2,
-            buffer_size: 64,
-            checkpoints: CheckpointConfig {
-                interval: Some(Duration::from_millis(50)),
-                storage: dir.join("chk").to_str().unwrap().to_string(),
-                restart: RestartStrategy::FixedDelay {
-                    attempts: 3,
-                    delay: Duration::from_millis(20),
-                },
-                ..CheckpointConfig::default()
-            },
-            ..EnvConfig::default()
-        });
+        let env = StreamEnv::with_config(riffle::testing::recovering_config(
+            2,
+            &dir.join("chk"),
+            Duration::from_millis(50),
+        ));
         let crash = fail_once_after::<(u64, u64)>(fail_after.unwrap_or(u64::MAX));
         env.from_source(
             DatagenSource::new(FnGenerator::new(|i| (i % 7, i)))

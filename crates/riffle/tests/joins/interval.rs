@@ -438,7 +438,6 @@ fn joined_results_per_key_are_counted_once() -> Result<()> {
 
 #[test]
 fn a_job_recovers_its_buffered_records_from_a_checkpoint_after_a_failure() -> Result<()> {
-    use riffle::checkpoint::{CheckpointConfig, RestartStrategy};
     use riffle::sink::ExactlyOnceFileSink;
     use riffle::source::collection::CollectionSource;
     use std::time::Duration;
@@ -458,21 +457,11 @@ fn a_job_recovers_its_buffered_records_from_a_checkpoint_after_a_failure() -> Re
     };
     for parallelism in [2, 3] {
         let dir = tempfile::tempdir().unwrap();
-        let env = StreamEnv::with_config(EnvConfig {
+        let env = StreamEnv::with_config(riffle::testing::recovering_config(
             parallelism,
-            buffer_size: 64,
-            watermark_interval: Duration::from_millis(10),
-            checkpoints: CheckpointConfig {
-                interval: Some(Duration::from_millis(50)),
-                storage: dir.path().join("chk").to_str().unwrap().to_string(),
-                restart: RestartStrategy::FixedDelay {
-                    attempts: 3,
-                    delay: Duration::from_millis(20),
-                },
-                ..CheckpointConfig::default()
-            },
-            ..EnvConfig::default()
-        });
+            &dir.path().join("chk"),
+            Duration::from_millis(50),
+        ));
         let bound = Duration::from_millis(300);
         let fail = riffle::testing::fail_once_after::<Order>(3_500);
         let o = env
