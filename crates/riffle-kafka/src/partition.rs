@@ -46,6 +46,8 @@ pub(crate) struct PartitionReader {
     end: Arc<AtomicI64>,
     /// The process group this partition was assigned by.
     group: Option<KafkaGroup>,
+    /// Where a bounded read stops (the partition's latest offset when the job first started).
+    stop: Option<i64>,
     last_error_log: Option<Instant>,
 }
 
@@ -80,6 +82,7 @@ impl PartitionReader {
             next,
             end,
             group,
+            stop: None,
             last_error_log: None,
         };
         reader.assign()?;
@@ -99,6 +102,46 @@ impl PartitionReader {
     /// The next offset to read: the split's position.
     pub(crate) fn next_offset(&self) -> i64 {
         self.next
+    }
+
+    /// Makes the read bounded: it stops at the partition's latest offset now (its last stable
+    /// offset, for a `read_committed` consumer).
+    pub(crate) fn stop_at_latest(&mut self) -> riffle::Result<()> {
+        let (_, latest) = crate::retry_transient(|| {
+            self.consumer
+                .fetch_watermarks(&self.split.topic, self.split.partition, LOOKUP_TIMEOUT)
+                .map_err(|e| {
+                    kafka_error(format!("cannot read the offsets of {}", self.split_id), e)
+                })
+        })?;
+        self.stop = Some(latest);
+        Ok(())
+    }
+
+    /// Where a bounded read stops, if it is bounded.
+    pub(crate) fn stop(&self) -> Option<i64> {
+        self.stop
+    }
+
+    /// Stops a bounded read at `stop` (restored from a checkpoint: where the first run stopped).
+    pub(crate) fn set_stop(&mut self, stop: i64) {
+        self.stop = Some(stop);
+    }
+
+    /// Whether a bounded read has read everything before its stop: its next offset, or the
+    /// consumer's position (past the transaction markers it skips), is there.
+    pub(crate) fn reached_stop(&self) -> bool {
+        let Some(stop) = self.stop else {
+            return false;
+        };
+        if self.next >= stop {
+            return true;
+        }
+        self.consumer.position().is_ok_and(|positions| {
+            positions
+                .find_partition(&self.split.topic, self.split.partition)
+                .is_some_and(|p| matches!(p.offset(), Offset::Offset(at) if at >= stop))
+        })
     }
 
     /// The process group that assigned the partition, if any.
@@ -142,6 +185,9 @@ impl PartitionReader {
             let offset = message.offset();
             if offset < self.next {
                 continue; // fetched before a seek
+            }
+            if self.stop.is_some_and(|stop| offset >= stop) {
+                break; // past the end of a bounded read
             }
             self.next = offset + 1;
             read += 1;

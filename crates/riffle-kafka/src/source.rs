@@ -73,6 +73,8 @@ pub struct KafkaSource<T> {
     metadata: Mutex<Option<BaseConsumer>>,
     /// The process group whose assignment says which partitions this process reads.
     in_group: Option<KafkaGroup>,
+    /// Each partition is read up to its latest offset at the job's start, then the source ends.
+    bounded: bool,
 }
 
 impl<T: Data + DeserializeOwned> KafkaSource<T> {
@@ -141,6 +143,7 @@ impl<T: Data> KafkaSource<T> {
             discovery: Some(Duration::from_secs(30)),
             metadata: Mutex::new(None),
             in_group: None,
+            bounded: false,
         }
     }
 
@@ -179,6 +182,25 @@ impl<T: Data> KafkaSource<T> {
         self.start = StartFrom::GroupOffsets;
         self.discovery = None;
         self.in_group = Some(group.clone());
+        self
+    }
+
+    /// Reads each partition up to its latest offset when the job starts (its last stable
+    /// offset: committed transactions only), then ends, as Flink's `scan.bounded.mode =
+    /// latest-offset`: the source is bounded, and a job reading only bounded sources finishes.
+    /// A run restored from a checkpoint stops where the first run would have. Partitions added
+    /// later are not read.
+    ///
+    /// ```no_run
+    /// use riffle_kafka::{KafkaConnection, KafkaSource, StartFrom};
+    /// // What the topic holds now, from its beginning.
+    /// let source = KafkaSource::<serde_json::Value>::json(KafkaConnection::new("127.0.0.1:9092"), ["clicks"])
+    ///     .start_from(StartFrom::Earliest)
+    ///     .until_latest();
+    /// ```
+    pub fn until_latest(mut self) -> Self {
+        self.bounded = true;
+        self.discovery = None;
         self
     }
 
@@ -238,7 +260,11 @@ impl<T: Data> Source<T> for KafkaSource<T> {
     }
 
     fn boundedness(&self) -> Boundedness {
-        Boundedness::Unbounded
+        if self.bounded {
+            Boundedness::Bounded
+        } else {
+            Boundedness::Unbounded
+        }
     }
 
     fn validate(&self) -> riffle::Result<()> {
@@ -258,6 +284,12 @@ impl<T: Data> Source<T> for KafkaSource<T> {
                     group.name(),
                     group.topics().join(", ")
                 ),
+            ));
+        }
+        if self.bounded && self.in_group.is_some() {
+            return Err(riffle::Error::config(
+                "until_latest",
+                "a process group reads its topics as they grow: a bounded read cannot be in one",
             ));
         }
         if self.discovery.is_some_and(|d| d.is_zero()) {
@@ -307,6 +339,10 @@ impl<T: Data> Source<T> for KafkaSource<T> {
             },
             self.in_group.clone(),
         )?;
+        let mut partition = partition;
+        if self.bounded {
+            partition.stop_at_latest()?;
+        }
         Ok(Box::new(KafkaReader {
             partition,
             decode: self.decode.clone(),
@@ -341,6 +377,9 @@ impl<T: Data> SplitReader<T> for KafkaReader<T> {
     }
 
     fn read(&mut self, out: &mut SourceOutput<T>, max: usize) -> riffle::Result<ReadStatus> {
+        if self.partition.reached_stop() {
+            return Ok(ReadStatus::Finished);
+        }
         let decode = &self.decode;
         let read = self.partition.read(max, |offset, message| {
             let timestamp = message.timestamp().to_millis();
@@ -362,7 +401,12 @@ impl<T: Data> SplitReader<T> for KafkaReader<T> {
     }
 
     fn position(&self) -> serde_json::Value {
-        serde_json::json!({ "offset": self.partition.next_offset() })
+        match self.partition.stop() {
+            Some(stop) => {
+                serde_json::json!({ "offset": self.partition.next_offset(), "stop": stop })
+            }
+            None => serde_json::json!({ "offset": self.partition.next_offset() }),
+        }
     }
 
     fn checkpoint_started(&mut self, checkpoint_id: u64, event_time: SplitWatermark) {
@@ -389,6 +433,11 @@ impl<T: Data> SplitReader<T> for KafkaReader<T> {
                     self.partition.split_id()
                 ))
             })?;
+        if self.partition.stop().is_some()
+            && let Some(stop) = position.get("stop").and_then(|s| s.as_i64())
+        {
+            self.partition.set_stop(stop);
+        }
         self.partition.seek(offset)
     }
 

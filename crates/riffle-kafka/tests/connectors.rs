@@ -323,6 +323,123 @@ fn an_idle_partition_does_not_stall_event_time_windows() {
     );
 }
 
+/// Runs `env` to its end, failing the test if it does not end within two minutes.
+fn finishes(env: StreamEnv) -> riffle::JobResult {
+    let job = env.execute_async().unwrap();
+    assert!(
+        eventually(Duration::from_secs(120), || job.is_finished()),
+        "a bounded job did not end"
+    );
+    job.wait().unwrap()
+}
+
+/// Whether a checkpoint under `dir` completed (its manifest is written last).
+fn has_checkpoint(dir: &std::path::Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            let path = e.path();
+            path.ends_with("_manifest.json") || (path.is_dir() && has_checkpoint(&path))
+        })
+    })
+}
+
+#[test]
+fn a_bounded_read_ends_at_the_offsets_of_its_start_even_after_a_restore() {
+    use rdkafka::producer::{BaseRecord, Producer};
+    const RECORDS: u64 = 3_000;
+    let input = topic("bounded-in", 3);
+    let records: Vec<(i32, String, String)> = (0..RECORDS)
+        .map(|n| ((n % 3) as i32, "k".into(), event_json("a", n, 0)))
+        .collect();
+    produce(&input, &records);
+    // Partition 0 ends with an aborted transaction: markers a reader skips, then the end.
+    let transactional: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("transactional.id", format!("{input}-aborted"))
+        .create()
+        .unwrap();
+    transactional
+        .init_transactions(Duration::from_secs(30))
+        .unwrap();
+    transactional.begin_transaction().unwrap();
+    let aborted = event_json("aborted", 999_999, 0);
+    transactional
+        .send(
+            BaseRecord::<str, str>::to(&input)
+                .partition(0)
+                .payload(&aborted),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    transactional.flush(Duration::from_secs(30)).unwrap();
+    transactional
+        .abort_transaction(Duration::from_secs(30))
+        .unwrap();
+
+    // Once a checkpoint holds the readers' positions, the job writes 10 more records and fails:
+    // the restored run must not read them, it ends where the first run would have.
+    let dir = tempfile::tempdir().unwrap();
+    let env = env_with_checkpoints(dir.path(), 2);
+    env.configure(|c: &mut EnvConfig| {
+        c.checkpoints.interval = Some(Duration::from_millis(50));
+        c.checkpoints.restart = riffle::checkpoint::RestartStrategy::FixedDelay {
+            attempts: 2,
+            delay: Duration::from_millis(20),
+        };
+    });
+    let (sink, seen) = CollectSink::new();
+    let later = input.clone();
+    let checkpoints = dir.path().to_path_buf();
+    let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    env.from_source(
+        KafkaSource::<Event>::json(kafka(), [input.clone()])
+            .start_from(StartFrom::Earliest)
+            .until_latest(),
+    )
+    .map(move |e: Event| {
+        std::thread::sleep(Duration::from_millis(1)); // room for checkpoints
+        if has_checkpoint(&checkpoints) && !failed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let more: Vec<(i32, String, String)> = (0..10)
+                .map(|n| {
+                    (
+                        (n % 3) as i32,
+                        "k".into(),
+                        event_json("later", RECORDS + n, 0),
+                    )
+                })
+                .collect();
+            produce(&later, &more);
+            panic!("injected failure");
+        }
+        e
+    })
+    .sink(sink);
+    let result = finishes(env);
+    assert_eq!(result.restarts, 1, "failed once, after a checkpoint");
+    let mut ns: Vec<u64> = seen.values().iter().map(|e| e.n).collect();
+    ns.sort();
+    ns.dedup(); // records after the checkpoint were read again after the restore
+    let past_end = ns.iter().filter(|n| **n >= RECORDS).count();
+    assert!(
+        ns.len() as u64 - past_end as u64 == RECORDS && past_end == 0,
+        "read {} distinct records, {past_end} of them written after the start",
+        ns.len()
+    );
+
+    // A new run reads what is there at its start: the 3 010 committed records.
+    let env = StreamEnv::new();
+    env.set_parallelism(2);
+    let (sink, seen) = CollectSink::new();
+    env.from_source(
+        KafkaSource::<Event>::json(kafka(), [input])
+            .start_from(StartFrom::Earliest)
+            .until_latest(),
+    )
+    .sink(sink);
+    finishes(env);
+    assert_eq!(seen.len() as u64, RECORDS + 10);
+}
+
 #[test]
 fn partitions_added_while_the_job_runs_are_read_from_their_beginning() {
     let input = topic("grow-in", 1);

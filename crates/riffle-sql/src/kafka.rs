@@ -9,6 +9,7 @@
 //! | `scan.startup.mode` | yes | | `group-offsets` (default, as Flink: the group's committed offsets, the earliest without), `earliest-offset`, `latest-offset`, `timestamp` |
 //! | `scan.startup.timestamp-millis` | yes | | where `timestamp` starts (epoch ms) |
 //! | `scan.topic-partition-discovery.interval` | yes | | how often new partitions are looked for (`30 s` by default; `0` never) |
+//! | `scan.bounded.mode` | yes | | `unbounded` (default), `latest-offset`: each partition is read up to its latest offset when the job starts, then the table ends (a job reading only bounded tables finishes; a restore stops where the first run would have) |
 //! | `format` / `value.format` | yes | yes | `json` (reading and writing), `debezium-json` (a changelog, reading and writing), `avro-confluent` (Avro through a schema registry, reading and writing; see the `avro` module for its options), `debezium-avro-confluent` (Debezium's Avro events, reading), `proto-registry` and `json-registry` (Protobuf and JSON Schema through a registry, reading) |
 //! | `key.fields` | | yes | columns whose values, as a JSON object, are each message's key (`a;b`); a `debezium-json` changelog without it is keyed by each change's row, so that a row's retraction follows its insertion in one partition |
 //! | `sink.delivery-guarantee` | | yes | `at-least-once` (default, as Flink), `exactly-once` (a Kafka transaction per checkpoint: readers with `isolation.level=read_committed` see each row once), `none` |
@@ -266,6 +267,23 @@ fn configured<T: riffle::Data>(table: &TableDef, source: KafkaSource<T>) -> Resu
         },
     };
     let mut source = source.start_from(start).partition_discovery(discovery);
+    match table
+        .options
+        .get("scan.bounded.mode")
+        .map_or("unbounded", String::as_str)
+    {
+        "unbounded" => {}
+        "latest-offset" => source = source.until_latest(),
+        other => {
+            return Err(bad_option(
+                table,
+                "scan.bounded.mode",
+                other,
+                "one of unbounded, latest-offset (group-offsets, timestamp and specific-offsets \
+                 are not supported yet)",
+            ));
+        }
+    }
     if let Some(group) = table.options.get("properties.group.id") {
         source = source.group_id(group.clone());
     }

@@ -219,6 +219,70 @@ fn bad_kafka_options_fail_naming_the_option() {
     let format =
         error("'topic' = 'x', 'properties.bootstrap.servers' = '127.0.0.1:1', 'format' = 'avro'");
     assert!(format.contains("'format' = 'avro'"), "{format}");
+    let bounded = error(
+        "'topic' = 'x', 'properties.bootstrap.servers' = '127.0.0.1:1', 'scan.bounded.mode' = 'timestamp'",
+    );
+    assert!(
+        bounded.contains("'scan.bounded.mode' = 'timestamp'"),
+        "{bounded}"
+    );
+}
+
+/// `'scan.bounded.mode' = 'latest-offset'`: the table holds what the topic held when the job
+/// started, and a statement over it ends by itself, with the batch answer.
+#[test]
+fn a_bounded_kafka_table_ends_with_what_the_topic_held_at_the_start() {
+    use riffle::sink::CollectSink;
+    let orders = topic("bounded-orders");
+    let kafka = KafkaConnection::new(bootstrap());
+    ensure_topics(&kafka, &[(&orders, 2)], 1).unwrap();
+    let producer = TestProducer::new(&[]);
+    for n in 0..100i64 {
+        let order = format!(r#"{{"customer":"c{}","amount":{n}}}"#, n % 3);
+        producer.send(&orders, (n % 2) as i32, None, order.as_bytes());
+    }
+    producer.flush();
+    let env = StreamEnv::with_config(EnvConfig::default().with_parallelism(2));
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&format!(
+        "CREATE TABLE orders (customer STRING, amount BIGINT)
+         WITH ('connector' = 'kafka', 'topic' = '{orders}',
+               'properties.bootstrap.servers' = '{}', 'scan.startup.mode' = 'earliest-offset',
+               'scan.bounded.mode' = 'latest-offset', 'format' = 'json');",
+        bootstrap()
+    ))
+    .unwrap();
+    let (rows, _) = sql
+        .sql_changelog("SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (sink, out) = CollectSink::new();
+    rows.sink(sink);
+    let job = env.execute_async().unwrap();
+    assert!(
+        riffle::testing::eventually(Duration::from_secs(120), || job.is_finished()),
+        "a statement over a bounded table ends"
+    );
+    job.wait().unwrap();
+    let mut totals: BTreeMap<String, i64> = BTreeMap::new();
+    for change in out.values() {
+        let (riffle_sql::Value::String(customer), riffle_sql::Value::Int(total)) =
+            (change.row.get(0), change.row.get(1))
+        else {
+            panic!("not a (customer, total) row: {change:?}");
+        };
+        let (customer, total) = (customer.to_string(), *total);
+        match change.op {
+            riffle::change::RowKind::Insert | riffle::change::RowKind::UpdateAfter => {
+                totals.insert(customer, total);
+            }
+            _ => {}
+        }
+    }
+    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+    for n in 0..100i64 {
+        *expected.entry(format!("c{}", n % 3)).or_default() += n;
+    }
+    assert_eq!(totals, expected);
 }
 
 /// `upsert-kafka` in and out, as Flink's connector: a compacted topic of users by id (upserts,
