@@ -568,7 +568,10 @@ where
                 .queue
                 .first_key_value()
                 .map(|((ts, _), _)| *ts)
-                .filter(|ts| due(*ts) && timer.is_none_or(|t| *ts < t));
+                .filter(|ts| {
+                    // (At the end of time, events first: a timer there ends what they start.)
+                    due(*ts) && timer.is_none_or(|t| *ts < t || t == Timestamp::MAX)
+                });
             if event.is_some() {
                 let Some(((ts, _), (key, value))) = self.queue.pop_first() else {
                     unreachable!("peeked above")

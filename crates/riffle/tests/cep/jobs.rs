@@ -167,10 +167,13 @@ fn mixed_job(
     env
 }
 
-/// The lines committed under `dir/out`.
+/// The lines committed under `dir/out` (none before the sink's first commit made it).
 fn committed(dir: &std::path::Path) -> Vec<String> {
     let mut lines = Vec::new();
-    for entry in std::fs::read_dir(dir.join("out")).unwrap().flatten() {
+    let Ok(entries) = std::fs::read_dir(dir.join("out")) else {
+        return lines;
+    };
+    for entry in entries.flatten() {
         if entry.path().is_file() {
             let text = std::fs::read_to_string(entry.path()).unwrap();
             lines.extend(text.lines().map(|l| l.trim_matches('"').to_string()));
@@ -225,7 +228,8 @@ fn restore_rescaled(from: usize, to: usize) -> riffle::Result<()> {
         e
     });
     let job = env.execute_async()?;
-    while seen.load(std::sync::atomic::Ordering::Relaxed) < 2_000 {
+    // The savepoint comes once the first run has committed matches of its own.
+    while seen.load(std::sync::atomic::Ordering::Relaxed) < 2_000 || committed(&first).is_empty() {
         assert!(!job.is_finished(), "the job ended before the savepoint");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -345,6 +349,35 @@ fn matches_held_for_a_partial_match_come_out_at_the_end_of_the_input() {
             "processing time: {processing_time}"
         );
     }
+}
+
+/// Events at the edges of time: the first and last instants an event time can be.
+#[test]
+fn events_at_the_first_and_last_instants_are_matched() {
+    use riffle::cep::{AfterMatchSkip, CepOperator, PatternContext};
+    use riffle::testing::OperatorHarness;
+    let pattern = Pattern::begin("first")
+        .followed_by("larger")
+        .where_with(|t: &Txn, m| m.last("first").is_some_and(|f| t.1 > f.1))
+        .after_match(AfterMatchSkip::skip_past_last_event());
+    let op = CepOperator::new(
+        |t: &Txn| t.0,
+        &pattern,
+        |_: &u64, m: Match<Txn>, ctx: &mut PatternContext<Txn, (f64, f64)>| {
+            ctx.emit((m.first("first").unwrap().1, m.first("larger").unwrap().1))
+        },
+    )
+    .unwrap();
+    let mut h = OperatorHarness::builder(op).build().unwrap();
+    // 5.0 waits (for one larger than 5) while 1.0, 3.0 match: held until the end; 9.0 at
+    // the last instant completes 5.0's match, which then comes first.
+    h.process((1, 5.0, 0), Timestamp::MIN + 1).unwrap();
+    h.process((1, 1.0, 0), Timestamp::MIN + 2).unwrap();
+    h.process((1, 3.0, 0), 0).unwrap();
+    h.process((1, 9.0, 0), Timestamp::MAX).unwrap();
+    h.watermark(Timestamp::MAX).unwrap();
+    h.finish().unwrap();
+    assert_eq!(h.take_values(), vec![(5.0, 9.0)]);
 }
 
 #[test]
