@@ -104,16 +104,22 @@ impl PartitionReader {
         self.next
     }
 
-    /// Makes the read bounded: it stops at the partition's latest offset now (its last stable
-    /// offset, for a `read_committed` consumer).
-    pub(crate) fn stop_at_latest(&mut self) -> riffle::Result<()> {
-        let (_, latest) = crate::retry_transient(|| {
+    /// The partition's oldest and latest offsets (asked again while the broker cannot answer
+    /// yet, for up to [`crate::TRANSIENT_DEADLINE`]).
+    fn offsets(&self) -> riffle::Result<(i64, i64)> {
+        crate::retry_transient(|| {
             self.consumer
                 .fetch_watermarks(&self.split.topic, self.split.partition, LOOKUP_TIMEOUT)
                 .map_err(|e| {
                     kafka_error(format!("cannot read the offsets of {}", self.split_id), e)
                 })
-        })?;
+        })
+    }
+
+    /// Makes the read bounded: it stops at the partition's latest offset now (its last stable
+    /// offset, for a `read_committed` consumer).
+    pub(crate) fn stop_at_latest(&mut self) -> riffle::Result<()> {
+        let (_, latest) = self.offsets()?;
         self.stop = Some(latest);
         Ok(())
     }
@@ -209,13 +215,7 @@ impl PartitionReader {
         if self.group.is_some() {
             return Ok(());
         }
-        let (low, _) = crate::retry_transient(|| {
-            self.consumer
-                .fetch_watermarks(&self.split.topic, self.split.partition, LOOKUP_TIMEOUT)
-                .map_err(|e| {
-                    kafka_error(format!("cannot read the offsets of {}", self.split_id), e)
-                })
-        })?;
+        let (low, _) = self.offsets()?;
         self.seek(low)
     }
 
