@@ -309,33 +309,46 @@ fn a_pattern_that_cannot_match_fails_the_job_naming_the_stage() {
     );
 }
 
+/// Any transaction, then a larger one, skipping past the last event: a transaction waits for
+/// one larger than itself, holding back later matches; emits (first, larger) amounts.
+fn then_larger() -> riffle::testing::OperatorHarness<Txn, (f64, f64)> {
+    then_larger_with(riffle::cep::PatternOptions::default())
+}
+
+fn then_larger_with(
+    options: riffle::cep::PatternOptions<Txn>,
+) -> riffle::testing::OperatorHarness<Txn, (f64, f64)> {
+    use riffle::cep::{AfterMatchSkip, CepOperator, PatternContext};
+    let pattern = Pattern::begin("first")
+        .followed_by("larger")
+        .where_with(|t: &Txn, m| m.last("first").is_some_and(|f| t.1 > f.1))
+        .after_match(AfterMatchSkip::skip_past_last_event());
+    let op = CepOperator::new(
+        |t: &Txn| t.0,
+        &pattern,
+        |_: &u64, m: Match<Txn>, ctx: &mut PatternContext<Txn, (f64, f64)>| {
+            ctx.emit((m.first("first").unwrap().1, m.first("larger").unwrap().1))
+        },
+    )
+    .unwrap()
+    .with_options(options);
+    riffle::testing::OperatorHarness::builder(op)
+        .build()
+        .unwrap()
+}
+
 /// With a skip strategy a match waits while a partial match that started before it is open; at
 /// the end of the input, that one never completes, and the match comes out, in event time and
 /// in processing time alike.
 #[test]
 fn matches_held_for_a_partial_match_come_out_at_the_end_of_the_input() {
-    use riffle::cep::{AfterMatchSkip, CepOperator, PatternContext, PatternOptions};
-    use riffle::testing::OperatorHarness;
     for processing_time in [false, true] {
-        // Any transaction, then a larger one: 5.0 waits for one larger than 5.
-        let pattern = Pattern::begin("first")
-            .followed_by("larger")
-            .where_with(|t: &Txn, m| m.last("first").is_some_and(|f| t.1 > f.1))
-            .after_match(AfterMatchSkip::skip_past_last_event());
-        let op = CepOperator::new(
-            |t: &Txn| t.0,
-            &pattern,
-            |_: &u64, m: Match<Txn>, ctx: &mut PatternContext<Txn, (f64, f64)>| {
-                ctx.emit((m.first("first").unwrap().1, m.first("larger").unwrap().1))
-            },
-        )
-        .unwrap();
-        let op = if processing_time {
-            op.with_options(PatternOptions::default().in_processing_time())
+        // 5.0 waits for one larger than 5.
+        let mut h = if processing_time {
+            then_larger_with(riffle::cep::PatternOptions::default().in_processing_time())
         } else {
-            op
+            then_larger()
         };
-        let mut h = OperatorHarness::builder(op).build().unwrap();
         for (i, amount) in [5.0, 1.0, 3.0].into_iter().enumerate() {
             h.process((1, amount, 0), i as i64).unwrap();
             h.watermark(i as i64).unwrap();
@@ -354,21 +367,7 @@ fn matches_held_for_a_partial_match_come_out_at_the_end_of_the_input() {
 /// Events at the edges of time: the first and last instants an event time can be.
 #[test]
 fn events_at_the_first_and_last_instants_are_matched() {
-    use riffle::cep::{AfterMatchSkip, CepOperator, PatternContext};
-    use riffle::testing::OperatorHarness;
-    let pattern = Pattern::begin("first")
-        .followed_by("larger")
-        .where_with(|t: &Txn, m| m.last("first").is_some_and(|f| t.1 > f.1))
-        .after_match(AfterMatchSkip::skip_past_last_event());
-    let op = CepOperator::new(
-        |t: &Txn| t.0,
-        &pattern,
-        |_: &u64, m: Match<Txn>, ctx: &mut PatternContext<Txn, (f64, f64)>| {
-            ctx.emit((m.first("first").unwrap().1, m.first("larger").unwrap().1))
-        },
-    )
-    .unwrap();
-    let mut h = OperatorHarness::builder(op).build().unwrap();
+    let mut h = then_larger();
     // 5.0 waits (for one larger than 5) while 1.0, 3.0 match: held until the end; 9.0 at
     // the last instant completes 5.0's match, which then comes first.
     h.process((1, 5.0, 0), Timestamp::MIN + 1).unwrap();
