@@ -29,6 +29,10 @@ pub struct ServeArgs {
     /// How many changes a subscriber may fall behind before it is cut off with an error.
     #[arg(long, value_name = "CHANGES", default_value_t = 1_000_000)]
     pub max_subscriber_lag: usize,
+    /// How many of its latest changes each view keeps (in memory and in its checkpoints) for
+    /// subscribers that resume with `SUBSCRIBE v AS OF <progress>`; 0 keeps none.
+    #[arg(long, value_name = "CHANGES", default_value_t = riffle_serve::view::DEFAULT_RETAINED_CHANGES)]
+    pub retained_changes: usize,
     /// The server's certificate (then any intermediates), a PEM file: clients must connect
     /// with TLS (sslmode=require or stronger). Needs --tls-key.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -66,6 +70,7 @@ pub fn run(args: &ServeArgs) -> riffle::Result<()> {
     config.listen = listen;
     config.env = env;
     config.max_subscriber_lag = args.max_subscriber_lag;
+    config.retained_changes = args.retained_changes;
     if let Some(file) = &args.users_file {
         config.users = read_users(file)?;
     }

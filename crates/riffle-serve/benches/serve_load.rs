@@ -3,7 +3,7 @@
 //! following every change, all over the Postgres wire protocol (tokio-postgres).
 //!
 //! ```sh
-//! cargo bench -p riffle-serve --bench serve_load -- [events] [lookup clients] [lookups/s each] [subscribers]
+//! cargo bench -p riffle-serve --bench serve_load -- [events] [lookup clients] [lookups/s each] [subscribers] [retained changes]
 //! ```
 //!
 //! Prints the ingest rate without and with readers, lookup latency p50/p99/max, and the
@@ -48,11 +48,12 @@ struct Run {
     changes: u64,
 }
 
-fn run(events: u64, clients: u64, rate: u64, subscribers: u64) -> Run {
+fn run(events: u64, clients: u64, rate: u64, subscribers: u64, retained: usize) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let mut config = ServeConfig::new(dir.path().join("data"));
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.max_subscriber_lag = usize::MAX / 2;
+    config.retained_changes = retained;
     let server = Server::start(config).unwrap();
     let url = format!(
         "host=127.0.0.1 port={} user=riffle",
@@ -204,7 +205,9 @@ fn main() {
     let clients = arg(2, 8);
     let rate = arg(3, 250);
     let subscribers = arg(4, 10);
-    let alone = run(events, 0, rate, 0);
+    let retained = arg(5, riffle_serve::view::DEFAULT_RETAINED_CHANGES as u64) as usize;
+    println!("each view keeps its latest {retained} changes for resuming subscribers");
+    let alone = run(events, 0, rate, 0, retained);
     println!(
         "alone:        {events} events in {:.2} s = {:.0} events/s ({} view changes), max RSS {} MB",
         alone.seconds,
@@ -212,7 +215,7 @@ fn main() {
         alone.changes,
         alone.rss_mb
     );
-    let loaded = run(events, clients, rate, subscribers);
+    let loaded = run(events, clients, rate, subscribers, retained);
     println!(
         "with readers: {events} events in {:.2} s = {:.0} events/s ({} view changes), max RSS {} MB; {clients} lookup clients at {rate}/s each, {subscribers} subscribers",
         loaded.seconds,

@@ -25,7 +25,7 @@ use std::time::Duration;
 use riffle_sql::{Row, Schema, Value};
 
 use crate::engine::{Engine, Outcome, StatementError};
-use crate::view::{Subscription, ViewTable};
+use crate::view::{Subscription, TryNext, ViewTable};
 
 /// The cursors of one connection.
 #[derive(Default)]
@@ -36,6 +36,9 @@ pub struct Cursors {
 struct Cursor {
     view: Arc<ViewTable>,
     subscription: Subscription,
+    /// The view's rows at the start, until they may be sent (a durable subscription's wait
+    /// for a checkpoint holding them).
+    snapshot: Option<Vec<Row>>,
     /// Rows received and not fetched yet: progress, op, the view's row.
     pending: VecDeque<(u64, &'static str, Row)>,
     /// The changes ended (the view was dropped, or the reader was cut off).
@@ -217,7 +220,7 @@ impl Cursors {
     ) -> Result<Outcome, StatementError> {
         match statement {
             Statement::Declare { name, subscribe } => {
-                let (view, copy) = engine.subscription(&subscribe).unwrap_or_else(|| {
+                let request = engine.subscription(&subscribe).unwrap_or_else(|| {
                     Err(StatementError {
                         code: "0A000",
                         message: format!(
@@ -226,7 +229,7 @@ impl Cursors {
                         ),
                     })
                 })?;
-                if copy {
+                if request.copy {
                     return Err(syntax("DECLARE .. CURSOR FOR SUBSCRIBE v (not COPY)"));
                 }
                 let mut open = self.open.lock().await;
@@ -236,19 +239,22 @@ impl Cursors {
                         message: format!("cursor `{name}` already exists"),
                     });
                 }
-                let subscription = view.subscribe();
-                let progress = subscription.progress;
-                let pending = subscription
-                    .snapshot
-                    .iter()
-                    .map(|row| (progress, "insert", row.clone()))
-                    .collect();
+                let mut subscription =
+                    request
+                        .view
+                        .subscribe(&request.options)
+                        .map_err(|e| StatementError {
+                            code: e.code,
+                            message: e.message,
+                        })?;
+                let snapshot = Some(std::mem::take(&mut subscription.snapshot));
                 open.insert(
                     name,
                     Cursor {
-                        view,
+                        view: request.view,
                         subscription,
-                        pending,
+                        snapshot,
+                        pending: VecDeque::new(),
                         ended: false,
                     },
                 );
@@ -294,29 +300,53 @@ fn no_cursor(name: &str) -> StatementError {
 }
 
 impl Cursor {
-    /// Moves the batches already received into `pending`; whether any came.
-    fn drain(&mut self) -> bool {
-        let mut any = false;
+    /// Moves the batches that may be sent now into `pending`.
+    fn drain(&mut self) {
         loop {
-            match self.subscription.changes.try_recv() {
-                Ok(batch) => {
-                    self.subscription.taken(&batch);
-                    self.take(&batch);
-                    any = true;
-                }
-                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => return any,
-                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
+            match self.subscription.try_next() {
+                TryNext::Batch(batch) => self.take(&batch),
+                TryNext::Nothing => return,
+                TryNext::Ended => {
                     self.ended = true;
-                    return any;
+                    return;
                 }
+            }
+        }
+    }
+
+    /// Moves the view's starting rows into `pending` once they may be sent (waiting until
+    /// `deadline` at most); whether they have been.
+    async fn release_snapshot(&mut self, deadline: Option<tokio::time::Instant>) -> bool {
+        let Some(rows) = self.snapshot.take() else {
+            return true;
+        };
+        let progress = self.subscription.progress;
+        let ready = self.subscription.ready_to_send(progress);
+        let ready = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, ready).await.ok(),
+            None => Some(ready.await),
+        };
+        match ready {
+            Some(true) => {
+                self.pending
+                    .extend(rows.into_iter().map(|row| (progress, "insert", row)));
+                true
+            }
+            Some(false) => {
+                self.ended = true;
+                false
+            }
+            None => {
+                self.snapshot = Some(rows);
+                false
             }
         }
     }
 
     fn take(&mut self, batch: &crate::view::ChangeBatch) {
         let keyed = self.view.key.is_some();
-        for (op, row) in crate::wire::subscription_rows(&batch.changes, keyed) {
-            self.pending.push_back((batch.progress, op, row.clone()));
+        for (progress, op, row) in crate::wire::subscription_rows(batch, keyed) {
+            self.pending.push_back((progress, op, row.clone()));
         }
     }
 
@@ -325,21 +355,23 @@ impl Cursor {
         count: Option<usize>,
         timeout: Option<Duration>,
     ) -> Result<Outcome, StatementError> {
-        self.drain();
-        if self.pending.is_empty() && !self.ended {
-            let next = self.subscription.changes.recv();
-            let received = match timeout {
-                Some(limit) => tokio::time::timeout(limit, next).await.ok(),
-                None => Some(next.await),
-            };
-            match received {
-                Some(Some(batch)) => {
-                    self.subscription.taken(&batch);
-                    self.take(&batch);
-                    self.drain();
+        let deadline = timeout.map(|limit| tokio::time::Instant::now() + limit);
+        if self.release_snapshot(deadline).await {
+            self.drain();
+            if self.pending.is_empty() && !self.ended {
+                let next = self.subscription.next();
+                let received = match deadline {
+                    Some(deadline) => tokio::time::timeout_at(deadline, next).await.ok(),
+                    None => Some(next.await),
+                };
+                match received {
+                    Some(Some(batch)) => {
+                        self.take(&batch);
+                        self.drain();
+                    }
+                    Some(None) => self.ended = true,
+                    None => {}
                 }
-                Some(None) => self.ended = true,
-                None => {}
             }
         }
         if self.pending.is_empty()
@@ -347,8 +379,8 @@ impl Cursor {
             && let Some(reason) = self.subscription.cut_off()
         {
             return Err(StatementError {
-                code: "53400",
-                message: reason,
+                code: reason.code,
+                message: reason.message,
             });
         }
         let take = count.unwrap_or(usize::MAX).min(self.pending.len());

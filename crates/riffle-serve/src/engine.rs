@@ -18,7 +18,7 @@ use riffle_sql::plan::{Catalog, Plan};
 use riffle_sql::{Row, Schema, SqlError, Value};
 use sqlparser::ast;
 
-use crate::view::{Materialize, ViewTable};
+use crate::view::{Materialize, SubscribeOptions, ViewTable};
 
 /// An error of a statement, with the SQLSTATE a Postgres client gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,12 +74,18 @@ pub enum Outcome {
         rows: Vec<Row>,
     },
     /// `SUBSCRIBE v` (`copy`: inside `COPY (..) TO STDOUT`).
-    Subscribe {
-        /// The view.
-        view: Arc<ViewTable>,
-        /// Whether the changes go out as `COPY` data (psql prints them as they come).
-        copy: bool,
-    },
+    Subscribe(SubscribeRequest),
+}
+
+/// A `SUBSCRIBE` statement, read: which view, how it goes out, and its options.
+#[derive(Clone)]
+pub struct SubscribeRequest {
+    /// The view.
+    pub view: Arc<ViewTable>,
+    /// Whether the changes go out as `COPY` data (psql prints them as they come).
+    pub copy: bool,
+    /// `WITH (..)` and `AS OF ..`.
+    pub options: SubscribeOptions,
 }
 
 /// How `riffle serve` runs its views.
@@ -93,6 +99,8 @@ pub struct EngineConfig {
     pub env: EnvConfig,
     /// How many changes a subscriber may fall behind before it is cut off.
     pub max_subscriber_lag: usize,
+    /// How many of its latest changes each view keeps for subscribers that resume (`AS OF`).
+    pub retained_changes: usize,
 }
 
 /// A materialized view: its query, its rows and its job.
@@ -212,10 +220,9 @@ impl Engine {
             ("SHOW", "MATERIALIZED", "VIEWS") => Ok(self.show_views()),
             ("SHOW", "TABLES", _) => Ok(self.show_tables()),
             ("DROP", "TABLE" | "VIEW", _) => self.drop_definition(text, replaying),
-            _ if subscribes(text).is_some() => {
-                let (view, copy) = self.subscription(text).expect("a subscription")?;
-                Ok(Outcome::Subscribe { view, copy })
-            }
+            _ if subscribes(text).is_some() => Ok(Outcome::Subscribe(
+                self.subscription(text).expect("a subscription")?,
+            )),
             ("BEGIN" | "START" | "COMMIT" | "END" | "ROLLBACK" | "DISCARD" | "RESET", ..) => {
                 Ok(Outcome::Done(word(0).to_string()))
             }
@@ -318,12 +325,15 @@ impl Engine {
                 e.location,
             ))
         })?;
-        let table = Arc::new(ViewTable::new(
-            &name,
-            plan.schema().clone(),
-            plan.unique_key(),
-            self.config.max_subscriber_lag,
-        ));
+        let table = Arc::new(
+            ViewTable::new(
+                &name,
+                plan.schema().clone(),
+                plan.unique_key(),
+                self.config.max_subscriber_lag,
+            )
+            .with_retained_changes(self.config.retained_changes),
+        );
         // A view's name reads its query in other views' queries.
         state.catalog.views.insert(name.clone(), *ast);
         state.views.insert(
@@ -386,7 +396,11 @@ impl Engine {
                 match job {
                     Ok(job) => {
                         let _ = started.send(Ok(job.monitor()));
-                        job.wait().map(|_| ())
+                        job.wait()?;
+                        // The job ended with its input, after its final checkpoint completed:
+                        // the view's last changes are durable.
+                        table.commit_all();
+                        Ok(())
                     }
                     Err(e) => {
                         let _ = started.send(Err(e.to_string()));
@@ -508,11 +522,11 @@ impl Engine {
         Outcome::Rows { schema, rows }
     }
 
-    /// The view a `SUBSCRIBE v` or `COPY (SUBSCRIBE v) TO STDOUT` streams, and whether it is
-    /// the `COPY` form; `None` for any other statement.
-    pub fn subscription(&self, text: &str) -> Option<Result<(Arc<ViewTable>, bool)>> {
+    /// What a `SUBSCRIBE v ..` or `COPY (SUBSCRIBE v ..) TO STDOUT` streams; `None` for any
+    /// other statement.
+    pub fn subscription(&self, text: &str) -> Option<Result<SubscribeRequest>> {
         let copy = subscribes(text)?;
-        Some(parse_subscribe(text, copy).and_then(|name| {
+        Some(parse_subscribe(text, copy).and_then(|(name, options)| {
             let state = self.lock();
             let view = state.views.get(&name).ok_or_else(|| {
                 StatementError::new(
@@ -520,7 +534,11 @@ impl Engine {
                     format!("SUBSCRIBE: materialized view `{name}` does not exist"),
                 )
             })?;
-            Ok((view.table.clone(), copy))
+            Ok(SubscribeRequest {
+                view: view.table.clone(),
+                copy,
+                options,
+            })
         }))
     }
 
@@ -548,8 +566,8 @@ impl Engine {
             .unwrap_or("")
             .to_ascii_uppercase();
         if let Some(subscription) = self.subscription(text) {
-            let (view, copy) = subscription?;
-            return Ok((!copy).then(|| view.subscription_schema()));
+            let request = subscription?;
+            return Ok((!request.copy).then(|| request.view.subscription_schema()));
         }
         let is_query =
             matches!(first.as_str(), "SELECT" | "WITH") || text.trim_start().starts_with('(');
@@ -1007,19 +1025,20 @@ fn subscribes(text: &str) -> Option<bool> {
     strip_word(inner, "SUBSCRIBE").map(|_| true)
 }
 
-/// `SUBSCRIBE [TO] name`, or `COPY (SUBSCRIBE [TO] name) TO STDOUT`: the view's name.
-fn parse_subscribe(text: &str, copy: bool) -> Result<String> {
+/// `SUBSCRIBE [TO] name [WITH (option [= value], ..)] [AS OF progress]`, or the same in `COPY
+/// (..) TO STDOUT`: the view's name and the options.
+fn parse_subscribe(text: &str, copy: bool) -> Result<(String, SubscribeOptions)> {
     let syntax = || {
         StatementError::new(
             "42601",
-            "expected SUBSCRIBE [TO] view, or COPY (SUBSCRIBE [TO] view) TO STDOUT",
+            "expected SUBSCRIBE [TO] view [WITH (DURABLE, SNAPSHOT = false)] [AS OF progress], or COPY (SUBSCRIBE ..) TO STDOUT",
         )
     };
     let mut rest = text.trim().trim_end_matches(';').trim();
     if copy {
         rest = strip_word(rest, "COPY").ok_or_else(syntax)?;
         rest = rest.strip_prefix('(').ok_or_else(syntax)?.trim_start();
-        let close = rest.find(')').ok_or_else(syntax)?;
+        let close = rest.rfind(')').ok_or_else(syntax)?;
         let target = rest[close + 1..].split_whitespace().collect::<Vec<_>>();
         if !matches!(target.as_slice(), [to, out] if to.eq_ignore_ascii_case("TO") && out.eq_ignore_ascii_case("STDOUT"))
         {
@@ -1031,11 +1050,78 @@ fn parse_subscribe(text: &str, copy: bool) -> Result<String> {
     if let Some(after) = strip_word(rest, "TO") {
         rest = after;
     }
-    let words: Vec<&str> = rest.split_whitespace().collect();
+    let mut options = SubscribeOptions::default();
+    // The options' parentheses apart, the words: name, then WITH (..) and AS OF n.
+    let (head, with, tail) = match rest.find('(') {
+        Some(open) => {
+            let close = rest[open..].find(')').ok_or_else(syntax)? + open;
+            (
+                &rest[..open],
+                Some(&rest[open + 1..close]),
+                &rest[close + 1..],
+            )
+        }
+        None => (rest, None, ""),
+    };
+    let mut words: Vec<&str> = head.split_whitespace().collect();
+    let name = name_of(words.first().ok_or_else(syntax)?)?;
+    words = match with {
+        Some(with) => {
+            if !matches!(words.as_slice(), [_, w] if w.eq_ignore_ascii_case("WITH")) {
+                return Err(syntax());
+            }
+            read_subscribe_options(with, &mut options)?;
+            tail.split_whitespace().collect()
+        }
+        None => words[1..].to_vec(),
+    };
     match words.as_slice() {
-        [name] => name_of(name),
-        _ => Err(syntax()),
+        [] => {}
+        [as_, of, token] if as_.eq_ignore_ascii_case("AS") && of.eq_ignore_ascii_case("OF") => {
+            let token = token.parse::<u64>().map_err(|_| {
+                StatementError::new(
+                    "22023",
+                    format!("SUBSCRIBE .. AS OF {token}: a token is a progress a subscription sent (a whole number, at least 0)"),
+                )
+            })?;
+            options.as_of = Some(token);
+            options.durable = true;
+            options.snapshot = false;
+        }
+        _ => return Err(syntax()),
     }
+    Ok((name, options))
+}
+
+/// `DURABLE [= true | false]`, `SNAPSHOT [= true | false]`, comma-separated.
+fn read_subscribe_options(text: &str, options: &mut SubscribeOptions) -> Result<()> {
+    for option in text.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+        let (key, value) = match option.split_once('=') {
+            Some((key, value)) => (key.trim(), Some(value.trim().trim_matches('\'').trim())),
+            None => (option, None),
+        };
+        let flag = match value.map(str::to_ascii_lowercase).as_deref() {
+            None | Some("true") | Some("on") => true,
+            Some("false") | Some("off") => false,
+            Some(other) => {
+                return Err(StatementError::new(
+                    "22023",
+                    format!("SUBSCRIBE .. WITH ({key} = {other}): the value is true or false"),
+                ));
+            }
+        };
+        match key.to_ascii_uppercase().as_str() {
+            "DURABLE" => options.durable = flag,
+            "SNAPSHOT" => options.snapshot = flag,
+            _ => {
+                return Err(StatementError::new(
+                    "22023",
+                    format!("SUBSCRIBE .. WITH ({key}): the options are DURABLE and SNAPSHOT"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `text` after its first word when that word is `word` (any case), trimmed.
@@ -1068,13 +1154,58 @@ mod tests {
             parse_drop("DROP MATERIALIZED VIEW IF EXISTS v;", 3).unwrap(),
             ("v".into(), true)
         );
-        assert_eq!(parse_subscribe("SUBSCRIBE TO v", false).unwrap(), "v");
-        assert_eq!(parse_subscribe("subscribe v;", false).unwrap(), "v");
+        let plain = SubscribeOptions::default();
+        let subscribe = |text: &str, copy| parse_subscribe(text, copy).unwrap();
         assert_eq!(
-            parse_subscribe("COPY (SUBSCRIBE v) TO STDOUT", true).unwrap(),
-            "v"
+            subscribe("SUBSCRIBE TO v", false),
+            ("v".into(), plain.clone())
+        );
+        assert_eq!(
+            subscribe("subscribe v;", false),
+            ("v".into(), plain.clone())
+        );
+        assert_eq!(
+            subscribe("COPY (SUBSCRIBE v) TO STDOUT", true),
+            ("v".into(), plain.clone())
         );
         assert!(parse_subscribe("COPY (SUBSCRIBE v) TO '/etc/passwd'", true).is_err());
+        let durable = SubscribeOptions {
+            durable: true,
+            ..plain.clone()
+        };
+        assert_eq!(subscribe("SUBSCRIBE v WITH (DURABLE)", false).1, durable);
+        assert_eq!(
+            subscribe(
+                "SUBSCRIBE TO v with (durable = 'true', snapshot = false);",
+                false
+            )
+            .1,
+            SubscribeOptions {
+                snapshot: false,
+                ..durable.clone()
+            }
+        );
+        let resumed = SubscribeOptions {
+            durable: true,
+            snapshot: false,
+            as_of: Some(42),
+        };
+        assert_eq!(subscribe("SUBSCRIBE v AS OF 42", false).1, resumed);
+        assert_eq!(
+            subscribe("COPY (SUBSCRIBE v WITH (DURABLE) AS OF 42) TO STDOUT", true),
+            ("v".into(), resumed)
+        );
+        for bad in [
+            "SUBSCRIBE v AS OF -1",
+            "SUBSCRIBE v AS OF soon",
+            "SUBSCRIBE v WITH (LOUD)",
+            "SUBSCRIBE v WITH (DURABLE = maybe)",
+            "SUBSCRIBE v AS 3",
+            "SUBSCRIBE v w",
+            "SUBSCRIBE v WITH DURABLE",
+        ] {
+            assert!(parse_subscribe(bad, false).is_err(), "{bad}");
+        }
         // A view's name names its directory: nothing that walks the file system.
         for bad in ["\"..\"", "\"../../x\"", "`a/b`", "\"\"", "\"a.b\""] {
             let e = parse_create_view(&format!("CREATE MATERIALIZED VIEW {bad} AS SELECT 1"))

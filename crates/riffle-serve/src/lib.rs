@@ -34,7 +34,7 @@ pub mod engine;
 pub mod view;
 pub mod wire;
 
-pub use engine::{Engine, EngineConfig, Outcome, StatementError};
+pub use engine::{Engine, EngineConfig, Outcome, StatementError, SubscribeRequest};
 
 /// How often a view checkpoints unless told: what a restart replays at most.
 pub const DEFAULT_CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
@@ -54,6 +54,9 @@ pub struct ServeConfig {
     pub env: EnvConfig,
     /// How many changes a subscriber may fall behind before it is cut off with an error.
     pub max_subscriber_lag: usize,
+    /// How many of its latest changes each view keeps (in memory and in its checkpoints) for
+    /// subscribers that resume with `SUBSCRIBE v AS OF progress`; 0: none.
+    pub retained_changes: usize,
     /// Scalar functions queries can call, by name.
     pub functions: Vec<(String, ScalarFunction)>,
     /// A certificate (chain) and its private key, PEM files: clients must then connect with TLS
@@ -124,6 +127,7 @@ impl ServeConfig {
             data_dir: data_dir.into(),
             env,
             max_subscriber_lag: 1_000_000,
+            retained_changes: view::DEFAULT_RETAINED_CHANGES,
             functions: Vec::new(),
             tls: None,
         }
@@ -178,6 +182,7 @@ impl Server {
                 data_dir: config.data_dir.clone(),
                 env: config.env.clone(),
                 max_subscriber_lag: config.max_subscriber_lag,
+                retained_changes: config.retained_changes,
             },
             catalog,
         )?);

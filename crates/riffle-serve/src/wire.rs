@@ -36,8 +36,8 @@ use riffle::RowKind;
 use riffle_sql::{DataType, Row, Schema, Value};
 
 use crate::cursor::Cursors;
-use crate::engine::{Engine, Outcome, StatementError};
-use crate::view::ViewTable;
+use crate::engine::{Engine, Outcome, StatementError, SubscribeRequest};
+use crate::view::ChangeBatch;
 
 /// One handler for every connection: the engine's sessions.
 pub struct Handlers {
@@ -427,7 +427,7 @@ fn response(outcome: Outcome, format: &Format) -> PgWireResult<Response> {
                 stream::iter(encoded),
             )))
         }
-        Outcome::Subscribe { .. } => Ok(Response::Error(Box::new(ErrorInfo::new(
+        Outcome::Subscribe(_) => Ok(Response::Error(Box::new(ErrorInfo::new(
             "ERROR".into(),
             "0A000".into(),
             "SUBSCRIBE streams over the simple query protocol (psql, simple_query), or COPY (SUBSCRIBE v) TO STDOUT".into(),
@@ -446,16 +446,20 @@ fn op_text(op: RowKind, keyed: bool) -> &'static str {
     }
 }
 
-/// The rows a subscription sends for `changes`: each change, but a keyed view's `-U` (its
-/// `+U` follows as `update`).
+/// The rows a subscription sends for `batch`: each change with its position in the view's
+/// changelog (its `progress`: a token to resume after it), but a keyed view's `-U` (its `+U`
+/// follows as `update`).
 pub(crate) fn subscription_rows(
-    changes: &[riffle::Change<Row>],
+    batch: &ChangeBatch,
     keyed: bool,
-) -> impl Iterator<Item = (&'static str, &Row)> {
-    changes
+) -> impl Iterator<Item = (u64, &'static str, &Row)> {
+    let start = batch.start();
+    batch
+        .changes
         .iter()
-        .filter(move |c| !(keyed && c.op == RowKind::UpdateBefore))
-        .map(move |c| (op_text(c.op, keyed), &c.row))
+        .zip(start + 1..)
+        .filter(move |(c, _)| !(keyed && c.op == RowKind::UpdateBefore))
+        .map(move |(c, progress)| (progress, op_text(c.op, keyed), &c.row))
 }
 
 /// One line of `COPY` text: tab-separated, `\N` for NULL, backslash escapes.
@@ -493,8 +497,7 @@ fn copy_text(value: &Value, ty: &DataType) -> String {
 /// (each flushed), until the client goes away or falls too far behind.
 async fn stream_subscription<C>(
     client: &mut C,
-    view: Arc<ViewTable>,
-    copy: bool,
+    request: SubscribeRequest,
     describe: bool,
 ) -> PgWireResult<()>
 where
@@ -502,7 +505,21 @@ where
     C::Error: Debug,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
-    let mut subscription = view.subscribe();
+    let SubscribeRequest {
+        view,
+        copy,
+        options,
+    } = request;
+    let mut subscription = match view.subscribe(&options) {
+        Ok(subscription) => subscription,
+        Err(e) => {
+            let info = ErrorInfo::new("ERROR".into(), e.code.into(), e.message);
+            client
+                .send(PgWireBackendMessage::ErrorResponse(info.into()))
+                .await?;
+            return Ok(());
+        }
+    };
     let keyed = view.key.is_some();
     let schema = view.subscription_schema();
     let prefix_types: Vec<DataType> = schema.fields[..2].iter().map(|f| f.ty.clone()).collect();
@@ -548,6 +565,12 @@ where
     }
     let mut sent = subscription.snapshot.len();
     let snapshot_progress = subscription.progress;
+    // A durable subscription's rows wait for a checkpoint holding them.
+    let snapshot_ready = subscription.ready_to_send(snapshot_progress).await;
+    if !snapshot_ready {
+        subscription.snapshot.clear();
+        sent = 0;
+    }
     if copy {
         for chunk in subscription.snapshot.chunks(1024) {
             let text = copy_lines(&mut chunk.iter().map(|row| (snapshot_progress, "insert", row)));
@@ -566,35 +589,32 @@ where
         }
     }
     client.flush().await?;
-    while let Some(batch) = subscription.changes.recv().await {
-        subscription.taken(&batch);
+    while snapshot_ready && let Some(batch) = subscription.next().await {
         if copy {
             // Encoded once for every subscriber of the view.
-            let text = batch.copy_text.get_or_init(|| {
-                copy_lines(
-                    &mut subscription_rows(&batch.changes, keyed)
-                        .map(|(op, row)| (batch.progress, op, row)),
-                )
-            });
-            sent += subscription_rows(&batch.changes, keyed).count();
+            let text = batch
+                .copy_text
+                .get_or_init(|| copy_lines(&mut subscription_rows(&batch, keyed)));
+            sent += subscription_rows(&batch, keyed).count();
             client
                 .send(PgWireBackendMessage::CopyData(CopyData::new(text.clone())))
                 .await?;
             continue;
         }
-        for (op, row) in subscription_rows(&batch.changes, keyed) {
-            let prefix = [Value::Int(batch.progress as i64), Value::string(op)];
+        for (progress, op, row) in subscription_rows(&batch, keyed) {
+            let prefix = [Value::Int(progress as i64), Value::string(op)];
             let row = data_row(&mut encoder, row, &view.schema, &prefix, &prefix_types)?;
             client.feed(PgWireBackendMessage::DataRow(row)).await?;
             sent += 1;
         }
         client.flush().await?;
     }
-    // The view was dropped, or this subscriber fell behind.
+    // The view was dropped, or this subscriber fell behind, or the view went back to a
+    // checkpoint.
     if let Some(reason) = subscription.cut_off() {
         client
             .send(PgWireBackendMessage::ErrorResponse(
-                ErrorInfo::new("ERROR".into(), "53400".into(), reason).into(),
+                ErrorInfo::new("ERROR".into(), reason.code.into(), reason.message).into(),
             ))
             .await?;
     } else {
@@ -626,10 +646,10 @@ impl SimpleQueryHandler for Session {
         // sent here rather than as one response.
         let statements = self.0.engine.split(&query.query).unwrap_or_default();
         if let [only] = statements.as_slice()
-            && let Some(Ok((view, copy))) = self.0.engine.subscription(only)
+            && let Some(Ok(request)) = self.0.engine.subscription(only)
         {
             client.set_state(PgWireConnectionState::QueryInProgress);
-            let result = stream_subscription(client, view, copy, true).await;
+            let result = stream_subscription(client, request, true).await;
             client.set_state(PgWireConnectionState::ReadyForQuery);
             result?;
             client
@@ -693,10 +713,10 @@ impl ExtendedQueryHandler for Session {
         };
         if let Some(statement) = statement
             && matches!(client.state(), PgWireConnectionState::ReadyForQuery)
-            && let Some(Ok((view, copy))) = self.0.engine.subscription(&statement)
+            && let Some(Ok(request)) = self.0.engine.subscription(&statement)
         {
             client.set_state(PgWireConnectionState::QueryInProgress);
-            let result = stream_subscription(client, view, copy, false).await;
+            let result = stream_subscription(client, request, false).await;
             client.set_state(PgWireConnectionState::ReadyForQuery);
             return result;
         }
@@ -794,13 +814,15 @@ mod tests {
             riffle::Change::new(RowKind::UpdateBefore, Row(vec![Value::Int(1)])),
             riffle::Change::new(RowKind::UpdateAfter, Row(vec![Value::Int(2)])),
         ];
-        let keyed: Vec<_> = subscription_rows(&changes, true)
-            .map(|(op, _)| op)
+        // The batch's changes are the view's 11th and 12th.
+        let batch = ChangeBatch::new(12, changes);
+        let keyed: Vec<_> = subscription_rows(&batch, true)
+            .map(|(progress, op, _)| (progress, op))
             .collect();
-        assert_eq!(keyed, ["update"]);
-        let unkeyed: Vec<_> = subscription_rows(&changes, false)
-            .map(|(op, _)| op)
+        assert_eq!(keyed, [(12, "update")]);
+        let unkeyed: Vec<_> = subscription_rows(&batch, false)
+            .map(|(progress, op, _)| (progress, op))
             .collect();
-        assert_eq!(unkeyed, ["delete", "insert"]);
+        assert_eq!(unkeyed, [(11, "delete"), (12, "insert")]);
     }
 }

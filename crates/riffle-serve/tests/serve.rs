@@ -587,3 +587,104 @@ fn a_cursor_fetches_a_subscription_a_batch_at_a_time_through_the_extended_protoc
     });
     server.stop();
 }
+
+/// Applies a subscription's rows of `per_auction` to `seen`: each progress after the last, an
+/// insert of a new key, an update of a known one.
+fn apply(seen: &mut BTreeMap<i64, (i64, i64)>, last: &mut i64, rows: Vec<tokio_postgres::Row>) {
+    for row in rows {
+        let progress: i64 = row.get(0);
+        assert!(progress > *last, "{progress} after {last}");
+        *last = progress;
+        let op: &str = row.get(1);
+        let a: i32 = row.get(2);
+        let before = seen.insert(i64::from(a), (row.get(3), row.get(4)));
+        match op {
+            "insert" => assert!(before.is_none(), "insert of {a} twice"),
+            "update" => assert!(before.is_some(), "update of {a} before its insert"),
+            other => panic!("op {other}"),
+        }
+    }
+}
+
+/// A durable cursor read part of the way (its last `FETCH` ending inside a batch), then a new
+/// cursor `AS OF` the progress of the last row read: together they have each change once, in
+/// order, and end at the view's rows.
+#[test]
+fn a_durable_cursor_resumes_as_of_its_last_row_with_each_change_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let server = Server::start(config(&dir.path().join("data"))).unwrap();
+    rt.block_on(async {
+        let client = connect(&server).await;
+        create_per_auction(&client).await;
+        let mut reader = connect(&server).await;
+        let mut seen: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+        let mut last_progress = 0i64;
+        let first = reader.transaction().await.unwrap();
+        first
+            .batch_execute("DECLARE c CURSOR FOR SUBSCRIBE per_auction WITH (DURABLE)")
+            .await
+            .unwrap();
+        // Three rows at a time: the updates of one batch span several FETCHes.
+        let mut fetched = 0;
+        while fetched < 20 {
+            let rows = first
+                .query("FETCH 3 c WITH (timeout = '10s')", &[])
+                .await
+                .unwrap();
+            assert!(!rows.is_empty(), "no durable change within 10 s");
+            fetched += rows.len();
+            apply(&mut seen, &mut last_progress, rows);
+        }
+        first.commit().await.unwrap();
+        let token = last_progress;
+
+        wait_for_status(&client, "per_auction", "finished").await;
+        let final_rows: BTreeMap<i64, (i64, i64)> =
+            rows(&client, "SELECT a, bids, highest FROM per_auction")
+                .await
+                .into_iter()
+                .map(|r| {
+                    let v: Vec<i64> = r.into_iter().map(|x| x.unwrap().parse().unwrap()).collect();
+                    (v[0], (v[1], v[2]))
+                })
+                .collect();
+        let second = reader.transaction().await.unwrap();
+        second
+            .batch_execute(&format!(
+                "DECLARE d CURSOR FOR SUBSCRIBE per_auction AS OF {token}"
+            ))
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let rows = second
+                .query("FETCH ALL d WITH (timeout = '1s')", &[])
+                .await
+                .unwrap();
+            if rows.is_empty() && seen == final_rows {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the cursors saw {seen:?}");
+            apply(&mut seen, &mut last_progress, rows);
+        }
+        second.commit().await.unwrap();
+        // A token past what the view holds is refused with 55000, the session goes on.
+        let error = reader
+            .simple_query("SUBSCRIBE per_auction AS OF 99999999")
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.code(),
+            Some(&tokio_postgres::error::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE),
+            "{error:?}"
+        );
+        assert_eq!(
+            rows(&reader, "SELECT COUNT(*) FROM per_auction")
+                .await
+                .len(),
+            1
+        );
+    });
+    server.stop();
+}

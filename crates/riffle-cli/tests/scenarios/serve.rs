@@ -237,3 +237,200 @@ fn a_view_of_a_kafka_topic_killed_while_it_ingests_counts_every_record_once() {
         want
     );
 }
+
+/// What a subscriber got: each line of `COPY (SUBSCRIBE ..) TO STDOUT` as it came, then how
+/// the subscription ended (the server went away, or an error).
+#[cfg(feature = "kafka")]
+enum Received {
+    Line(String),
+    Ended(String),
+}
+
+/// Subscribes over tokio-postgres (each COPY chunk handed over as it arrives, unlike psql's
+/// buffered output) with `statement`, in a thread of its own.
+#[cfg(feature = "kafka")]
+fn subscriber(port: u16, statement: String) -> std::sync::mpsc::Receiver<Received> {
+    use futures_util::StreamExt;
+    let (sender, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let end = |why: String| sender.send(Received::Ended(why));
+            let (client, connection) = match tokio_postgres::connect(
+                &format!("host=127.0.0.1 port={port} user=riffle dbname=riffle"),
+                tokio_postgres::NoTls,
+            )
+            .await
+            {
+                Ok(connected) => connected,
+                Err(e) => return end(format!("cannot connect: {e}")),
+            };
+            tokio::spawn(connection);
+            let copy = match client.copy_out(&statement).await {
+                Ok(copy) => copy,
+                Err(e) => return end(format!("{statement}: {e}")),
+            };
+            let mut copy = Box::pin(copy);
+            let mut partial = String::new();
+            while let Some(chunk) = copy.next().await {
+                match chunk {
+                    Ok(chunk) => {
+                        partial.push_str(std::str::from_utf8(&chunk).unwrap());
+                        while let Some(end) = partial.find('\n') {
+                            let line: String = partial.drain(..=end).collect();
+                            let _ = sender.send(Received::Line(line.trim_end().to_string()));
+                        }
+                    }
+                    Err(e) => return end(e.to_string()),
+                }
+            }
+            end("the subscription ended".into())
+        })
+    });
+    received
+}
+
+/// A durable subscriber of a view over a Kafka topic follows it while the server is killed
+/// with SIGKILL three times as the view ingests, resuming each time `AS OF` the progress of
+/// the last row it got: it ends with every record's row exactly once, each row's progress its
+/// place in the view's changelog.
+#[cfg(feature = "kafka")]
+#[test]
+fn a_durable_subscriber_resumes_after_each_kill_of_the_server_and_sees_each_change_once() {
+    use riffle_kafka::testing::{TestProducer, bootstrap};
+    use riffle_kafka::{KafkaConnection, ensure_topics};
+    use std::sync::mpsc::RecvTimeoutError;
+
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let topic = format!("serve-resume-{}-{nanos}", std::process::id());
+    ensure_topics(&KafkaConnection::new(bootstrap()), &[(&topic, 2)], 1).unwrap();
+    let producer = TestProducer::new(&[("linger.ms", "5")]);
+    let produce = |from: u64, to: u64| {
+        for i in from..to {
+            let order = format!(r#"{{"id": {i}, "amount": {}}}"#, i % 7);
+            producer.send(&topic, (i % 2) as i32, None, order.as_bytes());
+        }
+        producer.flush();
+    };
+    const PART: u64 = 6_000;
+    const ROUNDS: u64 = 3;
+    let kept = |i: &u64| i % 7 > 2;
+    produce(0, PART);
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = serve(dir.path());
+    psql(
+        server.port,
+        &format!(
+            "CREATE TABLE orders (id BIGINT, amount BIGINT) WITH ('connector' = 'kafka',
+                 'topic' = '{topic}', 'properties.bootstrap.servers' = '{}',
+                 'properties.group.id' = '{topic}', 'scan.startup.mode' = 'earliest-offset',
+                 'format' = 'json');
+             CREATE MATERIALIZED VIEW big AS SELECT id, amount FROM orders WHERE amount > 2;",
+            bootstrap()
+        ),
+    );
+    // Every line got: (progress, op, id).
+    let mut got: Vec<(u64, String, u64)> = Vec::new();
+    let take = |line: &str, got: &mut Vec<(u64, String, u64)>| {
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields.len(), 4, "{line}");
+        got.push((
+            fields[0].parse().unwrap(),
+            fields[1].to_string(),
+            fields[2].parse().unwrap(),
+        ));
+    };
+    let mut lines = subscriber(
+        server.port,
+        "COPY (SUBSCRIBE big WITH (DURABLE)) TO STDOUT".into(),
+    );
+    for round in 0..ROUNDS {
+        produce((round + 1) * PART, (round + 2) * PART);
+        // Killed at a different point of each round: once the subscriber has some rows of
+        // it, while the view holds changes no checkpoint has yet.
+        let target = got.len() + 1 + (round as usize) * 700;
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while got.len() < target {
+            match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(Received::Line(line)) => take(&line, &mut got),
+                Ok(Received::Ended(why)) => panic!("round {round}: the subscription ended: {why}"),
+                Err(RecvTimeoutError::Timeout) => panic!("round {round}: no rows for 90 s"),
+                Err(RecvTimeoutError::Disconnected) => unreachable!(),
+            }
+        }
+        server.child.kill().unwrap(); // SIGKILL
+        server.child.wait().unwrap();
+        // What was on its way is the subscriber's; then the connection ends.
+        while let Received::Line(line) = lines.recv_timeout(Duration::from_secs(90)).unwrap() {
+            take(&line, &mut got);
+        }
+        drop(server);
+        server = serve(dir.path());
+        let token = got.last().map(|(p, _, _)| *p).unwrap();
+        lines = subscriber(
+            server.port,
+            format!("COPY (SUBSCRIBE big AS OF {token}) TO STDOUT"),
+        );
+    }
+    let expected: Vec<u64> = (0..(ROUNDS + 1) * PART).filter(kept).collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while got.len() < expected.len() {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Received::Line(line)) => take(&line, &mut got),
+            Ok(Received::Ended(why)) => panic!("the last subscription ended: {why}"),
+            Err(_) => panic!("{} of {} rows after 90 s", got.len(), expected.len()),
+        }
+    }
+    // Every record once: nothing lost, nothing twice.
+    assert!(got.iter().all(|(_, op, _)| op == "insert"));
+    let mut ids: Vec<u64> = got.iter().map(|(_, _, id)| *id).collect();
+    ids.sort_unstable();
+    if ids != expected {
+        let twice: Vec<_> = ids.windows(2).filter(|w| w[0] == w[1]).take(5).collect();
+        let lost: Vec<_> = expected
+            .iter()
+            .filter(|i| ids.binary_search(i).is_err())
+            .take(5)
+            .collect();
+        panic!(
+            "{} rows for {} records: twice {twice:?}.., lost {lost:?}..",
+            ids.len(),
+            expected.len()
+        );
+    }
+    // The view's rows at the start share its progress then (one row per change so far);
+    // after them, each row is one change of the view, in the changelog's order: its progress is
+    // its place.
+    let start = got[0].0;
+    for (at, (progress, _, _)) in got.iter().enumerate() {
+        let place = if (at as u64) < start {
+            start
+        } else {
+            at as u64 + 1
+        };
+        assert_eq!(*progress, place, "row {at} of the subscriber");
+    }
+    // A token past what the view's checkpoints hold is refused, naming why.
+    let refused = Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &server.port.to_string(),
+            "-U",
+            "riffle",
+        ])
+        .args(["-X", "-c", "SUBSCRIBE big AS OF 999999999"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(message.contains("not durable"), "{message}");
+}
