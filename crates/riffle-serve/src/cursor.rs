@@ -43,6 +43,8 @@ struct Cursor {
     pending: VecDeque<(u64, &'static str, Row)>,
     /// The changes ended (the view was dropped, or the reader was cut off).
     ended: bool,
+    /// `WITH (PROGRESS)`: a `progress` row after the rows at the start and after each batch.
+    progress_rows: bool,
 }
 
 /// A cursor statement.
@@ -256,6 +258,7 @@ impl Cursors {
                         snapshot,
                         pending: VecDeque::new(),
                         ended: false,
+                        progress_rows: request.options.progress,
                     },
                 );
                 Ok(Outcome::Done("DECLARE CURSOR".into()))
@@ -330,6 +333,7 @@ impl Cursor {
             Some(true) => {
                 self.pending
                     .extend(rows.into_iter().map(|row| (progress, "insert", row)));
+                self.push_progress(progress);
                 true
             }
             Some(false) => {
@@ -347,6 +351,15 @@ impl Cursor {
         let keyed = self.view.key.is_some();
         for (progress, op, row) in crate::wire::subscription_rows(batch, keyed) {
             self.pending.push_back((progress, op, row.clone()));
+        }
+        self.push_progress(batch.progress);
+    }
+
+    /// With `WITH (PROGRESS)`: a `progress` row, the view's columns `NULL`.
+    fn push_progress(&mut self, progress: u64) {
+        if self.progress_rows {
+            let nulls = Row(vec![Value::Null; self.view.schema.len()]);
+            self.pending.push_back((progress, "progress", nulls));
         }
     }
 

@@ -13,12 +13,13 @@ use riffle::JobMonitor;
 use riffle::checkpoint::RestoreFrom;
 use riffle::sink::CollectSink;
 use riffle::{EnvConfig, RowKind, StreamEnv};
-use riffle_sql::parse::{ColumnDef, Statement, TableDef};
+use riffle_sql::parse::{ColumnDef, ProgramChangelog, Statement, TableDef};
 use riffle_sql::plan::{Catalog, Plan};
 use riffle_sql::{Row, Schema, SqlError, Value};
 use sqlparser::ast;
 
 use crate::view::{Materialize, SubscribeOptions, ViewTable};
+use crate::view_source::ViewSource;
 
 /// An error of a statement, with the SQLSTATE a Postgres client gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +109,8 @@ struct View {
     query: String,
     table: Arc<ViewTable>,
     job: Option<ViewJob>,
+    /// The views its query reads (their changes, as a view's reader).
+    reads: Vec<String>,
 }
 
 struct ViewJob {
@@ -319,7 +322,7 @@ impl Engine {
                 "CREATE MATERIALIZED VIEW name AS takes a query (SELECT ...)",
             ));
         };
-        let plan = state.catalog.plan_query(&ast).map_err(|e| {
+        let plan = view_catalog(&state, &name).plan_query(&ast).map_err(|e| {
             StatementError::from(SqlError::new(
                 format!("materialized view `{name}`: {}", e.message),
                 e.location,
@@ -342,6 +345,7 @@ impl Engine {
                 query,
                 table,
                 job: None,
+                reads: Vec::new(),
             },
         );
         if !replaying {
@@ -365,9 +369,13 @@ impl Engine {
         let Statement::Query(ast) = riffle_sql::parse::parse_statement(&view.query)? else {
             unreachable!("checked when created")
         };
-        let mut catalog = state.catalog.clone();
-        catalog.views.remove(name);
-        let plan = catalog.plan_query(&ast)?;
+        let plan = view_catalog(state, name).plan_query(&ast)?;
+        let reads: Vec<String> = plan
+            .tables()
+            .iter()
+            .filter(|t| t.changes.is_some() && state.views.contains_key(&t.name))
+            .map(|t| t.name.clone())
+            .collect();
         let dir = self.view_dir(name);
         let mut config = self.config.env.clone();
         config.job_name = format!("view-{name}");
@@ -399,7 +407,7 @@ impl Engine {
                         job.wait()?;
                         // The job ended with its input, after its final checkpoint completed:
                         // the view's last changes are durable.
-                        table.commit_all();
+                        table.finish();
                         Ok(())
                     }
                     Err(e) => {
@@ -413,13 +421,23 @@ impl Engine {
             .recv()
             .map_err(|_| StatementError::new("XX000", format!("view `{name}`: its job died")))?
             .map_err(|e| StatementError::new("42000", format!("view `{name}`: {e}")))?;
-        state.views.get_mut(name).expect("registered").job = Some(ViewJob { monitor, thread });
+        let view = state.views.get_mut(name).expect("registered");
+        view.job = Some(ViewJob { monitor, thread });
+        view.reads = reads;
         Ok(())
     }
 
     fn drop_view(&self, text: &str, replaying: bool) -> Result<Outcome> {
         let (name, if_exists) = parse_drop(text, 3)?;
         let mut state = self.lock();
+        if let Some((reader, _)) = state.views.iter().find(|(_, v)| v.reads.contains(&name)) {
+            return Err(StatementError::new(
+                "2BP01",
+                format!(
+                    "cannot drop materialized view `{name}`: materialized view `{reader}` reads it (drop `{reader}` first)"
+                ),
+            ));
+        }
         let Some(view) = state.views.remove(&name) else {
             if if_exists {
                 return Ok(Outcome::Done("DROP MATERIALIZED VIEW".into()));
@@ -435,6 +453,11 @@ impl Engine {
             let _ = job.thread.join();
         }
         view.table.close_subscriptions();
+        for read in &view.reads {
+            if let Some(inner) = state.views.get(read) {
+                inner.table.unpin(&name);
+            }
+        }
         if !replaying {
             self.log(text)?;
         }
@@ -695,6 +718,28 @@ fn plan_over_views(
     Ok((catalog.plan_query(query)?, used))
 }
 
+/// The catalog view `name`'s query is planned in: the other materialized views are tables of
+/// their changes (read by `name` as a durable subscriber, `view_source`), not queries.
+fn view_catalog(state: &State, name: &str) -> Catalog {
+    let mut catalog = state.catalog.clone();
+    catalog.views.remove(name);
+    for (other, view) in &state.views {
+        if other == name {
+            continue;
+        }
+        catalog.views.remove(other);
+        let table = view.table.clone();
+        let reader = name.to_string();
+        let mut def = view_table_def(&view.table, Vec::new());
+        def.rows = None;
+        def.changes = Some(ProgramChangelog::new(move |env| {
+            env.from_source(ViewSource::new(table.clone(), &reader))
+        }));
+        catalog.tables.insert(other.clone(), def);
+    }
+    catalog
+}
+
 /// A view's rows as a bounded table of its columns.
 fn view_table_def(table: &ViewTable, rows: Vec<Row>) -> TableDef {
     TableDef {
@@ -716,6 +761,7 @@ fn view_table_def(table: &ViewTable, rows: Vec<Row>) -> TableDef {
         options: BTreeMap::from([("connector".to_string(), VIEW_CONNECTOR.to_string())]),
         partition_keys: Vec::new(),
         rows: Some(Arc::new(rows)),
+        changes: None,
     }
 }
 
@@ -1031,7 +1077,7 @@ fn parse_subscribe(text: &str, copy: bool) -> Result<(String, SubscribeOptions)>
     let syntax = || {
         StatementError::new(
             "42601",
-            "expected SUBSCRIBE [TO] view [WITH (DURABLE, SNAPSHOT = false)] [AS OF progress], or COPY (SUBSCRIBE ..) TO STDOUT",
+            "expected SUBSCRIBE [TO] view [WITH (DURABLE, SNAPSHOT = false, PROGRESS)] [AS OF progress], or COPY (SUBSCRIBE ..) TO STDOUT",
         )
     };
     let mut rest = text.trim().trim_end_matches(';').trim();
@@ -1093,7 +1139,8 @@ fn parse_subscribe(text: &str, copy: bool) -> Result<(String, SubscribeOptions)>
     Ok((name, options))
 }
 
-/// `DURABLE [= true | false]`, `SNAPSHOT [= true | false]`, comma-separated.
+/// `DURABLE [= true | false]`, `SNAPSHOT [= true | false]`, `PROGRESS [= true | false]`,
+/// comma-separated.
 fn read_subscribe_options(text: &str, options: &mut SubscribeOptions) -> Result<()> {
     for option in text.split(',').map(str::trim).filter(|o| !o.is_empty()) {
         let (key, value) = match option.split_once('=') {
@@ -1113,10 +1160,13 @@ fn read_subscribe_options(text: &str, options: &mut SubscribeOptions) -> Result<
         match key.to_ascii_uppercase().as_str() {
             "DURABLE" => options.durable = flag,
             "SNAPSHOT" => options.snapshot = flag,
+            "PROGRESS" => options.progress = flag,
             _ => {
                 return Err(StatementError::new(
                     "22023",
-                    format!("SUBSCRIBE .. WITH ({key}): the options are DURABLE and SNAPSHOT"),
+                    format!(
+                        "SUBSCRIBE .. WITH ({key}): the options are DURABLE, SNAPSHOT and PROGRESS"
+                    ),
                 ));
             }
         }
@@ -1189,7 +1239,13 @@ mod tests {
             durable: true,
             snapshot: false,
             as_of: Some(42),
+            progress: false,
         };
+        assert!(
+            subscribe("SUBSCRIBE v WITH (DURABLE, PROGRESS)", false)
+                .1
+                .progress
+        );
         assert_eq!(subscribe("SUBSCRIBE v AS OF 42", false).1, resumed);
         assert_eq!(
             subscribe("COPY (SUBSCRIBE v WITH (DURABLE) AS OF 42) TO STDOUT", true),

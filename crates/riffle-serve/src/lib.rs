@@ -32,6 +32,7 @@ use riffle_sql::plan::Catalog;
 mod cursor;
 pub mod engine;
 pub mod view;
+pub mod view_source;
 pub mod wire;
 
 pub use engine::{Engine, EngineConfig, Outcome, StatementError, SubscribeRequest};

@@ -43,6 +43,8 @@ pub struct ViewTable {
     /// Whether the job has restored the view, or started it afresh (it processed a batch or
     /// took a checkpoint): reads before that would see it empty.
     ready: AtomicBool,
+    /// Whether the view's job ended with its input: no change comes any more.
+    finished: AtomicBool,
     /// The progress the view's latest completed checkpoint holds, and the view's generation
     /// (it goes up when the job goes back to a checkpoint, or the view is dropped: what was
     /// waiting for a commit then never gets it).
@@ -71,6 +73,10 @@ struct Inner {
     retained: VecDeque<Arc<ChangeBatch>>,
     /// How many changes `retained` holds.
     retained_len: usize,
+    /// The views reading this one, each with the progress its latest completed checkpoint
+    /// read up to: the changes after it stay retained, whatever the retention, so the reader
+    /// can resume from its checkpoint.
+    pins: BTreeMap<String, u64>,
 }
 
 /// What the view's operator writes into a checkpoint.
@@ -82,6 +88,8 @@ struct Snapshot {
     pending: Vec<Change<Row>>,
     /// The retained batches: each one's progress after it, and its changes.
     retained: Vec<(u64, Vec<Change<Row>>)>,
+    /// The views reading this one, and where their checkpoints are.
+    pins: BTreeMap<String, u64>,
 }
 
 /// What a view's checkpoint held before it kept changes for resuming subscribers.
@@ -99,6 +107,7 @@ impl From<SnapshotV1> for Snapshot {
             rows: old.rows,
             pending: old.pending,
             retained: Vec::new(),
+            pins: BTreeMap::new(),
         }
     }
 }
@@ -159,6 +168,9 @@ pub struct SubscribeOptions {
     /// Resume after this progress (a token a subscription sent earlier): the changes after it,
     /// no rows first; the view must still keep them. Implies `durable`.
     pub as_of: Option<u64>,
+    /// After the rows at the start, and after each batch of changes, a row of op `progress`
+    /// (the view's columns `NULL`): everything up to its progress was sent.
+    pub progress: bool,
 }
 
 impl Default for SubscribeOptions {
@@ -167,6 +179,7 @@ impl Default for SubscribeOptions {
             durable: false,
             snapshot: true,
             as_of: None,
+            progress: false,
         }
     }
 }
@@ -222,6 +235,21 @@ impl Subscription {
     /// Why the changes ended early, if they did.
     pub fn cut_off(&self) -> Option<CutOff> {
         self.cut_off.get().cloned()
+    }
+
+    /// Whether the rows at the start may be sent: `Some(true)` now, `Some(false)` not yet (a
+    /// durable subscription waits for a checkpoint holding them), `None` never (the view went
+    /// back to an older checkpoint, or was dropped).
+    pub fn snapshot_ready(&self) -> Option<bool> {
+        if !self.durable {
+            return Some(true);
+        }
+        let committed = *self.committed.borrow();
+        if committed.generation != self.generation {
+            None
+        } else {
+            Some(committed.progress >= self.progress)
+        }
     }
 
     /// Whether the subscription is durable (sends only what a checkpoint holds).
@@ -312,8 +340,10 @@ impl ViewTable {
                 subscribers: Vec::new(),
                 retained: VecDeque::new(),
                 retained_len: 0,
+                pins: BTreeMap::new(),
             }),
             ready: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
             committed: watch::Sender::new(Committed {
                 progress: 0,
                 generation: 0,
@@ -334,10 +364,16 @@ impl ViewTable {
     }
 
     /// The view's job ended with its input and its final checkpoint completed: every change
-    /// applied is durable.
-    pub(crate) fn commit_all(&self) {
+    /// applied is durable, and no other comes.
+    pub(crate) fn finish(&self) {
         let progress = self.read().progress;
         self.commit(progress);
+        self.finished.store(true, Ordering::Release);
+    }
+
+    /// Whether the view's job ended with its input (no change comes any more).
+    pub fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
     }
 
     /// A completed checkpoint holds the view up to `progress`.
@@ -554,7 +590,7 @@ impl ViewTable {
             }
         }
         inner.progress += changes.len() as u64;
-        if inner.subscribers.is_empty() && self.retained_changes == 0 {
+        if inner.subscribers.is_empty() && self.retained_changes == 0 && inner.pins.is_empty() {
             return;
         }
         let batch = Arc::new(ChangeBatch::new(inner.progress, changes));
@@ -579,18 +615,41 @@ impl ViewTable {
     /// Keeps `batch` for subscribers that resume, and forgets the oldest batches past the
     /// view's retention.
     fn retain(&self, inner: &mut Inner, batch: Arc<ChangeBatch>) {
-        if self.retained_changes == 0 {
+        if self.retained_changes == 0 && inner.pins.is_empty() {
             return;
         }
         inner.retained_len += batch.changes.len();
         inner.retained.push_back(batch);
+        self.trim(inner);
+    }
+
+    /// Forgets the oldest batches past the view's retention that no reading view needs.
+    fn trim(&self, inner: &mut Inner) {
+        let pinned = inner.pins.values().min().copied().unwrap_or(u64::MAX);
         while let Some(oldest) = inner.retained.front() {
-            if inner.retained_len - oldest.changes.len() < self.retained_changes {
+            if inner.retained_len - oldest.changes.len() < self.retained_changes
+                || oldest.progress > pinned
+            {
                 break;
             }
             inner.retained_len -= oldest.changes.len();
             inner.retained.pop_front();
         }
+    }
+
+    /// View `reader` (reading this one) completed a checkpoint that read up to `progress`:
+    /// the changes after it are kept until it moves on.
+    pub fn pin(&self, reader: &str, progress: u64) {
+        let mut inner = self.write();
+        inner.pins.insert(reader.to_string(), progress);
+        self.trim(&mut inner);
+    }
+
+    /// View `reader` no longer reads this one (it was dropped).
+    pub fn unpin(&self, reader: &str) {
+        let mut inner = self.write();
+        inner.pins.remove(reader);
+        self.trim(&mut inner);
     }
 
     /// Empties the view (its job starts again from nothing).
@@ -621,6 +680,7 @@ impl ViewTable {
                 .iter()
                 .map(|b| (b.progress, b.changes.clone()))
                 .collect(),
+            pins: inner.pins.clone(),
         }
     }
 
@@ -629,6 +689,7 @@ impl ViewTable {
         self.rewind(&mut inner, snapshot.progress);
         inner.retained.clear();
         inner.retained_len = 0;
+        inner.pins = snapshot.pins;
         for (progress, changes) in snapshot.retained {
             self.retain(&mut inner, Arc::new(ChangeBatch::new(progress, changes)));
         }
@@ -736,6 +797,7 @@ impl Operator for Materialize {
             .checkpoints
             .split_off(&(checkpoint_id.saturating_add(1)));
         let done = std::mem::replace(&mut self.checkpoints, later);
+        tracing::debug!(view = %self.table.name, checkpoint_id, progress = ?done.values().max(), "checkpoint completed");
         if let Some(progress) = done.values().max() {
             self.table.commit(*progress);
         }

@@ -588,7 +588,23 @@ where
             client.feed(PgWireBackendMessage::DataRow(row)).await?;
         }
     }
+    // `WITH (PROGRESS)`: a row saying that everything up to a progress was sent.
+    let nulls = Row(vec![Value::Null; view.schema.len()]);
+    let progress_row = |encoder: &mut DataRowEncoder, progress: u64| {
+        if copy {
+            let line = copy_lines(&mut std::iter::once((progress, "progress", &nulls)));
+            return Ok::<_, PgWireError>(PgWireBackendMessage::CopyData(CopyData::new(line)));
+        }
+        let prefix = [Value::Int(progress as i64), Value::string("progress")];
+        let row = data_row(encoder, &nulls, &view.schema, &prefix, &prefix_types)?;
+        Ok(PgWireBackendMessage::DataRow(row))
+    };
+    if snapshot_ready && options.progress {
+        let message = progress_row(&mut encoder, snapshot_progress)?;
+        client.feed(message).await?;
+    }
     client.flush().await?;
+    tracing::debug!(view = %view.name, progress = snapshot_progress, snapshot_ready, "subscription starts");
     while snapshot_ready && let Some(batch) = subscription.next().await {
         if copy {
             // Encoded once for every subscriber of the view.
@@ -597,15 +613,19 @@ where
                 .get_or_init(|| copy_lines(&mut subscription_rows(&batch, keyed)));
             sent += subscription_rows(&batch, keyed).count();
             client
-                .send(PgWireBackendMessage::CopyData(CopyData::new(text.clone())))
+                .feed(PgWireBackendMessage::CopyData(CopyData::new(text.clone())))
                 .await?;
-            continue;
+        } else {
+            for (progress, op, row) in subscription_rows(&batch, keyed) {
+                let prefix = [Value::Int(progress as i64), Value::string(op)];
+                let row = data_row(&mut encoder, row, &view.schema, &prefix, &prefix_types)?;
+                client.feed(PgWireBackendMessage::DataRow(row)).await?;
+                sent += 1;
+            }
         }
-        for (progress, op, row) in subscription_rows(&batch, keyed) {
-            let prefix = [Value::Int(progress as i64), Value::string(op)];
-            let row = data_row(&mut encoder, row, &view.schema, &prefix, &prefix_types)?;
-            client.feed(PgWireBackendMessage::DataRow(row)).await?;
-            sent += 1;
+        if options.progress {
+            let message = progress_row(&mut encoder, batch.progress)?;
+            client.feed(message).await?;
         }
         client.flush().await?;
     }

@@ -688,3 +688,93 @@ fn a_durable_cursor_resumes_as_of_its_last_row_with_each_change_once() {
     });
     server.stop();
 }
+
+/// Waits until `sql` gives `want`.
+async fn wait_for_rows(client: &Client, sql: &str, want: &[Vec<Option<String>>]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = rows(client, sql).await;
+        if now == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{sql} gives {now:?}, not {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Views over a view read its changes (not its query again): a global aggregate and a filter
+/// over `per_auction` end equal to the same query over its rows, also after a restart of the
+/// server, and the view they read cannot be dropped before them.
+#[test]
+fn a_view_of_a_view_reads_its_changes_once_also_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let rt = runtime();
+    let totals = "SELECT auctions, bids FROM totals";
+    let busy = "SELECT a, bids FROM busy ORDER BY a";
+    let (want_totals, want_busy) = {
+        let server = Server::start(config(&data)).unwrap();
+        let wants = rt.block_on(async {
+            let client = connect(&server).await;
+            create_per_auction(&client).await;
+            client
+                .batch_execute(
+                    "CREATE MATERIALIZED VIEW totals AS
+                         SELECT COUNT(*) AS auctions, SUM(bids) AS bids FROM per_auction;
+                     CREATE MATERIALIZED VIEW busy AS
+                         SELECT a, bids FROM per_auction WHERE bids > 900",
+                )
+                .await
+                .unwrap();
+            wait_for_status(&client, "per_auction", "finished").await;
+            // The same queries over the inner view's rows (a bounded read of them).
+            let want_totals = rows(&client, "SELECT COUNT(*), SUM(bids) FROM per_auction").await;
+            let want_busy = rows(
+                &client,
+                "SELECT a, bids FROM per_auction WHERE bids > 900 ORDER BY a",
+            )
+            .await;
+            assert_eq!(
+                want_totals[0][1].as_deref(),
+                Some("18400"),
+                "46 bids in 50 events"
+            );
+            assert!(
+                !want_busy.is_empty() && want_busy.len() < 10,
+                "{want_busy:?}"
+            );
+            wait_for_rows(&client, totals, &want_totals).await;
+            wait_for_rows(&client, busy, &want_busy).await;
+            let error = client
+                .simple_query("DROP MATERIALIZED VIEW per_auction")
+                .await
+                .unwrap_err();
+            assert_eq!(
+                error.code(),
+                Some(&tokio_postgres::error::SqlState::DEPENDENT_OBJECTS_STILL_EXIST),
+                "{error:?}"
+            );
+            (want_totals, want_busy)
+        });
+        server.stop();
+        wants
+    };
+    // Restored from their checkpoints: the outer views neither lose nor count twice.
+    let server = Server::start(config(&data)).unwrap();
+    rt.block_on(async {
+        let client = connect(&server).await;
+        wait_for_rows(&client, totals, &want_totals).await;
+        wait_for_rows(&client, busy, &want_busy).await;
+        client
+            .batch_execute(
+                "DROP MATERIALIZED VIEW totals; DROP MATERIALIZED VIEW busy;
+                 DROP MATERIALIZED VIEW per_auction",
+            )
+            .await
+            .unwrap();
+    });
+    server.stop();
+}

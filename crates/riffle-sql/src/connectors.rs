@@ -167,11 +167,12 @@ fn completer(table: &TableDef, computed: &[Typed], time: Option<&TimeAttribute>)
 /// Whether `table` is read as a changelog: of upserts and deletions by key (`upsert-kafka`),
 /// or of Debezium's change events (`'format' = 'debezium-json'`).
 pub fn is_changelog(table: &TableDef) -> bool {
-    table.rows.is_none()
-        && (matches!(
-            table.options.get("connector").map(String::as_str),
-            Some("upsert-kafka" | "postgres-cdc")
-        ) || is_debezium(table))
+    table.changes.is_some()
+        || table.rows.is_none()
+            && (matches!(
+                table.options.get("connector").map(String::as_str),
+                Some("upsert-kafka" | "postgres-cdc")
+            ) || is_debezium(table))
 }
 
 /// Whether `table` is a `kafka` or `filesystem` table of Debezium events (JSON, or Avro
@@ -200,6 +201,15 @@ pub fn changelog_scan(
     computed: Vec<Typed>,
     time: Option<TimeAttribute>,
 ) -> Result<DataStream<Change<Row>>> {
+    if let Some(changes) = &table.changes {
+        if time.is_some() || !computed.is_empty() {
+            return Err(SqlError::plan(format!(
+                "table `{}`: a changelog the program gives has no WATERMARK and no computed columns",
+                table.name
+            )));
+        }
+        return Ok(changes.build(env).name(&format!("Source: {}", table.name)));
+    }
     if is_debezium(table) {
         debezium_scan(env, table, read, computed, time)
     } else if table.options.get("connector").map(String::as_str) == Some("postgres-cdc") {

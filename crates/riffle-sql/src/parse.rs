@@ -108,6 +108,53 @@ pub struct TableDef {
     /// option says): `riffle serve` answers a query over a materialized view by reading the
     /// view's rows as such a table.
     pub rows: Option<std::sync::Arc<Vec<crate::types::Row>>>,
+    /// A changelog the program gives (a streaming table of changes, whatever its connector
+    /// option says): `riffle serve`'s views read the views they name this way.
+    pub changes: Option<ProgramChangelog>,
+}
+
+/// The stream of changes of a table whose changelog the program gives
+/// ([`TableDef::changes`]): built in the job that reads the table.
+///
+/// ```
+/// use riffle_sql::parse::ProgramChangelog;
+/// use riffle_sql::Row;
+///
+/// let changes = ProgramChangelog::new(|env| env.from_iter(vec![riffle::Change::insert(Row(vec![]))]));
+/// # let _ = changes;
+/// ```
+#[derive(Clone)]
+pub struct ProgramChangelog(std::sync::Arc<BuildChangelog>);
+
+/// What builds a [`ProgramChangelog`]'s stream in a job.
+type BuildChangelog = dyn Fn(&riffle::StreamEnv) -> riffle::DataStream<riffle::Change<crate::types::Row>>
+    + Send
+    + Sync;
+
+impl ProgramChangelog {
+    /// The changelog `build` makes in a job's environment.
+    pub fn new(
+        build: impl Fn(&riffle::StreamEnv) -> riffle::DataStream<riffle::Change<crate::types::Row>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> ProgramChangelog {
+        ProgramChangelog(std::sync::Arc::new(build))
+    }
+
+    /// The changelog, in `env`'s job.
+    pub fn build(
+        &self,
+        env: &riffle::StreamEnv,
+    ) -> riffle::DataStream<riffle::Change<crate::types::Row>> {
+        (self.0)(env)
+    }
+}
+
+impl std::fmt::Debug for ProgramChangelog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgramChangelog")
+    }
 }
 
 /// A statement's text, and where it starts in the script.
@@ -679,6 +726,7 @@ fn parse_create_table(text: &str) -> Result<TableDef, SqlError> {
         options: BTreeMap::new(),
         partition_keys: Vec::new(),
         rows: None,
+        changes: None,
     };
     loop {
         if parse_word(p, "WATERMARK") {

@@ -1079,6 +1079,7 @@ impl Catalog {
                     options: BTreeMap::new(),
                     partition_keys: Vec::new(),
                     rows: Some(std::sync::Arc::new(vec![Row(Vec::new())])),
+                    changes: None,
                 };
                 let plan = self.scan(&one_row)?;
                 Ok((plan, Qualifiers::new(), select.selection.clone()))

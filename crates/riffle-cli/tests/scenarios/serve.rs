@@ -195,7 +195,9 @@ fn a_view_of_a_kafka_topic_killed_while_it_ingests_counts_every_record_once() {
                  'properties.group.id' = '{topic}', 'scan.startup.mode' = 'earliest-offset',
                  'format' = 'json');
              CREATE MATERIALIZED VIEW per_user AS
-                 SELECT user_id, COUNT(*) AS n, SUM(amount) AS total FROM orders GROUP BY user_id;",
+                 SELECT user_id, COUNT(*) AS n, SUM(amount) AS total FROM orders GROUP BY user_id;
+             CREATE MATERIALIZED VIEW totals AS
+                 SELECT COUNT(*) AS users, SUM(n) AS n, SUM(total) AS total FROM per_user;",
             bootstrap()
         ),
     );
@@ -236,6 +238,18 @@ fn a_view_of_a_kafka_topic_killed_while_it_ingests_counts_every_record_once() {
         ),
         want
     );
+    // The view over the view read each of its changes once, through the kill.
+    let total: u64 = expected.values().map(|(_, t)| t).sum();
+    let want = format!("50|{}|{total}\n", 2 * HALF);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let now = psql(server.port, "SELECT users, n, total FROM totals");
+        if now == want {
+            break;
+        }
+        assert!(Instant::now() < deadline, "totals is {now:?}, not {want:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// What a subscriber got: each line of `COPY (SUBSCRIBE ..) TO STDOUT` as it came, then how
@@ -293,6 +307,57 @@ fn subscriber(port: u16, statement: String) -> std::sync::mpsc::Receiver<Receive
     received
 }
 
+/// What a durable subscriber of view `big` (`id`, `amount`) has, and where it resumes.
+#[cfg(feature = "kafka")]
+#[derive(Default)]
+struct Follower {
+    /// The rows it has for sure: (progress, op, id).
+    got: Vec<(u64, String, u64)>,
+    /// The rows at the start of the current subscription, until its first `progress` row
+    /// says they are all there.
+    tentative: Vec<(u64, String, u64)>,
+    started: bool,
+    /// The progress of the last change row, or of the last `progress` row.
+    token: Option<u64>,
+}
+
+#[cfg(feature = "kafka")]
+impl Follower {
+    /// The statement to subscribe with: after its token, or from the view's rows.
+    fn statement(&self) -> String {
+        match self.token {
+            Some(token) => format!("COPY (SUBSCRIBE big WITH (PROGRESS) AS OF {token}) TO STDOUT"),
+            None => "COPY (SUBSCRIBE big WITH (DURABLE, PROGRESS)) TO STDOUT".into(),
+        }
+    }
+
+    fn line(&mut self, line: &str) {
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields.len(), 4, "{line}");
+        let progress: u64 = fields[0].parse().unwrap();
+        if fields[1] == "progress" {
+            self.got.append(&mut self.tentative);
+            self.started = true;
+            self.token = Some(progress);
+            return;
+        }
+        let row = (progress, fields[1].to_string(), fields[2].parse().unwrap());
+        if self.started {
+            // A change: its progress is a token by itself.
+            self.got.push(row);
+            self.token = Some(progress);
+        } else {
+            self.tentative.push(row);
+        }
+    }
+
+    /// The connection ended: rows at the start not known to be all there are dropped.
+    fn disconnected(&mut self) {
+        self.tentative.clear();
+        self.started = false;
+    }
+}
+
 /// A durable subscriber of a view over a Kafka topic follows it while the server is killed
 /// with SIGKILL three times as the view ingests, resuming each time `AS OF` the progress of
 /// the last row it got: it ends with every record's row exactly once, each row's progress its
@@ -336,30 +401,17 @@ fn a_durable_subscriber_resumes_after_each_kill_of_the_server_and_sees_each_chan
             bootstrap()
         ),
     );
-    // Every line got: (progress, op, id).
-    let mut got: Vec<(u64, String, u64)> = Vec::new();
-    let take = |line: &str, got: &mut Vec<(u64, String, u64)>| {
-        let fields: Vec<&str> = line.split('\t').collect();
-        assert_eq!(fields.len(), 4, "{line}");
-        got.push((
-            fields[0].parse().unwrap(),
-            fields[1].to_string(),
-            fields[2].parse().unwrap(),
-        ));
-    };
-    let mut lines = subscriber(
-        server.port,
-        "COPY (SUBSCRIBE big WITH (DURABLE)) TO STDOUT".into(),
-    );
+    let mut follower = Follower::default();
+    let mut lines = subscriber(server.port, follower.statement());
     for round in 0..ROUNDS {
         produce((round + 1) * PART, (round + 2) * PART);
         // Killed at a different point of each round: once the subscriber has some rows of
         // it, while the view holds changes no checkpoint has yet.
-        let target = got.len() + 1 + (round as usize) * 700;
+        let target = follower.got.len() + 1 + (round as usize) * 700;
         let deadline = Instant::now() + Duration::from_secs(90);
-        while got.len() < target {
+        while follower.got.len() < target {
             match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(Received::Line(line)) => take(&line, &mut got),
+                Ok(Received::Line(line)) => follower.line(&line),
                 Ok(Received::Ended(why)) => panic!("round {round}: the subscription ended: {why}"),
                 Err(RecvTimeoutError::Timeout) => panic!("round {round}: no rows for 90 s"),
                 Err(RecvTimeoutError::Disconnected) => unreachable!(),
@@ -369,25 +421,27 @@ fn a_durable_subscriber_resumes_after_each_kill_of_the_server_and_sees_each_chan
         server.child.wait().unwrap();
         // What was on its way is the subscriber's; then the connection ends.
         while let Received::Line(line) = lines.recv_timeout(Duration::from_secs(90)).unwrap() {
-            take(&line, &mut got);
+            follower.line(&line);
         }
+        follower.disconnected();
         drop(server);
         server = serve(dir.path());
-        let token = got.last().map(|(p, _, _)| *p).unwrap();
-        lines = subscriber(
-            server.port,
-            format!("COPY (SUBSCRIBE big AS OF {token}) TO STDOUT"),
-        );
+        lines = subscriber(server.port, follower.statement());
     }
     let expected: Vec<u64> = (0..(ROUNDS + 1) * PART).filter(kept).collect();
     let deadline = Instant::now() + Duration::from_secs(90);
-    while got.len() < expected.len() {
+    while follower.got.len() < expected.len() {
         match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(Received::Line(line)) => take(&line, &mut got),
+            Ok(Received::Line(line)) => follower.line(&line),
             Ok(Received::Ended(why)) => panic!("the last subscription ended: {why}"),
-            Err(_) => panic!("{} of {} rows after 90 s", got.len(), expected.len()),
+            Err(_) => panic!(
+                "{} of {} rows after 90 s",
+                follower.got.len(),
+                expected.len()
+            ),
         }
     }
+    let got = follower.got;
     // Every record once: nothing lost, nothing twice.
     assert!(got.iter().all(|(_, op, _)| op == "insert"));
     let mut ids: Vec<u64> = got.iter().map(|(_, _, id)| *id).collect();
