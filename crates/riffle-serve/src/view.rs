@@ -645,6 +645,13 @@ impl ViewTable {
         self.trim(&mut inner);
     }
 
+    /// Forgets the pins of the readers `keep` says are gone.
+    pub fn keep_pins(&self, keep: impl Fn(&str) -> bool) {
+        let mut inner = self.write();
+        inner.pins.retain(|reader, _| keep(reader));
+        self.trim(&mut inner);
+    }
+
     /// View `reader` no longer reads this one (it was dropped).
     pub fn unpin(&self, reader: &str) {
         let mut inner = self.write();
