@@ -9,6 +9,14 @@
 //! Prints the ingest rate without and with readers, lookup latency p50/p99/max, and the
 //! subscribers' lag (from the moment the view applied a change to the moment a subscriber read
 //! it) p50/p99/max.
+//!
+//! ```sh
+//! cargo bench -p riffle-serve --bench serve_load -- soak [seconds] [lookup clients] [lookups/s each] [subscribers]
+//! ```
+//!
+//! A soak: the view (10,000 bidders: its state stops growing) ingests an endless stream for
+//! that long with its readers; the process's memory and the view's ingest rate are printed
+//! every 10 seconds.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,15 +38,24 @@ fn arg(i: usize, default: u64) -> u64 {
         .map_or(default, |a| a.parse().expect("a number"))
 }
 
-fn view_sql(events: u64) -> String {
+fn view_sql(events: u64, soak: bool) -> String {
+    // A soak's view has a bounded number of keys: its memory should stay flat.
+    let bidder = if soak {
+        "MOD(bid.bidder, 10000)"
+    } else {
+        "bid.bidder"
+    };
     format!(
         "CREATE TABLE bids (event_type INT, bid ROW<auction BIGINT, bidder BIGINT, price BIGINT>)
              WITH ('connector' = 'nexmark', 'events.num' = '{events}');
          CREATE MATERIALIZED VIEW per_bidder AS
-             SELECT bid.bidder AS bidder, COUNT(*) AS bids, MAX(bid.price) AS highest
-             FROM bids WHERE event_type = 2 GROUP BY bid.bidder"
+             SELECT {bidder} AS bidder, COUNT(*) AS bids, MAX(bid.price) AS highest
+             FROM bids WHERE event_type = 2 GROUP BY {bidder}"
     )
 }
+
+/// How long a soak runs (`None`: the run reads its events and ends).
+type Soak = Option<Duration>;
 
 struct Run {
     seconds: f64,
@@ -48,7 +65,7 @@ struct Run {
     changes: u64,
 }
 
-fn run(events: u64, clients: u64, rate: u64, subscribers: u64, retained: usize) -> Run {
+fn run(events: u64, clients: u64, rate: u64, subscribers: u64, retained: usize, soak: Soak) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let mut config = ServeConfig::new(dir.path().join("data"));
     config.listen = "127.0.0.1:0".parse().unwrap();
@@ -76,14 +93,21 @@ fn run(events: u64, clients: u64, rate: u64, subscribers: u64, retained: usize) 
     // When the view reached each progress: sampled every millisecond.
     let timeline: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
-    rt.block_on(admin.batch_execute(&view_sql(events))).unwrap();
+    rt.block_on(admin.batch_execute(&view_sql(events, soak.is_some())))
+        .unwrap();
     let view = server.engine().view("per_bidder").unwrap();
     {
         let (timeline, done, view) = (timeline.clone(), done.clone(), view.clone());
         std::thread::spawn(move || {
             while !done.load(Ordering::Relaxed) {
                 let progress = view.progress();
-                timeline.lock().unwrap().push((Instant::now(), progress));
+                let mut timeline = timeline.lock().unwrap();
+                timeline.push((Instant::now(), progress));
+                // The last 10 to 20 seconds are enough to place a subscriber's reads (and a
+                // soak's memory stays the server's).
+                if timeline.len() > 20_000 {
+                    timeline.drain(..10_000);
+                }
                 std::thread::sleep(Duration::from_millis(1));
             }
         });
@@ -177,9 +201,31 @@ fn run(events: u64, clients: u64, rate: u64, subscribers: u64, retained: usize) 
             .unwrap()
     };
     let mut rss = 0;
-    while status() != "finished" {
-        rss = rss.max(riffle::metrics::process_rss_bytes().unwrap_or(0));
-        std::thread::sleep(Duration::from_millis(50));
+    match soak {
+        None => {
+            while status() != "finished" {
+                rss = rss.max(riffle::metrics::process_rss_bytes().unwrap_or(0));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Some(length) => {
+            println!("  seconds  RSS MB  view changes  changes/s (last 10 s)");
+            let mut last = (Instant::now(), view.progress());
+            while started.elapsed() < length {
+                std::thread::sleep(Duration::from_secs(10));
+                let now = (Instant::now(), view.progress());
+                let bytes = riffle::metrics::process_rss_bytes().unwrap_or(0);
+                rss = rss.max(bytes);
+                println!(
+                    "  {:>7.0}  {:>6}  {:>12}  {:>9.0}",
+                    started.elapsed().as_secs_f64(),
+                    bytes >> 20,
+                    now.1,
+                    (now.1 - last.1) as f64 / (now.0 - last.0).as_secs_f64()
+                );
+                last = now;
+            }
+        }
     }
     let seconds = started.elapsed().as_secs_f64();
     done.store(true, Ordering::Relaxed);
@@ -201,13 +247,39 @@ fn run(events: u64, clients: u64, rate: u64, subscribers: u64, retained: usize) 
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "soak") {
+        let seconds = arg(2, 600);
+        let (clients, rate, subscribers) = (arg(3, 4), arg(4, 100), arg(5, 4));
+        println!(
+            "soak: {seconds} s, {clients} lookup clients at {rate}/s each, {subscribers} subscribers"
+        );
+        let soak = run(
+            u64::MAX / 4,
+            clients,
+            rate,
+            subscribers,
+            riffle_serve::view::DEFAULT_RETAINED_CHANGES,
+            Some(Duration::from_secs(seconds)),
+        );
+        let ms = |us: u64| us as f64 / 1000.0;
+        println!(
+            "soak: max RSS {} MB, {} view changes; lookups p50 {:.2} ms, p99 {:.2} ms; subscription lag p50 {:.1} ms, p99 {:.1} ms",
+            soak.rss_mb,
+            soak.changes,
+            ms(soak.lookups.value_at_quantile(0.5)),
+            ms(soak.lookups.value_at_quantile(0.99)),
+            ms(soak.lag.value_at_quantile(0.5)),
+            ms(soak.lag.value_at_quantile(0.99))
+        );
+        return;
+    }
     let events = arg(1, 10_000_000);
     let clients = arg(2, 8);
     let rate = arg(3, 250);
     let subscribers = arg(4, 10);
     let retained = arg(5, riffle_serve::view::DEFAULT_RETAINED_CHANGES as u64) as usize;
     println!("each view keeps its latest {retained} changes for resuming subscribers");
-    let alone = run(events, 0, rate, 0, retained);
+    let alone = run(events, 0, rate, 0, retained, None);
     println!(
         "alone:        {events} events in {:.2} s = {:.0} events/s ({} view changes), max RSS {} MB",
         alone.seconds,
@@ -215,7 +287,7 @@ fn main() {
         alone.changes,
         alone.rss_mb
     );
-    let loaded = run(events, clients, rate, subscribers, retained);
+    let loaded = run(events, clients, rate, subscribers, retained, None);
     println!(
         "with readers: {events} events in {:.2} s = {:.0} events/s ({} view changes), max RSS {} MB; {clients} lookup clients at {rate}/s each, {subscribers} subscribers",
         loaded.seconds,

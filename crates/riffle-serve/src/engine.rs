@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -118,9 +118,23 @@ struct ViewJob {
     thread: JoinHandle<riffle::Result<()>>,
 }
 
+/// A sink: a job writing a query's rows (the changes of the views it reads) into a table's
+/// connector, until it is dropped.
+struct Sink {
+    /// The statement that made it (`CREATE SINK ..` or `INSERT INTO ..`).
+    statement: String,
+    /// Where the rows go.
+    table: TableDef,
+    query: String,
+    job: Option<ViewJob>,
+    /// The views its query reads.
+    reads: Vec<String>,
+}
+
 struct State {
     catalog: Catalog,
     views: BTreeMap<String, View>,
+    sinks: BTreeMap<String, Sink>,
 }
 
 /// The server's catalog and views, shared by every session.
@@ -153,6 +167,7 @@ impl Engine {
             state: Mutex::new(State {
                 catalog,
                 views: BTreeMap::new(),
+                sinks: BTreeMap::new(),
             }),
         };
         let path = engine.config.data_dir.join(CATALOG_FILE);
@@ -177,6 +192,15 @@ impl Engine {
                     .start_view(&mut state, name)
                     .map_err(|e| riffle::Error::config("--data-dir", e.to_string()))?;
             }
+            let sinks: Vec<String> = state.sinks.keys().cloned().collect();
+            for name in &sinks {
+                engine
+                    .start_sink(&mut state, name)
+                    .map_err(|e| riffle::Error::config("--data-dir", e.to_string()))?;
+            }
+            let readers: Vec<String> = (names.iter().cloned())
+                .chain(sinks.iter().map(|s| sink_reader(s)))
+                .collect();
             // Clients come in once every view is back (restored from its checkpoint, or
             // started afresh): none reads a view still empty from the restart.
             let tables: Vec<Arc<ViewTable>> =
@@ -192,7 +216,7 @@ impl Engine {
                 }
                 // A view dropped just before a crash may still pin this one's changes in its
                 // checkpoint: only views that exist do.
-                table.keep_pins(|reader| names.iter().any(|n| n == reader));
+                table.keep_pins(|reader| readers.iter().any(|r| r == reader));
             }
         }
         Ok(engine)
@@ -224,6 +248,9 @@ impl Engine {
             ("CREATE", "MATERIALIZED", "VIEW") => self.create_view(text, replaying),
             ("DROP", "MATERIALIZED", "VIEW") => self.drop_view(text, replaying),
             ("SHOW", "MATERIALIZED", "VIEWS") => Ok(self.show_views()),
+            ("CREATE", "SINK", _) => self.create_sink(text, replaying),
+            ("DROP", "SINK", _) => self.drop_sink(text, replaying),
+            ("SHOW", "SINKS", _) => Ok(self.show_sinks()),
             ("SHOW", "TABLES", _) => Ok(self.show_tables()),
             ("DROP", "TABLE" | "VIEW", _) => self.drop_definition(text, replaying),
             _ if subscribes(text).is_some() => Ok(Outcome::Subscribe(
@@ -258,12 +285,7 @@ impl Engine {
                         .collect(),
                 })
             }
-            Statement::Insert { table, .. } => Err(StatementError::new(
-                "0A000",
-                format!(
-                    "INSERT INTO {table}: riffle serve keeps materialized views; write a view's changes out with `riffle sql -f` for now"
-                ),
-            )),
+            Statement::Insert { table, query } => self.insert(&table, &query, text, replaying),
             statement => {
                 let mut state = self.lock();
                 if let Statement::CreateTable(t) = &statement
@@ -325,12 +347,14 @@ impl Engine {
                 "CREATE MATERIALIZED VIEW name AS takes a query (SELECT ...)",
             ));
         };
-        let plan = view_catalog(&state, &name).plan_query(&ast).map_err(|e| {
-            StatementError::from(SqlError::new(
-                format!("materialized view `{name}`: {}", e.message),
-                e.location,
-            ))
-        })?;
+        let plan = view_catalog(&state, &name, &name)
+            .plan_query(&ast)
+            .map_err(|e| {
+                StatementError::from(SqlError::new(
+                    format!("materialized view `{name}`: {}", e.message),
+                    e.location,
+                ))
+            })?;
         let table = Arc::new(
             ViewTable::new(
                 &name,
@@ -372,45 +396,63 @@ impl Engine {
         let Statement::Query(ast) = riffle_sql::parse::parse_statement(&view.query)? else {
             unreachable!("checked when created")
         };
-        let plan = view_catalog(state, name).plan_query(&ast)?;
-        let reads: Vec<String> = plan
-            .tables()
-            .iter()
-            .filter(|t| t.changes.is_some() && state.views.contains_key(&t.name))
-            .map(|t| t.name.clone())
-            .collect();
-        let dir = self.view_dir(name);
+        let plan = view_catalog(state, name, name).plan_query(&ast)?;
+        let reads = views_read(state, &plan);
+        let table = view.table.clone();
+        let finished = table.clone();
+        let job = self
+            .spawn_job(
+                &format!("view-{name}"),
+                &self.view_dir(name),
+                move |env| {
+                    let changes = riffle_sql::lower::lower(&plan, env)
+                        .map_err(|e| riffle::Error::config("query", e.to_string()))?
+                        .into_changelog();
+                    changes
+                        .transform("Materialize", move || Materialize::new(table.clone()))
+                        .set_parallelism(1)
+                        .sink_fn(|()| Ok(()))
+                        .name("Sink: view");
+                    Ok(())
+                },
+                // The job ended with its input, after its final checkpoint completed: the view's
+                // last changes are durable.
+                move || finished.finish(),
+            )
+            .map_err(|e| StatementError::new(e.code, format!("view `{name}`: {}", e.message)))?;
+        let view = state.views.get_mut(name).expect("registered");
+        view.job = Some(job);
+        view.reads = reads;
+        Ok(())
+    }
+
+    /// Runs a job of the server (`job_name`, its checkpoints and state under `dir`, from its
+    /// latest checkpoint when it has one) on a thread of its own: `build` declares it, `finished`
+    /// runs when it ended with its input.
+    fn spawn_job(
+        &self,
+        job_name: &str,
+        dir: &Path,
+        build: impl FnOnce(&StreamEnv) -> riffle::Result<()> + Send + 'static,
+        finished: impl FnOnce() + Send + 'static,
+    ) -> Result<ViewJob> {
         let mut config = self.config.env.clone();
-        config.job_name = format!("view-{name}");
+        config.job_name = job_name.to_string();
         config.dead_letter_dir = dir.join("dead-letter");
         config.local_state_dir = dir.join("state");
         config.checkpoints.storage = dir.join("checkpoints").display().to_string();
         config.checkpoints.restore = Some(RestoreFrom::Latest);
-        let table = view.table.clone();
         let (started, wait) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
-            .name(format!("view-{name}"))
+            .name(job_name.to_string())
             .spawn(move || -> riffle::Result<()> {
                 let env = StreamEnv::with_config(config);
-                let job = (|| -> riffle::Result<riffle::JobHandle> {
-                    let changes = riffle_sql::lower::lower(&plan, &env)
-                        .map_err(|e| riffle::Error::config("query", e.to_string()))?
-                        .into_changelog();
-                    let view = table.clone();
-                    changes
-                        .transform("Materialize", move || Materialize::new(view.clone()))
-                        .set_parallelism(1)
-                        .sink_fn(|()| Ok(()))
-                        .name("Sink: view");
-                    env.execute_async()
-                })();
+                let job = build(&env).and_then(|()| env.execute_async());
                 match job {
                     Ok(job) => {
                         let _ = started.send(Ok(job.monitor()));
                         job.wait()?;
-                        // The job ended with its input, after its final checkpoint completed:
-                        // the view's last changes are durable.
-                        table.finish();
+                        finished();
                         Ok(())
                     }
                     Err(e) => {
@@ -422,22 +464,197 @@ impl Engine {
             .map_err(|e| StatementError::new("58000", format!("cannot start a thread: {e}")))?;
         let monitor = wait
             .recv()
-            .map_err(|_| StatementError::new("XX000", format!("view `{name}`: its job died")))?
-            .map_err(|e| StatementError::new("42000", format!("view `{name}`: {e}")))?;
-        let view = state.views.get_mut(name).expect("registered");
-        view.job = Some(ViewJob { monitor, thread });
-        view.reads = reads;
+            .map_err(|_| StatementError::new("XX000", "its job died"))?
+            .map_err(|e| StatementError::new("42000", e))?;
+        Ok(ViewJob { monitor, thread })
+    }
+
+    fn sink_dir(&self, name: &str) -> PathBuf {
+        self.config.data_dir.join("sinks").join(name)
+    }
+
+    /// `CREATE SINK [IF NOT EXISTS] name FROM view WITH ('connector' = ..)`: the view's changes
+    /// written out by the connector, as a table of the view's columns with those options.
+    fn create_sink(&self, text: &str, replaying: bool) -> Result<Outcome> {
+        let (name, view, options, if_not_exists) = parse_create_sink(text)?;
+        let mut state = self.lock();
+        if state.sinks.contains_key(&name) {
+            if if_not_exists {
+                return Ok(Outcome::Done("CREATE SINK".into()));
+            }
+            return Err(StatementError::new(
+                "42P07",
+                format!("sink `{name}` already exists"),
+            ));
+        }
+        let table = state
+            .views
+            .get(&view)
+            .map(|v| v.table.clone())
+            .ok_or_else(|| {
+                StatementError::new(
+                    "42P01",
+                    format!(
+                        "CREATE SINK {name} FROM {view}: materialized view `{view}` does not exist"
+                    ),
+                )
+            })?;
+        let mut def = view_table_def(&table, Vec::new());
+        def.name = name.clone();
+        def.rows = None;
+        def.options = options;
+        let query = format!("SELECT * FROM {view}");
+        self.add_sink(&mut state, &name, def, query, text, replaying)?;
+        Ok(Outcome::Done("CREATE SINK".into()))
+    }
+
+    /// `INSERT INTO table query`: a sink named `insert_<n>` writing the query's rows (the
+    /// changes of the views it reads) into the table's connector, until dropped.
+    fn insert(
+        &self,
+        table: &str,
+        query: &ast::Query,
+        text: &str,
+        replaying: bool,
+    ) -> Result<Outcome> {
+        let mut state = self.lock();
+        let def = state.catalog.tables.get(table).cloned().ok_or_else(|| {
+            StatementError::new("42P01", format!("INSERT INTO {table}: no such table"))
+        })?;
+        let number = state
+            .sinks
+            .keys()
+            .filter_map(|n| n.strip_prefix("insert_")?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let name = format!("insert_{number}");
+        self.add_sink(&mut state, &name, def, query.to_string(), text, replaying)?;
+        Ok(Outcome::Done("INSERT 0 0".into()))
+    }
+
+    /// Registers sink `name`, starts it (which checks its query and its connector's options)
+    /// unless the catalog is being replayed, and logs the statement that made it.
+    fn add_sink(
+        &self,
+        state: &mut State,
+        name: &str,
+        table: TableDef,
+        query: String,
+        text: &str,
+        replaying: bool,
+    ) -> Result<()> {
+        state.sinks.insert(
+            name.to_string(),
+            Sink {
+                statement: text.trim().trim_end_matches(';').to_string(),
+                table,
+                query,
+                job: None,
+                reads: Vec::new(),
+            },
+        );
+        if !replaying {
+            if let Err(e) = self.start_sink(state, name) {
+                state.sinks.remove(name);
+                return Err(e);
+            }
+            self.log(text)?;
+        }
         Ok(())
+    }
+
+    /// Starts the job of sink `name`, from its latest checkpoint when it has one.
+    fn start_sink(&self, state: &mut State, name: &str) -> Result<()> {
+        let sink = state.sinks.get(name).expect("registered");
+        let Statement::Query(ast) = riffle_sql::parse::parse_statement(&sink.query)? else {
+            unreachable!("checked when created")
+        };
+        let plan = view_catalog(state, "", &sink_reader(name)).plan_query(&ast)?;
+        let reads = views_read(state, &plan);
+        let table = sink.table.clone();
+        let job = self
+            .spawn_job(
+                &format!("sink-{name}"),
+                &self.sink_dir(name),
+                move |env| {
+                    riffle_sql::lower::insert(env, &table, &plan)
+                        .map_err(|e| riffle::Error::config("query", e.to_string()))
+                },
+                || {},
+            )
+            .map_err(|e| StatementError::new(e.code, format!("sink `{name}`: {}", e.message)))?;
+        let sink = state.sinks.get_mut(name).expect("registered");
+        sink.job = Some(job);
+        sink.reads = reads;
+        Ok(())
+    }
+
+    fn drop_sink(&self, text: &str, replaying: bool) -> Result<Outcome> {
+        let (name, if_exists) = parse_drop(text, 2)?;
+        let mut state = self.lock();
+        let Some(sink) = state.sinks.remove(&name) else {
+            if if_exists {
+                return Ok(Outcome::Done("DROP SINK".into()));
+            }
+            return Err(StatementError::new(
+                "42P01",
+                format!("sink `{name}` does not exist"),
+            ));
+        };
+        if let Some(job) = sink.job {
+            job.monitor.cancel();
+            let _ = job.thread.join();
+        }
+        for read in &sink.reads {
+            if let Some(view) = state.views.get(read) {
+                view.table.unpin(&sink_reader(&name));
+            }
+        }
+        if !replaying {
+            self.log(text)?;
+        }
+        remove_dir(&self.sink_dir(&name))?;
+        Ok(Outcome::Done("DROP SINK".into()))
+    }
+
+    fn show_sinks(&self) -> Outcome {
+        let state = self.lock();
+        let schema = Schema::new(vec![
+            riffle_sql::Field::new("name", riffle_sql::DataType::Varchar),
+            riffle_sql::Field::new("status", riffle_sql::DataType::Varchar),
+            riffle_sql::Field::new("statement", riffle_sql::DataType::Varchar),
+        ]);
+        let rows = state
+            .sinks
+            .iter()
+            .map(|(name, sink)| {
+                Row(vec![
+                    Value::string(name),
+                    Value::string(job_status(sink.job.as_ref())),
+                    Value::string(&sink.statement),
+                ])
+            })
+            .collect();
+        Outcome::Rows { schema, rows }
     }
 
     fn drop_view(&self, text: &str, replaying: bool) -> Result<Outcome> {
         let (name, if_exists) = parse_drop(text, 3)?;
         let mut state = self.lock();
-        if let Some((reader, _)) = state.views.iter().find(|(_, v)| v.reads.contains(&name)) {
+        let reader = (state.views.iter())
+            .find(|(_, v)| v.reads.contains(&name))
+            .map(|(reader, _)| format!("materialized view `{reader}`"))
+            .or_else(|| {
+                (state.sinks.iter())
+                    .find(|(_, s)| s.reads.contains(&name))
+                    .map(|(reader, _)| format!("sink `{reader}`"))
+            });
+        if let Some(reader) = reader {
             return Err(StatementError::new(
                 "2BP01",
                 format!(
-                    "cannot drop materialized view `{name}`: materialized view `{reader}` reads it (drop `{reader}` first)"
+                    "cannot drop materialized view `{name}`: {reader} reads it (drop it first)"
                 ),
             ));
         }
@@ -464,12 +681,7 @@ impl Engine {
         if !replaying {
             self.log(text)?;
         }
-        let dir = self.view_dir(&name);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|e| {
-                StatementError::new("58030", format!("cannot remove `{}`: {e}", dir.display()))
-            })?;
-        }
+        remove_dir(&self.view_dir(&name))?;
         Ok(Outcome::Done("DROP MATERIALIZED VIEW".into()))
     }
 
@@ -510,10 +722,7 @@ impl Engine {
             .iter()
             .map(|(name, view)| {
                 let progress = view.table.progress();
-                let status = match &view.job {
-                    Some(job) => format!("{:?}", job.monitor.overview().status).to_lowercase(),
-                    None => "not started".to_string(),
-                };
+                let status = job_status(view.job.as_ref());
                 Row(vec![
                     Value::string(name),
                     Value::Int(view.table.len() as i64),
@@ -659,9 +868,15 @@ impl Engine {
         Ok(Outcome::Rows { schema, rows })
     }
 
-    /// Stops every view's job (their state stays in their checkpoints).
+    /// Stops every view's and sink's job (their state stays in their checkpoints).
     pub fn shutdown(&self) {
         let mut state = self.lock();
+        for sink in state.sinks.values_mut() {
+            if let Some(job) = sink.job.take() {
+                job.monitor.cancel();
+                let _ = job.thread.join();
+            }
+        }
         for view in state.views.values_mut() {
             if let Some(job) = view.job.take() {
                 job.monitor.cancel();
@@ -721,18 +936,19 @@ fn plan_over_views(
     Ok((catalog.plan_query(query)?, used))
 }
 
-/// The catalog view `name`'s query is planned in: the other materialized views are tables of
-/// their changes (read by `name` as a durable subscriber, `view_source`), not queries.
-fn view_catalog(state: &State, name: &str) -> Catalog {
+/// The catalog a view's or a sink's query is planned in (`exclude`: the view itself): the
+/// materialized views are tables of their changes (read as a durable subscriber named
+/// `reader`, `view_source`), not queries.
+fn view_catalog(state: &State, exclude: &str, reader: &str) -> Catalog {
     let mut catalog = state.catalog.clone();
-    catalog.views.remove(name);
+    catalog.views.remove(exclude);
     for (other, view) in &state.views {
-        if other == name {
+        if other == exclude {
             continue;
         }
         catalog.views.remove(other);
         let table = view.table.clone();
-        let reader = name.to_string();
+        let reader = reader.to_string();
         let mut def = view_table_def(&view.table, Vec::new());
         def.rows = None;
         def.changes = Some(ProgramChangelog::new(move |env| {
@@ -741,6 +957,84 @@ fn view_catalog(state: &State, name: &str) -> Catalog {
         catalog.tables.insert(other.clone(), def);
     }
     catalog
+}
+
+/// The materialized views `plan` reads the changes of.
+fn views_read(state: &State, plan: &Plan) -> Vec<String> {
+    plan.tables()
+        .iter()
+        .filter(|t| t.changes.is_some() && state.views.contains_key(&t.name))
+        .map(|t| t.name.clone())
+        .collect()
+}
+
+/// The name sink `name` reads views as (their pins of retained changes).
+fn sink_reader(name: &str) -> String {
+    format!("sink {name}")
+}
+
+/// What `SHOW` says of a job: `running`, `finished`, `failed`, ...
+fn job_status(job: Option<&ViewJob>) -> String {
+    match job {
+        Some(job) => format!("{:?}", job.monitor.overview().status).to_lowercase(),
+        None => "not started".to_string(),
+    }
+}
+
+/// Removes a dropped view's or sink's directory.
+fn remove_dir(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| {
+            StatementError::new("58030", format!("cannot remove `{}`: {e}", dir.display()))
+        })?;
+    }
+    Ok(())
+}
+
+/// `CREATE SINK [IF NOT EXISTS] name FROM view WITH ('connector' = .., ..)`: the sink's name,
+/// the view's, the options, and whether `IF NOT EXISTS` was given.
+fn parse_create_sink(text: &str) -> Result<(String, String, BTreeMap<String, String>, bool)> {
+    let syntax = || {
+        StatementError::new(
+            "42601",
+            "expected CREATE SINK [IF NOT EXISTS] name FROM view WITH ('connector' = '..', ..)",
+        )
+    };
+    let text = text.trim().trim_end_matches(';').trim();
+    let lower = text.to_ascii_lowercase();
+    let with = lower.find(" with").ok_or_else(syntax)?;
+    let words: Vec<&str> = text[..with].split_whitespace().collect();
+    let (if_not_exists, rest) = match words.as_slice() {
+        [_, _, i, n, e, rest @ ..]
+            if i.eq_ignore_ascii_case("IF")
+                && n.eq_ignore_ascii_case("NOT")
+                && e.eq_ignore_ascii_case("EXISTS") =>
+        {
+            (true, rest)
+        }
+        [_, _, rest @ ..] => (false, rest),
+        _ => return Err(syntax()),
+    };
+    let [name, from, view] = rest else {
+        return Err(syntax());
+    };
+    if !from.eq_ignore_ascii_case("FROM") {
+        return Err(syntax());
+    }
+    // The options as a table's (Flink's `WITH ('key' = 'value', ..)`).
+    let options = &text[with + " with".len()..];
+    let Statement::CreateTable(table) =
+        riffle_sql::parse::parse_statement(&format!("CREATE TABLE sink (c INT) WITH {options}"))?
+    else {
+        return Err(syntax());
+    };
+    if !table.options.contains_key("connector") {
+        return Err(StatementError::new(
+            "42601",
+            "CREATE SINK .. WITH (..) names its 'connector'",
+        ));
+    }
+    Ok((name_of(name)?, name_of(view)?, table.options, if_not_exists))
 }
 
 /// A view's rows as a bounded table of its columns.

@@ -488,3 +488,135 @@ fn a_durable_subscriber_resumes_after_each_kill_of_the_server_and_sees_each_chan
     let message = String::from_utf8_lossy(&refused.stderr);
     assert!(message.contains("not durable"), "{message}");
 }
+
+/// A view's changes written to a Kafka topic by `CREATE SINK .. FROM view` exactly-once, as
+/// Debezium events, while the server is killed with SIGKILL mid-way: replayed in order, the
+/// events a `read_committed` reader gets are each the next change of their key (nothing
+/// twice, nothing lost), and end at the view's rows.
+#[cfg(feature = "kafka")]
+#[test]
+fn a_sink_of_a_view_writes_each_change_once_to_kafka_through_a_kill() {
+    use riffle_kafka::testing::{TestProducer, bootstrap, read_committed};
+    use riffle_kafka::{KafkaConnection, ensure_topics};
+
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let input = format!("serve-sink-in-{}-{nanos}", std::process::id());
+    let output = format!("serve-sink-out-{}-{nanos}", std::process::id());
+    ensure_topics(
+        &KafkaConnection::new(bootstrap()),
+        &[(&input, 2), (&output, 1)],
+        1,
+    )
+    .unwrap();
+    let producer = TestProducer::new(&[("linger.ms", "5")]);
+    let produce = |from: u64, to: u64| {
+        for i in from..to {
+            let order = format!(r#"{{"user_id": {}, "amount": {}}}"#, i % 20, i % 7);
+            producer.send(&input, (i % 2) as i32, None, order.as_bytes());
+        }
+        producer.flush();
+    };
+    const PART: u64 = 5_000;
+    const ROUNDS: u64 = 3;
+    const HALF: u64 = (ROUNDS + 1) * PART / 2;
+    produce(0, PART);
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = serve(dir.path());
+    psql(
+        server.port,
+        &format!(
+            "CREATE TABLE orders (user_id BIGINT, amount BIGINT) WITH ('connector' = 'kafka',
+                 'topic' = '{input}', 'properties.bootstrap.servers' = '{bootstrap}',
+                 'properties.group.id' = '{input}', 'scan.startup.mode' = 'earliest-offset',
+                 'format' = 'json');
+             CREATE MATERIALIZED VIEW per_user AS
+                 SELECT user_id, COUNT(*) AS n, SUM(amount) AS total FROM orders GROUP BY user_id;
+             CREATE SINK out FROM per_user WITH ('connector' = 'kafka', 'topic' = '{output}',
+                 'properties.bootstrap.servers' = '{bootstrap}', 'format' = 'debezium-json',
+                 'sink.delivery-guarantee' = 'exactly-once');",
+            bootstrap = bootstrap()
+        ),
+    );
+    let shown = psql(server.port, "SHOW SINKS");
+    assert!(
+        shown.starts_with("out|running|CREATE SINK out FROM per_user"),
+        "{shown}"
+    );
+    let total = "SELECT SUM(n) FROM per_user";
+    wait_until("the first part read", || sum(server.port, total) >= PART);
+    // The end of the sink's topic, records of open transactions included.
+    let watcher: rdkafka::consumer::BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", "riffle-test-watcher")
+        .create()
+        .unwrap();
+    let written = || {
+        use rdkafka::consumer::Consumer;
+        watcher
+            .fetch_watermarks(&output, 0, Duration::from_secs(10))
+            .unwrap()
+            .1
+    };
+    for round in 1..=ROUNDS {
+        let before = written();
+        produce(round * PART, (round + 1) * PART);
+        // Killed while the sink writes this part's changes (its transaction likely open).
+        wait_until("the sink writing", || written() > before);
+        server.child.kill().unwrap(); // SIGKILL
+        server.child.wait().unwrap();
+        drop(server);
+        server = serve(dir.path());
+    }
+    wait_until("every record read", || sum(server.port, total) >= 2 * HALF);
+    let want: std::collections::BTreeMap<u64, (u64, u64)> =
+        (0..2 * HALF).fold(std::collections::BTreeMap::new(), |mut m, i| {
+            let e = m.entry(i % 20).or_insert((0, 0));
+            e.0 += 1;
+            e.1 += i % 7;
+            m
+        });
+    // The sink's events, applied in order: each removal is of the key's current row, each
+    // addition of a key without one.
+    let replay = |events: &[riffle_kafka::testing::Consumed]| {
+        let mut rows = std::collections::BTreeMap::<u64, (u64, u64)>::new();
+        for event in events {
+            let v: serde_json::Value = serde_json::from_str(&event.value).unwrap();
+            let row = |side: &str| {
+                let r = &v[side];
+                (
+                    r["user_id"].as_u64().unwrap(),
+                    (r["n"].as_u64().unwrap(), r["total"].as_u64().unwrap()),
+                )
+            };
+            match v["op"].as_str().unwrap() {
+                "c" => {
+                    let (user, now) = row("after");
+                    assert_eq!(rows.insert(user, now), None, "{} added twice", event.value);
+                }
+                "d" => {
+                    let (user, was) = row("before");
+                    assert_eq!(
+                        rows.remove(&user),
+                        Some(was),
+                        "{} not the key's row",
+                        event.value
+                    );
+                }
+                other => panic!("op {other}: {}", event.value),
+            }
+        }
+        rows
+    };
+    let mut rows = std::collections::BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while rows != want {
+        assert!(Instant::now() < deadline, "the topic's rows are {rows:?}");
+        let events = read_committed(&output, Duration::from_secs(20), |_, quiet| {
+            quiet > Duration::from_millis(500)
+        });
+        rows = replay(&events);
+    }
+}
