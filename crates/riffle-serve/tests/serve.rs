@@ -778,3 +778,118 @@ fn a_view_of_a_view_reads_its_changes_once_also_across_a_restart() {
     });
     server.stop();
 }
+
+/// The lines of a sink's committed part files under `dir` (`part-<job>-<subtask>-<run>-<n>`),
+/// in the order they were written (one subtask), as JSON.
+fn json_lines(dir: &Path) -> Vec<serde_json::Value> {
+    let mut parts: Vec<((String, u64), std::path::PathBuf)> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let stem = name.strip_prefix("part-")?.split('.').next()?.to_string();
+                    let mut numbers = stem.rsplit('-');
+                    let n = numbers.next()?.parse().ok()?;
+                    let run = numbers.next()?.to_string();
+                    Some(((run, n), e.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    parts.sort();
+    parts
+        .iter()
+        .flat_map(|(_, path)| {
+            let text = std::fs::read_to_string(path).unwrap();
+            text.lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `INSERT INTO` a table writes a view's changes through the table's connector until the view
+/// ends; `SHOW SINKS` lists it, the view cannot be dropped before it, `DROP SINK` removes it.
+#[test]
+fn insert_into_a_table_writes_a_views_changes_as_a_sink() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let rt = runtime();
+    let server = Server::start(config(&dir.path().join("data"))).unwrap();
+    rt.block_on(async {
+        let client = connect(&server).await;
+        create_per_auction(&client).await;
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE out (a INT, bids BIGINT) WITH ('connector' = 'filesystem',
+                     'path' = '{}', 'format' = 'debezium-json')",
+                out.display()
+            ))
+            .await
+            .unwrap();
+        let done = client
+            .simple_query("INSERT INTO out SELECT a, bids FROM per_auction")
+            .await
+            .unwrap();
+        assert!(
+            matches!(done.last(), Some(SimpleQueryMessage::CommandComplete(0))),
+            "{done:?}"
+        );
+        let sinks = rows(&client, "SHOW SINKS").await;
+        assert_eq!(sinks.len(), 1);
+        assert_eq!(sinks[0][0].as_deref(), Some("insert_1"));
+        let error = client
+            .simple_query("DROP MATERIALIZED VIEW per_auction")
+            .await
+            .unwrap_err();
+        let message = error.as_db_error().map(|e| e.message().to_string());
+        assert!(
+            message
+                .as_deref()
+                .is_some_and(|m| m.contains("sink `insert_1`")),
+            "{error:?}"
+        );
+        wait_for_status(&client, "per_auction", "finished").await;
+        // The sink ends with the view it reads.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while rows(&client, "SHOW SINKS").await[0][1].as_deref() != Some("finished") {
+            assert!(Instant::now() < deadline, "the sink did not finish");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let want: BTreeMap<i64, i64> = rows(&client, "SELECT a, bids FROM per_auction")
+            .await
+            .into_iter()
+            .map(|r| {
+                (
+                    r[0].clone().unwrap().parse().unwrap(),
+                    r[1].clone().unwrap().parse().unwrap(),
+                )
+            })
+            .collect();
+        let mut got = BTreeMap::new();
+        for event in json_lines(&out) {
+            match event["op"].as_str() {
+                Some("c") => {
+                    let row = &event["after"];
+                    let before =
+                        got.insert(row["a"].as_i64().unwrap(), row["bids"].as_i64().unwrap());
+                    assert_eq!(before, None, "{event}");
+                }
+                Some("d") => {
+                    let row = &event["before"];
+                    let was = got.remove(&row["a"].as_i64().unwrap());
+                    assert_eq!(was, row["bids"].as_i64(), "{event}");
+                }
+                _ => panic!("{event}"),
+            }
+        }
+        assert_eq!(got, want);
+        client
+            .batch_execute("DROP SINK insert_1; DROP MATERIALIZED VIEW per_auction")
+            .await
+            .unwrap();
+        assert!(rows(&client, "SHOW SINKS").await.is_empty());
+    });
+    server.stop();
+}
