@@ -71,6 +71,7 @@ pub fn run(args: &ServeArgs) -> riffle::Result<()> {
     config.env = env;
     config.max_subscriber_lag = args.max_subscriber_lag;
     config.retained_changes = args.retained_changes;
+    config.web = args.engine.web_config()?;
     if let Some(file) = &args.users_file {
         config.users = read_users(file)?;
     }

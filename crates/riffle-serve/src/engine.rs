@@ -102,6 +102,9 @@ pub struct EngineConfig {
     pub max_subscriber_lag: usize,
     /// How many of its latest changes each view keeps for subscribers that resume (`AS OF`).
     pub retained_changes: usize,
+    /// Where each view's and sink's job serves its web UI, REST API and metrics (`None`: not
+    /// served).
+    pub web: Option<riffle_web::WebConfig>,
 }
 
 /// A materialized view: its query, its rows and its job.
@@ -116,6 +119,15 @@ struct View {
 struct ViewJob {
     monitor: JobMonitor,
     thread: JoinHandle<riffle::Result<()>>,
+    /// Its web UI and REST API, while it runs.
+    web: Option<riffle_web::WebServer>,
+}
+
+impl ViewJob {
+    /// Where its web UI is, if it has one.
+    fn web_url(&self) -> Option<String> {
+        self.web.as_ref().map(riffle_web::WebServer::url)
+    }
 }
 
 /// A sink: a job writing a query's rows (the changes of the views it reads) into a table's
@@ -466,7 +478,19 @@ impl Engine {
             .recv()
             .map_err(|_| StatementError::new("XX000", "its job died"))?
             .map_err(|e| StatementError::new("42000", e))?;
-        Ok(ViewJob { monitor, thread })
+        // A job without its UI still runs: the reason is logged.
+        let web = self.config.web.as_ref().and_then(|config| {
+            riffle_web::WebServer::start(monitor.clone(), config.clone())
+                .inspect_err(
+                    |e| tracing::warn!(job = job_name, error = %e, "no web UI for the job"),
+                )
+                .ok()
+        });
+        Ok(ViewJob {
+            monitor,
+            thread,
+            web,
+        })
     }
 
     fn sink_dir(&self, name: &str) -> PathBuf {
@@ -624,6 +648,7 @@ impl Engine {
             riffle_sql::Field::new("name", riffle_sql::DataType::Varchar),
             riffle_sql::Field::new("status", riffle_sql::DataType::Varchar),
             riffle_sql::Field::new("statement", riffle_sql::DataType::Varchar),
+            riffle_sql::Field::new("web", riffle_sql::DataType::Varchar),
         ]);
         let rows = state
             .sinks
@@ -633,6 +658,7 @@ impl Engine {
                     Value::string(name),
                     Value::string(job_status(sink.job.as_ref())),
                     Value::string(&sink.statement),
+                    web_url(sink.job.as_ref()),
                 ])
             })
             .collect();
@@ -716,6 +742,7 @@ impl Engine {
             riffle_sql::Field::new("progress", riffle_sql::DataType::BigInt),
             riffle_sql::Field::new("status", riffle_sql::DataType::Varchar),
             riffle_sql::Field::new("query", riffle_sql::DataType::Varchar),
+            riffle_sql::Field::new("web", riffle_sql::DataType::Varchar),
         ]);
         let rows = state
             .views
@@ -729,6 +756,7 @@ impl Engine {
                     Value::Int(progress as i64),
                     Value::string(status),
                     Value::string(&view.query),
+                    web_url(view.job.as_ref()),
                 ])
             })
             .collect();
@@ -979,6 +1007,12 @@ fn job_status(job: Option<&ViewJob>) -> String {
         Some(job) => format!("{:?}", job.monitor.overview().status).to_lowercase(),
         None => "not started".to_string(),
     }
+}
+
+/// The URL of a job's web UI, `NULL` without one.
+fn web_url(job: Option<&ViewJob>) -> Value {
+    job.and_then(ViewJob::web_url)
+        .map_or(Value::Null, Value::string)
 }
 
 /// Removes a dropped view's or sink's directory.

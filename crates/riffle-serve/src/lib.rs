@@ -60,6 +60,10 @@ pub struct ServeConfig {
     pub retained_changes: usize,
     /// Scalar functions queries can call, by name.
     pub functions: Vec<(String, ScalarFunction)>,
+    /// Where each view's and sink's job serves its web UI, REST API and Prometheus metrics
+    /// (each on a port of its own: with the default address, the next free one from 8081);
+    /// `None` (the default): not served.
+    pub web: Option<riffle_web::WebConfig>,
     /// A certificate (chain) and its private key, PEM files: clients must then connect with TLS
     /// (`sslmode=require`); a connection without it is refused.
     pub tls: Option<TlsFiles>,
@@ -129,6 +133,7 @@ impl ServeConfig {
             env,
             max_subscriber_lag: 1_000_000,
             retained_changes: view::DEFAULT_RETAINED_CHANGES,
+            web: None,
             functions: Vec::new(),
             tls: None,
         }
@@ -184,6 +189,7 @@ impl Server {
                 env: config.env.clone(),
                 max_subscriber_lag: config.max_subscriber_lag,
                 retained_changes: config.retained_changes,
+                web: config.web.clone(),
             },
             catalog,
         )?);

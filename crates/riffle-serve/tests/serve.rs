@@ -893,3 +893,29 @@ fn insert_into_a_table_writes_a_views_changes_as_a_sink() {
     });
     server.stop();
 }
+
+/// With a web configuration, each view's job serves its web UI and REST API, on a port of its
+/// own, and `SHOW MATERIALIZED VIEWS` says where.
+#[test]
+fn each_views_job_serves_its_web_ui() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(&dir.path().join("data"));
+    config.web = Some(riffle_web::WebConfig {
+        address: "127.0.0.1:0".parse().unwrap(),
+        register: false,
+        ..riffle_web::WebConfig::default()
+    });
+    let rt = runtime();
+    let server = Server::start(config).unwrap();
+    let url = rt.block_on(async {
+        let client = connect(&server).await;
+        create_per_auction(&client).await;
+        let views = rows(&client, "SHOW MATERIALIZED VIEWS").await;
+        views[0][5].clone().expect("a web UI")
+    });
+    let job = riffle_web::client::JobClient::new(&url, None)
+        .get("/api/v1/job")
+        .unwrap();
+    assert_eq!(job["name"], "view-per_auction", "{job}");
+    server.stop();
+}

@@ -32,6 +32,7 @@ fn serve(dir: &Path) -> Served {
             "1",
             "--checkpoint-interval-ms",
             "100",
+            "--no-web",
         ])
         .current_dir(dir)
         .stdout(Stdio::null())
