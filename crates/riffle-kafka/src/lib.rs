@@ -45,7 +45,7 @@ pub use group::{
 };
 pub use shuffle::{KafkaShuffle, KafkaShuffleExt};
 pub use sink::KafkaSink;
-pub use source::{KafkaPartition, KafkaSource, StartFrom};
+pub use source::{KafkaPartition, KafkaSource, StartFrom, StopAt};
 
 /// The kind of a connector failure ([`error_kind`] sorts Kafka's errors into these).
 pub use riffle::ConnectorErrorKind;

@@ -116,11 +116,39 @@ impl PartitionReader {
         })
     }
 
-    /// Makes the read bounded: it stops at the partition's latest offset now (its last stable
-    /// offset, for a `read_committed` consumer).
-    pub(crate) fn stop_at_latest(&mut self) -> riffle::Result<()> {
-        let (_, latest) = self.offsets()?;
-        self.stop = Some(latest);
+    /// Makes the read bounded: it stops where `stop` says, looked up now (the latest offset is
+    /// the last stable one, for a `read_committed` consumer).
+    pub(crate) fn stop_at(&mut self, stop: &crate::StopAt) -> riffle::Result<()> {
+        let (topic, partition) = (self.split.topic.clone(), self.split.partition);
+        let offset = match stop {
+            crate::StopAt::Latest => self.offsets()?.1,
+            crate::StopAt::Offsets(offsets) => match offsets.get(&partition) {
+                Some(offset) => *offset,
+                None => self.offsets()?.1,
+            },
+            crate::StopAt::GroupOffsets => {
+                let split = self.split.clone();
+                crate::retry_transient(|| {
+                    committed_offset(&self.consumer, &split)
+                })?
+                .ok_or_else(|| {
+                    riffle::Error::config(
+                        "until",
+                        format!(
+                            "StopAt::GroupOffsets ('scan.bounded.mode' = 'group-offsets'): the consumer group has committed no offset of {topic}-{partition} to stop at"
+                        ),
+                    )
+                })?
+            }
+            crate::StopAt::Timestamp(at) => {
+                let split = self.split.clone();
+                match crate::retry_transient(|| offset_for_time(&self.consumer, &split, *at))? {
+                    Some(offset) => offset,
+                    None => self.offsets()?.1,
+                }
+            }
+        };
+        self.stop = Some(offset);
         Ok(())
     }
 
@@ -286,45 +314,72 @@ fn start_offset_once<C: ConsumerContext>(
             .fetch_watermarks(topic, partition, LOOKUP_TIMEOUT)
             .map_err(|e| kafka_error(format!("cannot read the offsets of {topic}-{partition}"), e))
     };
-    let mut tpl = TopicPartitionList::new();
     match start {
         StartFrom::Earliest => Ok(watermarks()?.0),
         StartFrom::Latest => Ok(watermarks()?.1),
-        StartFrom::GroupOffsets => {
-            tpl.add_partition(topic, partition);
-            let committed = consumer
-                .committed_offsets(tpl, LOOKUP_TIMEOUT)
-                .map_err(|e| {
-                    kafka_error(
-                        format!("cannot read the committed offset of {topic}-{partition}"),
-                        e,
-                    )
-                })?;
-            match committed
-                .find_partition(topic, partition)
-                .map(|p| p.offset())
-            {
-                Some(Offset::Offset(offset)) => Ok(offset),
-                _ => Ok(watermarks()?.0),
-            }
-        }
-        StartFrom::Timestamp(at) => {
-            tpl.add_partition_offset(topic, partition, Offset::Offset(at))
-                .map_err(|e| kafka_error("bad start timestamp", e))?;
-            let found = consumer
-                .offsets_for_times(tpl, LOOKUP_TIMEOUT)
-                .map_err(|e| {
-                    kafka_error(
-                        format!("cannot look up offsets by time in {topic}-{partition}"),
-                        e,
-                    )
-                })?;
-            match found.find_partition(topic, partition).map(|p| p.offset()) {
-                Some(Offset::Offset(offset)) => Ok(offset),
-                _ => Ok(watermarks()?.1),
-            }
-        }
+        StartFrom::GroupOffsets => match committed_offset(consumer, split)? {
+            Some(offset) => Ok(offset),
+            None => Ok(watermarks()?.0),
+        },
+        StartFrom::Timestamp(at) => match offset_for_time(consumer, split, at)? {
+            Some(offset) => Ok(offset),
+            None => Ok(watermarks()?.1),
+        },
     }
+}
+
+/// The offset of `split` its consumer's group has committed, if any.
+fn committed_offset<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    split: &KafkaPartition,
+) -> riffle::Result<Option<i64>> {
+    let (topic, partition) = (split.topic.as_str(), split.partition);
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, partition);
+    let committed = consumer
+        .committed_offsets(tpl, LOOKUP_TIMEOUT)
+        .map_err(|e| {
+            kafka_error(
+                format!("cannot read the committed offset of {topic}-{partition}"),
+                e,
+            )
+        })?;
+    Ok(
+        match committed
+            .find_partition(topic, partition)
+            .map(|p| p.offset())
+        {
+            Some(Offset::Offset(offset)) => Some(offset),
+            _ => None,
+        },
+    )
+}
+
+/// The offset of the first record of `split` whose timestamp is at or after `at` (ms since
+/// the epoch), if there is one.
+fn offset_for_time<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    split: &KafkaPartition,
+    at: i64,
+) -> riffle::Result<Option<i64>> {
+    let (topic, partition) = (split.topic.as_str(), split.partition);
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(at))
+        .map_err(|e| kafka_error("bad timestamp", e))?;
+    let found = consumer
+        .offsets_for_times(tpl, LOOKUP_TIMEOUT)
+        .map_err(|e| {
+            kafka_error(
+                format!("cannot look up offsets by time in {topic}-{partition}"),
+                e,
+            )
+        })?;
+    Ok(
+        match found.find_partition(topic, partition).map(|p| p.offset()) {
+            Some(Offset::Offset(offset)) => Some(offset),
+            _ => None,
+        },
+    )
 }
 
 /// The next message of a partition's consumer: `Ok(None)` when none is there now, `Err(status)`

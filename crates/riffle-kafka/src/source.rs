@@ -35,6 +35,21 @@ pub enum StartFrom {
     Timestamp(i64),
 }
 
+/// Where a bounded read stops in each partition (Flink's `scan.bounded.mode`), looked up when the
+/// job starts: the partition is read up to (not including) that offset, then the source ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopAt {
+    /// The partition's latest offset (its last stable offset: committed transactions only).
+    Latest,
+    /// The offset the consumer group has committed; a partition without one fails the start.
+    GroupOffsets,
+    /// The first record whose timestamp is at or after this instant (ms since the epoch): what
+    /// was written before it; the latest offset when no record is that late.
+    Timestamp(i64),
+    /// Offsets by partition number; a partition not named stops at its latest offset.
+    Offsets(std::collections::BTreeMap<i32, i64>),
+}
+
 /// One partition of one topic: a split of a [`KafkaSource`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct KafkaPartition {
@@ -73,8 +88,8 @@ pub struct KafkaSource<T> {
     metadata: Mutex<Option<BaseConsumer>>,
     /// The process group whose assignment says which partitions this process reads.
     in_group: Option<KafkaGroup>,
-    /// Each partition is read up to its latest offset at the job's start, then the source ends.
-    bounded: bool,
+    /// Where each partition's read stops (looked up at the job's start), then the source ends.
+    stop: Option<StopAt>,
 }
 
 impl<T: Data + DeserializeOwned> KafkaSource<T> {
@@ -143,7 +158,7 @@ impl<T: Data> KafkaSource<T> {
             discovery: Some(Duration::from_secs(30)),
             metadata: Mutex::new(None),
             in_group: None,
-            bounded: false,
+            stop: None,
         }
     }
 
@@ -198,8 +213,24 @@ impl<T: Data> KafkaSource<T> {
     ///     .start_from(StartFrom::Earliest)
     ///     .until_latest();
     /// ```
-    pub fn until_latest(mut self) -> Self {
-        self.bounded = true;
+    pub fn until_latest(self) -> Self {
+        self.until(StopAt::Latest)
+    }
+
+    /// Reads each partition up to where `stop` says when the job starts, then ends (Flink's
+    /// `scan.bounded.mode`); [`until_latest`](Self::until_latest) is `until(StopAt::Latest)`.
+    /// A run restored from a checkpoint stops where the first run would have. Partitions added
+    /// later are not read.
+    ///
+    /// ```no_run
+    /// use riffle_kafka::{KafkaConnection, KafkaSource, StartFrom, StopAt};
+    /// // What was written before midnight, from the beginning.
+    /// let source = KafkaSource::<serde_json::Value>::json(KafkaConnection::new("127.0.0.1:9092"), ["clicks"])
+    ///     .start_from(StartFrom::Earliest)
+    ///     .until(StopAt::Timestamp(1_796_428_800_000));
+    /// ```
+    pub fn until(mut self, stop: StopAt) -> Self {
+        self.stop = Some(stop);
         self.discovery = None;
         self
     }
@@ -260,7 +291,7 @@ impl<T: Data> Source<T> for KafkaSource<T> {
     }
 
     fn boundedness(&self) -> Boundedness {
-        if self.bounded {
+        if self.stop.is_some() {
             Boundedness::Bounded
         } else {
             Boundedness::Unbounded
@@ -286,9 +317,9 @@ impl<T: Data> Source<T> for KafkaSource<T> {
                 ),
             ));
         }
-        if self.bounded && self.in_group.is_some() {
+        if self.stop.is_some() && self.in_group.is_some() {
             return Err(riffle::Error::config(
-                "until_latest",
+                "until",
                 "a process group reads its topics as they grow: a bounded read cannot be in one",
             ));
         }
@@ -340,8 +371,8 @@ impl<T: Data> Source<T> for KafkaSource<T> {
             self.in_group.clone(),
         )?;
         let mut partition = partition;
-        if self.bounded {
-            partition.stop_at_latest()?;
+        if let Some(stop) = &self.stop {
+            partition.stop_at(stop)?;
         }
         Ok(Box::new(KafkaReader {
             partition,

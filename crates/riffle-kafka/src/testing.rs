@@ -131,6 +131,15 @@ impl TestProducer {
         self.enqueue(record);
     }
 
+    /// Queues a record with its timestamp (ms since the epoch), waiting for room in the queue.
+    pub fn send_at(&self, topic: &str, partition: i32, value: &[u8], timestamp: i64) {
+        let record = BaseRecord::<[u8], [u8]>::to(topic)
+            .partition(partition)
+            .payload(value)
+            .timestamp(timestamp);
+        self.enqueue(record);
+    }
+
     /// Queues a tombstone: a record with `key` and no value (the deletion of the key in a
     /// compacted topic).
     pub fn send_tombstone(&self, topic: &str, partition: i32, key: &[u8]) {

@@ -9,7 +9,7 @@
 //! | `scan.startup.mode` | yes | | `group-offsets` (default, as Flink: the group's committed offsets, the earliest without), `earliest-offset`, `latest-offset`, `timestamp` |
 //! | `scan.startup.timestamp-millis` | yes | | where `timestamp` starts (epoch ms) |
 //! | `scan.topic-partition-discovery.interval` | yes | | how often new partitions are looked for (`30 s` by default; `0` never) |
-//! | `scan.bounded.mode` | yes | | `unbounded` (default), `latest-offset`: each partition is read up to its latest offset when the job starts, then the table ends (a job reading only bounded tables finishes; a restore stops where the first run would have) |
+//! | `scan.bounded.mode` | yes | | `unbounded` (default); `latest-offset`: each partition is read up to its latest offset when the job starts, then the table ends (a job reading only bounded tables finishes; a restore stops where the first run would have); `group-offsets`: up to the offsets the group (`properties.group.id`) has committed (a partition without one fails the start); `timestamp`: up to the first record at or after `scan.bounded.timestamp-millis`; `specific-offsets`: up to `scan.bounded.specific-offsets` (`'partition:0,offset:42;partition:1,offset:300'`; a partition not named: its latest offset) |
 //! | `format` / `value.format` | yes | yes | `json` (reading and writing), `debezium-json` (a changelog, reading and writing), `avro-confluent` (Avro through a schema registry, reading and writing; see the `avro` module for its options), `debezium-avro-confluent` (Debezium's Avro events, reading), `proto-registry` and `json-registry` (Protobuf and JSON Schema through a registry, reading) |
 //! | `key.fields` | | yes | columns whose values, as a JSON object, are each message's key (`a;b`); a `debezium-json` changelog without it is keyed by each change's row, so that a row's retraction follows its insertion in one partition |
 //! | `sink.delivery-guarantee` | | yes | `at-least-once` (default, as Flink), `exactly-once` (a Kafka transaction per checkpoint: readers with `isolation.level=read_committed` see each row once), `none` |
@@ -30,7 +30,7 @@ use std::time::Duration;
 use riffle::Change;
 use riffle::change::RowKind;
 use riffle::source::Source;
-use riffle_kafka::{KafkaConnection, KafkaSink, KafkaSource, StartFrom};
+use riffle_kafka::{KafkaConnection, KafkaSink, KafkaSource, StartFrom, StopAt};
 
 use crate::connectors::{debezium_json_text, json_text};
 use crate::error::{Result, SqlError};
@@ -273,14 +273,36 @@ fn configured<T: riffle::Data>(table: &TableDef, source: KafkaSource<T>) -> Resu
         .map_or("unbounded", String::as_str)
     {
         "unbounded" => {}
-        "latest-offset" => source = source.until_latest(),
+        "latest-offset" => source = source.until(StopAt::Latest),
+        "group-offsets" => source = source.until(StopAt::GroupOffsets),
+        "timestamp" => {
+            let key = "scan.bounded.timestamp-millis";
+            let ms = required(table, key)?;
+            let ms = ms
+                .trim()
+                .parse()
+                .map_err(|_| bad_option(table, key, ms, "not epoch milliseconds"))?;
+            source = source.until(StopAt::Timestamp(ms));
+        }
+        "specific-offsets" => {
+            let key = "scan.bounded.specific-offsets";
+            let text = required(table, key)?;
+            let offsets = specific_offsets(text).ok_or_else(|| {
+                bad_option(
+                    table,
+                    key,
+                    text,
+                    "not 'partition:0,offset:42;partition:1,offset:300' (whole numbers, each partition once)",
+                )
+            })?;
+            source = source.until(StopAt::Offsets(offsets));
+        }
         other => {
             return Err(bad_option(
                 table,
                 "scan.bounded.mode",
                 other,
-                "one of unbounded, latest-offset (group-offsets, timestamp and specific-offsets \
-                 are not supported yet)",
+                "one of unbounded, latest-offset, group-offsets, timestamp, specific-offsets",
             ));
         }
     }
@@ -562,4 +584,53 @@ fn key_columns(table: &TableDef, schema: &Schema) -> Result<Option<(Vec<usize>, 
     }
     let key_schema = Schema::new(columns.iter().map(|&c| schema.fields[c].clone()).collect());
     Ok(Some((columns, key_schema)))
+}
+
+/// Flink's `'partition:0,offset:42;partition:1,offset:300'`: offsets by partition number; `None`
+/// when it is not that (a negative number, a partition named twice).
+fn specific_offsets(text: &str) -> Option<std::collections::BTreeMap<i32, i64>> {
+    let mut offsets = std::collections::BTreeMap::new();
+    for entry in text.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        let (partition, offset) = entry.split_once(',')?;
+        let partition: i32 = partition
+            .trim()
+            .strip_prefix("partition:")?
+            .trim()
+            .parse()
+            .ok()?;
+        let offset: i64 = offset.trim().strip_prefix("offset:")?.trim().parse().ok()?;
+        if partition < 0 || offset < 0 || offsets.insert(partition, offset).is_some() {
+            return None;
+        }
+    }
+    (!offsets.is_empty()).then_some(offsets)
+}
+
+#[cfg(test)]
+mod bounded_tests {
+    use super::specific_offsets;
+
+    #[test]
+    fn specific_offsets_are_read_as_flink_writes_them() {
+        let offsets = specific_offsets("partition:0,offset:42;partition:1,offset:300").unwrap();
+        assert_eq!(offsets.into_iter().collect::<Vec<_>>(), [(0, 42), (1, 300)]);
+        assert_eq!(
+            specific_offsets(" partition: 2 , offset: 0 ;")
+                .unwrap()
+                .into_iter()
+                .collect::<Vec<_>>(),
+            [(2, 0)]
+        );
+        for bad in [
+            "",
+            "partition:0",
+            "partition:0,offset:-1",
+            "partition:-1,offset:1",
+            "partition:0,offset:1;partition:0,offset:2",
+            "0:42",
+            "partition:x,offset:1",
+        ] {
+            assert!(specific_offsets(bad).is_none(), "{bad}");
+        }
+    }
 }

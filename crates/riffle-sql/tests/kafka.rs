@@ -223,8 +223,22 @@ fn bad_kafka_options_fail_naming_the_option() {
         "'topic' = 'x', 'properties.bootstrap.servers' = '127.0.0.1:1', 'scan.bounded.mode' = 'timestamp'",
     );
     assert!(
-        bounded.contains("'scan.bounded.mode' = 'timestamp'"),
+        bounded.contains("'scan.bounded.timestamp-millis'"),
         "{bounded}"
+    );
+    let bounded = error(
+        "'topic' = 'x', 'properties.bootstrap.servers' = '127.0.0.1:1', 'scan.bounded.mode' = 'someday'",
+    );
+    assert!(
+        bounded.contains("'scan.bounded.mode' = 'someday'"),
+        "{bounded}"
+    );
+    let offsets = error(
+        "'topic' = 'x', 'properties.bootstrap.servers' = '127.0.0.1:1', 'scan.bounded.mode' = 'specific-offsets', 'scan.bounded.specific-offsets' = 'partition:0'",
+    );
+    assert!(
+        offsets.contains("'scan.bounded.specific-offsets' = 'partition:0'"),
+        "{offsets}"
     );
 }
 
@@ -498,4 +512,102 @@ fn a_debezium_topic_is_read_as_a_changelog() {
     let result = handle.wait().unwrap();
     assert_eq!(applied(), expected);
     assert_eq!(result.bad_records(), 1);
+}
+
+/// The values of a bounded read of `topic` (its one column `n`), by the table's `bounded`
+/// options, from the earliest offsets; the statement must end by itself.
+fn bounded_read(topic: &str, bounded: &str) -> Vec<i64> {
+    use riffle::sink::CollectSink;
+    let env = StreamEnv::with_config(EnvConfig::default().with_parallelism(2));
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&format!(
+        "CREATE TABLE t (n BIGINT)
+         WITH ('connector' = 'kafka', 'topic' = '{topic}',
+               'properties.bootstrap.servers' = '{}', 'properties.group.id' = '{topic}',
+               'scan.startup.mode' = 'earliest-offset', {bounded}, 'format' = 'json');",
+        bootstrap()
+    ))
+    .unwrap();
+    let (rows, _) = sql
+        .sql_changelog("SELECT n FROM t")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (sink, out) = CollectSink::new();
+    rows.sink(sink);
+    let job = env.execute_async().unwrap();
+    assert!(
+        riffle::testing::eventually(Duration::from_secs(120), || job.is_finished()),
+        "a statement over a bounded table ends ({bounded})"
+    );
+    job.wait().unwrap_or_else(|e| panic!("{bounded}: {e}"));
+    let mut values: Vec<i64> = out
+        .values()
+        .iter()
+        .map(|change| match change.row.get(0) {
+            riffle_sql::Value::Int(n) => *n,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    values.sort_unstable();
+    values
+}
+
+/// Flink's other bounded modes: `specific-offsets`, `timestamp` and `group-offsets` each read
+/// each partition up to where they say, looked up at the start, and the statement ends.
+#[test]
+fn a_kafka_table_is_bounded_by_given_offsets_by_a_time_or_by_the_groups_offsets() {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    let numbers = topic("bounded-modes");
+    let kafka = KafkaConnection::new(bootstrap());
+    ensure_topics(&kafka, &[(&numbers, 2)], 1).unwrap();
+    // Record i of each partition is written at base + i ms; partition 1's values are 1000 + i.
+    let base = 1_700_000_000_000i64;
+    let producer = TestProducer::new(&[]);
+    for i in 0..100i64 {
+        for partition in 0..2 {
+            let value = format!(
+                r#"{{"n": {}}}"#,
+                i64::from(partition) * 1000 + i
+            );
+            producer.send_at(&numbers, partition, value.as_bytes(), base + i);
+        }
+    }
+    producer.flush();
+    let upto =
+        |p0: i64, p1: i64| -> Vec<i64> { (0..p0).chain((0..p1).map(|i| 1000 + i)).collect() };
+
+    let specific = bounded_read(
+        &numbers,
+        "'scan.bounded.mode' = 'specific-offsets', 'scan.bounded.specific-offsets' = 'partition:0,offset:10;partition:1,offset:25'",
+    );
+    assert_eq!(specific, upto(10, 25));
+    // A partition not named stops at its latest offset.
+    let one = bounded_read(
+        &numbers,
+        "'scan.bounded.mode' = 'specific-offsets', 'scan.bounded.specific-offsets' = 'partition:1,offset:3'",
+    );
+    assert_eq!(one, upto(100, 3));
+    let timestamp = bounded_read(
+        &numbers,
+        &format!(
+            "'scan.bounded.mode' = 'timestamp', 'scan.bounded.timestamp-millis' = '{}'",
+            base + 40
+        ),
+    );
+    assert_eq!(timestamp, upto(40, 40));
+    // The group's committed offsets (here committed by hand: 7 and 60).
+    let committer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", &numbers)
+        .create()
+        .unwrap();
+    let mut offsets = rdkafka::TopicPartitionList::new();
+    offsets
+        .add_partition_offset(&numbers, 0, rdkafka::Offset::Offset(7))
+        .unwrap();
+    offsets
+        .add_partition_offset(&numbers, 1, rdkafka::Offset::Offset(60))
+        .unwrap();
+    committer.commit(&offsets, CommitMode::Sync).unwrap();
+    let group = bounded_read(&numbers, "'scan.bounded.mode' = 'group-offsets'");
+    assert_eq!(group, upto(7, 60));
 }
