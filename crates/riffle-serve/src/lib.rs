@@ -211,7 +211,17 @@ impl Server {
             .local_addr()
             .map_err(|e| riffle::Error::io("the listener has no address", e))?;
         let users = (!config.users.is_empty()).then(|| wire::Users::new(&config.users));
-        let handlers = Arc::new(wire::Handlers::new(engine.clone(), users).tls_only(tls.is_some()));
+        let mut handlers = wire::Handlers::new(engine.clone(), users).tls_only(tls.is_some());
+        if let Some(files) = &config.tls {
+            // SCRAM-SHA-256-PLUS: the password exchange bound to this certificate.
+            let pem = std::fs::read(&files.cert).map_err(|e| {
+                riffle::Error::config("--tls-cert", format!("`{}`: {e}", files.cert.display()))
+            })?;
+            handlers = handlers.channel_binding(pem).map_err(|e| {
+                riffle::Error::config("--tls-cert", format!("`{}`: {e}", files.cert.display()))
+            })?;
+        }
+        let handlers = Arc::new(handlers);
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let accept = runtime.spawn(async move {
             loop {

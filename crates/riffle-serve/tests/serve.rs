@@ -477,6 +477,32 @@ fn with_a_certificate_clients_connect_over_tls_and_only_so() {
     assert!(err.contains("TLS connections only"), "{err}");
     server.stop();
 
+    // With users, the password exchange is bound to the certificate when the client asks for
+    // it (SCRAM-SHA-256-PLUS, `channel_binding=require`).
+    let mut bound = tls.clone();
+    bound.users = vec![("ada".to_string(), "s3cret".to_string())];
+    let server = Server::start(bound).unwrap();
+    let login = |password: &str| {
+        std::process::Command::new("psql")
+            .arg(format!(
+                "host=127.0.0.1 port={} user=ada dbname=riffle sslmode=require channel_binding=require connect_timeout=10",
+                server.local_addr().port()
+            ))
+            .args(["-X", "-A", "-t", "-c", "SELECT 1"])
+            .env("PGPASSWORD", password)
+            .output()
+            .unwrap()
+    };
+    let ok = login("s3cret");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let wrong = login("guess");
+    assert!(!wrong.status.success());
+    server.stop();
+
     // Files that are not a certificate and its key fail the start, naming the setting.
     let mut swapped = tls.clone();
     swapped.tls = Some(riffle_serve::TlsFiles {

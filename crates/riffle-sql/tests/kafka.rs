@@ -564,10 +564,7 @@ fn a_kafka_table_is_bounded_by_given_offsets_by_a_time_or_by_the_groups_offsets(
     let producer = TestProducer::new(&[]);
     for i in 0..100i64 {
         for partition in 0..2 {
-            let value = format!(
-                r#"{{"n": {}}}"#,
-                i64::from(partition) * 1000 + i
-            );
+            let value = format!(r#"{{"n": {}}}"#, i64::from(partition) * 1000 + i);
             producer.send_at(&numbers, partition, value.as_bytes(), base + i);
         }
     }
