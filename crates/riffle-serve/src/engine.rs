@@ -840,7 +840,7 @@ impl Engine {
             };
             query.order_by = None;
             query.limit_clause = None;
-            let (catalog, views) = self.read_catalog();
+            let (catalog, views) = self.catalog_for(&query);
             let (plan, _) = plan_over_views(catalog, &views, &query, |_| Vec::new())?;
             return Ok(Some(plan.schema().clone()));
         }
@@ -864,13 +864,28 @@ impl Engine {
         (state.catalog.clone(), views)
     }
 
+    /// The catalog a `SELECT` reads in: with `information_schema.tables` and `.columns` (and
+    /// `pg_catalog.pg_matviews`) when the query reads them.
+    fn catalog_for(&self, query: &ast::Query) -> (Catalog, HashMap<String, Arc<ViewTable>>) {
+        let (mut catalog, views) = self.read_catalog();
+        if crate::information_schema::is_read_by(&query.to_string()) {
+            let queries = (self.lock().views.iter())
+                .map(|(name, v)| (name.clone(), v.query.clone()))
+                .collect();
+            for table in crate::information_schema::tables(&catalog, &views, &queries) {
+                catalog.tables.insert(table.name.clone(), table);
+            }
+        }
+        (catalog, views)
+    }
+
     /// A `SELECT` over materialized views: a lookup by a view's whole key reads one row;
     /// otherwise the query runs over the views' rows (filters and projections directly, other
     /// queries as a bounded job), then `ORDER BY` and `LIMIT` apply.
     fn query(&self, mut query: ast::Query) -> Result<Outcome> {
         let order_by = query.order_by.take();
         let limit = query.limit_clause.take();
-        let (catalog, views) = self.read_catalog();
+        let (catalog, views) = self.catalog_for(&query);
         // First with empty views: which views does the query read?
         let (_, used) = plan_over_views(catalog.clone(), &views, &query, |_| Vec::new())?;
         // Then with the rows of the views it reads (a point lookup reads one row).
@@ -955,6 +970,8 @@ fn plan_over_views(
             used.push(table.name.clone());
         }
     }
+    // (A bounded table that is not a view, `information_schema.tables`, has its rows.)
+    used.retain(|name| views.contains_key(name));
     for name in &used {
         let table = &views[name];
         catalog

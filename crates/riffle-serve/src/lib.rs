@@ -31,6 +31,7 @@ use riffle_sql::plan::Catalog;
 
 mod cursor;
 pub mod engine;
+mod information_schema;
 pub mod view;
 pub mod view_source;
 pub mod wire;
