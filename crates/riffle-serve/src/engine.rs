@@ -137,7 +137,8 @@ struct Sink {
     statement: String,
     /// Where the rows go.
     table: TableDef,
-    query: String,
+    /// What goes there (as parsed from the statement: the catalog replays the statement).
+    query: ast::Query,
     job: Option<ViewJob>,
     /// The views its query reads.
     reads: Vec<String>,
@@ -527,8 +528,12 @@ impl Engine {
         def.name = name.clone();
         def.rows = None;
         def.options = options;
-        let query = format!("SELECT * FROM {view}");
-        self.add_sink(&mut state, &name, def, query, text, replaying)?;
+        let Statement::Query(query) =
+            riffle_sql::parse::parse_statement(&format!("SELECT * FROM {view}"))?
+        else {
+            unreachable!("a query")
+        };
+        self.add_sink(&mut state, &name, def, *query, text, replaying)?;
         Ok(Outcome::Done("CREATE SINK".into()))
     }
 
@@ -553,7 +558,7 @@ impl Engine {
             .unwrap_or(0)
             + 1;
         let name = format!("insert_{number}");
-        self.add_sink(&mut state, &name, def, query.to_string(), text, replaying)?;
+        self.add_sink(&mut state, &name, def, query.clone(), text, replaying)?;
         Ok(Outcome::Done("INSERT 0 0".into()))
     }
 
@@ -564,7 +569,7 @@ impl Engine {
         state: &mut State,
         name: &str,
         table: TableDef,
-        query: String,
+        query: ast::Query,
         text: &str,
         replaying: bool,
     ) -> Result<()> {
@@ -591,10 +596,7 @@ impl Engine {
     /// Starts the job of sink `name`, from its latest checkpoint when it has one.
     fn start_sink(&self, state: &mut State, name: &str) -> Result<()> {
         let sink = state.sinks.get(name).expect("registered");
-        let Statement::Query(ast) = riffle_sql::parse::parse_statement(&sink.query)? else {
-            unreachable!("checked when created")
-        };
-        let plan = view_catalog(state, "", &sink_reader(name)).plan_query(&ast)?;
+        let plan = view_catalog(state, "", &sink_reader(name)).plan_query(&sink.query)?;
         let reads = views_read(state, &plan);
         let table = sink.table.clone();
         let job = self

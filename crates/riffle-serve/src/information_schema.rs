@@ -172,8 +172,12 @@ fn relations(
 
 /// The columns of relation `name`, as `SELECT *` from it plans.
 fn columns_of(catalog: &Catalog, name: &str) -> Option<Vec<Field>> {
+    // (A name that needs quoting keeps its physical columns.)
+    if !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        return None;
+    }
     let Ok(Statement::Query(query)) =
-        riffle_sql::parse::parse_statement(&format!("SELECT * FROM `{name}`"))
+        riffle_sql::parse::parse_statement(&format!("SELECT * FROM {name}"))
     else {
         return None;
     };

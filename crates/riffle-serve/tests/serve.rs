@@ -551,15 +551,7 @@ fn a_cursor_fetches_a_subscription_a_batch_at_a_time_through_the_extended_protoc
             .collect();
         assert_eq!(types, ["int8", "varchar", "int4", "int8", "int8"]);
         wait_for_status(&client, "per_auction", "finished").await;
-        let final_rows: BTreeMap<i64, (i64, i64)> =
-            rows(&client, "SELECT a, bids, highest FROM per_auction")
-                .await
-                .into_iter()
-                .map(|r| {
-                    let v: Vec<i64> = r.into_iter().map(|x| x.unwrap().parse().unwrap()).collect();
-                    (v[0], (v[1], v[2]))
-                })
-                .collect();
+        let final_rows = per_auction_rows(&client).await;
         assert_eq!(final_rows.len(), 10);
         let mut seen: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
         let mut last_progress = 0;
@@ -614,6 +606,18 @@ fn a_cursor_fetches_a_subscription_a_batch_at_a_time_through_the_extended_protoc
     server.stop();
 }
 
+/// The rows of `per_auction`: bids and highest price by `a`.
+async fn per_auction_rows(client: &Client) -> BTreeMap<i64, (i64, i64)> {
+    rows(client, "SELECT a, bids, highest FROM per_auction")
+        .await
+        .into_iter()
+        .map(|r| {
+            let v: Vec<i64> = r.into_iter().map(|x| x.unwrap().parse().unwrap()).collect();
+            (v[0], (v[1], v[2]))
+        })
+        .collect()
+}
+
 /// Applies a subscription's rows of `per_auction` to `seen`: each progress after the last, an
 /// insert of a new key, an update of a known one.
 fn apply(seen: &mut BTreeMap<i64, (i64, i64)>, last: &mut i64, rows: Vec<tokio_postgres::Row>) {
@@ -666,15 +670,7 @@ fn a_durable_cursor_resumes_as_of_its_last_row_with_each_change_once() {
         let token = last_progress;
 
         wait_for_status(&client, "per_auction", "finished").await;
-        let final_rows: BTreeMap<i64, (i64, i64)> =
-            rows(&client, "SELECT a, bids, highest FROM per_auction")
-                .await
-                .into_iter()
-                .map(|r| {
-                    let v: Vec<i64> = r.into_iter().map(|x| x.unwrap().parse().unwrap()).collect();
-                    (v[0], (v[1], v[2]))
-                })
-                .collect();
+        let final_rows = per_auction_rows(&client).await;
         let second = reader.transaction().await.unwrap();
         second
             .batch_execute(&format!(

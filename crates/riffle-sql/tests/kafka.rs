@@ -246,7 +246,6 @@ fn bad_kafka_options_fail_naming_the_option() {
 /// started, and a statement over it ends by itself, with the batch answer.
 #[test]
 fn a_bounded_kafka_table_ends_with_what_the_topic_held_at_the_start() {
-    use riffle::sink::CollectSink;
     let orders = topic("bounded-orders");
     let kafka = KafkaConnection::new(bootstrap());
     ensure_topics(&kafka, &[(&orders, 2)], 1).unwrap();
@@ -256,29 +255,18 @@ fn a_bounded_kafka_table_ends_with_what_the_topic_held_at_the_start() {
         producer.send(&orders, (n % 2) as i32, None, order.as_bytes());
     }
     producer.flush();
-    let env = StreamEnv::with_config(EnvConfig::default().with_parallelism(2));
-    let sql = SqlEnv::new(&env);
-    sql.execute_sql(&format!(
-        "CREATE TABLE orders (customer STRING, amount BIGINT)
-         WITH ('connector' = 'kafka', 'topic' = '{orders}',
-               'properties.bootstrap.servers' = '{}', 'scan.startup.mode' = 'earliest-offset',
-               'scan.bounded.mode' = 'latest-offset', 'format' = 'json');",
-        bootstrap()
-    ))
-    .unwrap();
-    let (rows, _) = sql
-        .sql_changelog("SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer")
-        .unwrap_or_else(|e| panic!("{e}"));
-    let (sink, out) = CollectSink::new();
-    rows.sink(sink);
-    let job = env.execute_async().unwrap();
-    assert!(
-        riffle::testing::eventually(Duration::from_secs(120), || job.is_finished()),
-        "a statement over a bounded table ends"
+    let changes = bounded_changes(
+        &format!(
+            "CREATE TABLE orders (customer STRING, amount BIGINT)
+             WITH ('connector' = 'kafka', 'topic' = '{orders}',
+                   'properties.bootstrap.servers' = '{}', 'scan.startup.mode' = 'earliest-offset',
+                   'scan.bounded.mode' = 'latest-offset', 'format' = 'json');",
+            bootstrap()
+        ),
+        "SELECT customer, SUM(amount) AS total FROM orders GROUP BY customer",
     );
-    job.wait().unwrap();
     let mut totals: BTreeMap<String, i64> = BTreeMap::new();
-    for change in out.values() {
+    for change in changes {
         let (riffle_sql::Value::String(customer), riffle_sql::Value::Int(total)) =
             (change.row.get(0), change.row.get(1))
         else {
@@ -514,33 +502,36 @@ fn a_debezium_topic_is_read_as_a_changelog() {
     assert_eq!(result.bad_records(), 1);
 }
 
-/// The values of a bounded read of `topic` (its one column `n`), by the table's `bounded`
-/// options, from the earliest offsets; the statement must end by itself.
-fn bounded_read(topic: &str, bounded: &str) -> Vec<i64> {
+/// The changes `select` gives over the tables `create` defines, run at p = 2 until the
+/// statement ends by itself (its tables are bounded).
+fn bounded_changes(create: &str, select: &str) -> Vec<riffle::Change<riffle_sql::Row>> {
     use riffle::sink::CollectSink;
     let env = StreamEnv::with_config(EnvConfig::default().with_parallelism(2));
     let sql = SqlEnv::new(&env);
-    sql.execute_sql(&format!(
-        "CREATE TABLE t (n BIGINT)
-         WITH ('connector' = 'kafka', 'topic' = '{topic}',
-               'properties.bootstrap.servers' = '{}', 'properties.group.id' = '{topic}',
-               'scan.startup.mode' = 'earliest-offset', {bounded}, 'format' = 'json');",
-        bootstrap()
-    ))
-    .unwrap();
-    let (rows, _) = sql
-        .sql_changelog("SELECT n FROM t")
-        .unwrap_or_else(|e| panic!("{e}"));
+    sql.execute_sql(create).unwrap_or_else(|e| panic!("{e}"));
+    let (rows, _) = sql.sql_changelog(select).unwrap_or_else(|e| panic!("{e}"));
     let (sink, out) = CollectSink::new();
     rows.sink(sink);
     let job = env.execute_async().unwrap();
     assert!(
         riffle::testing::eventually(Duration::from_secs(120), || job.is_finished()),
-        "a statement over a bounded table ends ({bounded})"
+        "a statement over bounded tables ends ({create})"
     );
-    job.wait().unwrap_or_else(|e| panic!("{bounded}: {e}"));
-    let mut values: Vec<i64> = out
-        .values()
+    job.wait().unwrap_or_else(|e| panic!("{create}: {e}"));
+    out.values()
+}
+
+/// The values of a bounded read of `topic` (its one column `n`), by the table's `bounded`
+/// options, from the earliest offsets.
+fn bounded_read(topic: &str, bounded: &str) -> Vec<i64> {
+    let create = format!(
+        "CREATE TABLE t (n BIGINT)
+         WITH ('connector' = 'kafka', 'topic' = '{topic}',
+               'properties.bootstrap.servers' = '{}', 'properties.group.id' = '{topic}',
+               'scan.startup.mode' = 'earliest-offset', {bounded}, 'format' = 'json');",
+        bootstrap()
+    );
+    let mut values: Vec<i64> = bounded_changes(&create, "SELECT n FROM t")
         .iter()
         .map(|change| match change.row.get(0) {
             riffle_sql::Value::Int(n) => *n,

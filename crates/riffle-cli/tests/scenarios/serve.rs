@@ -157,6 +157,26 @@ fn a_view_killed_while_it_ingests_comes_back_with_every_change_once() {
     assert_eq!(final_rows(server.port), expected);
 }
 
+/// A topic of its own for a test (`<name>-<process>-<nanos>`, created with `partitions`), and a
+/// producer to it.
+#[cfg(feature = "kafka")]
+fn new_topic(name: &str, partitions: i32) -> (String, riffle_kafka::testing::TestProducer) {
+    use riffle_kafka::testing::{TestProducer, bootstrap};
+    use riffle_kafka::{KafkaConnection, ensure_topics};
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let topic = format!("{name}-{}-{nanos}", std::process::id());
+    ensure_topics(
+        &KafkaConnection::new(bootstrap()),
+        &[(&topic, partitions)],
+        1,
+    )
+    .unwrap();
+    (topic, TestProducer::new(&[("linger.ms", "5")]))
+}
+
 /// The sum of a view's column, 0 while it has no rows.
 #[cfg(feature = "kafka")]
 fn sum(port: u16, sql: &str) -> u64 {
@@ -166,16 +186,9 @@ fn sum(port: u16, sql: &str) -> u64 {
 #[cfg(feature = "kafka")]
 #[test]
 fn a_view_of_a_kafka_topic_killed_while_it_ingests_counts_every_record_once() {
-    use riffle_kafka::testing::{TestProducer, bootstrap};
-    use riffle_kafka::{KafkaConnection, ensure_topics};
+    use riffle_kafka::testing::bootstrap;
 
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let topic = format!("serve-orders-{}-{nanos}", std::process::id());
-    ensure_topics(&KafkaConnection::new(bootstrap()), &[(&topic, 2)], 1).unwrap();
-    let producer = TestProducer::new(&[("linger.ms", "5")]);
+    let (topic, producer) = new_topic("serve-orders", 2);
     let order = |i: u64| format!(r#"{{"user_id": {}, "amount": {}}}"#, i % 50, i % 7);
     let produce = |from: u64, to: u64| {
         for i in from..to {
@@ -366,17 +379,10 @@ impl Follower {
 #[cfg(feature = "kafka")]
 #[test]
 fn a_durable_subscriber_resumes_after_each_kill_of_the_server_and_sees_each_change_once() {
-    use riffle_kafka::testing::{TestProducer, bootstrap};
-    use riffle_kafka::{KafkaConnection, ensure_topics};
+    use riffle_kafka::testing::bootstrap;
     use std::sync::mpsc::RecvTimeoutError;
 
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let topic = format!("serve-resume-{}-{nanos}", std::process::id());
-    ensure_topics(&KafkaConnection::new(bootstrap()), &[(&topic, 2)], 1).unwrap();
-    let producer = TestProducer::new(&[("linger.ms", "5")]);
+    let (topic, producer) = new_topic("serve-resume", 2);
     let produce = |from: u64, to: u64| {
         for i in from..to {
             let order = format!(r#"{{"id": {i}, "amount": {}}}"#, i % 7);
@@ -497,22 +503,10 @@ fn a_durable_subscriber_resumes_after_each_kill_of_the_server_and_sees_each_chan
 #[cfg(feature = "kafka")]
 #[test]
 fn a_sink_of_a_view_writes_each_change_once_to_kafka_through_a_kill() {
-    use riffle_kafka::testing::{TestProducer, bootstrap, read_committed};
-    use riffle_kafka::{KafkaConnection, ensure_topics};
+    use riffle_kafka::testing::{bootstrap, read_committed};
 
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let input = format!("serve-sink-in-{}-{nanos}", std::process::id());
-    let output = format!("serve-sink-out-{}-{nanos}", std::process::id());
-    ensure_topics(
-        &KafkaConnection::new(bootstrap()),
-        &[(&input, 2), (&output, 1)],
-        1,
-    )
-    .unwrap();
-    let producer = TestProducer::new(&[("linger.ms", "5")]);
+    let (input, producer) = new_topic("serve-sink-in", 2);
+    let (output, _) = new_topic("serve-sink-out", 1);
     let produce = |from: u64, to: u64| {
         for i in from..to {
             let order = format!(r#"{{"user_id": {}, "amount": {}}}"#, i % 20, i % 7);
