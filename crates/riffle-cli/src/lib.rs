@@ -15,3 +15,5 @@ pub mod savepoint;
 pub mod serve;
 pub mod sql;
 pub mod sql_client;
+#[cfg(feature = "kafka")]
+pub mod sql_group;

@@ -3,6 +3,8 @@
 //! registers tables, views and functions; its `INSERT INTO` statements (and queries, whose rows
 //! are printed as `+I[...]` lines) run as one job with the same engine options as the demos:
 //! parallelism, checkpoints, `--restore`, `--state-backend`, the web UI and the progress line.
+//! With `--group NAME` the process is one member of a group of processes running the script
+//! together on Kafka ([`crate::sql_group`], docs/scale-out.md).
 
 use std::path::PathBuf;
 
@@ -28,6 +30,36 @@ pub struct SqlArgs {
     /// How the engine runs the job.
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// How the script runs as a group of processes.
+    #[command(flatten)]
+    pub group: SqlGroupArgs,
+}
+
+/// The options of `riffle sql --group` (parsed in every build, so that one without Kafka
+/// support says so).
+#[derive(Args, Clone, Debug)]
+pub struct SqlGroupArgs {
+    /// Run the script as one member of the process group NAME (docs/scale-out.md): start the
+    /// same command in several processes, on one machine or many. Kafka's consumer group
+    /// assigns each the partitions of the script's Kafka tables and of the repartition topics
+    /// `NAME-sql-<n>-<step>-repartition` in front of its keyed steps (created when absent),
+    /// and keyed state moves with them. Only kafka and upsert-kafka tables are read, and
+    /// kafka, upsert-kafka, print and blackhole tables written; the Kafka sinks write in the
+    /// group's transactions (exactly-once). Needs a checkpoint storage the members share (S3).
+    #[arg(long, value_name = "NAME")]
+    pub group: Option<String>,
+    /// With --group: partitions of each repartition topic it creates (the most processes that
+    /// share a keyed step).
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub shuffle_partitions: usize,
+    /// With --group: keep a warm copy of the keyed state of the partitions N other members own
+    /// (as `riffle demo --group`).
+    #[arg(long, value_name = "N")]
+    pub num_standby_replicas: Option<usize>,
+    /// With --group: replace the group's job, whose fingerprint (HASH) a member refused with
+    /// another job names, by this one (as `riffle demo --group`).
+    #[arg(long, value_name = "HASH")]
+    pub upgrade_from: Option<String>,
 }
 
 /// The functions every script can call: Nexmark's `count_char(text, 'c')` (q14, which names it
@@ -89,23 +121,78 @@ pub fn define_all(sql: &SqlEnv, defines: &[String]) -> riffle::Result<()> {
 /// Runs `riffle sql`: the script of `--file`, or the interactive client without one.
 pub fn run(args: &SqlArgs) -> riffle::Result<()> {
     let Some(file) = &args.file else {
+        if args.group.group.is_some() {
+            return Err(riffle::Error::config(
+                "--group",
+                "a group runs a script: give it with -f FILE",
+            ));
+        }
         return crate::sql_client::run(args);
     };
     let script = std::fs::read_to_string(file)
         .map_err(|e| riffle::Error::config("--file", format!("`{}`: {e}", file.display())))?;
+    let group = &args.group;
+    if group.group.is_none() {
+        let flag = match (group.num_standby_replicas, &group.upgrade_from) {
+            (Some(_), _) => Some("--num-standby-replicas"),
+            (None, Some(_)) => Some("--upgrade-from"),
+            (None, None) => None,
+        };
+        if let Some(flag) = flag {
+            return Err(riffle::Error::config(flag, "needs --group"));
+        }
+    }
     let env = StreamEnv::with_config(args.engine.env_config("sql")?);
-    let sql = SqlEnv::new(&env);
-    register_functions(&sql);
-    define_all(&sql, &args.defines)?;
+    let sql = session(&env, args)?;
     if args.explain {
         for plan in sql.explain_sql(&script).map_err(sql_error(file))? {
             println!("{plan}\n");
         }
         return Ok(());
     }
+    if let Some(name) = &group.group {
+        return run_group(args, file, &script, name);
+    }
     let done = sql.execute_sql(&script).map_err(sql_error(file))?;
+    if report(&done) == 0 {
+        return Ok(());
+    }
+    run_job(&env, &args.engine.run_options()?)?;
+    Ok(())
+}
+
+/// A SQL session adding jobs to `env`: the functions every script can call, and `--define`'s
+/// variables.
+pub(crate) fn session(env: &StreamEnv, args: &SqlArgs) -> riffle::Result<SqlEnv> {
+    let sql = SqlEnv::new(env);
+    register_functions(&sql);
+    define_all(&sql, &args.defines)?;
+    Ok(sql)
+}
+
+#[cfg(feature = "kafka")]
+fn run_group(
+    args: &SqlArgs,
+    file: &std::path::Path,
+    script: &str,
+    name: &str,
+) -> riffle::Result<()> {
+    crate::sql_group::run(args, file, script, name)
+}
+
+#[cfg(not(feature = "kafka"))]
+fn run_group(_: &SqlArgs, _: &std::path::Path, _: &str, _: &str) -> riffle::Result<()> {
+    Err(riffle::Error::config(
+        "--group",
+        "process groups need riffle built with Kafka support (cargo build --features kafka)",
+    ))
+}
+
+/// Prints what each statement did; returns how many jobs (`INSERT INTO` and queries) they
+/// added.
+pub(crate) fn report(done: &[Executed]) -> usize {
     let mut jobs = 0;
-    for executed in &done {
+    for executed in done {
         match executed {
             Executed::Created(name) => eprintln!("riffle sql: created {name}"),
             Executed::Set(key, value) => eprintln!("riffle sql: set {key} = {value}"),
@@ -121,11 +208,15 @@ pub fn run(args: &SqlArgs) -> riffle::Result<()> {
             Executed::Explained(plan) => println!("{plan}"),
         }
     }
-    if jobs == 0 {
-        return Ok(());
-    }
-    let options = args.engine.run_options()?;
-    let (result, _) = run_with_progress(&env, &options, |report| {
+    jobs
+}
+
+/// Runs `env`'s job to its end with the progress line, and prints how many rows it read.
+pub(crate) fn run_job(
+    env: &StreamEnv,
+    options: &crate::progress::RunOptions,
+) -> riffle::Result<riffle::JobResult> {
+    let (result, _) = run_with_progress(env, options, |report| {
         let read: u64 = report
             .snapshot
             .operators
@@ -150,10 +241,12 @@ pub fn run(args: &SqlArgs) -> riffle::Result<()> {
         "riffle sql: done: {read} rows read in {:.2} s",
         result.duration.as_secs_f64()
     );
-    Ok(())
+    Ok(result)
 }
 
 /// A SQL error as a configuration error naming the script.
-fn sql_error(file: &std::path::Path) -> impl Fn(riffle_sql::SqlError) -> riffle::Error + '_ {
+pub(crate) fn sql_error(
+    file: &std::path::Path,
+) -> impl Fn(riffle_sql::SqlError) -> riffle::Error + '_ {
     move |e| riffle::Error::config("--file", format!("{}: {e}", file.display()))
 }

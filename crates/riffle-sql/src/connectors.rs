@@ -31,6 +31,7 @@ use crate::error::{Result, SqlError};
 use crate::expr::Typed;
 use crate::lower::Rows;
 use crate::parse::TableDef;
+use crate::placement::Placement;
 use crate::plan::TimeAttribute;
 use crate::types::{DataType, Field, Row, Schema, Value};
 
@@ -43,6 +44,21 @@ pub fn scan(
     computed: Vec<Typed>,
     time: Option<TimeAttribute>,
 ) -> Result<DataStream<Row>> {
+    let placement = Placement::default();
+    scan_in(&placement, env, table, physical, read, computed, time)
+}
+
+/// [`scan`], read where `placement` runs the job (in a group: [`crate::placement`]).
+pub(crate) fn scan_in(
+    placement: &Placement,
+    env: &StreamEnv,
+    table: &TableDef,
+    physical: &Schema,
+    read: &Schema,
+    computed: Vec<Typed>,
+    time: Option<TimeAttribute>,
+) -> Result<DataStream<Row>> {
+    placement.check(table, "read")?;
     if let Some(rows) = &table.rows {
         let rows: Vec<Row> = rows.as_ref().clone();
         return Ok(env.from_iter(rows).name(&format!("Source: {}", table.name)));
@@ -101,7 +117,7 @@ pub fn scan(
             timed(env, source, time.as_ref().map(|_| strategy(false)))
         }
         "kafka" => {
-            let source = kafka_source(table, read, complete)?;
+            let source = kafka_source(placement, table, read, complete)?;
             timed(env, source, time.as_ref().map(|_| strategy(false)))
         }
         other => {
@@ -201,6 +217,23 @@ pub fn changelog_scan(
     computed: Vec<Typed>,
     time: Option<TimeAttribute>,
 ) -> Result<DataStream<Change<Row>>> {
+    let placement = Placement::default();
+    changelog_scan_in(&placement, env, table, read, computed, time)
+}
+
+/// [`changelog_scan`], read where `placement` runs the job (in a group:
+/// [`crate::placement`]).
+pub(crate) fn changelog_scan_in(
+    placement: &Placement,
+    env: &StreamEnv,
+    table: &TableDef,
+    read: &Schema,
+    computed: Vec<Typed>,
+    time: Option<TimeAttribute>,
+) -> Result<DataStream<Change<Row>>> {
+    if table.changes.is_none() {
+        placement.check(table, "read")?;
+    }
     if let Some(changes) = &table.changes {
         if time.is_some() || !computed.is_empty() {
             return Err(SqlError::plan(format!(
@@ -211,7 +244,7 @@ pub fn changelog_scan(
         return Ok(changes.build(env).name(&format!("Source: {}", table.name)));
     }
     if is_debezium(table) {
-        debezium_scan(env, table, read, computed, time)
+        debezium_scan_in(placement, env, table, read, computed, time)
     } else if table.options.get("connector").map(String::as_str) == Some("postgres-cdc") {
         if time.is_some() {
             return Err(SqlError::plan(format!(
@@ -222,7 +255,8 @@ pub fn changelog_scan(
         let complete = completer(table, &computed, None);
         cdc_scan(env, table, read, move |row| complete(row, false))
     } else {
-        upsert_scan(env, table, read, computed, time)
+        let complete = completer(table, &computed, time.as_ref());
+        upsert_source(placement, env, table, read, complete, time)
     }
 }
 
@@ -254,6 +288,18 @@ fn cdc_scan(
 /// (the `debezium` module), with the table's computed columns; event time and watermarks from
 /// the time attribute of the rows each event adds (of the rows it retracts for a delete).
 pub fn debezium_scan(
+    env: &StreamEnv,
+    table: &TableDef,
+    read: &Schema,
+    computed: Vec<Typed>,
+    time: Option<TimeAttribute>,
+) -> Result<DataStream<Change<Row>>> {
+    debezium_scan_in(&Placement::default(), env, table, read, computed, time)
+}
+
+/// [`debezium_scan`], read where `placement` runs the job.
+fn debezium_scan_in(
+    placement: &Placement,
     env: &StreamEnv,
     table: &TableDef,
     read: &Schema,
@@ -297,7 +343,7 @@ pub fn debezium_scan(
             timed(env, source, strategy)
         }
         _ => {
-            let source = debezium_kafka_source(table, read, complete)?;
+            let source = debezium_kafka_source(placement, table, read, complete)?;
             timed(env, source, strategy)
         }
     };
@@ -310,6 +356,7 @@ pub fn debezium_scan(
 /// The Debezium events of a `kafka` table ([`crate::kafka::debezium_source`]).
 #[cfg(feature = "kafka")]
 fn debezium_kafka_source(
+    placement: &Placement,
     table: &TableDef,
     read: &Schema,
     complete: impl Fn(Vec<Change<Row>>) -> std::result::Result<Vec<Change<Row>>, String>
@@ -317,11 +364,12 @@ fn debezium_kafka_source(
     + Sync
     + 'static,
 ) -> Result<impl riffle::source::Source<Vec<Change<Row>>>> {
-    crate::kafka::debezium_source(table, read, complete)
+    crate::kafka::debezium_source(placement, table, read, complete)
 }
 
 #[cfg(not(feature = "kafka"))]
 fn debezium_kafka_source(
+    _placement: &Placement,
     table: &TableDef,
     _read: &Schema,
     _complete: impl Fn(Vec<Change<Row>>) -> std::result::Result<Vec<Change<Row>>, String>
@@ -346,6 +394,7 @@ pub fn upsert_scan(
     time: Option<TimeAttribute>,
 ) -> Result<DataStream<Change<Row>>> {
     upsert_source(
+        &Placement::default(),
         env,
         table,
         read,
@@ -356,6 +405,7 @@ pub fn upsert_scan(
 
 #[cfg(feature = "kafka")]
 fn upsert_source(
+    placement: &Placement,
     env: &StreamEnv,
     table: &TableDef,
     read: &Schema,
@@ -363,8 +413,9 @@ fn upsert_source(
     time: Option<TimeAttribute>,
 ) -> Result<DataStream<Change<Row>>> {
     use riffle::state::ValueStateDescriptor;
-    let source =
-        crate::kafka::upsert_source(table, read, move |row, upsert| complete(row, upsert))?;
+    let source = crate::kafka::upsert_source(placement, table, read, move |row, upsert| {
+        complete(row, upsert)
+    })?;
     let upserts = match &time {
         Some(t) => {
             let (column, bound) = (t.column, t.out_of_orderness_ms as u64);
@@ -382,10 +433,11 @@ fn upsert_source(
         .filter_map(|name| read.index_of(name))
         .collect();
     let last = Arc::new(ValueStateDescriptor::<Row>::new("upsert-last-row"));
-    Ok(upserts
-        .key_by(move |change: &Change<Row>| {
-            Row(key.iter().map(|&c| change.row.get(c).clone()).collect())
-        })
+    let keyed = upserts.key_by(move |change: &Change<Row>| {
+        Row(key.iter().map(|&c| change.row.get(c).clone()).collect())
+    });
+    Ok(placement
+        .exchange(keyed, "upserts")
         .process(move |_: &Row, change: Change<Row>, ctx| {
             let mut state = ctx.value(&last);
             let before = state.get()?;
@@ -415,6 +467,7 @@ fn upsert_source(
 
 #[cfg(not(feature = "kafka"))]
 fn upsert_source(
+    _placement: &Placement,
     _env: &StreamEnv,
     table: &TableDef,
     _read: &Schema,
@@ -426,6 +479,17 @@ fn upsert_source(
 
 /// Writes `rows` (of the table's physical columns `schema`) with the table's connector.
 pub fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
+    sink_in(&Placement::default(), rows, table, schema)
+}
+
+/// [`sink`], written where `placement` runs the job (in a group: [`crate::placement`]).
+pub(crate) fn sink_in(
+    placement: &Placement,
+    rows: Rows,
+    table: &TableDef,
+    schema: &Schema,
+) -> Result<()> {
+    placement.check(table, "written")?;
     let name = format!("Sink: {}", table.name);
     match option(table, "connector")? {
         "blackhole" => match rows {
@@ -493,7 +557,7 @@ pub fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
                 )
                 .name(&name);
         }
-        "kafka" | "upsert-kafka" => kafka_sink(rows, table, schema)?,
+        "kafka" | "upsert-kafka" => kafka_sink(placement, rows, table, schema)?,
         "jdbc" => jdbc_sink(rows, table, schema)?,
         "delta" => delta_sink(rows, table, schema)?,
         other => {
@@ -915,16 +979,18 @@ pub fn csv_text(row: &Row, schema: &Schema) -> String {
 /// The source of a `kafka` table ([`crate::kafka`]).
 #[cfg(feature = "kafka")]
 fn kafka_source(
+    placement: &Placement,
     table: &TableDef,
     read: &Schema,
     complete: impl Fn(Row) -> std::result::Result<Row, String> + Send + Sync + 'static,
 ) -> Result<impl riffle::source::Source<Row>> {
-    crate::kafka::source(table, read, complete)
+    crate::kafka::source(placement, table, read, complete)
 }
 
 /// Without the `kafka` feature, a `kafka` table is refused, saying how to get one.
 #[cfg(not(feature = "kafka"))]
 fn kafka_source(
+    _placement: &Placement,
     table: &TableDef,
     _read: &Schema,
     _complete: impl Fn(Row) -> std::result::Result<Row, String> + Send + Sync + 'static,
@@ -934,12 +1000,12 @@ fn kafka_source(
 
 /// Writes `rows` to a `kafka` table ([`crate::kafka`]).
 #[cfg(feature = "kafka")]
-fn kafka_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
-    crate::kafka::sink(rows, table, schema)
+fn kafka_sink(placement: &Placement, rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
+    crate::kafka::sink(placement, rows, table, schema)
 }
 
 #[cfg(not(feature = "kafka"))]
-fn kafka_sink(_rows: Rows, table: &TableDef, _schema: &Schema) -> Result<()> {
+fn kafka_sink(_: &Placement, _rows: Rows, table: &TableDef, _schema: &Schema) -> Result<()> {
     Err(no_kafka(table))
 }
 

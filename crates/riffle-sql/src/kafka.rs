@@ -36,6 +36,7 @@ use crate::connectors::{debezium_json_text, json_text};
 use crate::error::{Result, SqlError};
 use crate::lower::Rows;
 use crate::parse::TableDef;
+use crate::placement::Placement;
 use crate::types::{Row, Schema};
 
 /// The connection of a table's `properties.*` options.
@@ -90,12 +91,14 @@ fn format(table: &TableDef) -> &str {
 /// those the job reads) in its format (a JSON object, or Avro through a schema registry),
 /// completed by `complete` (the table's computed columns and time check).
 pub(crate) fn source(
+    placement: &Placement,
     table: &TableDef,
     read: &Schema,
     complete: impl Fn(Row) -> std::result::Result<Row, String> + Send + Sync + 'static,
 ) -> Result<impl Source<Row>> {
     let decode = row_decoder(table, read)?;
     configured(
+        placement,
         table,
         KafkaSource::with_decoder(connection(table)?, topics(table)?, move |bytes: &[u8]| {
             complete(decode(bytes)?)
@@ -140,6 +143,7 @@ const READ_FORMATS: &str = if cfg!(feature = "avro") {
 /// of a row of only its key). `convert` completes a row (computed columns, time); the job
 /// normalizes the upserts into a changelog (see `connectors::upsert_scan`).
 pub(crate) fn upsert_source(
+    placement: &Placement,
     table: &TableDef,
     schema: &Schema,
     convert: impl Fn(Row, bool) -> std::result::Result<Row, String> + Send + Sync + 'static,
@@ -171,6 +175,7 @@ pub(crate) fn upsert_source(
         })
     };
     configured(
+        placement,
         table,
         KafkaSource::with_record_decoder(connection(table)?, topics(table)?, decode),
     )
@@ -180,6 +185,7 @@ pub(crate) fn upsert_source(
 /// `debezium-avro-confluent`): each message's value decoded into its changes of rows of
 /// `schema` (none for a tombstone), completed by `complete`.
 pub(crate) fn debezium_source(
+    placement: &Placement,
     table: &TableDef,
     schema: &Schema,
     complete: impl Fn(Vec<Change<Row>>) -> std::result::Result<Vec<Change<Row>>, String>
@@ -205,6 +211,7 @@ pub(crate) fn debezium_source(
         other => return Err(bad_option(table, "format", other, READ_FORMATS)),
     };
     configured(
+        placement,
         table,
         KafkaSource::with_record_decoder(
             connection(table)?,
@@ -224,7 +231,11 @@ fn topics(table: &TableDef) -> Result<Vec<String>> {
 }
 
 /// `source` set up by the table's `scan.*` and `properties.group.id` options.
-fn configured<T: riffle::Data>(table: &TableDef, source: KafkaSource<T>) -> Result<KafkaSource<T>> {
+fn configured<T: riffle::Data>(
+    placement: &Placement,
+    table: &TableDef,
+    source: KafkaSource<T>,
+) -> Result<KafkaSource<T>> {
     let start = match table
         .options
         .get("scan.startup.mode")
@@ -309,18 +320,24 @@ fn configured<T: riffle::Data>(table: &TableDef, source: KafkaSource<T>) -> Resu
     if let Some(group) = table.options.get("properties.group.id") {
         source = source.group_id(group.clone());
     }
-    Ok(source)
+    placement.kafka_source(table, &connection(table)?, &topics(table)?, source)
 }
 
 /// Writes `rows` to a `kafka` or `upsert-kafka` table.
-pub(crate) fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
+pub(crate) fn sink(
+    placement: &Placement,
+    rows: Rows,
+    table: &TableDef,
+    schema: &Schema,
+) -> Result<()> {
+    placement.kafka_sink(table, &connection(table)?)?;
     if connector(table) == "upsert-kafka" {
-        return upsert_sink(rows, table, schema);
+        return upsert_sink(placement, rows, table, schema);
     }
     let kafka = connection(table)?;
     let topic = required(table, "topic")?.to_string();
     let name = format!("Sink: {}", table.name);
-    let finish = delivery(table)?;
+    let finish = delivery(placement, table)?;
     let key = key_columns(table, schema)?;
     let finish = |sink: KafkaSink<Change<Row>>| {
         let sink = finish(sink);
@@ -336,19 +353,22 @@ pub(crate) fn sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> 
     append_or_changelog_sink(rows, table, schema, kafka, topic, name, finish)
 }
 
-/// How a sink of `table` delivers (`sink.delivery-guarantee`, `sink.transactional-id-prefix`).
-fn delivery(
+/// How a sink of `table` delivers (`sink.delivery-guarantee`, `sink.transactional-id-prefix`;
+/// in a group of processes, in the group's transactions).
+fn delivery<'a>(
+    placement: &'a Placement,
     table: &TableDef,
-) -> Result<impl FnOnce(KafkaSink<Change<Row>>) -> KafkaSink<Change<Row>>> {
+) -> Result<impl FnOnce(KafkaSink<Change<Row>>) -> KafkaSink<Change<Row>> + 'a> {
     let exactly_once = crate::connectors::exactly_once(table)?;
     let prefix = table.options.get("sink.transactional-id-prefix").cloned();
-    Ok(
-        move |sink: KafkaSink<Change<Row>>| match (exactly_once, prefix) {
+    Ok(move |sink: KafkaSink<Change<Row>>| {
+        let sink = match (exactly_once, prefix) {
             (true, Some(prefix)) => sink.exactly_once().transactional_id_prefix(prefix),
             (true, None) => sink.exactly_once(),
             (false, _) => sink.at_least_once(),
-        },
-    )
+        };
+        placement.place_sink(sink)
+    })
 }
 
 /// Writes an updating query's changes to an `upsert-kafka` table, as Flink's connector: a row
@@ -356,7 +376,7 @@ fn delivery(
 /// columns) with the row as its value; a row deleted is a tombstone (its key, no value), which
 /// a compacted topic keeps as the key's deletion; `-U` is not written (the `+U` after it
 /// replaces the key's value). Appended rows are upserts by their key.
-fn upsert_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
+fn upsert_sink(placement: &Placement, rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
     let kafka = connection(table)?;
     let topic = required(table, "topic")?.to_string();
     let name = format!("Sink: {}", table.name);
@@ -393,7 +413,7 @@ fn upsert_sink(rows: Rows, table: &TableDef, schema: &Schema) -> Result<()> {
             .map(|&c| schema.fields[c].clone())
             .collect(),
     );
-    let finish = delivery(table)?;
+    let finish = delivery(placement, table)?;
     let sink = KafkaSink::<Change<Row>>::with_encoder(kafka, topic, move |change, out| {
         let values = value_columns
             .iter()

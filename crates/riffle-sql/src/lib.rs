@@ -33,6 +33,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use riffle::{Change, DataStream, StreamEnv};
 
@@ -53,6 +54,7 @@ mod json;
 pub mod kafka;
 pub mod lower;
 pub mod parse;
+mod placement;
 pub mod plan;
 #[cfg(feature = "postgres")]
 pub mod postgres_cdc;
@@ -61,10 +63,13 @@ pub mod types;
 
 pub use error::SqlError;
 pub use functions::ScalarFunction;
+#[cfg(feature = "kafka")]
+pub use placement::GroupPlan;
 pub use types::{DataType, Decimal, Field, Row, Schema, Value};
 
 use error::Result;
 use parse::Statement;
+use placement::Placement;
 use plan::Catalog;
 
 /// What one statement of a script did.
@@ -91,6 +96,8 @@ pub struct SqlEnv {
     catalog: RefCell<Catalog>,
     options: RefCell<BTreeMap<String, String>>,
     variables: RefCell<BTreeMap<String, String>>,
+    /// Where the jobs run: in this process, or as a member of a group ([`placement`]).
+    placement: RefCell<Rc<Placement>>,
 }
 
 impl SqlEnv {
@@ -101,6 +108,7 @@ impl SqlEnv {
             catalog: RefCell::new(Catalog::default()),
             options: RefCell::new(BTreeMap::new()),
             variables: RefCell::new(BTreeMap::new()),
+            placement: RefCell::new(Rc::new(Placement::default())),
         }
     }
 
@@ -126,7 +134,51 @@ impl SqlEnv {
             catalog: RefCell::new(self.catalog.borrow().clone()),
             options: RefCell::new(self.options.borrow().clone()),
             variables: RefCell::new(self.variables.borrow().clone()),
+            placement: RefCell::new(self.placement.borrow().clone()),
         }
+    }
+
+    /// Plans `script` as the members of the process group `name` run it (`riffle sql --group`,
+    /// docs/scale-out.md): what its statements did, and the topics a member reads (its Kafka
+    /// tables', and one repartition topic of `partitions` partitions per keyed step). Run it on
+    /// an environment that is not executed; create the plan's repartition topics
+    /// ([`GroupPlan::shuffles`]), join the group with [`GroupPlan::all_topics`], and run the
+    /// script in each run of the group on a new environment after [`in_group`](Self::in_group).
+    /// A table a group cannot read or write (a file, a generator) is refused, naming it.
+    #[cfg(feature = "kafka")]
+    pub fn plan_group(
+        &self,
+        name: &str,
+        partitions: usize,
+        script: &str,
+    ) -> Result<(Vec<Executed>, GroupPlan)> {
+        if partitions == 0 {
+            return Err(SqlError::plan(
+                "a repartition topic needs at least 1 partition",
+            ));
+        }
+        let planning = Rc::new(Placement::planning(name, partitions));
+        *self.placement.borrow_mut() = planning.clone();
+        let done = self.execute_sql(script);
+        *self.placement.borrow_mut() = Rc::new(Placement::default());
+        let done = done?;
+        let plan = planning.plan().expect("a planning placement has a plan");
+        if plan.kafka.is_none() {
+            return Err(SqlError::plan(
+                "a group of processes (--group) reads Kafka topics: the script reads no kafka table",
+            ));
+        }
+        Ok((done, plan))
+    }
+
+    /// Runs the jobs of the scripts executed after this as one member of `group`, whose job
+    /// [`plan_group`](Self::plan_group) planned as `plan`: Kafka tables read the partitions the
+    /// group assigns and write in its transactions, keyed steps exchange rows through the
+    /// plan's repartition topics.
+    #[cfg(feature = "kafka")]
+    pub fn in_group(&self, group: &riffle_kafka::KafkaGroup, plan: &GroupPlan) -> Result<()> {
+        *self.placement.borrow_mut() = Rc::new(Placement::member(group, plan)?);
+        Ok(())
     }
 
     /// The names of the tables and views, sorted (`SHOW TABLES`).
@@ -225,14 +277,14 @@ impl SqlEnv {
                     .get(&table)
                     .ok_or_else(|| SqlError::plan(format!("INSERT INTO {table}: no such table")))?;
                 let plan = catalog.plan_query(&query)?;
-                lower::insert(&self.env, def, &plan)?;
+                lower::insert_placed(&self.env, def, &plan, &self.placement.borrow())?;
                 Ok(Executed::Inserting(table))
             }
             Statement::Query(query) => {
                 let plan = self.catalog.borrow().plan_query(&query)?;
                 let schema = plan.schema().clone();
                 let shown = schema.clone();
-                lower::lower(&plan, &self.env)?
+                lower::lower_placed(&plan, &self.env, &self.placement.borrow())?
                     .into_changelog()
                     .sink_fn(move |change: Change<Row>| {
                         println!("{}", connectors::change_text(&change, &shown));

@@ -22,6 +22,7 @@ use crate::connectors;
 use crate::error::{Result, SqlError};
 use crate::expr::{Eval, Place, Typed};
 use crate::parse::{ColumnDef, TableDef};
+use crate::placement::Placement;
 use crate::plan::{ChangelogMode, Plan, WindowKind};
 use crate::types::{DataType, Row, Schema, Value};
 
@@ -379,7 +380,9 @@ impl TopN {
 /// The scans of one statement's plan, by table: a table read twice (a join of two views of
 /// it, Nexmark's `auction` and `bid`) is read once, its rows going to both readers (as Flink
 /// reuses a scan), and only what its readers read of it is decoded.
-struct Scans {
+struct Scans<'a> {
+    /// Where the statement's jobs run (its keyed steps' exchanges, its tables' connectors).
+    placement: &'a Placement,
     built: std::cell::RefCell<HashMap<String, DataStream<Row>>>,
     reads: HashMap<String, Option<Vec<Place>>>,
     /// Window aggregations computed once for every reader, by what they compute (see
@@ -424,9 +427,15 @@ fn window_digest(plan: &Plan) -> Option<String> {
 
 /// The rows of `plan`, as a stream of `env`.
 pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
+    lower_placed(plan, env, &Placement::default())
+}
+
+/// [`lower`], the jobs placed by `placement` (in a group of processes: [`crate::placement`]).
+pub(crate) fn lower_placed(plan: &Plan, env: &StreamEnv, placement: &Placement) -> Result<Rows> {
     let mut reads = HashMap::new();
     scan_reads(plan, None, &mut reads);
     let scans = Scans {
+        placement,
         built: Default::default(),
         reads,
         windows: Default::default(),
@@ -580,7 +589,8 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
         } => {
             if connectors::is_changelog(table) {
                 // Its every column decoded: the key's are needed to normalize the upserts.
-                return Ok(Rows::Changelog(connectors::changelog_scan(
+                return Ok(Rows::Changelog(connectors::changelog_scan_in(
+                    scans.placement,
                     env,
                     table,
                     physical,
@@ -595,8 +605,15 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                 Some(Some(reads)) => pruned(physical, reads),
                 _ => physical.clone(),
             };
-            let rows =
-                connectors::scan(env, table, physical, &read, computed.clone(), time.clone())?;
+            let rows = connectors::scan_in(
+                scans.placement,
+                env,
+                table,
+                physical,
+                &read,
+                computed.clone(),
+                time.clone(),
+            )?;
             scans
                 .built
                 .borrow_mut()
@@ -691,11 +708,11 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             let results = match shared {
                 Some(results) => results,
                 None => {
-                    let mut windowed = append(input)?
+                    let keyed = append(input)?
                         .try_map(move |row: Row| eval_all(&pre, &row))
                         .name("Pre-aggregate")
-                        .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()))
-                        .window(windows);
+                        .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()));
+                    let mut windowed = scans.placement.exchange(keyed, "window").window(windows);
                     if late.is_some() {
                         windowed = windowed.side_output_late(&late_tag);
                     }
@@ -711,7 +728,12 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                     .get_side_output(&late_tag)
                     .map(move |mut row: Row| Row(row.0.split_off(late_from)))
                     .name("Late rows");
-                connectors::sink(Rows::Append(late_rows), table, &sink_schema(table))?;
+                connectors::sink_in(
+                    scans.placement,
+                    Rows::Append(late_rows),
+                    table,
+                    &sink_schema(table),
+                )?;
             }
             Rows::Append(
                 results
@@ -751,6 +773,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             let key_count = *keys;
             if input.changelog_mode() == ChangelogMode::Retract {
                 return Ok(Rows::Changelog(retracting_aggregate(
+                    scans.placement,
                     lower(input, env)?.into_changelog(),
                     pre,
                     key_count,
@@ -775,10 +798,13 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                 aggregated.extend(results);
                 post.of(Row(aggregated))
             };
-            let changes = append(input)?
+            let keyed = append(input)?
                 .try_map(move |row: Row| eval_all(&pre, &row))
                 .name("Pre-aggregate")
-                .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()))
+                .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()));
+            let changes = scans
+                .placement
+                .exchange(keyed, "group-aggregate")
                 .process(move |key: &Row, row: Row, ctx| {
                     let (before, after) = {
                         let mut state = ctx.aggregating(&accumulators);
@@ -841,14 +867,17 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             };
             let rows = Arc::new(RowsState::new("over-rows"));
             let key_count = *partitions;
+            let keyed = lower(input, env)?
+                .into_changelog()
+                .try_map(move |change: Change<Row>| -> riffle::Result<Change<Row>> {
+                    Ok(Change::new(change.op, eval_all(&pre, &change.row)?))
+                })
+                .name("Pre-over")
+                .key_by(move |change: &Change<Row>| Row(change.row.0[..key_count].to_vec()));
             Rows::Changelog(
-                lower(input, env)?
-                    .into_changelog()
-                    .try_map(move |change: Change<Row>| -> riffle::Result<Change<Row>> {
-                        Ok(Change::new(change.op, eval_all(&pre, &change.row)?))
-                    })
-                    .name("Pre-over")
-                    .key_by(move |change: &Change<Row>| Row(change.row.0[..key_count].to_vec()))
+                scans
+                    .placement
+                    .exchange(keyed, "over")
                     .process(move |_: &Row, change: Change<Row>, ctx| {
                         let mut state = ctx.value(&rows);
                         let mut kept = state.get()?.unwrap_or_default();
@@ -961,6 +990,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                 || right.changelog_mode() == ChangelogMode::Retract
             {
                 return Ok(Rows::Changelog(changelog_join(
+                    scans.placement,
                     [
                         (lower(left, env)?.into_changelog(), left_keys),
                         (lower(right, env)?.into_changelog(), right_keys),
@@ -987,12 +1017,12 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                         })
                         .name(name))
                 };
-            let left = keyed(left, left_keys, "Join keys (left)")?;
-            let right = keyed(right, right_keys, "Join keys (right)")?;
-            let mut join = left
-                .key_by(|(key, _): &(Row, Row)| key.clone())
-                .join_regular(&right.key_by(|(key, _): &(Row, Row)| key.clone()))
-                .join_type(kind);
+            let (left, right) = scans.placement.exchange_join(
+                keyed(left, left_keys, "Join keys (left)")?,
+                keyed(right, right_keys, "Join keys (right)")?,
+                |(key, _): &(Row, Row)| key.clone(),
+            );
+            let mut join = left.join_regular(&right).join_type(kind);
             if let Some(ttl) = ttl {
                 join = join.with_state_ttl(*ttl);
             }
@@ -1007,12 +1037,15 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             // Each row is carried with its partition key, computed once before the shuffle
             // (where an error can fail the job).
             let keys: Vec<Eval> = spec.partition.iter().map(|e| e.eval.clone()).collect();
-            let mut matched = append(input)?
+            let keyed = append(input)?
                 .try_map(move |row: Row| -> riffle::Result<(Row, Row)> {
                     Ok((eval_all(&keys, &row)?, row))
                 })
                 .name("Pre-match")
-                .key_by(|(key, _): &(Row, Row)| key.clone())
+                .key_by(|(key, _): &(Row, Row)| key.clone());
+            let mut matched = scans
+                .placement
+                .exchange(keyed, "match")
                 .pattern(spec.pattern());
             if spec.processing_time {
                 matched = matched.in_processing_time();
@@ -1050,19 +1083,21 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             }
             let rows = Arc::new(rows);
             let key_count = keys.len();
+            let keyed = append(input)?
+                .try_map(move |row: Row| -> riffle::Result<Row> {
+                    let mut carried = Vec::with_capacity(keys.len() + orders.len() + row.0.len());
+                    for eval in keys.iter().chain(&orders) {
+                        carried.push(eval(&row)?);
+                    }
+                    carried.extend(row.0);
+                    Ok(Row(carried))
+                })
+                .name("Pre-rank")
+                .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()));
             Rows::Changelog(
-                append(input)?
-                    .try_map(move |row: Row| -> riffle::Result<Row> {
-                        let mut carried =
-                            Vec::with_capacity(keys.len() + orders.len() + row.0.len());
-                        for eval in keys.iter().chain(&orders) {
-                            carried.push(eval(&row)?);
-                        }
-                        carried.extend(row.0);
-                        Ok(Row(carried))
-                    })
-                    .name("Pre-rank")
-                    .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()))
+                scans
+                    .placement
+                    .exchange(keyed, "rank")
                     .process(move |_: &Row, row: Row, ctx| {
                         let mut state = ctx.value(&rows);
                         let mut kept = state.get()?.unwrap_or_default();
@@ -1088,6 +1123,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
 /// matches nothing: an inner join drops its changes, an outer join keys them by the row itself
 /// and its side (so that its retraction finds it, and no row of the other side shares it).
 fn changelog_join(
+    placement: &Placement,
     [(left, left_keys), (right, right_keys)]: [(DataStream<Change<Row>>, &Vec<Typed>); 2],
     kind: JoinType,
     ttl: Option<Duration>,
@@ -1111,10 +1147,12 @@ fn changelog_join(
                 ctx.emit(Change::new(change.op, (key, change.row)))
             })
             .name(name)
-            .key_by(|change: &Change<(Row, Row)>| change.row.0.clone())
     };
-    let left = keyed(left, left_keys, 0, "Join keys (left)");
-    let right = keyed(right, right_keys, 1, "Join keys (right)");
+    let (left, right) = placement.exchange_join(
+        keyed(left, left_keys, 0, "Join keys (left)"),
+        keyed(right, right_keys, 1, "Join keys (right)"),
+        |change: &Change<(Row, Row)>| change.row.0.clone(),
+    );
     let mut join = left.join_regular(&right).join_type(kind);
     if let Some(ttl) = ttl {
         join = join.with_state_ttl(ttl);
@@ -1148,6 +1186,7 @@ fn emit_group_change(
 /// was taken back is deleted and its state cleared. A retraction of a group the operator does
 /// not hold (its state expired) changes nothing.
 fn retracting_aggregate(
+    placement: &Placement,
     changes: DataStream<Change<Row>>,
     pre: Vec<Eval>,
     key_count: usize,
@@ -1168,12 +1207,14 @@ fn retracting_aggregate(
         aggregated.extend(results);
         post.of(Row(aggregated))
     };
-    changes
+    let keyed = changes
         .try_map(move |change: Change<Row>| -> riffle::Result<Change<Row>> {
             Ok(Change::new(change.op, eval_all(&pre, &change.row)?))
         })
         .name("Pre-aggregate")
-        .key_by(move |change: &Change<Row>| Row(change.row.0[..key_count].to_vec()))
+        .key_by(move |change: &Change<Row>| Row(change.row.0[..key_count].to_vec()));
+    placement
+        .exchange(keyed, "group-aggregate")
         .process(move |key: &Row, change: Change<Row>, ctx| {
             let (before, after) = {
                 let mut state = ctx.aggregating(&accumulators);
@@ -1211,6 +1252,16 @@ pub fn sink_schema(table: &TableDef) -> Schema {
 
 /// `INSERT INTO table`: the query's rows cast to the table's columns, written by its connector.
 pub fn insert(env: &StreamEnv, table: &TableDef, plan: &Plan) -> Result<()> {
+    insert_placed(env, table, plan, &Placement::default())
+}
+
+/// [`insert`], the job placed by `placement` (in a group of processes: [`crate::placement`]).
+pub(crate) fn insert_placed(
+    env: &StreamEnv,
+    table: &TableDef,
+    plan: &Plan,
+    placement: &Placement,
+) -> Result<()> {
     let target = sink_schema(table);
     let source = plan.schema();
     if source.len() != target.len() {
@@ -1240,12 +1291,12 @@ pub fn insert(env: &StreamEnv, table: &TableDef, plan: &Plan) -> Result<()> {
         })?;
         casts.push((from.ty == to.ty, cast.eval));
     }
-    let mut rows = lower(plan, env)?;
+    let mut rows = lower_placed(plan, env, placement)?;
     if casts.iter().any(|(same, _)| !same) {
         let casts: Vec<Eval> = casts.into_iter().map(|(_, cast)| cast).collect();
         rows = rows.flat_map_rows("Cast", move |row: Row| eval_all(&casts, &row).map(Some));
     }
-    connectors::sink(rows, table, &target)
+    connectors::sink_in(placement, rows, table, &target)
 }
 
 #[cfg(test)]

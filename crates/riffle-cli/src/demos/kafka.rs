@@ -19,12 +19,12 @@ use riffle_kafka::{
     ensure_topics, run_in_group_with,
 };
 
-use crate::demos::UserCount;
 use crate::demos::kafka_args::{GuaranteeArg, KafkaArgs};
 use crate::demos::pipeline::{DEFAULT_COUNT, PipelineArgs, pipeline, pipeline_through};
 use crate::demos::windowed_count::{
     WindowedSummary, print_checkpoints, run_windowed, run_windowed_with,
 };
+use crate::demos::{EngineArgs, UserCount};
 
 /// The connection, with the `--kafka-set` settings; errors name the flag.
 pub fn connection(args: &KafkaArgs, bootstrap: &str) -> riffle::Result<KafkaConnection> {
@@ -155,6 +155,48 @@ pub fn run(args: &PipelineArgs, bootstrap: &str) -> riffle::Result<WindowedSumma
 /// member commits at checkpoints, and the shuffle's records reach the windows at commits.
 const GROUP_CHECKPOINT_MS: u64 = 1_000;
 
+/// The engine options of a member of a process group: a checkpoint interval of
+/// [`GROUP_CHECKPOINT_MS`] unless one is given (members commit at checkpoints), and no
+/// `--restore` (members resume from the group's committed offsets).
+pub(crate) fn member_engine(engine: &EngineArgs) -> riffle::Result<EngineArgs> {
+    if engine.restore.is_some() {
+        return Err(riffle::Error::config(
+            "--restore",
+            "a group's members resume from the group's committed offsets, not from a checkpoint",
+        ));
+    }
+    let mut engine = engine.clone();
+    engine.checkpoint_interval_ms = engine.checkpoint_interval_ms.or(Some(GROUP_CHECKPOINT_MS));
+    Ok(engine)
+}
+
+/// The run options of a member of `group`: each run's web server answers `/api/v1/group`
+/// (and `riffle jobs` shows it) from the brokers.
+pub(crate) fn member_run_options(
+    engine: &EngineArgs,
+    group: &KafkaGroup,
+) -> riffle::Result<crate::progress::RunOptions> {
+    let mut options = engine.run_options()?;
+    if let Some(web) = &mut options.web {
+        let group = group.clone();
+        web.group = Some(riffle_web::GroupStatus::new(move || {
+            let report = group.status().map_err(|e| e.to_string())?;
+            serde_json::to_value(report).map_err(|e| e.to_string())
+        }));
+    }
+    Ok(options)
+}
+
+/// Prints the partitions a member's run `n` owns.
+pub(crate) fn print_run(n: u64, group: &KafkaGroup) {
+    let partitions: Vec<String> = group
+        .assignment()
+        .iter()
+        .map(|(topic, partition)| format!("{topic}-{partition}"))
+        .collect();
+    println!("  run {n}: owns {}", partitions.join(" "));
+}
+
 /// Runs the seed's job as one member of the process group `name` until it is stopped.
 fn run_group(
     args: &PipelineArgs,
@@ -169,14 +211,7 @@ fn run_group(
             "a group's members commit in Kafka transactions: --group is exactly-once",
         ));
     }
-    if args.engine.restore.is_some() {
-        return Err(riffle::Error::config(
-            "--restore",
-            "a group's members resume from the group's committed offsets, not from a checkpoint",
-        ));
-    }
-    let mut engine = args.engine.clone();
-    engine.checkpoint_interval_ms = engine.checkpoint_interval_ms.or(Some(GROUP_CHECKPOINT_MS));
+    let engine = member_engine(&args.engine)?;
     let topics = kafka_args.topics();
     let partitions = match kafka_args.kafka_shuffle_partitions {
         Some(0) => {
@@ -210,27 +245,14 @@ fn run_group(
         topics.dead_letters,
         engine.checkpoint_interval_ms.unwrap_or(GROUP_CHECKPOINT_MS)
     );
-    // Each run's server answers /api/v1/group (and `riffle jobs` shows it) from the brokers.
-    let mut options = engine.run_options()?;
-    if let Some(web) = &mut options.web {
-        let group = group.clone();
-        web.group = Some(riffle_web::GroupStatus::new(move || {
-            let report = group.status().map_err(|e| e.to_string())?;
-            serde_json::to_value(report).map_err(|e| e.to_string())
-        }));
-    }
+    let options = member_run_options(&engine, &group)?;
     let mut last = None;
     let mut runs = 0u64;
     run_in_group_with(
         &group,
         |group| {
             runs += 1;
-            let partitions: Vec<String> = group
-                .assignment()
-                .iter()
-                .map(|(topic, partition)| format!("{topic}-{partition}"))
-                .collect();
-            println!("  run {runs}: owns {}", partitions.join(" "));
+            print_run(runs, group);
             let env = StreamEnv::with_config(engine.env_config("pipeline-kafka")?);
             let clicks = env
                 .from_source_with_watermarks(

@@ -179,6 +179,266 @@ fn a_rolling_restart_of_the_seed_job_counts_every_window_once() {
     );
 }
 
+/// The seed's job written in SQL (Kafka in, exactly-once Kafka out), run by `riffle sql -f
+/// job.sql --group NAME` on three member processes that are SIGKILLed and joined mid-run as
+/// [`churn`]'s: the window's rows go through the repartition topic the SQL planner put in front
+/// of the window, and its state moves with that topic's partitions. The committed counts equal
+/// the batch computation, each (user, window) once.
+#[test]
+fn the_seeds_job_in_sql_on_three_processes_killed_and_joined_mid_run_counts_every_window_once() {
+    let prefix = format!("sql-group-{}-{}-", std::process::id(), now_ms());
+    let group = format!("{prefix}job");
+    let dir = tempfile::tempdir().unwrap();
+    let kafka = riffle_kafka::KafkaConnection::new(riffle_kafka::testing::bootstrap());
+    let (clicks, counts) = (format!("{prefix}clicks"), format!("{prefix}agg-clicks"));
+    riffle_kafka::ensure_topics(&kafka, &[(&clicks, 8), (&counts, 4)], 1).unwrap();
+    std::fs::write(
+        dir.path().join("job.sql"),
+        "CREATE TABLE clicks (
+            user_id BIGINT, url STRING, user_agent STRING, ip STRING, event_time TIMESTAMP(3),
+            WATERMARK FOR event_time AS event_time - INTERVAL '3' SECOND
+        ) WITH ('connector' = 'kafka', 'topic' = '${CLICKS}', 'format' = 'json',
+                'properties.bootstrap.servers' = '${KAFKA}');
+        CREATE TABLE agg_clicks (user_id BIGINT, window_start TIMESTAMP(3), `count` BIGINT)
+        WITH ('connector' = 'kafka', 'topic' = '${COUNTS}', 'format' = 'json',
+              'properties.bootstrap.servers' = '${KAFKA}',
+              'sink.delivery-guarantee' = 'exactly-once');
+        CREATE VIEW human_clicks AS SELECT * FROM clicks WHERE NOT is_bot(user_agent);
+        INSERT INTO agg_clicks
+        SELECT user_id, window_start, COUNT(*)
+        FROM TABLE(TUMBLE(TABLE human_clicks, DESCRIPTOR(event_time), INTERVAL '1' SECOND))
+        GROUP BY user_id, window_start, window_end;",
+    )
+    .unwrap();
+    let args: Vec<String> = [
+        "sql",
+        "-f",
+        "job.sql",
+        "-D",
+        &format!("CLICKS={clicks}"),
+        "-D",
+        &format!("COUNTS={counts}"),
+        "-D",
+        &format!("KAFKA={}", riffle_kafka::testing::bootstrap()),
+        "--group",
+        &group,
+        "--no-web",
+        "-p",
+        "1",
+        "--checkpoint-interval-ms",
+        "300",
+        "--checkpoint-dir",
+        "checkpoints",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let repartition = format!("{group}-sql-1-window-repartition");
+    let sql_counts_once = |lines: &[String], context: &str| -> BTreeMap<(u64, i64), u64> {
+        let mut seen = BTreeMap::new();
+        for line in lines {
+            let row: serde_json::Value = serde_json::from_str(line).unwrap();
+            let start =
+                riffle_sql::format::parse_timestamp(row["window_start"].as_str().unwrap()).unwrap();
+            let key = (row["user_id"].as_u64().unwrap(), start);
+            let previous = seen.insert(key, row["count"].as_u64().unwrap());
+            assert!(previous.is_none(), "{line} appears twice\n{context}");
+        }
+        seen
+    };
+    churn_members(
+        &prefix,
+        &args,
+        &repartition,
+        dir,
+        Plan::KillsAndJoins,
+        sql_counts_once,
+    );
+}
+
+/// An updating SQL job in a group: clicks joined with an `upsert-kafka` table of users (their
+/// country, some changed mid-run) and counted per country, written as upserts in the group's
+/// transactions. Three keyed steps go through repartition topics: the users' normalization,
+/// the join's two sides (one topic, each row tagged with its side) and the aggregate over the
+/// join's changes. One of two members is SIGKILLed once counts are committed, and a third
+/// joins; each country's last committed count is the batch answer: every click counted once,
+/// under its user's last country. (With a topic per side, a key group's join state was split
+/// between the two members owning the two sides' partitions: it failed 3 runs in 4.)
+#[test]
+fn an_updating_sql_join_and_aggregate_in_a_group_killed_mid_run_ends_at_the_batch_answer() {
+    let prefix = format!("sql-group-upd-{}-{}-", std::process::id(), now_ms());
+    let group = format!("{prefix}job");
+    let dir = tempfile::tempdir().unwrap();
+    let kafka = riffle_kafka::KafkaConnection::new(riffle_kafka::testing::bootstrap());
+    let (clicks, users, out) = (
+        format!("{prefix}clicks"),
+        format!("{prefix}users"),
+        format!("{prefix}per-country"),
+    );
+    riffle_kafka::ensure_topics(&kafka, &[(&clicks, 8), (&users, 4), (&out, 4)], 1).unwrap();
+    std::fs::write(
+        dir.path().join("job.sql"),
+        "CREATE TABLE clicks (user_id BIGINT, url STRING)
+         WITH ('connector' = 'kafka', 'topic' = '${CLICKS}', 'format' = 'json',
+               'properties.bootstrap.servers' = '${KAFKA}');
+         CREATE TABLE users (user_id BIGINT, country STRING, PRIMARY KEY (user_id) NOT ENFORCED)
+         WITH ('connector' = 'upsert-kafka', 'topic' = '${USERS}', 'key.format' = 'json',
+               'value.format' = 'json', 'properties.bootstrap.servers' = '${KAFKA}');
+         CREATE TABLE per_country (country STRING, clicks BIGINT, PRIMARY KEY (country) NOT ENFORCED)
+         WITH ('connector' = 'upsert-kafka', 'topic' = '${OUT}', 'key.format' = 'json',
+               'value.format' = 'json', 'properties.bootstrap.servers' = '${KAFKA}');
+         INSERT INTO per_country
+         SELECT u.country, COUNT(*) FROM clicks c JOIN users u ON c.user_id = u.user_id
+         GROUP BY u.country;",
+    )
+    .unwrap();
+    let args: Vec<String> = [
+        "sql",
+        "-f",
+        "job.sql",
+        "-D",
+        &format!("CLICKS={clicks}"),
+        "-D",
+        &format!("USERS={users}"),
+        "-D",
+        &format!("OUT={out}"),
+        "-D",
+        &format!("KAFKA={}", riffle_kafka::testing::bootstrap()),
+        "--group",
+        &group,
+        "--no-web",
+        "-p",
+        "1",
+        "--checkpoint-interval-ms",
+        "300",
+        "--checkpoint-dir",
+        "checkpoints",
+        "--shuffle-partitions",
+        "4",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut members = vec![member(&args, dir.path(), 0)];
+    // The repartition topics, in the order the planner meets the keyed steps.
+    for step in ["1-upserts", "2-join", "3-group-aggregate"] {
+        wait_for_partitions(&format!("{group}-sql-{step}-repartition"), 4);
+    }
+    members.push(member(&args, dir.path(), 1));
+
+    // 200 users in 4 countries; 30 000 clicks over ~3 s; halfway, 50 users move country.
+    let country =
+        |user: u64, moved: bool| ["de", "fr", "jp", "us"][((user + moved as u64) % 4) as usize];
+    let producer = TestProducer::new(&[]);
+    let user_record = |user: u64, moved: bool| {
+        let key = format!("{{\"user_id\":{user}}}");
+        let value = format!(
+            "{{\"user_id\":{user},\"country\":\"{}\"}}",
+            country(user, moved)
+        );
+        producer.send(
+            &users,
+            (user % 4) as i32,
+            Some(key.as_bytes()),
+            value.as_bytes(),
+        );
+    };
+    for user in 0..200 {
+        user_record(user, false);
+    }
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    let out_topic = out.clone();
+    let committed = move || -> BTreeMap<String, u64> {
+        let records = riffle_kafka::testing::read_committed(
+            &out_topic,
+            Duration::from_secs(10),
+            |_, silent| silent > Duration::from_millis(500),
+        );
+        let mut last = BTreeMap::new();
+        for record in records {
+            if record.tombstone {
+                let key: serde_json::Value = serde_json::from_str(&record.key).unwrap();
+                last.remove(key["country"].as_str().unwrap());
+                continue;
+            }
+            let row: serde_json::Value = serde_json::from_str(&record.value).unwrap();
+            last.insert(
+                row["country"].as_str().unwrap().to_string(),
+                row["clicks"].as_u64().unwrap(),
+            );
+        }
+        last
+    };
+    for i in 0..30_000u64 {
+        let user = (i * 7919) % 200;
+        let click = format!("{{\"user_id\":{user},\"url\":\"/p/{i}\"}}");
+        producer.send(&clicks, (i % 8) as i32, None, click.as_bytes());
+        if i % 2_000 == 1_999 {
+            producer.flush();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        if i == 15_000 {
+            for user in (0..200).step_by(4) {
+                user_record(user, true);
+            }
+            // SIGKILL of one member once counts are committed; a third takes its place.
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            while committed().is_empty() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "nothing committed\n{}",
+                    logs(dir.path(), 2)
+                );
+            }
+            members[0].kill();
+            members.push(member(&args, dir.path(), 2));
+        }
+    }
+    producer.flush();
+    for i in 0..30_000u64 {
+        let user = (i * 7919) % 200;
+        *expected
+            .entry(country(user, user % 4 == 0).to_string())
+            .or_default() += 1;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        let seen = committed();
+        if seen == expected {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "committed {seen:?}, expected {expected:?}\n{}",
+            logs(dir.path(), members.len())
+        );
+    }
+}
+
+/// A script a group cannot run is refused at start, naming the table: a file is read by one
+/// process, not by a group's members.
+#[test]
+fn a_group_refuses_a_table_it_cannot_read_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("job.sql"),
+        "CREATE TABLE lines (a BIGINT) WITH ('connector' = 'filesystem', 'path' = 'in', 'format' = 'json');
+         CREATE TABLE out (a BIGINT) WITH ('connector' = 'blackhole');
+         INSERT INTO out SELECT a FROM lines;",
+    )
+    .unwrap();
+    let output = crate::riffle_raw(
+        &["sql", "-f", "job.sql", "--group", "refused", "--no-web"],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("table `lines` ('connector' = 'filesystem') cannot be read by a group"),
+        "{stderr}"
+    );
+}
+
 /// What happens to the members of [`churn`] mid-run.
 enum Plan {
     /// One is killed, a fourth joins, another is killed during the rebalance, a fifth joins.
@@ -218,13 +478,31 @@ fn churn(name: &str, extra: &[&str], plan: Plan) -> Vec<String> {
     args[p + 1] = "1".to_string();
     args.extend(["--group", &group].map(str::to_string));
     args.extend(extra.iter().map(|a| a.to_string()));
+    // The first member creates the topics.
+    let repartition = format!("{group}-by-user-repartition");
+    churn_members(&prefix, &args, &repartition, dir, plan, counts_once)
+}
 
-    // The first member creates the topics; the others join once they exist.
-    let mut members = vec![member(&args, dir.path(), 0)];
+/// Reads the (user, window start) counts of a job's output lines, each once (the second
+/// argument: what a failure message adds).
+type CountsOnce = fn(&[String], &str) -> BTreeMap<(u64, i64), u64>;
+
+/// [`churn`] of the members started with `args` in `dir`, the first alone until `repartition`
+/// (and `<prefix>clicks`) exist; `counts_once` reads the (user, window) counts of the output
+/// lines, each once.
+fn churn_members(
+    prefix: &str,
+    args: &[String],
+    repartition: &str,
+    dir: tempfile::TempDir,
+    plan: Plan,
+    counts_once: CountsOnce,
+) -> Vec<String> {
+    let mut members = vec![member(args, dir.path(), 0)];
     wait_for_partitions(&format!("{prefix}clicks"), 8);
-    wait_for_partitions(&format!("{group}-by-user-repartition"), 8);
-    members.push(member(&args, dir.path(), 1));
-    members.push(member(&args, dir.path(), 2));
+    wait_for_partitions(repartition, 8);
+    members.push(member(args, dir.path(), 1));
+    members.push(member(args, dir.path(), 2));
 
     let (clicks, expected) = input(60_000, 10_000.0);
     // Written over ~5 s while the members run.
@@ -256,16 +534,16 @@ fn churn(name: &str, extra: &[&str], plan: Plan) -> Vec<String> {
             std::thread::sleep(Duration::from_millis(now_ms() % 700));
             members[1].kill();
             std::thread::sleep(Duration::from_secs(2));
-            members.push(member(&args, dir.path(), 3));
+            members.push(member(args, dir.path(), 3));
             std::thread::sleep(Duration::from_millis(200 + now_ms() % 600));
             members[2].kill();
-            members.push(member(&args, dir.path(), 4));
+            members.push(member(args, dir.path(), 4));
         }
         Plan::RollingRestart => {
             for old in 0..3 {
                 std::thread::sleep(Duration::from_millis(300 + now_ms() % 700));
                 members[old].kill();
-                members.push(member(&args, dir.path(), 3 + old));
+                members.push(member(args, dir.path(), 3 + old));
                 std::thread::sleep(Duration::from_millis(1500));
             }
         }
