@@ -443,6 +443,23 @@ pub(crate) fn lower_placed(plan: &Plan, env: &StreamEnv, placement: &Placement) 
     lower_in(plan, env, &scans)
 }
 
+/// Whether `plan`'s rows pass a keyed step (or an upsert table's normalization) on their way
+/// to its root: in a group of processes, a repartition topic.
+fn exchanged(plan: &Plan) -> bool {
+    match plan {
+        Plan::WindowAggregate { .. }
+        | Plan::GroupAggregate { .. }
+        | Plan::TopN { .. }
+        | Plan::Join { .. }
+        | Plan::OverAggregate { .. }
+        | Plan::MatchRecognize { .. } => true,
+        Plan::Scan { table, .. } => {
+            table.options.get("connector").map(String::as_str) == Some("upsert-kafka")
+        }
+        other => other.inputs().into_iter().any(exchanged),
+    }
+}
+
 /// The places of its tables' physical columns that `plan` reads, by table (`None`: all of
 /// them), given the places of its output its reader reads (`above`). Only what is known
 /// for certain is left out: a step whose rows pass on whole (a join, a Top-N) reads all.
@@ -674,6 +691,9 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             having,
             ..
         } => {
+            if !*processing_time && exchanged(input) {
+                scans.placement.event_time_once("a window aggregation")?;
+            }
             let mut pre: Vec<_> = pre.iter().map(|e| e.eval.clone()).collect();
             // The late rows' table's columns ride along after the aggregates' arguments.
             let late_from = pre.len();
@@ -1034,6 +1054,9 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             }
         }
         Plan::MatchRecognize { input, spec, .. } => {
+            if !spec.processing_time && exchanged(input) {
+                scans.placement.event_time_once("MATCH_RECOGNIZE")?;
+            }
             // Each row is carried with its partition key, computed once before the shuffle
             // (where an error can fail the job).
             let keys: Vec<Eval> = spec.partition.iter().map(|e| e.eval.clone()).collect();

@@ -189,6 +189,22 @@ impl Placement {
         }
     }
 
+    /// Refuses `what` (an event-time step) over rows that came through a repartition topic
+    /// already, in a group: the shuffle's watermarks are written per source partition of the
+    /// group by the stream that reads them, and one written by a stage that reads another
+    /// repartition topic is not built (docs/scale-out.md).
+    pub(crate) fn event_time_once(&self, what: &str) -> Result<()> {
+        if !self.grouped() {
+            return Ok(());
+        }
+        Err(SqlError::plan(format!(
+            "{what} in event time over rows that went through a keyed step (a join, an \
+             aggregate, a window, a Top-N, an upsert table) cannot run in a group of processes \
+             (--group) yet: event time through two repartition topics in a row is not built; \
+             run it in one process, or in processing time"
+        )))
+    }
+
     /// The two sides of a join, keyed by `key`, as the join reads them: each keyed as it is in
     /// one process; in a group, both through one repartition topic, each row tagged with its
     /// side, so that the join's state of a key group is fed by one partition and has one owner
@@ -363,6 +379,58 @@ fn slug(what: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A topic read by two statements, planned for a group: refused, naming it; a join and
+    /// a window over other tables: planned, with their repartition topics.
+    #[cfg(feature = "kafka")]
+    #[test]
+    fn a_group_plans_a_repartition_topic_per_keyed_step_and_refuses_a_topic_read_twice() {
+        let table = |name: &str| {
+            format!(
+                "CREATE TABLE {name} (id BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts)
+                 WITH ('connector' = 'kafka', 'topic' = '{name}', 'format' = 'json',
+                       'properties.bootstrap.servers' = '127.0.0.1:1');"
+            )
+        };
+        let ddl = format!(
+            "{}{}CREATE TABLE out (id BIGINT, n BIGINT) WITH ('connector' = 'blackhole');",
+            table("a"),
+            table("b")
+        );
+        let plan = |script: &str| {
+            let sql = crate::SqlEnv::new(&riffle::StreamEnv::new());
+            sql.plan_group("g", 4, &format!("{ddl}{script}"))
+                .map(|(_, plan)| plan)
+        };
+        let twice =
+            plan("INSERT INTO out SELECT id, 1 FROM a; INSERT INTO out SELECT id, 2 FROM a;");
+        let error = twice.expect_err("a topic read twice").to_string();
+        assert!(
+            error.contains("the topic `a` is read a second time"),
+            "{error}"
+        );
+        // One window over one table, and a join: planned, with their repartition topics.
+        let plan = plan(
+            "INSERT INTO out SELECT a.id, b.id FROM a JOIN b ON a.id = b.id;
+             CREATE TABLE c (id BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts)
+             WITH ('connector' = 'kafka', 'topic' = 'c', 'format' = 'json',
+                   'properties.bootstrap.servers' = '127.0.0.1:1');
+             INSERT INTO out SELECT id, COUNT(*) FROM TABLE(TUMBLE(TABLE c, DESCRIPTOR(ts),
+               INTERVAL '1' SECOND)) GROUP BY id, window_start, window_end;",
+        )
+        .unwrap();
+        assert_eq!(plan.topics, ["a", "b", "c"]);
+        assert_eq!(
+            plan.all_topics(),
+            [
+                "a",
+                "b",
+                "c",
+                "g-sql-1-join-repartition",
+                "g-sql-2-window-repartition"
+            ]
+        );
+    }
 
     #[test]
     fn a_step_names_its_topic_in_letters_digits_and_dashes() {
