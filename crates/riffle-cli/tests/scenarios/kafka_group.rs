@@ -179,21 +179,16 @@ fn a_rolling_restart_of_the_seed_job_counts_every_window_once() {
     );
 }
 
-/// The seed's job written in SQL (Kafka in, exactly-once Kafka out), run by `riffle sql -f
-/// job.sql --group NAME` on three member processes that are SIGKILLed and joined mid-run as
-/// [`churn`]'s: the window's rows go through the repartition topic the SQL planner put in front
-/// of the window, and its state moves with that topic's partitions. The committed counts equal
-/// the batch computation, each (user, window) once.
-#[test]
-fn the_seeds_job_in_sql_on_three_processes_killed_and_joined_mid_run_counts_every_window_once() {
-    let prefix = format!("sql-group-{}-{}-", std::process::id(), now_ms());
+/// The seed's windowed count in SQL as a member of the group `<prefix>job` runs it: `riffle
+/// sql` arguments (the script written into `dir`, its topics `<prefix>clicks` and
+/// `<prefix>agg-clicks` created), and the repartition topic in front of its window.
+fn sql_seed_job(prefix: &str, dir: &Path, checkpoint_ms: u64) -> (Vec<String>, String) {
     let group = format!("{prefix}job");
-    let dir = tempfile::tempdir().unwrap();
     let kafka = riffle_kafka::KafkaConnection::new(riffle_kafka::testing::bootstrap());
     let (clicks, counts) = (format!("{prefix}clicks"), format!("{prefix}agg-clicks"));
     riffle_kafka::ensure_topics(&kafka, &[(&clicks, 8), (&counts, 4)], 1).unwrap();
     std::fs::write(
-        dir.path().join("job.sql"),
+        dir.join("job.sql"),
         "CREATE TABLE clicks (
             user_id BIGINT, url STRING, user_agent STRING, ip STRING, event_time TIMESTAMP(3),
             WATERMARK FOR event_time AS event_time - INTERVAL '3' SECOND
@@ -210,7 +205,7 @@ fn the_seeds_job_in_sql_on_three_processes_killed_and_joined_mid_run_counts_ever
         GROUP BY user_id, window_start, window_end;",
     )
     .unwrap();
-    let args: Vec<String> = [
+    let args = [
         "sql",
         "-f",
         "job.sql",
@@ -226,14 +221,26 @@ fn the_seeds_job_in_sql_on_three_processes_killed_and_joined_mid_run_counts_ever
         "-p",
         "1",
         "--checkpoint-interval-ms",
-        "300",
+        &checkpoint_ms.to_string(),
         "--checkpoint-dir",
         "checkpoints",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let repartition = format!("{group}-sql-1-window-repartition");
+    (args, format!("{group}-sql-1-window-repartition"))
+}
+
+/// The seed's job written in SQL (Kafka in, exactly-once Kafka out), run by `riffle sql -f
+/// job.sql --group NAME` on three member processes that are SIGKILLed and joined mid-run as
+/// [`churn`]'s: the window's rows go through the repartition topic the SQL planner put in front
+/// of the window, and its state moves with that topic's partitions. The committed counts equal
+/// the batch computation, each (user, window) once.
+#[test]
+fn the_seeds_job_in_sql_on_three_processes_killed_and_joined_mid_run_counts_every_window_once() {
+    let prefix = format!("sql-group-{}-{}-", std::process::id(), now_ms());
+    let dir = tempfile::tempdir().unwrap();
+    let (args, repartition) = sql_seed_job(&prefix, dir.path(), 300);
     let sql_counts_once = |lines: &[String], context: &str| -> BTreeMap<(u64, i64), u64> {
         let mut seen = BTreeMap::new();
         for line in lines {
@@ -597,7 +604,8 @@ fn churn_members(
 
 /// Hand-run measurement (BENCHMARKS.md, "Scale-out on Kafka"): the seed's job on one and on two
 /// member processes (parallelism 1 each), over the same clicks already in the topic: the time
-/// from the members' start until every count is committed, and the members' CPU time.
+/// from the members' start until every count is committed, and the members' CPU time. With
+/// `RIFFLE_MEASURE_SQL=1`, the same job written in SQL (`riffle sql -f job.sql --group NAME`).
 ///
 /// `cargo test --release -p riffle-cli --features kafka --test scenarios measure_group_seed_job -- --ignored --nocapture`
 #[test]
@@ -608,18 +616,25 @@ fn measure_group_seed_job() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(1_000_000);
     let (clicks, expected) = input(count, 10_000.0);
+    // RIFFLE_MEASURE_SQL=1: the same job written in SQL (`riffle sql --group`).
+    let sql = std::env::var("RIFFLE_MEASURE_SQL").is_ok_and(|v| v == "1");
     for processes in [1usize, 2] {
         let prefix = format!("measure-{processes}-{}-{}-", std::process::id(), now_ms());
         let group = format!("{prefix}job");
         let dir = tempfile::tempdir().unwrap();
-        let mut args = seed_job_args(&prefix, 1_000);
-        let p = args.iter().position(|a| a == "-p").unwrap();
-        args[p + 1] = "1".to_string();
-        args.extend(["--group".to_string(), group.clone()]);
+        let (args, repartition) = if sql {
+            sql_seed_job(&prefix, dir.path(), 1_000)
+        } else {
+            let mut args = seed_job_args(&prefix, 1_000);
+            let p = args.iter().position(|a| a == "-p").unwrap();
+            args[p + 1] = "1".to_string();
+            args.extend(["--group".to_string(), group.clone()]);
+            (args, format!("{group}-by-user-repartition"))
+        };
         // The topics and the input first, then the members.
         let mut first = member(&args, dir.path(), 0);
         wait_for_partitions(&format!("{prefix}clicks"), 8);
-        wait_for_partitions(&format!("{group}-by-user-repartition"), 8);
+        wait_for_partitions(&repartition, 8);
         first.kill();
         write_input(format!("{prefix}clicks"), clicks.clone(), Duration::ZERO)
             .join()
