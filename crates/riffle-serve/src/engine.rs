@@ -124,6 +124,12 @@ struct ViewJob {
 }
 
 impl ViewJob {
+    /// Cancels the job and waits for its thread (its state stays in its checkpoints).
+    fn stop(self) {
+        self.monitor.cancel();
+        let _ = self.thread.join();
+    }
+
     /// Where its web UI is, if it has one.
     fn web_url(&self) -> Option<String> {
         self.web.as_ref().map(riffle_web::WebServer::url)
@@ -142,6 +148,15 @@ struct Sink {
     job: Option<ViewJob>,
     /// The views its query reads.
     reads: Vec<String>,
+}
+
+/// Drops the pins that `reader` holds on the retained changes of the views it `reads`.
+fn unpin(views: &BTreeMap<String, View>, reads: &[String], reader: &str) {
+    for read in reads {
+        if let Some(view) = views.get(read) {
+            view.table.unpin(reader);
+        }
+    }
 }
 
 struct State {
@@ -629,14 +644,9 @@ impl Engine {
             ));
         };
         if let Some(job) = sink.job {
-            job.monitor.cancel();
-            let _ = job.thread.join();
+            job.stop();
         }
-        for read in &sink.reads {
-            if let Some(view) = state.views.get(read) {
-                view.table.unpin(&sink_reader(&name));
-            }
-        }
+        unpin(&state.views, &sink.reads, &sink_reader(&name));
         if !replaying {
             self.log(text)?;
         }
@@ -697,15 +707,10 @@ impl Engine {
         };
         state.catalog.views.remove(&name);
         if let Some(job) = view.job {
-            job.monitor.cancel();
-            let _ = job.thread.join();
+            job.stop();
         }
         view.table.close_subscriptions();
-        for read in &view.reads {
-            if let Some(inner) = state.views.get(read) {
-                inner.table.unpin(&name);
-            }
-        }
+        unpin(&state.views, &view.reads, &name);
         if !replaying {
             self.log(text)?;
         }
@@ -918,14 +923,12 @@ impl Engine {
         let mut state = self.lock();
         for sink in state.sinks.values_mut() {
             if let Some(job) = sink.job.take() {
-                job.monitor.cancel();
-                let _ = job.thread.join();
+                job.stop();
             }
         }
         for view in state.views.values_mut() {
             if let Some(job) = view.job.take() {
-                job.monitor.cancel();
-                let _ = job.thread.join();
+                job.stop();
             }
             view.table.close_subscriptions();
         }
