@@ -273,7 +273,21 @@ fn the_seeds_job_in_sql_on_three_processes_killed_and_joined_mid_run_counts_ever
 /// between the two members owning the two sides' partitions: it failed 3 runs in 4.)
 #[test]
 fn an_updating_sql_join_and_aggregate_in_a_group_killed_mid_run_ends_at_the_batch_answer() {
-    let prefix = format!("sql-group-upd-{}-{}-", std::process::id(), now_ms());
+    updating_join_in_a_group("sql-group-upd", &[]);
+}
+
+/// The same on RocksDB state: a takeover copies the join's, the normalization's and the
+/// aggregate's entries of its partitions' key groups out of the dead member's store files.
+#[cfg(feature = "rocksdb")]
+#[test]
+fn an_updating_sql_join_and_aggregate_on_rocksdb_in_a_group_killed_mid_run_ends_at_the_batch_answer()
+ {
+    updating_join_in_a_group("sql-group-rocks", &["--state-backend", "rocksdb"]);
+}
+
+/// The updating join of the two tests above, the members run with `extra` arguments.
+fn updating_join_in_a_group(name: &str, extra: &[&str]) {
+    let prefix = format!("{name}-{}-{}-", std::process::id(), now_ms());
     let group = format!("{prefix}job");
     let dir = tempfile::tempdir().unwrap();
     let kafka = riffle_kafka::KafkaConnection::new(riffle_kafka::testing::bootstrap());
@@ -324,6 +338,7 @@ fn an_updating_sql_join_and_aggregate_in_a_group_killed_mid_run_ends_at_the_batc
         "4",
     ]
     .iter()
+    .chain(extra)
     .map(|s| s.to_string())
     .collect();
     let mut members = vec![member(&args, dir.path(), 0)];
