@@ -212,7 +212,12 @@ impl fmt::Display for Schema {
 }
 
 /// An exact decimal: `unscaled / 10^scale`.
+///
+/// Aligned to 8 bytes rather than `i128`'s 16, so that a [`Value`] is 32 bytes rather than 48:
+/// every row of every SQL job is a third smaller for a type few of them use. (Its fields are
+/// read by value: `d.unscaled`, not `&d.unscaled`.)
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[repr(Rust, packed(8))]
 pub struct Decimal {
     /// The digits, as an integer.
     pub unscaled: i128,
@@ -315,7 +320,7 @@ impl Hash for Decimal {
 impl fmt::Display for Decimal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.scale == 0 {
-            return write!(f, "{}", self.unscaled);
+            return write!(f, "{}", { self.unscaled });
         }
         let divisor = pow10(self.scale) as u128;
         let magnitude = self.unscaled.unsigned_abs();
@@ -486,6 +491,12 @@ mod tests {
     }
 
     #[test]
+    fn a_value_is_four_words() {
+        // The size of every row's columns: a decimal's `i128` must not align it to 16 bytes.
+        assert_eq!(std::mem::size_of::<Value>(), 32);
+    }
+
+    #[test]
     fn decimals_compare_hash_and_print_by_value() {
         let a = Value::Decimal(Decimal::new(1230, 3)); // 1.230
         let b = Value::Decimal(Decimal::new(123, 2)); // 1.23
@@ -505,7 +516,7 @@ mod tests {
             Decimal::new(-1235, 3).rescale(2),
             Some(Decimal::new(-124, 2))
         );
-        assert_eq!(Decimal::new(1234, 3).rescale(2).unwrap().unscaled, 123);
+        assert_eq!({ Decimal::new(1234, 3).rescale(2).unwrap().unscaled }, 123);
         assert!(Decimal::new(99_999, 2).fits(5) && !Decimal::new(100_000, 2).fits(5));
     }
 
