@@ -205,30 +205,37 @@ fn sql_seed_job(prefix: &str, dir: &Path, checkpoint_ms: u64) -> (Vec<String>, S
         GROUP BY user_id, window_start, window_end;",
     )
     .unwrap();
-    let args = [
-        "sql",
-        "-f",
-        "job.sql",
-        "-D",
-        &format!("CLICKS={clicks}"),
-        "-D",
-        &format!("COUNTS={counts}"),
-        "-D",
-        &format!("KAFKA={}", riffle_kafka::testing::bootstrap()),
-        "--group",
+    let args = sql_member_args(
         &group,
-        "--no-web",
-        "-p",
-        "1",
-        "--checkpoint-interval-ms",
-        &checkpoint_ms.to_string(),
-        "--checkpoint-dir",
-        "checkpoints",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+        &[("CLICKS", &clicks), ("COUNTS", &counts)],
+        checkpoint_ms,
+    );
     (args, format!("{group}-sql-1-window-repartition"))
+}
+
+/// The arguments of a member of `group` running `job.sql` (its `${NAME}`s `defines`, and
+/// `${KAFKA}` the test broker) at p = 1, checkpointing every `checkpoint_ms`.
+fn sql_member_args(group: &str, defines: &[(&str, &str)], checkpoint_ms: u64) -> Vec<String> {
+    let mut args: Vec<String> = ["sql", "-f", "job.sql"].map(String::from).to_vec();
+    let kafka = riffle_kafka::testing::bootstrap();
+    for (name, value) in defines.iter().chain([&("KAFKA", kafka.as_str())]) {
+        args.extend(["-D".to_string(), format!("{name}={value}")]);
+    }
+    args.extend(
+        [
+            "--group",
+            group,
+            "--no-web",
+            "-p",
+            "1",
+            "--checkpoint-interval-ms",
+            &checkpoint_ms.to_string(),
+            "--checkpoint-dir",
+            "checkpoints",
+        ]
+        .map(String::from),
+    );
+    args
 }
 
 /// The seed's job written in SQL (Kafka in, exactly-once Kafka out), run by `riffle sql -f
@@ -313,34 +320,17 @@ fn updating_join_in_a_group(name: &str, extra: &[&str]) {
          GROUP BY u.country;",
     )
     .unwrap();
-    let args: Vec<String> = [
-        "sql",
-        "-f",
-        "job.sql",
-        "-D",
-        &format!("CLICKS={clicks}"),
-        "-D",
-        &format!("USERS={users}"),
-        "-D",
-        &format!("OUT={out}"),
-        "-D",
-        &format!("KAFKA={}", riffle_kafka::testing::bootstrap()),
-        "--group",
+    let mut args = sql_member_args(
         &group,
-        "--no-web",
-        "-p",
-        "1",
-        "--checkpoint-interval-ms",
-        "300",
-        "--checkpoint-dir",
-        "checkpoints",
-        "--shuffle-partitions",
-        "4",
-    ]
-    .iter()
-    .chain(extra)
-    .map(|s| s.to_string())
-    .collect();
+        &[("CLICKS", &clicks), ("USERS", &users), ("OUT", &out)],
+        300,
+    );
+    args.extend(
+        ["--shuffle-partitions", "4"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string()),
+    );
     let mut members = vec![member(&args, dir.path(), 0)];
     // The repartition topics, in the order the planner meets the keyed steps.
     for step in ["1-upserts", "2-join", "3-group-aggregate"] {
