@@ -18,6 +18,7 @@ use riffle_sql::plan::{Catalog, Plan};
 use riffle_sql::{Row, Schema, SqlError, Value};
 use sqlparser::ast;
 
+use crate::pg_catalog::CatalogQuery as Parsed;
 use crate::view::{Materialize, SubscribeOptions, ViewTable};
 use crate::view_source::ViewSource;
 
@@ -31,7 +32,7 @@ pub struct StatementError {
 }
 
 impl StatementError {
-    fn new(code: &'static str, message: impl Into<String>) -> StatementError {
+    pub(crate) fn new(code: &'static str, message: impl Into<String>) -> StatementError {
         StatementError {
             code,
             message: message.into(),
@@ -295,9 +296,19 @@ impl Engine {
 
     /// Flink's statements: DDL into the catalog, queries read views.
     fn sql(&self, text: &str, replaying: bool) -> Result<Outcome> {
+        if crate::pg_catalog::is_read_by(text) {
+            return match parse_query(text)? {
+                Some(Parsed::Query(query)) => self.query(*query, true),
+                Some(Parsed::Empty(schema)) => Ok(Outcome::Rows {
+                    schema,
+                    rows: Vec::new(),
+                }),
+                None => Err(StatementError::new("0A000", "not a query")),
+            };
+        }
         let statement = riffle_sql::parse::parse_statement(text)?;
         match statement {
-            Statement::Query(query) => self.query(*query),
+            Statement::Query(query) => self.query(*query, false),
             Statement::Explain(query) => {
                 let catalog = self.lock().catalog.clone();
                 let plan = catalog.plan_query(&query)?;
@@ -842,12 +853,14 @@ impl Engine {
         let is_query =
             matches!(first.as_str(), "SELECT" | "WITH") || text.trim_start().starts_with('(');
         if is_query {
-            let Statement::Query(mut query) = riffle_sql::parse::parse_statement(text)? else {
-                return Ok(None);
+            let mut query = match parse_query(text)? {
+                Some(Parsed::Query(query)) => *query,
+                Some(Parsed::Empty(schema)) => return Ok(Some(schema)),
+                None => return Ok(None),
             };
             query.order_by = None;
             query.limit_clause = None;
-            let (catalog, views) = self.catalog_for(&query);
+            let (catalog, views) = self.catalog_for(&query, crate::pg_catalog::is_read_by(text));
             let (plan, _) = plan_over_views(catalog, &views, &query, |_| Vec::new())?;
             return Ok(Some(plan.schema().clone()));
         }
@@ -872,14 +885,23 @@ impl Engine {
     }
 
     /// The catalog a `SELECT` reads in: with `information_schema.tables` and `.columns` (and
-    /// `pg_catalog.pg_matviews`) when the query reads them.
-    fn catalog_for(&self, query: &ast::Query) -> (Catalog, HashMap<String, Arc<ViewTable>>) {
+    /// `pg_catalog.pg_matviews`) when the query reads them, and with `pg_catalog`'s tables and
+    /// functions when it was written over them (`pg_catalog`: see [`crate::pg_catalog`]).
+    fn catalog_for(
+        &self,
+        query: &ast::Query,
+        pg_catalog: bool,
+    ) -> (Catalog, HashMap<String, Arc<ViewTable>>) {
         let (mut catalog, views) = self.read_catalog();
-        if crate::information_schema::is_read_by(&query.to_string()) {
+        if pg_catalog || crate::information_schema::is_read_by(&query.to_string()) {
             let queries = (self.lock().views.iter())
                 .map(|(name, v)| (name.clone(), v.query.clone()))
                 .collect();
-            for table in crate::information_schema::tables(&catalog, &views, &queries) {
+            let tables = crate::information_schema::tables(&catalog, &views, &queries);
+            if pg_catalog {
+                crate::pg_catalog::add_to(&mut catalog, &views, &queries);
+            }
+            for table in tables {
                 catalog.tables.insert(table.name.clone(), table);
             }
         }
@@ -889,12 +911,20 @@ impl Engine {
     /// A `SELECT` over materialized views: a lookup by a view's whole key reads one row;
     /// otherwise the query runs over the views' rows (filters and projections directly, other
     /// queries as a bounded job), then `ORDER BY` and `LIMIT` apply.
-    fn query(&self, mut query: ast::Query) -> Result<Outcome> {
-        let order_by = query.order_by.take();
+    fn query(&self, mut query: ast::Query, pg_catalog: bool) -> Result<Outcome> {
+        let mut order_by = query.order_by.take();
         let limit = query.limit_clause.take();
-        let (catalog, views) = self.catalog_for(&query);
+        let (catalog, views) = self.catalog_for(&query, pg_catalog);
         // First with empty views: which views does the query read?
-        let (_, used) = plan_over_views(catalog.clone(), &views, &query, |_| Vec::new())?;
+        let (planned, mut used) = plan_over_views(catalog.clone(), &views, &query, |_| Vec::new())?;
+        // `ORDER BY` a column the query does not return: computed as a hidden one.
+        let hidden = match order_by.as_mut() {
+            Some(order_by) => hide_order_keys(&mut query, order_by, planned.schema()),
+            None => 0,
+        };
+        if hidden > 0 {
+            used = plan_over_views(catalog.clone(), &views, &query, |_| Vec::new())?.1;
+        }
         // Then with the rows of the views it reads (a point lookup reads one row).
         let lookup = match used.as_slice() {
             [only] => point_lookup(&query, &views[only]),
@@ -914,6 +944,12 @@ impl Engine {
         }
         if let Some(limit) = limit {
             apply_limit(&mut rows, &limit)?;
+        }
+        let mut schema = schema;
+        if hidden > 0 {
+            let width = schema.len() - hidden;
+            schema.fields.truncate(width);
+            rows.iter_mut().for_each(|row| row.0.truncate(width));
         }
         Ok(Outcome::Rows { schema, rows })
     }
@@ -1250,6 +1286,49 @@ fn evaluate_as_job(plan: &Plan) -> Result<Vec<Row>> {
         .into_iter()
         .flat_map(|(row, n)| std::iter::repeat_n(row, n.max(0) as usize))
         .collect())
+}
+
+/// A statement read as a query: a `SELECT` over `pg_catalog` in Postgres' dialect, rewritten
+/// ([`crate::pg_catalog`]); any other in Flink's (`None`: not a query).
+fn parse_query(text: &str) -> Result<Option<Parsed>> {
+    if crate::pg_catalog::is_read_by(text) {
+        return crate::pg_catalog::parse(text).map(Some);
+    }
+    Ok(match riffle_sql::parse::parse_statement(text)? {
+        Statement::Query(query) => Some(Parsed::Query(query)),
+        _ => None,
+    })
+}
+
+/// The `ORDER BY` keys that are not columns of the result (`SELECT name FROM v ORDER BY n`),
+/// added to a plain `SELECT`'s columns as hidden ones (taken off after sorting); how many.
+fn hide_order_keys(query: &mut ast::Query, order_by: &mut ast::OrderBy, schema: &Schema) -> usize {
+    let (ast::SetExpr::Select(select), ast::OrderByKind::Expressions(exprs)) =
+        (query.body.as_mut(), &mut order_by.kind)
+    else {
+        return 0;
+    };
+    if select.distinct.is_some() {
+        return 0;
+    }
+    let mut hidden = 0;
+    for e in exprs {
+        let returned = match &e.expr {
+            ast::Expr::Value(v) => matches!(v.value, ast::Value::Number(..)),
+            other => column_name(other).is_some_and(|name| schema.index_of(&name).is_some()),
+        };
+        if returned {
+            continue;
+        }
+        let alias = ast::Ident::new(format!("__riffle_order_{hidden}"));
+        select.projection.push(ast::SelectItem::ExprWithAlias {
+            expr: e.expr.clone(),
+            alias: alias.clone(),
+        });
+        e.expr = ast::Expr::Identifier(alias);
+        hidden += 1;
+    }
+    hidden
 }
 
 /// `ORDER BY` output columns, by name or position.

@@ -17,11 +17,11 @@ const DATABASE: &str = "riffle";
 const SCHEMA: &str = "public";
 
 /// A relation of the catalog: its name, its `table_type`, its columns (when they can be told).
-struct Relation {
-    name: String,
-    kind: &'static str,
-    columns: Vec<Field>,
-    definition: Option<String>,
+pub(crate) struct Relation {
+    pub(crate) name: String,
+    pub(crate) kind: &'static str,
+    pub(crate) columns: Vec<Field>,
+    pub(crate) definition: Option<String>,
 }
 
 /// Whether `text` (a query) reads one of these relations.
@@ -106,7 +106,7 @@ pub(crate) fn tables(
 }
 
 /// A bounded table of `rows`.
-fn table(name: &str, schema: Schema, rows: Vec<Row>) -> TableDef {
+pub(crate) fn table(name: &str, schema: Schema, rows: Vec<Row>) -> TableDef {
     TableDef {
         name: name.to_string(),
         columns: schema.fields.into_iter().map(ColumnDef::Physical).collect(),
@@ -120,7 +120,7 @@ fn table(name: &str, schema: Schema, rows: Vec<Row>) -> TableDef {
 }
 
 /// The catalog's tables (`BASE TABLE`), views (`VIEW`) and materialized views, by name.
-fn relations(
+pub(crate) fn relations(
     catalog: &Catalog,
     views: &HashMap<String, Arc<ViewTable>>,
     queries: &BTreeMap<String, String>,
@@ -147,7 +147,7 @@ fn relations(
             definition: None,
         });
     }
-    for name in catalog.views.keys() {
+    for (name, query) in &catalog.views {
         if views.contains_key(name) {
             continue;
         }
@@ -155,7 +155,7 @@ fn relations(
             name: name.clone(),
             kind: "VIEW",
             columns: columns_of(catalog, name).unwrap_or_default(),
-            definition: None,
+            definition: Some(query.to_string()),
         });
     }
     for (name, view) in views {

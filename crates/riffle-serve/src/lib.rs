@@ -32,6 +32,7 @@ use riffle_sql::plan::Catalog;
 mod cursor;
 pub mod engine;
 mod information_schema;
+mod pg_catalog;
 pub mod view;
 pub mod view_source;
 pub mod wire;

@@ -347,7 +347,7 @@ fn error_info(e: &StatementError) -> ErrorInfo {
 }
 
 /// The Postgres type a column of `ty` is sent as.
-fn pg_type(ty: &DataType) -> Type {
+pub(crate) fn pg_type(ty: &DataType) -> Type {
     match ty {
         DataType::Boolean => Type::BOOL,
         DataType::TinyInt | DataType::SmallInt => Type::INT2,

@@ -421,12 +421,19 @@ fn with_users_a_client_needs_its_password_and_without_them_only_loopback_is_serv
 
 /// psql's output for `sql` on `server`, with `sslmode`: (succeeded, stdout, stderr).
 fn psql(server: &Server, sslmode: &str, sql: &str) -> (bool, String, String) {
+    psql_with(server, sslmode, &["-A", "-t"], sql)
+}
+
+/// psql's output for `sql` with `flags` (`-A -t`: unaligned, rows only).
+fn psql_with(server: &Server, sslmode: &str, flags: &[&str], sql: &str) -> (bool, String, String) {
     let output = std::process::Command::new("psql")
         .arg(format!(
             "host=127.0.0.1 port={} user=riffle dbname=riffle sslmode={sslmode} connect_timeout=10",
             server.local_addr().port()
         ))
-        .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        .args(["-X", "-v", "ON_ERROR_STOP=1"])
+        .args(flags)
+        .args(["-c", sql])
         .output()
         .expect("psql runs (postgresql-client, installed by scripts/install-deps.sh)");
     (
@@ -939,5 +946,102 @@ fn each_views_job_serves_its_web_ui() {
         .get("/api/v1/job")
         .unwrap();
     assert_eq!(job["name"], "view-per_auction", "{job}");
+    server.stop();
+}
+
+#[test]
+fn psql_describes_tables_views_and_materialized_views() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_clicks(dir.path(), 100);
+    let rt = runtime();
+    let server = Server::start(config(&dir.path().join("data"))).unwrap();
+    rt.block_on(async {
+        let client = connect(&server).await;
+        client
+            .batch_execute(&create_clicks_and_views(&path))
+            .await
+            .unwrap();
+        client
+            .batch_execute("CREATE VIEW pages AS SELECT url, ts FROM clicks")
+            .await
+            .unwrap();
+        // Through the extended protocol too (drivers' metadata calls), with a parameter.
+        let names: Vec<String> = client
+            .query(
+                "SELECT c.relname FROM pg_catalog.pg_class c WHERE c.relkind = $1 ORDER BY 1",
+                &[&"m"],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(names, ["per_user", "per_user_minute"]);
+    });
+    let described = |command: &str| {
+        let (ok, out, err) = psql(&server, "disable", command);
+        assert!(ok, "{command}: {err}");
+        out
+    };
+    // What Postgres' psql prints for relations of these kinds and columns (`-A -t`: unaligned,
+    // rows only).
+    assert_eq!(
+        described("\\d"),
+        "public|clicks|table|riffle\n\
+         public|pages|view|riffle\n\
+         public|per_user|materialized view|riffle\n\
+         public|per_user_minute|materialized view|riffle\n"
+    );
+    assert_eq!(described("\\dt"), "public|clicks|table|riffle\n");
+    assert_eq!(described("\\dv"), "public|pages|view|riffle\n");
+    assert_eq!(
+        described("\\dm"),
+        "public|per_user|materialized view|riffle\n\
+         public|per_user_minute|materialized view|riffle\n"
+    );
+    assert_eq!(
+        described("\\d clicks"),
+        "user_id|bigint|||\n\
+         url|character varying|||\n\
+         ts|timestamp(3) without time zone|||\n"
+    );
+    assert_eq!(
+        described("\\d per_user_minute"),
+        "user_id|bigint|||\n\
+         window_start|timestamp(3) without time zone||not null|\n\
+         clicks|bigint||not null|\n"
+    );
+    assert_eq!(
+        described("\\d+ per_user"),
+        "user_id|bigint||||plain|||\nclicks|bigint||not null||plain|||\n"
+    );
+    // With its title and footer: the view's query.
+    for (name, title, definition) in [
+        (
+            "per_user",
+            "Materialized view \"public.per_user\"",
+            "SELECT user_id, COUNT(*) AS clicks FROM clicks GROUP BY user_id",
+        ),
+        (
+            "pages",
+            "View \"public.pages\"",
+            "SELECT url, ts FROM clicks",
+        ),
+    ] {
+        let (ok, out, err) = psql_with(&server, "disable", &[], &format!("\\d+ {name}"));
+        assert!(ok, "{err}");
+        assert!(out.contains(title), "{out}");
+        assert!(
+            out.contains(&format!("View definition:\n{definition}\n")),
+            "{out}"
+        );
+    }
+    assert_eq!(described("\\dn"), "public|riffle\n");
+    assert!(described("\\l").starts_with("riffle|riffle|UTF8|"));
+    let (ok, _, err) = psql(&server, "disable", "\\d nosuch");
+    assert!(
+        !ok && err.contains("Did not find any relation named \"nosuch\""),
+        "{err}"
+    );
     server.stop();
 }
