@@ -40,6 +40,13 @@ pub struct ServeArgs {
     /// The certificate's private key, a PEM file. Needs --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// The certificate authorities (a PEM file) client certificates are checked against: a
+    /// client must present a certificate one of them signed, whose common name (CN) is the
+    /// user it connects as (psql's sslcert= and sslkey=). With --users-file it also gives its
+    /// password; without, the certificate alone lets it in (also off loopback). Needs
+    /// --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
     /// How the views' jobs run (parallelism, --state-backend, --checkpoint-interval-ms: 5000
     /// unless given).
     #[command(flatten)]
@@ -81,6 +88,7 @@ pub fn run(args: &ServeArgs) -> riffle::Result<()> {
             key: key.clone(),
         });
     }
+    config.tls_client_ca = args.tls_client_ca.clone();
     config.functions = crate::sql::functions()
         .into_iter()
         .map(|(name, f)| (name.to_string(), f))

@@ -22,7 +22,7 @@
 //! ```
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use riffle::EnvConfig;
@@ -69,6 +69,11 @@ pub struct ServeConfig {
     /// A certificate (chain) and its private key, PEM files: clients must then connect with TLS
     /// (`sslmode=require`); a connection without it is refused.
     pub tls: Option<TlsFiles>,
+    /// The certificate authorities (PEM) client certificates are checked against (needs
+    /// [`ServeConfig::tls`]): a client must then present a certificate one of them signed,
+    /// whose common name (CN) is the user it connects as (Postgres' `cert` authentication);
+    /// with users too, it also gives its password.
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 /// The PEM files of a server's TLS identity.
@@ -83,7 +88,7 @@ pub struct TlsFiles {
 impl TlsFiles {
     /// The acceptor of TLS connections with this identity; a file that cannot be read or holds
     /// no certificate or key fails, naming its setting.
-    fn acceptor(&self) -> riffle::Result<pgwire::tokio::TlsAcceptor> {
+    fn acceptor(&self, client_ca: Option<&Path>) -> riffle::Result<pgwire::tokio::TlsAcceptor> {
         use pgwire::tokio::tokio_rustls::rustls;
         use rustls_pki_types::pem::PemObject;
         use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -100,21 +105,44 @@ impl TlsFiles {
             riffle::Error::config("--tls-key", format!("`{}`: {e}", self.key.display()))
         })?;
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| cert_error(e.to_string()))?
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .map_err(|e| {
-                riffle::Error::config(
-                    "--tls-key",
-                    format!(
-                        "`{}` is not the key of `{}`: {e}",
-                        self.key.display(),
-                        self.cert.display()
-                    ),
+            .map_err(|e| cert_error(e.to_string()))?;
+        let builder = match client_ca {
+            None => builder.with_no_client_auth(),
+            Some(file) => {
+                let ca_error = |e: String| {
+                    riffle::Error::config("--tls-client-ca", format!("`{}`: {e}", file.display()))
+                };
+                let mut roots = rustls::RootCertStore::empty();
+                for ca in
+                    CertificateDer::pem_file_iter(file).map_err(|e| ca_error(e.to_string()))?
+                {
+                    let ca = ca.map_err(|e| ca_error(e.to_string()))?;
+                    roots.add(ca).map_err(|e| ca_error(e.to_string()))?;
+                }
+                if roots.is_empty() {
+                    return Err(ca_error("holds no PEM certificate".to_string()));
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
                 )
-            })?;
+                .build()
+                .map_err(|e| ca_error(e.to_string()))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder.with_single_cert(certs, key).map_err(|e| {
+            riffle::Error::config(
+                "--tls-key",
+                format!(
+                    "`{}` is not the key of `{}`: {e}",
+                    self.key.display(),
+                    self.cert.display()
+                ),
+            )
+        })?;
         // A client that starts TLS directly (Postgres 17's sslnegotiation=direct) names the
         // protocol by ALPN.
         config.alpn_protocols = vec![b"postgresql".to_vec()];
@@ -138,6 +166,7 @@ impl ServeConfig {
             web: None,
             functions: Vec::new(),
             tls: None,
+            tls_client_ca: None,
         }
     }
 }
@@ -155,11 +184,20 @@ impl Server {
     /// Opens the data directory (replaying its catalog and starting its views from their
     /// latest checkpoints) and listens for clients.
     pub fn start(config: ServeConfig) -> riffle::Result<Server> {
-        if !config.listen.ip().is_loopback() && config.users.is_empty() {
+        if config.tls_client_ca.is_some() && config.tls.is_none() {
+            return Err(riffle::Error::config(
+                "--tls-client-ca",
+                "client certificates need the server's own: give --tls-cert and --tls-key",
+            ));
+        }
+        if !config.listen.ip().is_loopback()
+            && config.users.is_empty()
+            && config.tls_client_ca.is_none()
+        {
             return Err(riffle::Error::config(
                 "--listen",
                 format!(
-                    "{} is not a loopback address: without --users-file anyone could connect; give users and passwords, or listen on 127.0.0.1",
+                    "{} is not a loopback address: without --users-file or --tls-client-ca anyone could connect; give users and passwords or a CA of client certificates, or listen on 127.0.0.1",
                     config.listen
                 ),
             ));
@@ -180,7 +218,10 @@ impl Server {
                 "must be at least 1",
             ));
         }
-        let tls = config.tls.as_ref().map(TlsFiles::acceptor).transpose()?;
+        let client_ca = config.tls_client_ca.as_deref();
+        let tls = (config.tls.as_ref())
+            .map(|files| files.acceptor(client_ca))
+            .transpose()?;
         let mut catalog = Catalog::default();
         for (name, function) in &config.functions {
             catalog.functions.register(name, function.clone());
@@ -213,7 +254,9 @@ impl Server {
             .local_addr()
             .map_err(|e| riffle::Error::io("the listener has no address", e))?;
         let users = (!config.users.is_empty()).then(|| wire::Users::new(&config.users));
-        let mut handlers = wire::Handlers::new(engine.clone(), users).tls_only(tls.is_some());
+        let mut handlers = wire::Handlers::new(engine.clone(), users)
+            .tls_only(tls.is_some())
+            .client_certificates(client_ca.is_some());
         if let Some(files) = &config.tls {
             // SCRAM-SHA-256-PLUS: the password exchange bound to this certificate.
             let pem = std::fs::read(&files.cert).map_err(|e| {

@@ -46,6 +46,8 @@ pub struct Handlers {
     users: Option<Arc<Users>>,
     /// Connections without TLS are refused.
     tls_only: bool,
+    /// A client's certificate (checked by the TLS handshake) must name the user (its CN).
+    client_certificates: bool,
     /// The server's certificate (PEM), for SCRAM's channel binding.
     certificate: Option<Arc<Vec<u8>>>,
     /// The cursors of the connection these handlers serve ([`Handlers::for_connection`]).
@@ -111,6 +113,7 @@ impl Handlers {
             parser: Arc::new(NoopQueryParser::new()),
             users: users.map(Arc::new),
             tls_only: false,
+            client_certificates: false,
             certificate: None,
             cursors: Arc::default(),
         }
@@ -136,6 +139,14 @@ impl Handlers {
     /// certificate: passwords and rows never cross the network in clear).
     pub fn tls_only(mut self, only: bool) -> Handlers {
         self.tls_only = only;
+        self
+    }
+
+    /// Whether, when `required`, a client connects only as the user its certificate names
+    /// (its subject's common name; the TLS handshake checked the certificate against the
+    /// server's CAs of client certificates), as Postgres' `cert` authentication does.
+    pub fn client_certificates(mut self, required: bool) -> Handlers {
+        self.client_certificates = required;
         self
     }
 
@@ -274,6 +285,7 @@ impl PgWireServerHandlers for Handlers {
         Arc::new(Startup {
             how,
             tls_only: self.tls_only,
+            client_certificates: self.client_certificates,
         })
     }
 }
@@ -290,6 +302,7 @@ impl Handlers {
             parser: self.parser.clone(),
             users: self.users.clone(),
             tls_only: self.tls_only,
+            client_certificates: self.client_certificates,
             certificate: self.certificate.clone(),
             cursors: self.cursors.clone(),
         }
@@ -301,6 +314,7 @@ impl Handlers {
 pub struct Startup {
     how: How,
     tls_only: bool,
+    client_certificates: bool,
 }
 
 /// How a client authenticates.
@@ -329,6 +343,26 @@ impl StartupHandler for Startup {
                 "28000".to_string(),
                 "this server takes TLS connections only: connect with sslmode=require".to_string(),
             ))));
+        }
+        if self.client_certificates
+            && let PgWireFrontendMessage::Startup(startup) = &message
+        {
+            let user = startup.parameters.get("user").map(String::as_str);
+            let named = (client.client_certificates())
+                .and_then(|certs| certs.first())
+                .and_then(|cert| x509_certificate::X509Certificate::from_der(cert).ok())
+                .and_then(|cert| cert.subject_common_name());
+            if user.is_none() || named.as_deref() != user {
+                return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                    "FATAL".to_string(),
+                    "28000".to_string(),
+                    format!(
+                        "certificate authentication failed for user {:?}: the client certificate's common name is {:?}",
+                        user.unwrap_or(""),
+                        named.unwrap_or_default()
+                    ),
+                ))));
+            }
         }
         match &self.how {
             How::Open(session) => session.on_startup(client, message).await,

@@ -443,30 +443,56 @@ fn psql_with(server: &Server, sslmode: &str, flags: &[&str], sql: &str) -> (bool
     )
 }
 
-#[test]
-fn with_a_certificate_clients_connect_over_tls_and_only_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+/// Runs openssl with `args`.
+fn openssl(args: &[&str]) {
     let made = std::process::Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
+        .args(args)
         .output()
         .expect("openssl runs (installed by scripts/install-deps.sh)");
     assert!(
         made.status.success(),
-        "{}",
+        "openssl {args:?}: {}",
         String::from_utf8_lossy(&made.stderr)
     );
+}
+
+/// A self-signed certificate for `name` and its key (P-256), readable by their owner only (as
+/// psql wants a client's key).
+fn self_signed(cert: &Path, key: &Path, name: &str) {
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        &format!("/CN={name}"),
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,digitalSignature",
+        "-keyout",
+        &key.display().to_string(),
+        "-out",
+        &cert.display().to_string(),
+    ]);
+    private(key);
+}
+
+fn private(key: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+#[test]
+fn with_a_certificate_clients_connect_over_tls_and_only_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+    self_signed(&cert, &key, "localhost");
     let mut tls = config(&dir.path().join("data"));
     tls.tls = Some(riffle_serve::TlsFiles {
         cert: cert.clone(),
@@ -1044,4 +1070,128 @@ fn psql_describes_tables_views_and_materialized_views() {
         "{err}"
     );
     server.stop();
+}
+
+#[test]
+fn with_a_ca_of_client_certificates_a_client_connects_only_as_the_user_its_certificate_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str| dir.path().join(name);
+    let path = |name: &str| file(name).display().to_string();
+    self_signed(&file("server.crt"), &file("server.key"), "localhost");
+    self_signed(&file("ca.crt"), &file("ca.key"), "riffle test CA");
+    // Client certificates the CA signed, for `riffle` and for `mallory`; and one for `riffle`
+    // that no CA of the server signed.
+    std::fs::write(file("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    for user in ["riffle", "mallory"] {
+        openssl(&[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            &format!("/CN={user}"),
+            "-keyout",
+            &path(&format!("{user}.key")),
+            "-out",
+            &path(&format!("{user}.csr")),
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &path(&format!("{user}.csr")),
+            "-CA",
+            &path("ca.crt"),
+            "-CAkey",
+            &path("ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &path("client.ext"),
+            "-out",
+            &path(&format!("{user}.crt")),
+        ]);
+        private(&file(&format!("{user}.key")));
+    }
+    self_signed(&file("stranger.crt"), &file("stranger.key"), "riffle");
+
+    let mut config = config(&file("data"));
+    config.tls = Some(riffle_serve::TlsFiles {
+        cert: file("server.crt"),
+        key: file("server.key"),
+    });
+    config.tls_client_ca = Some(file("ca.crt"));
+    let server = Server::start(config.clone()).unwrap();
+    let connect_as = |user: &str, certificate: Option<&str>| {
+        let mut conninfo = format!(
+            "host=127.0.0.1 port={} user={user} dbname=riffle sslmode=require connect_timeout=10",
+            server.local_addr().port()
+        );
+        match certificate {
+            Some(name) => conninfo.push_str(&format!(
+                " sslcert={} sslkey={}",
+                path(&format!("{name}.crt")),
+                path(&format!("{name}.key"))
+            )),
+            // (psql would otherwise send ~/.postgresql/postgresql.crt if there is one.)
+            None => conninfo.push_str(&format!(
+                " sslcert={} sslkey={}",
+                path("absent.crt"),
+                path("absent.key")
+            )),
+        }
+        let output = std::process::Command::new("psql")
+            .arg(conninfo)
+            .args(["-X", "-A", "-t", "-c", "SELECT 40 + 2"])
+            .output()
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).trim().to_string(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (ok, out, err) = connect_as("riffle", Some("riffle"));
+    assert!(ok && out == "42", "{out}{err}");
+    let (ok, out, err) = connect_as("mallory", Some("mallory"));
+    assert!(ok && out == "42", "{out}{err}");
+    let (ok, _, err) = connect_as("riffle", Some("mallory"));
+    assert!(!ok, "a certificate for another user is refused");
+    assert!(
+        err.contains("certificate authentication failed for user \"riffle\""),
+        "{err}"
+    );
+    let (ok, _, err) = connect_as("riffle", Some("stranger"));
+    assert!(!ok, "a certificate no CA of the server signed is refused");
+    assert!(
+        err.contains("SSL error") && err.contains("certificate unknown"),
+        "{err}"
+    );
+    let (ok, _, err) = connect_as("riffle", None);
+    assert!(!ok, "a client without a certificate is refused");
+    assert!(
+        err.contains("SSL error") && err.contains("certificate required"),
+        "{err}"
+    );
+    server.stop();
+
+    // With a CA of client certificates the server may listen off loopback without users.
+    let mut open = config.clone();
+    open.data_dir = file("open");
+    open.listen = "0.0.0.0:0".parse().unwrap();
+    Server::start(open).unwrap().stop();
+    // Without the server's own certificate, or with a CA file that holds none, it does not
+    // start, naming the setting.
+    let mut no_tls = config.clone();
+    no_tls.tls = None;
+    let e = Server::start(no_tls).err().expect("refused");
+    assert!(e.to_string().contains("--tls-client-ca"), "{e}");
+    let mut not_a_ca = config;
+    not_a_ca.tls_client_ca = Some(file("client.ext"));
+    let e = Server::start(not_a_ca).err().expect("refused");
+    assert!(e.to_string().contains("--tls-client-ca"), "{e}");
 }
