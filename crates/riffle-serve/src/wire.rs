@@ -380,6 +380,108 @@ fn error_info(e: &StatementError) -> ErrorInfo {
     ErrorInfo::new("ERROR".to_string(), e.code.to_string(), e.message.clone())
 }
 
+/// A statement that opens or ends a transaction block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Block {
+    /// `BEGIN` or `START TRANSACTION` (its command tag).
+    Begin(&'static str),
+    /// `COMMIT`/`END` (`commit`), `ROLLBACK`/`ABORT`.
+    End { commit: bool },
+}
+
+/// Where `statement` stands with the session's transaction block (`status`), by Postgres'
+/// rules: `BEGIN` opens one and `COMMIT` or `ROLLBACK` ends it; after an error in a block every
+/// other statement fails (`25P02`) until it ends, and `COMMIT` then rolls back. A statement
+/// that changes the catalog (`CREATE`, `DROP`, `INSERT INTO` a sink) is refused inside a block
+/// (`25001`, as Postgres refuses `CREATE DATABASE` there): it takes effect at once and could
+/// not be rolled back. Reads, cursors and `SET` run in blocks.
+fn transaction_gate(
+    status: TransactionStatus,
+    statement: &str,
+) -> Result<Option<Block>, StatementError> {
+    let words: Vec<String> = statement
+        .split(|c: char| c.is_whitespace() || c == ';')
+        .filter(|w| !w.is_empty())
+        .take(3)
+        .map(str::to_ascii_uppercase)
+        .collect();
+    let word = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+    if matches!(word(0), "SAVEPOINT" | "RELEASE")
+        || (word(0) == "ROLLBACK" && matches!(word(1), "TO" | "PREPARED"))
+        || matches!(word(0), "PREPARE" if word(1) == "TRANSACTION")
+    {
+        return Err(StatementError {
+            code: "0A000",
+            message: format!(
+                "{} is not supported: a transaction block here ends with COMMIT or ROLLBACK",
+                words.join(" ")
+            ),
+        });
+    }
+    let block = match word(0) {
+        "BEGIN" => Some(Block::Begin("BEGIN")),
+        "START" => Some(Block::Begin("START TRANSACTION")),
+        "COMMIT" | "END" => Some(Block::End { commit: true }),
+        "ROLLBACK" | "ABORT" => Some(Block::End { commit: false }),
+        _ => None,
+    };
+    match status {
+        TransactionStatus::Error if !matches!(block, Some(Block::End { .. })) => {
+            Err(StatementError {
+                code: "25P02",
+                message: "current transaction is aborted, commands ignored until end of transaction block"
+                    .into(),
+            })
+        }
+        TransactionStatus::Transaction if matches!(word(0), "CREATE" | "DROP" | "INSERT") => {
+            Err(StatementError {
+                code: "25001",
+                message: format!(
+                    "{} {} cannot run inside a transaction block: it changes the catalog at once and could not be rolled back; run it after COMMIT or ROLLBACK",
+                    word(0),
+                    word(1)
+                ),
+            })
+        }
+        _ => Ok(block),
+    }
+}
+
+/// The response of a statement that opened or ended a transaction block (in `status` before).
+fn block_response(block: Block, status: TransactionStatus) -> Response {
+    match block {
+        Block::Begin(tag) => Response::TransactionStart(Tag::new(tag)),
+        Block::End { commit } => {
+            Response::TransactionEnd(Tag::new(if commit && status != TransactionStatus::Error {
+                "COMMIT"
+            } else {
+                "ROLLBACK"
+            }))
+        }
+    }
+}
+
+/// A statement of a session in transaction `status`: checked against the block
+/// ([`transaction_gate`]), run, and answered.
+async fn run_in_block(
+    handlers: &Handlers,
+    status: TransactionStatus,
+    statement: String,
+    format: &Format,
+) -> PgWireResult<Response> {
+    let block = match transaction_gate(status, &statement) {
+        Ok(block) => block,
+        Err(e) => return Ok(Response::Error(Box::new(error_info(&e)))),
+    };
+    match handlers.run(statement).await {
+        Ok(outcome) => match block {
+            Some(block) => Ok(block_response(block, status)),
+            None => response(outcome, format),
+        },
+        Err(e) => Ok(Response::Error(Box::new(error_info(&e)))),
+    }
+}
+
 /// The Postgres type a column of `ty` is sent as.
 pub(crate) fn pg_type(ty: &DataType) -> Type {
     match ty {
@@ -725,7 +827,9 @@ impl SimpleQueryHandler for Session {
         // A subscription answers for as long as it lasts, flushing as changes come: it is
         // sent here rather than as one response.
         let statements = self.0.engine.split(&query.query).unwrap_or_default();
+        let status = client.transaction_status();
         if let [only] = statements.as_slice()
+            && status != TransactionStatus::Error
             && let Some(Ok(request)) = self.0.engine.subscription(only)
         {
             client.set_state(PgWireConnectionState::QueryInProgress);
@@ -734,7 +838,7 @@ impl SimpleQueryHandler for Session {
             result?;
             client
                 .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
-                    TransactionStatus::Idle,
+                    status,
                 )))
                 .await?;
             return Ok(());
@@ -742,7 +846,7 @@ impl SimpleQueryHandler for Session {
         self._on_query(client, query).await
     }
 
-    async fn do_query<C>(&self, _client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore,
@@ -754,14 +858,19 @@ impl SimpleQueryHandler for Session {
             Err(e) => return Ok(vec![Response::Error(Box::new(error_info(&e)))]),
         };
         let mut responses = Vec::new();
+        let mut status = client.transaction_status();
         for statement in statements {
-            match self.0.run(statement).await {
-                Ok(outcome) => responses.push(response(outcome, &Format::UnifiedText)?),
-                Err(e) => {
-                    // Postgres stops a multi-statement query at its first error.
-                    responses.push(Response::Error(Box::new(error_info(&e))));
-                    break;
-                }
+            let response = run_in_block(&self.0, status, statement, &Format::UnifiedText).await?;
+            status = match &response {
+                Response::TransactionStart(_) => status.to_in_transaction_state(),
+                Response::TransactionEnd(_) => status.to_idle_state(),
+                _ => status,
+            };
+            let failed = matches!(response, Response::Error(_));
+            responses.push(response);
+            if failed {
+                // Postgres stops a multi-statement query at its first error.
+                break;
             }
         }
         Ok(responses)
@@ -793,6 +902,7 @@ impl ExtendedQueryHandler for Session {
         };
         if let Some(statement) = statement
             && matches!(client.state(), PgWireConnectionState::ReadyForQuery)
+            && client.transaction_status() != TransactionStatus::Error
             && let Some(Ok(request)) = self.0.engine.subscription(&statement)
         {
             client.set_state(PgWireConnectionState::QueryInProgress);
@@ -805,7 +915,7 @@ impl ExtendedQueryHandler for Session {
 
     async fn do_query<C>(
         &self,
-        _client: &mut C,
+        client: &mut C,
         portal: &Portal<Self::Statement>,
         _max_rows: usize,
     ) -> PgWireResult<Response>
@@ -827,10 +937,8 @@ impl ExtendedQueryHandler for Session {
                 Err(e) => return Ok(Response::Error(Box::new(error_info(&e)))),
             }
         };
-        match self.0.run(statement).await {
-            Ok(outcome) => response(outcome, &portal.result_column_format),
-            Err(e) => Ok(Response::Error(Box::new(error_info(&e)))),
-        }
+        let status = client.transaction_status();
+        run_in_block(&self.0, status, statement, &portal.result_column_format).await
     }
 
     async fn do_describe_statement<C>(
@@ -874,6 +982,45 @@ impl ExtendedQueryHandler for Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_transaction_block_follows_postgres_rules() {
+        use TransactionStatus::{Error, Idle, Transaction};
+        let code = |status, statement| transaction_gate(status, statement).unwrap_err().code;
+        assert_eq!(
+            transaction_gate(Idle, "begin;"),
+            Ok(Some(Block::Begin("BEGIN")))
+        );
+        assert_eq!(
+            transaction_gate(Idle, "START TRANSACTION READ ONLY"),
+            Ok(Some(Block::Begin("START TRANSACTION")))
+        );
+        assert_eq!(transaction_gate(Transaction, "SELECT 1"), Ok(None));
+        assert_eq!(transaction_gate(Transaction, "FETCH 10 c"), Ok(None));
+        // After an error only the end of the block runs, and COMMIT rolls back.
+        assert_eq!(code(Error, "SELECT 1"), "25P02");
+        assert_eq!(
+            transaction_gate(Error, "COMMIT"),
+            Ok(Some(Block::End { commit: true }))
+        );
+        assert!(matches!(
+            block_response(Block::End { commit: true }, Error),
+            Response::TransactionEnd(tag) if tag == Tag::new("ROLLBACK")
+        ));
+        assert!(matches!(
+            block_response(Block::End { commit: true }, Transaction),
+            Response::TransactionEnd(tag) if tag == Tag::new("COMMIT")
+        ));
+        // Catalog changes run outside blocks only; savepoints are refused.
+        assert_eq!(
+            code(Transaction, "CREATE MATERIALIZED VIEW v AS SELECT 1"),
+            "25001"
+        );
+        assert_eq!(code(Transaction, "drop table t"), "25001");
+        assert_eq!(transaction_gate(Idle, "CREATE TABLE t (a INT)"), Ok(None));
+        assert_eq!(code(Transaction, "SAVEPOINT a"), "0A000");
+        assert_eq!(code(Transaction, "ROLLBACK TO SAVEPOINT a"), "0A000");
+    }
 
     #[test]
     fn copy_text_escapes_what_would_split_a_line() {

@@ -1195,3 +1195,46 @@ fn with_a_ca_of_client_certificates_a_client_connects_only_as_the_user_its_certi
     let e = Server::start(not_a_ca).err().expect("refused");
     assert!(e.to_string().contains("--tls-client-ca"), "{e}");
 }
+
+#[test]
+fn an_error_in_a_transaction_block_aborts_it_until_it_ends_as_in_postgres() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(config(&dir.path().join("data"))).unwrap();
+    // Each -c is a statement of its own; psql goes on after errors.
+    let mut flags = vec!["-v", "ON_ERROR_STOP=0", "-A", "-t"];
+    for statement in [
+        "BEGIN",
+        "SELECT 1",
+        "SELECT * FROM nosuch",
+        "SELECT 2",
+        "COMMIT",
+        "BEGIN",
+        "CREATE TABLE t (a INT) WITH ('connector' = 'datagen')",
+        "ROLLBACK",
+        "BEGIN",
+        "SHOW TABLES",
+        "COMMIT",
+    ] {
+        flags.extend(["-c", statement]);
+    }
+    let (_, out, err) = psql_with(&server, "disable", &flags, "SELECT 3");
+    // COMMIT of an aborted block rolls it back; the table was never made.
+    assert_eq!(
+        out,
+        "BEGIN\n1\nROLLBACK\nBEGIN\nROLLBACK\nBEGIN\nCOMMIT\n3\n"
+    );
+    let errors: Vec<&str> = err.lines().collect();
+    assert_eq!(errors.len(), 3, "{err}");
+    assert!(errors[0].contains("nosuch"), "{err}");
+    assert!(
+        errors[1].contains(
+            "current transaction is aborted, commands ignored until end of transaction block"
+        ),
+        "{err}"
+    );
+    assert!(
+        errors[2].contains("CREATE TABLE cannot run inside a transaction block"),
+        "{err}"
+    );
+    server.stop();
+}
