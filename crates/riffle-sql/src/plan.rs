@@ -1090,17 +1090,63 @@ impl Catalog {
                     Some(name) => named(Some(name), &plan),
                     None => unnamed_derived_qualifiers(&from.relation),
                 };
-                let mut residual = Vec::new();
+                // The joined relations (a temporal table is looked up, not planned).
+                let mut rights = Vec::new();
                 for join in &from.joins {
                     let (kind, condition) = join_kind(join)?;
-                    if let Some((table, alias)) = self.temporal_table(&join.relation)? {
-                        let (joined, names, rest) =
-                            self.lookup_join(plan, qualifiers, table, alias, kind, condition)?;
-                        (plan, qualifiers) = (joined, names);
-                        residual.extend(rest);
-                        continue;
+                    let right = match self.temporal_table(&join.relation)? {
+                        Some(table) => Err(table),
+                        None => Ok(self.plan_relation(&join.relation)?),
+                    };
+                    rights.push((kind, condition, right));
+                }
+                let mut selection = select.selection.clone();
+                if !rights.is_empty()
+                    && rights
+                        .iter()
+                        .all(|(kind, ..)| *kind == riffle::join::JoinType::Inner)
+                    && let Some(condition) = &select.selection
+                {
+                    // Inner joins: a conjunct of the WHERE over one relation's columns filters
+                    // that relation before the joins (fewer rows kept, fewer joined).
+                    let mut relations = vec![(&plan, qualifiers.clone())];
+                    for (_, _, right) in &rights {
+                        if let Ok((right, name)) = right {
+                            relations.push((right, named(name.clone(), right)));
+                        }
                     }
-                    let (right, name) = self.plan_relation(&join.relation)?;
+                    let (filters, kept) = self.push_down(condition, &relations);
+                    selection = kept;
+                    let mut filters = filters.into_iter();
+                    if let Some(filter) = filters.next().flatten() {
+                        plan = self.filter(plan, &qualifiers, Some(&filter))?;
+                    }
+                    let mut filtered = Vec::with_capacity(rights.len());
+                    for (kind, condition, right) in rights {
+                        let right = match right {
+                            Ok((right, name)) => {
+                                let names = named(name.clone(), &right);
+                                let filter = filters.next().flatten();
+                                Ok((self.filter(right, &names, filter.as_ref())?, name))
+                            }
+                            lookup => lookup,
+                        };
+                        filtered.push((kind, condition, right));
+                    }
+                    rights = filtered;
+                }
+                let mut residual = Vec::new();
+                for (kind, condition, right) in rights {
+                    let (right, name) = match right {
+                        Err((table, alias)) => {
+                            let (joined, names, rest) =
+                                self.lookup_join(plan, qualifiers, table, alias, kind, condition)?;
+                            (plan, qualifiers) = (joined, names);
+                            residual.extend(rest);
+                            continue;
+                        }
+                        Ok(planned) => planned,
+                    };
                     let (joined, names, rest) =
                         self.join(plan, qualifiers, right, name, kind, condition)?;
                     if !rest.is_empty() && kind != riffle::join::JoinType::Inner {
@@ -1112,7 +1158,7 @@ impl Catalog {
                     (plan, qualifiers) = (joined, names);
                     residual.extend(rest);
                 }
-                residual.extend(select.selection.clone());
+                residual.extend(selection);
                 Ok((plan, qualifiers, and_all(residual)))
             }
             [a, b] if a.joins.is_empty() && b.joins.is_empty() => {
@@ -1124,13 +1170,22 @@ impl Catalog {
                 let (left, left_name) = self.plan_relation(&a.relation)?;
                 let (right, right_name) = self.plan_relation(&b.relation)?;
                 let qualifiers = named(left_name, &left);
+                let right_names = named(right_name.clone(), &right);
+                let (filters, kept) = self.push_down(
+                    condition,
+                    &[(&left, qualifiers.clone()), (&right, right_names.clone())],
+                );
+                // (With nothing left to join on, the join says so.)
+                let condition = kept.unwrap_or_else(|| condition.clone());
+                let left = self.filter(left, &qualifiers, filters[0].as_ref())?;
+                let right = self.filter(right, &right_names, filters[1].as_ref())?;
                 let (plan, qualifiers, rest) = self.join(
                     left,
                     qualifiers,
                     right,
                     right_name,
                     riffle::join::JoinType::Inner,
-                    condition,
+                    &condition,
                 )?;
                 Ok((plan, qualifiers, and_all(rest)))
             }
@@ -1138,6 +1193,66 @@ impl Catalog {
                 "a FROM of more than two tables is not supported yet (join two, in a view or a derived table)",
             )),
         }
+    }
+
+    /// The filter of each of an inner join's `relations` (a plan and the names of its columns):
+    /// the conjuncts of `condition` that read its columns and no other relation's, as Flink's
+    /// planner pushes a filter below a join; and what is left of `condition` (`None`: nothing).
+    /// A conjunct of a function whose value may change between calls (`NOW()`, a function
+    /// registered from Rust) stays where it was written.
+    fn push_down(
+        &self,
+        condition: &ast::Expr,
+        relations: &[(&Plan, Qualifiers)],
+    ) -> (Vec<Option<ast::Expr>>, Option<ast::Expr>) {
+        let mut conjuncts = Vec::new();
+        split_and(condition, &mut conjuncts);
+        let mut pushed: Vec<Vec<ast::Expr>> = vec![Vec::new(); relations.len()];
+        let mut kept = Vec::new();
+        for conjunct in conjuncts {
+            let fits: Vec<usize> = (0..relations.len())
+                .filter(|&i| {
+                    let (plan, names) = &relations[i];
+                    compile(conjunct, &self.scope(plan.schema(), names)).is_ok()
+                })
+                .collect();
+            match fits[..] {
+                [only] if self.is_deterministic(conjunct) => pushed[only].push(conjunct.clone()),
+                _ => kept.push(conjunct.clone()),
+            }
+        }
+        (pushed.into_iter().map(and_all).collect(), and_all(kept))
+    }
+
+    /// Whether `expr` calls no function whose value may change between calls.
+    fn is_deterministic(&self, expr: &ast::Expr) -> bool {
+        let mut deterministic = true;
+        let _ = ast::visit_expressions(expr, |e| {
+            if let ast::Expr::Function(f) = e {
+                let name = f.name.to_string().to_ascii_uppercase();
+                if self.functions.is_registered(&name)
+                    || [
+                        "NOW",
+                        "PROCTIME",
+                        "RAND",
+                        "RAND_INTEGER",
+                        "UUID",
+                        "CURRENT_TIMESTAMP",
+                        "CURRENT_ROW_TIMESTAMP",
+                        "LOCALTIMESTAMP",
+                        "CURRENT_DATE",
+                        "CURRENT_TIME",
+                        "LOCALTIME",
+                        "UNIX_TIMESTAMP",
+                    ]
+                    .contains(&name.as_str())
+                {
+                    deterministic = false;
+                }
+            }
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+        deterministic
     }
 
     /// The table of `t FOR SYSTEM_TIME AS OF time` (the parser's rewrite names it

@@ -310,3 +310,78 @@ fn explain_and_errors_of_joins() {
     );
     assert!(ambiguous.contains("ambiguous"), "{ambiguous}");
 }
+
+#[test]
+fn a_where_over_one_side_of_an_inner_join_filters_that_side_before_the_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let ddl = tables(dir.path(), &USERS, &ORDERS);
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&ddl).unwrap();
+    // `Filter` lines of the plan, each with how deep it is, and the join's depth.
+    let shape = |query: &str| {
+        let plan = sql.explain(query).unwrap();
+        let depth = |line: &str| line.len() - line.trim_start().len();
+        let join = plan
+            .lines()
+            .find(|l| l.trim_start().starts_with("Join:"))
+            .map(depth)
+            .unwrap_or_else(|| panic!("{plan}"));
+        let filters: Vec<(String, bool)> = plan
+            .lines()
+            .filter(|l| l.trim_start().starts_with("Filter:"))
+            .map(|l| {
+                let text = l.trim_start().trim_start_matches("Filter: ");
+                let text = text.split(" (").next().unwrap().to_string();
+                (text, depth(l) > join)
+            })
+            .collect();
+        (filters, plan)
+    };
+    // Each side's conjunct below the join; the one over both above it.
+    let query = "SELECT u.name, o.amount FROM users u JOIN orders o ON u.id = o.user_id \
+                 WHERE o.amount > 10 AND u.name <> 'bob' AND o.amount + u.id > 0";
+    let (filters, plan) = shape(query);
+    assert_eq!(
+        filters,
+        [
+            ("o.amount + u.id > 0".to_string(), false),
+            ("u.name <> 'bob'".to_string(), true),
+            ("o.amount > 10".to_string(), true),
+        ],
+        "{plan}"
+    );
+    // `FROM a, b WHERE ..` too.
+    let (filters, plan) =
+        shape("SELECT name FROM users, orders WHERE id = user_id AND amount < 30");
+    assert_eq!(filters, [("amount < 30".to_string(), true)], "{plan}");
+    // Not below an outer join (it would keep the padded rows), nor a call whose value may
+    // change between calls.
+    let (filters, plan) = shape(
+        "SELECT u.name, o.amount FROM users u LEFT JOIN orders o ON u.id = o.user_id \
+         WHERE o.amount > 10",
+    );
+    assert_eq!(filters, [("o.amount > 10".to_string(), false)], "{plan}");
+    sql.register_function(
+        "lucky",
+        riffle_sql::ScalarFunction::returning(riffle_sql::DataType::Boolean, |_| {
+            Ok(riffle_sql::Value::Bool(true))
+        }),
+    );
+    let (filters, plan) =
+        shape("SELECT u.name FROM users u JOIN orders o ON u.id = o.user_id WHERE lucky(o.amount)");
+    assert_eq!(filters, [("lucky(o.amount)".to_string(), false)], "{plan}");
+    // The rows are the same as filtering after the join.
+    for p in [1, 2] {
+        assert_eq!(result(&ddl, query, p), ["[ann, 20]"]);
+        assert_eq!(
+            result(
+                &ddl,
+                "SELECT u.name, o.amount FROM users u JOIN orders o ON u.id = o.user_id \
+                 WHERE o.amount >= 20 OR u.name = 'bob'",
+                p
+            ),
+            ["[ann, 20]"]
+        );
+    }
+}
