@@ -168,8 +168,9 @@ pub struct SubscribeOptions {
     /// Resume after this progress (a token a subscription sent earlier): the changes after it,
     /// no rows first; the view must still keep them. Implies `durable`.
     pub as_of: Option<u64>,
-    /// After the rows at the start, and after each batch of changes, a row of op `progress`
-    /// (the view's columns `NULL`): everything up to its progress was sent.
+    /// After the rows at the start, after each batch of changes, and each second without a
+    /// change ([`crate::wire::QUIET_PROGRESS_INTERVAL`]), a row of op `progress` (the view's
+    /// columns `NULL`): everything up to its progress was sent.
     pub progress: bool,
 }
 

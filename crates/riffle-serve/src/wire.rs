@@ -597,6 +597,10 @@ fn response(outcome: Outcome, format: &Format) -> PgWireResult<Response> {
     }
 }
 
+/// How long a subscription `WITH (PROGRESS)` goes without a row: after that long without a
+/// change, a progress row repeats the last progress.
+pub const QUIET_PROGRESS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What a change did, as a subscription's `op` column says it: `insert`, `delete`, and for a
 /// keyed view an update's new row as `update` (its old row was the key's previous one).
 fn op_text(op: RowKind, keyed: bool) -> &'static str {
@@ -767,7 +771,27 @@ where
     }
     client.flush().await?;
     tracing::debug!(view = %view.name, progress = snapshot_progress, snapshot_ready, "subscription starts");
-    while snapshot_ready && let Some(batch) = subscription.next().await {
+    // Everything up to it was sent.
+    let mut sent_up_to = snapshot_progress;
+    while snapshot_ready {
+        let next = if options.progress {
+            match tokio::time::timeout(QUIET_PROGRESS_INTERVAL, subscription.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    // No change for a while: a progress row says that nothing came since (and
+                    // a client gone away is found out here, not at the next change).
+                    let message = progress_row(&mut encoder, sent_up_to)?;
+                    client.send(message).await?;
+                    continue;
+                }
+            }
+        } else {
+            subscription.next().await
+        };
+        let Some(batch) = next else {
+            break;
+        };
+        sent_up_to = batch.progress;
         if copy {
             // Encoded once for every subscriber of the view.
             let text = batch

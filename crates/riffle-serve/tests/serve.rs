@@ -1238,3 +1238,51 @@ fn an_error_in_a_transaction_block_aborts_it_until_it_ends_as_in_postgres() {
     );
     server.stop();
 }
+
+#[test]
+fn a_subscriber_with_progress_hears_from_a_quiet_view_every_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let server = Server::start(config(&dir.path().join("data"))).unwrap();
+    rt.block_on(async {
+        let client = connect(&server).await;
+        create_per_auction(&client).await;
+        // Its input ended: no change will come.
+        wait_for_status(&client, "per_auction", "finished").await;
+        let views = rows(&client, "SHOW MATERIALIZED VIEWS").await;
+        let progress = views[0][2].clone().unwrap();
+        let copy = client
+            .copy_out("COPY (SUBSCRIBE per_auction WITH (PROGRESS)) TO STDOUT")
+            .await
+            .unwrap();
+        let mut copy = Box::pin(copy);
+        let (mut inserts, mut progress_rows) = (0, Vec::new());
+        let mut pending = String::new();
+        let started = Instant::now();
+        // The rows, their progress row, then two more while nothing changes.
+        while progress_rows.len() < 3 {
+            let chunk = tokio::time::timeout(Duration::from_secs(10), copy.next())
+                .await
+                .expect("a quiet subscription sends a progress row every second")
+                .expect("the subscription ended")
+                .unwrap();
+            pending.push_str(std::str::from_utf8(&chunk).unwrap());
+            while let Some(end) = pending.find('\n') {
+                let line: String = pending.drain(..=end).collect();
+                let fields: Vec<&str> = line.trim_end().split('\t').collect();
+                match fields[1] {
+                    "insert" => inserts += 1,
+                    "progress" => progress_rows.push(fields[0].to_string()),
+                    other => panic!("no change was expected: {other} {line}"),
+                }
+            }
+        }
+        assert_eq!(inserts, 10);
+        assert_eq!(
+            progress_rows,
+            [progress.clone(), progress.clone(), progress]
+        );
+        assert!(started.elapsed() >= riffle_serve::wire::QUIET_PROGRESS_INTERVAL * 2);
+    });
+    server.stop();
+}
