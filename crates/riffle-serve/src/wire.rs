@@ -773,7 +773,10 @@ where
     tracing::debug!(view = %view.name, progress = snapshot_progress, snapshot_ready, "subscription starts");
     // Everything up to it was sent.
     let mut sent_up_to = snapshot_progress;
-    while snapshot_ready {
+    loop {
+        if !snapshot_ready {
+            break;
+        }
         let next = if options.progress {
             match tokio::time::timeout(QUIET_PROGRESS_INTERVAL, subscription.next()).await {
                 Ok(next) => next,
