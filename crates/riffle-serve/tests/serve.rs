@@ -306,6 +306,38 @@ async fn create_per_auction(client: &Client) {
         .unwrap();
 }
 
+/// The lines of a `COPY (SUBSCRIBE ..) TO STDOUT`, each split at its tabs.
+struct CopyLines {
+    copy: std::pin::Pin<Box<tokio_postgres::CopyOutStream>>,
+    pending: String,
+}
+
+impl CopyLines {
+    async fn start(client: &Client, statement: &str) -> CopyLines {
+        let copy = client.copy_out(statement).await.unwrap();
+        CopyLines {
+            copy: Box::pin(copy),
+            pending: String::new(),
+        }
+    }
+
+    /// The next line; `quiet` names what was expected when none comes within 10 s.
+    async fn next(&mut self, quiet: &str) -> Vec<String> {
+        loop {
+            if let Some(end) = self.pending.find('\n') {
+                let line: String = self.pending.drain(..=end).collect();
+                return line.trim_end().split('\t').map(str::to_string).collect();
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(10), self.copy.next())
+                .await
+                .unwrap_or_else(|_| panic!("{quiet}"))
+                .expect("the subscription ended")
+                .unwrap();
+            self.pending.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    }
+}
+
 #[test]
 fn a_subscriber_gets_the_rows_then_every_change_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -315,10 +347,7 @@ fn a_subscriber_gets_the_rows_then_every_change_once() {
         let client = connect(&server).await;
         create_per_auction(&client).await;
         let watcher = connect(&server).await;
-        let copy = watcher
-            .copy_out("COPY (SUBSCRIBE per_auction) TO STDOUT")
-            .await
-            .unwrap();
+        let mut copy = CopyLines::start(&watcher, "COPY (SUBSCRIBE per_auction) TO STDOUT").await;
         wait_for_status(&client, "per_auction", "finished").await;
         let final_rows: BTreeMap<String, Vec<String>> =
             rows(&client, "SELECT a, bids, highest FROM per_auction")
@@ -334,34 +363,25 @@ fn a_subscriber_gets_the_rows_then_every_change_once() {
         let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut last_progress = 0u64;
         let mut updates = 0;
-        let mut copy = Box::pin(copy);
         let deadline = Instant::now() + Duration::from_secs(30);
-        let mut pending = String::new();
         while seen != final_rows {
             assert!(Instant::now() < deadline, "the subscriber saw {seen:?}");
-            let chunk = tokio::time::timeout(Duration::from_secs(10), copy.next())
-                .await
-                .expect("the subscription went quiet before reaching the view's rows")
-                .expect("the subscription ended")
-                .unwrap();
-            pending.push_str(std::str::from_utf8(&chunk).unwrap());
-            while let Some(end) = pending.find('\n') {
-                let line: String = pending.drain(..=end).collect();
-                let fields: Vec<String> = line.trim_end().split('\t').map(str::to_string).collect();
-                let progress: u64 = fields[0].parse().unwrap();
-                assert!(progress >= last_progress, "progress went back: {line}");
-                last_progress = progress;
-                let row = fields[2..].to_vec();
-                match fields[1].as_str() {
-                    "insert" => {
-                        assert!(seen.insert(row[0].clone(), row).is_none(), "{line}");
-                    }
-                    "update" => {
-                        updates += 1;
-                        assert!(seen.insert(row[0].clone(), row).is_some(), "{line}");
-                    }
-                    other => panic!("unexpected op {other}: {line}"),
+            let fields = copy
+                .next("the subscription went quiet before reaching the view's rows")
+                .await;
+            let progress: u64 = fields[0].parse().unwrap();
+            assert!(progress >= last_progress, "progress went back: {fields:?}");
+            last_progress = progress;
+            let row = fields[2..].to_vec();
+            match fields[1].as_str() {
+                "insert" => {
+                    assert!(seen.insert(row[0].clone(), row).is_none(), "{fields:?}");
                 }
+                "update" => {
+                    updates += 1;
+                    assert!(seen.insert(row[0].clone(), row).is_some(), "{fields:?}");
+                }
+                other => panic!("unexpected op {other}: {fields:?}"),
             }
         }
         assert!(updates > 0, "the subscriber saw no update");
@@ -1251,30 +1271,19 @@ fn a_subscriber_with_progress_hears_from_a_quiet_view_every_second() {
         wait_for_status(&client, "per_auction", "finished").await;
         let views = rows(&client, "SHOW MATERIALIZED VIEWS").await;
         let progress = views[0][2].clone().unwrap();
-        let copy = client
-            .copy_out("COPY (SUBSCRIBE per_auction WITH (PROGRESS)) TO STDOUT")
-            .await
-            .unwrap();
-        let mut copy = Box::pin(copy);
+        let statement = "COPY (SUBSCRIBE per_auction WITH (PROGRESS)) TO STDOUT";
+        let mut copy = CopyLines::start(&client, statement).await;
         let (mut inserts, mut progress_rows) = (0, Vec::new());
-        let mut pending = String::new();
         let started = Instant::now();
         // The rows, their progress row, then two more while nothing changes.
         while progress_rows.len() < 3 {
-            let chunk = tokio::time::timeout(Duration::from_secs(10), copy.next())
-                .await
-                .expect("a quiet subscription sends a progress row every second")
-                .expect("the subscription ended")
-                .unwrap();
-            pending.push_str(std::str::from_utf8(&chunk).unwrap());
-            while let Some(end) = pending.find('\n') {
-                let line: String = pending.drain(..=end).collect();
-                let fields: Vec<&str> = line.trim_end().split('\t').collect();
-                match fields[1] {
-                    "insert" => inserts += 1,
-                    "progress" => progress_rows.push(fields[0].to_string()),
-                    other => panic!("no change was expected: {other} {line}"),
-                }
+            let fields = copy
+                .next("a quiet subscription sends a progress row every second")
+                .await;
+            match fields[1].as_str() {
+                "insert" => inserts += 1,
+                "progress" => progress_rows.push(fields[0].clone()),
+                other => panic!("no change was expected: {other} {fields:?}"),
             }
         }
         assert_eq!(inserts, 10);
