@@ -385,6 +385,8 @@ struct Scans<'a> {
     placement: &'a Placement,
     built: std::cell::RefCell<HashMap<String, DataStream<Row>>>,
     reads: HashMap<String, Option<Vec<Place>>>,
+    /// The columns of projections no one reads ([`Reads::unread`]).
+    unread: HashMap<usize, Vec<usize>>,
     /// Window aggregations computed once for every reader, by what they compute (see
     /// [`window_digest`]): Nexmark q5's two equal `HOP` counts are one operator (as Flink
     /// reuses a sub-plan).
@@ -432,12 +434,13 @@ pub fn lower(plan: &Plan, env: &StreamEnv) -> Result<Rows> {
 
 /// [`lower`], the jobs placed by `placement` (in a group of processes: [`crate::placement`]).
 pub(crate) fn lower_placed(plan: &Plan, env: &StreamEnv, placement: &Placement) -> Result<Rows> {
-    let mut reads = HashMap::new();
+    let mut reads = Reads::default();
     scan_reads(plan, None, &mut reads);
     let scans = Scans {
         placement,
         built: Default::default(),
-        reads,
+        reads: reads.tables,
+        unread: reads.unread,
         windows: Default::default(),
     };
     lower_in(plan, env, &scans)
@@ -460,14 +463,22 @@ fn exchanged(plan: &Plan) -> bool {
     }
 }
 
-/// The places of its tables' physical columns that `plan` reads, by table (`None`: all of
-/// them), given the places of its output its reader reads (`above`). Only what is known
-/// for certain is left out: a step whose rows pass on whole (a join, a Top-N) reads all.
-fn scan_reads(
-    plan: &Plan,
-    above: Option<Vec<Place>>,
-    out: &mut HashMap<String, Option<Vec<Place>>>,
-) {
+/// What a statement's plan reads ([`scan_reads`]).
+#[derive(Default)]
+struct Reads {
+    /// The places of each table's physical columns read, by table (`None`: all of them).
+    tables: HashMap<String, Option<Vec<Place>>>,
+    /// The columns of each projection that nothing above it reads, by the projection's address:
+    /// they are left `NULL` instead of computed (a join then keeps only what is read of its
+    /// rows).
+    unread: HashMap<usize, Vec<usize>>,
+}
+
+/// What `plan` reads, given the places of its output its reader reads (`above`): the places
+/// of its tables' physical columns, and the columns of its projections no one reads. Only what
+/// is known for certain is left out: a step whose rows pass on whole (a Top-N) reads all; a
+/// join reads its keys and what is read of its output.
+fn scan_reads(plan: &Plan, above: Option<Vec<Place>>, out: &mut Reads) {
     let union = |exprs: &mut dyn Iterator<Item = &Typed>| -> Option<Vec<Place>> {
         let mut places = Vec::new();
         for expr in exprs {
@@ -498,7 +509,7 @@ fn scan_reads(
                 }
                 Some(places)
             });
-            let merged = match (out.remove(&table.name), needed) {
+            let merged = match (out.tables.remove(&table.name), needed) {
                 // First reader of the table.
                 (None, needed) => needed,
                 (Some(Some(mut before)), Some(now)) => {
@@ -507,7 +518,7 @@ fn scan_reads(
                 }
                 _ => None,
             };
-            out.insert(table.name.clone(), merged);
+            out.tables.insert(table.name.clone(), merged);
         }
         Plan::Filter {
             input, predicate, ..
@@ -518,7 +529,22 @@ fn scan_reads(
             });
             scan_reads(input, needed, out);
         }
-        Plan::Project { input, exprs, .. } => scan_reads(input, union(&mut exprs.iter()), out),
+        Plan::Project { input, exprs, .. } => {
+            // Only the columns read above are computed: the others are left `NULL`.
+            let read = above.as_ref().map(|places| columns_of(places));
+            if let Some(read) = &read {
+                let unread: Vec<usize> = (0..exprs.len()).filter(|i| !read.contains(i)).collect();
+                if !unread.is_empty() {
+                    out.unread.insert(plan as *const Plan as usize, unread);
+                }
+            }
+            let mut used = exprs
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| read.as_ref().is_none_or(|read| read.contains(i)))
+                .map(|(_, e)| e);
+            scan_reads(input, union(&mut used), out)
+        }
         Plan::WindowAggregate {
             input, pre, late, ..
         } => {
@@ -536,11 +562,42 @@ fn scan_reads(
         Plan::TopN { input, .. }
         | Plan::LookupJoin { input, .. }
         | Plan::MatchRecognize { input, .. } => scan_reads(input, None, out),
-        Plan::Join { left, right, .. } => {
-            scan_reads(left, None, out);
-            scan_reads(right, None, out);
+        Plan::Join {
+            left,
+            right,
+            left_keys,
+            right_keys,
+            ..
+        } => {
+            // Each side: what is read of its columns above, and its keys (Flink's projection
+            // push-down through a join: the join keeps only what is read of its rows).
+            let left_len = left.schema().len();
+            let side = |keys: &[Typed], on_side: &dyn Fn(usize) -> Option<usize>| {
+                let mut places = union(&mut keys.iter())?;
+                for place in above.as_ref()? {
+                    match *place {
+                        Place::Column(c) => places.extend(on_side(c).map(Place::Column)),
+                        Place::Field(c, f) => places.extend(on_side(c).map(|c| Place::Field(c, f))),
+                    }
+                }
+                Some(places)
+            };
+            let on_left = |c: usize| (c < left_len).then_some(c);
+            let on_right = |c: usize| c.checked_sub(left_len);
+            scan_reads(left, side(left_keys, &on_left), out);
+            scan_reads(right, side(right_keys, &on_right), out);
         }
     }
+}
+
+/// The columns of `places`.
+fn columns_of(places: &[Place]) -> std::collections::BTreeSet<usize> {
+    places
+        .iter()
+        .map(|place| match *place {
+            Place::Column(c) | Place::Field(c, _) => c,
+        })
+        .collect()
 }
 
 /// `physical` as a scan decodes it when only `reads` of it are read: the fields read by no one
@@ -651,7 +708,17 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                         node = input;
                     }
                     Plan::Project { input, exprs, .. } => {
-                        steps.push(Calc::Project(Projection::new(exprs)));
+                        let unread = scans.unread.get(&(node as *const Plan as usize));
+                        let exprs: Vec<Typed> = match unread {
+                            None => exprs.clone(),
+                            Some(unread) => (exprs.iter().enumerate())
+                                .map(|(i, e)| match unread.contains(&i) {
+                                    true => Typed::constant(Value::Null, e.ty.clone()),
+                                    false => e.clone(),
+                                })
+                                .collect(),
+                        };
+                        steps.push(Calc::Project(Projection::new(&exprs)));
                         node = input;
                     }
                     _ => break,
@@ -1338,6 +1405,42 @@ mod tests {
             place: Some(place),
             reads: Some(vec![place]),
         }
+    }
+
+    #[test]
+    fn a_join_keeps_only_what_is_read_of_its_rows() {
+        let mut catalog = crate::plan::Catalog::default();
+        for ddl in [
+            "CREATE TABLE t (k INT, id BIGINT, price BIGINT, note STRING, extra STRING) \
+             WITH ('connector' = 'datagen')",
+            "CREATE VIEW bids AS SELECT id, price, note, extra FROM t WHERE k = 2",
+            "CREATE VIEW items AS SELECT id, note, extra FROM t WHERE k = 1",
+        ] {
+            catalog
+                .define(crate::parse::parse_statement(ddl).unwrap())
+                .unwrap();
+        }
+        let query = "SELECT i.note, MAX(b.price) FROM items i JOIN bids b ON i.id = b.id \
+                     GROUP BY i.note";
+        let crate::parse::Statement::Query(query) = crate::parse::parse_statement(query).unwrap()
+        else {
+            unreachable!()
+        };
+        let plan = catalog.plan_query(&query).unwrap();
+        let mut reads = Reads::default();
+        scan_reads(&plan, None, &mut reads);
+        // The table: k (the views' filters), id (the keys), price and note (read above the
+        // join); not extra.
+        let table = reads.tables["t"].as_ref().expect("known columns");
+        assert_eq!(
+            columns_of(table).into_iter().collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        // The views' projections leave NULL what no one reads: bids' note and extra, items'
+        // extra.
+        let mut unread: Vec<Vec<usize>> = reads.unread.values().cloned().collect();
+        unread.sort();
+        assert_eq!(unread, [vec![2], vec![2, 3]]);
     }
 
     #[test]
