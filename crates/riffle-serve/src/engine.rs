@@ -297,13 +297,12 @@ impl Engine {
     /// Flink's statements: DDL into the catalog, queries read views.
     fn sql(&self, text: &str, replaying: bool) -> Result<Outcome> {
         if crate::pg_catalog::is_read_by(text) {
-            return match parse_query(text)? {
-                Some(Parsed::Query(query)) => self.query(*query, true),
-                Some(Parsed::Empty(schema)) => Ok(Outcome::Rows {
+            return match crate::pg_catalog::parse(text)? {
+                Parsed::Query(query) => self.query(*query, true),
+                Parsed::Empty(schema) => Ok(Outcome::Rows {
                     schema,
                     rows: Vec::new(),
                 }),
-                None => Err(StatementError::new("0A000", "not a query")),
             };
         }
         let statement = riffle_sql::parse::parse_statement(text)?;
@@ -897,9 +896,10 @@ impl Engine {
             let queries = (self.lock().views.iter())
                 .map(|(name, v)| (name.clone(), v.query.clone()))
                 .collect();
-            let tables = crate::information_schema::tables(&catalog, &views, &queries);
+            let relations = crate::information_schema::relations(&catalog, &views, &queries);
+            let tables = crate::information_schema::tables(&relations);
             if pg_catalog {
-                crate::pg_catalog::add_to(&mut catalog, &views, &queries);
+                crate::pg_catalog::add_to(&mut catalog, &relations);
             }
             for table in tables {
                 catalog.tables.insert(table.name.clone(), table);
@@ -916,15 +916,13 @@ impl Engine {
         let limit = query.limit_clause.take();
         let (catalog, views) = self.catalog_for(&query, pg_catalog);
         // First with empty views: which views does the query read?
-        let (planned, mut used) = plan_over_views(catalog.clone(), &views, &query, |_| Vec::new())?;
-        // `ORDER BY` a column the query does not return: computed as a hidden one.
+        let (planned, used) = plan_over_views(catalog.clone(), &views, &query, |_| Vec::new())?;
+        // `ORDER BY` a column the query does not return: computed as a hidden one (the views
+        // read stay the same).
         let hidden = match order_by.as_mut() {
             Some(order_by) => hide_order_keys(&mut query, order_by, planned.schema()),
             None => 0,
         };
-        if hidden > 0 {
-            used = plan_over_views(catalog.clone(), &views, &query, |_| Vec::new())?.1;
-        }
         // Then with the rows of the views it reads (a point lookup reads one row).
         let lookup = match used.as_slice() {
             [only] => point_lookup(&query, &views[only]),

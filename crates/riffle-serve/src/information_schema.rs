@@ -31,12 +31,7 @@ pub(crate) fn is_read_by(text: &str) -> bool {
 }
 
 /// The relations as bounded tables, to put into the catalog a query is planned in.
-pub(crate) fn tables(
-    catalog: &Catalog,
-    views: &HashMap<String, Arc<ViewTable>>,
-    queries: &BTreeMap<String, String>,
-) -> Vec<TableDef> {
-    let relations = relations(catalog, views, queries);
+pub(crate) fn tables(relations: &[Relation]) -> Vec<TableDef> {
     let varchar = |name: &str| Field::new(name, DataType::Varchar);
     let tables = Schema::new(vec![
         varchar("table_catalog"),

@@ -15,7 +15,7 @@
 //!   unknown; a scalar subquery in a projection (psql's column defaults and collations, neither
 //!   of which Riffle has) reads as `NULL`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -29,7 +29,6 @@ use sqlparser::parser::Parser;
 
 use crate::engine::StatementError;
 use crate::information_schema::{self, Relation};
-use crate::view::ViewTable;
 
 /// The namespaces: `pg_catalog`, `public` (every relation of the server) and
 /// `information_schema`, with Postgres' oids for them.
@@ -376,13 +375,8 @@ fn format_type(oid: i64, modifier: i64) -> String {
 
 /// `pg_catalog`'s tables over the catalog's relations, and the functions psql calls, added to
 /// `catalog` for one query.
-pub(crate) fn add_to(
-    catalog: &mut Catalog,
-    views: &HashMap<String, Arc<ViewTable>>,
-    queries: &BTreeMap<String, String>,
-) {
-    let relations = information_schema::relations(catalog, views, queries);
-    for table in tables(&relations) {
+pub(crate) fn add_to(catalog: &mut Catalog, relations: &[Relation]) {
+    for table in tables(relations) {
         catalog.tables.insert(table.name.clone(), table);
     }
     let names: Arc<HashMap<i64, (String, Option<String>)>> = Arc::new(
