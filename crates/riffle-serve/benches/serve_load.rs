@@ -17,6 +17,15 @@
 //! A soak: the view (10,000 bidders: its state stops growing) ingests an endless stream for
 //! that long with its readers; the process's memory and the view's ingest rate are printed
 //! every 10 seconds.
+//!
+//! ```sh
+//! cargo bench -p riffle-serve --bench serve_load -- point [events] [seconds] [clients, comma-separated]
+//! ```
+//!
+//! Point lookups without ingest, as sysbench's `oltp_point_select` runs them (what RisingWave
+//! publishes): the view reads its events to the end, then each number of clients sends
+//! prepared point selects back to back (a closed loop, no pacing) for that long; prints the
+//! lookups per second and the latency's average, p50, p95 and p99.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -246,7 +255,110 @@ fn run(events: u64, clients: u64, rate: u64, subscribers: u64, retained: usize, 
     }
 }
 
+/// Point lookups by `clients` connections in a closed loop for `seconds`, on a view that
+/// ingests nothing: `(lookups per second, latency histogram in µs)`.
+fn point_lookups(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    clients: u64,
+    seconds: u64,
+) -> (f64, Histogram<u64>) {
+    let lookups = Arc::new(Mutex::new(Histogram::<u64>::new(3).unwrap()));
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let (url, lookups) = (url.to_string(), lookups.clone());
+            rt.spawn(async move {
+                let (client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+                tokio::spawn(connection);
+                let select = client
+                    .prepare("SELECT * FROM per_bidder WHERE bidder = $1")
+                    .await
+                    .unwrap();
+                let mut mine = Histogram::<u64>::new(3).unwrap();
+                let mut key = c as i64 * 7919;
+                while Instant::now() < end {
+                    key = (key * 31 + 17) % 10_000 + 1000;
+                    let at = Instant::now();
+                    let rows = client.query(&select, &[&key]).await.unwrap();
+                    mine.record(at.elapsed().as_micros() as u64).unwrap();
+                    assert!(
+                        rows.len() <= 1,
+                        "a point lookup returned {} rows",
+                        rows.len()
+                    );
+                }
+                lookups.lock().unwrap().add(&mine).unwrap();
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    for task in tasks {
+        rt.block_on(task).unwrap();
+    }
+    let lookups = lookups.lock().unwrap().clone();
+    (
+        lookups.len() as f64 / started.elapsed().as_secs_f64(),
+        lookups,
+    )
+}
+
+/// `point [events] [seconds] [clients,...]`: see the module's documentation.
+fn point(events: u64, seconds: u64, concurrency: &[u64]) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ServeConfig::new(dir.path().join("data"));
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    let server = Server::start(config).unwrap();
+    let url = format!(
+        "host=127.0.0.1 port={} user=riffle",
+        server.local_addr().port()
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (admin, connection) = rt.block_on(tokio_postgres::connect(&url, NoTls)).unwrap();
+    rt.spawn(connection);
+    rt.block_on(admin.batch_execute(&view_sql(events, false)))
+        .unwrap();
+    let view = server.engine().view("per_bidder").unwrap();
+    while !view.is_finished() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!(
+        "view: {} rows from {events} events, no ingest from here on",
+        view.len()
+    );
+    println!("  clients  lookups/s  avg ms  p50 ms  p95 ms  p99 ms  max ms");
+    let ms = |us: f64| us / 1000.0;
+    for &clients in concurrency {
+        let (rate, latency) = point_lookups(&rt, &url, clients, seconds);
+        println!(
+            "  {clients:>7}  {rate:>9.0}  {:>6.2}  {:>6.2}  {:>6.2}  {:>6.2}  {:>6.1}",
+            ms(latency.mean()),
+            ms(latency.value_at_quantile(0.5) as f64),
+            ms(latency.value_at_quantile(0.95) as f64),
+            ms(latency.value_at_quantile(0.99) as f64),
+            ms(latency.max() as f64)
+        );
+    }
+    drop(admin);
+    server.stop();
+}
+
 fn main() {
+    if std::env::args().any(|a| a == "point") {
+        let concurrency: Vec<u64> = std::env::args()
+            .filter(|a| !a.starts_with("--"))
+            .nth(4)
+            .unwrap_or_else(|| "1,8,32,128".to_string())
+            .split(',')
+            .map(|c| c.parse().expect("a number of clients"))
+            .collect();
+        point(arg(2, 10_000_000), arg(3, 30), &concurrency);
+        return;
+    }
     if std::env::args().any(|a| a == "soak") {
         let seconds = arg(2, 600);
         let (clients, rate, subscribers) = (arg(3, 4), arg(4, 100), arg(5, 4));

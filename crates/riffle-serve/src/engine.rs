@@ -18,6 +18,7 @@ use riffle_sql::plan::{Catalog, Plan};
 use riffle_sql::{Row, Schema, SqlError, Value};
 use sqlparser::ast;
 
+use crate::isolation::BlockSnapshot;
 use crate::pg_catalog::CatalogQuery as Parsed;
 use crate::view::{Materialize, SubscribeOptions, ViewTable};
 use crate::view_source::ViewSource;
@@ -207,7 +208,7 @@ impl Engine {
                 riffle::Error::config("--data-dir", format!("`{}`: {e}", path.display()))
             })?;
             for statement in statements {
-                engine.run(&statement, true).map_err(|e| {
+                engine.run(&statement, true, None).map_err(|e| {
                     riffle::Error::config(
                         "--data-dir",
                         format!("`{}`: `{statement}`: {e}", path.display()),
@@ -257,7 +258,17 @@ impl Engine {
 
     /// Runs one statement of a session.
     pub fn execute(&self, statement: &str) -> Result<Outcome> {
-        self.run(statement, false)
+        self.run(statement, false, None)
+    }
+
+    /// Runs one statement of a session's transaction block whose reads see each view as
+    /// `snapshot` holds it (`REPEATABLE READ`: see [`crate::isolation`]).
+    pub fn execute_in(
+        &self,
+        statement: &str,
+        snapshot: Option<&mut BlockSnapshot>,
+    ) -> Result<Outcome> {
+        self.run(statement, false, snapshot)
     }
 
     /// The statements of a query string (several may come in one simple query).
@@ -266,7 +277,12 @@ impl Engine {
             .map_err(|e| StatementError::new("42601", e.to_string()))
     }
 
-    fn run(&self, text: &str, replaying: bool) -> Result<Outcome> {
+    fn run(
+        &self,
+        text: &str,
+        replaying: bool,
+        snapshot: Option<&mut BlockSnapshot>,
+    ) -> Result<Outcome> {
         let words: Vec<String> = text
             .split_whitespace()
             .take(6)
@@ -290,15 +306,20 @@ impl Engine {
             }
             // A Postgres client's session settings (`SET extra_float_digits = 3`): accepted.
             ("SET", key, _) if !key.starts_with('\'') => Ok(Outcome::Done("SET".into())),
-            _ => self.sql(text, replaying),
+            _ => self.sql(text, replaying, snapshot),
         }
     }
 
     /// Flink's statements: DDL into the catalog, queries read views.
-    fn sql(&self, text: &str, replaying: bool) -> Result<Outcome> {
+    fn sql(
+        &self,
+        text: &str,
+        replaying: bool,
+        snapshot: Option<&mut BlockSnapshot>,
+    ) -> Result<Outcome> {
         if crate::pg_catalog::is_read_by(text) {
             return match crate::pg_catalog::parse(text)? {
-                Parsed::Query(query) => self.query(*query, true),
+                Parsed::Query(query) => self.query(*query, true, snapshot),
                 Parsed::Empty(schema) => Ok(Outcome::Rows {
                     schema,
                     rows: Vec::new(),
@@ -307,7 +328,7 @@ impl Engine {
         }
         let statement = riffle_sql::parse::parse_statement(text)?;
         match statement {
-            Statement::Query(query) => self.query(*query, false),
+            Statement::Query(query) => self.query(*query, false, snapshot),
             Statement::Explain(query) => {
                 let catalog = self.lock().catalog.clone();
                 let plan = catalog.plan_query(&query)?;
@@ -549,7 +570,7 @@ impl Engine {
                     ),
                 )
             })?;
-        let mut def = view_table_def(&table, Vec::new());
+        let mut def = view_table_def(&table, Arc::default());
         def.name = name.clone();
         def.rows = None;
         def.options = options;
@@ -860,7 +881,7 @@ impl Engine {
             query.order_by = None;
             query.limit_clause = None;
             let (catalog, views) = self.catalog_for(&query, crate::pg_catalog::is_read_by(text));
-            let (plan, _) = plan_over_views(catalog, &views, &query, |_| Vec::new())?;
+            let (plan, _) = plan_over_views(catalog, &views, &query, |_| Ok(Arc::default()))?;
             return Ok(Some(plan.schema().clone()));
         }
         match first.as_str() {
@@ -910,27 +931,38 @@ impl Engine {
 
     /// A `SELECT` over materialized views: a lookup by a view's whole key reads one row;
     /// otherwise the query runs over the views' rows (filters and projections directly, other
-    /// queries as a bounded job), then `ORDER BY` and `LIMIT` apply.
-    fn query(&self, mut query: ast::Query, pg_catalog: bool) -> Result<Outcome> {
+    /// queries as a bounded job), then `ORDER BY` and `LIMIT` apply. With a block's
+    /// `snapshot`, the views' rows are those it holds (taken at the block's first read of each).
+    fn query(
+        &self,
+        mut query: ast::Query,
+        pg_catalog: bool,
+        mut snapshot: Option<&mut BlockSnapshot>,
+    ) -> Result<Outcome> {
         let mut order_by = query.order_by.take();
         let limit = query.limit_clause.take();
         let (catalog, views) = self.catalog_for(&query, pg_catalog);
         // First with empty views: which views does the query read?
-        let (planned, used) = plan_over_views(catalog.clone(), &views, &query, |_| Vec::new())?;
+        let (planned, used) =
+            plan_over_views(catalog.clone(), &views, &query, |_| Ok(Arc::default()))?;
         // `ORDER BY` a column the query does not return: computed as a hidden one (the views
         // read stay the same).
         let hidden = match order_by.as_mut() {
             Some(order_by) => hide_order_keys(&mut query, order_by, planned.schema()),
             None => 0,
         };
-        // Then with the rows of the views it reads (a point lookup reads one row).
+        // Then with the rows of the views it reads (a point lookup reads one row; a block's
+        // snapshot, the rows it holds).
         let lookup = match used.as_slice() {
-            [only] => point_lookup(&query, &views[only]),
+            [only] if snapshot.is_none() => point_lookup(&query, &views[only]).map(Arc::new),
             _ => None,
         };
-        let (plan, _) = plan_over_views(catalog, &views, &query, |table| match &lookup {
-            Some(rows) => rows.clone(),
-            None => table.rows().0,
+        let (plan, _) = plan_over_views(catalog, &views, &query, |table| {
+            match (&lookup, snapshot.as_deref_mut()) {
+                (Some(rows), _) => Ok(rows.clone()),
+                (None, Some(snapshot)) => snapshot.rows(table),
+                (None, None) => Ok(Arc::new(table.rows().0)),
+            }
         })?;
         let schema = plan.schema().clone();
         let mut rows = match evaluate_directly(&plan) {
@@ -981,14 +1013,14 @@ fn plan_over_views(
     mut catalog: Catalog,
     views: &HashMap<String, Arc<ViewTable>>,
     query: &ast::Query,
-    rows_of: impl Fn(&ViewTable) -> Vec<Row>,
+    mut rows_of: impl FnMut(&Arc<ViewTable>) -> Result<Arc<Vec<Row>>>,
 ) -> Result<(Plan, Vec<String>)> {
     // Which views it reads, planned over empty ones first (cheap), then over their rows.
     for (name, table) in views {
         catalog.views.remove(name);
         catalog
             .tables
-            .insert(name.clone(), view_table_def(table, Vec::new()));
+            .insert(name.clone(), view_table_def(table, Arc::default()));
     }
     let plan = catalog.plan_query(query)?;
     let mut used: Vec<String> = Vec::new();
@@ -1015,7 +1047,7 @@ fn plan_over_views(
         let table = &views[name];
         catalog
             .tables
-            .insert(name.clone(), view_table_def(table, rows_of(table)));
+            .insert(name.clone(), view_table_def(table, rows_of(table)?));
     }
     Ok((catalog.plan_query(query)?, used))
 }
@@ -1033,7 +1065,7 @@ fn view_catalog(state: &State, exclude: &str, reader: &str) -> Catalog {
         catalog.views.remove(other);
         let table = view.table.clone();
         let reader = reader.to_string();
-        let mut def = view_table_def(&view.table, Vec::new());
+        let mut def = view_table_def(&view.table, Arc::default());
         def.rows = None;
         def.changes = Some(ProgramChangelog::new(move |env| {
             env.from_source(ViewSource::new(table.clone(), &reader))
@@ -1128,7 +1160,7 @@ fn parse_create_sink(text: &str) -> Result<(String, String, BTreeMap<String, Str
 }
 
 /// A view's rows as a bounded table of its columns.
-fn view_table_def(table: &ViewTable, rows: Vec<Row>) -> TableDef {
+fn view_table_def(table: &ViewTable, rows: Arc<Vec<Row>>) -> TableDef {
     TableDef {
         name: table.name.clone(),
         columns: table
@@ -1147,7 +1179,7 @@ fn view_table_def(table: &ViewTable, rows: Vec<Row>) -> TableDef {
             .collect(),
         options: BTreeMap::from([("connector".to_string(), VIEW_CONNECTOR.to_string())]),
         partition_keys: Vec::new(),
-        rows: Some(Arc::new(rows)),
+        rows: Some(rows),
         changes: None,
     }
 }

@@ -32,6 +32,7 @@ use riffle_sql::plan::Catalog;
 mod cursor;
 pub mod engine;
 mod information_schema;
+pub mod isolation;
 mod pg_catalog;
 pub mod view;
 pub mod view_source;

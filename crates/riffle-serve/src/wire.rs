@@ -37,6 +37,7 @@ use riffle_sql::{DataType, Row, Schema, Value};
 
 use crate::cursor::Cursors;
 use crate::engine::{Engine, Outcome, StatementError, SubscribeRequest};
+use crate::isolation::Transaction;
 use crate::view::ChangeBatch;
 
 /// One handler for every connection: the engine's sessions.
@@ -52,6 +53,8 @@ pub struct Handlers {
     certificate: Option<Arc<Vec<u8>>>,
     /// The cursors of the connection these handlers serve ([`Handlers::for_connection`]).
     cursors: Arc<Cursors>,
+    /// The connection's isolation level and open transaction block.
+    transaction: Arc<std::sync::Mutex<Transaction>>,
 }
 
 /// The users who may connect, with their passwords salted and hashed for SCRAM-SHA-256.
@@ -116,6 +119,7 @@ impl Handlers {
             client_certificates: false,
             certificate: None,
             cursors: Arc::default(),
+            transaction: Arc::default(),
         }
     }
 
@@ -154,8 +158,13 @@ impl Handlers {
     pub fn for_connection(&self) -> Handlers {
         Handlers {
             cursors: Arc::default(),
+            transaction: Arc::default(),
             ..self.share()
         }
+    }
+
+    fn transaction(&self) -> std::sync::MutexGuard<'_, Transaction> {
+        self.transaction.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Runs `statement` off the async threads (a query over a view may run a small job).
@@ -163,10 +172,16 @@ impl Handlers {
         if let Some(cursor) = crate::cursor::parse(&statement) {
             return self.cursors.execute(&self.engine, cursor?).await;
         }
-        let engine = self.engine.clone();
-        tokio::task::spawn_blocking(move || engine.execute(&statement))
-            .await
-            .unwrap_or_else(|e| Err(panicked(e)))
+        if let Some(outcome) = self.transaction().statement(&statement) {
+            return outcome;
+        }
+        let (engine, transaction) = (self.engine.clone(), self.transaction.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut transaction = transaction.lock().unwrap_or_else(|e| e.into_inner());
+            engine.execute_in(&statement, transaction.snapshot())
+        })
+        .await
+        .unwrap_or_else(|e| Err(panicked(e)))
     }
 
     /// The columns `statement`'s rows will have, in `format` (none: it returns no rows).
@@ -305,6 +320,7 @@ impl Handlers {
             client_certificates: self.client_certificates,
             certificate: self.certificate.clone(),
             cursors: self.cursors.clone(),
+            transaction: self.transaction.clone(),
         }
     }
 }
@@ -473,6 +489,11 @@ async fn run_in_block(
         Ok(block) => block,
         Err(e) => return Ok(Response::Error(Box::new(error_info(&e)))),
     };
+    match &block {
+        Some(Block::Begin(_)) => handlers.transaction().begin(&statement),
+        Some(Block::End { .. }) => handlers.transaction().end(),
+        None => {}
+    }
     match handlers.run(statement).await {
         Ok(outcome) => match block {
             Some(block) => Ok(block_response(block, status)),

@@ -1295,3 +1295,104 @@ fn a_subscriber_with_progress_hears_from_a_quiet_view_every_second() {
     });
     server.stop();
 }
+
+#[test]
+fn a_repeatable_read_block_sees_each_view_as_its_first_read_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let server = Server::start(config(&dir.path().join("data"))).unwrap();
+    rt.block_on(async {
+        let live = connect(&server).await;
+        // An endless paced stream: the view changes all through the test.
+        live.batch_execute(
+            "CREATE TABLE bids (event_type INT, bid ROW<auction BIGINT, price BIGINT>)
+             WITH ('connector' = 'nexmark', 'rows-per-second' = '2000');
+             CREATE MATERIALIZED VIEW per_auction AS
+                 SELECT MOD(bid.auction, 10) AS a, COUNT(*) AS bids
+                 FROM bids WHERE event_type = 2 GROUP BY MOD(bid.auction, 10)",
+        )
+        .await
+        .unwrap();
+        let total = "SELECT CAST(SUM(bids) AS BIGINT) FROM per_auction";
+        // (No row while the view is empty: a global aggregate over a view has no row then.)
+        let sum = |rows: Vec<tokio_postgres::Row>| {
+            rows.first()
+                .and_then(|r| r.get::<_, Option<i64>>(0))
+                .unwrap_or(0)
+        };
+        // Until the view counts more than `than` bids, as a statement of its own reads it.
+        let grown = |than: i64| {
+            let live = &live;
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                loop {
+                    let now = sum(live.query(total, &[]).await.unwrap());
+                    if now > than {
+                        return now;
+                    }
+                    assert!(Instant::now() < deadline, "the view stayed at {now} bids");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        grown(0).await;
+        let mut reader = connect(&server).await;
+        let block = reader
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .start()
+            .await
+            .unwrap();
+        let first = sum(block.query(total, &[]).await.unwrap());
+        let some = block
+            .query("SELECT a, bids FROM per_auction ORDER BY a LIMIT 1", &[])
+            .await
+            .unwrap();
+        let (a, bids): (i32, i64) = (some[0].get(0), some[0].get(1));
+        let lookup = "SELECT bids FROM per_auction WHERE a = $1";
+        grown(first).await;
+        // The view moved on; the block still sees it as its first read did, by whole
+        // reads, point lookups and simple queries alike.
+        assert_eq!(sum(block.query(total, &[]).await.unwrap()), first);
+        assert_eq!(
+            block.query(lookup, &[&a]).await.unwrap()[0].get::<_, i64>(0),
+            bids
+        );
+        let shown = block
+            .simple_query("SHOW transaction_isolation")
+            .await
+            .unwrap();
+        assert!(
+            matches!(&shown[1], SimpleQueryMessage::Row(r) if r.get(0) == Some("repeatable read"))
+        );
+        block.commit().await.unwrap();
+        assert!(sum(reader.query(total, &[]).await.unwrap()) > first);
+
+        // READ COMMITTED (a plain BEGIN): each statement reads the view as it is then.
+        let block = reader.transaction().await.unwrap();
+        let first = sum(block.query(total, &[]).await.unwrap());
+        let later = grown(first).await;
+        assert!(sum(block.query(total, &[]).await.unwrap()) >= later);
+        block.rollback().await.unwrap();
+
+        // A view dropped and created again under a block that read it: the block cannot go on.
+        reader
+            .batch_execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
+            .await
+            .unwrap();
+        sum(reader.query(total, &[]).await.unwrap());
+        live.batch_execute(
+            "DROP MATERIALIZED VIEW per_auction;
+             CREATE MATERIALIZED VIEW per_auction AS
+                 SELECT MOD(bid.auction, 10) AS a, COUNT(*) AS bids
+                 FROM bids WHERE event_type = 2 GROUP BY MOD(bid.auction, 10)",
+        )
+        .await
+        .unwrap();
+        let e = reader.query(total, &[]).await.unwrap_err();
+        assert_eq!(e.code().map(|c| c.code()), Some("40001"), "{e:?}");
+        reader.batch_execute("ROLLBACK").await.unwrap();
+        assert!(reader.query(total, &[]).await.is_ok());
+    });
+    server.stop();
+}
