@@ -969,6 +969,12 @@ impl Engine {
             Some(rows) => rows?,
             None => evaluate_as_job(&plan)?,
         };
+        // A global aggregate over empty views answers one row, as over an empty table.
+        if rows.is_empty()
+            && let Some(row) = plan.row_over_no_input()
+        {
+            rows.push(row);
+        }
         if let Some(order_by) = order_by {
             sort(&mut rows, &schema, &order_by)?;
         }

@@ -1314,7 +1314,7 @@ fn a_repeatable_read_block_sees_each_view_as_its_first_read_did() {
         .await
         .unwrap();
         let total = "SELECT CAST(SUM(bids) AS BIGINT) FROM per_auction";
-        // (No row while the view is empty: a global aggregate over a view has no row then.)
+        // (`NULL` while the view is empty.)
         let sum = |rows: Vec<tokio_postgres::Row>| {
             rows.first()
                 .and_then(|r| r.get::<_, Option<i64>>(0))

@@ -292,6 +292,53 @@ pub enum Plan {
 }
 
 impl Plan {
+    /// The row a query reading bounded tables answers when its input has no row, as SQL over a
+    /// table does (a streaming job emits nothing then): a global aggregate's one row (`COUNT`
+    /// 0, the other aggregates `NULL`), through the projections above it. `None` for any other
+    /// plan, and for one that filters the aggregate's row (`HAVING`, a `WHERE` over it): no
+    /// row out of it does not say its input was empty.
+    ///
+    /// ```
+    /// use riffle_sql::parse::{Statement, parse_statement};
+    /// use riffle_sql::plan::Catalog;
+    ///
+    /// let mut catalog = Catalog::default();
+    /// let table = "CREATE TABLE t (a BIGINT) WITH ('connector' = 'datagen')";
+    /// catalog.define(parse_statement(table).unwrap()).unwrap();
+    /// let Statement::Query(query) = parse_statement("SELECT COUNT(*) + 1, MAX(a) FROM t").unwrap()
+    /// else {
+    ///     unreachable!()
+    /// };
+    /// let plan = catalog.plan_query(&query).unwrap();
+    /// let row = plan.row_over_no_input().unwrap();
+    /// assert_eq!(row.0, vec![riffle_sql::Value::Int(1), riffle_sql::Value::Null]);
+    /// ```
+    pub fn row_over_no_input(&self) -> Option<Row> {
+        let eval = |exprs: &[Typed], row: &Row| {
+            let values = exprs.iter().map(|e| (e.eval)(row));
+            values.collect::<riffle::Result<Vec<_>>>().ok().map(Row)
+        };
+        match self {
+            Plan::GroupAggregate {
+                keys: 0,
+                aggs,
+                post,
+                having: None,
+                ..
+            } => {
+                let empty = aggs.iter().map(|agg| match agg.kind {
+                    AggKind::CountStar | AggKind::Count | AggKind::CountDistinct => {
+                        crate::Value::Int(0)
+                    }
+                    AggKind::Sum | AggKind::Min | AggKind::Max | AggKind::Avg => crate::Value::Null,
+                });
+                eval(post, &Row(empty.collect()))
+            }
+            Plan::Project { input, exprs, .. } => eval(exprs, &input.row_over_no_input()?),
+            _ => None,
+        }
+    }
+
     /// The output columns.
     pub fn schema(&self) -> &Schema {
         match self {
