@@ -165,6 +165,8 @@ struct State {
     catalog: Catalog,
     views: BTreeMap<String, View>,
     sinks: BTreeMap<String, Sink>,
+    /// The users who may connect, as `pg_catalog.pg_roles` lists them.
+    roles: Vec<String>,
 }
 
 /// The server's catalog and views, shared by every session.
@@ -198,6 +200,7 @@ impl Engine {
                 catalog,
                 views: BTreeMap::new(),
                 sinks: BTreeMap::new(),
+                roles: vec!["riffle".to_string()],
             }),
         };
         let path = engine.config.data_dir.join(CATALOG_FILE);
@@ -254,6 +257,12 @@ impl Engine {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The users who may connect (the server's users file; `riffle` alone when any user may):
+    /// what `pg_catalog.pg_roles` and psql's `\du` list.
+    pub fn set_roles(&self, roles: Vec<String>) {
+        self.lock().roles = roles;
     }
 
     /// Runs one statement of a session.
@@ -920,7 +929,8 @@ impl Engine {
             let relations = crate::information_schema::relations(&catalog, &views, &queries);
             let tables = crate::information_schema::tables(&relations);
             if pg_catalog {
-                crate::pg_catalog::add_to(&mut catalog, &relations);
+                let roles = self.lock().roles.clone();
+                crate::pg_catalog::add_to(&mut catalog, &relations, &roles);
             }
             for table in tables {
                 catalog.tables.insert(table.name.clone(), table);

@@ -254,6 +254,9 @@ impl Server {
         let local_addr = listener
             .local_addr()
             .map_err(|e| riffle::Error::io("the listener has no address", e))?;
+        if !config.users.is_empty() {
+            engine.set_roles(config.users.iter().map(|(user, _)| user.clone()).collect());
+        }
         let users = (!config.users.is_empty()).then(|| wire::Users::new(&config.users));
         let mut handlers = wire::Handlers::new(engine.clone(), users)
             .tls_only(tls.is_some())

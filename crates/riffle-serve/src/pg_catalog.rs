@@ -1,12 +1,13 @@
-//! `pg_catalog`: the system tables psql's `\d`, `\dt`, `\dv`, `\dm`, `\d NAME`, `\d+ NAME`, `\l`
-//! and `\dn` read (and drivers' metadata calls like them), answered from the server's catalog.
+//! `pg_catalog`: the system tables psql's `\d`, `\dt`, `\dv`, `\dm`, `\d NAME`, `\d+ NAME`, `\l`,
+//! `\dn` and `\du` read (and drivers' metadata calls like them), answered from the server's catalog.
 //!
 //! A query naming `pg_catalog.` is parsed in Postgres' dialect (`~`, `OPERATOR(pg_catalog.~)`,
 //! `::regclass`, `COLLATE`, `E'..'`) and rewritten into Flink SQL the planner runs over bounded
 //! tables:
 //! - `pg_class`, `pg_namespace`, `pg_attribute`, `pg_type`, `pg_am`, `pg_database`,
 //!   `pg_tables` and `pg_views` hold the catalog's tables, views and materialized views, their
-//!   columns and the types they are sent as, under the stable oids `oid_of` gives;
+//!   columns and the types they are sent as, under the stable oids `oid_of` gives; `pg_roles`
+//!   the users who may connect;
 //! - the functions psql calls (`pg_table_is_visible`, `format_type`, `pg_get_viewdef`, ...) are
 //!   registered for that query only;
 //! - a relation of what Riffle does not have (`pg_policy`, `pg_inherits`, `pg_publication`,
@@ -43,9 +44,9 @@ const OWNER: i64 = 10;
 
 /// Postgres' catalog relations of what Riffle does not have (row-level policies, inheritance,
 /// indexes, constraints, triggers, rules, column defaults, collations, publications, extended
-/// statistics, comments, roles, sequences, extensions, ...): they read as empty. Any other
+/// statistics, comments, role memberships, sequences, extensions, ...): they read as empty. Any other
 /// `pg_catalog` relation not in [`tables`] does not exist here.
-const EMPTY: [&str; 36] = [
+const EMPTY: [&str; 35] = [
     "pg_policy",
     "pg_statistic_ext",
     "pg_publication",
@@ -60,7 +61,6 @@ const EMPTY: [&str; 36] = [
     "pg_event_trigger",
     "pg_attrdef",
     "pg_collation",
-    "pg_roles",
     "pg_user",
     "pg_auth_members",
     "pg_description",
@@ -188,7 +188,16 @@ fn projection_schema(body: &ast::SetExpr) -> Schema {
 fn rewrite(expr: &mut ast::Expr) {
     use ast::BinaryOperator as B;
     let replacement = match expr {
-        // psql's column defaults and collations, and `array(SELECT ..)`: Riffle has none.
+        // `ARRAY(SELECT ..)` (the roles a role is a member of): none.
+        ast::Expr::Function(f)
+            if matches!(f.args, ast::FunctionArguments::Subquery(_))
+                && f.name.to_string().eq_ignore_ascii_case("array") =>
+        {
+            Some(ast::Expr::value(ast::Value::SingleQuotedString(
+                "{}".into(),
+            )))
+        }
+        // psql's column defaults and collations: Riffle has none.
         ast::Expr::Subquery(_) => Some(null()),
         ast::Expr::Function(f) if matches!(f.args, ast::FunctionArguments::Subquery(_)) => {
             Some(null())
@@ -375,8 +384,8 @@ fn format_type(oid: i64, modifier: i64) -> String {
 
 /// `pg_catalog`'s tables over the catalog's relations, and the functions psql calls, added to
 /// `catalog` for one query.
-pub(crate) fn add_to(catalog: &mut Catalog, relations: &[Relation]) {
-    for table in tables(relations) {
+pub(crate) fn add_to(catalog: &mut Catalog, relations: &[Relation], roles: &[String]) {
+    for table in tables(relations, roles) {
         catalog.tables.insert(table.name.clone(), table);
     }
     let names: Arc<HashMap<i64, (String, Option<String>)>> = Arc::new(
@@ -484,7 +493,7 @@ pub(crate) fn add_to(catalog: &mut Catalog, relations: &[Relation]) {
 
 /// The tables `pg_class`, `pg_namespace`, `pg_attribute`, `pg_type`, `pg_am`, `pg_database`,
 /// `pg_tables` and `pg_views`.
-fn tables(relations: &[Relation]) -> Vec<TableDef> {
+fn tables(relations: &[Relation], roles: &[String]) -> Vec<TableDef> {
     let text = |name: &str| Field::new(name, DataType::Varchar);
     let int = |name: &str| Field::new(name, DataType::BigInt);
     let boolean = |name: &str| Field::new(name, DataType::Boolean);
@@ -665,8 +674,40 @@ fn tables(relations: &[Relation]) -> Vec<TableDef> {
             Row(vec![s("public"), s(&r.name), s("riffle"), s(definition)])
         })
         .collect();
+    // Every user may do everything (Riffle has no privileges): each is a superuser that can
+    // log in, and nothing else.
+    let roles_schema = Schema::new(vec![
+        int("oid"),
+        text("rolname"),
+        boolean("rolsuper"),
+        boolean("rolinherit"),
+        boolean("rolcreaterole"),
+        boolean("rolcreatedb"),
+        boolean("rolcanlogin"),
+        boolean("rolreplication"),
+        int("rolconnlimit"),
+        text("rolvaliduntil"),
+        boolean("rolbypassrls"),
+        text("rolconfig"),
+    ]);
+    let roles_rows = roles
+        .iter()
+        .map(|name| {
+            let oid = if name == "riffle" {
+                OWNER
+            } else {
+                oid_of(name)
+            };
+            let flags = [true, true, false, false, true, false].map(Value::Bool);
+            let mut row = vec![Value::Int(oid), s(name)];
+            row.extend(flags);
+            row.extend([Value::Int(-1), Value::Null, Value::Bool(false), Value::Null]);
+            Row(row)
+        })
+        .collect();
     let table = information_schema::table;
     vec![
+        table("pg_catalog.pg_roles", roles_schema, roles_rows),
         table("pg_catalog.pg_tables", tables_schema, tables_rows),
         table("pg_catalog.pg_views", views_schema, views_rows),
         table("pg_catalog.pg_class", class_schema, class_rows),

@@ -393,7 +393,10 @@ fn a_subscriber_gets_the_rows_then_every_change_once() {
 fn with_users_a_client_needs_its_password_and_without_them_only_loopback_is_served() {
     let dir = tempfile::tempdir().unwrap();
     let mut with_users = config(&dir.path().join("data"));
-    with_users.users = vec![("ana".into(), "s3cret".into())];
+    with_users.users = vec![
+        ("ana".into(), "s3cret".into()),
+        ("bo".into(), "other".into()),
+    ];
     let server = Server::start(with_users).unwrap();
     let port = server.local_addr().port();
     let rt = runtime();
@@ -429,6 +432,13 @@ fn with_users_a_client_needs_its_password_and_without_them_only_loopback_is_serv
         );
         let client = connect("ana", Some("s3cret")).await.unwrap();
         assert!(rows(&client, "SHOW TABLES").await.is_empty());
+        // The users are the roles psql's `\du` lists.
+        let roles = "SELECT rolname, rolsuper, rolcanlogin FROM pg_catalog.pg_roles ORDER BY 1";
+        let t = |s: &str| Some(s.to_string());
+        assert_eq!(
+            rows(&client, roles).await,
+            [[t("ana"), t("t"), t("t")], [t("bo"), t("t"), t("t")]]
+        );
     });
     server.stop();
 
@@ -1084,6 +1094,9 @@ fn psql_describes_tables_views_and_materialized_views() {
     }
     assert_eq!(described("\\dn"), "public|riffle\n");
     assert!(described("\\l").starts_with("riffle|riffle|UTF8|"));
+    assert_eq!(described("\\du"), "riffle|Superuser|{}\n");
+    // No function of a user is registered: an empty list, as Postgres prints it.
+    assert_eq!(described("\\df"), "");
     let (ok, _, err) = psql(&server, "disable", "\\d nosuch");
     assert!(
         !ok && err.contains("Did not find any relation named \"nosuch\""),
