@@ -41,6 +41,7 @@ pub mod aggregate;
 #[cfg(feature = "avro")]
 pub mod avro;
 pub mod connectors;
+mod cse;
 mod datagen;
 mod debezium;
 pub mod error;

@@ -1107,8 +1107,112 @@ impl Catalog {
             return self.project(plan, &qualifiers, &select.projection);
         }
         let (plan, qualifiers, condition) = self.plan_from(select)?;
-        let plan = self.filter(plan, &qualifiers, condition.as_ref())?;
-        self.project(plan, &qualifiers, &select.projection)
+        self.filter_and_project(plan, &qualifiers, condition, &select.projection)
+    }
+
+    /// A SELECT's `WHERE` and projection over `plan`, the calls they repeat computed once per
+    /// row as columns below them ([`crate::cse`]).
+    fn filter_and_project(
+        &self,
+        plan: Plan,
+        qualifiers: &Qualifiers,
+        mut condition: Option<ast::Expr>,
+        items: &[ast::SelectItem],
+    ) -> Result<Plan> {
+        let mut exprs: Vec<ast::Expr> = Vec::new();
+        for item in items {
+            match item {
+                ast::SelectItem::UnnamedExpr(e)
+                | ast::SelectItem::ExprWithAlias { expr: e, .. } => exprs.push(e.clone()),
+                // (`*` would read the computed columns too.)
+                _ => exprs.clear(),
+            }
+            if exprs.is_empty() {
+                break;
+            }
+        }
+        let candidate = |e: &ast::Expr| match e {
+            ast::Expr::Function(f) => {
+                f.over.is_none()
+                    && f.filter.is_none()
+                    && matches!(&f.args, ast::FunctionArguments::List(l) if !l.args.is_empty())
+                    && !crate::functions::is_aggregate(&f.name.to_string().to_ascii_uppercase())
+                    && self.is_deterministic(e)
+            }
+            _ => false,
+        };
+        let shared = match exprs.len() == items.len() {
+            true => crate::cse::take_repeated_calls(&mut condition, &mut exprs, &candidate),
+            false => Vec::new(),
+        };
+        if shared.is_empty() {
+            let plan = self.filter(plan, qualifiers, condition.as_ref())?;
+            return self.project(plan, qualifiers, items);
+        }
+        // An unnamed item keeps the name it had (not its computed column's).
+        let scope_schema = plan.schema().clone();
+        let scope = self.scope(&scope_schema, qualifiers);
+        let mut rewritten = Vec::with_capacity(items.len());
+        for (position, (item, expr)) in items.iter().zip(exprs).enumerate() {
+            rewritten.push(match item {
+                ast::SelectItem::ExprWithAlias { alias, .. } => ast::SelectItem::ExprWithAlias {
+                    expr,
+                    alias: alias.clone(),
+                },
+                ast::SelectItem::UnnamedExpr(original) if *original != expr => {
+                    let name = compile(original, &scope)?
+                        .name
+                        .unwrap_or_else(|| format!("EXPR${position}"));
+                    ast::SelectItem::ExprWithAlias {
+                        expr,
+                        alias: ast::Ident::new(name),
+                    }
+                }
+                _ => ast::SelectItem::UnnamedExpr(expr),
+            });
+        }
+        let (before, after): (Vec<_>, Vec<_>) = shared.into_iter().partition(|s| s.before_where);
+        let mut plan = plan;
+        if !before.is_empty() {
+            plan = self.with_columns(plan, qualifiers, &before)?;
+        }
+        plan = self.filter(plan, qualifiers, condition.as_ref())?;
+        if !after.is_empty() {
+            plan = self.with_columns(plan, qualifiers, &after)?;
+        }
+        self.project(plan, qualifiers, &rewritten)
+    }
+
+    /// `input`'s columns as they are, then a column of each of `calls`' values.
+    fn with_columns(
+        &self,
+        input: Plan,
+        qualifiers: &Qualifiers,
+        calls: &[crate::cse::Shared],
+    ) -> Result<Plan> {
+        let schema = input.schema().clone();
+        let scope = self.scope(&schema, qualifiers);
+        let mut exprs: Vec<Typed> = (0..schema.len()).map(|i| column_of(&schema, i)).collect();
+        let mut texts: Vec<String> = schema.fields.iter().map(|f| f.name.clone()).collect();
+        let mut fields = schema.fields.clone();
+        for shared in calls {
+            let typed = compile(&shared.call, &scope)?;
+            fields.push(Field {
+                name: shared.name.clone(),
+                ty: typed.ty.clone(),
+                nullable: typed.nullable,
+            });
+            texts.push(format!("{} AS {}", shared.call, shared.name));
+            exprs.push(typed);
+        }
+        Ok(Plan::Project {
+            time: input.time().cloned(),
+            proc_time: input.proc_time().cloned(),
+            input: Box::new(input),
+            exprs,
+            texts,
+            schema: Schema::new(fields),
+        })
     }
 
     /// The relation of a SELECT's FROM (a table, a view, a derived table, or a join of two),

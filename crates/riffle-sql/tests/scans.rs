@@ -2,7 +2,8 @@
 //! that no step of the statement reads are skipped, not built. The rows are the same as when
 //! every field is decoded; a bad value in a field no one reads is not an error (as Flink's
 //! projection push-down into the `json` format); the same value read is a bad record; two views
-//! of one table read once decode what either reads.
+//! of one table read once decode what either reads. A call a SELECT repeats is computed once
+//! per row.
 
 mod common;
 
@@ -125,4 +126,36 @@ fn drop_removes_a_table_or_a_view_and_if_exists_skips_a_missing_one() {
     .unwrap();
     let (rows, _) = sql.sql_changelog("SELECT n FROM events").unwrap();
     rows.sink(CollectSink::new().0);
+}
+
+#[test]
+fn a_call_repeated_in_where_and_projection_is_computed_once_with_the_same_rows() {
+    let query = "SELECT item.id,
+           CASE WHEN lower(item.label) = 'a' THEN 'A' WHEN lower(item.label) = 'b' THEN 'B'
+                ELSE upper(item.label) END AS l,
+           upper(item.label) || '!' AS loud
+         FROM events WHERE lower(item.label) <> 'first'";
+    // `note` of the fourth line is not read: no bad record.
+    assert_eq!(
+        run(query),
+        (
+            vec![
+                "[1, 99, 99!]".to_string(),
+                "[1, A, A!]".to_string(),
+                "[2, B, B!]".to_string(),
+                "[2, SECOND, SECOND!]".to_string(),
+            ],
+            0
+        )
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&events(dir.path(), &LINES)).unwrap();
+    let plan = sql.explain(query).unwrap();
+    // lower(..) is in the WHERE for every row: computed before it; upper(..) after it, for the
+    // projection's two uses (one only for some rows).
+    assert!(plan.contains("lower(item.label) AS $cse0"), "{plan}");
+    assert!(plan.contains("upper(item.label) AS $cse1"), "{plan}");
+    assert!(plan.contains("Filter: $cse0 <> 'first'"), "{plan}");
 }
