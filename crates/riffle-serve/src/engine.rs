@@ -14,7 +14,7 @@ use riffle::checkpoint::RestoreFrom;
 use riffle::sink::CollectSink;
 use riffle::{EnvConfig, RowKind, StreamEnv};
 use riffle_sql::parse::{ColumnDef, ProgramChangelog, Statement, TableDef};
-use riffle_sql::plan::{Catalog, Plan};
+use riffle_sql::plan::{Catalog, ChangelogMode, Plan, TimeAttribute};
 use riffle_sql::{Row, Schema, SqlError, Value};
 use sqlparser::ast;
 
@@ -113,6 +113,9 @@ pub struct EngineConfig {
 struct View {
     query: String,
     table: Arc<ViewTable>,
+    /// `Some` when its query only appends rows: then other views read it as an append-only
+    /// table, with its query's time attribute (if any) as theirs (windows over it).
+    appends: Option<Option<TimeAttribute>>,
     job: Option<ViewJob>,
     /// The views its query reads (their changes, as a view's reader).
     reads: Vec<String>,
@@ -439,6 +442,8 @@ impl Engine {
             View {
                 query,
                 table,
+                appends: (plan.changelog_mode() == ChangelogMode::Append)
+                    .then(|| plan.time().cloned()),
                 job: None,
                 reads: Vec::new(),
             },
@@ -1083,9 +1088,37 @@ fn view_catalog(state: &State, exclude: &str, reader: &str) -> Catalog {
         let reader = reader.to_string();
         let mut def = view_table_def(&view.table, Arc::default());
         def.rows = None;
-        def.changes = Some(ProgramChangelog::new(move |env| {
-            env.from_source(ViewSource::new(table.clone(), &reader))
-        }));
+        def.changes = Some(match &view.appends {
+            None => ProgramChangelog::new(move |env| {
+                env.from_source(ViewSource::new(table.clone(), &reader))
+            }),
+            // Inserts only: read as appended rows, with event time and watermarks by the
+            // view's time attribute, as its query had them.
+            Some(time) => {
+                def.watermark = time.as_ref().map(|t| {
+                    let column = ast::Expr::Identifier(ast::Ident::new(&t.name));
+                    let bound = format!("INTERVAL '{}' MILLISECOND", t.out_of_orderness_ms);
+                    let bound =
+                        sqlparser::parser::Parser::new(&sqlparser::dialect::GenericDialect {})
+                            .try_with_sql(&bound)
+                            .and_then(|mut p| p.parse_expr())
+                            .expect("an interval literal");
+                    let expr = ast::Expr::BinaryOp {
+                        left: Box::new(column),
+                        op: ast::BinaryOperator::Minus,
+                        right: Box::new(bound),
+                    };
+                    (t.name.clone(), expr)
+                });
+                ProgramChangelog::appends(move |env, watermarks| {
+                    let source = ViewSource::new(table.clone(), &reader);
+                    match watermarks {
+                        Some(strategy) => env.from_source_with_watermarks(source, strategy),
+                        None => env.from_source(source),
+                    }
+                })
+            }
+        });
         catalog.tables.insert(other.clone(), def);
     }
     catalog

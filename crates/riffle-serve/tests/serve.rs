@@ -1409,3 +1409,82 @@ fn a_repeatable_read_block_sees_each_view_as_its_first_read_did() {
     });
     server.stop();
 }
+
+/// `humans_per_minute`'s rows: (user, minute of the day) -> clicks.
+async fn per_minute(client: &Client) -> BTreeMap<(i64, i64), i64> {
+    let sql = "SELECT user_id, window_start, clicks FROM humans_per_minute";
+    rows(client, sql)
+        .await
+        .into_iter()
+        .map(|r| {
+            let r: Vec<String> = r.into_iter().map(Option::unwrap).collect();
+            // `2026-01-01 HH:MM:00`
+            let (h, m): (i64, i64) = (r[1][11..13].parse().unwrap(), r[1][14..16].parse().unwrap());
+            ((r[0].parse().unwrap(), h * 60 + m), r[2].parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn a_window_over_a_view_of_appended_rows_counts_as_over_its_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_clicks(dir.path(), N);
+    let rt = runtime();
+    // Computed here from the clicks: (user, minute) -> clicks off page 0.
+    let mut want: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for (user, url, ms) in clicks(N) {
+        if url != "/p/0" {
+            *want
+                .entry((user, (ms - 1_767_225_600_000) / 60_000))
+                .or_default() += 1;
+        }
+    }
+    let server = Server::start(config(&dir.path().join("data"))).unwrap();
+    rt.block_on(async {
+        let client = connect(&server).await;
+        client
+            .batch_execute(&format!(
+                "{};
+                 CREATE MATERIALIZED VIEW humans AS
+                     SELECT user_id, url, ts FROM clicks WHERE url <> '/p/0';
+                 CREATE MATERIALIZED VIEW humans_per_minute AS
+                     SELECT user_id, window_start, COUNT(*) AS clicks
+                     FROM TABLE(TUMBLE(TABLE humans, DESCRIPTOR(ts), INTERVAL '1' MINUTE))
+                     GROUP BY user_id, window_start, window_end",
+                create_clicks_and_views(&path)
+            ))
+            .await
+            .unwrap();
+        wait_for_status(&client, "humans_per_minute", "finished").await;
+        assert_eq!(per_minute(&client).await, want);
+        // A window over a view whose rows are updated: refused, naming why.
+        let e = client
+            .batch_execute(
+                "CREATE MATERIALIZED VIEW last_click AS
+                     SELECT user_id, MAX(ts) AS ts FROM clicks GROUP BY user_id;
+                 CREATE MATERIALIZED VIEW nope AS SELECT window_start, COUNT(*) AS n
+                 FROM TABLE(TUMBLE(TABLE last_click, DESCRIPTOR(ts), INTERVAL '1' MINUTE))
+                 GROUP BY window_start, window_end",
+            )
+            .await
+            .unwrap_err();
+        let message = e
+            .as_db_error()
+            .map(|e| e.message().to_string())
+            .unwrap_or_default();
+        assert!(
+            message.contains("`last_click` has no event time")
+                && message.contains("`last_click`'s rows are updated"),
+            "{message}"
+        );
+    });
+    server.stop();
+    // A restart restores the views' rows and where the window's view had read to.
+    let server = Server::start(config(&dir.path().join("data"))).unwrap();
+    rt.block_on(async {
+        let client = connect(&server).await;
+        wait_for_status(&client, "humans_per_minute", "finished").await;
+        assert_eq!(per_minute(&client).await, want);
+    });
+    server.stop();
+}

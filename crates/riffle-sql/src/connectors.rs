@@ -58,6 +58,9 @@ pub(crate) fn scan_in(
     computed: Vec<Typed>,
     time: Option<TimeAttribute>,
 ) -> Result<DataStream<Row>> {
+    if let Some(changes) = &table.changes {
+        return program_appends(env, table, changes, computed, time);
+    }
     placement.check(table, "read")?;
     if let Some(rows) = &table.rows {
         let rows: Vec<Row> = rows.as_ref().clone();
@@ -130,6 +133,42 @@ pub(crate) fn scan_in(
     Ok(stream.name(&format!("Source: {}", table.name)))
 }
 
+/// The rows of a table whose changelog of inserts the program gives
+/// ([`crate::parse::ProgramChangelog::appends`]): event time and watermarks by its `WATERMARK`.
+fn program_appends(
+    env: &StreamEnv,
+    table: &TableDef,
+    changes: &crate::parse::ProgramChangelog,
+    computed: Vec<Typed>,
+    time: Option<TimeAttribute>,
+) -> Result<DataStream<Row>> {
+    if !computed.is_empty() {
+        return Err(SqlError::plan(format!(
+            "table `{}`: a changelog the program gives has no computed columns",
+            table.name
+        )));
+    }
+    let watermarks = time.map(|t| {
+        let column = t.column;
+        WatermarkStrategy::bounded_out_of_orderness(Duration::from_millis(
+            t.out_of_orderness_ms as u64,
+        ))
+        .with_timestamps(move |change: &Change<Row>| event_time(&change.row, column))
+    });
+    let name = table.name.clone();
+    Ok(changes
+        .build_with(env, watermarks)
+        .name(&format!("Source: {}", table.name))
+        .try_map(move |change: Change<Row>| match change.op {
+            riffle::RowKind::Insert => Ok(change.row),
+            op => Err(riffle::Error::config(
+                "query",
+                format!("table `{name}` was to hold inserts only, and a {op:?} came"),
+            )),
+        })
+        .name(&format!("Rows of {}", table.name)))
+}
+
 /// The stream of `source`: with event time and watermarks by `strategy` when the table has a
 /// time attribute.
 fn timed<T: riffle::Data, S: riffle::source::Source<T>>(
@@ -183,8 +222,9 @@ fn completer(table: &TableDef, computed: &[Typed], time: Option<&TimeAttribute>)
 /// Whether `table` is read as a changelog: of upserts and deletions by key (`upsert-kafka`),
 /// or of Debezium's change events (`'format' = 'debezium-json'`).
 pub fn is_changelog(table: &TableDef) -> bool {
-    table.changes.is_some()
-        || table.rows.is_none()
+    table.changes.as_ref().is_some_and(|c| !c.is_append_only())
+        || table.changes.is_none()
+            && table.rows.is_none()
             && (matches!(
                 table.options.get("connector").map(String::as_str),
                 Some("upsert-kafka" | "postgres-cdc")

@@ -116,20 +116,39 @@ pub struct TableDef {
 /// The stream of changes of a table whose changelog the program gives
 /// ([`TableDef::changes`]): built in the job that reads the table.
 ///
+/// A changelog of inserts only ([`ProgramChangelog::appends`]) is read as an append-only table,
+/// with event time and watermarks when the table has a `WATERMARK` (its source is built with
+/// the watermark strategy the planner gives): a window can read it.
+///
 /// ```
 /// use riffle_sql::parse::ProgramChangelog;
 /// use riffle_sql::Row;
 ///
 /// let changes = ProgramChangelog::new(|env| env.from_iter(vec![riffle::Change::insert(Row(vec![]))]));
-/// # let _ = changes;
+/// assert!(!changes.is_append_only());
+/// let appends = ProgramChangelog::appends(|env, watermarks| match watermarks {
+///     Some(strategy) => env.from_iter_with_watermarks(vec![riffle::Change::insert(Row(vec![]))], strategy),
+///     None => env.from_iter(vec![riffle::Change::insert(Row(vec![]))]),
+/// });
+/// assert!(appends.is_append_only());
 /// ```
 #[derive(Clone)]
-pub struct ProgramChangelog(std::sync::Arc<BuildChangelog>);
+pub struct ProgramChangelog {
+    build: std::sync::Arc<BuildChangelog>,
+    append_only: bool,
+}
 
-/// What builds a [`ProgramChangelog`]'s stream in a job.
-type BuildChangelog = dyn Fn(&riffle::StreamEnv) -> riffle::DataStream<riffle::Change<crate::types::Row>>
+/// What builds a [`ProgramChangelog`]'s stream in a job (with event time and watermarks by the
+/// strategy, when given).
+type BuildChangelog = dyn Fn(
+        &riffle::StreamEnv,
+        Option<ChangeWatermarks>,
+    ) -> riffle::DataStream<riffle::Change<crate::types::Row>>
     + Send
     + Sync;
+
+/// How a [`ProgramChangelog`] of inserts gets event time and watermarks.
+pub type ChangeWatermarks = riffle::time::WatermarkStrategy<riffle::Change<crate::types::Row>>;
 
 impl ProgramChangelog {
     /// The changelog `build` makes in a job's environment.
@@ -139,7 +158,33 @@ impl ProgramChangelog {
         + Sync
         + 'static,
     ) -> ProgramChangelog {
-        ProgramChangelog(std::sync::Arc::new(build))
+        ProgramChangelog {
+            build: std::sync::Arc::new(move |env, _| build(env)),
+            append_only: false,
+        }
+    }
+
+    /// A changelog of inserts only, read as an append-only table; `build` makes it in a job's
+    /// environment, with event time and watermarks by the strategy it is given (the table's
+    /// `WATERMARK`), if any.
+    pub fn appends(
+        build: impl Fn(
+            &riffle::StreamEnv,
+            Option<ChangeWatermarks>,
+        ) -> riffle::DataStream<riffle::Change<crate::types::Row>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> ProgramChangelog {
+        ProgramChangelog {
+            build: std::sync::Arc::new(build),
+            append_only: true,
+        }
+    }
+
+    /// Whether it holds inserts only ([`ProgramChangelog::appends`]).
+    pub fn is_append_only(&self) -> bool {
+        self.append_only
     }
 
     /// The changelog, in `env`'s job.
@@ -147,7 +192,16 @@ impl ProgramChangelog {
         &self,
         env: &riffle::StreamEnv,
     ) -> riffle::DataStream<riffle::Change<crate::types::Row>> {
-        (self.0)(env)
+        (self.build)(env, None)
+    }
+
+    /// The changelog, in `env`'s job, with event time and watermarks by `watermarks`.
+    pub fn build_with(
+        &self,
+        env: &riffle::StreamEnv,
+        watermarks: Option<ChangeWatermarks>,
+    ) -> riffle::DataStream<riffle::Change<crate::types::Row>> {
+        (self.build)(env, watermarks)
     }
 }
 

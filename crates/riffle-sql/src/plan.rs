@@ -2364,6 +2364,17 @@ impl Catalog {
         let time = match (processing, input.time()) {
             (true, _) => input.proc_time().expect("checked"),
             (false, Some(time)) => time,
+            // A table of changes the program gives (`riffle serve`'s materialized view).
+            (false, None) if self.tables.get(&table).is_some_and(|t| t.changes.is_some()) => {
+                return Err(SqlError::plan(format!(
+                    "{name}: `{table}` has no event time: a window reads a materialized view whose query only appends rows and selects its input's time attribute as it is (no GROUP BY, no regular join; `{table}`'s rows {})",
+                    match input.changelog_mode() {
+                        ChangelogMode::Append =>
+                            "are appended, but its query drops or computes the time attribute",
+                        _ => "are updated",
+                    }
+                )));
+            }
             (false, None) => {
                 return Err(SqlError::plan(format!(
                     "{name}: `{table}` has no event time (declare WATERMARK FOR <column> AS ... in its CREATE TABLE) and `{descriptor}` is not its processing time (a PROCTIME() column)"
