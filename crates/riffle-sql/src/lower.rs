@@ -319,6 +319,8 @@ struct TopN {
     limit: usize,
     /// The output columns but the rank, over the input row.
     project: Vec<Eval>,
+    /// The input row's columns `project` takes as they are, when that is all it does.
+    columns: Option<Vec<usize>>,
     /// Where the rank goes among the output columns.
     rank_at: usize,
 }
@@ -344,10 +346,22 @@ impl TopN {
 
     /// The output row of a carried row at rank `rank` (1, 2, ...).
     fn output(&self, carried: &Row, rank: usize) -> riffle::Result<Row> {
-        let input = Row(carried.0[self.keys + self.descending.len()..].to_vec());
-        let mut values = eval_all(&self.project, &input)?.0;
+        let from = self.keys + self.descending.len();
+        let mut values = match &self.columns {
+            // Columns of the input row as they are: taken from the carried row.
+            Some(columns) => columns
+                .iter()
+                .map(|c| carried.0[from + c].clone())
+                .collect(),
+            None => eval_all(&self.project, &Row(carried.0[from..].to_vec()))?.0,
+        };
         values.insert(self.rank_at, Value::Int(rank as i64));
         Ok(Row(values))
+    }
+
+    /// Where `row` would rank among `kept` (a partition's first rows, in order), from 0.
+    fn position(&self, kept: &[Row], row: &Row) -> usize {
+        kept.partition_point(|x| self.compare(x, row).is_le())
     }
 
     /// Puts `row` among `kept` (a partition's first rows, in order); the changes of the ranks
@@ -355,19 +369,24 @@ impl TopN {
     /// ranks r to the end are updated (`-U` the old row, `+U` the new), a rank that was empty
     /// is inserted (`+I`), and the row pushed past `limit` leaves.
     fn insert(&self, kept: &mut Vec<Row>, row: Row) -> riffle::Result<Option<Vec<Change<Row>>>> {
-        let at = kept.partition_point(|x| self.compare(x, &row).is_le());
+        let at = self.position(kept, &row);
         if at >= self.limit {
             return Ok(None);
         }
-        let before: Vec<Row> = kept[at..].to_vec();
+        // The old rows' outputs at their ranks, before they move (no copy of the rows).
+        let mut changes = Vec::with_capacity(2 * (kept.len() + 1 - at));
+        let mut before = Vec::with_capacity(kept.len().min(self.limit) - at.min(kept.len()));
+        for (offset, old) in kept.iter().enumerate().skip(at).take(self.limit - at) {
+            before.push(self.output(old, offset + 1)?);
+        }
         kept.insert(at, row);
         kept.truncate(self.limit);
-        let mut changes = Vec::new();
+        let mut before = before.into_iter();
         for (offset, now) in kept[at..].iter().enumerate() {
             let rank = at + offset + 1;
-            match before.get(offset) {
+            match before.next() {
                 Some(old) => {
-                    changes.push(Change::update_before(self.output(old, rank)?));
+                    changes.push(Change::update_before(old));
                     changes.push(Change::update_after(self.output(now, rank)?));
                 }
                 None => changes.push(Change::insert(self.output(now, rank)?)),
@@ -1165,6 +1184,13 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                 descending: order.iter().map(|(_, desc)| *desc).collect(),
                 limit: *limit,
                 project: project.iter().map(|e| e.eval.clone()).collect(),
+                columns: project
+                    .iter()
+                    .map(|e| match e.place {
+                        Some(Place::Column(c)) => Some(c),
+                        _ => None,
+                    })
+                    .collect(),
                 rank_at: *rank_at,
             };
             let mut rows = RowsState::new("top-n");
@@ -1190,11 +1216,17 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                     .exchange(keyed, "rank")
                     .process(move |_: &Row, row: Row, ctx| {
                         let mut state = ctx.value(&rows);
-                        let mut kept = state.get()?.unwrap_or_default();
-                        let Some(changes) = top.insert(&mut kept, row)? else {
+                        // Most rows do not get in: looked at without a copy of the partition,
+                        // and without a write (a TTL after write is not refreshed by them).
+                        let gets_in = state.peek(|kept| top.position(kept, &row) < top.limit)?;
+                        if gets_in == Some(false) {
+                            return Ok(());
+                        }
+                        let Some(changes) =
+                            state.modify(Vec::new, |kept| top.insert(kept, row))??
+                        else {
                             return Ok(());
                         };
-                        state.set(kept)?;
                         drop(state);
                         for change in changes {
                             ctx.emit(change)?;

@@ -786,12 +786,27 @@ impl<K: Data + Hash + Eq, V: Data> ValueState<'_, K, V> {
 
     /// Changes the value in place, creating it with `create` if absent: on the heap without a
     /// copy, in a store decoded and encoded once.
-    pub(crate) fn modify<R>(
+    ///
+    /// ```
+    /// # use riffle::state::ValueStateDescriptor;
+    /// # fn count(state: &mut riffle::state::ValueState<'_, String, u64>) -> riffle::Result<u64> {
+    /// state.modify(|| 0, |n| {
+    ///     *n += 1;
+    ///     *n
+    /// })
+    /// # }
+    /// ```
+    pub fn modify<R>(
         &mut self,
         create: impl FnOnce() -> V,
         change: impl FnOnce(&mut V) -> R,
     ) -> Result<R> {
         self.0.modify(create, change)
+    }
+
+    /// What `look` says of the value, if set (and not expired), without copying it on the heap.
+    pub fn peek<R>(&mut self, look: impl FnOnce(&V) -> R) -> Result<Option<R>> {
+        self.0.peek(look)
     }
 }
 
