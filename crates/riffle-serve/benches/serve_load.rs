@@ -74,12 +74,10 @@ struct Run {
     changes: u64,
 }
 
-fn run(events: u64, clients: u64, rate: u64, subscribers: u64, retained: usize, soak: Soak) -> Run {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ServeConfig::new(dir.path().join("data"));
+/// A server of `config` on a loopback port of its own, its URL, and a runtime of 2 threads for
+/// the clients.
+fn start(mut config: ServeConfig) -> (Server, String, tokio::runtime::Runtime) {
     config.listen = "127.0.0.1:0".parse().unwrap();
-    config.max_subscriber_lag = usize::MAX / 2;
-    config.retained_changes = retained;
     let server = Server::start(config).unwrap();
     let url = format!(
         "host=127.0.0.1 port={} user=riffle",
@@ -90,6 +88,15 @@ fn run(events: u64, clients: u64, rate: u64, subscribers: u64, retained: usize, 
         .enable_all()
         .build()
         .unwrap();
+    (server, url, rt)
+}
+
+fn run(events: u64, clients: u64, rate: u64, subscribers: u64, retained: usize, soak: Soak) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ServeConfig::new(dir.path().join("data"));
+    config.max_subscriber_lag = usize::MAX / 2;
+    config.retained_changes = retained;
+    let (server, url, rt) = start(config);
     let connect = |url: String| async move {
         let (client, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
         tokio::spawn(connection);
@@ -306,18 +313,7 @@ fn point_lookups(
 /// `point [events] [seconds] [clients,...]`: see the module's documentation.
 fn point(events: u64, seconds: u64, concurrency: &[u64]) {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = ServeConfig::new(dir.path().join("data"));
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    let server = Server::start(config).unwrap();
-    let url = format!(
-        "host=127.0.0.1 port={} user=riffle",
-        server.local_addr().port()
-    );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let (server, url, rt) = start(ServeConfig::new(dir.path().join("data")));
     let (admin, connection) = rt.block_on(tokio_postgres::connect(&url, NoTls)).unwrap();
     rt.spawn(connection);
     rt.block_on(admin.batch_execute(&view_sql(events, false)))
