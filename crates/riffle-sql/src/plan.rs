@@ -1141,7 +1141,9 @@ impl Catalog {
             }
             _ => false,
         };
-        let shared = match exprs.len() == items.len() {
+        // (A column of the input named like a computed one would be read in its place.)
+        let markers_free = !(plan.schema().fields.iter()).any(|f| f.name.starts_with("$cse"));
+        let shared = match exprs.len() == items.len() && markers_free {
             true => crate::cse::take_repeated_calls(&mut condition, &mut exprs, &candidate),
             false => Vec::new(),
         };
@@ -2920,11 +2922,25 @@ fn aggregate_spec(
         arg.as_ref().map(|a| a.ty.clone()),
     )?;
     let arg_type = arg.as_ref().map_or(DataType::Null, |a| a.ty.clone());
+    // `COUNT(DISTINCT x)`s of one column read one pre-computed column: their accumulators
+    // then share the values seen (see `RowAggregates`).
+    let shared = arg.as_ref().and_then(|arg| {
+        let place = arg.place?;
+        (kind == crate::aggregate::AggKind::CountDistinct)
+            .then(|| {
+                pre.iter()
+                    .position(|p| p.place == Some(place) && p.ty == arg.ty)
+            })
+            .flatten()
+    });
     let mut push = |typed: Typed| {
         pre.push(typed);
         pre.len() - 1
     };
-    let arg = arg.map(&mut push);
+    let arg = match (shared, arg) {
+        (Some(at), _) => Some(at),
+        (None, arg) => arg.map(&mut push),
+    };
     let filter = match &aggregate.filter {
         Some(filter) => Some(push(compile(filter, scope)?)),
         None => None,
