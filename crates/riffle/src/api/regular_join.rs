@@ -3,6 +3,7 @@
 //! changelog (see [`operators::RegularJoinFunction`](crate::operators::RegularJoinFunction)).
 
 use std::hash::Hash;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::connected::KeyedConnectedStreams;
@@ -45,6 +46,7 @@ impl<K: Data + Hash + Eq, A: Data> KeyedStream<K, A> {
             streams: self.connect(other),
             join: JoinType::Inner,
             ttl: None,
+            kept: None,
         }
     }
 }
@@ -54,7 +56,14 @@ pub struct RegularJoinBuilder<K, A, B> {
     streams: KeyedConnectedStreams<K, A, B>,
     join: JoinType,
     ttl: Option<Duration>,
+    kept: Option<KeptAs<A, B>>,
 }
+
+/// How each side's rows are kept (see [`RegularJoinBuilder::keep_rows_as`]).
+type KeptAs<A, B> = (
+    Arc<dyn Fn(A) -> A + Send + Sync>,
+    Arc<dyn Fn(B) -> B + Send + Sync>,
+);
 
 impl<K: Data + Hash + Eq, A: Data, B: Data> RegularJoinBuilder<K, A, B> {
     /// An inner join: only matched pairs (the default).
@@ -91,6 +100,38 @@ impl<K: Data + Hash + Eq, A: Data, B: Data> RegularJoinBuilder<K, A, B> {
         self
     }
 
+    /// How a row is kept in the join's state once it has been joined: `left(row)` for this
+    /// stream's rows, `right(row)` for the other's. Say, a compact form of the row that the
+    /// output function still reads, when rows are kept long and are many (the SQL layer keeps
+    /// its rows packed as bytes). The output function sees rows both as they arrived and as
+    /// they were kept.
+    ///
+    /// ```
+    /// use riffle::{Change, EnvConfig, StreamEnv, sink::CollectSink};
+    ///
+    /// let env = StreamEnv::with_config(EnvConfig::deterministic());
+    /// let (sink, out) = CollectSink::new();
+    /// let users = env.from_iter(vec![(1u64, "ann".to_string())]);
+    /// let orders = env.from_iter(vec![(1u64, 30u32)]);
+    /// users.key_by(|u| u.0)
+    ///     .join_regular(&orders.key_by(|o| o.0))
+    ///     // Kept names are cut to their first letter.
+    ///     .keep_rows_as(|(id, name): (u64, String)| (id, name[..1].to_string()), |order| order)
+    ///     .apply(|user, order| (user.unwrap().1.len(), order.unwrap().1))
+    ///     .sink(sink);
+    /// env.execute().unwrap();
+    /// // Whichever side came first was kept: the name is 3 letters or 1.
+    /// assert!(matches!(out.values()[0].row, (1 | 3, 30)));
+    /// ```
+    pub fn keep_rows_as(
+        mut self,
+        left: impl Fn(A) -> A + Send + Sync + 'static,
+        right: impl Fn(B) -> B + Send + Sync + 'static,
+    ) -> Self {
+        self.kept = Some((Arc::new(left), Arc::new(right)));
+        self
+    }
+
     /// The join's output for each pair: `join(left, right)`, with `None` for the missing side
     /// of an unmatched row of an outer join (both are `Some` in an inner join). Emits the
     /// changelog of the results: `+I` for each, `-D` for a padded result that a later match
@@ -100,7 +141,10 @@ impl<K: Data + Hash + Eq, A: Data, B: Data> RegularJoinBuilder<K, A, B> {
         Out: Data,
         F: Fn(Option<&A>, Option<&B>) -> Out + Send + Sync + 'static,
     {
-        let function = RegularJoinFunction::new(self.join, self.ttl, join);
+        let mut function = RegularJoinFunction::new(self.join, self.ttl, join);
+        if let Some((left, right)) = self.kept {
+            function = function.keeping(left, right);
+        }
         let key = self.streams.key();
         self.streams.add_keyed("RegularJoin", move || {
             KeyedProcess::new(key.clone(), function.clone())

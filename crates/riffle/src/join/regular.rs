@@ -71,6 +71,9 @@ struct Kept<T> {
 
 type JoinFn<A, B, Out> = Arc<dyn Fn(Option<&A>, Option<&B>) -> Out + Send + Sync>;
 
+/// How a row of one side is kept (the identity unless [`RegularJoinFunction::keeping`]).
+type KeepFn<T> = Arc<dyn Fn(T) -> T + Send + Sync>;
+
 /// The keyed function of a regular join (see the [module](self)): reads [`Either`] the first
 /// input's rows (`Left`) or the second's (`Right`), emits [`Change`]s of `join(left, right)`.
 ///
@@ -99,6 +102,11 @@ pub struct RegularJoinFunction<A, B, Out> {
     join: JoinType,
     ttl: Option<Duration>,
     apply: JoinFn<A, B, Out>,
+    /// How rows of the first input and of the second are kept.
+    keep: (KeepFn<A>, KeepFn<B>),
+    /// The changes of one arriving row, made while the other side's rows are read (in a
+    /// mutex only so that the function is `Sync`: it is reached through `&mut`, never locked).
+    out: std::sync::Mutex<Vec<Change<Out>>>,
 }
 
 impl<A, B, Out> Clone for RegularJoinFunction<A, B, Out> {
@@ -107,6 +115,8 @@ impl<A, B, Out> Clone for RegularJoinFunction<A, B, Out> {
             join: self.join,
             ttl: self.ttl,
             apply: self.apply.clone(),
+            keep: self.keep.clone(),
+            out: Default::default(),
         }
     }
 }
@@ -123,7 +133,20 @@ impl<A, B, Out> RegularJoinFunction<A, B, Out> {
             join,
             ttl: ttl.filter(|ttl| !ttl.is_zero()),
             apply: Arc::new(apply),
+            keep: (Arc::new(|row| row), Arc::new(|row| row)),
+            out: Default::default(),
         }
+    }
+
+    /// Keeps rows of the first input as `left(row)` and of the second as `right(row)` once
+    /// they have been joined (a compact form, say): the join function sees both forms.
+    pub fn keeping(
+        mut self,
+        left: Arc<dyn Fn(A) -> A + Send + Sync>,
+        right: Arc<dyn Fn(B) -> B + Send + Sync>,
+    ) -> Self {
+        self.keep = (left, right);
+        self
     }
 
     fn descriptor<T>(&self, name: &'static str) -> ListStateDescriptor<Kept<T>> {
@@ -170,14 +193,17 @@ where
         let lefts = self.descriptor::<A>("regular-join-left");
         let rights = self.descriptor::<B>("regular-join-right");
         let apply = self.apply.clone();
+        let (keep_left, keep_right) = self.keep.clone();
         match value {
             Either::Left(a) => {
                 let outer = self.join.left_outer();
-                self.arrive(a, &lefts, &rights, outer, |l, r| apply(l, r), ctx)
+                let sides = (&lefts, &rights, outer);
+                self.arrive(a, sides, |l, r| apply(l, r), &*keep_left, ctx)
             }
             Either::Right(b) => {
                 let outer = self.join.right_outer();
-                self.arrive(b, &rights, &lefts, outer, |r, l| apply(l, r), ctx)
+                let sides = (&rights, &lefts, outer);
+                self.arrive(b, sides, |r, l| apply(l, r), &*keep_right, ctx)
             }
         }
     }
@@ -188,12 +214,15 @@ impl<A, B, Out> RegularJoinFunction<A, B, Out> {
     /// padded results), or emit it padded if its side is `outer`; then keep it. `apply` gives
     /// the output of (a row of this side, a row of the other).
     fn arrive<K, M, O>(
-        &self,
+        &mut self,
         row: M,
-        mine: &ListStateDescriptor<Kept<M>>,
-        others: &ListStateDescriptor<Kept<O>>,
-        outer: bool,
+        (mine, others, outer): (
+            &ListStateDescriptor<Kept<M>>,
+            &ListStateDescriptor<Kept<O>>,
+            bool,
+        ),
         apply: impl Fn(Option<&M>, Option<&O>) -> Out,
+        keep: &dyn Fn(M) -> M,
         ctx: &mut KeyedContext<K, Change<Out>>,
     ) -> Result<()>
     where
@@ -203,28 +232,53 @@ impl<A, B, Out> RegularJoinFunction<A, B, Out> {
         Out: Data,
     {
         let now = ctx.current_processing_time();
-        let (mut other_rows, mut others_changed) = self.live(others, now, ctx)?;
-        let padded = other_rows.is_empty() && outer;
+        let ttl = self.ttl.map(|ttl| ttl.as_millis() as i64);
+        let live = |kept: &Kept<O>| ttl.is_none_or(|ttl| now - kept.arrived < ttl);
+        // The other side's rows are read where they lie (not copied): their results are made
+        // into `out`, and they are written back only if one expired or lost its padded result.
+        let buffer = self.out.get_mut().unwrap_or_else(|e| e.into_inner());
+        let mut out = std::mem::take(buffer);
+        let mut matched = false;
+        let rewrite = ctx
+            .list(others)
+            .peek(|other_rows| {
+                let mut rewrite = false;
+                for other in other_rows {
+                    if !live(other) {
+                        rewrite = true;
+                        continue;
+                    }
+                    matched = true;
+                    if other.padded {
+                        out.push(Change::delete(apply(None, Some(&other.row))));
+                        rewrite = true;
+                    }
+                    out.push(Change::insert(apply(Some(&row), Some(&other.row))));
+                }
+                rewrite
+            })?
+            .unwrap_or(false);
+        let padded = !matched && outer;
         if padded {
             ctx.emit(Change::insert(apply(Some(&row), None)))?;
         }
-        for other in &mut other_rows {
-            if other.padded {
-                ctx.emit(Change::delete(apply(None, Some(&other.row))))?;
-                other.padded = false;
-                others_changed = true;
-            }
-            ctx.emit(Change::insert(apply(Some(&row), Some(&other.row))))?;
-        }
-        if others_changed {
-            if other_rows.is_empty() {
+        let emitted = out.drain(..).try_for_each(|change| ctx.emit(change));
+        *self.out.get_mut().unwrap_or_else(|e| e.into_inner()) = out;
+        emitted?;
+        if rewrite {
+            let left = ctx.list(others).modify(|other_rows| {
+                other_rows.retain(live);
+                for other in other_rows.iter_mut() {
+                    other.padded = false;
+                }
+                other_rows.len()
+            })?;
+            if left == 0 {
                 ctx.list(others).clear()?;
-            } else {
-                ctx.list(others).update(other_rows)?;
             }
         }
         let kept = Kept {
-            row,
+            row: keep(row),
             arrived: now,
             padded,
         };
@@ -235,9 +289,10 @@ impl<A, B, Out> RegularJoinFunction<A, B, Out> {
         }
         // With a TTL, this side's expired rows go now, so that a key whose other side never
         // comes still holds only the rows of the last `ttl`.
-        let (mut my_rows, _) = self.live(mine, now, ctx)?;
-        my_rows.push(kept);
-        ctx.list(mine).update(my_rows)
+        ctx.list(mine).modify(|my_rows| {
+            my_rows.retain(|row| ttl.is_none_or(|ttl| now - row.arrived < ttl));
+            my_rows.push(kept);
+        })
     }
 }
 
@@ -314,7 +369,7 @@ where
         value: Either<Change<A>, Change<B>>,
         ctx: &mut KeyedContext<K, Change<Out>>,
     ) -> Result<()> {
-        let join = &self.rows;
+        let join = &mut self.rows;
         let lefts = join.descriptor::<A>("regular-join-left");
         let rights = join.descriptor::<B>("regular-join-right");
         let apply = join.apply.clone();
@@ -328,7 +383,8 @@ where
                 ctx,
             ),
             Either::Left(a) => {
-                join.arrive(a.row, &lefts, &rights, left_outer, |l, r| apply(l, r), ctx)
+                let sides = (&lefts, &rights, left_outer);
+                join.arrive(a.row, sides, |l, r| apply(l, r), &|row| row, ctx)
             }
             Either::Right(b) if b.op.is_retract() => join.take_back(
                 b.row,
@@ -338,7 +394,8 @@ where
                 ctx,
             ),
             Either::Right(b) => {
-                join.arrive(b.row, &rights, &lefts, right_outer, |r, l| apply(l, r), ctx)
+                let sides = (&rights, &lefts, right_outer);
+                join.arrive(b.row, sides, |r, l| apply(l, r), &|row| row, ctx)
             }
         }
     }

@@ -913,6 +913,31 @@ impl<K: Data + Hash + Eq, V: Data> ListState<'_, K, V> {
         }
     }
 
+    /// What `look` says of the values, if there are any (and they did not expire), without
+    /// copying them on the heap (a store decodes them).
+    ///
+    /// ```
+    /// # fn total(state: &mut riffle::state::ListState<'_, String, u64>) -> riffle::Result<u64> {
+    /// Ok(state.peek(|values| values.iter().sum())?.unwrap_or(0))
+    /// # }
+    /// ```
+    pub fn peek<R>(&mut self, look: impl FnOnce(&[V]) -> R) -> Result<Option<R>> {
+        self.0.peek(|list| look(&list.0))
+    }
+
+    /// Changes the values in place (an empty list if there are none): on the heap without a
+    /// copy, in a store decoded and encoded once.
+    ///
+    /// ```
+    /// # fn keep_small(state: &mut riffle::state::ListState<'_, String, u64>) -> riffle::Result<()> {
+    /// state.modify(|values| values.retain(|value| *value < 100))
+    /// # }
+    /// ```
+    pub fn modify<R>(&mut self, change: impl FnOnce(&mut Vec<V>) -> R) -> Result<R> {
+        self.0
+            .modify(|| ListValue(Vec::new()), |list| change(&mut list.0))
+    }
+
     /// Replaces the values.
     pub fn update(&mut self, values: Vec<V>) -> Result<()> {
         self.0.write(ListValue(values))
