@@ -53,6 +53,7 @@ pub mod jdbc;
 mod json;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+mod kept;
 pub mod lower;
 pub mod parse;
 mod placement;

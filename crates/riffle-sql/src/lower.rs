@@ -21,6 +21,7 @@ use crate::aggregate::{RetractingAggregates, RowAggregates};
 use crate::connectors;
 use crate::error::{Result, SqlError};
 use crate::expr::{Eval, Place, Typed};
+use crate::kept::JoinRow;
 use crate::parse::{ColumnDef, TableDef};
 use crate::placement::Placement;
 use crate::plan::{ChangelogMode, Plan, WindowKind};
@@ -1080,21 +1081,21 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
         } => {
             let kind = *kind;
             let (left_len, right_len) = (left.schema().len(), right.schema().len());
-            let pair = move |l: Option<&(Row, Row)>, r: Option<&(Row, Row)>| {
-                let mut values = Vec::with_capacity(left_len + right_len);
-                match l {
-                    Some((_, row)) => values.extend(row.0.iter().cloned()),
-                    None => values.resize(left_len, Value::Null),
-                }
-                match r {
-                    Some((_, row)) => values.extend(row.0.iter().cloned()),
-                    None => values.resize(left_len + right_len, Value::Null),
-                }
-                Row(values)
-            };
             if left.changelog_mode() == ChangelogMode::Retract
                 || right.changelog_mode() == ChangelogMode::Retract
             {
+                let pair = move |l: Option<&(Row, Row)>, r: Option<&(Row, Row)>| {
+                    let mut values = Vec::with_capacity(left_len + right_len);
+                    match l {
+                        Some((_, row)) => values.extend(row.0.iter().cloned()),
+                        None => values.resize(left_len, Value::Null),
+                    }
+                    match r {
+                        Some((_, row)) => values.extend(row.0.iter().cloned()),
+                        None => values.resize(left_len + right_len, Value::Null),
+                    }
+                    Row(values)
+                };
                 return Ok(Rows::Changelog(changelog_join(
                     scans.placement,
                     [
@@ -1106,29 +1107,44 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                     pair,
                 )));
             }
-            let keyed =
-                |plan: &Plan, keys: &[Typed], name: &str| -> Result<DataStream<(Row, Row)>> {
-                    let keys: Vec<Eval> = keys.iter().map(|k| k.eval.clone()).collect();
-                    // A NULL key matches nothing: an inner join drops the row, an outer join keys
-                    // it apart (a key no other row has), so that it is emitted padded.
-                    let outer = kind != JoinType::Inner;
-                    Ok(append(plan)?
-                        .process(move |row: Row, ctx| {
-                            let key = eval_all(&keys, &row)?;
-                            match key.0.iter().any(Value::is_null) {
-                                false => ctx.emit((key, row)),
-                                true if outer => ctx.emit((unmatched_key(), row)),
-                                true => Ok(()),
-                            }
-                        })
-                        .name(name))
-                };
+            // Rows of appended inputs are kept packed (see `kept`): the join keeps them all.
+            let pair = move |l: Option<&JoinRow>, r: Option<&JoinRow>| {
+                let mut values = Vec::with_capacity(left_len + right_len);
+                match l {
+                    Some(row) => row.extend_into(&mut values),
+                    None => values.resize(left_len, Value::Null),
+                }
+                match r {
+                    Some(row) => row.extend_into(&mut values),
+                    None => values.resize(left_len + right_len, Value::Null),
+                }
+                Row(values)
+            };
+            let keyed = |plan: &Plan, keys: &[Typed], name: &str| -> Result<DataStream<JoinRow>> {
+                let keys: Vec<Eval> = keys.iter().map(|k| k.eval.clone()).collect();
+                // A NULL key matches nothing: an inner join drops the row, an outer join keys
+                // it apart (a key no other row has), so that it is emitted padded.
+                let outer = kind != JoinType::Inner;
+                Ok(append(plan)?
+                    .process(move |row: Row, ctx| {
+                        let key = eval_all(&keys, &row)?;
+                        match key.0.iter().any(Value::is_null) {
+                            false => ctx.emit(JoinRow::Fresh(key, row)),
+                            true if outer => ctx.emit(JoinRow::Fresh(unmatched_key(), row)),
+                            true => Ok(()),
+                        }
+                    })
+                    .name(name))
+            };
             let (left, right) = scans.placement.exchange_join(
                 keyed(left, left_keys, "Join keys (left)")?,
                 keyed(right, right_keys, "Join keys (right)")?,
-                |(key, _): &(Row, Row)| key.clone(),
+                JoinRow::key,
             );
-            let mut join = left.join_regular(&right).join_type(kind);
+            let mut join = left
+                .join_regular(&right)
+                .join_type(kind)
+                .keep_rows_as(JoinRow::packed, JoinRow::packed);
             if let Some(ttl) = ttl {
                 join = join.with_state_ttl(*ttl);
             }

@@ -355,7 +355,8 @@ fn the_seeds_job_in_sql_writes_what_the_demo_writes() {
 /// A SQL job killed with SIGKILL while it runs and started again with `--restore latest` writes
 /// what a run never killed writes: the window counts (exactly-once part files) line for line,
 /// and the updating totals' changelog (Debezium JSON) to the same final rows, no change applied
-/// twice. The generator is throttled (`'rows-per-second'`) so that the kill comes mid-run, once
+/// twice; so do the counts of a regular join's pairs (its kept rows restored from the
+/// checkpoint). The generator is throttled (`'rows-per-second'`) so that the kill comes mid-run, once
 /// a checkpoint has committed output.
 #[test]
 fn a_sql_job_killed_mid_run_and_restored_loses_and_duplicates_nothing() {
@@ -365,12 +366,14 @@ fn a_sql_job_killed_mid_run_and_restored_loses_and_duplicates_nothing() {
         "job.sql",
         "CREATE TABLE datagen (
             event_type INT,
+            auction ROW<id BIGINT, category BIGINT>,
             bid ROW<auction BIGINT, bidder BIGINT, price BIGINT, dateTime TIMESTAMP(3)>,
             dateTime AS CASE WHEN event_type = 2 THEN bid.dateTime ELSE TIMESTAMP '2026-01-15 00:00:00' END,
             WATERMARK FOR dateTime AS dateTime - INTERVAL '1' SECOND
         ) WITH ('connector' = 'nexmark', 'events.num' = '400000', 'first-event.rate' = '100000',
                 'next-event.rate' = '100000', 'rows-per-second' = '100000');
         CREATE VIEW bid AS SELECT bid.auction, bid.price, dateTime FROM datagen WHERE event_type = 2;
+        CREATE VIEW auction AS SELECT auction.id, auction.category FROM datagen WHERE event_type = 1;
         CREATE TABLE windows (bucket BIGINT, window_start TIMESTAMP(3), bids BIGINT)
           WITH ('connector' = 'filesystem', 'path' = '${OUT}/windows', 'format' = 'json');
         CREATE TABLE totals (bucket BIGINT, bids BIGINT, euros BIGINT)
@@ -379,7 +382,11 @@ fn a_sql_job_killed_mid_run_and_restored_loses_and_duplicates_nothing() {
         SELECT MOD(auction, 10), window_start, COUNT(*)
         FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '1' SECOND))
         GROUP BY MOD(auction, 10), window_start, window_end;
-        INSERT INTO totals SELECT MOD(auction, 10), COUNT(*), SUM(price) FROM bid GROUP BY MOD(auction, 10);",
+        INSERT INTO totals SELECT MOD(auction, 10), COUNT(*), SUM(price) FROM bid GROUP BY MOD(auction, 10);
+        CREATE TABLE categories (category BIGINT, bids BIGINT, euros BIGINT)
+          WITH ('connector' = 'filesystem', 'path' = '${OUT}/categories', 'format' = 'debezium-json');
+        INSERT INTO categories SELECT A.category, COUNT(*), SUM(B.price)
+        FROM auction A JOIN bid B ON A.id = B.auction GROUP BY A.category;",
     );
     let args = |out: &str| -> Vec<String> {
         [
@@ -428,9 +435,9 @@ fn a_sql_job_killed_mid_run_and_restored_loses_and_duplicates_nothing() {
     assert!(!expected.is_empty());
     assert_eq!(windows("victim"), expected);
     // The totals' changelog applied: every change once, each row there once at the end.
-    let final_totals = |out: &str| -> Vec<String> {
+    let final_table = |out: &str, table: &str| -> Vec<String> {
         let mut counts: std::collections::BTreeMap<String, i64> = Default::default();
-        for line in crate::sorted_lines(&dir.path().join(out).join("totals")) {
+        for line in crate::sorted_lines(&dir.path().join(out).join(table)) {
             let change: serde_json::Value = serde_json::from_str(&line).unwrap();
             let (row, by) = match change["op"].as_str() {
                 Some("c") => (change["after"].to_string(), 1),
@@ -446,9 +453,14 @@ fn a_sql_job_killed_mid_run_and_restored_loses_and_duplicates_nothing() {
             .map(|(row, _)| row)
             .collect()
     };
-    let totals = final_totals("reference");
+    let totals = final_table("reference", "totals");
     assert_eq!(totals.len(), 10);
-    assert_eq!(final_totals("victim"), totals);
+    assert_eq!(final_table("victim", "totals"), totals);
+    // The join's rows (kept packed) came back from the checkpoint: every bid of an auction
+    // counted once, whichever came first.
+    let categories = final_table("reference", "categories");
+    assert_eq!(categories.len(), 5, "{categories:?}");
+    assert_eq!(final_table("victim", "categories"), categories);
 }
 
 /// The lake sinks under SIGKILL: a SQL job writing window counts into a partitioned Delta Lake
@@ -466,12 +478,14 @@ fn lake_tables_killed_mid_run_and_restored_hold_what_a_clean_run_holds() {
         "lake.sql",
         "CREATE TABLE datagen (
             event_type INT,
+            auction ROW<id BIGINT, category BIGINT>,
             bid ROW<auction BIGINT, bidder BIGINT, price BIGINT, dateTime TIMESTAMP(3)>,
             dateTime AS CASE WHEN event_type = 2 THEN bid.dateTime ELSE TIMESTAMP '2026-01-15 00:00:00' END,
             WATERMARK FOR dateTime AS dateTime - INTERVAL '1' SECOND
         ) WITH ('connector' = 'nexmark', 'events.num' = '400000', 'first-event.rate' = '100000',
                 'next-event.rate' = '100000', 'rows-per-second' = '100000');
         CREATE VIEW bid AS SELECT bid.auction, bid.price, dateTime FROM datagen WHERE event_type = 2;
+        CREATE VIEW auction AS SELECT auction.id, auction.category FROM datagen WHERE event_type = 1;
         CREATE TABLE delta_counts (window_start TIMESTAMP(3), bids BIGINT, euros DECIMAL(20, 2), bucket INT)
           PARTITIONED BY (bucket) WITH ('connector' = 'delta', 'table-path' = '${OUT}/delta');
         CREATE TABLE parquet_counts (window_start TIMESTAMP(3), bids BIGINT, bucket INT)
