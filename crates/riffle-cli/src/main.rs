@@ -13,7 +13,8 @@ use riffle_cli::demos::windowed_count::{self, WindowedCountArgs};
 use riffle_cli::progress::install_ctrlc_handler;
 
 /// Records are allocated on one task's thread and freed on another's: mimalloc handles that
-/// pattern much better than the system allocator.
+/// pattern much better than the system allocator. It is built without asking for transparent
+/// huge pages (the workspace's `no_thp`): see the workspace's Cargo.toml.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
