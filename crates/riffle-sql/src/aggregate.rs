@@ -139,8 +139,11 @@ pub enum Acc {
     /// `FILTER`s: Nexmark q15's), each with a bit per aggregate that saw it, and the first
     /// aggregate's count; the others' counts are their `Count`s. One map lookup per row instead
     /// of one per aggregate, as Flink's distinct views share one map.
-    SharedDistinct(BTreeMap<Value, u64>, i64),
+    SharedDistinct(SeenValues, i64),
 }
+
+/// The values of an [`Acc::SharedDistinct`], hashed (each row looks one up).
+pub type SeenValues = std::collections::HashMap<Value, u64, foldhash::fast::RandomState>;
 
 /// All the aggregates of a grouped query, over its pre-computed rows.
 ///
@@ -170,15 +173,27 @@ impl RowAggregates {
         (members.len() > 1 && members.len() <= 64).then_some(members)
     }
 
-    /// Adds `row` to the shared distinct values of `leader` and its `members`.
-    fn add_shared(&self, accs: &mut [Acc], members: &[usize], row: &Row) {
-        let value = row.get(self.specs[members[0]].arg.expect("a shared argument"));
+    /// The aggregates that share the distinct values of `leader` (an [`Acc::SharedDistinct`]'s),
+    /// `leader` first, as [`sharing`](Self::sharing) gives them, without a vector.
+    fn members(&self, leader: usize) -> impl Iterator<Item = usize> + '_ {
+        let arg = self.specs[leader].arg;
+        (leader..self.specs.len())
+            .filter(move |i| {
+                let spec = &self.specs[*i];
+                spec.kind == AggKind::CountDistinct && spec.arg == arg
+            })
+            .take(64)
+    }
+
+    /// Adds `row` to the shared distinct values of `leader` and its members.
+    fn add_shared(&self, accs: &mut [Acc], leader: usize, row: &Row) {
+        let value = row.get(self.specs[leader].arg.expect("a shared argument"));
         if value.is_null() {
             return;
         }
         let mut mask = 0u64;
-        for (bit, member) in members.iter().enumerate() {
-            let passes = self.specs[*member]
+        for (bit, member) in self.members(leader).enumerate() {
+            let passes = self.specs[member]
                 .filter
                 .is_none_or(|f| matches!(row.get(f), Value::Bool(true)));
             if passes {
@@ -188,7 +203,7 @@ impl RowAggregates {
         if mask == 0 {
             return;
         }
-        let Acc::SharedDistinct(seen, count) = &mut accs[members[0]] else {
+        let Acc::SharedDistinct(seen, count) = &mut accs[leader] else {
             return;
         };
         let new = match seen.get_mut(value) {
@@ -203,9 +218,9 @@ impl RowAggregates {
             }
         };
         *count += (new & 1) as i64;
-        for (bit, member) in members.iter().enumerate().skip(1) {
+        for (bit, member) in self.members(leader).enumerate().skip(1) {
             if new & (1 << bit) != 0
-                && let Acc::Count(n) = &mut accs[*member]
+                && let Acc::Count(n) = &mut accs[member]
             {
                 *n += 1;
             }
@@ -252,7 +267,7 @@ impl AggregateFunction<Row> for RowAggregates {
             .map(|(i, spec)| match spec.kind {
                 AggKind::CountStar | AggKind::Count => Acc::Count(0),
                 AggKind::CountDistinct if self.sharing(i).is_some() => {
-                    Acc::SharedDistinct(BTreeMap::new(), 0)
+                    Acc::SharedDistinct(SeenValues::default(), 0)
                 }
                 AggKind::CountDistinct if shared.contains(&i) => Acc::Count(0),
                 AggKind::CountDistinct => Acc::Distinct(BTreeSet::new()),
@@ -296,10 +311,8 @@ impl AggregateFunction<Row> for RowAggregates {
             }
         }
         for leader in 0..accs.len() {
-            if matches!(accs[leader], Acc::SharedDistinct(..))
-                && let Some(members) = self.sharing(leader)
-            {
-                self.add_shared(accs, &members, row);
+            if matches!(accs[leader], Acc::SharedDistinct(..)) {
+                self.add_shared(accs, leader, row);
             }
         }
     }
