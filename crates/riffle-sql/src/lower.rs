@@ -200,6 +200,14 @@ impl Projection {
     }
 }
 
+/// A group's key followed by its aggregates' results, in one allocation.
+fn key_and(key: &Row, results: Vec<Value>) -> Row {
+    let mut row = Vec::with_capacity(key.0.len() + results.len());
+    row.extend(key.0.iter().cloned());
+    row.extend(results);
+    Row(row)
+}
+
 /// A join key that no other row has: an outer join's row whose key is `NULL` (which equals
 /// nothing, in SQL) is kept under it, and emitted padded.
 fn unmatched_key() -> Row {
@@ -853,6 +861,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                             ..
                         } = result;
                         let mut aggregated = key.0;
+                        aggregated.reserve(3 + value.len());
                         aggregated.push(Value::Timestamp(window_start));
                         aggregated.push(Value::Timestamp(window_end));
                         aggregated.push(Value::Timestamp(window_end - 1));
@@ -901,9 +910,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             let accumulators = Arc::new(accumulators);
             // The output row of a key from its aggregates' results (`None`: HAVING drops it).
             let output = move |key: &Row, results: Vec<Value>| -> riffle::Result<Option<Row>> {
-                let mut aggregated = key.0.clone();
-                aggregated.extend(results);
-                post.of(Row(aggregated))
+                post.of(key_and(key, results))
             };
             let keyed = append(input)?
                 .try_map(move |row: Row| eval_all(&pre, &row))
@@ -1341,9 +1348,7 @@ fn retracting_aggregate(
         let Some(results) = results else {
             return Ok(None);
         };
-        let mut aggregated = key.0.clone();
-        aggregated.extend(results);
-        post.of(Row(aggregated))
+        post.of(key_and(key, results))
     };
     let keyed = changes
         .try_map(move |change: Change<Row>| -> riffle::Result<Change<Row>> {
