@@ -2,7 +2,8 @@
 //! a state time-to-live) and both deduplications survive a checkpoint at any step of a scripted
 //! run with their state in RocksDB, with and without the state cache, emitting exactly what an
 //! uninterrupted run emits; a full outer join job recovers from a failure and continues from a
-//! savepoint at another parallelism with its exactly-once changelog ending as the batch join.
+//! savepoint at another parallelism with its exactly-once changelog ending as the batch join;
+//! a heap savepoint restores on RocksDB, and a RocksDB one is refused by the heap backend.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use riffle::checkpoint::{CheckpointConfig, RestartStrategy, RestoreFrom};
 use riffle::operators::{JoinType, KeepFirst, KeepLast, KeyedProcess, RegularJoinFunction};
 use riffle::sink::ExactlyOnceFileSink;
 use riffle::source::datagen::{DatagenSource, Generator};
+use riffle::state::{HeapBackend, StateBackend};
 use riffle::{Change, Either, EnvConfig, JobResult, Result, StreamEnv};
 use riffle_rocksdb::RocksDbBackend;
 use riffle_testing::{Step, assert_snapshot_round_trip_on};
@@ -276,12 +278,12 @@ fn a_join_recovers_from_a_failure_with_exactly_the_batch_join() {
     assert_eq!(committed(&work.path().join("out")), batch_full_join());
 }
 
-#[test]
-fn a_join_stopped_with_a_savepoint_continues_at_another_parallelism() {
-    let work = tempfile::tempdir().unwrap();
-    let first = work.path().join("first");
-    let handle = job(&first, 2, |o| o).execute_async().unwrap();
-    // Stop part-way, once the join holds state and a checkpoint completed after that.
+/// Runs the job on `backend` into `dir` and stops it with a savepoint part-way, once the join
+/// holds state and a checkpoint completed after that; returns the savepoint.
+fn savepoint_part_way(dir: &Path, backend: Arc<dyn StateBackend>) -> String {
+    let env = job(dir, 2, |o| o);
+    env.configure(|c: &mut EnvConfig| c.state_backend = backend);
+    let handle = env.execute_async().unwrap();
     let started = std::time::Instant::now();
     let completed = || {
         handle
@@ -304,20 +306,48 @@ fn a_join_stopped_with_a_savepoint_continues_at_another_parallelism() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let savepoint = handle
-        .stop_with_savepoint(first.join("savepoint").to_str().unwrap())
+        .stop_with_savepoint(dir.join("savepoint").to_str().unwrap())
         .unwrap();
     let read = handle.wait().unwrap().records_out("Source: rows-1");
     assert!(
         read > 0 && read < COUNT,
         "stopped part-way: {read} of {COUNT}"
     );
+    savepoint
+}
+
+/// The job restored from `savepoint` into `dir` (the output before it copied from `first`).
+fn restored(
+    dir: &Path,
+    first: &Path,
+    parallelism: usize,
+    savepoint: &str,
+    backend: Arc<dyn StateBackend>,
+) -> StreamEnv {
+    copy_dir(&first.join("out"), &dir.join("out"));
+    let env = job(dir, parallelism, |o| o);
+    let savepoint = savepoint.to_string();
+    env.configure(move |c: &mut EnvConfig| {
+        c.checkpoints.restore = Some(RestoreFrom::Savepoint(savepoint.clone()));
+        c.state_backend = backend.clone();
+    });
+    env
+}
+
+#[test]
+fn a_join_stopped_with_a_savepoint_continues_at_another_parallelism() {
+    let work = tempfile::tempdir().unwrap();
+    let first = work.path().join("first");
+    let savepoint = savepoint_part_way(&first, Arc::new(backends()[1].clone()));
     for parallelism in [1, 3] {
         let dir = work.path().join(format!("p{parallelism}"));
-        copy_dir(&first.join("out"), &dir.join("out"));
-        let env = job(&dir, parallelism, |o| o);
-        env.configure(|c: &mut EnvConfig| {
-            c.checkpoints.restore = Some(RestoreFrom::Savepoint(savepoint.clone()))
-        });
+        let env = restored(
+            &dir,
+            &first,
+            parallelism,
+            &savepoint,
+            Arc::new(backends()[1].clone()),
+        );
         let result = run(&env);
         assert!(result.restored_from.is_some());
         assert_eq!(
@@ -326,6 +356,62 @@ fn a_join_stopped_with_a_savepoint_continues_at_another_parallelism() {
             "restored at parallelism {parallelism}"
         );
     }
+}
+
+#[test]
+fn a_savepoint_moves_from_the_heap_to_rocksdb_and_not_back() {
+    // The heap's keyed state is in the savepoint's own files: RocksDB reads it.
+    let work = tempfile::tempdir().unwrap();
+    let heap = work.path().join("heap");
+    let savepoint = savepoint_part_way(&heap, Arc::new(HeapBackend));
+    let dir = work.path().join("on-rocksdb");
+    let result = run(&restored(
+        &dir,
+        &heap,
+        2,
+        &savepoint,
+        Arc::new(backends()[0].clone()),
+    ));
+    assert!(result.restored_from.is_some());
+    assert_eq!(committed(&dir.join("out")), batch_full_join());
+    // RocksDB's keyed state is in its stores' files, which the heap cannot read: the restore
+    // fails at the start, naming the setting, rather than start the join empty.
+    let rocks = work.path().join("rocksdb");
+    let savepoint = savepoint_part_way(&rocks, Arc::new(backends()[0].clone()));
+    let env = restored(
+        &work.path().join("on-heap"),
+        &rocks,
+        2,
+        &savepoint,
+        Arc::new(HeapBackend),
+    );
+    let error = env
+        .execute()
+        .err()
+        .expect("a RocksDB savepoint does not restore on the heap")
+        .to_string();
+    assert!(
+        error.contains("state_backend") && error.contains("--state-backend rocksdb"),
+        "{error}"
+    );
+    assert!(
+        !work
+            .path()
+            .join("on-heap")
+            .join("out")
+            .read_dir()
+            .unwrap()
+            .any(|e| {
+                let name = e.unwrap().file_name();
+                !first_run_file(&rocks, &name)
+            }),
+        "nothing written by the refused run"
+    );
+}
+
+/// Whether `name` is a file the run under `first` committed.
+fn first_run_file(first: &Path, name: &std::ffi::OsStr) -> bool {
+    first.join("out").join(name).exists()
 }
 
 fn copy_dir(from: &Path, to: &Path) {

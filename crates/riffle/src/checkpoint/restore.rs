@@ -125,6 +125,26 @@ impl RestoreAssignment {
         Ok(())
     }
 
+    /// Checks that `backend` can read the checkpoint's keyed state: one taken on a key-value
+    /// store backend (RocksDB) keeps it in the stores' files, which a heap backend cannot read,
+    /// and restoring there would start every keyed operator empty.
+    pub(crate) fn check_state_backend(&self, backend: &dyn crate::state::StateBackend) -> Result<()> {
+        if self.manifest.stores.is_empty() || backend.keeps_local_files() {
+            return Ok(());
+        }
+        Err(Error::config(
+            "state_backend",
+            format!(
+                "is `{}`, but {} keeps its keyed state in the files of a key-value store backend \
+                 ({} stores): restore it with the backend that took it (`--state-backend \
+                 rocksdb`), or start without restoring",
+                backend.name(),
+                self.description,
+                self.manifest.stores.len()
+            ),
+        ))
+    }
+
     /// The state of subtask `subtask` of `parallelism` of operator `operator_id`, owning `range`.
     pub(crate) fn state_for(
         &self,

@@ -79,6 +79,7 @@ pub(super) fn initial_restore(
     };
     if let Some(restore) = &restore {
         restore.check_max_parallelism(config.max_parallelism)?;
+        restore.check_state_backend(config.state_backend.as_ref())?;
         tracing::info!(from = %restore.description, "restoring");
     }
     Ok(restore)
