@@ -387,31 +387,27 @@ fn a_savepoint_moves_from_the_heap_to_rocksdb_and_not_back() {
     );
     let error = env
         .execute()
-        .err()
-        .expect("a RocksDB savepoint does not restore on the heap")
+        .expect_err("a RocksDB savepoint does not restore on the heap")
         .to_string();
     assert!(
         error.contains("state_backend") && error.contains("--state-backend rocksdb"),
         "{error}"
     );
-    assert!(
-        !work
-            .path()
-            .join("on-heap")
-            .join("out")
-            .read_dir()
+    let files = |dir: &Path| {
+        let mut names: Vec<_> = std::fs::read_dir(dir.join("out"))
             .unwrap()
-            .any(|e| {
-                let name = e.unwrap().file_name();
-                !first_run_file(&rocks, &name)
-            }),
-        "nothing written by the refused run"
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file())
+            .map(|p| p.file_name().unwrap().to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        files(&work.path().join("on-heap")),
+        files(&rocks),
+        "the refused run wrote nothing"
     );
-}
-
-/// Whether `name` is a file the run under `first` committed.
-fn first_run_file(first: &Path, name: &std::ffi::OsStr) -> bool {
-    first.join("out").join(name).exists()
 }
 
 fn copy_dir(from: &Path, to: &Path) {

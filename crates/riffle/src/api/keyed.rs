@@ -163,6 +163,68 @@ where
         })
     }
 
+    /// Applies a custom keyed [`Operator`](crate::operators::Operator), one instance per
+    /// subtask, as Flink's `keyedStream.transform(..)`: each instance gets the records of the
+    /// key groups it owns ([`OperatorContext::key_groups`](crate::operators::OperatorContext)),
+    /// and, when the job's state backend keeps state in a key-value store (RocksDB), the task's
+    /// store in [`OperatorContext::store`](crate::operators::OperatorContext) and
+    /// [`OperatorContext::state_table`](crate::operators::OperatorContext::state_table): what
+    /// the operator writes into the store is checkpointed and restored with the job's keyed
+    /// state, rescaling included, as long as its keys start with their key group. On the heap
+    /// backend (no store), the operator writes its state in
+    /// [`snapshot_state`](crate::operators::Operator::snapshot_state) itself.
+    ///
+    /// ```
+    /// use riffle::operators::{Collector, Operator, OperatorContext};
+    /// use riffle::state::StateTable;
+    /// use riffle::{Record, StreamEnv, keys::key_group_of, sink::CollectSink};
+    ///
+    /// /// Counts records per word, in the job's state backend.
+    /// struct Counts {
+    ///     counts: Option<StateTable<String, (), u64>>,
+    ///     max_parallelism: usize,
+    /// }
+    ///
+    /// impl Operator for Counts {
+    ///     type In = String;
+    ///     type Out = (String, u64);
+    ///
+    ///     fn open(&mut self, ctx: &OperatorContext) -> riffle::Result<()> {
+    ///         self.counts = Some(ctx.state_table("counts"));
+    ///         self.max_parallelism = ctx.max_parallelism;
+    ///         Ok(())
+    ///     }
+    ///
+    ///     fn process(&mut self, batch: &mut Vec<Record<String>>, out: &mut Collector<'_, (String, u64)>) -> riffle::Result<()> {
+    ///         let counts = self.counts.as_mut().expect("opened");
+    ///         for record in batch.drain(..) {
+    ///             let group = key_group_of(&record.value, self.max_parallelism);
+    ///             let n = counts.get(group, &record.value, &())?.unwrap_or(0) + 1;
+    ///             counts.put(group, record.value.clone(), (), n)?;
+    ///             out.emit(Record::timed((record.value, n), record.timestamp))?;
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let env = StreamEnv::new();
+    /// let (sink, output) = CollectSink::new();
+    /// env.from_iter(vec!["a".to_string(), "b".into(), "a".into()])
+    ///     .key_by(|w| w.clone())
+    ///     .transform("Counts", || Counts { counts: None, max_parallelism: 0 })
+    ///     .sink(sink);
+    /// env.execute().unwrap();
+    /// assert_eq!(output.sorted(), vec![("a".to_string(), 1), ("a".to_string(), 2), ("b".to_string(), 1)]);
+    /// ```
+    pub fn transform<Op, F>(&self, name: &str, factory: F) -> DataStream<OutOf<Op>>
+    where
+        Op: BuildOperator,
+        Op::Operator: crate::operators::Operator<In = T>,
+        F: Fn() -> Op + Send + Sync + 'static,
+    {
+        self.add_keyed(name, factory)
+    }
+
     /// A rolling aggregate per key (as Flink's `keyBy(..).sum(..)`): emits `(key, result)` as
     /// records arrive. Each upstream subtask first folds its batches per key (when they fold), so
     /// a hot key costs its owner one update per batch; the last result per key is the total.

@@ -128,7 +128,10 @@ impl RestoreAssignment {
     /// Checks that `backend` can read the checkpoint's keyed state: one taken on a key-value
     /// store backend (RocksDB) keeps it in the stores' files, which a heap backend cannot read,
     /// and restoring there would start every keyed operator empty.
-    pub(crate) fn check_state_backend(&self, backend: &dyn crate::state::StateBackend) -> Result<()> {
+    pub(crate) fn check_state_backend(
+        &self,
+        backend: &dyn crate::state::StateBackend,
+    ) -> Result<()> {
         if self.manifest.stores.is_empty() || backend.keeps_local_files() {
             return Ok(());
         }
