@@ -6,6 +6,8 @@
 //! cargo bench -p riffle-serve --bench serve_load -- [events] [lookup clients] [lookups/s each] [subscribers] [retained changes]
 //! ```
 //!
+//! With `--rocksdb` (in any mode), the views keep their state, and their rows, in RocksDB.
+//!
 //! Prints the ingest rate without and with readers, lookup latency p50/p99/max, and the
 //! subscribers' lag (from the moment the view applied a change to the moment a subscriber read
 //! it) p50/p99/max.
@@ -63,6 +65,17 @@ fn view_sql(events: u64, soak: bool) -> String {
     )
 }
 
+/// The server's settings, its data in `dir`; with `--rocksdb`, the views' state (their rows
+/// too) in RocksDB.
+fn serve_config(dir: &std::path::Path) -> ServeConfig {
+    let mut config = ServeConfig::new(dir.join("data"));
+    if std::env::args().any(|a| a == "--rocksdb") {
+        config.env.state_backend = Arc::new(riffle_rocksdb::RocksDbBackend::new());
+        println!("views in RocksDB");
+    }
+    config
+}
+
 /// How long a soak runs (`None`: the run reads its events and ends).
 type Soak = Option<Duration>;
 
@@ -93,7 +106,7 @@ fn start(mut config: ServeConfig) -> (Server, String, tokio::runtime::Runtime) {
 
 fn run(events: u64, clients: u64, rate: u64, subscribers: u64, retained: usize, soak: Soak) -> Run {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = ServeConfig::new(dir.path().join("data"));
+    let mut config = serve_config(dir.path());
     config.max_subscriber_lag = usize::MAX / 2;
     config.retained_changes = retained;
     let (server, url, rt) = start(config);
@@ -313,7 +326,7 @@ fn point_lookups(
 /// `point [events] [seconds] [clients,...]`: see the module's documentation.
 fn point(events: u64, seconds: u64, concurrency: &[u64]) {
     let dir = tempfile::tempdir().unwrap();
-    let (server, url, rt) = start(ServeConfig::new(dir.path().join("data")));
+    let (server, url, rt) = start(serve_config(dir.path()));
     let (admin, connection) = rt.block_on(tokio_postgres::connect(&url, NoTls)).unwrap();
     rt.spawn(connection);
     rt.block_on(admin.batch_execute(&view_sql(events, false)))

@@ -473,6 +473,10 @@ impl Engine {
         let reads = views_read(state, &plan);
         let table = view.table.clone();
         let finished = table.clone();
+        // A state backend with stores (RocksDB) keeps the view's rows in the store of the
+        // view operator's task, which only keyed operators get: the changes are keyed by
+        // nothing (one subtask takes them all, as on the heap).
+        let in_store = self.config.env.state_backend.keeps_local_files();
         let job = self
             .spawn_job(
                 &format!("view-{name}"),
@@ -481,8 +485,13 @@ impl Engine {
                     let changes = riffle_sql::lower::lower(&plan, env)
                         .map_err(|e| riffle::Error::config("query", e.to_string()))?
                         .into_changelog();
-                    changes
-                        .transform("Materialize", move || Materialize::new(table.clone()))
+                    let materialize = move || Materialize::new(table.clone());
+                    let materialized = if in_store {
+                        changes.key_by(|_| ()).transform("Materialize", materialize)
+                    } else {
+                        changes.transform("Materialize", materialize)
+                    };
+                    materialized
                         .set_parallelism(1)
                         .sink_fn(|()| Ok(()))
                         .name("Sink: view");
@@ -969,14 +978,16 @@ impl Engine {
         // Then with the rows of the views it reads (a point lookup reads one row; a block's
         // snapshot, the rows it holds).
         let lookup = match used.as_slice() {
-            [only] if snapshot.is_none() => point_lookup(&query, &views[only]).map(Arc::new),
+            [only] if snapshot.is_none() => point_lookup(&query, &views[only])?.map(Arc::new),
             _ => None,
         };
         let (plan, _) = plan_over_views(catalog, &views, &query, |table| {
             match (&lookup, snapshot.as_deref_mut()) {
                 (Some(rows), _) => Ok(rows.clone()),
                 (None, Some(snapshot)) => snapshot.rows(table),
-                (None, None) => Ok(Arc::new(table.rows().0)),
+                (None, None) => Ok(Arc::new(
+                    table.try_rows().map_err(|e| unreadable(table, e))?.0,
+                )),
             }
         })?;
         let schema = plan.schema().clone();
@@ -1235,7 +1246,23 @@ fn view_table_def(table: &ViewTable, rows: Arc<Vec<Row>>) -> TableDef {
 
 /// The rows of `SELECT .. FROM view WHERE k1 = lit AND k2 = lit ..` naming the view's whole key:
 /// found by the key, not by reading the view.
-fn point_lookup(query: &ast::Query, view: &ViewTable) -> Option<Vec<Row>> {
+fn point_lookup(query: &ast::Query, view: &ViewTable) -> Result<Option<Vec<Row>>> {
+    Ok(match lookup_key(query, view) {
+        Some(key) => view.try_lookup(&key).map_err(|e| unreadable(view, e))?,
+        None => None,
+    })
+}
+
+/// A view's rows could not be read (its store failed): `58030`, Postgres' `io_error`.
+pub(crate) fn unreadable(view: &ViewTable, error: riffle::Error) -> StatementError {
+    StatementError::new(
+        "58030",
+        format!("cannot read materialized view `{}`: {error}", view.name),
+    )
+}
+
+/// The values of the view's key that `query`'s `WHERE` fixes, when it fixes them all.
+fn lookup_key(query: &ast::Query, view: &ViewTable) -> Option<Row> {
     let key = view.key.as_ref()?;
     let ast::SetExpr::Select(select) = query.body.as_ref() else {
         return None;
@@ -1277,7 +1304,7 @@ fn point_lookup(query: &ast::Query, view: &ViewTable) -> Option<Vec<Row>> {
             }
         })
         .collect();
-    view.lookup(&Row(values?))
+    Some(Row(values?))
 }
 
 fn column_name(expr: &ast::Expr) -> Option<String> {

@@ -88,7 +88,11 @@ impl BlockSnapshot {
                 ),
             )),
             None => {
-                let rows = Arc::new(view.rows().0);
+                let rows = Arc::new(
+                    view.try_rows()
+                        .map_err(|e| crate::engine::unreadable(view, e))?
+                        .0,
+                );
                 self.views
                     .insert(view.name.clone(), (view.clone(), rows.clone()));
                 Ok(rows)

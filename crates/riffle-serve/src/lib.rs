@@ -35,6 +35,7 @@ mod information_schema;
 pub mod isolation;
 mod pg_catalog;
 pub mod view;
+mod view_rows;
 pub mod view_source;
 pub mod wire;
 

@@ -12,7 +12,7 @@
 //! knows the progress its last completed checkpoint holds, so a durable subscription
 //! ([`SubscribeOptions::durable`]) sends only changes no restart can take back.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -22,6 +22,8 @@ use riffle::{Change, Record, RowKind};
 use riffle_sql::{Row, Schema};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
+
+use crate::view_rows::{RowStore, Rows};
 
 /// How many of its latest changes a view keeps for subscribers that resume, unless
 /// `--retained-changes` says otherwise.
@@ -56,12 +58,6 @@ pub struct ViewTable {
 struct Committed {
     progress: u64,
     generation: u64,
-}
-
-/// The rows by key, or (without a key) each distinct row with its count.
-enum Rows {
-    Keyed(HashMap<Row, Row>),
-    Counted(HashMap<Row, u64>),
 }
 
 struct Inner {
@@ -325,10 +321,7 @@ impl Subscription {
 impl ViewTable {
     /// An empty view of `schema`, held by `key` when it has one.
     pub fn new(name: &str, schema: Schema, key: Option<Vec<usize>>, max_lag: usize) -> ViewTable {
-        let rows = match key {
-            Some(_) => Rows::Keyed(HashMap::new()),
-            None => Rows::Counted(HashMap::new()),
-        };
+        let rows = Rows::empty(key.is_some(), None);
         ViewTable {
             name: name.to_string(),
             schema,
@@ -449,18 +442,30 @@ impl ViewTable {
         self.read().progress
     }
 
-    /// Every row of the view, and the view's progress (one consistent point).
+    /// Every row of the view, and the view's progress (one consistent point); an error when
+    /// the view's store (RocksDB) cannot be read.
+    pub fn try_rows(&self) -> riffle::Result<(Vec<Row>, u64)> {
+        let inner = self.read();
+        Ok((inner.rows.all()?, inner.progress))
+    }
+
+    /// Every row of the view, and the view's progress; no rows when its store cannot be read.
+    #[deprecated(
+        since = "0.1.0",
+        note = "use `try_rows`: a view in RocksDB can fail to read"
+    )]
     pub fn rows(&self) -> (Vec<Row>, u64) {
         let inner = self.read();
-        (rows_of(&inner.rows), inner.progress)
+        let rows = inner.rows.all().unwrap_or_else(|e| {
+            tracing::error!(view = %self.name, error = %e, "cannot read the view's rows");
+            Vec::new()
+        });
+        (rows, inner.progress)
     }
 
     /// How many rows the view has.
     pub fn len(&self) -> usize {
-        match &self.read().rows {
-            Rows::Keyed(rows) => rows.len(),
-            Rows::Counted(rows) => rows.values().map(|n| *n as usize).sum(),
-        }
+        self.read().rows.len()
     }
 
     /// Whether the view has no rows.
@@ -468,13 +473,22 @@ impl ViewTable {
         self.len() == 0
     }
 
-    /// The row whose key columns hold `key` (in the key's order), in O(1); `None` when the
-    /// view has no key.
+    /// The row whose key columns hold `key` (in the key's order), in O(1) (one read of
+    /// RocksDB for a view kept there); `None` when the view has no key.
+    pub fn try_lookup(&self, key: &Row) -> riffle::Result<Option<Vec<Row>>> {
+        self.read().rows.get(key)
+    }
+
+    /// As [`try_lookup`](Self::try_lookup), with no row when the view's store cannot be read.
+    #[deprecated(
+        since = "0.1.0",
+        note = "use `try_lookup`: a view in RocksDB can fail to read"
+    )]
     pub fn lookup(&self, key: &Row) -> Option<Vec<Row>> {
-        match &self.read().rows {
-            Rows::Keyed(rows) => Some(rows.get(key).cloned().into_iter().collect()),
-            Rows::Counted(_) => None,
-        }
+        self.try_lookup(key).unwrap_or_else(|e| {
+            tracing::error!(view = %self.name, error = %e, "cannot read the view's rows");
+            Some(Vec::new())
+        })
     }
 
     /// The view's rows now and every change after them (as `options` say: after a token
@@ -496,7 +510,13 @@ impl ViewTable {
                 }
                 (Vec::new(), token)
             }
-            None if options.snapshot => (rows_of(&inner.rows), inner.progress),
+            None if options.snapshot => {
+                let rows = inner.rows.all().map_err(|e| SubscribeError {
+                    code: "58030",
+                    message: format!("SUBSCRIBE {}: cannot read the view's rows: {e}", self.name),
+                })?;
+                (rows, inner.progress)
+            }
             None => (Vec::new(), inner.progress),
         };
         inner.subscribers.push(Subscriber {
@@ -562,37 +582,22 @@ impl ViewTable {
     }
 
     /// Applies `changes` at once, and passes them to the subscribers.
-    fn apply(&self, changes: Vec<Change<Row>>) {
+    fn apply(&self, changes: Vec<Change<Row>>) -> riffle::Result<()> {
         if changes.is_empty() {
-            return;
+            return Ok(());
         }
         let mut inner = self.write();
         for change in &changes {
             let key = self.key_of(&change.row);
-            let add = matches!(change.op, RowKind::Insert | RowKind::UpdateAfter);
-            match &mut inner.rows {
-                Rows::Keyed(rows) => {
-                    if add {
-                        rows.insert(key, change.row.clone());
-                    } else {
-                        rows.remove(&key);
-                    }
-                }
-                Rows::Counted(rows) => {
-                    if add {
-                        *rows.entry(key).or_insert(0) += 1;
-                    } else if let Some(n) = rows.get_mut(&key) {
-                        *n -= 1;
-                        if *n == 0 {
-                            rows.remove(&key);
-                        }
-                    }
-                }
+            if matches!(change.op, RowKind::Insert | RowKind::UpdateAfter) {
+                inner.rows.add(key, &change.row)?;
+            } else {
+                inner.rows.remove(key)?;
             }
         }
         inner.progress += changes.len() as u64;
         if inner.subscribers.is_empty() && self.retained_changes == 0 && inner.pins.is_empty() {
-            return;
+            return Ok(());
         }
         let batch = Arc::new(ChangeBatch::new(inner.progress, changes));
         let max_lag = self.max_lag;
@@ -611,6 +616,7 @@ impl ViewTable {
             s.sender.send(batch.clone()).is_ok()
         });
         self.retain(&mut inner, batch);
+        Ok(())
     }
 
     /// Keeps `batch` for subscribers that resume, and forgets the oldest batches past the
@@ -660,14 +666,12 @@ impl ViewTable {
         self.trim(&mut inner);
     }
 
-    /// Empties the view (its job starts again from nothing).
-    fn clear(&self) {
+    /// Empties the view (its job starts again from nothing), keeping its rows in `store` from
+    /// now on when given.
+    fn clear(&self, store: Option<RowStore>) {
         let mut inner = self.write();
         self.rewind(&mut inner, 0);
-        inner.rows = match self.key {
-            Some(_) => Rows::Keyed(HashMap::new()),
-            None => Rows::Counted(HashMap::new()),
-        };
+        inner.rows = Rows::empty(self.key.is_some(), store);
         inner.progress = 0;
         inner.retained.clear();
         inner.retained_len = 0;
@@ -675,10 +679,7 @@ impl ViewTable {
 
     fn snapshot(&self, pending: &[Change<Row>]) -> Snapshot {
         let inner = self.read();
-        let rows = match &inner.rows {
-            Rows::Keyed(rows) => rows.values().map(|r| (r.clone(), 1)).collect(),
-            Rows::Counted(rows) => rows.iter().map(|(r, n)| (r.clone(), *n)).collect(),
-        };
+        let rows = inner.rows.to_checkpoint();
         Snapshot {
             progress: inner.progress,
             rows,
@@ -692,7 +693,11 @@ impl ViewTable {
         }
     }
 
-    fn restore(&self, snapshot: Snapshot) {
+    /// Goes back to `snapshot`, its rows in `store` (which the job restored) when given.
+    fn restore(&self, snapshot: Snapshot, store: Option<RowStore>) -> riffle::Result<()> {
+        let rows = Rows::restored(self.key.is_some(), store, snapshot.rows, |row| {
+            self.key_of(row)
+        })?;
         let mut inner = self.write();
         self.rewind(&mut inner, snapshot.progress);
         inner.retained.clear();
@@ -701,33 +706,9 @@ impl ViewTable {
         for (progress, changes) in snapshot.retained {
             self.retain(&mut inner, Arc::new(ChangeBatch::new(progress, changes)));
         }
-        let mut rows = match self.key {
-            Some(_) => Rows::Keyed(HashMap::with_capacity(snapshot.rows.len())),
-            None => Rows::Counted(HashMap::with_capacity(snapshot.rows.len())),
-        };
-        for (row, n) in snapshot.rows {
-            let key = self.key_of(&row);
-            match &mut rows {
-                Rows::Keyed(rows) => {
-                    rows.insert(key, row);
-                }
-                Rows::Counted(rows) => {
-                    rows.insert(key, n);
-                }
-            }
-        }
         inner.rows = rows;
         inner.progress = snapshot.progress;
-    }
-}
-
-fn rows_of(rows: &Rows) -> Vec<Row> {
-    match rows {
-        Rows::Keyed(rows) => rows.values().cloned().collect(),
-        Rows::Counted(rows) => rows
-            .iter()
-            .flat_map(|(row, n)| std::iter::repeat_n(row, *n as usize).cloned())
-            .collect(),
+        Ok(())
     }
 }
 
@@ -744,6 +725,8 @@ pub struct Materialize {
     fresh: bool,
     /// The view's progress at each checkpoint taken and not completed yet.
     checkpoints: BTreeMap<u64, u64>,
+    /// The task's store, when the job keeps its state in one: the view's rows go there.
+    store: Option<RowStore>,
 }
 
 impl Materialize {
@@ -755,6 +738,7 @@ impl Materialize {
             pending: Vec::new(),
             fresh: true,
             checkpoints: BTreeMap::new(),
+            store: None,
         }
     }
 
@@ -762,7 +746,7 @@ impl Materialize {
     fn start(&mut self) {
         if self.fresh {
             self.fresh = false;
-            self.table.clear();
+            self.table.clear(self.store.clone());
             self.table.ready.store(true, Ordering::Release);
         }
     }
@@ -771,6 +755,14 @@ impl Materialize {
 impl Operator for Materialize {
     type In = Change<Row>;
     type Out = ();
+
+    fn open(&mut self, ctx: &riffle::operators::OperatorContext) -> riffle::Result<()> {
+        self.store = ctx
+            .store
+            .clone()
+            .map(|store| RowStore::new(store, &ctx.id, ctx.max_parallelism));
+        Ok(())
+    }
 
     fn process(
         &mut self,
@@ -783,7 +775,7 @@ impl Operator for Materialize {
             Some(last) if last.op == RowKind::UpdateBefore => self.pending.pop(),
             _ => None,
         };
-        self.table.apply(std::mem::take(&mut self.pending));
+        self.table.apply(std::mem::take(&mut self.pending))?;
         self.pending.extend(held);
         Ok(())
     }
@@ -824,7 +816,7 @@ impl Operator for Materialize {
         };
         for snapshot in snapshots {
             self.pending = snapshot.pending.clone();
-            self.table.restore(snapshot);
+            self.table.restore(snapshot, self.store.clone())?;
             self.fresh = false;
             self.table.ready.store(true, Ordering::Release);
         }
@@ -833,8 +825,7 @@ impl Operator for Materialize {
 
     fn close(&mut self, _out: &mut Collector<'_, ()>) -> riffle::Result<()> {
         self.start();
-        self.table.apply(std::mem::take(&mut self.pending));
-        Ok(())
+        self.table.apply(std::mem::take(&mut self.pending))
     }
 }
 
@@ -857,17 +848,22 @@ mod tests {
     #[test]
     fn a_keyed_view_holds_the_last_row_of_each_key_and_a_lookup_finds_it() {
         let view = ViewTable::new("v", schema(), Some(vec![0]), 100);
-        view.apply(vec![Change::insert(row(1, 1)), Change::insert(row(2, 1))]);
+        view.apply(vec![Change::insert(row(1, 1)), Change::insert(row(2, 1))])
+            .unwrap();
         view.apply(vec![
             Change::new(RowKind::UpdateBefore, row(1, 1)),
             Change::new(RowKind::UpdateAfter, row(1, 2)),
-        ]);
+        ])
+        .unwrap();
         assert_eq!(
-            view.lookup(&Row(vec![Value::Int(1)])),
+            view.try_lookup(&Row(vec![Value::Int(1)])).unwrap(),
             Some(vec![row(1, 2)])
         );
-        assert_eq!(view.lookup(&Row(vec![Value::Int(3)])), Some(vec![]));
-        let (mut rows, progress) = view.rows();
+        assert_eq!(
+            view.try_lookup(&Row(vec![Value::Int(3)])).unwrap(),
+            Some(vec![])
+        );
+        let (mut rows, progress) = view.try_rows().unwrap();
         rows.sort();
         assert_eq!(rows, [row(1, 2), row(2, 1)]);
         assert_eq!(progress, 4);
@@ -876,26 +872,30 @@ mod tests {
     #[test]
     fn a_view_without_a_key_counts_equal_rows() {
         let view = ViewTable::new("v", schema(), None, 100);
-        view.apply(vec![Change::insert(row(1, 1)), Change::insert(row(1, 1))]);
-        view.apply(vec![Change::new(RowKind::Delete, row(1, 1))]);
-        assert_eq!(view.rows().0, [row(1, 1)]);
-        assert_eq!(view.lookup(&Row(vec![Value::Int(1)])), None);
+        view.apply(vec![Change::insert(row(1, 1)), Change::insert(row(1, 1))])
+            .unwrap();
+        view.apply(vec![Change::new(RowKind::Delete, row(1, 1))])
+            .unwrap();
+        assert_eq!(view.try_rows().unwrap().0, [row(1, 1)]);
+        assert_eq!(view.try_lookup(&Row(vec![Value::Int(1)])).unwrap(), None);
     }
 
     #[test]
     fn a_subscriber_gets_the_rows_then_each_change_once_and_a_slow_one_is_cut_off() {
         let view = ViewTable::new("v", schema(), Some(vec![0]), 3);
-        view.apply(vec![Change::insert(row(1, 1))]);
+        view.apply(vec![Change::insert(row(1, 1))]).unwrap();
         let mut fast = view.subscribe(&SubscribeOptions::default()).unwrap();
         let mut slow = view.subscribe(&SubscribeOptions::default()).unwrap();
         assert_eq!(fast.snapshot, [row(1, 1)]);
         assert_eq!(fast.progress, 1);
-        view.apply(vec![Change::insert(row(2, 1)), Change::insert(row(3, 1))]);
+        view.apply(vec![Change::insert(row(2, 1)), Change::insert(row(3, 1))])
+            .unwrap();
         let batch = fast.changes.try_recv().unwrap();
         fast.taken(&batch);
         assert_eq!(batch.progress, 3);
         assert_eq!(batch.changes.len(), 2);
-        view.apply(vec![Change::insert(row(4, 1)), Change::insert(row(5, 1))]);
+        view.apply(vec![Change::insert(row(4, 1)), Change::insert(row(5, 1))])
+            .unwrap();
         let batch = fast.changes.try_recv().unwrap();
         fast.taken(&batch);
         assert_eq!(batch.progress, 5);
@@ -911,12 +911,15 @@ mod tests {
     #[test]
     fn a_snapshot_restores_the_rows_and_the_progress() {
         let view = ViewTable::new("v", schema(), Some(vec![0]), 100);
-        view.apply(vec![Change::insert(row(1, 1)), Change::insert(row(2, 5))]);
+        view.apply(vec![Change::insert(row(1, 1)), Change::insert(row(2, 5))])
+            .unwrap();
         let snapshot = view.snapshot(&[Change::new(RowKind::UpdateBefore, row(2, 5))]);
         let restored = ViewTable::new("v", schema(), Some(vec![0]), 100);
         let bytes = riffle::checkpoint::encode(&snapshot).unwrap();
-        restored.restore(riffle::checkpoint::decode(&bytes).unwrap());
-        let (mut rows, progress) = restored.rows();
+        restored
+            .restore(riffle::checkpoint::decode(&bytes).unwrap(), None)
+            .unwrap();
+        let (mut rows, progress) = restored.try_rows().unwrap();
         rows.sort();
         assert_eq!(rows, [row(1, 1), row(2, 5)]);
         assert_eq!(progress, 2);
@@ -956,8 +959,8 @@ mod tests {
         let view = ViewTable::new("v", schema(), Some(vec![0]), 100);
         let mut live = view.subscribe(&SubscribeOptions::default()).unwrap();
         let mut held = view.subscribe(&durable()).unwrap();
-        view.apply(inserts(0, 2));
-        view.apply(inserts(2, 3));
+        view.apply(inserts(0, 2)).unwrap();
+        view.apply(inserts(2, 3)).unwrap();
         assert!(matches!(live.try_next(), TryNext::Batch(b) if b.progress == 2));
         assert!(matches!(held.try_next(), TryNext::Nothing));
         view.commit(2);
@@ -973,9 +976,9 @@ mod tests {
     #[test]
     fn a_subscription_resumes_after_its_token_with_each_change_once() {
         let view = ViewTable::new("v", schema(), None, 100).with_retained_changes(4);
-        view.apply(inserts(0, 2)); // progress 2
-        view.apply(inserts(2, 5)); // 5
-        view.apply(inserts(5, 6)); // 6
+        view.apply(inserts(0, 2)).unwrap(); // progress 2
+        view.apply(inserts(2, 5)).unwrap(); // 5
+        view.apply(inserts(5, 6)).unwrap(); // 6
         view.commit(6);
         // After a whole batch, and from inside one (a token no subscription sent).
         let mut resumed = view.subscribe(&as_of(2)).unwrap();
@@ -996,7 +999,7 @@ mod tests {
         // Up to date: nothing, then the next changes once a checkpoint holds them.
         let mut current = view.subscribe(&as_of(6)).unwrap();
         assert!(matches!(current.try_next(), TryNext::Nothing));
-        view.apply(inserts(6, 7));
+        view.apply(inserts(6, 7)).unwrap();
         assert!(matches!(current.try_next(), TryNext::Nothing));
         view.commit(7);
         assert!(matches!(current.try_next(), TryNext::Batch(b) if users(&b) == [6]));
@@ -1009,7 +1012,7 @@ mod tests {
             gone.message
         );
         // Past the latest checkpoint: not a durable token.
-        view.apply(inserts(7, 8));
+        view.apply(inserts(7, 8)).unwrap();
         let ahead = view.subscribe(&as_of(8)).err().unwrap();
         assert!(
             ahead.message.contains("up to progress 7"),
@@ -1021,19 +1024,20 @@ mod tests {
     #[test]
     fn a_view_that_goes_back_to_a_checkpoint_cuts_its_subscribers_off() {
         let view = ViewTable::new("v", schema(), Some(vec![0]), 100);
-        view.apply(inserts(0, 2));
+        view.apply(inserts(0, 2)).unwrap();
         view.commit(2);
         let checkpoint = riffle::checkpoint::encode(&view.snapshot(&[])).unwrap();
         let mut live = view.subscribe(&SubscribeOptions::default()).unwrap();
         let mut held = view.subscribe(&durable()).unwrap();
-        view.apply(inserts(2, 3));
-        view.restore(riffle::checkpoint::decode(&checkpoint).unwrap());
+        view.apply(inserts(2, 3)).unwrap();
+        view.restore(riffle::checkpoint::decode(&checkpoint).unwrap(), None)
+            .unwrap();
         // The live one got the change, then is cut off; the durable one never gets it.
         assert!(matches!(live.try_next(), TryNext::Batch(_)));
         assert!(matches!(live.try_next(), TryNext::Ended));
         assert_eq!(live.cut_off().unwrap().code, "40001");
         assert_eq!(view.committed_progress(), 2);
-        view.apply(inserts(5, 6));
+        view.apply(inserts(5, 6)).unwrap();
         view.commit(3);
         assert!(matches!(held.try_next(), TryNext::Ended));
         // The retained changes came back with the checkpoint: a token resumes from them.
@@ -1059,8 +1063,8 @@ mod tests {
         assert!(riffle::checkpoint::decode::<Snapshot>(&bytes).is_err());
         let old: SnapshotV1 = riffle::checkpoint::decode(&bytes).unwrap();
         let view = ViewTable::new("v", schema(), Some(vec![0]), 100);
-        view.restore(old.into());
-        assert_eq!(view.rows(), (vec![row(1, 3)], 7));
+        view.restore(old.into(), None).unwrap();
+        assert_eq!(view.try_rows().unwrap(), (vec![row(1, 3)], 7));
         assert_eq!(view.committed_progress(), 7);
         // Nothing retained: a token before 7 cannot resume, 7 can.
         assert!(view.subscribe(&as_of(6)).is_err());

@@ -21,6 +21,11 @@ impl Drop for Served {
 }
 
 fn serve(dir: &Path) -> Served {
+    serve_with(dir, &[])
+}
+
+/// `riffle serve` in `dir`, with `extra` arguments.
+fn serve_with(dir: &Path, extra: &[&str]) -> Served {
     let mut child = Command::new(env!("CARGO_BIN_EXE_riffle"))
         .args([
             "serve",
@@ -34,6 +39,7 @@ fn serve(dir: &Path) -> Served {
             "100",
             "--no-web",
         ])
+        .args(extra)
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -110,33 +116,74 @@ const CREATE: &str = "CREATE TABLE bids (event_type INT, bid ROW<auction BIGINT,
         WITH ('connector' = 'nexmark', 'events.num' = '40000', 'rows-per-second' = '8000');
     CREATE MATERIALIZED VIEW per_auction AS
         SELECT MOD(bid.auction, 10) AS a, COUNT(*) AS bids, SUM(bid.price) AS total
-        FROM bids WHERE event_type = 2 GROUP BY MOD(bid.auction, 10);";
+        FROM bids WHERE event_type = 2 GROUP BY MOD(bid.auction, 10);
+    CREATE MATERIALIZED VIEW cheap AS
+        SELECT bid.auction AS auction, bid.price AS price FROM bids
+        WHERE event_type = 2 AND bid.price < 1000;";
 
+/// The views' rows once their input ended: `per_auction` by key, and `cheap` (a view without a
+/// key, whose equal rows are counted) summed up.
 fn final_rows(port: u16) -> String {
-    wait_until("the view's input to end", || {
-        status(port, "per_auction").0 == "finished"
+    wait_until("the views' input to end", || {
+        status(port, "per_auction").0 == "finished" && status(port, "cheap").0 == "finished"
     });
-    psql(port, "SELECT a, bids, total FROM per_auction ORDER BY a")
+    let by_key = psql(port, "SELECT a, bids, total FROM per_auction ORDER BY a");
+    // A lookup by the view's key finds the row a scan finds.
+    let third = by_key.lines().nth(3).unwrap();
+    assert_eq!(
+        psql(port, "SELECT a, bids, total FROM per_auction WHERE a = 3").trim(),
+        third
+    );
+    by_key
+        + &psql(
+            port,
+            "SELECT COUNT(*), SUM(price), COUNT(DISTINCT auction) FROM cheap",
+        )
 }
 
 #[test]
 fn a_view_killed_while_it_ingests_comes_back_with_every_change_once() {
+    killed_while_it_ingests(&[]);
+}
+
+/// As above, with the views' rows in RocksDB (the view operator's task's store, checkpointed
+/// incrementally with the job's other state).
+#[cfg(feature = "rocksdb")]
+#[test]
+fn a_view_in_rocksdb_killed_while_it_ingests_comes_back_with_every_change_once() {
+    killed_while_it_ingests(&["--state-backend", "rocksdb"]);
+}
+
+/// Runs the views to their end twice with `extra` arguments to `riffle serve`, killing the
+/// second server with SIGKILL while they ingest: it ends with the first one's rows.
+fn killed_while_it_ingests(extra: &[&str]) {
     let reference = tempfile::tempdir().unwrap();
     let expected = {
-        let server = serve(reference.path());
+        let server = serve_with(reference.path(), extra);
         psql(server.port, CREATE);
         final_rows(server.port)
     };
-    assert_eq!(expected.lines().count(), 10, "{expected}");
+    assert_eq!(expected.lines().count(), 11, "{expected}");
     // 46 of every 50 Nexmark events are bids.
     let bids: u64 = expected
         .lines()
+        .take(10)
         .map(|l| l.split('|').nth(1).unwrap().parse::<u64>().unwrap())
         .sum();
     assert_eq!(bids, EVENTS / 50 * 46);
+    let cheap: u64 = expected
+        .lines()
+        .nth(10)
+        .unwrap()
+        .split('|')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(cheap > 0, "no cheap bids: {expected}");
 
     let victim = tempfile::tempdir().unwrap();
-    let mut server = serve(victim.path());
+    let mut server = serve_with(victim.path(), extra);
     psql(server.port, CREATE);
     wait_until("a checkpoint of the view with some of its input", || {
         has_checkpoint(victim.path(), "per_auction") && status(server.port, "per_auction").1 > 0
@@ -147,7 +194,7 @@ fn a_view_killed_while_it_ingests_comes_back_with_every_change_once() {
     server.child.wait().unwrap();
     drop(server);
 
-    let server = serve(victim.path());
+    let server = serve_with(victim.path(), extra);
     // Restored from its checkpoint: it never starts again from nothing.
     let (_, restored) = status(server.port, "per_auction");
     assert!(
