@@ -1,5 +1,5 @@
 //! `pg_catalog`: the system tables psql's `\d`, `\dt`, `\dv`, `\dm`, `\d NAME`, `\d+ NAME`, `\l`,
-//! `\dn` and `\du` read (and drivers' metadata calls like them), answered from the server's catalog.
+//! `\dn`, `\du` and `\df` read (and drivers' metadata calls like them), answered from the server's catalog.
 //!
 //! A query naming `pg_catalog.` is parsed in Postgres' dialect (`~`, `OPERATOR(pg_catalog.~)`,
 //! `::regclass`, `COLLATE`, `E'..'`) and rewritten into Flink SQL the planner runs over bounded
@@ -7,7 +7,8 @@
 //! - `pg_class`, `pg_namespace`, `pg_attribute`, `pg_type`, `pg_am`, `pg_database`,
 //!   `pg_tables` and `pg_views` hold the catalog's tables, views and materialized views, their
 //!   columns and the types they are sent as, under the stable oids `oid_of` gives; `pg_roles`
-//!   the users who may connect;
+//!   the users who may connect; `pg_proc` and `pg_language` the functions registered from Rust
+//!   (`\df`): their result type when it does not depend on the arguments, any arguments;
 //! - the functions psql calls (`pg_table_is_visible`, `format_type`, `pg_get_viewdef`, ...) are
 //!   registered for that query only;
 //! - a relation of what Riffle does not have (`pg_policy`, `pg_inherits`, `pg_publication`,
@@ -46,7 +47,7 @@ const OWNER: i64 = 10;
 /// indexes, constraints, triggers, rules, column defaults, collations, publications, extended
 /// statistics, comments, role memberships, sequences, extensions, ...): they read as empty. Any other
 /// `pg_catalog` relation not in [`tables`] does not exist here.
-const EMPTY: [&str; 35] = [
+const EMPTY: [&str; 34] = [
     "pg_policy",
     "pg_statistic_ext",
     "pg_publication",
@@ -65,7 +66,6 @@ const EMPTY: [&str; 35] = [
     "pg_auth_members",
     "pg_description",
     "pg_shdescription",
-    "pg_proc",
     "pg_extension",
     "pg_foreign_table",
     "pg_foreign_server",
@@ -385,9 +385,37 @@ fn format_type(oid: i64, modifier: i64) -> String {
 /// `pg_catalog`'s tables over the catalog's relations, and the functions psql calls, added to
 /// `catalog` for one query.
 pub(crate) fn add_to(catalog: &mut Catalog, relations: &[Relation], roles: &[String]) {
+    // The functions registered from Rust (before psql's own are added below), each with its
+    // result type's name.
+    let procs: Vec<Proc> = catalog
+        .functions
+        .registered()
+        .map(|(name, function)| Proc {
+            name: name.to_ascii_lowercase(),
+            result: match (function.result_type)(&[]) {
+                Ok(ty) => {
+                    let (t, modifier) = type_of(&ty);
+                    format_type(t.oid() as i64, modifier)
+                }
+                // A result type that depends on the arguments' types.
+                Err(_) => "anyelement".to_string(),
+            },
+        })
+        .collect();
     for table in tables(relations, roles) {
         catalog.tables.insert(table.name.clone(), table);
     }
+    catalog.tables.extend(
+        proc_tables(&procs)
+            .into_iter()
+            .map(|table| (table.name.clone(), table)),
+    );
+    let results: Arc<HashMap<i64, String>> = Arc::new(
+        procs
+            .iter()
+            .map(|p| (proc_oid(&p.name), p.result.clone()))
+            .collect(),
+    );
     let names: Arc<HashMap<i64, (String, Option<String>)>> = Arc::new(
         relations
             .iter()
@@ -414,11 +442,28 @@ pub(crate) fn add_to(catalog: &mut Catalog, relations: &[Relation], roles: &[Str
         by_oid(|(_, definition)| definition.clone()),
     );
     functions.register("pg_get_userbyid", text("riffle"));
+    functions.register(
+        "pg_get_function_result",
+        ScalarFunction::returning(DataType::Varchar, move |args| {
+            Ok(match args.first() {
+                Some(Value::Int(oid)) => results.get(oid).map(Value::string),
+                _ => None,
+            }
+            .unwrap_or(Value::Null))
+        }),
+    );
+    // A function registered from Rust takes any arguments; its own code checks them.
+    functions.register("pg_get_function_arguments", text("VARIADIC \"any\""));
+    functions.register(
+        "pg_function_is_visible",
+        ScalarFunction::returning(DataType::Boolean, |_| Ok(Value::Bool(true))),
+    );
     functions.register("pg_encoding_to_char", text("UTF8"));
     // No comments, column defaults or sizes are kept (a Kafka table's size is not Riffle's).
     for name in [
         "col_description",
         "obj_description",
+        "pg_get_function_sqlbody",
         "pg_get_expr",
         "pg_size_pretty",
     ] {
@@ -716,6 +761,74 @@ fn tables(relations: &[Relation], roles: &[String]) -> Vec<TableDef> {
         table("pg_catalog.pg_type", type_schema, type_rows),
         table("pg_catalog.pg_am", am_schema, am_rows),
         table("pg_catalog.pg_database", database_schema, database_rows),
+    ]
+}
+
+/// A function registered from Rust, as `pg_proc` shows it.
+struct Proc {
+    /// Its name, lower case.
+    name: String,
+    /// Its result type's name (`format_type`).
+    result: String,
+}
+
+/// A function's oid: stable as a relation's, apart from relations of the same name.
+fn proc_oid(name: &str) -> i64 {
+    oid_of(&format!("{name}()"))
+}
+
+/// The oid of the one language in `pg_language`: functions are registered from Rust.
+const RUST: i64 = 16_000;
+
+/// The tables `pg_proc` (the functions registered from Rust) and `pg_language`.
+fn proc_tables(procs: &[Proc]) -> Vec<TableDef> {
+    let text = |name: &str| Field::new(name, DataType::Varchar);
+    let int = |name: &str| Field::new(name, DataType::BigInt);
+    let boolean = |name: &str| Field::new(name, DataType::Boolean);
+    let s = |text: &str| Value::string(text);
+    let proc_schema = Schema::new(vec![
+        int("oid"),
+        text("proname"),
+        int("pronamespace"),
+        int("proowner"),
+        int("prolang"),
+        text("prokind"),
+        boolean("prosecdef"),
+        boolean("proretset"),
+        text("provolatile"),
+        text("proparallel"),
+        int("pronargs"),
+        text("proacl"),
+        text("prosrc"),
+    ]);
+    let proc_rows = procs
+        .iter()
+        .map(|p| {
+            Row(vec![
+                Value::Int(proc_oid(&p.name)),
+                s(&p.name),
+                Value::Int(PUBLIC),
+                Value::Int(OWNER),
+                Value::Int(RUST),
+                s("f"),
+                Value::Bool(false),
+                Value::Bool(false),
+                // Riffle cannot tell what a registered function does: volatile, as Postgres
+                // takes a function it knows nothing of.
+                s("v"),
+                s("u"),
+                Value::Int(0),
+                Value::Null,
+                s("registered from Rust"),
+            ])
+        })
+        .collect();
+    let language_schema = Schema::new(vec![int("oid"), text("lanname"), int("lanowner")]);
+    let language_rows = vec![Row(vec![Value::Int(RUST), s("rust"), Value::Int(OWNER)])];
+    let table = information_schema::table;
+    vec![
+        table("pg_catalog.pg_proc", proc_schema, proc_rows),
+        table("pg_catalog.pg_language", language_schema, language_rows),
     ]
 }
 

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use riffle_serve::{ServeConfig, Server};
+use riffle_sql::functions::ScalarFunction;
+use riffle_sql::{DataType, Value};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 /// The clicks: (user, url, time in ms), a second apart, users 0..7 and pages 0..5.
@@ -1010,7 +1012,23 @@ fn psql_describes_tables_views_and_materialized_views() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_clicks(dir.path(), 100);
     let rt = runtime();
-    let server = Server::start(config(&dir.path().join("data"))).unwrap();
+    let mut config = config(&dir.path().join("data"));
+    // A function registered from Rust of a fixed result type, and one whose result type is its
+    // argument's.
+    config.functions.push((
+        "is_bot".into(),
+        ScalarFunction::returning(DataType::Boolean, |_| Ok(Value::Bool(false))),
+    ));
+    config.functions.push((
+        "Same".into(),
+        ScalarFunction {
+            result_type: std::sync::Arc::new(|types| {
+                types.first().cloned().ok_or_else(|| "one argument".into())
+            }),
+            eval: std::sync::Arc::new(|args| Ok(args[0].clone())),
+        },
+    ));
+    let server = Server::start(config).unwrap();
     rt.block_on(async {
         let client = connect(&server).await;
         client
@@ -1095,8 +1113,20 @@ fn psql_describes_tables_views_and_materialized_views() {
     assert_eq!(described("\\dn"), "public|riffle\n");
     assert!(described("\\l").starts_with("riffle|riffle|UTF8|"));
     assert_eq!(described("\\du"), "riffle|Superuser|{}\n");
-    // No function of a user is registered: an empty list, as Postgres prints it.
-    assert_eq!(described("\\df"), "");
+    // The functions registered from Rust: any arguments, their result type when it does not
+    // depend on them.
+    assert_eq!(
+        described("\\df"),
+        "public|is_bot|boolean|VARIADIC \"any\"|func\n\
+         public|same|anyelement|VARIADIC \"any\"|func\n"
+    );
+    let (ok, out, err) = psql_with(&server, "disable", &[], "\\df+ is_bot");
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("| volatile   |") && out.contains("| rust     |"),
+        "{out}"
+    );
+    assert_eq!(described("\\df nosuch"), "");
     let (ok, _, err) = psql(&server, "disable", "\\d nosuch");
     assert!(
         !ok && err.contains("Did not find any relation named \"nosuch\""),

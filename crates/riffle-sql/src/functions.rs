@@ -187,6 +187,20 @@ impl Functions {
             .insert(name.into().to_ascii_uppercase(), function);
     }
 
+    /// The registered functions, by name (upper case), in the order of their names.
+    ///
+    /// ```
+    /// use riffle_sql::DataType;
+    /// use riffle_sql::functions::{Functions, ScalarFunction};
+    /// let mut functions = Functions::default();
+    /// functions.register("twice", ScalarFunction::returning(DataType::BigInt, |args| Ok(args[0].clone())));
+    /// let names: Vec<&str> = functions.registered().map(|(name, _)| name).collect();
+    /// assert_eq!(names, ["TWICE"]);
+    /// ```
+    pub fn registered(&self) -> impl Iterator<Item = (&str, &ScalarFunction)> {
+        self.registered.iter().map(|(name, f)| (name.as_str(), f))
+    }
+
     /// Whether a function of this name is registered.
     pub fn is_registered(&self, name: &str) -> bool {
         self.registered.contains_key(&name.to_ascii_uppercase())
