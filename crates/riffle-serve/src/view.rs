@@ -419,6 +419,13 @@ impl ViewTable {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether two rows of a view with a key have the same key (`false` without a key).
+    fn same_key(&self, a: &Row, b: &Row) -> bool {
+        self.key
+            .as_ref()
+            .is_some_and(|key| key.iter().all(|c| a.get(*c) == b.get(*c)))
+    }
+
     fn key_of(&self, row: &Row) -> Row {
         match &self.key {
             Some(key) => Row(key.iter().map(|c| row.get(*c).clone()).collect()),
@@ -587,12 +594,23 @@ impl ViewTable {
             return Ok(());
         }
         let mut inner = self.write();
-        for change in &changes {
-            let key = self.key_of(&change.row);
+        for (i, change) in changes.iter().enumerate() {
             if matches!(change.op, RowKind::Insert | RowKind::UpdateAfter) {
-                inner.rows.add(key, &change.row)?;
-            } else {
-                inner.rows.remove(key)?;
+                inner.rows.add(self.key_of(&change.row), &change.row)?;
+                continue;
+            }
+            // A keyed view's `-U` right before the `+U` of its key, in RocksDB: the `+U`
+            // replaces the row (one write, not a read, a delete and a write: 2.4x the ingest).
+            // Not on the heap: there it made the view's operator faster than its readers could
+            // follow on 2 cores (lookups p50 5 -> 9-53 ms, subscription lag p50 5 -> 9-1500 ms
+            // in the load bench, for 1.1x the ingest).
+            let replaced = inner.rows.is_stored()
+                && change.op == RowKind::UpdateBefore
+                && changes.get(i + 1).is_some_and(|next| {
+                    next.op == RowKind::UpdateAfter && self.same_key(&change.row, &next.row)
+                });
+            if !replaced {
+                inner.rows.remove(self.key_of(&change.row))?;
             }
         }
         inner.progress += changes.len() as u64;

@@ -241,6 +241,11 @@ impl Rows {
         }
     }
 
+    /// Whether the rows are in a store.
+    pub(crate) fn is_stored(&self) -> bool {
+        matches!(self, Rows::Stored { .. })
+    }
+
     /// How many rows (equal rows counted).
     pub(crate) fn len(&self) -> usize {
         match self {
