@@ -65,9 +65,10 @@ pub struct SqlGroupArgs {
 /// The functions every script can call: Nexmark's `count_char(text, 'c')` (q14, which names it
 /// by `CREATE FUNCTION`), and the seed's `is_bot(user_agent)` and `ip_country(ip)` (`riffle
 /// demo`'s bot filter and IP-prefix table; `examples/sql/clicks.sql`).
+/// All three are deterministic: a condition calling them may filter a join's side first.
 pub fn register_functions(sql: &SqlEnv) {
     for (name, function) in functions() {
-        sql.register_function(name, function);
+        sql.register_deterministic_function(name, function);
     }
 }
 

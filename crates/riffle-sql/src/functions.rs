@@ -62,6 +62,8 @@ impl ScalarFunction {
 #[derive(Clone, Default)]
 pub struct Functions {
     registered: BTreeMap<String, ScalarFunction>,
+    /// The registered functions declared deterministic (upper case).
+    deterministic: std::collections::BTreeSet<String>,
 }
 
 /// Whether `name` (upper case) is an aggregate function.
@@ -182,9 +184,42 @@ pub fn extract(unit: &str, value: Typed) -> Result<Typed> {
 
 impl Functions {
     /// Registers `function` under `name` (case-insensitive): queries call it as `name(...)`.
+    /// The planner takes it as one whose value may change between calls with the same
+    /// arguments (as `RAND()`): it neither moves a condition calling it below a join, nor
+    /// computes its repeated calls once. See
+    /// [`register_deterministic`](Self::register_deterministic).
     pub fn register(&mut self, name: impl Into<String>, function: ScalarFunction) {
-        self.registered
-            .insert(name.into().to_ascii_uppercase(), function);
+        let name = name.into().to_ascii_uppercase();
+        self.deterministic.remove(&name);
+        self.registered.insert(name, function);
+    }
+
+    /// Registers `function` under `name`, declared deterministic: the same arguments always
+    /// give the same value, with no effect besides (Flink's `isDeterministic()`, true for its
+    /// user-defined functions unless they say otherwise). The planner may then filter a
+    /// join's side before the join with a condition calling it, and compute a call repeated in
+    /// a `SELECT` and its `WHERE` once per row.
+    ///
+    /// ```
+    /// use riffle_sql::{DataType, Value};
+    /// use riffle_sql::functions::{Functions, ScalarFunction};
+    /// let mut functions = Functions::default();
+    /// let is_bot = ScalarFunction::returning(DataType::Boolean, |args| {
+    ///     Ok(Value::Bool(matches!(&args[0], Value::String(agent) if agent.contains("bot"))))
+    /// });
+    /// functions.register_deterministic("is_bot", is_bot);
+    /// assert!(functions.is_deterministic("IS_BOT"));
+    /// ```
+    pub fn register_deterministic(&mut self, name: impl Into<String>, function: ScalarFunction) {
+        let name = name.into().to_ascii_uppercase();
+        self.deterministic.insert(name.clone());
+        self.registered.insert(name, function);
+    }
+
+    /// Whether the function registered as `name` was declared deterministic
+    /// ([`register_deterministic`](Self::register_deterministic)).
+    pub fn is_deterministic(&self, name: &str) -> bool {
+        self.deterministic.contains(&name.to_ascii_uppercase())
     }
 
     /// The registered functions, by name (upper case), in the order of their names.

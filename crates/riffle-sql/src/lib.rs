@@ -210,6 +210,17 @@ impl SqlEnv {
         self.catalog.borrow_mut().functions.register(name, function);
     }
 
+    /// Registers `function` under `name`, declared deterministic (the same arguments always
+    /// give the same value): conditions calling it may filter a join's side before the join,
+    /// and its repeated calls are computed once per row. See
+    /// [`Functions::register_deterministic`](crate::functions::Functions::register_deterministic).
+    pub fn register_deterministic_function(&self, name: &str, function: ScalarFunction) {
+        self.catalog
+            .borrow_mut()
+            .functions
+            .register_deterministic(name, function);
+    }
+
     /// Replaces `${name}` in the scripts run after this by `value` (the nexmark project's
     /// scripts use `${NEXMARK_TABLE}`, `${TPS}`, ...).
     pub fn define(&self, name: &str, value: &str) {

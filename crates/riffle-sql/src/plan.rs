@@ -1383,7 +1383,7 @@ impl Catalog {
         let _ = ast::visit_expressions(expr, |e| {
             if let ast::Expr::Function(f) = e {
                 let name = f.name.to_string().to_ascii_uppercase();
-                if self.functions.is_registered(&name)
+                if (self.functions.is_registered(&name) && !self.functions.is_deterministic(&name))
                     || [
                         "NOW",
                         "PROCTIME",

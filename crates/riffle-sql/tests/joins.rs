@@ -371,6 +371,28 @@ fn a_where_over_one_side_of_an_inner_join_filters_that_side_before_the_join() {
     let (filters, plan) =
         shape("SELECT u.name FROM users u JOIN orders o ON u.id = o.user_id WHERE lucky(o.amount)");
     assert_eq!(filters, [("lucky(o.amount)".to_string(), false)], "{plan}");
+    // One declared deterministic goes below it, as a built-in function would.
+    sql.register_deterministic_function(
+        "big",
+        riffle_sql::ScalarFunction::returning(riffle_sql::DataType::Boolean, |args| {
+            Ok(riffle_sql::Value::Bool(
+                matches!(args, [riffle_sql::Value::Int(n)] if *n > 10),
+            ))
+        }),
+    );
+    let (filters, plan) =
+        shape("SELECT u.name FROM users u JOIN orders o ON u.id = o.user_id WHERE big(o.amount)");
+    assert_eq!(filters, [("big(o.amount)".to_string(), true)], "{plan}");
+    // Registered again without the declaration, it is taken as changing between calls again.
+    sql.register_function(
+        "big",
+        riffle_sql::ScalarFunction::returning(riffle_sql::DataType::Boolean, |_| {
+            Ok(riffle_sql::Value::Bool(true))
+        }),
+    );
+    let (filters, plan) =
+        shape("SELECT u.name FROM users u JOIN orders o ON u.id = o.user_id WHERE big(o.amount)");
+    assert_eq!(filters, [("big(o.amount)".to_string(), false)], "{plan}");
     // The rows are the same as filtering after the join.
     for p in [1, 2] {
         assert_eq!(result(&ddl, query, p), ["[ann, 20]"]);
