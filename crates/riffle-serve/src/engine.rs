@@ -809,11 +809,13 @@ impl Engine {
             .views
             .iter()
             .map(|(name, view)| {
-                let progress = view.table.progress();
+                // Both at one point: a batch applied between two reads would show a view of
+                // more rows than changes.
+                let (len, progress) = view.table.len_and_progress();
                 let status = job_status(view.job.as_ref());
                 Row(vec![
                     Value::string(name),
-                    Value::Int(view.table.len() as i64),
+                    Value::Int(len as i64),
                     Value::Int(progress as i64),
                     Value::string(status),
                     Value::string(&view.query),

@@ -475,6 +475,12 @@ impl ViewTable {
         self.read().rows.len()
     }
 
+    /// How many rows the view has, and its progress, at one point (between two batches).
+    pub fn len_and_progress(&self) -> (usize, u64) {
+        let inner = self.read();
+        (inner.rows.len(), inner.progress)
+    }
+
     /// Whether the view has no rows.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
