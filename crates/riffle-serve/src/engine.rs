@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use riffle::JobMonitor;
 use riffle::checkpoint::RestoreFrom;
 use riffle::sink::CollectSink;
+use riffle::source::shared::SourceHub;
 use riffle::{EnvConfig, RowKind, StreamEnv};
 use riffle_sql::parse::{ColumnDef, ProgramChangelog, Statement, TableDef};
 use riffle_sql::plan::{Catalog, ChangelogMode, Plan, TimeAttribute};
@@ -170,6 +171,45 @@ struct State {
     sinks: BTreeMap<String, Sink>,
     /// The users who may connect, as `pg_catalog.pg_roles` lists them.
     roles: Vec<String>,
+    /// The sources of the tables that views and sinks read, each read once for all of them.
+    sources: SharedSources,
+}
+
+/// The shared sources of the catalog's tables ([`riffle::source::shared`]), by table: the
+/// views and sinks reading one table read its splits once. A table dropped and made again
+/// with another definition gets a source of its own.
+#[derive(Default)]
+struct SharedSources(Mutex<HashMap<String, TableSource>>);
+
+/// A table's shared source, and the definition of the table it reads (columns and options).
+type TableSource = (String, Arc<SourceHub<Row>>);
+
+impl SharedSources {
+    /// The shared source of `table`, when its connector can be shared: an append-only table
+    /// read from Kafka, files or a generator (a changelog's reader normalizes it by key in
+    /// the reading job's state, which is not shared).
+    fn of(&self, table: &TableDef) -> Option<Arc<SourceHub<Row>>> {
+        if table.rows.is_some()
+            || table.changes.is_some()
+            || riffle_sql::connectors::is_changelog(table)
+            || !matches!(
+                table.options.get("connector").map(String::as_str),
+                Some("kafka" | "filesystem" | "datagen" | "nexmark")
+            )
+        {
+            return None;
+        }
+        let definition = format!("{:?} {:?}", table.columns, table.options);
+        let mut sources = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match sources.get(&table.name) {
+            Some((made_for, hub)) if *made_for == definition => Some(hub.clone()),
+            _ => {
+                let hub = SourceHub::new();
+                sources.insert(table.name.clone(), (definition, hub.clone()));
+                Some(hub)
+            }
+        }
+    }
 }
 
 /// The server's catalog and views, shared by every session.
@@ -204,6 +244,7 @@ impl Engine {
                 views: BTreeMap::new(),
                 sinks: BTreeMap::new(),
                 roles: vec!["riffle".to_string()],
+                sources: SharedSources::default(),
             }),
         };
         let path = engine.config.data_dir.join(CATALOG_FILE);
@@ -308,6 +349,7 @@ impl Engine {
             ("CREATE", "SINK", _) => self.create_sink(text, replaying),
             ("DROP", "SINK", _) => self.drop_sink(text, replaying),
             ("SHOW", "SINKS", _) => Ok(self.show_sinks()),
+            ("SHOW", "SOURCES", _) => Ok(self.show_sources()),
             ("SHOW", "TABLES", _) => Ok(self.show_tables()),
             ("DROP", "TABLE" | "VIEW", _) => self.drop_definition(text, replaying),
             _ if subscribes(text).is_some() => Ok(Outcome::Subscribe(
@@ -731,6 +773,33 @@ impl Engine {
         Outcome::Rows { schema, rows }
     }
 
+    /// `SHOW SOURCES`: the tables whose sources views and sinks share, and how many records
+    /// each read since the server started (once for all the jobs reading it, plus what a job
+    /// read alone while it caught up with the others).
+    fn show_sources(&self) -> Outcome {
+        let state = self.lock();
+        let schema = Schema::new(vec![
+            riffle_sql::Field::new("name", riffle_sql::DataType::Varchar),
+            riffle_sql::Field::new("connector", riffle_sql::DataType::Varchar),
+            riffle_sql::Field::new("records_read", riffle_sql::DataType::BigInt),
+        ]);
+        let sources = state.sources.0.lock().unwrap_or_else(|e| e.into_inner());
+        let rows = state
+            .catalog
+            .tables
+            .iter()
+            .filter_map(|(name, table)| {
+                let (_, hub) = sources.get(name)?;
+                Some(Row(vec![
+                    Value::string(name),
+                    Value::string(table.options.get("connector").map_or("", String::as_str)),
+                    Value::Int(hub.records_read() as i64),
+                ]))
+            })
+            .collect();
+        Outcome::Rows { schema, rows }
+    }
+
     fn drop_view(&self, text: &str, replaying: bool) -> Result<Outcome> {
         let (name, if_exists) = parse_drop(text, 3)?;
         let mut state = self.lock();
@@ -1088,10 +1157,13 @@ fn plan_over_views(
 
 /// The catalog a view's or a sink's query is planned in (`exclude`: the view itself): the
 /// materialized views are tables of their changes (read as a durable subscriber named
-/// `reader`, `view_source`), not queries.
+/// `reader`, `view_source`), not queries. The tables' sources are shared with the other views and sinks reading them ([`SharedSources`]).
 fn view_catalog(state: &State, exclude: &str, reader: &str) -> Catalog {
     let mut catalog = state.catalog.clone();
     catalog.views.remove(exclude);
+    for table in catalog.tables.values_mut() {
+        table.shared = state.sources.of(table);
+    }
     for (other, view) in &state.views {
         if other == exclude {
             continue;
@@ -1243,6 +1315,7 @@ fn view_table_def(table: &ViewTable, rows: Arc<Vec<Row>>) -> TableDef {
         partition_keys: Vec::new(),
         rows: Some(rows),
         changes: None,
+        shared: None,
     }
 }
 

@@ -111,6 +111,7 @@ pub(crate) fn table(name: &str, schema: Schema, rows: Vec<Row>) -> TableDef {
         partition_keys: Vec::new(),
         rows: Some(Arc::new(rows)),
         changes: None,
+        shared: None,
     }
 }
 

@@ -67,6 +67,12 @@ pub(crate) fn scan_in(
         return Ok(env.from_iter(rows).name(&format!("Source: {}", table.name)));
     }
     let connector = option(table, "connector")?;
+    // A shared source reads every column: the jobs sharing it read different ones.
+    let read = if table.shared.is_some() {
+        physical
+    } else {
+        read
+    };
     let complete = {
         let complete = completer(table, &computed, time.as_ref());
         move |row: Row| complete(row, true)
@@ -94,7 +100,7 @@ pub(crate) fn scan_in(
             let convert = nexmark_row(read)?;
             let source = NexmarkSource::new(config)
                 .map_records(move |event: &Event| complete(convert(event)));
-            timed(env, source, time.as_ref().map(|_| strategy(true)))
+            timed_table(env, table, source, time.as_ref().map(|_| strategy(true)))
         }
         "datagen" => {
             let settings = crate::datagen::settings(table, physical)?;
@@ -103,7 +109,7 @@ pub(crate) fn scan_in(
                 .rate(settings.rows_per_second)
                 .splits(1)
                 .map_records(move |row: &Row| complete(row.clone()));
-            timed(env, source, time.as_ref().map(|_| strategy(false)))
+            timed_table(env, table, source, time.as_ref().map(|_| strategy(false)))
         }
         "filesystem" => {
             let path = file_path(option(table, "path")?);
@@ -117,11 +123,11 @@ pub(crate) fn scan_in(
                 let row = parse(line, &schema)?;
                 complete(row)
             });
-            timed(env, source, time.as_ref().map(|_| strategy(false)))
+            timed_table(env, table, source, time.as_ref().map(|_| strategy(false)))
         }
         "kafka" => {
             let source = kafka_source(placement, table, read, complete)?;
-            timed(env, source, time.as_ref().map(|_| strategy(false)))
+            timed_table(env, table, source, time.as_ref().map(|_| strategy(false)))
         }
         other => {
             return Err(SqlError::plan(format!(
@@ -167,6 +173,20 @@ fn program_appends(
             )),
         })
         .name(&format!("Rows of {}", table.name)))
+}
+
+/// The stream of `table`'s `source` ([`timed`]), read through the table's shared source when
+/// it has one ([`TableDef::shared`]).
+fn timed_table<S: riffle::source::Source<Row>>(
+    env: &StreamEnv,
+    table: &TableDef,
+    source: S,
+    strategy: Option<WatermarkStrategy<Row>>,
+) -> DataStream<Row> {
+    match &table.shared {
+        Some(hub) => timed(env, hub.share(source), strategy),
+        None => timed(env, source, strategy),
+    }
 }
 
 /// The stream of `source`: with event time and watermarks by `strategy` when the table has a

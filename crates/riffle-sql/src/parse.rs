@@ -111,6 +111,10 @@ pub struct TableDef {
     /// A changelog the program gives (a streaming table of changes, whatever its connector
     /// option says): `riffle serve`'s views read the views they name this way.
     pub changes: Option<ProgramChangelog>,
+    /// Where the table's source is shared with the other jobs of the process that read it
+    /// (`riffle serve`'s views over one topic): its splits are read once, every column of them
+    /// ([`riffle::source::shared`]). `None`: each job reads the source itself.
+    pub shared: Option<std::sync::Arc<riffle::source::shared::SourceHub<crate::types::Row>>>,
 }
 
 /// The stream of changes of a table whose changelog the program gives
@@ -781,6 +785,7 @@ fn parse_create_table(text: &str) -> Result<TableDef, SqlError> {
         partition_keys: Vec::new(),
         rows: None,
         changes: None,
+        shared: None,
     };
     loop {
         if parse_word(p, "WATERMARK") {

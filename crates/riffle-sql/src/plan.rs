@@ -1233,6 +1233,7 @@ impl Catalog {
                     partition_keys: Vec::new(),
                     rows: Some(std::sync::Arc::new(vec![Row(Vec::new())])),
                     changes: None,
+                    shared: None,
                 };
                 let plan = self.scan(&one_row)?;
                 Ok((plan, Qualifiers::new(), select.selection.clone()))

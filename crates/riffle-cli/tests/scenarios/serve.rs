@@ -244,7 +244,6 @@ fn a_view_of_a_kafka_topic_killed_while_it_ingests_counts_every_record_once() {
         producer.flush();
     };
     const HALF: u64 = 20_000;
-    produce(0, HALF);
 
     let dir = tempfile::tempdir().unwrap();
     let mut server = serve(dir.path());
@@ -257,14 +256,41 @@ fn a_view_of_a_kafka_topic_killed_while_it_ingests_counts_every_record_once() {
                  'format' = 'json');
              CREATE MATERIALIZED VIEW per_user AS
                  SELECT user_id, COUNT(*) AS n, SUM(amount) AS total FROM orders GROUP BY user_id;
+             CREATE MATERIALIZED VIEW pricey AS
+                 SELECT user_id, COUNT(*) AS n FROM orders WHERE amount >= 5 GROUP BY user_id;
              CREATE MATERIALIZED VIEW totals AS
                  SELECT COUNT(*) AS users, SUM(n) AS n, SUM(total) AS total FROM per_user;",
             bootstrap()
         ),
     );
     let total = "SELECT SUM(n) FROM per_user";
-    wait_until("the first half read", || sum(server.port, total) >= HALF);
+    let pricey = "SELECT SUM(n) FROM pricey";
+    // Records 5 and 6 first (one in each partition, both `pricey`): once both views have
+    // them, both read the topic, whichever job started first.
+    produce(5, 7);
+    wait_until("both views reading", || {
+        sum(server.port, total) >= 2 && sum(server.port, pricey) >= 2
+    });
+    produce(0, 5);
+    produce(7, HALF);
+    let pricey_half = (0..HALF).filter(|i| i % 7 >= 5).count() as u64;
+    wait_until("the first half read", || {
+        sum(server.port, total) >= HALF && sum(server.port, pricey) >= pricey_half
+    });
     assert_eq!(sum(server.port, total), HALF);
+    assert_eq!(sum(server.port, pricey), pricey_half);
+    // The two views over the topic read it once (a job that started after the other read
+    // records 5 and 6 read those two again on its own).
+    let sources = psql(server.port, "SHOW SOURCES");
+    let read: u64 = sources
+        .trim()
+        .strip_prefix("orders|kafka|")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("SHOW SOURCES said {sources:?}"));
+    assert!(
+        (HALF..=HALF + 2).contains(&read),
+        "{read} records read for {HALF}: each view read the topic itself"
+    );
     // The second half arrives; the server is killed while it reads it.
     let before = status(server.port, "per_user").1;
     produce(HALF, 2 * HALF);
@@ -299,6 +325,12 @@ fn a_view_of_a_kafka_topic_killed_while_it_ingests_counts_every_record_once() {
         ),
         want
     );
+    // So did the other view over the topic, which shares its source with `per_user`.
+    let pricey_all = (0..2 * HALF).filter(|i| i % 7 >= 5).count() as u64;
+    wait_until("pricey read every record", || {
+        sum(server.port, pricey) >= pricey_all
+    });
+    assert_eq!(sum(server.port, pricey), pricey_all);
     // The view over the view read each of its changes once, through the kill.
     let total: u64 = expected.values().map(|(_, t)| t).sum();
     let want = format!("50|{}|{total}\n", 2 * HALF);

@@ -11,6 +11,7 @@ pub mod datagen;
 pub mod file;
 pub mod function;
 pub mod mapped;
+pub mod shared;
 pub(crate) mod watermarks;
 
 pub use watermarks::SplitWatermark;
