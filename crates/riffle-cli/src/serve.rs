@@ -33,6 +33,11 @@ pub struct ServeArgs {
     /// subscribers that resume with `SUBSCRIBE v AS OF <progress>`; 0 keeps none.
     #[arg(long, value_name = "CHANGES", default_value_t = riffle_serve::view::DEFAULT_RETAINED_CHANGES)]
     pub retained_changes: usize,
+    /// Each view and sink reads its tables' sources itself: by default the views and sinks
+    /// reading one table read its source once, together (a view then goes at the pace of the
+    /// slowest one over the same table, at most 200,000 records ahead of it).
+    #[arg(long)]
+    pub no_shared_sources: bool,
     /// The server's certificate (then any intermediates), a PEM file: clients must connect
     /// with TLS (sslmode=require or stronger). Needs --tls-key.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -78,6 +83,7 @@ pub fn run(args: &ServeArgs) -> riffle::Result<()> {
     config.env = env;
     config.max_subscriber_lag = args.max_subscriber_lag;
     config.retained_changes = args.retained_changes;
+    config.shared_sources = !args.no_shared_sources;
     config.web = args.engine.web_config()?;
     if let Some(file) = &args.users_file {
         config.users = read_users(file)?;

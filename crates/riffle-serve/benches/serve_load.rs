@@ -6,7 +6,8 @@
 //! cargo bench -p riffle-serve --bench serve_load -- [events] [lookup clients] [lookups/s each] [subscribers] [retained changes]
 //! ```
 //!
-//! With `--rocksdb` (in any mode), the views keep their state, and their rows, in RocksDB.
+//! With `--rocksdb` (in any mode), the views keep their state, and their rows, in RocksDB; with
+//! `--no-shared-sources`, each view reads its source itself.
 //!
 //! Prints the ingest rate without and with readers, lookup latency p50/p99/max, and the
 //! subscribers' lag (from the moment the view applied a change to the moment a subscriber read
@@ -28,6 +29,16 @@
 //! publishes): the view reads its events to the end, then each number of clients sends
 //! prepared point selects back to back (a closed loop, no pacing) for that long; prints the
 //! lookups per second and the latency's average, p50, p95 and p99.
+//!
+//! ```sh
+//! ./scripts/kafka.sh start && eval "$(./scripts/kafka.sh env)"
+//! cargo bench -p riffle-serve --features kafka --bench serve_load -- shared [records] [views]
+//! ```
+//!
+//! Several views over one Kafka topic of JSON records (written first, from a datagen table),
+//! with their sources shared (`riffle serve`'s default) and with each view reading the topic
+//! itself (`--no-shared-sources`): the time and the process's CPU until every view has read
+//! every record, and how many records were read from the topic.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -72,6 +83,10 @@ fn serve_config(dir: &std::path::Path) -> ServeConfig {
     if std::env::args().any(|a| a == "--rocksdb") {
         config.env.state_backend = Arc::new(riffle_rocksdb::RocksDbBackend::new());
         println!("views in RocksDB");
+    }
+    if std::env::args().any(|a| a == "--no-shared-sources") {
+        config.shared_sources = false;
+        println!("each view reads its source itself");
     }
     config
 }
@@ -356,7 +371,125 @@ fn point(events: u64, seconds: u64, concurrency: &[u64]) {
     server.stop();
 }
 
+/// The process's CPU time so far (user and system), from `/proc/self/stat`.
+#[cfg(feature = "kafka")]
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // The fields after the command's name (in parentheses): utime and stime are 14 and 15.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+/// `shared [records] [views]`: the views over one topic with shared sources, then without.
+#[cfg(feature = "kafka")]
+fn shared(records: u64, views: u64) {
+    let bootstrap = std::env::var("RIFFLE_KAFKA_BOOTSTRAP").expect(
+        "RIFFLE_KAFKA_BOOTSTRAP: start a broker (./scripts/kafka.sh start; eval \"$(./scripts/kafka.sh env)\")",
+    );
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let topic = format!("serve-shared-{}-{nanos}", std::process::id());
+    let table = |name: &str| {
+        format!(
+            "CREATE TABLE {name} (user_id BIGINT, amount BIGINT, note STRING) WITH (
+                 'connector' = 'kafka', 'topic' = '{topic}', 'properties.bootstrap.servers' = '{bootstrap}',
+                 'properties.group.id' = '{topic}', 'scan.startup.mode' = 'earliest-offset',
+                 'format' = 'json')"
+        )
+    };
+    // The topic (two partitions), from a datagen table.
+    riffle_kafka::ensure_topics(
+        &riffle_kafka::KafkaConnection::new(bootstrap.as_str()),
+        &[(&topic, 2)],
+        1,
+    )
+    .unwrap();
+    let started = Instant::now();
+    let env = riffle::StreamEnv::new();
+    riffle_sql::SqlEnv::new(&env)
+        .execute_sql(&format!(
+            "CREATE TABLE gen (user_id BIGINT, amount BIGINT, note STRING) WITH (
+                 'connector' = 'datagen', 'number-of-rows' = '{records}', 'rows-per-second' = '1000000000',
+                 'fields.user_id.min' = '1', 'fields.user_id.max' = '100000',
+                 'fields.amount.min' = '0', 'fields.amount.max' = '99', 'fields.note.length' = '40');
+             {};
+             INSERT INTO topic SELECT * FROM gen;",
+            table("topic")
+        ))
+        .unwrap();
+    env.execute().unwrap();
+    println!(
+        "{records} records written to {topic} in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let queries = [
+        "SELECT user_id, COUNT(*) AS n FROM orders GROUP BY user_id",
+        "SELECT amount, COUNT(*) AS n, SUM(user_id) AS users FROM orders GROUP BY amount",
+        "SELECT amount > 50 AS big, COUNT(*) AS n FROM orders GROUP BY amount > 50",
+        "SELECT user_id / 1000 AS bucket, COUNT(*) AS n, MAX(amount) AS top FROM orders GROUP BY user_id / 1000",
+    ];
+    for share in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = serve_config(dir.path());
+        config.shared_sources = share;
+        let (server, url, rt) = start(config);
+        let (client, connection) = rt.block_on(tokio_postgres::connect(&url, NoTls)).unwrap();
+        rt.spawn(connection);
+        let query = |sql: &str| -> Vec<String> {
+            let mut values = Vec::new();
+            for message in rt.block_on(client.simple_query(sql)).unwrap() {
+                if let tokio_postgres::SimpleQueryMessage::Row(row) = message {
+                    values.push(row.get(0).unwrap_or("0").to_string());
+                }
+            }
+            values
+        };
+        let (cpu, started) = (cpu_seconds(), Instant::now());
+        query(&table("orders"));
+        for v in 0..views as usize {
+            query(&format!(
+                "CREATE MATERIALIZED VIEW v{v} AS {}",
+                queries[v % queries.len()]
+            ));
+        }
+        for v in 0..views {
+            while query(&format!("SELECT SUM(n) FROM v{v}"))[0] != records.to_string() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let (seconds, cpu) = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+        let read = query("SHOW SOURCES").first().cloned();
+        let sources = if share { "shared" } else { "each its own" };
+        println!(
+            "{views} views, sources {sources}: {seconds:.2} s, {cpu:.2} CPU-s ({:.0} records per CPU-second and view){}",
+            (records * views) as f64 / cpu,
+            read.map(|_| {
+                let rows = rt.block_on(client.simple_query("SHOW SOURCES")).unwrap();
+                rows.iter()
+                    .find_map(|m| match m {
+                        tokio_postgres::SimpleQueryMessage::Row(row) => row
+                            .get(2)
+                            .map(|n| format!(", {n} records read from the topic")),
+                        _ => None,
+                    })
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default()
+        );
+        drop(client);
+        server.stop();
+    }
+}
+
 fn main() {
+    #[cfg(feature = "kafka")]
+    if std::env::args().any(|a| a == "shared") {
+        shared(arg(2, 2_000_000), arg(3, 4));
+        return;
+    }
     if std::env::args().any(|a| a == "point") {
         let concurrency: Vec<u64> = std::env::args()
             .filter(|a| !a.starts_with("--"))

@@ -105,6 +105,8 @@ pub struct EngineConfig {
     pub max_subscriber_lag: usize,
     /// How many of its latest changes each view keeps for subscribers that resume (`AS OF`).
     pub retained_changes: usize,
+    /// Whether the views and sinks over one table read its source once, together.
+    pub shared_sources: bool,
     /// Where each view's and sink's job serves its web UI, REST API and metrics (`None`: not
     /// served).
     pub web: Option<riffle_web::WebConfig>,
@@ -179,7 +181,10 @@ struct State {
 /// views and sinks reading one table read its splits once. A table dropped and made again
 /// with another definition gets a source of its own.
 #[derive(Default)]
-struct SharedSources(Mutex<HashMap<String, TableSource>>);
+struct SharedSources {
+    enabled: bool,
+    sources: Mutex<HashMap<String, TableSource>>,
+}
 
 /// A table's shared source, and the definition of the table it reads (columns and options).
 type TableSource = (String, Arc<SourceHub<Row>>);
@@ -189,7 +194,8 @@ impl SharedSources {
     /// read from Kafka, files or a generator (a changelog's reader normalizes it by key in
     /// the reading job's state, which is not shared).
     fn of(&self, table: &TableDef) -> Option<Arc<SourceHub<Row>>> {
-        if table.rows.is_some()
+        if !self.enabled
+            || table.rows.is_some()
             || table.changes.is_some()
             || riffle_sql::connectors::is_changelog(table)
             || !matches!(
@@ -200,7 +206,7 @@ impl SharedSources {
             return None;
         }
         let definition = format!("{:?} {:?}", table.columns, table.options);
-        let mut sources = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
         match sources.get(&table.name) {
             Some((made_for, hub)) if *made_for == definition => Some(hub.clone()),
             _ => {
@@ -237,6 +243,7 @@ impl Engine {
                 e,
             )
         })?;
+        let shared_sources = config.shared_sources;
         let engine = Engine {
             config,
             state: Mutex::new(State {
@@ -244,7 +251,10 @@ impl Engine {
                 views: BTreeMap::new(),
                 sinks: BTreeMap::new(),
                 roles: vec!["riffle".to_string()],
-                sources: SharedSources::default(),
+                sources: SharedSources {
+                    enabled: shared_sources,
+                    ..SharedSources::default()
+                },
             }),
         };
         let path = engine.config.data_dir.join(CATALOG_FILE);
@@ -783,7 +793,11 @@ impl Engine {
             riffle_sql::Field::new("connector", riffle_sql::DataType::Varchar),
             riffle_sql::Field::new("records_read", riffle_sql::DataType::BigInt),
         ]);
-        let sources = state.sources.0.lock().unwrap_or_else(|e| e.into_inner());
+        let sources = state
+            .sources
+            .sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let rows = state
             .catalog
             .tables

@@ -62,6 +62,11 @@ pub struct ServeConfig {
     /// How many of its latest changes each view keeps (in memory and in its checkpoints) for
     /// subscribers that resume with `SUBSCRIBE v AS OF progress`; 0: none.
     pub retained_changes: usize,
+    /// Whether the views and sinks reading one table share its source, reading it once
+    /// (`true`, the default; `--no-shared-sources` turns it off): a view then ingests at the
+    /// pace of the slowest view over the same table, which may be up to
+    /// [`riffle::source::shared::DEFAULT_HUB_CAPACITY`] records behind it.
+    pub shared_sources: bool,
     /// Scalar functions queries can call, by name.
     pub functions: Vec<(String, ScalarFunction)>,
     /// Where each view's and sink's job serves its web UI, REST API and Prometheus metrics
@@ -165,6 +170,7 @@ impl ServeConfig {
             env,
             max_subscriber_lag: 1_000_000,
             retained_changes: view::DEFAULT_RETAINED_CHANGES,
+            shared_sources: true,
             web: None,
             functions: Vec::new(),
             tls: None,
@@ -234,6 +240,7 @@ impl Server {
                 env: config.env.clone(),
                 max_subscriber_lag: config.max_subscriber_lag,
                 retained_changes: config.retained_changes,
+                shared_sources: config.shared_sources,
                 web: config.web.clone(),
             },
             catalog,

@@ -177,8 +177,9 @@ impl<T: Data, S: Source<T>> Source<T> for SharedSource<S, T> {
             // A reader that will start where new readers start keeps the split's batches from
             // there until it reads (other jobs may read first); one that seeks lets them go.
             let mut hub = lock(&shared);
-            if hub.first == 0 && (hub.untouched || hub.fresh.is_some()) {
-                hub.cursors.insert(id, 0);
+            if hub.untouched || hub.fresh.as_ref() == Some(&hub.start) {
+                let first = hub.first;
+                hub.cursors.insert(id, first);
             }
         }
         Ok(Box::new(SharedReader {
@@ -425,11 +426,11 @@ impl<T: Data, S: Source<T>> SharedReader<S, T> {
             self.mode = Mode::Attached { next, position };
             return Ok(());
         }
-        if let (Start::Fresh, Some(fresh), Some(&0)) =
+        if let (Start::Fresh, Some(fresh), Some(&next)) =
             (start, hub.fresh.clone(), hub.cursors.get(&self.id))
         {
             self.mode = Mode::Attached {
-                next: 0,
+                next,
                 position: fresh,
             };
             return Ok(());
@@ -475,6 +476,18 @@ impl<T: Data, S: Source<T>> SharedReader<S, T> {
             }
             if !hub.waiting_for.is_empty() || hub.held >= self.hub.capacity {
                 return Ok(ReadStatus::Pending(Some(Instant::now() + WAIT)));
+            }
+            if hub.cursors.len() == 1 {
+                // Alone on the split: read into `out` itself, holding nothing.
+                let before = out.records.len();
+                let status = hub.reader.read(out, max)?;
+                let read = out.records.len() - before;
+                self.hub.read.fetch_add(read as u64, Ordering::Relaxed);
+                hub.head = hub.reader.position();
+                hub.start = hub.head.clone();
+                hub.finished |= status == ReadStatus::Finished;
+                *position = hub.head.clone();
+                return Ok(status);
             }
             let status = hub.read(max, &self.hub.read)?;
             if *next == hub.end() {
@@ -870,31 +883,41 @@ mod tests {
         /// never stops them all.
         #[test]
         fn every_reader_reads_its_split_from_its_start(
-            starts in proptest::collection::vec(proptest::option::of(0u64..2_000), 1..5),
+            starts in proptest::collection::vec(
+                (proptest::option::of(0u64..2_000), 0usize..200), 1..5),
             turns in proptest::collection::vec((0usize..5, 1usize..300), 1..400),
             capacity in 1usize..3_000,
             ordered: bool,
         ) {
             let len = 2_000;
             let hub = SourceHub::with_capacity(capacity);
-            let mut readers: Vec<_> = starts
-                .iter()
-                .map(|start| {
-                    let mut r = reader(&hub, len, ordered);
-                    if let Some(p) = start {
-                        let p = if ordered { serde_json::json!(p) } else { serde_json::json!(p.to_string()) };
-                        r.seek(&p).unwrap();
+            // Reader `i` is made (and seeks) at turn `starts[i].1`: some only once others read.
+            let make = |start: &Option<u64>| {
+                let mut r = reader(&hub, len, ordered);
+                if let Some(p) = start {
+                    let p = if ordered { serde_json::json!(p) } else { serde_json::json!(p.to_string()) };
+                    r.seek(&p).unwrap();
+                }
+                (r, Vec::new())
+            };
+            let mut readers: Vec<Option<Reading>> = starts.iter().map(|_| None).collect();
+            for (turn, (who, max)) in turns.into_iter().enumerate() {
+                for (i, (start, at)) in starts.iter().enumerate() {
+                    if *at == turn {
+                        readers[i] = Some(make(start));
                     }
-                    (r, Vec::new())
-                })
-                .collect();
-            for (who, max) in turns {
-                if let Some((r, got)) = readers.get_mut(who) {
+                }
+                if let Some(Some((r, got))) = readers.get_mut(who) {
                     got.extend(read(r.as_mut(), max).0);
                 }
             }
+            let mut readers: Vec<Reading> = readers
+                .into_iter()
+                .zip(&starts)
+                .map(|(r, (start, _))| r.unwrap_or_else(|| make(start)))
+                .collect();
             read_all(&mut readers, 97);
-            for (start, (_, got)) in starts.iter().zip(&readers) {
+            for ((start, _), (_, got)) in starts.iter().zip(&readers) {
                 proptest::prop_assert_eq!(got.clone(), (start.unwrap_or(0)..len).collect::<Vec<_>>());
             }
         }
