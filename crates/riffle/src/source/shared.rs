@@ -410,6 +410,24 @@ struct SharedReader<S: Source<T>, T: Data> {
 }
 
 impl<T: Data, S: Source<T>> SharedReader<S, T> {
+    /// A read of the split's reader failed: the job reading gets the error (and fails, as it
+    /// would reading alone), and the split gets a new reader at its head (the position after
+    /// the last batch read), so that the jobs that read it next, this one restarted included,
+    /// do not read through a broken one.
+    fn renew_on_error(
+        source: &S,
+        split: &S::Split,
+        hub: &mut SplitHub<T>,
+        status: Result<ReadStatus>,
+    ) -> Result<ReadStatus> {
+        if status.is_err() {
+            let mut reader = source.reader(split.clone())?;
+            reader.seek(&hub.head)?;
+            hub.reader = reader;
+        }
+        status
+    }
+
     /// Places a reader that has not started: on the untouched split, at a boundary held, or
     /// on a reader of its own.
     fn place(&mut self) -> Result<()> {
@@ -480,7 +498,8 @@ impl<T: Data, S: Source<T>> SharedReader<S, T> {
             if hub.cursors.len() == 1 {
                 // Alone on the split: read into `out` itself, holding nothing.
                 let before = out.records.len();
-                let status = hub.reader.read(out, max)?;
+                let status = hub.reader.read(out, max);
+                let status = Self::renew_on_error(&self.source, &self.split, &mut hub, status)?;
                 let read = out.records.len() - before;
                 self.hub.read.fetch_add(read as u64, Ordering::Relaxed);
                 hub.head = hub.reader.position();
@@ -489,7 +508,8 @@ impl<T: Data, S: Source<T>> SharedReader<S, T> {
                 *position = hub.head.clone();
                 return Ok(status);
             }
-            let status = hub.read(max, &self.hub.read)?;
+            let status = hub.read(max, &self.hub.read);
+            let status = Self::renew_on_error(&self.source, &self.split, &mut hub, status)?;
             if *next == hub.end() {
                 return Ok(status);
             }
@@ -550,7 +570,8 @@ impl<T: Data, S: Source<T>> SharedReader<S, T> {
                     if hub.cursors.is_empty() {
                         hub.reseat(&position)?;
                     } else if hub.held < self.hub.capacity && hub.waiting_for.is_empty() {
-                        hub.read(((here - head) as usize).min(max), &self.hub.read)?;
+                        let status = hub.read(((here - head) as usize).min(max), &self.hub.read);
+                        Self::renew_on_error(&self.source, &self.split, &mut hub, status)?;
                         hub.trim();
                     }
                     if !self.meet(&mut hub) {
@@ -683,12 +704,15 @@ mod tests {
     struct Numbers {
         len: u64,
         ordered: bool,
+        /// A read that reaches this number fails, once.
+        fail_at: Arc<AtomicU64>,
     }
 
     struct NumbersReader {
         len: u64,
         ordered: bool,
         next: u64,
+        fail_at: Arc<AtomicU64>,
     }
 
     impl Source<u64> for Numbers {
@@ -707,6 +731,7 @@ mod tests {
                 len: self.len,
                 ordered: self.ordered,
                 next: 0,
+                fail_at: self.fail_at.clone(),
             }))
         }
     }
@@ -720,6 +745,13 @@ mod tests {
                 return Ok(ReadStatus::Finished);
             }
             let end = (self.next + max as u64).min(self.len);
+            let fail_at = self.fail_at.load(Ordering::Relaxed);
+            if (self.next..end).contains(&fail_at) {
+                self.fail_at.store(u64::MAX, Ordering::Relaxed);
+                // A broken reader: it stays broken.
+                self.len = 0;
+                return Err(crate::Error::user("the broker went away"));
+            }
             for n in self.next..end {
                 out.emit(n);
             }
@@ -743,7 +775,23 @@ mod tests {
     }
 
     fn reader(hub: &Arc<SourceHub<u64>>, len: u64, ordered: bool) -> Box<dyn SplitReader<u64>> {
-        hub.share(Numbers { len, ordered }).reader(()).unwrap()
+        failing_reader(hub, len, ordered, u64::MAX)
+    }
+
+    fn failing_reader(
+        hub: &Arc<SourceHub<u64>>,
+        len: u64,
+        ordered: bool,
+        fail_at: u64,
+    ) -> Box<dyn SplitReader<u64>> {
+        let fail_at = Arc::new(AtomicU64::new(fail_at));
+        hub.share(Numbers {
+            len,
+            ordered,
+            fail_at,
+        })
+        .reader(())
+        .unwrap()
     }
 
     /// One read: the numbers it gave, or `None` when it gave none (pending or finished).
@@ -875,6 +923,31 @@ mod tests {
         assert_eq!(b.position(), serde_json::json!(200));
         assert_eq!(read(c.as_mut(), 100).0, (0..100).collect::<Vec<_>>());
         assert_eq!(hub.records_read(), 200);
+    }
+
+    #[test]
+    fn a_failed_read_fails_the_job_reading_and_the_split_reads_on_with_a_new_reader() {
+        let hub = SourceHub::new();
+        let mut a = failing_reader(&hub, 1_000, true, 450);
+        let mut b = reader(&hub, 1_000, true);
+        let mut got_b = Vec::new();
+        for _ in 0..4 {
+            got_b.extend(read(b.as_mut(), 100).0);
+            assert_eq!(read(a.as_mut(), 100).0.len(), 100);
+        }
+        // `b` reads the batch with 450 for both: the read fails, `b`'s job with it.
+        let mut out = SourceOutput::with_capacity(100);
+        assert!(b.read(&mut out, 100).is_err());
+        let restored = b.position();
+        drop(b);
+        // `b`'s job restarts from its position; `a` reads on: both get every number once.
+        let mut b = reader(&hub, 1_000, true);
+        b.seek(&restored).unwrap();
+        let mut readers = vec![(a, (0..400).collect()), (b, got_b)];
+        read_all(&mut readers, 100);
+        for (_, got) in &readers {
+            assert_eq!(*got, (0..1_000).collect::<Vec<_>>());
+        }
     }
 
     proptest::proptest! {
