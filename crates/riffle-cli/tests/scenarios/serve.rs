@@ -345,6 +345,93 @@ fn a_view_of_a_kafka_topic_killed_while_it_ingests_counts_every_record_once() {
     }
 }
 
+/// The records a table's source read, by `SHOW SOURCES`.
+#[cfg(feature = "kafka")]
+fn records_read(port: u16, table: &str) -> u64 {
+    let sources = psql(port, "SHOW SOURCES");
+    sources
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{table}|kafka|")))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("SHOW SOURCES said {sources:?}"))
+}
+
+#[cfg(feature = "kafka")]
+#[test]
+fn a_view_made_while_another_is_in_the_middle_of_a_topic_catches_up_and_shares_it_through_a_kill() {
+    use riffle_kafka::testing::bootstrap;
+
+    let (topic, producer) = new_topic("serve-late", 2);
+    let produce = |from: u64, to: u64| {
+        for i in from..to {
+            let order = format!(r#"{{"user_id": {}, "amount": {}}}"#, i % 50, i % 7);
+            producer.send(&topic, (i % 2) as i32, None, order.as_bytes());
+        }
+        producer.flush();
+    };
+    const BACKLOG: u64 = 200_000;
+    const LIVE: u64 = 5_000;
+    produce(0, BACKLOG);
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = serve(dir.path());
+    psql(
+        server.port,
+        &format!(
+            "CREATE TABLE orders (user_id BIGINT, amount BIGINT) WITH ('connector' = 'kafka',
+                 'topic' = '{topic}', 'properties.bootstrap.servers' = '{}',
+                 'properties.group.id' = '{topic}', 'scan.startup.mode' = 'earliest-offset',
+                 'format' = 'json');
+             CREATE MATERIALIZED VIEW per_user AS
+                 SELECT user_id, COUNT(*) AS n FROM orders GROUP BY user_id;",
+            bootstrap()
+        ),
+    );
+    let (users, amounts) = ("SELECT SUM(n) FROM per_user", "SELECT SUM(n) FROM per_amount");
+    wait_until("per_user reading", || sum(server.port, users) > 0);
+    // Made while `per_user` is somewhere in the topic: it reads alone up to it, then shares.
+    psql(
+        server.port,
+        "CREATE MATERIALIZED VIEW per_amount AS
+             SELECT amount, COUNT(*) AS n FROM orders GROUP BY amount",
+    );
+    wait_until("per_amount reading", || sum(server.port, amounts) > 0);
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
+    drop(server);
+
+    // Restored at positions of their own: each view counts every record once.
+    let server = serve(dir.path());
+    wait_until("both views at the end of the topic", || {
+        sum(server.port, users) >= BACKLOG && sum(server.port, amounts) >= BACKLOG
+    });
+    assert_eq!(sum(server.port, users), BACKLOG);
+    let per_amount = |total: u64| -> String {
+        (0..7)
+            .map(|a| format!("{a}|{}\n", (0..total).filter(|i| i % 7 == a).count()))
+            .collect()
+    };
+    assert_eq!(
+        psql(server.port, "SELECT amount, n FROM per_amount ORDER BY amount"),
+        per_amount(BACKLOG)
+    );
+    // Both at the end of the topic, on its one reader: what comes now is read once.
+    let before = records_read(server.port, "orders");
+    produce(BACKLOG, BACKLOG + LIVE);
+    wait_until("the live records read", || {
+        sum(server.port, users) >= BACKLOG + LIVE && sum(server.port, amounts) >= BACKLOG + LIVE
+    });
+    assert_eq!(sum(server.port, users), BACKLOG + LIVE);
+    assert_eq!(
+        psql(server.port, "SELECT amount, n FROM per_amount ORDER BY amount"),
+        per_amount(BACKLOG + LIVE)
+    );
+    assert_eq!(
+        records_read(server.port, "orders") - before,
+        LIVE,
+        "the live records were read by each view itself"
+    );
+}
+
 /// What a subscriber got: each line of `COPY (SUBSCRIBE ..) TO STDOUT` as it came, then how
 /// the subscription ended (the server went away, or an error).
 #[cfg(feature = "kafka")]
