@@ -234,6 +234,8 @@ struct SplitHub<T> {
     untouched: bool,
     /// Where the split's reader started, when it started where new readers start.
     fresh: Option<serde_json::Value>,
+    /// The position of a new reader of the split (where a reader that has not started is).
+    initial: serde_json::Value,
     /// The sequence number of the first batch held.
     first: u64,
     /// The position before the first batch held.
@@ -260,6 +262,7 @@ impl<T: Data> SplitHub<T> {
             reader,
             untouched: true,
             fresh: None,
+            initial: head.clone(),
             first: 0,
             start: head.clone(),
             batches: VecDeque::new(),
@@ -630,7 +633,15 @@ impl<T: Data, S: Source<T>> SplitReader<T> for SharedReader<S, T> {
     fn position(&self) -> serde_json::Value {
         match &self.mode {
             Mode::Unplaced(Start::At(position)) => position.clone(),
-            Mode::Unplaced(_) => lock(&self.shared).head.clone(),
+            // Where it will start: the split's fresh start, while it holds the batches from
+            // there for it; else where any new reader of the split is.
+            Mode::Unplaced(_) => {
+                let hub = lock(&self.shared);
+                match (&hub.fresh, hub.cursors.contains_key(&self.id)) {
+                    (Some(fresh), true) => fresh.clone(),
+                    _ => hub.initial.clone(),
+                }
+            }
             Mode::Attached { position, .. } => position.clone(),
             Mode::Private(own) => own.position(),
         }
@@ -650,8 +661,10 @@ impl<T: Data, S: Source<T>> SplitReader<T> for SharedReader<S, T> {
 
     fn start_at_beginning(&mut self) -> Result<()> {
         self.leave();
+        // Placed now: where it is before its first read is the beginning's position, which
+        // only a reader placed there knows.
         self.mode = Mode::Unplaced(Start::Beginning);
-        Ok(())
+        self.place()
     }
 
     fn checkpoint_complete(&mut self, position: &serde_json::Value) -> Result<()> {
@@ -950,6 +963,113 @@ mod tests {
         }
     }
 
+    /// Two jobs reading a file of nine ranges through one hub, as two subtasks each (a subtask
+    /// reads its ranges one after the other, their readers opened at once), the second job
+    /// made later, both "killed" and restored from their positions: each reads every line once.
+    #[test]
+    fn jobs_reading_a_file_in_ranges_read_every_line_once_through_a_restore() {
+        use crate::source::file::FileSource;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lines.txt");
+        let lines: Vec<String> = (0..30_000).map(|i| format!("line {i}")).collect();
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        let size = std::fs::metadata(&path).unwrap().len();
+        let source = || FileSource::lines(&path).split_size(size / 9 + 1);
+        let splits = source().splits(2).unwrap();
+        assert_eq!(splits.len(), 9);
+        /// A job: each subtask's readers (ranges `i % 2 == subtask`), and which it is on.
+        struct Job {
+            readers: Vec<Vec<Box<dyn SplitReader<String>>>>,
+            on: [usize; 2],
+            got: Vec<String>,
+        }
+        impl Job {
+            /// One read of `subtask`'s current range; whether the subtask is done.
+            fn step(&mut self, subtask: usize, max: usize) -> bool {
+                let Some(reader) = self.readers[subtask].get_mut(self.on[subtask]) else {
+                    return true;
+                };
+                let mut out = SourceOutput::with_capacity(max);
+                let status = reader.read(&mut out, max).unwrap();
+                self.got.extend(out.records.into_iter().map(|r| r.value));
+                if status == ReadStatus::Finished {
+                    self.on[subtask] += 1;
+                }
+                false
+            }
+            fn positions(&self) -> Vec<Vec<serde_json::Value>> {
+                let at = |rs: &Vec<Box<dyn SplitReader<String>>>| {
+                    rs.iter().map(|r| r.position()).collect()
+                };
+                self.readers.iter().map(at).collect()
+            }
+        }
+        for schedule in 0..8u64 {
+            let open = |hub: &Arc<SourceHub<String>>,
+                        at: Option<&Vec<Vec<serde_json::Value>>>,
+                        got: Vec<String>| {
+                let mut readers: Vec<Vec<Box<dyn SplitReader<String>>>> =
+                    vec![Vec::new(), Vec::new()];
+                for (i, split) in splits.iter().enumerate() {
+                    let mut r = hub.share(source()).reader(split.clone()).unwrap();
+                    if let Some(at) = at {
+                        r.seek(&at[i % 2][i / 2]).unwrap();
+                    }
+                    readers[i % 2].push(r);
+                }
+                Job {
+                    readers,
+                    on: [0, 0],
+                    got,
+                }
+            };
+            let hub = SourceHub::new();
+            let mut first = open(&hub, None, Vec::new());
+            for turn in 0..(20 + schedule * 9) {
+                first.step((turn % 2) as usize, 100 + schedule as usize * 37);
+            }
+            let mut second = open(&hub, None, Vec::new());
+            for turn in 0..(40 + schedule * 13) {
+                second.step((turn % 2) as usize, 50 + schedule as usize * 13);
+                if turn % 3 != 0 {
+                    first.step((turn % 2) as usize, 100);
+                }
+            }
+            // The kill: each job's checkpoint is its readers' positions and what it emitted.
+            let at = [first.positions(), second.positions()];
+            let got = [
+                std::mem::take(&mut first.got),
+                std::mem::take(&mut second.got),
+            ];
+            drop((first, second));
+            let hub = SourceHub::new();
+            let [got0, got1] = got;
+            let mut jobs = [
+                open(&hub, Some(&at[0]), got0),
+                open(&hub, Some(&at[1]), got1),
+            ];
+            for _ in 0..100_000 {
+                let mut done = true;
+                for job in jobs.iter_mut() {
+                    for subtask in 0..2 {
+                        done &= job.step(subtask, 100);
+                    }
+                }
+                if done {
+                    break;
+                }
+            }
+            for (j, job) in jobs.iter().enumerate() {
+                let mut got = job.got.clone();
+                got.sort();
+                let mut want = lines.clone();
+                want.sort();
+                assert_eq!(got.len(), want.len(), "job {j}, schedule {schedule}");
+                assert_eq!(got, want, "job {j}, schedule {schedule}");
+            }
+        }
+    }
+
     proptest::proptest! {
         /// Whatever the readers' starts, the order they read in and how much each asks for,
         /// every reader reads exactly its split from its start, and a hub of any capacity
@@ -959,25 +1079,34 @@ mod tests {
             starts in proptest::collection::vec(
                 (proptest::option::of(0u64..2_000), 0usize..200), 1..5),
             turns in proptest::collection::vec((0usize..5, 1usize..300), 1..400),
+            kill_at in proptest::option::of(0usize..400),
             capacity in 1usize..3_000,
             ordered: bool,
         ) {
             let len = 2_000;
-            let hub = SourceHub::with_capacity(capacity);
+            let mut hub = SourceHub::with_capacity(capacity);
+            let position = |p: u64| if ordered { serde_json::json!(p) } else { serde_json::json!(p.to_string()) };
             // Reader `i` is made (and seeks) at turn `starts[i].1`: some only once others read.
-            let make = |start: &Option<u64>| {
-                let mut r = reader(&hub, len, ordered);
-                if let Some(p) = start {
-                    let p = if ordered { serde_json::json!(p) } else { serde_json::json!(p.to_string()) };
+            let make = |hub: &Arc<SourceHub<u64>>, at: Option<serde_json::Value>| {
+                let mut r = reader(hub, len, ordered);
+                if let Some(p) = at {
                     r.seek(&p).unwrap();
                 }
-                (r, Vec::new())
+                r
             };
             let mut readers: Vec<Option<Reading>> = starts.iter().map(|_| None).collect();
             for (turn, (who, max)) in turns.into_iter().enumerate() {
                 for (i, (start, at)) in starts.iter().enumerate() {
                     if *at == turn {
-                        readers[i] = Some(make(start));
+                        readers[i] = Some((make(&hub, start.map(position)), Vec::new()));
+                    }
+                }
+                if kill_at == Some(turn) {
+                    // Every job restarts from its reader's position, on a new hub.
+                    hub = SourceHub::with_capacity(capacity);
+                    for reading in readers.iter_mut().flatten() {
+                        let at = reading.0.position();
+                        reading.0 = make(&hub, Some(at));
                     }
                 }
                 if let Some(Some((r, got))) = readers.get_mut(who) {
@@ -987,7 +1116,7 @@ mod tests {
             let mut readers: Vec<Reading> = readers
                 .into_iter()
                 .zip(&starts)
-                .map(|(r, (start, _))| r.unwrap_or_else(|| make(start)))
+                .map(|(r, (start, _))| r.unwrap_or_else(|| (make(&hub, start.map(position)), Vec::new())))
                 .collect();
             read_all(&mut readers, 97);
             for ((start, _), (_, got)) in starts.iter().zip(&readers) {
