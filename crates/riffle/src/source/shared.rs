@@ -13,7 +13,9 @@
 //! - An attached reader that needs more than is held reads the split for everyone (it *drives*
 //!   it). At most [`SourceHub::with_capacity`] records are held: a job whose reader is that far
 //!   behind the driver holds the others back (back-pressure, as several sinks of one Flink
-//!   source have), and a job that stops or fails lets them go.
+//!   source have), and a job that stops or fails lets them go. A job held back reads nothing
+//!   meanwhile: give a watermark strategy's idleness timeout more time than that takes, or
+//!   its split counts as idle while records wait for it.
 //! - A reader restored elsewhere reads the split with a reader of its own (*private*) until its
 //!   position meets a boundary. When the positions are ordered (a number, or an object with a
 //!   numeric `offset`: Kafka, files, generators), the private reader reads exactly up to the
