@@ -229,6 +229,32 @@ fn new_topic(name: &str, partitions: i32) -> (String, riffle_kafka::testing::Tes
     (topic, TestProducer::new(&[("linger.ms", "5")]))
 }
 
+/// `CREATE TABLE orders (columns)` over the JSON records of `topic`, read from its start.
+#[cfg(feature = "kafka")]
+fn orders_table(columns: &str, topic: &str) -> String {
+    format!(
+        "CREATE TABLE orders ({columns}) WITH ('connector' = 'kafka',
+             'topic' = '{topic}', 'properties.bootstrap.servers' = '{}',
+             'properties.group.id' = '{topic}', 'scan.startup.mode' = 'earliest-offset',
+             'format' = 'json');",
+        riffle_kafka::testing::bootstrap()
+    )
+}
+
+/// Sends `record(i)` for each `i` of `range` to `topic` (partition `i % 2`), and flushes.
+#[cfg(feature = "kafka")]
+fn produce(
+    producer: &riffle_kafka::testing::TestProducer,
+    topic: &str,
+    range: std::ops::Range<u64>,
+    record: impl Fn(u64) -> String,
+) {
+    for i in range {
+        producer.send(topic, (i % 2) as i32, None, record(i).as_bytes());
+    }
+    producer.flush();
+}
+
 /// The sum of a view's column, 0 while it has no rows.
 fn sum(port: u16, sql: &str) -> u64 {
     psql(port, sql).trim().parse().unwrap_or(0)
@@ -237,16 +263,9 @@ fn sum(port: u16, sql: &str) -> u64 {
 #[cfg(feature = "kafka")]
 #[test]
 fn a_view_of_a_kafka_topic_killed_while_it_ingests_counts_every_record_once() {
-    use riffle_kafka::testing::bootstrap;
-
     let (topic, producer) = new_topic("serve-orders", 2);
     let order = |i: u64| format!(r#"{{"user_id": {}, "amount": {}}}"#, i % 50, i % 7);
-    let produce = |from: u64, to: u64| {
-        for i in from..to {
-            producer.send(&topic, (i % 2) as i32, None, order(i).as_bytes());
-        }
-        producer.flush();
-    };
+    let produce = |from: u64, to: u64| produce(&producer, &topic, from..to, order);
     const HALF: u64 = 20_000;
 
     let dir = tempfile::tempdir().unwrap();
@@ -254,17 +273,14 @@ fn a_view_of_a_kafka_topic_killed_while_it_ingests_counts_every_record_once() {
     psql(
         server.port,
         &format!(
-            "CREATE TABLE orders (user_id BIGINT, amount BIGINT) WITH ('connector' = 'kafka',
-                 'topic' = '{topic}', 'properties.bootstrap.servers' = '{}',
-                 'properties.group.id' = '{topic}', 'scan.startup.mode' = 'earliest-offset',
-                 'format' = 'json');
+            "{}
              CREATE MATERIALIZED VIEW per_user AS
                  SELECT user_id, COUNT(*) AS n, SUM(amount) AS total FROM orders GROUP BY user_id;
              CREATE MATERIALIZED VIEW pricey AS
                  SELECT user_id, COUNT(*) AS n FROM orders WHERE amount >= 5 GROUP BY user_id;
              CREATE MATERIALIZED VIEW totals AS
                  SELECT COUNT(*) AS users, SUM(n) AS n, SUM(total) AS total FROM per_user;",
-            bootstrap()
+            orders_table("user_id BIGINT, amount BIGINT", &topic)
         ),
     );
     let total = "SELECT SUM(n) FROM per_user";
@@ -420,16 +436,9 @@ fn records_read(port: u16, table: &str) -> u64 {
 #[cfg(feature = "kafka")]
 #[test]
 fn a_view_made_while_another_is_in_the_middle_of_a_topic_catches_up_and_shares_it_through_a_kill() {
-    use riffle_kafka::testing::bootstrap;
-
     let (topic, producer) = new_topic("serve-late", 2);
-    let produce = |from: u64, to: u64| {
-        for i in from..to {
-            let order = format!(r#"{{"user_id": {}, "amount": {}}}"#, i % 50, i % 7);
-            producer.send(&topic, (i % 2) as i32, None, order.as_bytes());
-        }
-        producer.flush();
-    };
+    let order = |i: u64| format!(r#"{{"user_id": {}, "amount": {}}}"#, i % 50, i % 7);
+    let produce = |from: u64, to: u64| produce(&producer, &topic, from..to, order);
     const BACKLOG: u64 = 200_000;
     const LIVE: u64 = 5_000;
     produce(0, BACKLOG);
@@ -438,13 +447,10 @@ fn a_view_made_while_another_is_in_the_middle_of_a_topic_catches_up_and_shares_i
     psql(
         server.port,
         &format!(
-            "CREATE TABLE orders (user_id BIGINT, amount BIGINT) WITH ('connector' = 'kafka',
-                 'topic' = '{topic}', 'properties.bootstrap.servers' = '{}',
-                 'properties.group.id' = '{topic}', 'scan.startup.mode' = 'earliest-offset',
-                 'format' = 'json');
+            "{}
              CREATE MATERIALIZED VIEW per_user AS
                  SELECT user_id, COUNT(*) AS n FROM orders GROUP BY user_id;",
-            bootstrap()
+            orders_table("user_id BIGINT, amount BIGINT", &topic)
         ),
     );
     let (users, amounts) = (
@@ -615,17 +621,11 @@ impl Follower {
 #[cfg(feature = "kafka")]
 #[test]
 fn a_durable_subscriber_resumes_after_each_kill_of_the_server_and_sees_each_change_once() {
-    use riffle_kafka::testing::bootstrap;
     use std::sync::mpsc::RecvTimeoutError;
 
     let (topic, producer) = new_topic("serve-resume", 2);
-    let produce = |from: u64, to: u64| {
-        for i in from..to {
-            let order = format!(r#"{{"id": {i}, "amount": {}}}"#, i % 7);
-            producer.send(&topic, (i % 2) as i32, None, order.as_bytes());
-        }
-        producer.flush();
-    };
+    let order = |i: u64| format!(r#"{{"id": {i}, "amount": {}}}"#, i % 7);
+    let produce = |from: u64, to: u64| produce(&producer, &topic, from..to, order);
     const PART: u64 = 6_000;
     const ROUNDS: u64 = 3;
     let kept = |i: &u64| i % 7 > 2;
@@ -636,12 +636,9 @@ fn a_durable_subscriber_resumes_after_each_kill_of_the_server_and_sees_each_chan
     psql(
         server.port,
         &format!(
-            "CREATE TABLE orders (id BIGINT, amount BIGINT) WITH ('connector' = 'kafka',
-                 'topic' = '{topic}', 'properties.bootstrap.servers' = '{}',
-                 'properties.group.id' = '{topic}', 'scan.startup.mode' = 'earliest-offset',
-                 'format' = 'json');
+            "{}
              CREATE MATERIALIZED VIEW big AS SELECT id, amount FROM orders WHERE amount > 2;",
-            bootstrap()
+            orders_table("id BIGINT, amount BIGINT", &topic)
         ),
     );
     let mut follower = Follower::default();
@@ -743,13 +740,8 @@ fn a_sink_of_a_view_writes_each_change_once_to_kafka_through_a_kill() {
 
     let (input, producer) = new_topic("serve-sink-in", 2);
     let (output, _) = new_topic("serve-sink-out", 1);
-    let produce = |from: u64, to: u64| {
-        for i in from..to {
-            let order = format!(r#"{{"user_id": {}, "amount": {}}}"#, i % 20, i % 7);
-            producer.send(&input, (i % 2) as i32, None, order.as_bytes());
-        }
-        producer.flush();
-    };
+    let order = |i: u64| format!(r#"{{"user_id": {}, "amount": {}}}"#, i % 20, i % 7);
+    let produce = |from: u64, to: u64| produce(&producer, &input, from..to, order);
     const PART: u64 = 5_000;
     const ROUNDS: u64 = 3;
     const HALF: u64 = (ROUNDS + 1) * PART / 2;
@@ -759,15 +751,13 @@ fn a_sink_of_a_view_writes_each_change_once_to_kafka_through_a_kill() {
     psql(
         server.port,
         &format!(
-            "CREATE TABLE orders (user_id BIGINT, amount BIGINT) WITH ('connector' = 'kafka',
-                 'topic' = '{input}', 'properties.bootstrap.servers' = '{bootstrap}',
-                 'properties.group.id' = '{input}', 'scan.startup.mode' = 'earliest-offset',
-                 'format' = 'json');
+            "{}
              CREATE MATERIALIZED VIEW per_user AS
                  SELECT user_id, COUNT(*) AS n, SUM(amount) AS total FROM orders GROUP BY user_id;
              CREATE SINK out FROM per_user WITH ('connector' = 'kafka', 'topic' = '{output}',
                  'properties.bootstrap.servers' = '{bootstrap}', 'format' = 'debezium-json',
                  'sink.delivery-guarantee' = 'exactly-once');",
+            orders_table("user_id BIGINT, amount BIGINT", &input),
             bootstrap = bootstrap()
         ),
     );
