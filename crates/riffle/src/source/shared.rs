@@ -427,7 +427,10 @@ impl<T: Data, S: Source<T>> SharedReader<S, T> {
     ) -> Result<ReadStatus> {
         if status.is_err() {
             let mut reader = source.reader(split.clone())?;
-            reader.seek(&hub.head)?;
+            // (A split still at its fresh start is where a new reader is.)
+            if hub.fresh.as_ref() != Some(&hub.head) {
+                reader.seek(&hub.head)?;
+            }
             hub.reader = reader;
         }
         status
