@@ -101,14 +101,21 @@ fn eval_all(evals: &[Eval], row: &Row) -> riffle::Result<Row> {
 /// SELECT list's expressions, when `HAVING` keeps the row.
 #[derive(Clone)]
 struct Output {
-    post: Arc<Vec<Eval>>,
+    /// `None`: the SELECT list is the aggregated row's columns in order (the row as it is).
+    post: Option<Arc<Projection>>,
     having: Option<Eval>,
 }
 
 impl Output {
-    fn new(post: &[Typed], having: Option<&Typed>) -> Output {
+    /// `width`: the aggregated row's number of columns.
+    fn new(post: &[Typed], having: Option<&Typed>, width: usize) -> Output {
+        let as_it_is = post.len() == width
+            && post
+                .iter()
+                .enumerate()
+                .all(|(i, e)| e.place == Some(Place::Column(i)));
         Output {
-            post: Arc::new(post.iter().map(|e| e.eval.clone()).collect()),
+            post: (!as_it_is).then(|| Arc::new(Projection::new(post))),
             having: having.map(|h| h.eval.clone()),
         }
     }
@@ -120,7 +127,10 @@ impl Output {
         {
             return Ok(None);
         }
-        eval_all(&self.post, &aggregated).map(Some)
+        match &self.post {
+            None => Ok(Some(aggregated)),
+            Some(post) => post.apply(aggregated).map(Some),
+        }
     }
 }
 
@@ -789,13 +799,14 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             if !*processing_time && exchanged(input) {
                 scans.placement.event_time_once("a window aggregation")?;
             }
-            let mut pre: Vec<_> = pre.iter().map(|e| e.eval.clone()).collect();
             // The late rows' table's columns ride along after the aggregates' arguments.
             let late_from = pre.len();
+            let mut pre = pre.clone();
             if let Some((_, columns)) = late {
-                pre.extend(columns.iter().map(|c| c.eval.clone()));
+                pre.extend(columns.iter().cloned());
             }
-            let output = Output::new(post, having.as_ref());
+            let pre = Projection::new(&pre);
+            let output = Output::new(post, having.as_ref(), keys + 3 + aggs.len());
             let key_count = *keys;
             let ms = |ms: &i64| Duration::from_millis(*ms as u64);
             let windows = match (window, *processing_time) {
@@ -824,7 +835,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                 Some(results) => results,
                 None => {
                     let keyed = append(input)?
-                        .try_map(move |row: Row| eval_all(&pre, &row))
+                        .try_map(move |row: Row| pre.apply(row))
                         .name("Pre-aggregate")
                         .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()));
                     let mut windowed = scans.placement.exchange(keyed, "window").window(windows);
@@ -884,8 +895,8 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             ttl,
             ..
         } => {
-            let pre: Vec<_> = pre.iter().map(|e| e.eval.clone()).collect();
-            let post = Output::new(post, having.as_ref());
+            let pre = Projection::new(pre);
+            let post = Output::new(post, having.as_ref(), keys + aggs.len());
             let key_count = *keys;
             if input.changelog_mode() == ChangelogMode::Retract {
                 return Ok(Rows::Changelog(retracting_aggregate(
@@ -913,19 +924,14 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                 post.of(key_and(key, results))
             };
             let keyed = append(input)?
-                .try_map(move |row: Row| eval_all(&pre, &row))
+                .try_map(move |row: Row| pre.apply(row))
                 .name("Pre-aggregate")
                 .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()));
             let changes = scans
                 .placement
                 .exchange(keyed, "group-aggregate")
                 .process(move |key: &Row, row: Row, ctx| {
-                    let (before, after) = {
-                        let mut state = ctx.aggregating(&accumulators);
-                        let before = state.get()?;
-                        state.add(&row)?;
-                        (before, state.get()?.unwrap_or_default())
-                    };
+                    let (before, after) = ctx.aggregating(&accumulators).add_and_get(&row)?;
                     let after = output(key, after)?;
                     let before = before.map(|b| output(key, b)).transpose()?.flatten();
                     emit_group_change(before, after, ctx)
@@ -969,7 +975,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             outputs,
             ..
         } => {
-            let pre: Vec<Eval> = pre.iter().map(|e| e.eval.clone()).collect();
+            let pre = Projection::new(pre);
             let over = Over {
                 partitions: *partitions,
                 descending: descending.clone(),
@@ -984,7 +990,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             let keyed = lower(input, env)?
                 .into_changelog()
                 .try_map(move |change: Change<Row>| -> riffle::Result<Change<Row>> {
-                    Ok(Change::new(change.op, eval_all(&pre, &change.row)?))
+                    Ok(Change::new(change.op, pre.apply(change.row)?))
                 })
                 .name("Pre-over")
                 .key_by(move |change: &Change<Row>| Row(change.row.0[..key_count].to_vec()));
@@ -1333,7 +1339,7 @@ fn emit_group_change(
 fn retracting_aggregate(
     placement: &Placement,
     changes: DataStream<Change<Row>>,
-    pre: Vec<Eval>,
+    pre: Projection,
     key_count: usize,
     aggregates: RetractingAggregates,
     post: Output,
@@ -1352,7 +1358,7 @@ fn retracting_aggregate(
     };
     let keyed = changes
         .try_map(move |change: Change<Row>| -> riffle::Result<Change<Row>> {
-            Ok(Change::new(change.op, eval_all(&pre, &change.row)?))
+            Ok(Change::new(change.op, pre.apply(change.row)?))
         })
         .name("Pre-aggregate")
         .key_by(move |change: &Change<Row>| Row(change.row.0[..key_count].to_vec()));
@@ -1361,12 +1367,16 @@ fn retracting_aggregate(
         .process(move |key: &Row, change: Change<Row>, ctx| {
             let (before, after) = {
                 let mut state = ctx.aggregating(&accumulators);
-                let before = state.get()?;
-                if before.is_none() && change.op.is_retract() {
-                    return Ok(());
-                }
-                state.add(&change)?;
-                let after = state.get()?.flatten();
+                let (before, after) = if change.op.is_retract() {
+                    // A retraction of a group not held (its state expired) changes nothing.
+                    let Some(before) = state.get()? else {
+                        return Ok(());
+                    };
+                    state.add(&change)?;
+                    (Some(before), state.get()?.flatten())
+                } else {
+                    state.add_and_get(&change)?
+                };
                 if after.is_none() {
                     state.clear()?;
                 }
@@ -1435,9 +1445,21 @@ pub(crate) fn insert_placed(
         casts.push((from.ty == to.ty, cast.eval));
     }
     let mut rows = lower_placed(plan, env, placement)?;
-    if casts.iter().any(|(same, _)| !same) {
-        let casts: Vec<Eval> = casts.into_iter().map(|(_, cast)| cast).collect();
-        rows = rows.flat_map_rows("Cast", move |row: Row| eval_all(&casts, &row).map(Some));
+    // Only the columns whose type differs are cast, in place; the others stay where they are.
+    let casts: Vec<(usize, Eval)> = casts
+        .into_iter()
+        .enumerate()
+        .filter(|(_, (same, _))| !same)
+        .map(|(index, (_, cast))| (index, cast))
+        .collect();
+    if !casts.is_empty() {
+        rows = rows.flat_map_rows("Cast", move |mut row: Row| {
+            for (index, cast) in &casts {
+                let value = cast(&row)?;
+                row.0[*index] = value;
+            }
+            Ok(Some(row))
+        });
     }
     connectors::sink_in(placement, rows, table, &target)
 }

@@ -1057,6 +1057,36 @@ impl<K: Data + Hash + Eq, In, A: AggregateFunction<In>> AggregatingState<'_, K, 
             .modify(|| aggregate.create(), |acc| aggregate.add(acc, value))
     }
 
+    /// Adds a record and gives the aggregate before it (`None`: nothing was added yet) and
+    /// after it, in one access of the state: what an updating aggregate emits as `-U` and `+U`
+    /// (`get`, `add` and `get` again look the key up three times).
+    ///
+    /// ```
+    /// # use riffle::aggregate::Count;
+    /// # fn count(
+    /// #     state: &mut riffle::state::AggregatingState<'_, String, u64, Count>,
+    /// # ) -> riffle::Result<()> {
+    /// let (before, after) = state.add_and_get(&7)?;
+    /// assert_eq!(after, before.unwrap_or(0) + 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn add_and_get(&mut self, value: &In) -> Result<(Option<A::Out>, A::Out)> {
+        let aggregate = self.aggregate;
+        let created = std::cell::Cell::new(false);
+        self.access.modify(
+            || {
+                created.set(true);
+                aggregate.create()
+            },
+            |acc| {
+                let before = (!created.get()).then(|| aggregate.result(acc));
+                aggregate.add(acc, value);
+                (before, aggregate.result(acc))
+            },
+        )
+    }
+
     /// Removes the accumulator.
     pub fn clear(&mut self) -> Result<()> {
         self.access.clear()
@@ -1190,6 +1220,34 @@ mod tests {
             clock.advance(Duration::from_secs(11));
             assert!(s.map(&VISITS, 2, &7).is_empty()?, "expired");
             assert_eq!(s.map(&VISITS, 2, &7).get(&3)?, None);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn an_aggregate_gives_before_and_after_in_one_access_and_starts_again_once_expired()
+    -> Result<()> {
+        static SUMS: AggregatingStateDescriptor<u64, Count> =
+            AggregatingStateDescriptor::new("sums", Count)
+                .with_ttl(StateTtl::after_write(Duration::from_secs(10)));
+        let heap = state();
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let store = Arc::new(crate::testing::MemoryKvStore::default());
+        let in_store = (
+            KeyedState::in_store(RANGE, clock.clone(), Some(store), "op"),
+            clock,
+        );
+        for (mut s, clock) in [heap, in_store] {
+            assert_eq!(s.aggregating(&SUMS, 1, &4).add_and_get(&9)?, (None, 1));
+            assert_eq!(s.aggregating(&SUMS, 1, &4).add_and_get(&9)?, (Some(1), 2));
+            assert_eq!(s.aggregating(&SUMS, 1, &5).add_and_get(&9)?, (None, 1));
+            assert_eq!(s.aggregating(&SUMS, 1, &4).get()?, Some(2));
+            clock.advance(Duration::from_secs(11));
+            assert_eq!(
+                s.aggregating(&SUMS, 1, &4).add_and_get(&9)?,
+                (None, 1),
+                "an expired accumulator starts again"
+            );
         }
         Ok(())
     }
