@@ -55,6 +55,11 @@ pub fn timestamp_text(ms: i64) -> String {
 
 /// `'2026-01-15 00:18:00[.4]'` or `'2026-01-15T00:18:00Z'` as epoch milliseconds.
 pub fn parse_timestamp(text: &str) -> Option<i64> {
+    parse_timestamp_exact(text.as_bytes()).or_else(|| parse_timestamp_fields(text))
+}
+
+/// [`parse_timestamp`] field by field: any form it takes.
+fn parse_timestamp_fields(text: &str) -> Option<i64> {
     let text = text.trim().trim_end_matches('Z');
     let (date, time) = match text.split_once([' ', 'T']) {
         Some((date, time)) => (date, time),
@@ -69,12 +74,48 @@ pub fn parse_timestamp(text: &str) -> Option<i64> {
     if fields.next().is_some() || hour > 23 || minute > 59 || second > 60 {
         return None;
     }
-    let milli: i64 = if fraction.is_empty() {
-        0
-    } else {
-        let digits: String = fraction.chars().chain("000".chars()).take(3).collect();
-        digits.parse().ok()?
+    // The first three digits of the fraction, as milliseconds (`.4` is 400; digits past the
+    // third are not read).
+    let mut milli: i64 = 0;
+    let mut digits = fraction.chars();
+    for scale in [100, 10, 1] {
+        if let Some(c) = digits.next() {
+            milli += c.to_digit(10)? as i64 * scale;
+        }
+    }
+    Some(days * 86_400_000 + hour * 3_600_000 + minute * 60_000 + second * 1_000 + milli)
+}
+
+/// `2026-01-15 00:18:00.400` (or with `T`, or without the fraction) read digit by digit: the
+/// form every time written by Flink's and Riffle's JSON takes, read without splitting; `None`
+/// for any other text (which [`parse_timestamp`] then reads field by field).
+fn parse_timestamp_exact(b: &[u8]) -> Option<i64> {
+    if !(b.len() == 19 || b.len() == 23 && b[19] == b'.')
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b' ' | b'T')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| -> Option<i64> {
+        b[range].iter().try_fold(0i64, |n, &d| {
+            d.is_ascii_digit().then(|| n * 10 + (d - b'0') as i64)
+        })
     };
+    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
+    let milli = if b.len() == 23 { number(20..23)? } else { 0 };
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let days = days_from_civil(year, month as u32, day as u32);
     Some(days * 86_400_000 + hour * 3_600_000 + minute * 60_000 + second * 1_000 + milli)
 }
 
@@ -93,44 +134,103 @@ pub fn parse_date(text: &str) -> Option<i32> {
 /// A time formatted with a Java `SimpleDateFormat` pattern (`yyyy-MM-dd HH:mm:ss.SSS`), as
 /// `DATE_FORMAT` does; text in single quotes is copied.
 pub fn format_with_pattern(ms: i64, pattern: &str) -> String {
-    let (y, mo, d, h, mi, s, milli) = parts(ms);
-    let chars: Vec<char> = pattern.chars().collect();
-    let mut out = String::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        if c == '\'' {
-            i += 1;
-            while i < chars.len() && chars[i] != '\'' {
-                out.push(chars[i]);
+    DatePattern::new(pattern).format(ms).into()
+}
+
+/// A `SimpleDateFormat` pattern read once (its fields and quoted text), for formatting many
+/// times: `DATE_FORMAT` with a constant pattern.
+#[derive(Clone, Debug)]
+pub struct DatePattern {
+    pieces: Vec<Piece>,
+}
+
+#[derive(Clone, Debug)]
+enum Piece {
+    /// Text copied as it is (quoted, or characters that are not fields).
+    Text(String),
+    /// A field letter repeated `n` times.
+    Field(char, usize),
+}
+
+impl DatePattern {
+    /// The pattern's pieces.
+    pub fn new(pattern: &str) -> DatePattern {
+        let chars: Vec<char> = pattern.chars().collect();
+        let mut pieces = Vec::new();
+        let mut text = String::new();
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            if c == '\'' {
                 i += 1;
-            }
-            i += 1;
-            continue;
-        }
-        let mut n = 1;
-        while i + n < chars.len() && chars[i + n] == c {
-            n += 1;
-        }
-        let field = |value: i64, width: usize| format!("{value:0width$}");
-        match c {
-            'y' if n == 2 => out.push_str(&field(y.rem_euclid(100), 2)),
-            'y' => out.push_str(&field(y, n.max(4))),
-            'M' => out.push_str(&field(mo as i64, n)),
-            'd' => out.push_str(&field(d as i64, n)),
-            'H' => out.push_str(&field(h as i64, n)),
-            'm' => out.push_str(&field(mi as i64, n)),
-            's' => out.push_str(&field(s as i64, n)),
-            'S' => out.push_str(&field(milli as i64, 3)[..n.min(3)]),
-            other => {
-                for _ in 0..n {
-                    out.push(other);
+                while i < chars.len() && chars[i] != '\'' {
+                    text.push(chars[i]);
+                    i += 1;
                 }
+                i += 1;
+                continue;
             }
+            let mut n = 1;
+            while i + n < chars.len() && chars[i + n] == c {
+                n += 1;
+            }
+            if matches!(c, 'y' | 'M' | 'd' | 'H' | 'm' | 's' | 'S') {
+                if !text.is_empty() {
+                    pieces.push(Piece::Text(std::mem::take(&mut text)));
+                }
+                pieces.push(Piece::Field(c, n));
+            } else {
+                text.extend(std::iter::repeat_n(c, n));
+            }
+            i += n;
         }
-        i += n;
+        if !text.is_empty() {
+            pieces.push(Piece::Text(text));
+        }
+        DatePattern { pieces }
     }
-    out
+
+    /// The span of time, in ms, over which the formatted text cannot change: a day for a
+    /// pattern of dates only, a second without milliseconds, else 1.
+    pub fn granularity_ms(&self) -> i64 {
+        let has = |f: &[char]| {
+            self.pieces
+                .iter()
+                .any(|p| matches!(p, Piece::Field(c, _) if f.contains(c)))
+        };
+        if has(&['S']) {
+            1
+        } else if has(&['H', 'm', 's']) {
+            1_000
+        } else {
+            86_400_000
+        }
+    }
+
+    /// `ms` (epoch milliseconds, UTC) formatted.
+    pub fn format(&self, ms: i64) -> compact_str::CompactString {
+        use std::fmt::Write;
+        let (y, mo, d, h, mi, s, milli) = parts(ms);
+        let mut out = compact_str::CompactString::default();
+        for piece in &self.pieces {
+            // Writing into a string cannot fail.
+            let _ = match *piece {
+                Piece::Text(ref text) => out.write_str(text),
+                Piece::Field('y', 2) => write!(out, "{:02}", y.rem_euclid(100)),
+                Piece::Field('y', n) => write!(out, "{:0w$}", y, w = n.max(4)),
+                Piece::Field('M', n) => write!(out, "{:0n$}", mo),
+                Piece::Field('d', n) => write!(out, "{:0n$}", d),
+                Piece::Field('H', n) => write!(out, "{:0n$}", h),
+                Piece::Field('m', n) => write!(out, "{:0n$}", mi),
+                Piece::Field('s', n) => write!(out, "{:0n$}", s),
+                // Milliseconds: their first `n` digits of three.
+                Piece::Field(_, 1) => write!(out, "{}", milli / 100),
+                Piece::Field(_, 2) => write!(out, "{:02}", milli / 10),
+                Piece::Field(_, _) => write!(out, "{:03}", milli),
+            };
+        }
+        out
+    }
 }
 
 /// A value as SQL shows it: `NULL`, numbers, `2026-01-15 00:18:00.400`, `(a, b)` for a row.
@@ -215,6 +315,27 @@ mod tests {
         );
         assert_eq!(parse_timestamp("2026-13-15 00:00:00"), None);
         assert_eq!(parse_date("1970-01-02"), Some(1));
+        assert_eq!(parse_timestamp("2026-01-15 00:18:00.4x"), None);
+        assert_eq!(parse_timestamp("2026-01-15 24:18:00.400"), None);
+        assert_eq!(
+            parse_timestamp(" 2026-01-15 00:18:00.400"),
+            Some(1_768_436_280_400)
+        );
+    }
+
+    proptest::proptest! {
+        /// Read digit by digit or field by field, a time is the same time (or refused by both).
+        #[test]
+        fn a_timestamp_read_either_way_is_the_same(
+            text in "[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9x]{3})?",
+            ms in 0i64..4_102_444_800_000,
+        ) {
+            let exact = parse_timestamp_exact(text.as_bytes());
+            proptest::prop_assert_eq!(exact.or_else(|| parse_timestamp_fields(&text)), parse_timestamp_fields(&text));
+            let shown = timestamp_text(ms);
+            proptest::prop_assert_eq!(parse_timestamp_exact(shown.as_bytes()), Some(ms));
+            proptest::prop_assert_eq!(parse_timestamp_fields(&shown), Some(ms));
+        }
     }
 
     #[test]
@@ -227,5 +348,21 @@ mod tests {
             "2026-01-15T00:18:00.400"
         );
         assert_eq!(format_with_pattern(ms, "yy"), "26");
+        assert_eq!(
+            format_with_pattern(ms, "dd.MM.yyyy 'at' H"),
+            "15.01.2026 at 0"
+        );
+        assert_eq!(format_with_pattern(ms, "SS EEE"), "40 EEE");
+        assert_eq!(
+            format_with_pattern(-1, "yyyy-MM-dd HH:mm:ss.S"),
+            "1969-12-31 23:59:59.9"
+        );
+        assert_eq!(DatePattern::new("yyyy-MM-dd").granularity_ms(), 86_400_000);
+        assert_eq!(DatePattern::new("yyyy-MM-dd HH:mm").granularity_ms(), 1_000);
+        assert_eq!(DatePattern::new("ss.SSS").granularity_ms(), 1);
+        assert_eq!(
+            DatePattern::new("'HH:mm' yyyy").granularity_ms(),
+            86_400_000
+        );
     }
 }

@@ -119,6 +119,42 @@ fn of_values(
     }
 }
 
+/// `DATE_FORMAT(t, pattern)` with a constant pattern: read once, and the last text made kept
+/// with the span of time it stands for (a day for `yyyy-MM-dd`), so that the rows of one day
+/// (or second) format once. Subtasks sharing the function share the kept text; one that finds
+/// it taken formats on its own.
+fn date_format(mut args: Vec<Typed>, pattern: &str) -> Typed {
+    let pattern = crate::format::DatePattern::new(pattern);
+    let span = pattern.granularity_ms();
+    let last: std::sync::Mutex<Option<(i64, Value)>> = std::sync::Mutex::new(None);
+    args.truncate(1);
+    of_values(
+        DataType::Varchar,
+        args,
+        move |v| {
+            let ms = match &v[0] {
+                Value::Timestamp(ms) => *ms,
+                Value::String(s) => crate::format::parse_timestamp(s)
+                    .ok_or_else(|| format!("`{s}` is not a timestamp"))?,
+                _ => return Ok(Value::Null),
+            };
+            let at = ms.div_euclid(span);
+            let Ok(mut last) = last.try_lock() else {
+                return Ok(Value::String(pattern.format(ms)));
+            };
+            match &*last {
+                Some((kept, text)) if *kept == at => Ok(text.clone()),
+                _ => {
+                    let text = Value::String(pattern.format(ms));
+                    *last = Some((at, text.clone()));
+                    Ok(text)
+                }
+            }
+        },
+        "DATE_FORMAT",
+    )
+}
+
 fn string_arg(value: &Value) -> &str {
     match value {
         Value::String(s) => s.as_str(),
@@ -577,6 +613,12 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 args[0].ty.is_timestamp() || args[0].ty == DataType::Varchar,
                 "a TIMESTAMP",
             )?;
+            // A literal pattern (it reads nothing of the row).
+            if args[1].reads.as_ref().is_some_and(Vec::is_empty)
+                && let Some(Value::String(pattern)) = args[1].constant_value()
+            {
+                return Ok(date_format(args, &pattern));
+            }
             of_values(
                 DataType::Varchar,
                 args,
@@ -659,5 +701,77 @@ fn round(value: &Value, digits: i64, mode: u8) -> Value {
             Value::Decimal(Decimal::new(unscaled, target))
         }
         _ => Value::Null,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Column 0 of a row, as a `TIMESTAMP(3)` or a string.
+    fn column(ty: DataType) -> Typed {
+        Typed {
+            ty,
+            nullable: true,
+            eval: Arc::new(|row: &Row| Ok(row.get(0).clone())),
+            name: None,
+            column: Some(0),
+            place: None,
+            reads: None,
+        }
+    }
+
+    #[test]
+    fn date_format_of_a_constant_pattern_keeps_its_last_text_only_within_its_span() {
+        let formats = |pattern: &str| {
+            builtin(
+                "DATE_FORMAT",
+                vec![
+                    column(DataType::Timestamp { precision: 3 }),
+                    Typed::constant(Value::string(pattern), DataType::Varchar),
+                ],
+            )
+            .unwrap()
+        };
+        let day = 86_400_000;
+        // Back and forth across midnight, before and after 1970, and at the types' edges.
+        let times = [
+            1_768_435_199_999,
+            1_768_435_200_000,
+            1_768_435_199_999,
+            1_768_435_200_000 + day - 1,
+            -1,
+            0,
+            -day,
+            -day - 1,
+            1_768_435_200_000,
+            1_768_435_200_999,
+            1_768_435_201_000,
+        ];
+        for pattern in [
+            "yyyy-MM-dd",
+            "yyyy-MM-dd HH:mm:ss",
+            "HH:mm:ss.SSS",
+            "'day' d",
+        ] {
+            let f = formats(pattern);
+            for ms in times {
+                let text = (f.eval)(&Row(vec![Value::Timestamp(ms)])).unwrap();
+                assert_eq!(
+                    text,
+                    Value::string(crate::format::format_with_pattern(ms, pattern)),
+                    "{pattern} at {ms}"
+                );
+            }
+            assert_eq!((f.eval)(&Row(vec![Value::Null])).unwrap(), Value::Null);
+            let text = (f.eval)(&Row(vec![Value::string("2026-01-15 10:00:00")])).unwrap();
+            assert_eq!(
+                text,
+                Value::string(crate::format::format_with_pattern(
+                    1_768_471_200_000,
+                    pattern
+                ))
+            );
+        }
     }
 }
