@@ -1117,6 +1117,18 @@ mod tests {
         (KeyedState::new(RANGE, clock.clone()), clock)
     }
 
+    /// The same state twice: on the heap, and in a key-value store (in memory), each with its
+    /// clock.
+    fn on_the_heap_and_in_a_store() -> [(KeyedState<u64>, Arc<ManualClock>); 2] {
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let store = Arc::new(crate::testing::MemoryKvStore::default());
+        let in_store = (
+            KeyedState::in_store(RANGE, clock.clone(), Some(store), "op"),
+            clock,
+        );
+        [state(), in_store]
+    }
+
     #[test]
     fn each_kind_of_state_is_scoped_to_its_key() -> Result<()> {
         let (mut s, _) = state();
@@ -1191,14 +1203,7 @@ mod tests {
             .with_ttl(StateTtl::after_write(Duration::from_secs(10)));
         static VISITS: MapStateDescriptor<u32, u32> = MapStateDescriptor::new("visits")
             .with_ttl(StateTtl::after_access(Duration::from_secs(10)));
-        let heap = state();
-        let clock = Arc::new(ManualClock::new(1_000_000));
-        let store = Arc::new(crate::testing::MemoryKvStore::default());
-        let in_store = (
-            KeyedState::in_store(RANGE, clock.clone(), Some(store), "op"),
-            clock,
-        );
-        for (mut s, clock) in [heap, in_store] {
+        for (mut s, clock) in on_the_heap_and_in_a_store() {
             for page in 0..1_000 {
                 s.list(&RECENT_PAGES, 2, &7).add(page)?;
                 s.map(&VISITS, 2, &7).put(page % 10, page)?;
@@ -1230,14 +1235,7 @@ mod tests {
         static SUMS: AggregatingStateDescriptor<u64, Count> =
             AggregatingStateDescriptor::new("sums", Count)
                 .with_ttl(StateTtl::after_write(Duration::from_secs(10)));
-        let heap = state();
-        let clock = Arc::new(ManualClock::new(1_000_000));
-        let store = Arc::new(crate::testing::MemoryKvStore::default());
-        let in_store = (
-            KeyedState::in_store(RANGE, clock.clone(), Some(store), "op"),
-            clock,
-        );
-        for (mut s, clock) in [heap, in_store] {
+        for (mut s, clock) in on_the_heap_and_in_a_store() {
             assert_eq!(s.aggregating(&SUMS, 1, &4).add_and_get(&9)?, (None, 1));
             assert_eq!(s.aggregating(&SUMS, 1, &4).add_and_get(&9)?, (Some(1), 2));
             assert_eq!(s.aggregating(&SUMS, 1, &5).add_and_get(&9)?, (None, 1));
