@@ -119,6 +119,18 @@ fn of_values(
     }
 }
 
+/// The time `DATE_FORMAT` formats: a timestamp, or a string read as one (`None`: another
+/// value, formatted as `NULL`).
+fn date_format_time(value: &Value) -> std::result::Result<Option<i64>, String> {
+    match value {
+        Value::Timestamp(ms) => Ok(Some(*ms)),
+        Value::String(s) => crate::format::parse_timestamp(s)
+            .map(Some)
+            .ok_or_else(|| format!("`{s}` is not a timestamp")),
+        _ => Ok(None),
+    }
+}
+
 /// `DATE_FORMAT(t, pattern)` with a constant pattern: read once, and the last text made kept
 /// with the span of time it stands for (a day for `yyyy-MM-dd`), so that the rows of one day
 /// (or second) format once. Subtasks sharing the function share the kept text; one that finds
@@ -132,11 +144,8 @@ fn date_format(mut args: Vec<Typed>, pattern: &str) -> Typed {
         DataType::Varchar,
         args,
         move |v| {
-            let ms = match &v[0] {
-                Value::Timestamp(ms) => *ms,
-                Value::String(s) => crate::format::parse_timestamp(s)
-                    .ok_or_else(|| format!("`{s}` is not a timestamp"))?,
-                _ => return Ok(Value::Null),
+            let Some(ms) = date_format_time(&v[0])? else {
+                return Ok(Value::Null);
             };
             let at = ms.div_euclid(span);
             let Ok(mut last) = last.try_lock() else {
@@ -623,11 +632,8 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 DataType::Varchar,
                 args,
                 |v| {
-                    let ms = match &v[0] {
-                        Value::Timestamp(ms) => *ms,
-                        Value::String(s) => crate::format::parse_timestamp(s)
-                            .ok_or_else(|| format!("`{s}` is not a timestamp"))?,
-                        _ => return Ok(Value::Null),
+                    let Some(ms) = date_format_time(&v[0])? else {
+                        return Ok(Value::Null);
                     };
                     Ok(Value::string(crate::format::format_with_pattern(
                         ms,

@@ -97,6 +97,12 @@ fn eval_all(evals: &[Eval], row: &Row) -> riffle::Result<Row> {
     Ok(Row(values))
 }
 
+/// Whether `exprs` are the columns of a row of `width` columns, in order: the row as it is.
+fn reads_row_as_it_is(exprs: &[Typed], width: usize) -> bool {
+    exprs.len() == width
+        && (exprs.iter().enumerate()).all(|(i, e)| e.place == Some(Place::Column(i)))
+}
+
 /// An aggregate's output row from its aggregated row (keys, window columns, aggregates): the
 /// SELECT list's expressions, when `HAVING` keeps the row.
 #[derive(Clone)]
@@ -109,11 +115,7 @@ struct Output {
 impl Output {
     /// `width`: the aggregated row's number of columns.
     fn new(post: &[Typed], having: Option<&Typed>, width: usize) -> Output {
-        let as_it_is = post.len() == width
-            && post
-                .iter()
-                .enumerate()
-                .all(|(i, e)| e.place == Some(Place::Column(i)));
+        let as_it_is = reads_row_as_it_is(post, width);
         Output {
             post: (!as_it_is).then(|| Arc::new(Projection::new(post))),
             having: having.map(|h| h.eval.clone()),
@@ -760,9 +762,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                         };
                         // `SELECT *` over a step (the row as it is: q18's and q19's outer
                         // query) computes nothing: the step keeps its name, not its work.
-                        let as_it_is = exprs.len() == input.schema().len()
-                            && (exprs.iter().enumerate())
-                                .all(|(i, e)| e.place == Some(Place::Column(i)));
+                        let as_it_is = reads_row_as_it_is(&exprs, input.schema().len());
                         steps.push(match as_it_is {
                             true => Calc::AsItIs,
                             false => Calc::Project(Projection::new(&exprs)),
