@@ -7,6 +7,7 @@
 #
 #   scripts/postgres.sh start    create the cluster if needed, start it, wait until it answers
 #   scripts/postgres.sh stop     stop it (a fast shutdown: open sessions are ended)
+#   scripts/postgres.sh remove   stop it and delete its cluster (the next start makes a new one)
 #   scripts/postgres.sh env      print the URL that reaches it (eval "$(... env)")
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -88,11 +89,20 @@ case "${1:-}" in
     fi
     rm -f "$PIDFILE"
     ;;
+  remove)
+    "$ROOT/scripts/postgres.sh" stop
+    DATA=$(cat "$DATA_FILE" 2>/dev/null || true)
+    # Only a directory this script made (mktemp's name under /tmp) is deleted.
+    case "$DATA" in
+      /tmp/riffle-postgres-*) rm -rf "$DATA" ;;
+    esac
+    rm -f "$DATA_FILE"
+    ;;
   env)
     echo "export RIFFLE_POSTGRES_URL=postgresql://riffle@127.0.0.1:$PORT/riffle"
     ;;
   *)
-    echo "usage: scripts/postgres.sh start|stop|env" >&2
+    echo "usage: scripts/postgres.sh start|stop|remove|env" >&2
     exit 2
     ;;
 esac

@@ -28,10 +28,24 @@ fi
 # The Prometheus client's OpenMetrics parser and playwright-core, for the operations tests.
 eval "$(./scripts/test-tools.sh)"
 
+# The tests' temporary files (checkpoint directories of the group tests, RocksDB stores, members'
+# logs) go under one directory of this run, deleted at the end of a passing run and kept, with a
+# line saying where, after a failing one. PostgreSQL's cluster is made for the run and deleted.
+log="$(mktemp -t riffle-test-XXXXXX.log)"
+run_tmp="$(mktemp -d -t riffle-test-tmp-XXXXXX)"
+status=1
+finish() {
+    ./scripts/s3-server.sh stop; ./scripts/kafka.sh stop; ./scripts/postgres.sh remove; ./scripts/schema-registry.sh stop
+    if [ "$status" -eq 0 ]; then
+        rm -rf "$run_tmp"
+    else
+        echo "test.sh: the tests' temporary files are kept in $run_tmp" >&2
+    fi
+}
 # S3-compatible storage for checkpoint tests (s3s-fs, installed into .tools/ on first use) and a
 # Kafka broker for the connector tests (Apache Kafka from Maven Central, into .tools/).
 ./scripts/s3-server.sh start
-trap './scripts/s3-server.sh stop; ./scripts/kafka.sh stop; ./scripts/postgres.sh stop; ./scripts/schema-registry.sh stop' EXIT
+trap finish EXIT
 eval "$(./scripts/s3-server.sh env)"
 ./scripts/kafka.sh start
 eval "$(./scripts/kafka.sh env)"
@@ -42,11 +56,13 @@ eval "$(./scripts/postgres.sh env)"
 ./scripts/schema-registry.sh start
 eval "$(./scripts/schema-registry.sh env)"
 
+# From here on (the servers run with the system's), temporary files go to the run's directory.
+export TMPDIR="$run_tmp"
+
 # Lints, warnings included (missing docs on public items among them), on every target.
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
 # Every test binary runs even when one fails (--no-fail-fast); the end says what failed.
-log="$(mktemp -t riffle-test-XXXXXX.log)"
 status=0
 cargo test --workspace --all-features --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 ./scripts/test-summary.sh "$log" "$status"
