@@ -518,8 +518,9 @@ struct Reads {
 
 /// What `plan` reads, given the places of its output its reader reads (`above`): the places
 /// of its tables' physical columns, and the columns of its projections no one reads. Only what
-/// is known for certain is left out: a step whose rows pass on whole (a Top-N) reads all; a
-/// join reads its keys and what is read of its output.
+/// is known for certain is left out: a step whose rows pass on whole (a lookup join,
+/// `MATCH_RECOGNIZE`) reads all; a Top-N reads its keys, its order and its output; a join reads
+/// its keys and what is read of its output.
 fn scan_reads(plan: &Plan, above: Option<Vec<Place>>, out: &mut Reads) {
     let union = |exprs: &mut dyn Iterator<Item = &Typed>| -> Option<Vec<Place>> {
         let mut places = Vec::new();
@@ -601,9 +602,23 @@ fn scan_reads(plan: &Plan, above: Option<Vec<Place>>, out: &mut Reads) {
                 scan_reads(input, above.clone(), out);
             }
         }
-        Plan::TopN { input, .. }
-        | Plan::LookupJoin { input, .. }
-        | Plan::MatchRecognize { input, .. } => scan_reads(input, None, out),
+        Plan::TopN {
+            input,
+            partition,
+            order,
+            project,
+            ..
+        } => {
+            // The rows kept are compared (ties) by the columns they carry: a column nothing
+            // reads is `NULL` in every row, so two rows it alone told apart give the same
+            // output whichever is kept.
+            let mut read = partition.iter().chain(order.iter().map(|(e, _)| e));
+            let needed = union(&mut read.by_ref().chain(project.iter()));
+            scan_reads(input, needed, out)
+        }
+        Plan::LookupJoin { input, .. } | Plan::MatchRecognize { input, .. } => {
+            scan_reads(input, None, out)
+        }
         Plan::Join {
             left,
             right,
@@ -1224,13 +1239,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                 descending: order.iter().map(|(_, desc)| *desc).collect(),
                 limit: *limit,
                 project: project.iter().map(|e| e.eval.clone()).collect(),
-                columns: project
-                    .iter()
-                    .map(|e| match e.place {
-                        Some(Place::Column(c)) => Some(c),
-                        _ => None,
-                    })
-                    .collect(),
+                columns: crate::plan::columns_as_they_are(project),
                 rank_at: *rank_at,
             };
             let mut rows = RowsState::new("top-n");
@@ -1239,7 +1248,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             }
             let rows = Arc::new(rows);
             let key_count = keys.len();
-            let keyed = append(input)?
+            let carried = append(input)?
                 .try_map(move |row: Row| -> riffle::Result<Row> {
                     let mut carried = Vec::with_capacity(keys.len() + orders.len() + row.0.len());
                     for eval in keys.iter().chain(&orders) {
@@ -1248,12 +1257,18 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                     carried.extend(row.0);
                     Ok(Row(carried))
                 })
-                .name("Pre-rank")
-                .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()));
+                .name("Pre-rank");
+            // Rows partitioned by the partition keys already (a join on them) stay where they
+            // are: the Top-N runs in the join's task.
+            let in_place = input.partitioned_by_exprs(partition);
+            let keyed = scans.placement.keyed(
+                carried,
+                move |row: &Row| Row(row.0[..key_count].to_vec()),
+                in_place,
+                "rank",
+            );
             Rows::Changelog(
-                scans
-                    .placement
-                    .exchange(keyed, "rank")
+                keyed
                     .process(move |_: &Row, row: Row, ctx| {
                         let mut state = ctx.value(&rows);
                         // Most rows do not get in: looked at without a copy of the partition,

@@ -154,6 +154,29 @@ impl Placement {
         !matches!(self.mode, Mode::Local)
     }
 
+    /// `rows` keyed by `key` for the keyed step `what`. In one process, rows that are
+    /// partitioned by that key already (`in_place`) stay in their subtask: the step runs in
+    /// the task before it, without an exchange. Otherwise, and in a group (where a keyed
+    /// step's state moves with a repartition topic's partitions), as [`exchange`] places them.
+    ///
+    /// [`exchange`]: Placement::exchange
+    pub(crate) fn keyed<K, T>(
+        &self,
+        rows: DataStream<T>,
+        key: impl Fn(&T) -> K + Send + Sync + 'static,
+        in_place: bool,
+        what: &str,
+    ) -> KeyedStream<K, T>
+    where
+        K: Data + Hash + Eq,
+        T: Data,
+    {
+        match in_place && !self.grouped() {
+            true => rows.reinterpret_as_keyed(key),
+            false => self.exchange(rows.key_by(key), what),
+        }
+    }
+
     /// `keyed` as the keyed step `what` reads it: as it is in one process, through the next
     /// repartition topic in a group.
     pub(crate) fn exchange<K, T>(&self, keyed: KeyedStream<K, T>, what: &str) -> KeyedStream<K, T>

@@ -11,7 +11,7 @@ use sqlparser::ast;
 use crate::Executed;
 use crate::aggregate::{AggKind, AggSpec};
 use crate::error::{Result, SqlError};
-use crate::expr::{Scope, Typed, compile};
+use crate::expr::{Place, Scope, Typed, compile};
 use crate::functions::Functions;
 use crate::parse::{ColumnDef, Statement, TableDef};
 use crate::types::{DataType, Field, Row, Schema};
@@ -291,6 +291,17 @@ pub enum Plan {
     },
 }
 
+/// The columns `exprs` read as they are, in order; `None` when one computes anything.
+pub(crate) fn columns_as_they_are(exprs: &[Typed]) -> Option<Vec<usize>> {
+    exprs
+        .iter()
+        .map(|e| match e.place {
+            Some(Place::Column(c)) => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
 impl Plan {
     /// The row a query reading bounded tables answers when its input has no row, as SQL over a
     /// table does (a streaming job emits nothing then): a global aggregate's one row (`COUNT`
@@ -354,6 +365,52 @@ impl Plan {
             | Plan::Union { schema, .. } => schema,
             Plan::Filter { input, .. } => input.schema(),
         }
+    }
+
+    /// The keys this plan's rows are partitioned by among subtasks, each as the columns that make it
+    /// up in key order: a row sits in the subtask that `key_by` on those columns would send it to.
+    /// Only what is certain: an inner join of appended rows is partitioned by its left keys and by
+    /// its right keys, when they are columns as they are (a row it emits sits where both its keys,
+    /// equal, belong); a filter keeps its input's partitioning; a projection keeps the keys whose
+    /// every column it passes as it is.
+    pub(crate) fn partitioned_by(&self) -> Vec<Vec<usize>> {
+        match self {
+            Plan::Join {
+                left,
+                right,
+                kind: riffle::join::JoinType::Inner,
+                left_keys,
+                right_keys,
+                ..
+            } if left.changelog_mode() == ChangelogMode::Append
+                && right.changelog_mode() == ChangelogMode::Append =>
+            {
+                let left_len = left.schema().len();
+                let on_right = columns_as_they_are(right_keys)
+                    .map(|columns| columns.into_iter().map(|c| c + left_len).collect());
+                columns_as_they_are(left_keys)
+                    .into_iter()
+                    .chain(on_right)
+                    .collect()
+            }
+            Plan::Filter { input, .. } => input.partitioned_by(),
+            Plan::Project { input, exprs, .. } => {
+                let passed =
+                    |c: usize| exprs.iter().position(|e| e.place == Some(Place::Column(c)));
+                input
+                    .partitioned_by()
+                    .into_iter()
+                    .filter_map(|key| key.into_iter().map(passed).collect())
+                    .collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether this plan's rows are partitioned by `keys` (columns as they are), see
+    /// [`partitioned_by`](Plan::partitioned_by): a keyed step on them needs no exchange.
+    pub(crate) fn partitioned_by_exprs(&self, keys: &[Typed]) -> bool {
+        columns_as_they_are(keys).is_some_and(|columns| self.partitioned_by().contains(&columns))
     }
 
     /// What the output rows mean.
@@ -727,10 +784,13 @@ impl Plan {
                     order_texts.join(", "),
                     key_texts.join(", ")
                 ));
-                lines.push(format!(
-                    "{pad}  Hash by [{}] (chained)",
-                    key_texts.join(", ")
-                ));
+                lines.push(match input.partitioned_by_exprs(partition) {
+                    true => format!(
+                        "{pad}  Kept in place: partitioned by [{}] already, no exchange (in one process)",
+                        key_texts.join(", ")
+                    ),
+                    false => format!("{pad}  Hash by [{}] (chained)", key_texts.join(", ")),
+                });
                 input.explain_into(depth + 2, lines);
             }
             Plan::MatchRecognize {

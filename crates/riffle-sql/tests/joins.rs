@@ -407,3 +407,78 @@ fn a_where_over_one_side_of_an_inner_join_filters_that_side_before_the_join() {
         );
     }
 }
+
+/// A Top-N partitioned by the keys of the inner join it reads (Nexmark q9's winning bid per
+/// auction) runs in the join's task, without an exchange; partitioned otherwise, it is hashed.
+/// The result is the same at any parallelism.
+#[test]
+fn a_top_n_partitioned_by_an_inner_joins_keys_runs_in_the_joins_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let users: Vec<String> = (1..=40)
+        .map(|id| format!(r#"{{"id": {id}, "name": "user-{id}"}}"#))
+        .collect();
+    let orders: Vec<String> = (0..400)
+        .map(|i| {
+            format!(
+                r#"{{"user_id": {}, "amount": {}}}"#,
+                i % 45 + 1,
+                i * 37 % 101
+            )
+        })
+        .collect();
+    let users: Vec<&str> = users.iter().map(String::as_str).collect();
+    let orders: Vec<&str> = orders.iter().map(String::as_str).collect();
+    let ddl = tables(dir.path(), &users, &orders);
+    let top = |partition: &str, join: &str| {
+        format!(
+            "SELECT id, name, amount FROM (SELECT u.id, u.name, o.amount, ROW_NUMBER() OVER \
+             (PARTITION BY {partition} ORDER BY o.amount DESC) AS rn FROM users u {join} \
+             orders o ON u.id = o.user_id) WHERE rn = 1"
+        )
+    };
+    let env = StreamEnv::new();
+    let sql = SqlEnv::new(&env);
+    sql.execute_sql(&ddl).unwrap();
+    for (partition, join, in_place) in [
+        ("u.id", "JOIN", true),
+        ("o.user_id", "JOIN", true),
+        ("u.name", "JOIN", false),
+    ] {
+        let plan = sql.explain(&top(partition, join)).unwrap();
+        let kept = format!("Kept in place: partitioned by [{partition}] already");
+        let hashed = format!("Hash by [{partition}]");
+        assert_eq!(plan.contains(&kept), in_place, "{partition} {join}: {plan}");
+        assert_eq!(
+            plan.contains(&hashed),
+            !in_place,
+            "{partition} {join}: {plan}"
+        );
+    }
+    let mut expected: Vec<String> = (1..=40)
+        .map(|id| {
+            let best = (0..400).filter(|i| i % 45 + 1 == id).map(|i| i * 37 % 101);
+            format!("[{id}, user-{id}, {}]", best.max().unwrap())
+        })
+        .collect();
+    expected.sort();
+    for p in [1, 3] {
+        assert_eq!(
+            result(&ddl, &top("u.id", "JOIN"), p),
+            expected,
+            "at p = {p}"
+        );
+        // One task holds the join and the deduplication.
+        let env = StreamEnv::with_config(EnvConfig::default().with_parallelism(p));
+        let sql = SqlEnv::new(&env);
+        sql.execute_sql(&ddl).unwrap();
+        let (changes, _) = sql.sql_changelog(&top("u.id", "JOIN")).unwrap();
+        changes.sink(CollectSink::new().0);
+        let plan = env.plan().unwrap();
+        assert!(
+            (plan.vertices.iter())
+                .any(|v| v.name.contains("Join") && v.name.contains("Deduplicate")),
+            "{:?}",
+            plan.vertices.iter().map(|v| &v.name).collect::<Vec<_>>()
+        );
+    }
+}

@@ -1,9 +1,9 @@
 //! A conformance suite for [`StateBackend`]s: what any backend must do for a job to give the
 //! same answer on it as on the heap — through windows, sessions, keyed process functions with
-//! value, list and map state and timers, rolling aggregates, a failure and recovery, and a
-//! rescaling restore from a savepoint ([`check_backend`]); and every stateful operator's
-//! snapshot -> restore -> continue round trip in the operator harness
-//! ([`operator_round_trips`]).
+//! value, list and map state and timers, rolling aggregates, two keyed steps in one task, a
+//! failure and recovery, and a rescaling restore from a savepoint ([`check_backend`]); and
+//! every stateful operator's snapshot -> restore -> continue round trip in the operator
+//! harness ([`operator_round_trips`]).
 //!
 //! A backend crate runs them from a test:
 //!
@@ -69,6 +69,8 @@ static BUCKET_COUNTS: MapStateDescriptor<Timestamp, u64> = MapStateDescriptor::n
 static BUCKET_PAGES: ListStateDescriptor<(Timestamp, String)> =
     ListStateDescriptor::new("bucket-pages");
 static FIRED: ValueStateDescriptor<u64> = ValueStateDescriptor::new("fired");
+/// The state of both keyed steps of one task (see [`job`]): the same name in each.
+static CHAINED: ValueStateDescriptor<u64> = ValueStateDescriptor::new("chained");
 
 /// Counts each user's clicks per 10-second bucket of event time (map state), remembers the
 /// pages (list state) and reports each bucket when the watermark passes it (timers), with how
@@ -176,8 +178,27 @@ fn job(
         .aggregate(Count)
         .uid("rolling")
         .map(|(user, n)| format!("rolling {user} {n}"));
+    // Two keyed steps in one task (the second keyed by the first's key, not repartitioned),
+    // each with a value state of the same name: in a store of one task they must not mix.
+    let chained = keyed
+        .process(|user: &u64, _: Click, ctx| {
+            let n = ctx.value(&CHAINED).get()?.unwrap_or(0) + 1;
+            ctx.value(&CHAINED).set(n)?;
+            ctx.emit((*user, n))
+        })
+        .uid("chained-count")
+        .reinterpret_as_keyed(|(user, _): &(u64, u64)| *user)
+        .process(|_: &u64, (user, n): (u64, u64), ctx| {
+            let sum = ctx.value(&CHAINED).get()?.unwrap_or(0) + n;
+            ctx.value(&CHAINED).set(sum)?;
+            match n % 10 {
+                0 => ctx.emit(format!("chained {user} {n} {sum}")),
+                _ => Ok(()),
+            }
+        })
+        .uid("chained-sum");
     tumbling
-        .union(&[&sessions, &buckets, &rolling])
+        .union(&[&sessions, &buckets, &rolling, &chained])
         .sink(ExactlyOnceFileSink::new(work.join("out")))
         .uid("sink");
     env
@@ -280,7 +301,7 @@ pub fn check_backend(backend: Arc<dyn StateBackend>, work: &Path) {
     let result = run(&job(&heap, &reference, 2, |c| c)).expect("the reference run on the heap");
     assert_eq!(result.restarts, 0);
     let expected = committed(&reference.join("out"));
-    let kinds = ["tumbling ", "session ", "bucket ", "rolling "];
+    let kinds = ["tumbling ", "session ", "bucket ", "rolling ", "chained "];
     for kind in kinds {
         assert!(
             expected.iter().any(|l| l.starts_with(kind)),

@@ -223,6 +223,41 @@ impl<T: Data> DataStream<T> {
         KeyedStream::new(input, key)
     }
 
+    /// This stream as keyed by `key`, without repartitioning it (Flink's
+    /// `DataStreamUtils.reinterpretAsKeyedStream`): for a stream already partitioned exactly as
+    /// [`key_by`](Self::key_by) with this key would partition it, such as the output of a keyed
+    /// operator whose records carry its key unchanged. The keyed operator after it runs in the
+    /// same task as the one before, with no exchange between them, and takes the parallelism
+    /// of this stream. A record that reaches a subtask which does not own its key's key group
+    /// fails the job, naming the operator.
+    ///
+    /// ```
+    /// use riffle::{EnvConfig, StreamEnv, sink::CollectSink, state::ValueStateDescriptor};
+    /// const SEEN: ValueStateDescriptor<u64> = ValueStateDescriptor::new("seen");
+    /// let env = StreamEnv::with_config(EnvConfig::deterministic().with_parallelism(2));
+    /// let (sink, out) = CollectSink::new();
+    /// env.from_iter(vec![1u64, 2, 1, 3, 1])
+    ///     .key_by(|n: &u64| *n)
+    ///     .process(|n: &u64, _: u64, ctx| {
+    ///         let times = ctx.value(&SEEN).get()?.unwrap_or(0) + 1;
+    ///         ctx.value(&SEEN).set(times)?;
+    ///         ctx.emit((*n, times))
+    ///     })
+    ///     // Keyed by the same key: no exchange, the same task.
+    ///     .reinterpret_as_keyed(|(n, _): &(u64, u64)| *n)
+    ///     .process(|_: &u64, (n, times): (u64, u64), ctx| ctx.emit((n, times * 10)))
+    ///     .sink(sink);
+    /// env.execute().unwrap();
+    /// assert_eq!(out.sorted(), vec![(1, 10), (1, 20), (1, 30), (2, 10), (3, 10)]);
+    /// ```
+    pub fn reinterpret_as_keyed<K, F>(&self, key: F) -> KeyedStream<K, T>
+    where
+        K: Data + Hash + Eq,
+        F: Fn(&T) -> K + Send + Sync + 'static,
+    {
+        KeyedStream::new(self.forward(), Arc::new(key))
+    }
+
     /// Connects this stream to `other` (of any type) for a two-input operator: see
     /// [`ConnectedStreams`](crate::api::ConnectedStreams).
     pub fn connect<B: Data>(&self, other: &DataStream<B>) -> crate::api::ConnectedStreams<T, B> {
