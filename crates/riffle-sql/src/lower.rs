@@ -212,6 +212,99 @@ impl Projection {
         }
         Ok(Row(values))
     }
+
+    /// [`apply`](Projection::apply) to a row it does not own: every place copied.
+    fn apply_lent(&self, row: &Row) -> riffle::Result<Row> {
+        let mut values: Vec<Value> = Vec::with_capacity(self.steps.len());
+        for step in &self.steps {
+            values.push(match step {
+                Step::Compute(eval) => eval(row)?,
+                Step::Copy(place) | Step::Move(place) => place.get(row),
+            });
+        }
+        Ok(Row(values))
+    }
+}
+
+/// Consecutive filters and projections of appended rows as one operator (one call per row,
+/// no emit between them). When its input has other readers in its task (a table read by two
+/// views: Nexmark's `auction` and `bid` of one scan), it reads their rows lent: a row its
+/// filters drop is not copied, and a projection copies only what it keeps.
+#[derive(Clone)]
+struct CalcRows {
+    steps: Arc<[Calc]>,
+}
+
+impl CalcRows {
+    /// The row `steps` make of an owned `row`, if its filters keep it.
+    fn owned(&self, mut row: Row) -> riffle::Result<Option<Row>> {
+        for step in self.steps.iter() {
+            match step {
+                Calc::Filter(predicate) => {
+                    if !matches!(predicate(&row)?, Value::Bool(true)) {
+                        return Ok(None);
+                    }
+                }
+                Calc::Project(projection) => row = projection.apply(row)?,
+                Calc::AsItIs => {}
+            }
+        }
+        Ok(Some(row))
+    }
+
+    /// [`owned`](CalcRows::owned) of a lent row: read in place up to the first projection,
+    /// which makes an owned row of it (a row of filters only is copied once kept).
+    fn lent(&self, row: &Row) -> riffle::Result<Option<Row>> {
+        for (i, step) in self.steps.iter().enumerate() {
+            match step {
+                Calc::Filter(predicate) => {
+                    if !matches!(predicate(row)?, Value::Bool(true)) {
+                        return Ok(None);
+                    }
+                }
+                Calc::Project(projection) => {
+                    let rest = CalcRows {
+                        steps: self.steps[i + 1..].into(),
+                    };
+                    return rest.owned(projection.apply_lent(row)?);
+                }
+                Calc::AsItIs => {}
+            }
+        }
+        Ok(Some(row.clone()))
+    }
+}
+
+impl riffle::operators::Operator for CalcRows {
+    type In = Row;
+    type Out = Row;
+
+    fn process(
+        &mut self,
+        batch: &mut Vec<riffle::Record<Row>>,
+        out: &mut riffle::operators::Collector<'_, Row>,
+    ) -> riffle::Result<()> {
+        for record in batch.drain(..) {
+            let timestamp = record.timestamp;
+            if let Some(row) = self.owned(record.value)? {
+                out.emit(riffle::Record::timed(row, timestamp))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn process_shared(
+        &mut self,
+        batch: &[riffle::Record<Row>],
+        out: &mut riffle::operators::Collector<'_, Row>,
+    ) -> riffle::Result<bool> {
+        for record in batch {
+            if let Some(row) = self.lent(&record.value)? {
+                out.emit(record.with_value(row))?;
+            }
+        }
+        Ok(true)
+    }
 }
 
 /// A group's key followed by its aggregates' results, in one allocation.
@@ -795,20 +888,16 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                     Calc::Project(_) | Calc::AsItIs => "Calc",
                 })
                 .collect();
-            lower(node, env)?.flat_map_rows(&name.join(" -> "), move |mut row: Row| {
-                for step in &steps {
-                    match step {
-                        Calc::Filter(predicate) => {
-                            if !matches!(predicate(&row)?, Value::Bool(true)) {
-                                return Ok(None);
-                            }
-                        }
-                        Calc::Project(projection) => row = projection.apply(row)?,
-                        Calc::AsItIs => {}
-                    }
-                }
-                Ok(Some(row))
-            })
+            let calc = CalcRows {
+                steps: steps.into(),
+            };
+            let name = name.join(" -> ");
+            match lower(node, env)? {
+                Rows::Append(rows) => Rows::Append(rows.transform(&name, move || CalcRows {
+                    steps: calc.steps.clone(),
+                })),
+                changes => changes.flat_map_rows(&name, move |row| calc.owned(row)),
+            }
         }
         Plan::WindowAggregate {
             input,
@@ -1580,6 +1669,7 @@ mod tests {
             ]
         ));
         let projected = projection.apply(row.clone()).unwrap();
+        assert_eq!(projection.apply_lent(&row).unwrap(), projected);
         assert_eq!(
             projected.0,
             vec![
@@ -1591,5 +1681,51 @@ mod tests {
                 Value::Int(20)
             ]
         );
+    }
+
+    /// Filters and projections give the same rows whether they own their input or have it
+    /// lent (a table read by several views), with filters before, between and after the
+    /// projections, and with filters only.
+    #[test]
+    fn filters_and_projections_give_the_same_rows_owned_or_lent() {
+        let above = |column: usize, limit: i64| -> Eval {
+            Arc::new(move |row: &Row| {
+                Ok(Value::Bool(
+                    matches!(row.get(column), Value::Int(i) if *i > limit),
+                ))
+            })
+        };
+        let swap = Projection::new(&[at(Place::Column(1)), at(Place::Column(0))]);
+        let pick = Projection::new(&[at(Place::Field(2, 0)), at(Place::Column(1))]);
+        let chains: Vec<Vec<Calc>> = vec![
+            vec![Calc::Filter(above(0, 3))],
+            vec![Calc::Filter(above(0, 3)), Calc::Project(pick.clone())],
+            vec![Calc::Project(swap), Calc::Filter(above(0, 5)), Calc::AsItIs],
+            vec![
+                Calc::Filter(above(1, 2)),
+                Calc::Project(pick),
+                Calc::Filter(above(0, 40)),
+            ],
+        ];
+        for steps in chains {
+            let calc = CalcRows {
+                steps: steps.into(),
+            };
+            let mut kept = 0;
+            for i in 0..10 {
+                let row = Row(vec![
+                    Value::Int(i),
+                    Value::Int(9 - i),
+                    Value::Row(vec![Value::Int(i * 10), Value::string("x".repeat(40))]),
+                ]);
+                let owned = calc.owned(row.clone()).unwrap();
+                assert_eq!(calc.lent(&row).unwrap(), owned, "row {i}");
+                kept += usize::from(owned.is_some());
+            }
+            assert!(
+                kept > 0 && kept < 10,
+                "{kept} kept: the filters keep some rows"
+            );
+        }
     }
 }

@@ -427,6 +427,8 @@ impl Ord for Value {
     /// A total order: `NULL` first, numbers by value across kinds, doubles by `total_cmp`.
     fn cmp(&self, other: &Self) -> Ordering {
         match (self, other) {
+            // The most common pair first, without the general comparison of numbers.
+            (Value::Int(a), Value::Int(b)) => a.cmp(b),
             (Value::Null, Value::Null) => Ordering::Equal,
             (Value::Bool(a), Value::Bool(b)) => a.cmp(b),
             (Value::String(a), Value::String(b)) => a.cmp(b),

@@ -100,6 +100,41 @@ pub trait Operator: Send + 'static {
         out: &mut Collector<'_, Self::Out>,
     ) -> Result<()>;
 
+    /// Processes a batch of records that other operators read too (the stream this operator
+    /// reads has several readers in its task): they are lent, not given. Returns `false` when
+    /// the operator does not read records by reference (the default): the runtime then copies
+    /// the batch and calls [`process`](Operator::process). An operator that drops most records,
+    /// or keeps a small part of each, overrides it so that nothing is copied for nothing.
+    ///
+    /// ```
+    /// use riffle::operators::{Collector, Operator};
+    /// use riffle::{Record, Result};
+    ///
+    /// /// The lengths of the long strings.
+    /// struct LongLengths;
+    ///
+    /// impl Operator for LongLengths {
+    ///     type In = String;
+    ///     type Out = usize;
+    ///     fn process(&mut self, batch: &mut Vec<Record<String>>, out: &mut Collector<'_, usize>) -> Result<()> {
+    ///         self.process_shared(batch, out).map(|_| batch.clear())
+    ///     }
+    ///     fn process_shared(&mut self, batch: &[Record<String>], out: &mut Collector<'_, usize>) -> Result<bool> {
+    ///         for r in batch.iter().filter(|r| r.value.len() > 100) {
+    ///             out.emit(r.with_value(r.value.len()))?;
+    ///         }
+    ///         Ok(true)
+    ///     }
+    /// }
+    /// ```
+    fn process_shared(
+        &mut self,
+        _batch: &[Record<Self::In>],
+        _out: &mut Collector<'_, Self::Out>,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
     /// The event-time watermark advanced to `watermark`: no record with a smaller timestamp will
     /// arrive. Emit whatever this completes (fired windows); the runtime then forwards the
     /// watermark downstream.

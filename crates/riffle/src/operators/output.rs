@@ -23,6 +23,15 @@ pub(crate) trait Output<T>: Send {
     }
     /// Takes the records out of `batch` (leaving it empty, its capacity for reuse).
     fn records(&mut self, batch: &mut Vec<Record<T>>) -> Result<()>;
+    /// Reads the records of `batch`, which other outputs read too (a fan-out): by default
+    /// copies them into `copy` (empty, kept between calls for its capacity) and takes those.
+    fn shared_records(&mut self, batch: &[Record<T>], copy: &mut Vec<Record<T>>) -> Result<()>
+    where
+        T: Clone,
+    {
+        copy.extend_from_slice(batch);
+        self.records(copy)
+    }
     /// The event-time watermark advanced.
     fn watermark(&mut self, watermark: Timestamp) -> Result<()>;
     /// The stream became idle (no data, must not hold back watermarks) or active again.

@@ -101,6 +101,19 @@ impl<Op: Operator> Output<Op::In> for ChainLink<Op> {
         result
     }
 
+    fn shared_records(
+        &mut self,
+        batch: &[Record<Op::In>],
+        copy: &mut Vec<Record<Op::In>>,
+    ) -> Result<()> {
+        if self.call(|op, out| op.process_shared(batch, out))? {
+            self.ctx.metrics.add_in(batch.len());
+            return Ok(());
+        }
+        copy.extend_from_slice(batch);
+        self.records(copy)
+    }
+
     fn watermark(&mut self, watermark: Timestamp) -> Result<()> {
         if watermark <= self.watermark {
             return Ok(());
@@ -163,7 +176,9 @@ impl<Op: Operator> Output<Op::In> for ChainLink<Op> {
     }
 }
 
-/// Several consumers of one stream: each gets every record (all but the last get a copy).
+/// Several consumers of one stream: each gets every record. All but the last read them lent
+/// ([`Output::shared_records`]): an operator that reads records by reference takes no copy,
+/// the others a copy each.
 pub(crate) struct Fanout<T> {
     outputs: Vec<Box<dyn Output<T>>>,
     copy: Vec<Record<T>>,
@@ -189,8 +204,8 @@ impl<T: Data> Output<T> for Fanout<T> {
             .split_last_mut()
             .expect("a fan-out has outputs");
         for output in rest {
-            self.copy.clone_from(batch);
-            output.records(&mut self.copy)?;
+            self.copy.clear();
+            output.shared_records(batch, &mut self.copy)?;
         }
         last.records(batch)
     }

@@ -306,3 +306,72 @@ fn custom_triggers_and_evictors_shape_window_results() {
         vec!["[4000, 5000]"]
     );
 }
+
+/// Keeps the even numbers it reads, by reference when it can; counts the batches it was given
+/// to own.
+struct Evens {
+    owned: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Operator for Evens {
+    type In = u64;
+    type Out = u64;
+    fn process(
+        &mut self,
+        batch: &mut Vec<Record<u64>>,
+        out: &mut Collector<'_, u64>,
+    ) -> Result<()> {
+        self.owned
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.process_shared(batch, out)?;
+        batch.clear();
+        Ok(())
+    }
+    fn process_shared(
+        &mut self,
+        batch: &[Record<u64>],
+        out: &mut Collector<'_, u64>,
+    ) -> Result<bool> {
+        for r in batch.iter().filter(|r| r.value % 2 == 0) {
+            out.emit(r.with_value(r.value))?;
+        }
+        Ok(true)
+    }
+}
+
+/// A stream read by several operators of its task lends its records to all but the last: an
+/// operator that reads them by reference gets no copy; one that does not gets a copy.
+#[test]
+fn a_stream_with_several_readers_lends_its_records_to_all_but_the_last() {
+    let env = env(1);
+    let owned = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (evens, even_out) = CollectSink::new();
+    let (tens, ten_out) = CollectSink::new();
+    let (all, all_out) = CollectSink::new();
+    let numbers = env.from_iter(1..=1_000u64);
+    let counter = owned.clone();
+    numbers
+        .transform("Evens", move || Evens {
+            owned: counter.clone(),
+        })
+        .sink(evens);
+    numbers.filter(|x| x % 10 == 0).sink(tens);
+    numbers.map(|x| x + 1).sink(all);
+    let result = run(&env).unwrap();
+    assert_eq!(
+        even_out.values(),
+        (1..=500).map(|x| x * 2).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        ten_out.values(),
+        (1..=100).map(|x| x * 10).collect::<Vec<_>>()
+    );
+    assert_eq!(all_out.values(), (2..=1_001).collect::<Vec<_>>());
+    assert_eq!(
+        owned.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "Evens read lent records"
+    );
+    assert_eq!(result.records_in("Evens"), 1_000);
+    assert_eq!(result.records_in("Filter"), 1_000);
+}
