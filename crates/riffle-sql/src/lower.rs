@@ -236,9 +236,14 @@ struct CalcRows {
 }
 
 impl CalcRows {
-    /// The row `steps` make of an owned `row`, if its filters keep it.
-    fn owned(&self, mut row: Row) -> riffle::Result<Option<Row>> {
-        for step in self.steps.iter() {
+    /// The row the steps make of an owned `row`, if its filters keep it.
+    fn owned(&self, row: Row) -> riffle::Result<Option<Row>> {
+        Self::run_owned(&self.steps, row)
+    }
+
+    /// The row `steps` make of an owned `row`, if their filters keep it.
+    fn run_owned(steps: &[Calc], mut row: Row) -> riffle::Result<Option<Row>> {
+        for step in steps {
             match step {
                 Calc::Filter(predicate) => {
                     if !matches!(predicate(&row)?, Value::Bool(true)) {
@@ -263,10 +268,7 @@ impl CalcRows {
                     }
                 }
                 Calc::Project(projection) => {
-                    let rest = CalcRows {
-                        steps: self.steps[i + 1..].into(),
-                    };
-                    return rest.owned(projection.apply_lent(row)?);
+                    return Self::run_owned(&self.steps[i + 1..], projection.apply_lent(row)?);
                 }
                 Calc::AsItIs => {}
             }
@@ -893,9 +895,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             };
             let name = name.join(" -> ");
             match lower(node, env)? {
-                Rows::Append(rows) => Rows::Append(rows.transform(&name, move || CalcRows {
-                    steps: calc.steps.clone(),
-                })),
+                Rows::Append(rows) => Rows::Append(rows.transform(&name, move || calc.clone())),
                 changes => changes.flat_map_rows(&name, move |row| calc.owned(row)),
             }
         }
