@@ -135,7 +135,10 @@ fn main() -> ExitCode {
         } => control::savepoint(&target, directory.as_deref()),
         Command::Stop { target, savepoint } => control::stop(&target, savepoint.as_deref()),
         Command::Cancel { target } => control::cancel(&target),
-        Command::Nexmark(command) => riffle_cli::nexmark::run(&command).map_err(|e| e.to_string()),
+        Command::Nexmark(command) => {
+            riffle_cli::ends_with_its_job();
+            riffle_cli::nexmark::run(&command).map_err(|e| e.to_string())
+        }
         Command::Generate(command) => {
             riffle_cli::generate::run(&command).map_err(|e| e.to_string())
         }
@@ -143,6 +146,9 @@ fn main() -> ExitCode {
         Command::Serve(args) => riffle_cli::serve::run(&args).map_err(|e| e.to_string()),
         Command::Sql(args) => {
             install_ctrlc_handler();
+            if args.file.is_some() {
+                riffle_cli::ends_with_its_job();
+            }
             riffle_cli::sql::run(&args).map_err(|e| e.to_string())
         }
         Command::Demo {
@@ -150,6 +156,9 @@ fn main() -> ExitCode {
             pipeline: args,
         } => {
             install_ctrlc_handler();
+            if !matches!(scenario.as_deref(), Some(Scenario::CheckpointRecovery(_))) {
+                riffle_cli::ends_with_its_job();
+            }
             match scenario.map(|s| *s) {
                 Some(Scenario::Etl(args)) => etl::run(&args).map(drop),
                 Some(Scenario::WindowedCount(args)) => windowed_count::run(&args).map(drop),

@@ -245,6 +245,7 @@ pub fn run_query(query: Query, args: &RunArgs) -> riffle::Result<Measurement> {
             .clone()
             .unwrap_or_else(|| state_dir.clone())
             .join("dead-letter"),
+        free_state_at_end: !crate::process_ends_with_its_job(),
         ..defaults
     });
     if args.sql {

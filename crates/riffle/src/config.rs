@@ -79,6 +79,13 @@ pub struct EnvConfig {
     /// its own under it (`process-<pid>-<nonce>`, locked while it lives), and removes those of
     /// processes that died (a SIGKILL leaves its stores behind).
     pub local_state_dir: PathBuf,
+    /// When a job ends, its tasks free their keyed state on the heap, entry by entry (default).
+    /// Off, the heap state of a job that finished is left to the process's exit: for a
+    /// process that ends with its job (the `riffle` commands that run one job), where freeing
+    /// a large state only delays the exit (a tenth of a Nexmark Top-N's CPU on a million
+    /// events). A run that fails or is cancelled frees its state either way, and a store
+    /// (RocksDB) is always closed.
+    pub free_state_at_end: bool,
 }
 
 impl Default for EnvConfig {
@@ -101,6 +108,7 @@ impl Default for EnvConfig {
             checkpoints: CheckpointConfig::default(),
             state_backend: Arc::new(HeapBackend),
             local_state_dir: std::env::temp_dir().join("riffle-state"),
+            free_state_at_end: true,
         }
     }
 }
@@ -137,6 +145,8 @@ impl EnvConfig {
         with_state_backend => state_backend: Arc<dyn StateBackend>;
         /// Sets [`local_state_dir`](Self::local_state_dir).
         with_local_state_dir => local_state_dir: PathBuf;
+        /// Sets [`free_state_at_end`](Self::free_state_at_end).
+        with_free_state_at_end => free_state_at_end: bool;
     }
 
     /// Settings under which a small job's output does not depend on timing: parallelism 1,

@@ -2,6 +2,7 @@
 //! fail the current attempt, stop (with or without a savepoint). Below both the runtime and the
 //! checkpoint coordination, which read them.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Shared switches of a running job.
@@ -12,6 +13,22 @@ pub(crate) struct JobControl {
     stop_requested: AtomicBool,
     /// A source stopped at the barrier of a stop-with-savepoint in the current run.
     stopped_at_savepoint: AtomicBool,
+    /// The job leaves the heap state of its finished tasks to the process's exit
+    /// ([`EnvConfig::free_state_at_end`](crate::EnvConfig::free_state_at_end) off).
+    leaves_state: AtomicBool,
+    /// The chains of the current run's tasks that finished, kept while `leaves_state`.
+    retired: Mutex<Retired>,
+}
+
+/// What finished tasks left: freed when their run fails, left to the process's exit when the
+/// job ends.
+#[derive(Default)]
+struct Retired(Vec<Box<dyn Send>>);
+
+impl std::fmt::Debug for Retired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} retired chains", self.0.len())
+    }
 }
 
 impl JobControl {
@@ -58,5 +75,33 @@ impl JobControl {
 
     pub(crate) fn is_stop_requested(&self) -> bool {
         self.stop_requested.load(Ordering::Acquire)
+    }
+
+    /// Whether the job leaves its finished tasks' heap state to the process's exit.
+    pub(crate) fn leave_state_at_end(&self, leave: bool) {
+        self.leaves_state.store(leave, Ordering::Release);
+    }
+
+    /// What a task that finished its input leaves: its operators and their heap state. Freed
+    /// here, unless the job leaves them to the process's exit (then kept until the run ends:
+    /// [`free_retired`](Self::free_retired) if it fails, [`leave_retired`](Self::leave_retired)
+    /// if the job ends).
+    pub(crate) fn retire(&self, chain: Box<dyn Send>) {
+        if self.leaves_state.load(Ordering::Acquire) {
+            self.retired.lock().expect("retired lock").0.push(chain);
+        }
+    }
+
+    /// Frees what the run's finished tasks left (the run failed: the next one starts over).
+    pub(crate) fn free_retired(&self) {
+        let retired = std::mem::take(&mut self.retired.lock().expect("retired lock").0);
+        drop(retired);
+    }
+
+    /// Leaves what the finished tasks left to the process's exit: the job has ended, and
+    /// freeing a large state entry by entry would only delay the exit.
+    pub(crate) fn leave_retired(&self) {
+        let retired = std::mem::take(&mut self.retired.lock().expect("retired lock").0);
+        std::mem::forget(retired);
     }
 }

@@ -597,6 +597,7 @@ impl EngineArgs {
                 .state_dir
                 .clone()
                 .unwrap_or(defaults.local_state_dir.clone()),
+            free_state_at_end: !crate::process_ends_with_its_job(),
             ..defaults
         })
     }

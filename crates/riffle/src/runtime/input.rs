@@ -413,6 +413,10 @@ impl<T: Data> TaskDriver for InputTask<T> {
             ctx.submit(snapshot, Duration::ZERO)?;
         }
         ctx.finished(last_barrier);
+        if ctx.store.is_none() {
+            // Heap state (a store closes its files when dropped, so it is dropped here).
+            ctx.control.retire(Box::new(chain));
+        }
         Ok(())
     }
 }

@@ -58,6 +58,7 @@ pub(crate) fn start(planner: Box<dyn Planner>, config: EnvConfig) -> Result<JobH
         None
     };
     let control = Arc::new(JobControl::default());
+    control.leave_state_at_end(!config.free_state_at_end);
     let registry = Arc::new(MetricsRegistry::default());
     let stats: Arc<Mutex<Vec<CheckpointStats>>> = Arc::default();
     let (savepoint_tx, savepoint_rx) = crossbeam_channel::unbounded();

@@ -245,7 +245,13 @@ impl Supervisor {
                 }
             };
             self.set_status(JobStatus::Running, None);
-            let failure = match self.attempt(attempt, current.as_deref(), &mut first) {
+            let outcome = self.attempt(attempt, current.as_deref(), &mut first);
+            if matches!(outcome, Ok(None)) && !self.control.is_user_cancelled() {
+                self.control.leave_retired();
+            } else {
+                self.control.free_retired();
+            }
+            let failure = match outcome {
                 Ok(None) if self.control.is_user_cancelled() => return Err(Error::Cancelled),
                 Ok(None) => {
                     return Ok(JobResult {
