@@ -73,6 +73,7 @@ pub(crate) fn scan_in(
     } else {
         read
     };
+    let computed_count = computed.len();
     let complete = {
         let complete = completer(table, &computed, time.as_ref());
         move |row: Row| complete(row, true)
@@ -119,8 +120,9 @@ pub(crate) fn scan_in(
                 "json" => read.clone(),
                 _ => physical.clone(),
             };
-            let source = FileSource::lines(path).map_records(move |line: &String| {
-                let row = parse(line, &schema)?;
+            let spare = computed_count;
+            let source = FileSource::lines_with(path, move |line: &str| {
+                let row = parse(line, &schema, spare)?;
                 complete(row)
             });
             timed_table(env, table, source, time.as_ref().map(|_| strategy(false)))
@@ -630,13 +632,14 @@ pub(crate) fn sink_in(
     Ok(())
 }
 
-/// How a `filesystem` table's lines read as rows: `'format' = 'json'` (the default) or `'csv'`.
-type LineParser = fn(&str, &Schema) -> std::result::Result<Row, String>;
+/// How a `filesystem` table's lines read as rows: `'format' = 'json'` (the default) or `'csv'`;
+/// the row made with room for the given number of computed columns.
+type LineParser = fn(&str, &Schema, usize) -> std::result::Result<Row, String>;
 
 fn line_parser(table: &TableDef) -> Result<LineParser> {
     match table.options.get("format").map_or("json", |f| f.as_str()) {
-        "json" => Ok(crate::json::read_row),
-        "csv" => Ok(csv_row),
+        "json" => Ok(crate::json::read_row_with_room),
+        "csv" => Ok(|line, schema, _| csv_row(line, schema)),
         other => Err(SqlError::plan(format!(
             "table `{}`: filesystem reads 'format' = 'json' or 'csv' (got '{other}')",
             table.name
@@ -712,7 +715,7 @@ pub fn read_bounded(table: &TableDef, schema: &Schema) -> Result<Vec<Row>> {
             if line.trim().is_empty() {
                 continue;
             }
-            rows.push(parse(line, schema).map_err(|e| {
+            rows.push(parse(line, schema, 0).map_err(|e| {
                 SqlError::plan(format!(
                     "table `{}`: `{}` line {}: {e}",
                     table.name,

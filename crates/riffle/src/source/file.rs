@@ -53,6 +53,9 @@ use crate::source::{BadRecordPolicy, Boundedness, ReadStatus, Source, SourceOutp
 /// A decoder of one JSON line that knows its type's schema (see [`FileSource::with_decoder`]).
 type JsonDecoder<T> = fn(&[u8]) -> serde_json::Result<T>;
 
+/// A decoder of one line of text that carries what it needs (see [`FileSource::lines_with`]).
+type LineDecoder<T> = std::sync::Arc<dyn Fn(&str) -> std::result::Result<T, String> + Send + Sync>;
+
 /// How the lines of a file are decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileFormat {
@@ -78,6 +81,7 @@ pub struct FileSource<T> {
     setting: String,
     split_size: Option<u64>,
     decoder: Option<JsonDecoder<T>>,
+    line_decoder: Option<LineDecoder<T>>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -118,6 +122,30 @@ impl<T> FileSource<T> {
         source
     }
 
+    /// Every line of `path` (a file, or a directory of files) decoded by `decode`, a closure
+    /// that carries what it needs (a table's schema, say). A line that is not UTF-8, or that
+    /// `decode` refuses, is a bad record with its error's text and its place in the file. The
+    /// line is lent to `decode`: no string is made of it.
+    ///
+    /// ```no_run
+    /// use riffle::source::file::FileSource;
+    /// let min_len = 3;
+    /// let long_words = FileSource::lines_with("words.txt", move |line: &str| {
+    ///     if line.len() < min_len {
+    ///         return Err(format!("shorter than {min_len} bytes"));
+    ///     }
+    ///     Ok(line.to_uppercase())
+    /// });
+    /// ```
+    pub fn lines_with(
+        path: impl Into<PathBuf>,
+        decode: impl Fn(&str) -> std::result::Result<T, String> + Send + Sync + 'static,
+    ) -> Self {
+        let mut source = FileSource::new(path.into(), FileFormat::Lines);
+        source.line_decoder = Some(std::sync::Arc::new(decode));
+        source
+    }
+
     /// CSV with a header line from `path` (a file, or a directory of files).
     pub fn csv(path: impl Into<PathBuf>) -> Self {
         FileSource::new(path.into(), FileFormat::Csv)
@@ -131,6 +159,7 @@ impl<T> FileSource<T> {
             setting: "input".into(),
             split_size: None,
             decoder: None,
+            line_decoder: None,
             _type: PhantomData,
         }
     }
@@ -302,6 +331,7 @@ impl<T: Data> Source<T> for FileSource<T> {
             line: Vec::with_capacity(256),
             line_start: 0,
             decoder: self.decoder,
+            line_decoder: self.line_decoder.clone(),
             _type: PhantomData,
         }))
     }
@@ -431,6 +461,7 @@ struct FileReader<T> {
     /// Offset of the line in `line`.
     line_start: u64,
     decoder: Option<JsonDecoder<T>>,
+    line_decoder: Option<LineDecoder<T>>,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -510,6 +541,7 @@ impl<T: Data> FileReader<T> {
             FileFormat::Lines => match simdutf8::basic::from_utf8(&self.line)
                 .or_else(|_| std::str::from_utf8(&self.line))
             {
+                Ok(text) if let Some(decode) = &self.line_decoder => decode(text),
                 Ok(text) => {
                     // `T` is `String` here: the string moves into the record through a slot,
                     // with no box of its own.
@@ -746,6 +778,38 @@ mod tests {
             out.bad[0].error,
             "not UTF-8: invalid utf-8 sequence of 1 bytes from index 0"
         );
+    }
+
+    #[test]
+    fn lines_decoded_by_a_closure_keep_the_refused_ones_with_their_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("numbers.txt");
+        std::fs::write(&path, b"10\n\nx\n\xff\n32\n").unwrap();
+        let offset = 100u64;
+        let source = FileSource::lines_with(&path, move |line: &str| {
+            line.parse::<u64>()
+                .map(|n| n + offset)
+                .map_err(|e| format!("`{line}`: {e}"))
+        });
+        let out = read_split(&source, whole(&path), 2);
+        let numbers: Vec<u64> = out.records.iter().map(|r| r.value).collect();
+        assert_eq!(numbers, vec![110, 132]);
+        let bad: Vec<(&str, &str)> = out
+            .bad
+            .iter()
+            .map(|b| (b.position.as_str(), b.error.as_str()))
+            .collect();
+        assert_eq!(
+            bad,
+            vec![
+                ("line 3", "`x`: invalid digit found in string"),
+                (
+                    "line 4",
+                    "not UTF-8: invalid utf-8 sequence of 1 bytes from index 0"
+                ),
+            ]
+        );
+        assert_eq!(out.bad[0].payload, "x", "the line as it was");
     }
 
     #[test]
