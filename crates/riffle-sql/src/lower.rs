@@ -1166,7 +1166,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                     values.extend(row.0.iter().cloned());
                     match other {
                         Some(other) => values.extend(other.0.iter().cloned()),
-                        None => values.resize(width, Value::Null),
+                        None => values.resize_with(width, || Value::Null),
                     }
                     Row(values)
                 };
@@ -1216,11 +1216,11 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                     let mut values = Vec::with_capacity(left_len + right_len);
                     match l {
                         Some((_, row)) => values.extend(row.0.iter().cloned()),
-                        None => values.resize(left_len, Value::Null),
+                        None => values.resize_with(left_len, || Value::Null),
                     }
                     match r {
                         Some((_, row)) => values.extend(row.0.iter().cloned()),
-                        None => values.resize(left_len + right_len, Value::Null),
+                        None => values.resize_with(left_len + right_len, || Value::Null),
                     }
                     Row(values)
                 };
@@ -1240,11 +1240,11 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                 let mut values = Vec::with_capacity(left_len + right_len);
                 match l {
                     Some(row) => row.extend_into(&mut values),
-                    None => values.resize(left_len, Value::Null),
+                    None => values.resize_with(left_len, || Value::Null),
                 }
                 match r {
                     Some(row) => row.extend_into(&mut values),
-                    None => values.resize(left_len + right_len, Value::Null),
+                    None => values.resize_with(left_len + right_len, || Value::Null),
                 }
                 Row(values)
             };
