@@ -41,6 +41,12 @@ const LINES: [&str; 5] = [
 
 /// The final rows of `query` over `LINES` (sorted), and the bad records of the run.
 fn run(query: &str) -> (Vec<String>, u64) {
+    let (rows, bad, _) = run_with_dead_letters(query);
+    (rows, bad)
+}
+
+/// [`run`], with the dead letters the run wrote (as JSON).
+fn run_with_dead_letters(query: &str) -> (Vec<String>, u64, Vec<serde_json::Value>) {
     let dir = tempfile::tempdir().unwrap();
     let env = StreamEnv::with_config(
         EnvConfig::default()
@@ -57,7 +63,20 @@ fn run(query: &str) -> (Vec<String>, u64) {
     table.apply_all(out.values()).unwrap();
     let mut rows: Vec<String> = table.rows().iter().map(common::row_text).collect();
     rows.sort();
-    (rows, result.bad_records())
+    let mut letters = Vec::new();
+    let mut dirs = vec![dir.path().join("dead-letter")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let text = std::fs::read_to_string(&path).unwrap();
+                letters.extend(text.lines().map(|l| serde_json::from_str(l).unwrap()));
+            }
+        }
+    }
+    (rows, result.bad_records(), letters)
 }
 
 #[test]
@@ -76,9 +95,18 @@ fn fields_no_one_reads_are_skipped_and_a_bad_value_in_them_is_no_error() {
 #[test]
 fn a_bad_value_in_a_field_read_is_a_bad_record() {
     // `note` read: the fourth line is a bad record, as without skipping.
-    let (rows, bad) = run("SELECT item.id, note FROM events WHERE kind = 1");
+    let (rows, bad, letters) =
+        run_with_dead_letters("SELECT item.id, note FROM events WHERE kind = 1");
     assert_eq!(rows, ["[1, 5]", "[2, 7]"]);
     assert_eq!(bad, 1);
+    // The dead letter names the line and holds it as it was.
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0]["position"], "line 4");
+    assert_eq!(letters[0]["payload"], LINES[3]);
+    assert_eq!(
+        letters[0]["error"],
+        "`note`: the string \"seven\" is not a BIGINT"
+    );
     // A whole `ROW` column read: every field of it decoded.
     let (rows, bad) = run("SELECT item FROM events WHERE kind = 1 AND note > 5");
     assert_eq!(
