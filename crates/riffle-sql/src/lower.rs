@@ -153,6 +153,9 @@ enum Calc {
 #[derive(Clone)]
 struct Projection {
     steps: Vec<Step>,
+    /// Whether a step computes from the row (then the moves wait until every computation has
+    /// read it intact); without one, the row is taken apart in one pass.
+    computes: bool,
 }
 
 /// How a [`Projection`] gets one output value.
@@ -164,11 +167,20 @@ enum Step {
     Move(Place),
     /// Copied from the row (another step reads the same place or one inside it).
     Copy(Place),
+    /// `NULL`: a column no one above reads ([`Reads::unread`]).
+    Null,
 }
 
 impl Projection {
     fn new(exprs: &[Typed]) -> Projection {
-        let places: Vec<Option<Place>> = exprs.iter().map(|e| e.place).collect();
+        Projection::leaving_null(exprs, &[])
+    }
+
+    /// [`new`](Projection::new), the columns `unread` (their indexes) left `NULL`.
+    fn leaving_null(exprs: &[Typed], unread: &[usize]) -> Projection {
+        let places: Vec<Option<Place>> = (exprs.iter().enumerate())
+            .map(|(i, e)| e.place.filter(|_| !unread.contains(&i)))
+            .collect();
         let overlap = |a: Place, b: Place| match (a, b) {
             (Place::Column(c), Place::Column(d))
             | (Place::Column(c), Place::Field(d, _))
@@ -179,6 +191,7 @@ impl Projection {
             .iter()
             .enumerate()
             .map(|(i, e)| match e.place {
+                _ if unread.contains(&i) => Step::Null,
                 None => Step::Compute(e.eval.clone()),
                 Some(place) => {
                     let shared = places
@@ -192,17 +205,29 @@ impl Projection {
                     }
                 }
             })
-            .collect();
-        Projection { steps }
+            .collect::<Vec<_>>();
+        let computes = steps.iter().any(|s| matches!(s, Step::Compute(_)));
+        Projection { steps, computes }
     }
 
     fn apply(&self, mut row: Row) -> riffle::Result<Row> {
         let mut values: Vec<Value> = Vec::with_capacity(self.steps.len());
+        if !self.computes {
+            // No place is read twice where it is moved: one pass.
+            for step in &self.steps {
+                values.push(match step {
+                    Step::Copy(place) => place.get(&row),
+                    Step::Move(place) => place.take(&mut row),
+                    Step::Null | Step::Compute(_) => Value::Null,
+                });
+            }
+            return Ok(Row(values));
+        }
         for step in &self.steps {
             values.push(match step {
                 Step::Compute(eval) => eval(&row)?,
                 Step::Copy(place) => place.get(&row),
-                Step::Move(_) => Value::Null,
+                Step::Move(_) | Step::Null => Value::Null,
             });
         }
         for (value, step) in values.iter_mut().zip(&self.steps) {
@@ -220,6 +245,7 @@ impl Projection {
             values.push(match step {
                 Step::Compute(eval) => eval(row)?,
                 Step::Copy(place) | Step::Move(place) => place.get(row),
+                Step::Null => Value::Null,
             });
         }
         Ok(Row(values))
@@ -860,22 +886,16 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                         node = input;
                     }
                     Plan::Project { input, exprs, .. } => {
-                        let unread = scans.unread.get(&(node as *const Plan as usize));
-                        let exprs: Vec<Typed> = match unread {
-                            None => exprs.clone(),
-                            Some(unread) => (exprs.iter().enumerate())
-                                .map(|(i, e)| match unread.contains(&i) {
-                                    true => Typed::constant(Value::Null, e.ty.clone()),
-                                    false => e.clone(),
-                                })
-                                .collect(),
-                        };
+                        let unread = (scans.unread)
+                            .get(&(node as *const Plan as usize))
+                            .map_or(&[][..], Vec::as_slice);
                         // `SELECT *` over a step (the row as it is: q18's and q19's outer
                         // query) computes nothing: the step keeps its name, not its work.
-                        let as_it_is = reads_row_as_it_is(&exprs, input.schema().len());
+                        let as_it_is =
+                            unread.is_empty() && reads_row_as_it_is(exprs, input.schema().len());
                         steps.push(match as_it_is {
                             true => Calc::AsItIs,
-                            false => Calc::Project(Projection::new(&exprs)),
+                            false => Calc::Project(Projection::leaving_null(exprs, unread)),
                         });
                         node = input;
                     }
@@ -1679,6 +1699,41 @@ mod tests {
                 Value::Int(1),
                 Value::Int(2),
                 Value::Int(20)
+            ]
+        );
+        // Without a computed column, one pass; the columns no one reads `NULL`. A place read
+        // twice is still copied, and an unread place does not make its neighbour a copy.
+        let projection = Projection::leaving_null(
+            &[
+                at(Place::Field(1, 1)),
+                at(Place::Column(2)),
+                at(Place::Column(1)),
+                at(Place::Column(0)),
+                at(Place::Column(2)),
+            ],
+            &[2, 4],
+        );
+        assert!(!projection.computes);
+        assert!(matches!(
+            projection.steps.as_slice(),
+            [
+                Step::Move(_),
+                Step::Move(_),
+                Step::Null,
+                Step::Move(_),
+                Step::Null
+            ]
+        ));
+        let projected = projection.apply(row.clone()).unwrap();
+        assert_eq!(projection.apply_lent(&row).unwrap(), projected);
+        assert_eq!(
+            projected.0,
+            vec![
+                Value::Int(21),
+                Value::Int(3),
+                Value::Null,
+                Value::Int(1),
+                Value::Null
             ]
         );
     }
