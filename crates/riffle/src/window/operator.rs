@@ -360,48 +360,43 @@ where
             self.panes.insert(window);
             self.last_pane = Some(window);
         }
-        let function = &mut self.function;
+        let function = &self.function;
+        // Made only for a window the key has no slot for yet (an accumulator may allocate:
+        // a SQL row of aggregates does).
         let create = || Slot {
             acc: function.create(),
             emitted: false,
             fired: false,
             dirty: false,
         };
-        let initial = create();
         // The results to emit are taken out of the update and emitted after it: the function
         // may use its own state, in the same store, which must not be entered from inside an
         // update. (Firing on a record is rare: a trigger's decision, or a late record.)
         let fires_at_end = function.fires_at_end();
-        let firings = self.table.update(
-            key_group,
-            key,
-            &window,
-            || initial,
-            |slot| {
-                let decision = match &value {
-                    Ok(owned) => function.on_element(&slot.acc, owned, window),
-                    Err(borrowed) => function.on_element(&slot.acc, borrowed, window),
-                };
-                match value {
-                    Ok(owned) => function.add_owned(&mut slot.acc, owned),
-                    Err(borrowed) => function.add(&mut slot.acc, borrowed),
+        let firings = self.table.update(key_group, key, &window, create, |slot| {
+            let decision = match &value {
+                Ok(owned) => function.on_element(&slot.acc, owned, window),
+                Err(borrowed) => function.on_element(&slot.acc, borrowed, window),
+            };
+            match value {
+                Ok(owned) => function.add_owned(&mut slot.acc, owned),
+                Err(borrowed) => function.add(&mut slot.acc, borrowed),
+            }
+            slot.dirty = true;
+            let mut firings: Vec<(F::Acc, bool)> = Vec::new();
+            if decision != TriggerResult::Continue {
+                firings.push((slot.acc.clone(), slot.emitted));
+                slot.emitted = true;
+                slot.dirty = false;
+                if decision == TriggerResult::FireAndPurge {
+                    slot.acc = function.create();
                 }
-                slot.dirty = true;
-                let mut firings: Vec<(F::Acc, bool)> = Vec::new();
-                if decision != TriggerResult::Continue {
-                    firings.push((slot.acc.clone(), slot.emitted));
-                    slot.emitted = true;
-                    slot.dirty = false;
-                    if decision == TriggerResult::FireAndPurge {
-                        slot.acc = function.create();
-                    }
-                }
-                if due && let Some(update) = Self::fire_at_end(fires_at_end, slot) {
-                    firings.push((slot.acc.clone(), update));
-                }
-                Ok(firings)
-            },
-        )?;
+            }
+            if due && let Some(update) = Self::fire_at_end(fires_at_end, slot) {
+                firings.push((slot.acc.clone(), update));
+            }
+            Ok(firings)
+        })?;
         for (acc, update) in firings {
             self.function
                 .fire(key, window, &acc, update, &mut self.function_state, out)?;

@@ -155,6 +155,53 @@ fn sliding_windows_count_a_record_in_every_window_it_falls_in() -> Result<()> {
     Ok(())
 }
 
+/// Counts, and counts the accumulators it creates.
+struct CountingCreates(&'static std::sync::atomic::AtomicUsize);
+
+impl riffle::aggregate::AggregateFunction<Click> for CountingCreates {
+    type Acc = u64;
+    type Out = u64;
+    fn create(&self) -> u64 {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        0
+    }
+    fn add(&self, acc: &mut u64, _: &Click) {
+        *acc += 1;
+    }
+    fn merge(&self, acc: &mut u64, other: u64) {
+        *acc += other;
+    }
+    fn result(&self, acc: &u64) -> u64 {
+        *acc
+    }
+}
+
+#[test]
+fn an_accumulator_is_created_once_per_key_and_window_not_per_record() -> Result<()> {
+    static CREATED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let op = WindowTest::new(user, Sliding::of(MINUTE, Duration::from_secs(20)))
+        .aggregate(CountingCreates(&CREATED));
+    let mut h = OperatorHarness::builder(op).build()?;
+    // Two keys, ten records each in [0, 20 s): each record falls in 3 windows.
+    for i in 0..10 {
+        h.process((1, i * 1_000), i * 1_000)?;
+        h.process((2, i * 1_000 + 500), i * 1_000 + 500)?;
+    }
+    h.watermark(i64::MAX)?;
+    let counts: Vec<u64> = h.take_values().into_iter().map(|r| r.value).collect();
+    assert_eq!(
+        counts,
+        vec![10; 6],
+        "3 windows of 10 records for each of 2 keys"
+    );
+    assert_eq!(
+        CREATED.load(std::sync::atomic::Ordering::SeqCst),
+        6,
+        "one accumulator per key and window"
+    );
+    Ok(())
+}
+
 #[test]
 fn processing_time_windows_follow_the_clock() -> Result<()> {
     let op =
