@@ -13,8 +13,13 @@
 //! - a `VARCHAR` column takes a string as is, and any other JSON value as its JSON text;
 //! - a nested object fills a `ROW` (its fields by name), an array an `ARRAY`.
 //!
+//! Lines in the plain form programs write (no escapes, integers where the schema has them) are
+//! read by a reader of their bytes of its own (`fast`), which hands anything else to serde.
+//!
 //! A line that does not fit is an error naming the column and why (for the source's bad-record
 //! policy), e.g. "`price`: the string \"abc\" is not a BIGINT".
+
+mod fast;
 
 use std::fmt;
 
@@ -30,6 +35,19 @@ pub(crate) fn read_row(line: &str, schema: &Schema) -> std::result::Result<Row, 
 /// [`read_row`], the row made with room for `spare` values more (the columns its table computes
 /// after the ones it reads), so that adding them does not move it.
 pub(crate) fn read_row_with_room(
+    line: &str,
+    schema: &Schema,
+    spare: usize,
+) -> std::result::Result<Row, String> {
+    // The usual form in one pass; anything else (and every error) through serde.
+    if let Some(values) = fast::read_row(line, &schema.fields, spare) {
+        return Ok(Row(values));
+    }
+    read_row_through_serde(line, schema, spare)
+}
+
+/// [`read_row_with_room`] by serde alone: any line, and the errors users see.
+fn read_row_through_serde(
     line: &str,
     schema: &Schema,
     spare: usize,

@@ -1,0 +1,567 @@
+//! The usual form of a JSON line read in one pass over its bytes, without serde.
+//!
+//! Files and topics written by programs hold JSON in a plain form: no escapes in keys, strings
+//! without escapes, integers where the schema has integers. [`read_row`] reads that form
+//! straight into the row's values, looking for a string's end with a vector search. Whatever
+//! it is not sure of (an escape, a fraction in a `DOUBLE` or `DECIMAL` column, a value of the
+//! wrong type, broken JSON, nesting deeper than serde_json allows) makes it give up with `None`,
+//! and the line goes to the serde reader of the parent module, which makes the same row or the
+//! error the user sees. So this is only ever a faster way to the serde reader's answer: a
+//! property test checks that for any row and any damage to its text.
+
+use crate::types::{DataType, Field, Value};
+
+/// How deep arrays and objects may nest in a skipped value (serde_json's own limit is 128).
+const MAX_DEPTH: usize = 100;
+
+/// The row `line` holds, in the order of `fields`, with room for `spare` values more; `None` if
+/// the line is not in the usual form (then the serde reader decides).
+pub(super) fn read_row(line: &str, fields: &[Field], spare: usize) -> Option<Vec<Value>> {
+    let mut cursor = Cursor {
+        bytes: line.as_bytes(),
+        text: line,
+        at: 0,
+    };
+    cursor.space();
+    let values = cursor.object(fields, spare)?;
+    cursor.space();
+    (cursor.at == cursor.bytes.len()).then_some(values)
+}
+
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    /// The same bytes as text (for borrowing strings without checking them again).
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    /// Skips JSON's whitespace.
+    fn space(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    /// Consumes `byte` (after whitespace), or gives up.
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        self.space();
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// An object at the cursor as the values of `fields` (absent ones `NULL`).
+    fn object(&mut self, fields: &[Field], spare: usize) -> Option<Vec<Value>> {
+        self.expect(b'{')?;
+        let mut values = Vec::with_capacity(fields.len() + spare);
+        values.resize_with(fields.len(), || Value::Null);
+        self.space();
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(values);
+        }
+        // Lines of a file or topic list their keys in one order: the column after the last
+        // one found is tried first, by comparing its name in place.
+        let mut next = 0;
+        loop {
+            self.expect(b'"')?;
+            let found = match fields.get(next) {
+                Some(f) if self.key_is(&f.name) => Some(next),
+                _ => {
+                    let key = self.string_body()?;
+                    fields.iter().position(|f| f.name == key)
+                }
+            };
+            self.expect(b':')?;
+            self.space();
+            match found {
+                // A repeated key keeps its last value, as the serde reader does.
+                Some(i) => {
+                    values[i] = self.value(&fields[i].ty)?;
+                    next = i + 1;
+                }
+                None => self.skip(0)?,
+            }
+            self.space();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(values);
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Whether the key at the cursor (its opening quote consumed) is `name`, with no escape;
+    /// if it is, the cursor is left after its closing quote.
+    fn key_is(&mut self, name: &str) -> bool {
+        let end = self.at + name.len();
+        let matches = self.bytes.get(self.at..end) == Some(name.as_bytes())
+            && self.bytes.get(end) == Some(&b'"')
+            // A name JSON would have to escape is never matched in place.
+            && special(name.as_bytes()).is_none();
+        if matches {
+            self.at = end + 1;
+        }
+        matches
+    }
+
+    /// The text of a string whose opening quote was just consumed, the cursor left after its
+    /// closing quote; `None` if it has an escape or a raw control character (or no end).
+    fn string_body(&mut self) -> Option<&'a str> {
+        let start = self.at;
+        let end = special(&self.bytes[start..])?;
+        if self.bytes[start + end] != b'"' {
+            return None;
+        }
+        self.at = start + end + 1;
+        // Both ends are ASCII quotes, so char boundaries.
+        self.text.get(start..start + end)
+    }
+
+    /// A JSON number's text at the cursor, checked against JSON's grammar, and whether it is an
+    /// integer (no fraction, no exponent).
+    fn number(&mut self) -> Option<(&'a str, bool)> {
+        let start = self.at;
+        let bytes = self.bytes;
+        let mut at = start;
+        if bytes.get(at) == Some(&b'-') {
+            at += 1;
+        }
+        let digits = |mut at: usize| {
+            while bytes.get(at).is_some_and(u8::is_ascii_digit) {
+                at += 1;
+            }
+            at
+        };
+        match bytes.get(at)? {
+            b'0' => at += 1,
+            b'1'..=b'9' => at = digits(at),
+            _ => return None,
+        }
+        let mut integer = true;
+        if bytes.get(at) == Some(&b'.') {
+            let end = digits(at + 1);
+            if end == at + 1 {
+                return None;
+            }
+            at = end;
+            integer = false;
+        }
+        if let Some(b'e' | b'E') = bytes.get(at) {
+            at += 1;
+            if let Some(b'+' | b'-') = bytes.get(at) {
+                at += 1;
+            }
+            let end = digits(at);
+            if end == at {
+                return None;
+            }
+            at = end;
+            integer = false;
+        }
+        self.at = at;
+        Some((&self.text[start..at], integer))
+    }
+
+    /// An integer at the cursor that `i64` holds (`-0` is not one: serde_json reads it as a
+    /// float), read in one pass over its digits.
+    fn integer(&mut self) -> Option<i64> {
+        let bytes = self.bytes;
+        let negative = bytes.get(self.at) == Some(&b'-');
+        let first = self.at + usize::from(negative);
+        let mut at = first;
+        let mut magnitude: u64 = 0;
+        while let Some(&b) = bytes.get(at) {
+            if !b.is_ascii_digit() {
+                break;
+            }
+            magnitude = magnitude
+                .checked_mul(10)?
+                .checked_add(u64::from(b - b'0'))?;
+            at += 1;
+        }
+        let count = at - first;
+        // No digits, a leading zero, a fraction or an exponent: not an integer of JSON.
+        if count == 0 || (count > 1 && bytes[first] == b'0') {
+            return None;
+        }
+        if let Some(b'.' | b'e' | b'E') = bytes.get(at) {
+            return None;
+        }
+        let value = if negative {
+            if magnitude == 0 || magnitude > i64::MIN.unsigned_abs() {
+                return None;
+            }
+            (magnitude as i64).wrapping_neg()
+        } else {
+            i64::try_from(magnitude).ok()?
+        };
+        self.at = at;
+        Some(value)
+    }
+
+    /// Consumes the literal `word` (its first byte already seen).
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        self.bytes[self.at..]
+            .starts_with(word)
+            .then(|| self.at += word.len())
+    }
+
+    /// A value of type `ty` at the cursor; `None` where the serde reader is to decide.
+    fn value(&mut self, ty: &DataType) -> Option<Value> {
+        match self.peek()? {
+            b'n' => {
+                self.literal(b"null")?;
+                Some(Value::Null)
+            }
+            b'"' => {
+                self.at += 1;
+                let s = self.string_body()?;
+                match ty {
+                    DataType::Varchar => Some(Value::string(s)),
+                    t if t.is_timestamp() => {
+                        crate::format::parse_timestamp(s).map(Value::Timestamp)
+                    }
+                    DataType::Date => crate::format::parse_date(s).map(Value::Date),
+                    DataType::Decimal { scale, .. } => crate::expr::parse_decimal(s)
+                        .and_then(|d| d.rescale(*scale))
+                        .map(Value::Decimal),
+                    _ => None,
+                }
+            }
+            b'-' | b'0'..=b'9' => match ty {
+                t if t.is_integer() => self.integer().map(Value::Int),
+                t if t.is_timestamp() => self.integer().map(Value::Timestamp),
+                // An integer's `f64` is what serde_json gives; a fraction is left to its own
+                // rounding.
+                DataType::Double | DataType::Float => {
+                    self.integer().map(|i| Value::Double(i as f64))
+                }
+                _ => None,
+            },
+            b't' if *ty == DataType::Boolean => {
+                self.literal(b"true")?;
+                Some(Value::Bool(true))
+            }
+            b'f' if *ty == DataType::Boolean => {
+                self.literal(b"false")?;
+                Some(Value::Bool(false))
+            }
+            b'{' => match ty {
+                DataType::Row(fields) => self.object(fields, 0).map(Value::Row),
+                _ => None,
+            },
+            b'[' => match ty {
+                DataType::Array(element) => {
+                    self.at += 1;
+                    let mut items = Vec::new();
+                    self.space();
+                    if self.peek()? == b']' {
+                        self.at += 1;
+                        return Some(Value::Array(items));
+                    }
+                    loop {
+                        self.space();
+                        items.push(self.value(element)?);
+                        self.space();
+                        match self.peek()? {
+                            b',' => self.at += 1,
+                            b']' => {
+                                self.at += 1;
+                                return Some(Value::Array(items));
+                            }
+                            _ => return None,
+                        }
+                    }
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Skips a value no column reads, checking that it is JSON.
+    fn skip(&mut self, depth: usize) -> Option<()> {
+        match self.peek()? {
+            b'"' => {
+                self.at += 1;
+                self.string_body().map(drop)
+            }
+            b'n' => self.literal(b"null"),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'-' | b'0'..=b'9' => self.number().map(drop),
+            open @ (b'{' | b'[') => {
+                if depth >= MAX_DEPTH {
+                    return None;
+                }
+                let close = if open == b'{' { b'}' } else { b']' };
+                self.at += 1;
+                self.space();
+                if self.peek()? == close {
+                    self.at += 1;
+                    return Some(());
+                }
+                loop {
+                    self.space();
+                    if open == b'{' {
+                        self.expect(b'"')?;
+                        self.string_body()?;
+                        self.expect(b':')?;
+                        self.space();
+                    }
+                    self.skip(depth + 1)?;
+                    self.space();
+                    match self.peek()? {
+                        b',' => self.at += 1,
+                        b if b == close => {
+                            self.at += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The index of the first byte of `bytes` that ends a plain string: a quote, a backslash or a
+/// control character. Eight bytes at a time: each test sets the high bit of a byte that passes
+/// it (bits above the first such byte may be wrong, so only the lowest is read).
+fn special(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut at = 0;
+    for chunk in chunks.by_ref() {
+        let x = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        let found = zero(x ^ (ONES * u64::from(b'"'))) | zero(x ^ (ONES * u64::from(b'\\'))) | {
+            // Bytes below 0x20.
+            x.wrapping_sub(ONES * 0x20) & !x & HIGH
+        };
+        if found != 0 {
+            return Some(at + (found.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < b' ')
+        .map(|i| at + i)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::types::{Row, Schema};
+
+    fn field(name: &str, ty: DataType) -> Field {
+        Field {
+            name: name.into(),
+            ty,
+            nullable: true,
+        }
+    }
+
+    /// Columns of every kind the reader knows, a nested row and an array among them.
+    fn schema() -> Schema {
+        Schema {
+            fields: vec![
+                field("id", DataType::BigInt),
+                field("name", DataType::Varchar),
+                field("price", DataType::Double),
+                field("at", DataType::Timestamp { precision: 3 }),
+                field("d", DataType::Date),
+                field(
+                    "amount",
+                    DataType::Decimal {
+                        precision: 10,
+                        scale: 2,
+                    },
+                ),
+                field("ok", DataType::Boolean),
+                field(
+                    "r",
+                    DataType::Row(vec![
+                        field("a", DataType::Int),
+                        field("b", DataType::Varchar),
+                    ]),
+                ),
+                field("xs", DataType::Array(Box::new(DataType::BigInt))),
+            ],
+        }
+    }
+
+    /// What the serde reader makes of `line`.
+    fn serde(line: &str, schema: &Schema) -> Result<Row, String> {
+        super::super::read_row_through_serde(line, schema, 1)
+    }
+
+    #[test]
+    fn a_nexmark_line_is_read_in_the_usual_form() {
+        let bid = DataType::Row(vec![
+            field("auction", DataType::BigInt),
+            field("price", DataType::BigInt),
+            field("dateTime", DataType::Timestamp { precision: 3 }),
+            field("extra", DataType::Varchar),
+        ]);
+        let schema = Schema {
+            fields: vec![field("event_type", DataType::Int), field("bid", bid)],
+        };
+        let line = r#"{"event_type":2,"person":null,"auction":null,"bid":{"auction":1007,"bidder":2001,"price":1811,"channel":"Google","url":"https://www.nexmark.com/a/b/c/item.htm?query=1","dateTime":"2026-01-15 00:00:00.004","extra":"qzkxv\u00e9"}}"#;
+        // An escape in a value read: the serde reader's.
+        assert_eq!(read_row(line, &schema.fields, 1), None);
+        let line = line.replace("\\u00e9", "é");
+        let row = read_row(&line, &schema.fields, 1).expect("the usual form");
+        assert_eq!(Ok(Row(row.clone())), serde(&line, &schema));
+        assert_eq!(row[0], Value::Int(2));
+        let Value::Row(bid) = &row[1] else {
+            panic!("{row:?}")
+        };
+        assert_eq!(bid[0], Value::Int(1007));
+        assert_eq!(bid[3], Value::string("qzkxvé"));
+        assert!(row.capacity() >= 3);
+    }
+
+    #[test]
+    fn edges_of_numbers_and_literals_go_to_serde() {
+        let s = schema();
+        for line in [
+            r#"{"id":-0}"#,
+            r#"{"id":9223372036854775808}"#,
+            r#"{"id":-9223372036854775809}"#,
+            r#"{"id":1e3}"#,
+            r#"{"id":07}"#,
+            r#"{"price":0.1}"#,
+            r#"{"price":18446744073709551615}"#,
+            r#"{"amount":12.5}"#,
+            r#"{"name":7}"#,
+            r#"{"name":true}"#,
+            r#"{"name":"a\"b"}"#,
+            r#"{"n\u0061me":"x"}"#,
+            r#"{"id":1,}"#,
+            r#"{"id":1} x"#,
+            r#"[1]"#,
+            "{\"name\":\"a\u{1}\"}",
+        ] {
+            assert_eq!(read_row(line, &s.fields, 0), None, "{line}");
+        }
+        for line in [
+            r#"{"id":-9223372036854775808,"price":-3,"amount":"12.5","ok":false}"#,
+            r#" { "id" : 1 , "xs" : [ 1 , -2 ] , "r" : { "b" : "é" } , "u" : [{"v":[1.5e-3,null,true]}] } "#,
+        ] {
+            let fast = read_row(line, &s.fields, 1).expect(line);
+            assert_eq!(Ok(Row(fast)), serde(line, &s), "{line}");
+        }
+    }
+
+    /// Any JSON value, strings with escapes and control characters among them.
+    fn any_json() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::Bool),
+            any::<i64>().prop_map(|i| json!(i)),
+            any::<u64>().prop_map(|u| json!(u)),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| json!(f)),
+            "\\PC{0,20}".prop_map(serde_json::Value::String),
+            "[\\x00-\\x7f]{0,5}".prop_map(serde_json::Value::String),
+            Just(json!("2026-01-15 00:00:00.004")),
+            Just(json!("2026-01-15")),
+            Just(json!("12.345")),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+                proptest::collection::btree_map("[a-z]{1,2}|id|b", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// An object of the schema's columns, each absent, `NULL`, of its own kind or anything
+    /// else, with unknown keys among them.
+    fn any_line() -> impl Strategy<Value = String> {
+        let names = [
+            "id", "name", "price", "at", "d", "amount", "ok", "r", "xs", "other",
+        ];
+        let value = prop_oneof![
+            3 => any_json(),
+            1 => any::<i64>().prop_map(|i| json!(i)),
+            1 => "[a-z é]{0,30}".prop_map(serde_json::Value::String),
+            1 => (any::<i32>(), "[a-z]{0,5}").prop_map(|(a, b)| json!({"a": a, "b": b, "z": [1]})),
+            1 => proptest::collection::vec(any::<i64>(), 0..4).prop_map(|xs| json!(xs)),
+        ];
+        (
+            proptest::collection::vec((proptest::sample::select(names.to_vec()), value), 0..8),
+            any::<bool>(),
+        )
+            .prop_map(|(entries, pretty)| {
+                let object: serde_json::Map<String, serde_json::Value> = entries
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect();
+                let object = serde_json::Value::Object(object);
+                if pretty {
+                    serde_json::to_string_pretty(&object).unwrap()
+                } else {
+                    object.to_string()
+                }
+            })
+    }
+
+    proptest! {
+        /// Eight bytes at a time finds what a byte-by-byte search finds.
+        #[test]
+        fn the_end_of_a_string_is_found_as_byte_by_byte(
+            bytes in proptest::collection::vec(
+                prop_oneof![any::<u8>(), proptest::sample::select(&b"\"\\\x1f\x20a"[..])],
+                0..40,
+            ),
+        ) {
+            let naive = bytes.iter().position(|&b| b == b'"' || b == b'\\' || b < b' ');
+            prop_assert_eq!(special(&bytes), naive);
+        }
+
+        /// Whatever the fast reader reads, the serde reader reads the same; a clean line is
+        /// read by it; damage to a line never makes the two disagree.
+        #[test]
+        fn the_fast_reader_agrees_with_serde(
+            line in any_line(),
+            damage in proptest::collection::vec(
+                (any::<usize>(), proptest::sample::select(&b"{}[]\":,\\ 0-9aeflnrtu.\x01"[..])),
+                0..3,
+            ),
+        ) {
+            let s = schema();
+            if let Some(values) = read_row(&line, &s.fields, 1) {
+                prop_assert_eq!(Ok(Row(values)), serde(&line, &s), "{}", line);
+            }
+            let mut bytes = line.into_bytes();
+            for (at, byte) in damage {
+                if !bytes.is_empty() {
+                    let at = at % bytes.len();
+                    bytes[at] = byte;
+                }
+            }
+            let damaged = String::from_utf8_lossy(&bytes).into_owned();
+            if let Some(values) = read_row(&damaged, &s.fields, 1) {
+                prop_assert_eq!(Ok(Row(values)), serde(&damaged, &s), "{}", damaged);
+            }
+        }
+    }
+}
