@@ -22,7 +22,8 @@
 #                  every 500 ms to commit its files), and check_outputs.py compares the rows
 #   --tag T        name of the results (default e<N>[-r<EPS>])
 # Env: RIFFLE (default <repo>/target/release/riffle), SQL_DIR (default
-# <repo>/crates/riffle-nexmark/sql), CACHE, LOCK, JAVA, JVM_OPTS ("-Xmx2g -XX:+UseG1GC"),
+# <repo>/crates/riffle-nexmark/sql), CACHE, LOCK, JAVA, JVM_OPTS ("-Xmx2g -XX:+UseG1GC
+# -XX:+ExitOnOutOfMemoryError"; -Xmx8g from 5M events: at 10M the joins need more than 2 GB),
 # FLINK_ARGS (more arguments of NexmarkSql, e.g. "--set table.exec.mini-batch.enabled=true").
 # Results: $CACHE/nexmark-sql-results-<tag>.tsv (one row per run), a table on stdout
 # (summarize.py); logs in $CACHE/nexmark-sql-logs-<tag>/.
@@ -36,7 +37,7 @@ SQL_DIR=${SQL_DIR:-$ROOT/crates/riffle-nexmark/sql}
 CACHE=${CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/riffle-peers}
 LOCK=${LOCK:-/tmp/riffle-perf.lock}
 JAVA=${JAVA:-java}
-JVM_OPTS=${JVM_OPTS:-"-Xmx2g -XX:+UseG1GC"}
+JVM_OPTS=${JVM_OPTS:-}   # default set below, from the number of events
 FLINK_ARGS=${FLINK_ARGS:-}   # more NexmarkSql arguments, e.g. "--set table.exec.mini-batch.enabled=true ..."
 ALL_QUERIES="q0 q1 q2 q3 q4 q5 q7 q8 q9 q11 q12 q14 q15 q16 q17 q18 q19 q20 q21 q22"
 # Queries whose result is a changelog (updates, deletes): checked through debezium-json sinks.
@@ -71,6 +72,12 @@ if [ -z "$EVENTS" ]; then
   if [ "$CHECK" = 1 ]; then EVENTS=20000; else EVENTS=1000000; fi
 fi
 [ -n "$TAG" ] || TAG="e$EVENTS${RATE:+-r$RATE}"
+# Flink's heap: 2 GB holds 1M events of every query; 10M events of the regular joins (q4, q9,
+# ..) fill it, and a JVM out of heap hangs rather than exits (a run is then a failure, at once).
+if [ -z "$JVM_OPTS" ]; then
+  heap=2g; [ "$EVENTS" -ge 5000000 ] && heap=8g
+  JVM_OPTS="-Xmx$heap -XX:+UseG1GC -XX:+ExitOnOutOfMemoryError"
+fi
 
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
 command -v flock >/dev/null || { echo "needs flock (util-linux)" >&2; exit 1; }
