@@ -80,7 +80,7 @@ impl<'a> Cursor<'a> {
             match found {
                 // A repeated key keeps its last value, as the serde reader does.
                 Some(i) => {
-                    values[i] = self.value(&fields[i].ty)?;
+                    self.value_into(&fields[i].ty, &mut values[i])?;
                     next = i + 1;
                 }
                 None => self.skip(0)?,
@@ -100,15 +100,21 @@ impl<'a> Cursor<'a> {
     /// Whether the key at the cursor (its opening quote consumed) is `name`, with no escape;
     /// if it is, the cursor is left after its closing quote.
     fn key_is(&mut self, name: &str) -> bool {
-        let end = self.at + name.len();
-        let matches = self.bytes.get(self.at..end) == Some(name.as_bytes())
-            && self.bytes.get(end) == Some(&b'"')
-            // A name JSON would have to escape is never matched in place.
-            && special(name.as_bytes()).is_none();
-        if matches {
-            self.at = end + 1;
+        let name = name.as_bytes();
+        let Some(key) = self.bytes.get(self.at..self.at + name.len() + 1) else {
+            return false;
+        };
+        // Byte by byte (names are short): equal, and nothing JSON would have to escape.
+        let equal = name
+            .iter()
+            .zip(key)
+            .all(|(&n, &k)| n == k && n != b'"' && n != b'\\' && n >= b' ');
+        if equal && key[name.len()] == b'"' {
+            self.at += name.len() + 1;
+            true
+        } else {
+            false
         }
-        matches
     }
 
     /// The text of a string whose opening quote was just consumed, the cursor left after its
@@ -211,6 +217,25 @@ impl<'a> Cursor<'a> {
         self.bytes[self.at..]
             .starts_with(word)
             .then(|| self.at += word.len())
+    }
+
+    /// [`value`](Cursor::value) written into `slot`: the usual columns (integers, strings,
+    /// times) are made in their place.
+    #[inline]
+    fn value_into(&mut self, ty: &DataType, slot: &mut Value) -> Option<()> {
+        match (self.peek()?, ty) {
+            (b'-' | b'0'..=b'9', t) if t.is_integer() => *slot = Value::Int(self.integer()?),
+            (b'"', DataType::Varchar) => {
+                self.at += 1;
+                *slot = Value::string(self.string_body()?);
+            }
+            (b'"', t) if t.is_timestamp() => {
+                self.at += 1;
+                *slot = Value::Timestamp(crate::format::parse_timestamp(self.string_body()?)?);
+            }
+            _ => *slot = self.value(ty)?,
+        }
+        Some(())
     }
 
     /// A value of type `ty` at the cursor; `None` where the serde reader is to decide.
