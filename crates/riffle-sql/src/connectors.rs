@@ -120,9 +120,9 @@ pub(crate) fn scan_in(
                 "json" => read.clone(),
                 _ => physical.clone(),
             };
-            let spare = computed_count;
+            // Each row is made with room for the columns the table computes.
             let source = FileSource::lines_with(path, move |line: &str| {
-                let row = parse(line, &schema, spare)?;
+                let row = parse(line, &schema, computed_count)?;
                 complete(row)
             });
             timed_table(env, table, source, time.as_ref().map(|_| strategy(false)))
