@@ -242,6 +242,16 @@ pub(crate) fn run_job(
         "riffle sql: done: {read} rows read in {:.2} s",
         result.duration.as_secs_f64()
     );
+    // Rows a source could not read are never dropped in silence: say how many, and where.
+    let bad = result.bad_records();
+    if bad > 0 {
+        eprintln!(
+            "riffle sql: {bad} bad record{} (rows a source could not read), kept with their \
+             errors in {}/",
+            if bad == 1 { "" } else { "s" },
+            env.config().dead_letter_dir.display()
+        );
+    }
     Ok(result)
 }
 

@@ -91,6 +91,55 @@ fn a_sql_script_runs_as_a_job_and_prints_its_rows() {
 }
 
 #[test]
+fn rows_a_source_cannot_read_are_counted_and_kept_in_the_dead_letters() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(
+        &input,
+        "{\"id\":1,\"name\":\"ann\"}\n{\"id\":9223372036854775808}\n{\"id\":3} x\n{\"id\":4,\"name\":\"bob\"}\n",
+    )
+    .unwrap();
+    let file = script(
+        dir.path(),
+        "job.sql",
+        &format!(
+            "CREATE TABLE t (id BIGINT, name VARCHAR)\n  WITH ('connector' = 'filesystem', 'path' = '{}', 'format' = 'json');\n\
+             CREATE TABLE o (id BIGINT, name VARCHAR) WITH ('connector' = 'print');\n\
+             INSERT INTO o SELECT id, name FROM t;\n",
+            input.display()
+        ),
+    );
+    let output = crate::riffle_raw(&["sql", "-f", &file, "--no-web", "-p", "1"], dir.path());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let mut rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("+I[")).collect();
+    rows.sort();
+    assert_eq!(rows, ["+I[1, ann]", "+I[4, bob]"], "{stdout}");
+    assert!(stderr.contains("riffle sql: done: 2 rows read"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "riffle sql: 2 bad records (rows a source could not read), kept with their errors in \
+             riffle-out/sql/dead-letter/"
+        ),
+        "{stderr}"
+    );
+    // One directory per source.
+    let letters = crate::sorted_lines(&dir.path().join("riffle-out/sql/dead-letter/Source__t"));
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    assert!(
+        letters
+            .iter()
+            .any(|l| l.contains("\"line 2\"") && l.contains("not a BIGINT"))
+    );
+    assert!(
+        letters
+            .iter()
+            .any(|l| l.contains("\"line 3\"") && l.contains("not JSON"))
+    );
+}
+
+#[test]
 fn explain_prints_the_plan_and_errors_say_where_and_what() {
     let dir = tempfile::tempdir().unwrap();
     let file = script(dir.path(), "bids.sql", BIDS);
