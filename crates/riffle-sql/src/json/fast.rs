@@ -80,7 +80,7 @@ impl<'a> Cursor<'a> {
             match found {
                 // A repeated key keeps its last value, as the serde reader does.
                 Some(i) => {
-                    self.value_into(&fields[i].ty, &mut values[i])?;
+                    values[i] = self.value(&fields[i].ty)?;
                     next = i + 1;
                 }
                 None => self.skip(0)?,
@@ -130,12 +130,10 @@ impl<'a> Cursor<'a> {
         self.text.get(start..start + end)
     }
 
-    /// A JSON number's text at the cursor, checked against JSON's grammar, and whether it is an
-    /// integer (no fraction, no exponent).
-    fn number(&mut self) -> Option<(&'a str, bool)> {
-        let start = self.at;
+    /// Skips a JSON number at the cursor, checking it against JSON's grammar.
+    fn skip_number(&mut self) -> Option<()> {
         let bytes = self.bytes;
-        let mut at = start;
+        let mut at = self.at;
         if bytes.get(at) == Some(&b'-') {
             at += 1;
         }
@@ -150,14 +148,12 @@ impl<'a> Cursor<'a> {
             b'1'..=b'9' => at = digits(at),
             _ => return None,
         }
-        let mut integer = true;
         if bytes.get(at) == Some(&b'.') {
             let end = digits(at + 1);
             if end == at + 1 {
                 return None;
             }
             at = end;
-            integer = false;
         }
         if let Some(b'e' | b'E') = bytes.get(at) {
             at += 1;
@@ -169,10 +165,9 @@ impl<'a> Cursor<'a> {
                 return None;
             }
             at = end;
-            integer = false;
         }
         self.at = at;
-        Some((&self.text[start..at], integer))
+        Some(())
     }
 
     /// An integer at the cursor that `i64` holds (`-0` is not one: serde_json reads it as a
@@ -217,25 +212,6 @@ impl<'a> Cursor<'a> {
         self.bytes[self.at..]
             .starts_with(word)
             .then(|| self.at += word.len())
-    }
-
-    /// [`value`](Cursor::value) written into `slot`: the usual columns (integers, strings,
-    /// times) are made in their place.
-    #[inline]
-    fn value_into(&mut self, ty: &DataType, slot: &mut Value) -> Option<()> {
-        match (self.peek()?, ty) {
-            (b'-' | b'0'..=b'9', t) if t.is_integer() => *slot = Value::Int(self.integer()?),
-            (b'"', DataType::Varchar) => {
-                self.at += 1;
-                *slot = Value::string(self.string_body()?);
-            }
-            (b'"', t) if t.is_timestamp() => {
-                self.at += 1;
-                *slot = Value::Timestamp(crate::format::parse_timestamp(self.string_body()?)?);
-            }
-            _ => *slot = self.value(ty)?,
-        }
-        Some(())
     }
 
     /// A value of type `ty` at the cursor; `None` where the serde reader is to decide.
@@ -321,7 +297,7 @@ impl<'a> Cursor<'a> {
             b'n' => self.literal(b"null"),
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
-            b'-' | b'0'..=b'9' => self.number().map(drop),
+            b'-' | b'0'..=b'9' => self.skip_number(),
             open @ (b'{' | b'[') => {
                 if depth >= MAX_DEPTH {
                     return None;
