@@ -63,6 +63,18 @@ impl Place {
         }
     }
 
+    /// The value at this place of `row` (`NULL` when it is not there), read in place.
+    pub fn get_ref(self, row: &Row) -> &Value {
+        static NULL: Value = Value::Null;
+        match self {
+            Place::Column(c) => row.get(c),
+            Place::Field(c, f) => match row.get(c) {
+                Value::Row(values) => values.get(f).unwrap_or(&NULL),
+                _ => &NULL,
+            },
+        }
+    }
+
     /// The value at this place of `row`, taken out (`NULL` left behind).
     pub fn take(self, row: &mut Row) -> Value {
         let slot = match self {
@@ -530,7 +542,11 @@ fn binary(
     use BinaryOperator as B;
     match op {
         B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo => arithmetic(op, l, r),
-        B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq => comparison(op, l, r),
+        B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq => {
+            let l = Operand::of(l, is_literal(left));
+            let r = Operand::of(r, is_literal(right));
+            compare(op, l, r)
+        }
         B::And | B::Or => logic(matches!(op, B::And), l, r),
         B::StringConcat => scope.functions.call("CONCAT", vec![l, r]),
         other => Err(SqlError::plan(format!(
@@ -830,7 +846,72 @@ pub fn parse_decimal(text: &str) -> Option<Decimal> {
     ))
 }
 
-fn comparison(op: &BinaryOperator, l: Typed, r: Typed) -> Result<Typed> {
+/// Whether `expr` is a literal: its value, computed once, is its value for every row.
+fn is_literal(expr: &ast::Expr) -> bool {
+    use ast::Expr as E;
+    match expr {
+        E::Value(_) | E::Interval(_) | E::TypedString(_) => true,
+        E::Nested(inner) => is_literal(inner),
+        E::UnaryOp { expr, .. } => is_literal(expr),
+        _ => false,
+    }
+}
+
+/// One side of a comparison, with how it is read for a row: in place when it is a column or
+/// a field of one (no copy of a string), once at plan time when it is a literal, else
+/// computed.
+struct Operand {
+    typed: Typed,
+    read: Read,
+}
+
+/// How an [`Operand`] is read.
+#[derive(Clone)]
+enum Read {
+    Place(Place),
+    Constant(Value),
+    Computed(Eval),
+}
+
+impl Operand {
+    fn of(typed: Typed, literal: bool) -> Operand {
+        let constant = literal.then(|| typed.constant_value()).flatten();
+        let read = match (typed.place, constant) {
+            (Some(place), _) => Read::Place(place),
+            (None, Some(value)) => Read::Constant(value),
+            (None, None) => Read::Computed(typed.eval.clone()),
+        };
+        Operand { typed, read }
+    }
+
+    /// Computed for each row.
+    fn computed(typed: Typed) -> Operand {
+        let read = match typed.place {
+            Some(place) => Read::Place(place),
+            None => Read::Computed(typed.eval.clone()),
+        };
+        Operand { typed, read }
+    }
+}
+
+impl Read {
+    /// The value for `row`, borrowed where it can be (`slot` holds a computed one).
+    #[inline]
+    fn value<'a>(&'a self, row: &'a Row, slot: &'a mut Value) -> riffle::Result<&'a Value> {
+        Ok(match self {
+            Read::Place(place) => place.get_ref(row),
+            Read::Constant(value) => value,
+            Read::Computed(eval) => {
+                *slot = eval(row)?;
+                slot
+            }
+        })
+    }
+}
+
+fn compare(op: &BinaryOperator, l: Operand, r: Operand) -> Result<Typed> {
+    let (l, le) = (l.typed, l.read);
+    let (r, re) = (r.typed, r.read);
     let comparable = l.ty == r.ty
         || common_type(&l.ty, &r.ty).is_some()
         || (l.ty.is_timestamp() && r.ty.is_timestamp());
@@ -850,16 +931,17 @@ fn comparison(op: &BinaryOperator, l: Typed, r: Typed) -> Result<Typed> {
         _ => |o| o.is_ge(),
     };
     let nullable = l.nullable || r.nullable;
-    let (le, re) = (l.eval, r.eval);
     Ok(Typed::new(
         DataType::Boolean,
         nullable,
         Arc::new(move |row| {
-            let (a, b) = (le(row)?, re(row)?);
+            let (mut a_slot, mut b_slot) = (Value::Null, Value::Null);
+            let a = le.value(row, &mut a_slot)?;
+            let b = re.value(row, &mut b_slot)?;
             if a.is_null() || b.is_null() {
                 return Ok(Value::Null);
             }
-            Ok(Value::Bool(test(a.cmp(&b))))
+            Ok(Value::Bool(test(a.cmp(b))))
         }),
     ))
 }
@@ -972,8 +1054,17 @@ fn between(
     scope: &Scope<'_>,
 ) -> Result<Typed> {
     let value = compile(expr, scope)?;
-    let ge = comparison(&BinaryOperator::GtEq, value.clone(), compile(low, scope)?)?;
-    let le = comparison(&BinaryOperator::LtEq, value, compile(high, scope)?)?;
+    let (low_literal, high_literal) = (is_literal(low), is_literal(high));
+    let ge = compare(
+        &BinaryOperator::GtEq,
+        Operand::computed(value.clone()),
+        Operand::of(compile(low, scope)?, low_literal),
+    )?;
+    let le = compare(
+        &BinaryOperator::LtEq,
+        Operand::computed(value),
+        Operand::of(compile(high, scope)?, high_literal),
+    )?;
     let both = logic(true, ge, le)?;
     if !negated {
         return Ok(both);
@@ -1127,7 +1218,11 @@ fn case(
     for when in conditions {
         let condition = compile(&when.condition, scope)?;
         let condition = match &operand {
-            Some(operand) => comparison(&BinaryOperator::Eq, operand.clone(), condition)?,
+            Some(operand) => compare(
+                &BinaryOperator::Eq,
+                Operand::computed(operand.clone()),
+                Operand::of(condition, is_literal(&when.condition)),
+            )?,
             None => {
                 require_boolean(&condition, "WHEN")?;
                 condition

@@ -158,6 +158,16 @@ struct Projection {
     computes: bool,
 }
 
+impl Step {
+    /// The place it moves or copies.
+    fn place(&self) -> Option<Place> {
+        match self {
+            Step::Move(place) | Step::Copy(place) => Some(*place),
+            Step::Compute(_) | Step::Null => None,
+        }
+    }
+}
+
 /// How a [`Projection`] gets one output value.
 #[derive(Clone)]
 enum Step {
@@ -178,36 +188,76 @@ impl Projection {
 
     /// [`new`](Projection::new), the columns `unread` (their indexes) left `NULL`.
     fn leaving_null(exprs: &[Typed], unread: &[usize]) -> Projection {
-        let places: Vec<Option<Place>> = (exprs.iter().enumerate())
-            .map(|(i, e)| e.place.filter(|_| !unread.contains(&i)))
-            .collect();
-        let overlap = |a: Place, b: Place| match (a, b) {
-            (Place::Column(c), Place::Column(d))
-            | (Place::Column(c), Place::Field(d, _))
-            | (Place::Field(c, _), Place::Column(d)) => c == d,
-            (Place::Field(c, f), Place::Field(d, g)) => (c, f) == (d, g),
-        };
         let steps = exprs
             .iter()
             .enumerate()
             .map(|(i, e)| match e.place {
                 _ if unread.contains(&i) => Step::Null,
                 None => Step::Compute(e.eval.clone()),
-                Some(place) => {
-                    let shared = places
-                        .iter()
-                        .enumerate()
-                        .any(|(j, other)| j != i && other.is_some_and(|o| overlap(place, o)));
-                    if shared {
-                        Step::Copy(place)
-                    } else {
-                        Step::Move(place)
-                    }
-                }
+                Some(place) => Step::Move(place),
             })
-            .collect::<Vec<_>>();
+            .collect();
+        Projection::of_steps(steps)
+    }
+
+    /// The projection of `steps`, each place read by another step (or inside another's)
+    /// copied, the others moved.
+    fn of_steps(mut steps: Vec<Step>) -> Projection {
+        let places: Vec<Option<Place>> = steps.iter().map(Step::place).collect();
+        let overlap = |a: Place, b: Place| match (a, b) {
+            (Place::Column(c), Place::Column(d))
+            | (Place::Column(c), Place::Field(d, _))
+            | (Place::Field(c, _), Place::Column(d)) => c == d,
+            (Place::Field(c, f), Place::Field(d, g)) => (c, f) == (d, g),
+        };
+        for (i, step) in steps.iter_mut().enumerate() {
+            if let Some(place) = step.place() {
+                let shared = (places.iter().enumerate())
+                    .any(|(j, other)| j != i && other.is_some_and(|o| overlap(place, o)));
+                *step = match shared {
+                    true => Step::Copy(place),
+                    false => Step::Move(place),
+                };
+            }
+        }
         let computes = steps.iter().any(|s| matches!(s, Step::Compute(_)));
         Projection { steps, computes }
+    }
+
+    /// This projection and then `outer` as one projection, when `outer` computes nothing
+    /// (it only takes columns, or fields of columns this one takes as they are) and no
+    /// column this one computes is taken twice; `None` otherwise. (A view's projection under
+    /// a query's: `SELECT auction, price FROM bid`.)
+    fn then(&self, outer: &Projection) -> Option<Projection> {
+        if outer.computes {
+            return None;
+        }
+        let mut taken = vec![0usize; self.steps.len()];
+        let mut steps = Vec::with_capacity(outer.steps.len());
+        for step in &outer.steps {
+            let step = match step.place() {
+                None => Step::Null,
+                Some(Place::Column(c)) => match self.steps.get(c) {
+                    None => Step::Null,
+                    Some(inner) => {
+                        taken[c] += 1;
+                        inner.clone()
+                    }
+                },
+                Some(Place::Field(c, f)) => match self.steps.get(c) {
+                    None | Some(Step::Null) => Step::Null,
+                    Some(inner) => match inner.place() {
+                        Some(Place::Column(k)) => Step::Move(Place::Field(k, f)),
+                        // A field of a field, or of a computed row.
+                        _ => return None,
+                    },
+                },
+            };
+            steps.push(step);
+        }
+        let computed_twice = (self.steps.iter().zip(&taken))
+            .any(|(step, taken)| matches!(step, Step::Compute(_)) && *taken > 1);
+        (!computed_twice).then(|| Projection::of_steps(steps))
     }
 
     fn apply(&self, mut row: Row) -> riffle::Result<Row> {
@@ -221,18 +271,18 @@ impl Projection {
                     Step::Null | Step::Compute(_) => Value::Null,
                 });
             }
-            return Ok(Row(values));
-        }
-        for step in &self.steps {
-            values.push(match step {
-                Step::Compute(eval) => eval(&row)?,
-                Step::Copy(place) => place.get(&row),
-                Step::Move(_) | Step::Null => Value::Null,
-            });
-        }
-        for (value, step) in values.iter_mut().zip(&self.steps) {
-            if let Step::Move(place) = step {
-                *value = place.take(&mut row);
+        } else {
+            for step in &self.steps {
+                values.push(match step {
+                    Step::Compute(eval) => eval(&row)?,
+                    Step::Copy(place) => place.get(&row),
+                    Step::Move(_) | Step::Null => Value::Null,
+                });
+            }
+            for (value, step) in values.iter_mut().zip(&self.steps) {
+                if let Step::Move(place) = step {
+                    *value = place.take(&mut row);
+                }
             }
         }
         Ok(Row(values))
@@ -252,6 +302,24 @@ impl Projection {
     }
 }
 
+/// `steps` with each projection that only takes columns of the one before it made one with
+/// it (see [`Projection::then`]), and the rows passed as they are dropped: a view's
+/// projection under a query's copies each row once, not twice.
+fn fused(steps: Vec<Calc>) -> Vec<Calc> {
+    let mut out: Vec<Calc> = Vec::with_capacity(steps.len());
+    for step in steps {
+        match (out.last_mut(), step) {
+            (_, Calc::AsItIs) => {}
+            (Some(Calc::Project(inner)), Calc::Project(outer)) => match inner.then(&outer) {
+                Some(both) => *inner = both,
+                None => out.push(Calc::Project(outer)),
+            },
+            (_, step) => out.push(step),
+        }
+    }
+    out
+}
+
 /// Consecutive filters and projections of appended rows as one operator (one call per row,
 /// no emit between them). When its input has other readers in its task (a table read by two
 /// views: Nexmark's `auction` and `bid` of one scan), it reads their rows lent: a row its
@@ -262,6 +330,12 @@ struct CalcRows {
 }
 
 impl CalcRows {
+    fn new(steps: Vec<Calc>) -> CalcRows {
+        CalcRows {
+            steps: fused(steps).into(),
+        }
+    }
+
     /// The row the steps make of an owned `row`, if its filters keep it.
     fn owned(&self, row: Row) -> riffle::Result<Option<Row>> {
         Self::run_owned(&self.steps, row)
@@ -910,9 +984,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                     Calc::Project(_) | Calc::AsItIs => "Calc",
                 })
                 .collect();
-            let calc = CalcRows {
-                steps: steps.into(),
-            };
+            let calc = CalcRows::new(steps);
             let name = name.join(" -> ");
             match lower(node, env)? {
                 Rows::Append(rows) => Rows::Append(rows.transform(&name, move || calc.clone())),
@@ -1603,6 +1675,7 @@ pub(crate) fn insert_placed(
 mod tests {
     use super::*;
     use crate::types::DataType;
+    use proptest::prelude::{Strategy as _, prop_assert, prop_assert_eq};
 
     /// An expression that reads `place` of the row.
     fn at(place: Place) -> Typed {
@@ -1651,6 +1724,118 @@ mod tests {
         let mut unread: Vec<Vec<usize>> = reads.unread.values().cloned().collect();
         unread.sort();
         assert_eq!(unread, [vec![2], vec![2, 3]]);
+    }
+
+    /// A column of a generated projection: a place, a computed row (`[column 0, 7]`), or
+    /// `NULL` (unread).
+    fn generated(kind: u8, column: usize, field: usize) -> Option<Typed> {
+        Some(match kind {
+            0 => at(Place::Column(column)),
+            1 => at(Place::Field(column, field)),
+            2 => Typed {
+                eval: Arc::new(|row: &Row| Ok(Value::Row(vec![row.get(0).clone(), Value::Int(7)]))),
+                place: None,
+                reads: None,
+                ..at(Place::Column(0))
+            },
+            _ => return None,
+        })
+    }
+
+    /// A projection of generated columns ([`generated`]).
+    fn generated_projection(columns: &[(u8, usize, usize)]) -> Projection {
+        let exprs: Vec<Typed> = (columns.iter())
+            .map(|&(kind, c, f)| generated(kind, c, f).unwrap_or_else(|| at(Place::Column(0))))
+            .collect();
+        let unread: Vec<usize> = (columns.iter().enumerate())
+            .filter(|(_, (kind, ..))| generated(*kind, 0, 0).is_none())
+            .map(|(i, _)| i)
+            .collect();
+        Projection::leaving_null(&exprs, &unread)
+    }
+
+    proptest::proptest! {
+        /// A projection made one with the projection under it gives every row the two give,
+        /// owned or lent; it is refused only for what it cannot take (a computed column, a
+        /// field of a field or of a computed row, a computed column taken twice).
+        #[test]
+        fn two_projections_made_one_give_the_same_rows(
+            row in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(Value::Null),
+                    (0i64..100).prop_map(Value::Int),
+                    proptest::collection::vec((0i64..100).prop_map(Value::Int), 0..3)
+                        .prop_map(Value::Row),
+                ],
+                0..4,
+            ),
+            room in 0usize..8,
+            inner_columns in proptest::collection::vec((0u8..4, 0usize..4, 0usize..3), 0..6),
+            outer_columns in proptest::collection::vec((0u8..4, 0usize..7, 0usize..3), 0..6),
+        ) {
+            let mut row = Row(row);
+            row.0.reserve_exact(room);
+            let inner = generated_projection(&inner_columns);
+            let outer = generated_projection(&outer_columns);
+            let two = outer.apply(inner.apply(row.clone()).unwrap()).unwrap();
+            match inner.then(&outer) {
+                Some(one) => {
+                    prop_assert_eq!(&one.apply(row.clone()).unwrap(), &two);
+                    prop_assert_eq!(&one.apply_lent(&row).unwrap(), &two);
+                }
+                None => {
+                    let field_of_unplaced = outer.steps.iter().any(|step| match step.place() {
+                        Some(Place::Field(c, _)) => inner
+                            .steps
+                            .get(c)
+                            .is_some_and(|s| !matches!(s.place(), Some(Place::Column(_)) | None) || matches!(s, Step::Compute(_))),
+                        _ => false,
+                    });
+                    let computed_twice = (0..inner.steps.len()).any(|c| {
+                        matches!(inner.steps[c], Step::Compute(_))
+                            && outer.steps.iter().filter(|s| s.place().is_some_and(|p| match p {
+                                Place::Column(d) => d == c,
+                                Place::Field(..) => false,
+                            })).count() > 1
+                    });
+                    prop_assert!(outer.computes || field_of_unplaced || computed_twice);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_view_and_the_query_over_it_project_once() {
+        // `bid` (`SELECT bid.auction, bid.price, dateTime FROM datagen`), then
+        // `SELECT price, auction, price FROM bid`, as the Nexmark queries read it.
+        let view = generated_projection(&[(1, 3, 0), (1, 3, 2), (0, 4, 0)]);
+        let query = generated_projection(&[(0, 1, 0), (0, 0, 0), (0, 1, 0)]);
+        let one = view.then(&query).expect("places only");
+        assert!(matches!(
+            one.steps.as_slice(),
+            [
+                Step::Copy(Place::Field(3, 2)),
+                Step::Move(Place::Field(3, 0)),
+                Step::Copy(Place::Field(3, 2))
+            ]
+        ));
+        let steps = fused(vec![
+            Calc::Filter(Arc::new(|_: &Row| Ok(Value::Bool(true)))),
+            Calc::Project(view),
+            Calc::AsItIs,
+            Calc::Project(query),
+        ]);
+        assert!(matches!(
+            steps.as_slice(),
+            [Calc::Filter(_), Calc::Project(_)]
+        ));
+        // A query that computes keeps its own projection.
+        let computing = generated_projection(&[(2, 0, 0)]);
+        assert!(
+            generated_projection(&[(0, 0, 0)])
+                .then(&computing)
+                .is_none()
+        );
     }
 
     #[test]
@@ -1760,14 +1945,25 @@ mod tests {
             vec![Calc::Project(swap), Calc::Filter(above(0, 5)), Calc::AsItIs],
             vec![
                 Calc::Filter(above(1, 2)),
-                Calc::Project(pick),
+                Calc::Project(pick.clone()),
                 Calc::Filter(above(0, 40)),
+            ],
+            vec![
+                Calc::Filter(above(1, 2)),
+                Calc::Project(pick),
+                Calc::Project(Projection::new(&[
+                    at(Place::Column(1)),
+                    at(Place::Column(0)),
+                    at(Place::Column(1)),
+                ])),
             ],
         ];
         for steps in chains {
-            let calc = CalcRows {
-                steps: steps.into(),
+            // As written, step by step; and as run, projections made one.
+            let one_by_one = CalcRows {
+                steps: steps.clone().into(),
             };
+            let calc = CalcRows::new(steps);
             let mut kept = 0;
             for i in 0..10 {
                 let row = Row(vec![
@@ -1775,7 +1971,8 @@ mod tests {
                     Value::Int(9 - i),
                     Value::Row(vec![Value::Int(i * 10), Value::string("x".repeat(40))]),
                 ]);
-                let owned = calc.owned(row.clone()).unwrap();
+                let owned = one_by_one.owned(row.clone()).unwrap();
+                assert_eq!(calc.owned(row.clone()).unwrap(), owned, "row {i}");
                 assert_eq!(calc.lent(&row).unwrap(), owned, "row {i}");
                 kept += usize::from(owned.is_some());
             }
