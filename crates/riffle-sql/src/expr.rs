@@ -865,11 +865,14 @@ struct Operand {
     read: Read,
 }
 
-/// How an [`Operand`] is read.
+/// How a value an expression needs (an [`Operand`], a function's argument) is read for a row.
 #[derive(Clone)]
-enum Read {
+pub(crate) enum Read {
+    /// In place: a column, or a field of one.
     Place(Place),
+    /// A literal's value, computed once.
     Constant(Value),
+    /// Computed for each row.
     Computed(Eval),
 }
 
@@ -886,26 +889,28 @@ impl Operand {
 
     /// Computed for each row.
     fn computed(typed: Typed) -> Operand {
-        let read = match typed.place {
-            Some(place) => Read::Place(place),
-            None => Read::Computed(typed.eval.clone()),
-        };
+        let read = Read::of(&typed);
         Operand { typed, read }
     }
 }
 
 impl Read {
-    /// The value for `row`, borrowed where it can be (`slot` holds a computed one).
+    /// In place where `typed` is a place, else computed.
+    pub(crate) fn of(typed: &Typed) -> Read {
+        match typed.place {
+            Some(place) => Read::Place(place),
+            None => Read::Computed(typed.eval.clone()),
+        }
+    }
+
+    /// The value for `row`, where a computed one was computed into `computed` before.
     #[inline]
-    fn value<'a>(&'a self, row: &'a Row, slot: &'a mut Value) -> riffle::Result<&'a Value> {
-        Ok(match self {
+    pub(crate) fn get<'a>(&'a self, row: &'a Row, computed: &'a Value) -> &'a Value {
+        match self {
             Read::Place(place) => place.get_ref(row),
             Read::Constant(value) => value,
-            Read::Computed(eval) => {
-                *slot = eval(row)?;
-                slot
-            }
-        })
+            Read::Computed(_) => computed,
+        }
     }
 }
 
@@ -931,19 +936,22 @@ fn compare(op: &BinaryOperator, l: Operand, r: Operand) -> Result<Typed> {
         _ => |o| o.is_ge(),
     };
     let nullable = l.nullable || r.nullable;
-    Ok(Typed::new(
-        DataType::Boolean,
-        nullable,
-        Arc::new(move |row| {
-            let (mut a_slot, mut b_slot) = (Value::Null, Value::Null);
-            let a = le.value(row, &mut a_slot)?;
-            let b = re.value(row, &mut b_slot)?;
-            if a.is_null() || b.is_null() {
-                return Ok(Value::Null);
-            }
-            Ok(Value::Bool(test(a.cmp(b))))
+    let decide = move |a: &Value, b: &Value| match a.is_null() || b.is_null() {
+        true => Value::Null,
+        false => Value::Bool(test(a.cmp(b))),
+    };
+    static NULL: Value = Value::Null;
+    // One closure per way of reading the two sides: only a computed side makes a value.
+    let eval: Eval = match (le, re) {
+        (Read::Computed(le), Read::Computed(re)) => Arc::new(move |row| {
+            let a = le(row)?;
+            Ok(decide(&a, &re(row)?))
         }),
-    ))
+        (Read::Computed(le), re) => Arc::new(move |row| Ok(decide(&le(row)?, re.get(row, &NULL)))),
+        (le, Read::Computed(re)) => Arc::new(move |row| Ok(decide(le.get(row, &NULL), &re(row)?))),
+        (le, re) => Arc::new(move |row| Ok(decide(le.get(row, &NULL), re.get(row, &NULL)))),
+    };
+    Ok(Typed::new(DataType::Boolean, nullable, eval))
 }
 
 fn require_boolean(t: &Typed, what: &str) -> Result<()> {

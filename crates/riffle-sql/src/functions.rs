@@ -12,7 +12,7 @@ use std::sync::Arc;
 use compact_str::CompactString;
 
 use crate::error::{Result, SqlError};
-use crate::expr::{Eval, Typed, common_type, to_f64};
+use crate::expr::{Eval, Read, Typed, common_type, to_f64};
 use crate::types::{DataType, Decimal, Row, Value};
 
 /// The result type of a registered function for its argument types, or why they are refused.
@@ -93,23 +93,40 @@ fn arity(name: &str, args: &[Typed], allowed: std::ops::RangeInclusive<usize>) -
 fn of_values(
     ty: DataType,
     args: Vec<Typed>,
-    f: impl Fn(&[Value]) -> std::result::Result<Value, String> + Send + Sync + 'static,
+    f: impl Fn(&[&Value]) -> std::result::Result<Value, String> + Send + Sync + 'static,
     name: &'static str,
 ) -> Typed {
+    /// Arguments read without allocating (the functions here take at most 3).
+    const ARGS: usize = 4;
     let nullable = true;
-    let evals: Vec<Eval> = args.into_iter().map(|a| a.eval).collect();
+    let reads: Vec<Read> = args.iter().map(Read::of).collect();
     Typed {
         ty,
         nullable,
         eval: Arc::new(move |row: &Row| {
-            let mut values = Vec::with_capacity(evals.len());
-            for eval in &evals {
-                let v = eval(row)?;
-                if v.is_null() {
+            // Columns and fields are read in place (a URL is not copied to be split); each
+            // argument in order, the first `NULL` making the result `NULL`.
+            static NULL: Value = Value::Null;
+            let mut computed: smallvec::SmallVec<[Value; ARGS]> = smallvec::SmallVec::new();
+            for read in &reads {
+                let null = match read {
+                    Read::Computed(eval) => {
+                        computed.push(eval(row)?);
+                        computed.last().is_none_or(Value::is_null)
+                    }
+                    other => other.get(row, &NULL).is_null(),
+                };
+                if null {
                     return Ok(Value::Null);
                 }
-                values.push(v);
             }
+            let mut computed = computed.iter();
+            let values: smallvec::SmallVec<[&Value; ARGS]> = (reads.iter())
+                .map(|read| match read {
+                    Read::Computed(_) => computed.next().unwrap_or(&NULL),
+                    other => other.get(row, &NULL),
+                })
+                .collect();
             f(&values).map_err(|e| riffle::Error::user(format!("{name}: {e}")))
         }),
         name: None,
@@ -144,7 +161,7 @@ fn date_format(mut args: Vec<Typed>, pattern: &str) -> Typed {
         DataType::Varchar,
         args,
         move |v| {
-            let Some(ms) = date_format_time(&v[0])? else {
+            let Some(ms) = date_format_time(v[0])? else {
                 return Ok(Value::Null);
             };
             let at = ms.div_euclid(span);
@@ -382,12 +399,7 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 },
                 other => other.clone(),
             };
-            of_values(
-                ty,
-                vec![a],
-                move |v| Ok(round(&v[0], digits, mode)),
-                "ROUND",
-            )
+            of_values(ty, vec![a], move |v| Ok(round(v[0], digits, mode)), "ROUND")
         }
         "LOWER" | "UPPER" | "CHAR_LENGTH" | "CHARACTER_LENGTH" | "LENGTH" => {
             arity(name, &args, 1..=1)?;
@@ -398,7 +410,7 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 "UPPER" => (DataType::Varchar, |s| Value::string(s.to_uppercase())),
                 _ => (DataType::Int, |s| Value::Int(s.chars().count() as i64)),
             };
-            of_values(ty, vec![a], move |v| Ok(f(string_arg(&v[0]))), "LOWER")
+            of_values(ty, vec![a], move |v| Ok(f(string_arg(v[0]))), "LOWER")
         }
         "CONCAT" => {
             let evals: Vec<Eval> = args.into_iter().map(|a| a.eval).collect();
@@ -428,9 +440,9 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 DataType::Varchar,
                 args,
                 |v| {
-                    let chars: Vec<char> = string_arg(&v[0]).chars().collect();
+                    let chars: Vec<char> = string_arg(v[0]).chars().collect();
                     // 1-based; a start of 0 or less counts from the first character.
-                    let start = (int_arg(&v[1]).max(1) - 1) as usize;
+                    let start = (int_arg(v[1]).max(1) - 1) as usize;
                     let length = v.get(2).map_or(chars.len(), |l| int_arg(l).max(0) as usize);
                     Ok(Value::string(
                         chars.iter().skip(start).take(length).collect::<String>(),
@@ -453,7 +465,7 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 DataType::Varchar,
                 args,
                 move |v| {
-                    let (s, what) = (string_arg(&v[0]), string_arg(&v[1]));
+                    let (s, what) = (string_arg(v[0]), string_arg(v[1]));
                     let set: Vec<char> = what.chars().collect();
                     let trimmed = match side {
                         1 => s.trim_start_matches(set.as_slice()),
@@ -472,7 +484,7 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 args,
                 |v| {
                     Ok(Value::string(
-                        string_arg(&v[0]).replace(string_arg(&v[1]), string_arg(&v[2])),
+                        string_arg(v[0]).replace(string_arg(v[1]), string_arg(v[2])),
                     ))
                 },
                 "REPLACE",
@@ -588,7 +600,7 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 args,
                 move |v| {
                     Ok(pattern
-                        .captures(string_arg(&v[0]))
+                        .captures(string_arg(v[0]))
                         .and_then(|c| c.get(group))
                         .map_or(Value::Null, |m| Value::string(m.as_str())))
                 },
@@ -601,15 +613,18 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 DataType::Varchar,
                 args,
                 |v| {
-                    let (text, separator) = (string_arg(&v[0]), string_arg(&v[1]));
-                    let index = int_arg(&v[2]);
+                    let (text, separator) = (string_arg(v[0]), string_arg(v[1]));
+                    let index = int_arg(v[2]);
                     if index < 0 || separator.is_empty() {
                         return Ok(Value::Null);
                     }
-                    Ok(text
-                        .split(separator)
-                        .nth(index as usize)
-                        .map_or(Value::Null, Value::string))
+                    let mut chars = separator.chars();
+                    let part = match (chars.next(), chars.next()) {
+                        // One character (`'/'`): found with `memchr`.
+                        (Some(one), None) => text.split(one).nth(index as usize),
+                        _ => text.split(separator).nth(index as usize),
+                    };
+                    Ok(part.map_or(Value::Null, Value::string))
                 },
                 "SPLIT_INDEX",
             )
@@ -632,12 +647,12 @@ fn builtin(name: &str, mut args: Vec<Typed>) -> Result<Typed> {
                 DataType::Varchar,
                 args,
                 |v| {
-                    let Some(ms) = date_format_time(&v[0])? else {
+                    let Some(ms) = date_format_time(v[0])? else {
                         return Ok(Value::Null);
                     };
                     Ok(Value::string(crate::format::format_with_pattern(
                         ms,
-                        string_arg(&v[1]),
+                        string_arg(v[1]),
                     )))
                 },
                 "DATE_FORMAT",
@@ -725,6 +740,61 @@ mod tests {
             place: None,
             reads: None,
         }
+    }
+
+    #[test]
+    fn split_index_by_one_character_or_more_and_arguments_read_in_place_or_computed() {
+        // The text as a field read in place, the separator computed, the index a constant.
+        let text = Typed {
+            eval: Arc::new(|row: &Row| Ok(crate::expr::Place::Field(1, 0).get(row))),
+            place: Some(crate::expr::Place::Field(1, 0)),
+            ..column(DataType::Varchar)
+        };
+        let separator = Typed {
+            eval: Arc::new(|row: &Row| {
+                Ok(match row.get(0) {
+                    Value::Int(1) => Value::string("/"),
+                    Value::Int(_) => Value::string("/é"),
+                    _ => Value::Null,
+                })
+            }),
+            ..column(DataType::Varchar)
+        };
+        let split = |index: i64| {
+            builtin(
+                "SPLIT_INDEX",
+                vec![
+                    text.clone(),
+                    separator.clone(),
+                    Typed::constant(Value::Int(index), DataType::Int),
+                ],
+            )
+            .unwrap()
+        };
+        let row = |separator: Option<i64>, text: &str| {
+            let separator = separator.map_or(Value::Null, Value::Int);
+            Row(vec![separator, Value::Row(vec![Value::string(text)])])
+        };
+        let url = "https://www.nexmark.com/xX/bCd/item.htm?query=1";
+        let cases = [
+            (1, 3, url, Value::string("xX")),
+            (1, 5, url, Value::string("item.htm?query=1")),
+            (1, 6, url, Value::Null),
+            (1, -1, url, Value::Null),
+            (1, 0, "", Value::string("")),
+            // `/é`: two characters, one of two bytes.
+            (2, 1, "a/éb/éc", Value::string("b")),
+            (2, 2, "a/éb/éc", Value::string("c")),
+            (2, 1, "a/b", Value::Null),
+        ];
+        for (n, index, text, expected) in cases {
+            let got = (split(index).eval)(&row(Some(n), text)).unwrap();
+            assert_eq!(got, expected, "{text} by {n} at {index}");
+        }
+        // A `NULL` argument, read in place or computed, makes `NULL`.
+        let nulls = Row(vec![Value::Int(1), Value::Row(vec![Value::Null])]);
+        assert_eq!((split(1).eval)(&nulls).unwrap(), Value::Null);
+        assert_eq!((split(1).eval)(&row(None, url)).unwrap(), Value::Null);
     }
 
     #[test]
