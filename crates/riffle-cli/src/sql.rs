@@ -218,41 +218,41 @@ pub(crate) fn run_job(
     options: &crate::progress::RunOptions,
 ) -> riffle::Result<riffle::JobResult> {
     let (result, _) = run_with_progress(env, options, |report| {
-        let read: u64 = report
-            .snapshot
-            .operators
-            .iter()
-            .filter(|o| o.name.starts_with("Source:"))
-            .map(|o| o.records_out)
-            .sum();
         format!(
             "riffle sql: {} rows read in {:.1} s",
-            human(read as f64),
+            human(rows_read(report.snapshot) as f64),
             report.elapsed.as_secs_f64()
         )
     })?;
-    let read: u64 = result
-        .metrics
-        .operators
-        .iter()
-        .filter(|o| o.name.starts_with("Source:"))
-        .map(|o| o.records_out)
-        .sum();
     eprintln!(
-        "riffle sql: done: {read} rows read in {:.2} s",
+        "riffle sql: done: {} rows read in {:.2} s",
+        rows_read(&result.metrics),
         result.duration.as_secs_f64()
     );
-    // Rows a source could not read are never dropped in silence: say how many, and where.
+    report_bad_records(env, &result, "riffle sql: ");
+    Ok(result)
+}
+
+/// The rows a job's sources read.
+pub(crate) fn rows_read(snapshot: &riffle::metrics::MetricsSnapshot) -> u64 {
+    (snapshot.operators.iter())
+        .filter(|o| o.name.starts_with("Source:"))
+        .map(|o| o.records_out)
+        .sum()
+}
+
+/// Says how many rows a finished job's sources could not read, and where they are kept (rows
+/// are never dropped in silence); nothing when there were none.
+pub(crate) fn report_bad_records(env: &StreamEnv, result: &riffle::JobResult, prefix: &str) {
     let bad = result.bad_records();
     if bad > 0 {
         eprintln!(
-            "riffle sql: {bad} bad record{} (rows a source could not read), kept with their \
-             errors in {}/",
+            "{prefix}{bad} bad record{} (rows a source could not read), kept with their errors \
+             in {}/",
             if bad == 1 { "" } else { "s" },
             env.config().dead_letter_dir.display()
         );
     }
-    Ok(result)
 }
 
 /// A SQL error as a configuration error naming the script.

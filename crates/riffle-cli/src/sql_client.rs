@@ -16,7 +16,7 @@ use riffle_sql::{Row, Schema, SqlEnv};
 use rustyline::error::ReadlineError;
 
 use crate::progress::{human, reset_interrupts, run_with_progress};
-use crate::sql::SqlArgs;
+use crate::sql::{SqlArgs, report_bad_records, rows_read};
 
 const HELP: &str = "\
 Statements end with ';' and may span several lines.
@@ -200,24 +200,17 @@ fn run_insert(session: &SqlEnv, args: &SqlArgs, text: &str, table: &str) -> riff
 fn run_job(env: &StreamEnv, args: &SqlArgs) -> riffle::Result<u64> {
     reset_interrupts();
     let options = args.engine.run_options()?;
-    let read = |snapshot: &riffle::metrics::MetricsSnapshot| -> u64 {
-        snapshot
-            .operators
-            .iter()
-            .filter(|o| o.name.starts_with("Source:"))
-            .map(|o| o.records_out)
-            .sum()
-    };
     let ran = run_with_progress(env, &options, |report| {
         format!(
             "{} rows read in {:.1} s (Ctrl-C stops the query)",
-            human(read(report.snapshot) as f64),
+            human(rows_read(report.snapshot) as f64),
             report.elapsed.as_secs_f64()
         )
     });
     reset_interrupts();
     let (result, _) = ran?;
-    Ok(read(&result.metrics))
+    report_bad_records(env, &result, "[WARN] ");
+    Ok(rows_read(&result.metrics))
 }
 
 /// The header of a query's rows: `| op | a | b |`.

@@ -220,7 +220,8 @@ fn an_updating_query_prints_its_changelog() {
 /// `riffle sql` without a file is the interactive client; statements piped into it run as they
 /// would typed: DDL changes the session, a query runs as a job whose rows are printed (with
 /// their changelog op), `SHOW TABLES`, `DESCRIBE`, `EXPLAIN` and `SET` are answered, a bad
-/// statement is an error and the session goes on, `QUIT` ends it.
+/// statement is an error and the session goes on, `QUIT` ends it; a line a query's source
+/// cannot read is said, not dropped in silence.
 #[test]
 fn the_interactive_client_runs_statements_one_after_another() {
     use std::io::Write;
@@ -228,7 +229,7 @@ fn the_interactive_client_runs_statements_one_after_another() {
     let users = dir.path().join("users.jsonl");
     std::fs::write(
         &users,
-        "{\"id\":1,\"name\":\"ann\"}\n{\"id\":2,\"name\":\"bob\"}\n",
+        "{\"id\":1,\"name\":\"ann\"}\n{\"id\": 3\n{\"id\":2,\"name\":\"bob\"}\n",
     )
     .unwrap();
     let input = format!(
@@ -287,6 +288,9 @@ fn the_interactive_client_runs_statements_one_after_another() {
         stderr.contains("[ERROR] column `nope` not found"),
         "{stderr}"
     );
+    // The line that is not JSON is said, by each query that read it.
+    let warned = "[WARN] 1 bad record (rows a source could not read), kept with their errors in ";
+    assert_eq!(stderr.matches(warned).count(), 2, "{stderr}");
     // The history is kept in $HOME.
     let history = std::fs::read_to_string(dir.path().join(".riffle_sql_history")).unwrap();
     assert!(history.contains("SHOW TABLES;"), "{history}");
