@@ -1440,33 +1440,7 @@ impl Catalog {
 
     /// Whether `expr` calls no function whose value may change between calls.
     fn is_deterministic(&self, expr: &ast::Expr) -> bool {
-        let mut deterministic = true;
-        let _ = ast::visit_expressions(expr, |e| {
-            if let ast::Expr::Function(f) = e {
-                let name = f.name.to_string().to_ascii_uppercase();
-                if (self.functions.is_registered(&name) && !self.functions.is_deterministic(&name))
-                    || [
-                        "NOW",
-                        "PROCTIME",
-                        "RAND",
-                        "RAND_INTEGER",
-                        "UUID",
-                        "CURRENT_TIMESTAMP",
-                        "CURRENT_ROW_TIMESTAMP",
-                        "LOCALTIMESTAMP",
-                        "CURRENT_DATE",
-                        "CURRENT_TIME",
-                        "LOCALTIME",
-                        "UNIX_TIMESTAMP",
-                    ]
-                    .contains(&name.as_str())
-                {
-                    deterministic = false;
-                }
-            }
-            std::ops::ControlFlow::<()>::Continue(())
-        });
-        deterministic
+        deterministic(&self.functions, expr)
     }
 
     /// The table of `t FOR SYSTEM_TIME AS OF time` (the parser's rewrite names it
@@ -1887,6 +1861,7 @@ impl Catalog {
             _ => return Err(frame_error()),
         };
         let mut pre = Vec::new();
+        let mut filters = Vec::new();
         let mut texts = Vec::new();
         for expr in &spec.partition_by {
             pre.push(compile(expr, &scope)?);
@@ -1933,7 +1908,7 @@ impl Catalog {
                         "{function}: an aggregate (COUNT, SUM, MIN, MAX, AVG) OVER a window"
                     )));
                 };
-                let spec = aggregate_spec(aggregate, &scope, &mut pre)?;
+                let spec = aggregate_spec(aggregate, &scope, &mut pre, &mut filters)?;
                 texts.push(function.to_string());
                 fields.push(Field {
                     name: alias.unwrap_or_else(|| format!("EXPR${position}")),
@@ -2140,9 +2115,10 @@ impl Catalog {
         let mut pre: Vec<Typed> = keys.iter().map(|(_, t)| t.clone()).collect();
         let mut texts: Vec<String> = key_names.clone();
         let mut aggs = Vec::new();
+        let mut filters = Vec::new();
         for aggregate in &found {
             texts.push(aggregate.text.clone());
-            aggs.push(aggregate_spec(aggregate, &scope, &mut pre)?);
+            aggs.push(aggregate_spec(aggregate, &scope, &mut pre, &mut filters)?);
         }
         // The aggregated row: keys, window bounds and time, aggregates.
         let mut fields: Vec<Field> = keys
@@ -2965,12 +2941,47 @@ fn order_key(item: &ast::OrderByExpr, scope: &Scope<'_>) -> Result<(Typed, bool)
     Ok((compile(&item.expr, scope)?, descending))
 }
 
+/// Whether `expr` calls no function whose value may change between calls (`RAND()`, `NOW()`,
+/// a function registered as not deterministic).
+fn deterministic(functions: &Functions, expr: &ast::Expr) -> bool {
+    let mut deterministic = true;
+    let _ = ast::visit_expressions(expr, |e| {
+        if let ast::Expr::Function(f) = e {
+            let name = f.name.to_string().to_ascii_uppercase();
+            if (functions.is_registered(&name) && !functions.is_deterministic(&name))
+                || [
+                    "NOW",
+                    "PROCTIME",
+                    "RAND",
+                    "RAND_INTEGER",
+                    "UUID",
+                    "CURRENT_TIMESTAMP",
+                    "CURRENT_ROW_TIMESTAMP",
+                    "LOCALTIMESTAMP",
+                    "CURRENT_DATE",
+                    "CURRENT_TIME",
+                    "LOCALTIME",
+                    "UNIX_TIMESTAMP",
+                ]
+                .contains(&name.as_str())
+            {
+                deterministic = false;
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    deterministic
+}
+
 /// The spec of `aggregate` over `scope`'s columns, its argument and `FILTER` condition
-/// pushed onto the pre-computed row `pre`.
+/// pushed onto the pre-computed row `pre`. A deterministic `FILTER` condition written before
+/// (in `filters`, with its column of `pre`) is computed once for all (Nexmark q15 and q16
+/// count rows, bidders and auctions under the same three price ranges).
 fn aggregate_spec(
     aggregate: &FoundAggregate,
     scope: &Scope<'_>,
     pre: &mut Vec<Typed>,
+    filters: &mut Vec<(ast::Expr, usize)>,
 ) -> Result<AggSpec> {
     let arg = aggregate
         .arg
@@ -3003,7 +3014,16 @@ fn aggregate_spec(
         (None, arg) => arg.map(&mut push),
     };
     let filter = match &aggregate.filter {
-        Some(filter) => Some(push(compile(filter, scope)?)),
+        Some(filter) => Some(match filters.iter().find(|(seen, _)| seen == filter) {
+            Some((_, at)) => *at,
+            None => {
+                let at = push(compile(filter, scope)?);
+                if deterministic(scope.functions, filter) {
+                    filters.push((filter.clone(), at));
+                }
+                at
+            }
+        }),
         None => None,
     };
     Ok(AggSpec {
@@ -3186,4 +3206,58 @@ fn rewrite_grouped(
             )));
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pre-computed row of the one aggregation in `query` over `t`.
+    fn pre_of(query: &str) -> Vec<Typed> {
+        let mut catalog = Catalog::default();
+        // A function not declared deterministic (a coin toss, as far as the planner knows).
+        let coin = crate::functions::ScalarFunction::returning(DataType::Boolean, |_| {
+            Ok(crate::types::Value::Bool(true))
+        });
+        catalog.functions.register("coin", coin);
+        let ddl = "CREATE TABLE t (id BIGINT, price BIGINT) WITH ('connector' = 'datagen')";
+        catalog
+            .define(crate::parse::parse_statement(ddl).unwrap())
+            .unwrap();
+        let crate::parse::Statement::Query(query) = crate::parse::parse_statement(query).unwrap()
+        else {
+            unreachable!()
+        };
+        let mut plan = catalog.plan_query(&query).unwrap();
+        loop {
+            plan = match plan {
+                Plan::GroupAggregate { pre, .. } => return pre,
+                other => other
+                    .inputs()
+                    .into_iter()
+                    .next()
+                    .expect("an aggregation")
+                    .clone(),
+            }
+        }
+    }
+
+    #[test]
+    fn a_filter_written_again_is_computed_once_unless_it_may_change() {
+        // Key, then: the filter once, `id` once (the distinct counts share it).
+        let pre = pre_of(
+            "SELECT id % 2, COUNT(*) FILTER (WHERE price < 10), \
+             COUNT(DISTINCT id) FILTER (WHERE price < 10), \
+             COUNT(DISTINCT id) FILTER (WHERE price < 10) FROM t GROUP BY id % 2",
+        );
+        assert_eq!(pre.len(), 3);
+        // Another condition is its own; one that may change between calls is computed for
+        // each aggregate.
+        let pre = pre_of(
+            "SELECT id % 2, COUNT(*) FILTER (WHERE price < 10), \
+             COUNT(*) FILTER (WHERE price <= 10), COUNT(*) FILTER (WHERE coin(id)), \
+             COUNT(*) FILTER (WHERE coin(id)) FROM t GROUP BY id % 2",
+        );
+        assert_eq!(pre.len(), 5);
+    }
 }
