@@ -1221,6 +1221,20 @@ fn case(
     scope: &Scope<'_>,
 ) -> Result<Typed> {
     let operand = operand.map(|o| compile(o, scope)).transpose()?;
+    // `CASE WHEN c = 0 THEN .. WHEN c = 1 THEN ..` (or `CASE c WHEN 0 ..`), one column or field
+    // against literals (Nexmark's `dateTime` of each event kind): `c` read once, in place.
+    let switch = conditions
+        .iter()
+        .map(|when| match &operand {
+            Some(operand) => Some((
+                operand.place?,
+                is_literal(&when.condition)
+                    .then(|| compile(&when.condition, scope).ok()?.constant_value())??,
+            )),
+            None => place_equals_literal(&when.condition, scope),
+        })
+        .collect::<Option<Vec<(Place, Value)>>>()
+        .filter(|arms| arms.windows(2).all(|w| w[0].0 == w[1].0));
     let mut whens = Vec::new();
     let mut results = Vec::new();
     for when in conditions {
@@ -1258,6 +1272,27 @@ fn case(
         .into_iter()
         .map(|r| r.cast(&ty).map(|r| r.eval))
         .collect::<Result<_>>()?;
+    if let Some(arms) = switch
+        && let Some(&(place, _)) = arms.first()
+    {
+        let keys: Vec<Value> = arms.into_iter().map(|(_, key)| key).collect();
+        return Ok(Typed::new(
+            ty,
+            nullable,
+            Arc::new(move |row| {
+                let value = place.get_ref(row);
+                if !value.is_null() {
+                    for (key, result) in keys.iter().zip(&results) {
+                        // As `value = key`: `NULL` (never true) when either is.
+                        if !key.is_null() && value.cmp(key).is_eq() {
+                            return result(row);
+                        }
+                    }
+                }
+                results.last().expect("the ELSE branch")(row)
+            }),
+        ));
+    }
     Ok(Typed::new(
         ty,
         nullable,
@@ -1270,6 +1305,25 @@ fn case(
             results.last().expect("the ELSE branch")(row)
         }),
     ))
+}
+
+/// `place = literal` (or `literal = place`): the place, and the literal's value.
+fn place_equals_literal(condition: &ast::Expr, scope: &Scope<'_>) -> Option<(Place, Value)> {
+    let ast::Expr::BinaryOp {
+        left,
+        op: BinaryOperator::Eq,
+        right,
+    } = condition
+    else {
+        return None;
+    };
+    let (place, literal) = match (is_literal(left), is_literal(right)) {
+        (false, true) => (left, right),
+        (true, false) => (right, left),
+        _ => return None,
+    };
+    let place = compile(place, scope).ok()?.place?;
+    Some((place, compile(literal, scope).ok()?.constant_value()?))
 }
 
 /// `TRY_CAST`: `NULL` where the cast fails.
@@ -1429,6 +1483,48 @@ mod tests {
         let typed = compile(&expr, &scope).unwrap_or_else(|e| panic!("{sql}: {e}"));
         let value = (typed.eval)(&row()).unwrap();
         (typed.ty, value)
+    }
+
+    /// `sql` compiled over [`schema`], evaluated for `row`.
+    fn eval_on(sql: &str, row: &Row) -> Value {
+        let expr = Parser::new(&GenericDialect {})
+            .try_with_sql(sql)
+            .unwrap()
+            .parse_expr()
+            .unwrap();
+        let (functions, schema) = (Functions::default(), schema());
+        let typed = compile(&expr, &Scope::new(&schema, Some("t"), &functions)).unwrap();
+        (typed.eval)(row).unwrap()
+    }
+
+    proptest::proptest! {
+        /// A `CASE` over one column or field against literals (read once, in place) gives
+        /// what the same `CASE` over a computed value does, `NULL`s and numbers of other
+        /// kinds included.
+        #[test]
+        fn a_case_over_one_column_against_literals_is_the_general_case(
+            price in proptest::option::of(-2i64..4),
+            auction in proptest::option::of(-2i64..4),
+        ) {
+            let value = |v: Option<i64>| v.map_or(Value::Null, Value::Int);
+            let row = Row(vec![
+                value(price),
+                Value::string("x"),
+                Value::Row(vec![value(auction), Value::Timestamp(7)]),
+                Value::Double(0.5),
+            ]);
+            for (read, computed) in [("price", "(price + 0)"), ("bid.auction", "(bid.auction + 0)")] {
+                for text in [
+                    "CASE WHEN {c} = 0 THEN 'a' WHEN 1 = {c} THEN 'b' WHEN {c} = NULL THEN 'n' \
+                     WHEN {c} = 2.0 THEN 'd' WHEN {c} = 3e0 THEN 'e' ELSE 'z' END",
+                    "CASE {c} WHEN 0 THEN bid.dateTime WHEN -1 THEN TIMESTAMP '2026-01-15 00:00:00' END",
+                ] {
+                    let switch = eval_on(&text.replace("{c}", read), &row);
+                    let general = eval_on(&text.replace("{c}", computed), &row);
+                    proptest::prop_assert_eq!(switch, general, "{}", text);
+                }
+            }
+        }
     }
 
     #[test]
