@@ -97,8 +97,9 @@ pub(crate) fn scan_in(
     let stream = match connector {
         "nexmark" => {
             let config = nexmark_config(table)?;
-            nexmark_row(physical)?;
-            let convert = nexmark_row(read)?;
+            nexmark_row(physical, 0)?;
+            // Each row is made with room for the columns the table computes.
+            let convert = nexmark_row(read, computed_count)?;
             let source = NexmarkSource::new(config)
                 .map_records(move |event: &Event| complete(convert(event)));
             timed_table(env, table, source, time.as_ref().map(|_| strategy(true)))
@@ -109,7 +110,11 @@ pub(crate) fn scan_in(
                 .limit(settings.rows)
                 .rate(settings.rows_per_second)
                 .splits(1)
-                .map_records(move |row: &Row| complete(row.clone()));
+                .map_records(move |row: &Row| {
+                    let mut values = Vec::with_capacity(row.0.len() + computed_count);
+                    values.extend_from_slice(&row.0);
+                    complete(Row(values))
+                });
             timed_table(env, table, source, time.as_ref().map(|_| strategy(false)))
         }
         "filesystem" => {
@@ -1331,8 +1336,9 @@ fn getters<T>(
 type EventToRow = Arc<dyn Fn(&Event) -> Row + Send + Sync>;
 
 /// How a Nexmark event becomes a row of `schema` (the nexmark project's `datagen` table:
-/// `event_type INT`, `person ROW<..>`, `auction ROW<..>`, `bid ROW<..>`, any subset, any order).
-fn nexmark_row(schema: &Schema) -> Result<EventToRow> {
+/// `event_type INT`, `person ROW<..>`, `auction ROW<..>`, `bid ROW<..>`, any subset, any order),
+/// with room for `room` more columns (those the table computes).
+fn nexmark_row(schema: &Schema, room: usize) -> Result<EventToRow> {
     type Column = Box<dyn Fn(&Event) -> Value + Send + Sync>;
     let mut columns: Vec<Column> = Vec::new();
     for field in &schema.fields {
@@ -1375,7 +1381,9 @@ fn nexmark_row(schema: &Schema) -> Result<EventToRow> {
         columns.push(column);
     }
     Ok(Arc::new(move |event| {
-        Row(columns.iter().map(|c| c(event)).collect())
+        let mut values = Vec::with_capacity(columns.len() + room);
+        values.extend(columns.iter().map(|c| c(event)));
+        Row(values)
     }))
 }
 
