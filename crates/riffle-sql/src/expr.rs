@@ -54,13 +54,7 @@ pub enum Place {
 impl Place {
     /// The value at this place of `row` (`NULL` when it is not there), copied.
     pub fn get(self, row: &Row) -> Value {
-        match self {
-            Place::Column(c) => row.get(c).clone(),
-            Place::Field(c, f) => match row.get(c) {
-                Value::Row(values) => values.get(f).cloned().unwrap_or(Value::Null),
-                _ => Value::Null,
-            },
-        }
+        self.get_ref(row).clone()
     }
 
     /// The value at this place of `row` (`NULL` when it is not there), read in place.
@@ -877,6 +871,7 @@ pub(crate) enum Read {
 }
 
 impl Operand {
+    /// `typed`, a literal's value computed once when `literal`.
     fn of(typed: Typed, literal: bool) -> Operand {
         let constant = literal.then(|| typed.constant_value()).flatten();
         let read = match (typed.place, constant) {
@@ -884,12 +879,6 @@ impl Operand {
             (None, Some(value)) => Read::Constant(value),
             (None, None) => Read::Computed(typed.eval.clone()),
         };
-        Operand { typed, read }
-    }
-
-    /// Computed for each row.
-    fn computed(typed: Typed) -> Operand {
-        let read = Read::of(&typed);
         Operand { typed, read }
     }
 }
@@ -1065,12 +1054,12 @@ fn between(
     let (low_literal, high_literal) = (is_literal(low), is_literal(high));
     let ge = compare(
         &BinaryOperator::GtEq,
-        Operand::computed(value.clone()),
+        Operand::of(value.clone(), false),
         Operand::of(compile(low, scope)?, low_literal),
     )?;
     let le = compare(
         &BinaryOperator::LtEq,
-        Operand::computed(value),
+        Operand::of(value, false),
         Operand::of(compile(high, scope)?, high_literal),
     )?;
     let both = logic(true, ge, le)?;
@@ -1242,7 +1231,7 @@ fn case(
         let condition = match &operand {
             Some(operand) => compare(
                 &BinaryOperator::Eq,
-                Operand::computed(operand.clone()),
+                Operand::of(operand.clone(), false),
                 Operand::of(condition, is_literal(&when.condition)),
             )?,
             None => {

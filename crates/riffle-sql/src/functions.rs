@@ -111,8 +111,10 @@ fn of_values(
             for read in &reads {
                 let null = match read {
                     Read::Computed(eval) => {
-                        computed.push(eval(row)?);
-                        computed.last().is_none_or(Value::is_null)
+                        let value = eval(row)?;
+                        let null = value.is_null();
+                        computed.push(value);
+                        null
                     }
                     other => other.get(row, &NULL).is_null(),
                 };

@@ -271,18 +271,18 @@ impl Projection {
                     Step::Null | Step::Compute(_) => Value::Null,
                 });
             }
-        } else {
-            for step in &self.steps {
-                values.push(match step {
-                    Step::Compute(eval) => eval(&row)?,
-                    Step::Copy(place) => place.get(&row),
-                    Step::Move(_) | Step::Null => Value::Null,
-                });
-            }
-            for (value, step) in values.iter_mut().zip(&self.steps) {
-                if let Step::Move(place) = step {
-                    *value = place.take(&mut row);
-                }
+            return Ok(Row(values));
+        }
+        for step in &self.steps {
+            values.push(match step {
+                Step::Compute(eval) => eval(&row)?,
+                Step::Copy(place) => place.get(&row),
+                Step::Move(_) | Step::Null => Value::Null,
+            });
+        }
+        for (value, step) in values.iter_mut().zip(&self.steps) {
+            if let Step::Move(place) = step {
+                *value = place.take(&mut row);
             }
         }
         Ok(Row(values))
