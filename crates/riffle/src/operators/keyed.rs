@@ -159,6 +159,20 @@ impl<K: Data + Hash + Eq, Out: Data> KeyedContext<'_, '_, K, Out> {
             .side_output(tag, Record::timed(value, self.timestamp))
     }
 
+    /// Whether the keyed state lives in a store (RocksDB) rather than in heap tables. A
+    /// function may lay its state out for where it lives: a large collection is best as the
+    /// entries of a [`MapState`](crate::state::MapState) in a store (each read and written
+    /// alone), and may be cheaper as one value on the heap (changed in place).
+    ///
+    /// ```
+    /// # fn layout(ctx: &riffle::operators::KeyedContext<'_, '_, u64, u64>) -> &'static str {
+    /// if ctx.state_in_store() { "entries" } else { "one value" }
+    /// # }
+    /// ```
+    pub fn state_in_store(&self) -> bool {
+        self.state.has_store()
+    }
+
     /// The current key's value state.
     pub fn value<V: Data>(&mut self, descriptor: &ValueStateDescriptor<V>) -> ValueState<'_, K, V> {
         self.state.value(descriptor, self.key_group, self.key)

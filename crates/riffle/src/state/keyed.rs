@@ -22,6 +22,7 @@ use crate::state::descriptors::{
     StateTtl, TtlUpdate, ValueStateDescriptor,
 };
 use crate::state::evolution::{self, Reader, Restore, StateSchema, ValueFormat};
+use crate::state::map_entries::MapEntries;
 use crate::state::table::FastMap;
 use crate::state::{KvStore, StateTable};
 use crate::time::Clock;
@@ -106,13 +107,48 @@ impl<K: Data + Hash + Eq, X: Data> ErasedTable<K> for StoredTable<K, X> {
     }
 }
 
-/// Restores one key group of a heap state written by an older version of its type: the
-/// entries as [`snapshot_group`] wrote them, each value read by `read_old`.
-fn restore_old_group<K: Data + Hash + Eq, X: Data>(
-    table: &mut StoredTable<K, X>,
-    key_group: KeyGroup,
+impl<K, UK, UV> ErasedTable<K> for MapEntries<K, UK, UV>
+where
+    K: Data + Hash + Eq,
+    UK: Data + Hash + Eq,
+    UV: Data,
+{
+    fn expire(&mut self, now: Timestamp, ttl: i64, groups: KeyGroupRange) -> Result<usize> {
+        MapEntries::expire(self, now, ttl, groups)
+    }
+
+    fn entries(&self) -> (usize, usize) {
+        self.size()
+    }
+
+    fn snapshot_group(&self, _key_group: KeyGroup) -> Result<Option<Vec<u8>>> {
+        Ok(None) // the store's checkpoint holds it
+    }
+
+    /// A heap savepoint's maps, restored into a store.
+    fn restore_group(&mut self, key_group: KeyGroup, bytes: &[u8]) -> Result<()> {
+        for (key, map) in decode::<Vec<(K, Timed<FastMap<UK, UV>>)>>(bytes)? {
+            self.put_map(key_group, &key, map.value, map.touched)?;
+        }
+        Ok(())
+    }
+
+    fn remove(&mut self, key_group: KeyGroup, key: &K) -> Result<()> {
+        self.clear(key_group, key)
+    }
+
+    fn as_any_mut(&mut self) -> &mut (dyn Any + Send) {
+        self
+    }
+}
+
+/// Reads one key group of a heap state written by an older version of its type: the
+/// entries as [`snapshot_group`](ErasedTable::snapshot_group) wrote them, each value read by
+/// `read_old`, handed to `put` with its key and the time of its last write.
+fn read_old_group<K: Data, X>(
     bytes: &[u8],
     read_old: &dyn Fn(&mut &[u8]) -> Result<X, SlotError>,
+    put: &mut dyn FnMut(K, Timed<X>) -> Result<()>,
 ) -> Result<(), SlotError> {
     let cut = |e: postcard::Error| SlotError::Mismatch(format!("cannot decode state: {e}"));
     let (len, mut input) = postcard::take_from_bytes::<u64>(bytes).map_err(cut)?;
@@ -122,9 +158,7 @@ fn restore_old_group<K: Data + Hash + Eq, X: Data>(
         let value = read_old(&mut input)?;
         let (touched, rest) = postcard::take_from_bytes::<Timestamp>(input).map_err(cut)?;
         input = rest;
-        table
-            .put(key_group, key, (), Timed { value, touched })
-            .map_err(|e| SlotError::Mismatch(e.to_string()))?;
+        put(key, Timed { value, touched }).map_err(|e| SlotError::Mismatch(e.to_string()))?;
     }
     Ok(())
 }
@@ -342,6 +376,11 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         }
     }
 
+    /// Whether the state lives in a store (RocksDB) rather than in heap tables.
+    pub fn has_store(&self) -> bool {
+        self.store.is_some()
+    }
+
     /// The processing time now.
     pub fn now(&self) -> Timestamp {
         self.clock.now()
@@ -409,7 +448,9 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
                         .map_err(|e| incompatible(format!("{versions}; {e}")))
                 };
                 for (_, key_group, bytes) in restored {
-                    restore_old_group(&mut table, key_group, &bytes, &read_old)?;
+                    read_old_group(&bytes, &read_old, &mut |key, value| {
+                        table.put(key_group, key, (), value)
+                    })?;
                 }
                 if let Some(kv) = table.kv_mut() {
                     let mut failed = None;
@@ -456,6 +497,145 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
             schema,
             table: Box::new(table),
             ttl,
+        });
+        Ok(self.slots.len() - 1)
+    }
+
+    /// The entries of map state `d` in the task's store, declared on first use.
+    fn map_entries<UK, UV>(
+        &mut self,
+        d: &MapStateDescriptor<UK, UV>,
+    ) -> Result<&mut MapEntries<K, UK, UV>, SlotError>
+    where
+        UK: Data + Hash + Eq,
+        UV: Data,
+    {
+        let index = match self.slots.iter().position(|s| s.name == d.name) {
+            Some(index) => index,
+            None => self.declare_map_entries(d)?,
+        };
+        let slot = &mut self.slots[index];
+        let type_name = slot.type_name;
+        slot.table
+            .as_any_mut()
+            .downcast_mut::<MapEntries<K, UK, UV>>()
+            .ok_or_else(|| {
+                SlotError::Mismatch(format!(
+                    "state `{}` is used as {} here but was declared as {type_name}",
+                    d.name,
+                    std::any::type_name::<FastMap<UK, UV>>()
+                ))
+            })
+    }
+
+    /// Declares map state `d` in the task's store, one store entry per map entry: with what
+    /// the store was restored with (entries written by an older version of the map's types
+    /// converted; maps an older Riffle kept whole split into entries) and what a heap
+    /// savepoint holds of it.
+    fn declare_map_entries<UK, UV>(
+        &mut self,
+        d: &MapStateDescriptor<UK, UV>,
+    ) -> Result<usize, SlotError>
+    where
+        UK: Data + Hash + Eq,
+        UV: Data,
+    {
+        let name = d.name;
+        let schema = StateSchema {
+            name: name.to_string(),
+            version: d.version,
+            type_name: Declared::type_name(d),
+            format: Declared::format(d).map(|f| (*f).clone()),
+        };
+        let incompatible = |message: String| SlotError::Incompatible {
+            operator: self.operator_id.clone(),
+            state: name.to_string(),
+            message,
+        };
+        let old = self.restored.get(name).cloned();
+        let plan = evolution::restore_plan(old.as_ref(), &schema).map_err(incompatible)?;
+        let evolving = match (plan, &old) {
+            (Restore::Evolve, Some(old)) => Some(old),
+            _ => None,
+        };
+        let versions = evolving.map(|old| {
+            format!(
+                "the savepoint holds version {} of it ({}), this job declares version {} ({})",
+                old.version, old.type_name, schema.version, schema.type_name
+            )
+        });
+        let store = self.store.clone().expect("map entries live in a store");
+        let mut table =
+            MapEntries::<K, UK, UV>::new(&store, &self.operator_id, name, self.range, d.ttl);
+        // A whole map as the savepoint wrote it.
+        let read_map = |input: &mut &[u8]| -> Result<FastMap<UK, UV>, SlotError> {
+            match evolving {
+                Some(old) => d.read_old(old, input).map_err(|e| {
+                    incompatible(format!("{}; {e}", versions.as_deref().unwrap_or_default()))
+                }),
+                None => {
+                    let (map, rest) = postcard::take_from_bytes(input).map_err(|e| {
+                        incompatible(format!(
+                            "cannot decode state: {e} (its type, {}, cannot read what the \
+                             savepoint holds)",
+                            schema.type_name
+                        ))
+                    })?;
+                    *input = rest;
+                    Ok(map)
+                }
+            }
+        };
+        let failed = std::cell::RefCell::new(None);
+        let keep = |e: SlotError| {
+            let message = e.to_string();
+            *failed.borrow_mut() = Some(e);
+            Error::State(message)
+        };
+        let mut restore = || -> Result<()> {
+            if let Some(old) = evolving {
+                table.evolve(old, &mut |user_key, value| {
+                    let user_key = user_key.deserialize().map_err(|e| {
+                        keep(incompatible(format!(
+                            "{}; an old map key cannot be read as the new type: {e}",
+                            versions.as_deref().unwrap_or_default()
+                        )))
+                    })?;
+                    let value = evolution::convert(value, old.version, d.version, d.migrate)
+                        .map_err(|e| {
+                            keep(incompatible(format!(
+                                "{}; {e}",
+                                versions.as_deref().unwrap_or_default()
+                            )))
+                        })?;
+                    Ok((user_key, value))
+                })?;
+            }
+            table.convert_whole_maps(&self.operator_id, name, &mut |input| {
+                read_map(input).map_err(keep)
+            })?;
+            Ok(())
+        };
+        if let Err(e) = restore() {
+            return Err(failed
+                .into_inner()
+                .unwrap_or_else(|| incompatible(e.to_string())));
+        }
+        let (restored, pending): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|(n, _, _)| n == name);
+        self.pending = pending;
+        for (_, key_group, bytes) in restored {
+            read_old_group(&bytes, &read_map, &mut |key: K, map| {
+                table.put_map(key_group, &key, map.value, map.touched)
+            })?;
+        }
+        self.slots.push(Slot {
+            name,
+            type_name: std::any::type_name::<FastMap<UK, UV>>(),
+            schema,
+            table: Box::new(table),
+            ttl: d.ttl,
         });
         Ok(self.slots.len() - 1)
     }
@@ -526,7 +706,18 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         UK: Data + Hash + Eq,
         UV: Data,
     {
-        MapState(self.access(d.name, d.ttl, d, key_group, key))
+        if self.store.is_some() {
+            let now = self.clock.now();
+            return MapState(MapAccess::Entries {
+                table: self.map_entries(d),
+                key_group,
+                key,
+                now,
+            });
+        }
+        MapState(MapAccess::Heap(
+            self.access(d.name, d.ttl, d, key_group, key),
+        ))
     }
 
     /// The reducing state `descriptor` of `key`.
@@ -950,52 +1141,158 @@ impl<K: Data + Hash + Eq, V: Data> ListState<'_, K, V> {
 }
 
 /// A map for the current key.
-pub struct MapState<'a, K, UK, UV>(Access<'a, K, FastMap<UK, UV>>);
+///
+/// On the heap the map is one hash map per key, changed in place. In a store (RocksDB) each
+/// entry is a store entry of its own, as in Flink: [`get`](Self::get), [`put`](Self::put),
+/// [`remove`](Self::remove) and [`contains`](Self::contains) read or write that entry alone,
+/// however large the map; [`entries`](Self::entries) and [`len`](Self::len) scan the key's
+/// entries. With a time-to-live the map expires whole, on either backend.
+///
+/// ```
+/// # use riffle::state::MapStateDescriptor;
+/// static PAGES: MapStateDescriptor<String, u64> = MapStateDescriptor::new("pages");
+/// # fn visit(state: &mut riffle::state::MapState<'_, u64, String, u64>) -> riffle::Result<()> {
+/// let seen = state.get(&"/home".to_string())?.unwrap_or(0);
+/// state.put("/home".to_string(), seen + 1)?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct MapState<'a, K, UK, UV>(MapAccess<'a, K, UK, UV>);
+
+/// Where a map state's entries are.
+enum MapAccess<'a, K, UK, UV> {
+    /// One hash map per key.
+    Heap(Access<'a, K, FastMap<UK, UV>>),
+    /// One store entry per map entry.
+    Entries {
+        table: Result<&'a mut MapEntries<K, UK, UV>, SlotError>,
+        key_group: KeyGroup,
+        key: &'a K,
+        now: Timestamp,
+    },
+}
 
 impl<K: Data + Hash + Eq, UK: Data + Hash + Eq, UV: Data> MapState<'_, K, UK, UV> {
     /// The value of `user_key`.
     pub fn get(&mut self, user_key: &UK) -> Result<Option<UV>> {
-        Ok(self.0.peek(|map| map.get(user_key).cloned())?.flatten())
+        match &mut self.0 {
+            MapAccess::Heap(access) => Ok(access.peek(|map| map.get(user_key).cloned())?.flatten()),
+            MapAccess::Entries {
+                table,
+                key_group,
+                key,
+                now,
+            } => entries(table)?.get(*key_group, key, user_key, *now),
+        }
     }
 
     /// Sets the value of `user_key`.
     pub fn put(&mut self, user_key: UK, value: UV) -> Result<()> {
-        self.0.modify(FastMap::default, |map| {
-            map.insert(user_key, value);
-        })
+        match &mut self.0 {
+            MapAccess::Heap(access) => access.modify(FastMap::default, |map| {
+                map.insert(user_key, value);
+            }),
+            MapAccess::Entries {
+                table,
+                key_group,
+                key,
+                now,
+            } => entries(table)?.put(*key_group, key, &user_key, &value, *now),
+        }
+    }
+
+    /// Changes the value of `user_key` in place, creating it with `create` if absent, and
+    /// marks the map written: on the heap without a copy; in a store the one entry is read,
+    /// and written back only if it changed.
+    ///
+    /// ```
+    /// # fn see(state: &mut riffle::state::MapState<'_, u64, String, u64>) -> riffle::Result<bool> {
+    /// // Whether this is the first visit of the page.
+    /// state.modify("/home".to_string(), || 0, |visits| {
+    ///     *visits += 1;
+    ///     *visits == 1
+    /// })
+    /// # }
+    /// ```
+    pub fn modify<R>(
+        &mut self,
+        user_key: UK,
+        create: impl FnOnce() -> UV,
+        change: impl FnOnce(&mut UV) -> R,
+    ) -> Result<R> {
+        match &mut self.0 {
+            MapAccess::Heap(access) => access.modify(FastMap::default, |map| {
+                change(map.entry(user_key).or_insert_with(create))
+            }),
+            MapAccess::Entries {
+                table,
+                key_group,
+                key,
+                now,
+            } => entries(table)?.modify(*key_group, key, &user_key, *now, create, change),
+        }
     }
 
     /// Removes `user_key`; returns its value.
     pub fn remove(&mut self, user_key: &UK) -> Result<Option<UV>> {
-        if self.0.peek(|map| map.contains_key(user_key))? != Some(true) {
+        let access = match &mut self.0 {
+            MapAccess::Heap(access) => access,
+            MapAccess::Entries {
+                table,
+                key_group,
+                key,
+                now,
+            } => return entries(table)?.remove(*key_group, key, user_key, *now),
+        };
+        if access.peek(|map| map.contains_key(user_key))? != Some(true) {
             return Ok(None);
         }
-        let (removed, empty) = self.0.modify(FastMap::default, |map| {
+        let (removed, empty) = access.modify(FastMap::default, |map| {
             (map.remove(user_key), map.is_empty())
         })?;
         if empty {
-            self.0.clear()?;
+            access.clear()?;
         }
         Ok(removed)
     }
 
     /// Whether `user_key` has a value.
     pub fn contains(&mut self, user_key: &UK) -> Result<bool> {
-        Ok(self.0.peek(|map| map.contains_key(user_key))? == Some(true))
+        match &mut self.0 {
+            MapAccess::Heap(access) => {
+                Ok(access.peek(|map| map.contains_key(user_key))? == Some(true))
+            }
+            MapAccess::Entries { .. } => Ok(self.get(user_key)?.is_some()),
+        }
     }
 
     /// Every entry (in no particular order).
     pub fn entries(&mut self) -> Result<Vec<(UK, UV)>> {
-        Ok(self
-            .0
-            .read()?
-            .map(|map| map.into_iter().collect())
-            .unwrap_or_default())
+        match &mut self.0 {
+            MapAccess::Heap(access) => Ok(access
+                .read()?
+                .map(|map| map.into_iter().collect())
+                .unwrap_or_default()),
+            MapAccess::Entries {
+                table,
+                key_group,
+                key,
+                now,
+            } => entries(table)?.entries(*key_group, key, *now),
+        }
     }
 
     /// Number of entries.
     pub fn len(&mut self) -> Result<usize> {
-        Ok(self.0.peek(|map| map.len())?.unwrap_or(0))
+        match &mut self.0 {
+            MapAccess::Heap(access) => Ok(access.peek(|map| map.len())?.unwrap_or(0)),
+            MapAccess::Entries {
+                table,
+                key_group,
+                key,
+                now,
+            } => entries(table)?.len(*key_group, key, *now),
+        }
     }
 
     /// Whether the map is empty.
@@ -1005,8 +1302,23 @@ impl<K: Data + Hash + Eq, UK: Data + Hash + Eq, UV: Data> MapState<'_, K, UK, UV
 
     /// Removes every entry.
     pub fn clear(&mut self) -> Result<()> {
-        self.0.clear()
+        match &mut self.0 {
+            MapAccess::Heap(access) => access.clear(),
+            MapAccess::Entries {
+                table,
+                key_group,
+                key,
+                ..
+            } => entries(table)?.clear(*key_group, key),
+        }
     }
+}
+
+/// The entries table of a map state, or why it cannot be reached.
+fn entries<'t, K, UK, UV>(
+    table: &'t mut Result<&mut MapEntries<K, UK, UV>, SlotError>,
+) -> Result<&'t mut MapEntries<K, UK, UV>> {
+    table.as_deref_mut().map_err(|e| e.to_error())
 }
 
 /// A value for the current key that each new value is reduced into.
@@ -1097,6 +1409,7 @@ impl<K: Data + Hash + Eq, In, A: AggregateFunction<In>> AggregatingState<'_, K, 
 mod tests {
     use super::*;
     use crate::aggregate::{Avg, Count};
+    use crate::state::state_id;
     use crate::time::ManualClock;
     use std::time::Duration;
 
@@ -1226,6 +1539,152 @@ mod tests {
             assert!(s.map(&VISITS, 2, &7).is_empty()?, "expired");
             assert_eq!(s.map(&VISITS, 2, &7).get(&3)?, None);
         }
+        Ok(())
+    }
+
+    /// How many entries of `store` are under operator `op`'s state id of `name`, in key group
+    /// `key_group`.
+    fn stored_under(store: &dyn KvStore, name: &str, key_group: KeyGroup) -> usize {
+        let mut prefix = key_group.to_be_bytes().to_vec();
+        prefix.extend_from_slice(&state_id("op", name).to_be_bytes());
+        let mut n = 0;
+        store
+            .scan(&[prefix], &mut |_, _| {
+                n += 1;
+                Ok(true)
+            })
+            .unwrap();
+        n
+    }
+
+    #[test]
+    fn a_map_in_a_store_keeps_each_entry_apart_and_scoped_to_its_key() -> Result<()> {
+        let store = Arc::new(crate::testing::MemoryKvStore::default());
+        let clock = Arc::new(ManualClock::new(0));
+        let mut s = KeyedState::in_store(RANGE, clock.clone(), Some(store.clone()), "op");
+        let mut heap = KeyedState::new(RANGE, clock);
+        // Keys whose encodings are close (1, 128, 129: one and two bytes) in one key group.
+        for state in [&mut s, &mut heap] {
+            for key in [1u64, 128, 129] {
+                for page in 0..300u32 {
+                    state
+                        .map(&PAGES, 2, &key)
+                        .put(format!("/{page}"), page + key as u32)?;
+                }
+            }
+            assert_eq!(state.map(&PAGES, 2, &128).get(&"/7".into())?, Some(135));
+            assert_eq!(state.map(&PAGES, 2, &128).remove(&"/7".into())?, Some(135));
+            assert_eq!(state.map(&PAGES, 2, &128).remove(&"/7".into())?, None);
+            assert!(!state.map(&PAGES, 2, &128).contains(&"/7".into())?);
+            assert!(state.map(&PAGES, 2, &129).contains(&"/7".into())?);
+            assert_eq!(state.map(&PAGES, 2, &128).len()?, 299);
+            for first in [true, false] {
+                let seen = state.map(&PAGES, 2, &129).modify(
+                    "/new".into(),
+                    || 0,
+                    |n| {
+                        *n += 1;
+                        *n == 1
+                    },
+                )?;
+                assert_eq!(seen, first);
+            }
+            assert_eq!(state.map(&PAGES, 2, &129).get(&"/new".into())?, Some(2));
+            assert_eq!(state.map(&PAGES, 2, &129).remove(&"/new".into())?, Some(2));
+            state.map(&PAGES, 2, &1).clear()?;
+            assert!(state.map(&PAGES, 2, &1).is_empty()?);
+            assert_eq!(state.map(&PAGES, 2, &1).get(&"/3".into())?, None);
+            assert_eq!(state.map(&PAGES, 3, &1).len()?, 0, "another key group");
+        }
+        for key in [1u64, 128, 129] {
+            let mut stored = s.map(&PAGES, 2, &key).entries()?;
+            let mut held = heap.map(&PAGES, 2, &key).entries()?;
+            stored.sort();
+            held.sort();
+            assert_eq!(stored, held, "key {key}");
+        }
+        // One store entry per map entry, none of them a whole map.
+        assert_eq!(stored_under(&*store, "pages#entries", 2), 299 + 300);
+        assert_eq!(stored_under(&*store, "pages", 2), 0);
+        s.clear_key(2, &129)?;
+        assert_eq!(stored_under(&*store, "pages#entries", 2), 299);
+        assert_eq!(s.map(&PAGES, 2, &128).len()?, 299);
+        Ok(())
+    }
+
+    #[test]
+    fn a_map_an_older_version_kept_whole_in_a_store_is_split_into_entries() -> Result<()> {
+        let store: Arc<dyn KvStore> = Arc::new(crate::testing::MemoryKvStore::default());
+        // As an older Riffle wrote it: one value per key, the whole map and its last write.
+        let mut whole: StoredTable<u64, FastMap<String, u32>> =
+            StateTable::new(Some(&store), "op", "pages", RANGE);
+        let map: FastMap<String, u32> = (0..50).map(|i| (format!("/{i}"), i)).collect();
+        whole.put(
+            1,
+            10,
+            (),
+            Timed {
+                value: map.clone(),
+                touched: 5,
+            },
+        )?;
+        whole.put(
+            3,
+            11,
+            (),
+            Timed {
+                value: map,
+                touched: 5,
+            },
+        )?;
+        let schema = StateSchema {
+            name: "pages".into(),
+            version: 1,
+            type_name: Declared::type_name(&PAGES),
+            format: Declared::format(&PAGES).map(|f| (*f).clone()),
+        };
+        let mut s = KeyedState::in_store(
+            RANGE,
+            Arc::new(ManualClock::new(0)),
+            Some(store.clone()),
+            "op",
+        );
+        s.restore_schemas(&[schema]);
+        assert_eq!(s.map(&PAGES, 1, &10u64).len()?, 50);
+        assert_eq!(s.map(&PAGES, 3, &11).get(&"/49".into())?, Some(49));
+        assert_eq!(
+            stored_under(&*store, "pages", 1) + stored_under(&*store, "pages", 3),
+            0,
+            "the whole maps are gone"
+        );
+        assert_eq!(stored_under(&*store, "pages#entries", 3), 50);
+        Ok(())
+    }
+
+    #[test]
+    fn a_heap_savepoint_of_a_map_restores_into_a_store_and_its_expiry_goes_on() -> Result<()> {
+        static VISITS: MapStateDescriptor<u32, u32> = MapStateDescriptor::new("visits")
+            .with_ttl(StateTtl::after_write(Duration::from_secs(10)));
+        let clock = Arc::new(ManualClock::new(0));
+        let mut heap = KeyedState::new(RANGE, clock.clone());
+        for page in 0..20 {
+            heap.map(&VISITS, 0, &4).put(page, page * 2)?;
+        }
+        clock.advance(Duration::from_secs(6));
+        heap.map(&VISITS, 0, &5).put(1, 1)?;
+        let snapshot = heap.snapshot_group(0)?;
+        let store = Arc::new(crate::testing::MemoryKvStore::default());
+        let mut s = KeyedState::in_store(RANGE, clock.clone(), Some(store), "op");
+        s.restore_schemas(&heap.schemas());
+        s.restore_group(0, snapshot)?;
+        assert_eq!(s.map(&VISITS, 0, &4).get(&7)?, Some(14));
+        assert_eq!(s.map(&VISITS, 0, &4).len()?, 20);
+        clock.advance(Duration::from_secs(5));
+        assert!(s.map(&VISITS, 0, &4).is_empty()?, "written 11 s ago");
+        assert_eq!(s.map(&VISITS, 0, &5).len()?, 1, "written 5 s ago");
+        clock.advance(Duration::from_secs(6));
+        assert_eq!(s.sweep_expired(), 1, "the sweep removes a map whole");
+        assert_eq!(s.map(&VISITS, 0, &5).len()?, 0);
         Ok(())
     }
 

@@ -78,6 +78,35 @@ where
         encode_into(key, &mut self.key)
     }
 
+    /// The store's key of `key` in `namespace`, in a buffer a caller may append to (a map
+    /// state's entries follow their key's own key: `[..][key][user key]`).
+    pub(crate) fn key_of(
+        &mut self,
+        key_group: KeyGroup,
+        key: &K,
+        namespace: &N,
+    ) -> Result<&mut Vec<u8>> {
+        self.encode_key(key_group, key, namespace)?;
+        Ok(&mut self.key)
+    }
+
+    /// The task's store.
+    pub(crate) fn store(&self) -> &Arc<dyn KvStore> {
+        &self.store
+    }
+
+    /// The prefix of this state in each key group of `groups` that the table holds.
+    pub(crate) fn state_prefixes(&self, groups: KeyGroupRange) -> Vec<Vec<u8>> {
+        (groups.start.max(self.range.start)..=groups.end.min(self.range.end))
+            .map(|kg| self.state_prefix(kg).to_vec())
+            .collect()
+    }
+
+    /// The key groups the table holds.
+    pub(crate) fn range(&self) -> KeyGroupRange {
+        self.range
+    }
+
     fn state_prefix(&self, key_group: KeyGroup) -> [u8; 6] {
         let mut prefix = [0u8; 6];
         prefix[..2].copy_from_slice(&key_group.to_be_bytes());

@@ -33,6 +33,7 @@ mod descriptors;
 pub mod evolution;
 mod keyed;
 mod kv_table;
+mod map_entries;
 pub(crate) mod table;
 mod timers;
 pub(crate) mod versioned;
