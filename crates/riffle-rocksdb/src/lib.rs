@@ -39,8 +39,9 @@ use riffle::keys::KeyGroupRange;
 use riffle::state::{KvStore, StateBackend, TaskStore};
 use riffle::{Error, Result};
 use rocksdb::{
-    BlockBasedOptions, Cache, DB, DBCompressionType, Direction, IngestExternalFileOptions,
-    IteratorMode, Options, ReadOptions, SstFileWriter, WriteBatch, WriteOptions,
+    BlockBasedIndexType, BlockBasedOptions, Cache, DB, DBCompressionType, Direction,
+    IngestExternalFileOptions, IteratorMode, Options, ReadOptions, SstFileWriter, WriteBatch,
+    WriteOptions,
 };
 
 /// Default memory of a backend: the block cache all its stores share.
@@ -143,6 +144,15 @@ impl RocksDbBackend {
         table.set_block_cache(self.cache()?);
         table.set_bloom_filter(10.0, false);
         table.set_cache_index_and_filter_blocks(true);
+        // Filters and indexes in partitions of a few KB, their top levels pinned: a whole
+        // file's filter (megabytes for a file of millions of small entries, a map state's) is
+        // larger than a shard of the block cache, is never kept in it, and was read from the
+        // file again by every lookup of a key the file does not hold.
+        table.set_index_type(BlockBasedIndexType::TwoLevelIndexSearch);
+        table.set_partition_filters(true);
+        table.set_metadata_block_size(4 << 10);
+        table.set_pin_top_level_index_and_filter(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
         table.set_block_size(16 << 10);
         let mut options = Options::default();
         options.create_if_missing(true);
