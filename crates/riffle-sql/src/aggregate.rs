@@ -10,11 +10,12 @@
 //! and `COUNT(DISTINCT ..)` keep how many times each value is there, `SUM` and `AVG` subtract,
 //! and a group whose every row was retracted is gone.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use riffle::aggregate::AggregateFunction;
 use riffle::change::Change;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 use crate::error::{Result, SqlError};
 use crate::expr::{cast_value, to_decimal, to_f64};
@@ -140,6 +141,9 @@ pub enum Acc {
     /// aggregate's count; the others' counts are their `Count`s. One map lookup per row instead
     /// of one per aggregate, as Flink's distinct views share one map.
     SharedDistinct(SeenValues, i64),
+    /// A count of distinct values that a map state holds, out of the accumulator (an updating
+    /// `GROUP BY`'s, see [`SeenInMap`]): the accumulators merge no such counts.
+    DistinctCount(i64),
 }
 
 /// The values of an [`Acc::SharedDistinct`] with their bits, hashed (each row looks one up).
@@ -235,19 +239,148 @@ impl<'de> Deserialize<'de> for SeenValues {
     }
 }
 
+/// The `COUNT(DISTINCT ..)`s of an updating `GROUP BY` whose values a map state holds, one
+/// entry per group of aggregates and value: `(group, value)` → the bits of the group's
+/// aggregates that saw the value, as Flink keeps a distinct aggregate's values in a `MapView`.
+/// The aggregates of one argument column (up to 64) make a group, so a row looks a value up
+/// once for all of them (Nexmark q15's four `FILTER`s).
+///
+/// In a store (RocksDB) each entry is a store entry of its own: a row reads one entry per
+/// group, not every value the group has seen.
+#[derive(Clone, Debug, Default)]
+pub struct DistinctGroups {
+    groups: Vec<DistinctGroup>,
+}
+
+#[derive(Clone, Debug)]
+struct DistinctGroup {
+    /// The argument's column.
+    arg: usize,
+    /// The aggregates, by index, their bits in this order.
+    members: Vec<usize>,
+    /// Their `FILTER`s' columns.
+    filters: Vec<Option<usize>>,
+}
+
+/// The key of a map state entry of [`DistinctGroups`]: the group and a value, integers (the
+/// usual ids: bidders, auctions) apart, hashed and compared as numbers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DistinctValue {
+    /// An integer value of group `.0`.
+    Int(u32, i64),
+    /// Any other value of group `.0`.
+    Other(u32, Value),
+}
+
+impl DistinctValue {
+    /// `value` of group `group`.
+    pub fn of(group: usize, value: Value) -> Self {
+        match value {
+            Value::Int(i) => DistinctValue::Int(group as u32, i),
+            other => DistinctValue::Other(group as u32, other),
+        }
+    }
+}
+
+/// A pre-computed row and, per group of [`DistinctGroups`], the bits of the aggregates that
+/// see a new value in it.
+#[derive(Clone, Debug)]
+pub struct Marked {
+    /// The row.
+    pub row: Row,
+    /// The bits, per group.
+    pub new: SmallVec<[u64; 2]>,
+}
+
+impl DistinctGroups {
+    /// The groups of the `COUNT(DISTINCT ..)`s of `specs`.
+    pub fn of(specs: &[AggSpec]) -> Self {
+        let mut groups: Vec<DistinctGroup> = Vec::new();
+        for (i, spec) in specs.iter().enumerate() {
+            let (AggKind::CountDistinct, Some(arg)) = (spec.kind, spec.arg) else {
+                continue;
+            };
+            match groups
+                .iter_mut()
+                .find(|g| g.arg == arg && g.members.len() < 64)
+            {
+                Some(group) => {
+                    group.members.push(i);
+                    group.filters.push(spec.filter);
+                }
+                None => groups.push(DistinctGroup {
+                    arg,
+                    members: vec![i],
+                    filters: vec![spec.filter],
+                }),
+            }
+        }
+        DistinctGroups { groups }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// The pre-computed `row` marked, per group, with the bits of the aggregates that see a
+    /// new value in it, after `see` marked the value seen by those whose `FILTER` it passes:
+    /// `see(value, mask)` gives the bits of `mask` that had not seen it.
+    pub fn mark(
+        &self,
+        row: Row,
+        mut see: impl FnMut(DistinctValue, u64) -> riffle::Result<u64>,
+    ) -> riffle::Result<Marked> {
+        let mut new = SmallVec::with_capacity(self.groups.len());
+        for (g, group) in self.groups.iter().enumerate() {
+            let value = row.get(group.arg);
+            let mut mask = 0u64;
+            if !value.is_null() {
+                for (bit, filter) in group.filters.iter().enumerate() {
+                    if filter.is_none_or(|f| matches!(row.get(f), Value::Bool(true))) {
+                        mask |= 1 << bit;
+                    }
+                }
+            }
+            new.push(match mask {
+                0 => 0,
+                _ => see(DistinctValue::of(g, value.clone()), mask)?,
+            });
+        }
+        Ok(Marked { row, new })
+    }
+}
+
 /// All the aggregates of a grouped query, over its pre-computed rows.
 ///
-/// The `COUNT(DISTINCT x)`s of one pre-computed column (two or more, up to 64) share the
-/// values seen: the first holds them in an [`Acc::SharedDistinct`], the others count. An
-/// accumulator made before that (each with its own [`Acc::Distinct`], in a savepoint) goes on
-/// as it was.
+/// Where a `COUNT(DISTINCT x)` keeps the values it saw:
+/// - [`new`](Self::new), in the accumulator (a window's, an `OVER`'s): the `COUNT(DISTINCT
+///   x)`s of one pre-computed column (two or more, up to 64) share them, the first in an
+///   [`Acc::SharedDistinct`], the others counting;
+/// - [`SeenInMap`], out of it (an updating `GROUP BY`'s in a store, RocksDB, whose groups
+///   live as long as the job): a map state of the operator's holds them, one entry per value
+///   ([`DistinctGroups`]), and the accumulator only counts ([`Acc::DistinctCount`]).
+///
+/// An accumulator made before either (each with its own [`Acc::Distinct`], or a shared one, in
+/// a savepoint) goes on as it was.
 #[derive(Clone, Debug)]
 pub struct RowAggregates {
     /// The aggregates, in order.
     pub specs: Vec<AggSpec>,
+    /// Per aggregate, for the `COUNT(DISTINCT ..)`s whose values a map state holds: its group
+    /// and its bit in the group's ([`DistinctGroups`], [`Marked`]).
+    seen: Vec<Option<(usize, u64)>>,
 }
 
 impl RowAggregates {
+    /// The aggregates `specs`, each keeping in its accumulator what it needs.
+    pub fn new(specs: Vec<AggSpec>) -> Self {
+        RowAggregates {
+            specs,
+            seen: Vec::new(),
+        }
+    }
+
     /// The aggregates sharing the values seen with aggregate `leader` (it first), when it is
     /// the first `COUNT(DISTINCT ..)` of its column and others read it too.
     fn sharing(&self, leader: usize) -> Option<Vec<usize>> {
@@ -346,6 +479,9 @@ impl AggregateFunction<Row> for RowAggregates {
             .enumerate()
             .map(|(i, spec)| match spec.kind {
                 AggKind::CountStar | AggKind::Count => Acc::Count(0),
+                AggKind::CountDistinct if self.seen.get(i).is_some_and(Option::is_some) => {
+                    Acc::DistinctCount(0)
+                }
                 AggKind::CountDistinct if self.sharing(i).is_some() => {
                     Acc::SharedDistinct(SeenValues::default(), 0)
                 }
@@ -359,7 +495,107 @@ impl AggregateFunction<Row> for RowAggregates {
     }
 
     fn add(&self, accs: &mut Vec<Acc>, row: &Row) {
-        for (spec, acc) in self.specs.iter().zip(accs.iter_mut()) {
+        self.add_marked(accs, row, &[]);
+    }
+
+    fn merge(&self, accs: &mut Vec<Acc>, others: Vec<Acc>) {
+        self.merge_all(accs, others)
+    }
+
+    fn result(&self, accs: &Vec<Acc>) -> Vec<Value> {
+        self.results(accs)
+    }
+}
+
+/// The aggregates of an updating `GROUP BY`, whose `COUNT(DISTINCT ..)`s find the values they
+/// saw in a map state: they add [`Marked`] rows, [`DistinctGroups::mark`]ed with the aggregates
+/// that see a new value, and count.
+#[derive(Clone, Debug)]
+pub struct SeenInMap(RowAggregates);
+
+impl SeenInMap {
+    /// The aggregates `specs`.
+    pub fn new(specs: Vec<AggSpec>) -> Self {
+        let groups = DistinctGroups::of(&specs);
+        let mut seen = vec![None; specs.len()];
+        for (g, group) in groups.groups.iter().enumerate() {
+            for (bit, member) in group.members.iter().enumerate() {
+                seen[*member] = Some((g, 1u64 << bit));
+            }
+        }
+        SeenInMap(RowAggregates { specs, seen })
+    }
+
+    /// A new group's accumulators.
+    pub fn create(&self) -> Vec<Acc> {
+        self.0.create()
+    }
+
+    /// Adds a marked row to a group's accumulators (`fresh`: just made); gives the results
+    /// before it (`None` if fresh) and after it, and the values an accumulator made before
+    /// ([`RowAggregates::new`]'s, in a savepoint) held itself, taken out of it for the map
+    /// state (it goes on counting, as a [`DistinctCount`](Acc::DistinctCount)).
+    #[allow(clippy::type_complexity)]
+    pub fn add_and_get(
+        &self,
+        accs: &mut [Acc],
+        marked: &Marked,
+        fresh: bool,
+    ) -> (Option<Vec<Value>>, Vec<Value>, Vec<(DistinctValue, u64)>) {
+        let before = (!fresh).then(|| self.0.results(accs));
+        self.0.add_marked(accs, &marked.row, &marked.new);
+        let after = self.0.results(accs);
+        let held = if accs
+            .iter()
+            .any(|acc| matches!(acc, Acc::Distinct(_) | Acc::SharedDistinct(..)))
+        {
+            self.take_values(accs)
+        } else {
+            Vec::new()
+        };
+        (before, after, held)
+    }
+
+    /// Takes the values out of accumulators that hold them (a set per aggregate, or one shared
+    /// by the aggregates of a column), as map entries with the bits of the aggregates that
+    /// saw them; they count on as [`DistinctCount`](Acc::DistinctCount)s.
+    fn take_values(&self, accs: &mut [Acc]) -> Vec<(DistinctValue, u64)> {
+        let mut values: HashMap<DistinctValue, u64> = HashMap::new();
+        for (g, group) in DistinctGroups::of(&self.0.specs).groups.iter().enumerate() {
+            for (bit, member) in group.members.iter().enumerate() {
+                let count = match std::mem::replace(&mut accs[*member], Acc::DistinctCount(0)) {
+                    Acc::Distinct(set) => {
+                        let count = set.len() as i64;
+                        for value in set {
+                            *values.entry(DistinctValue::of(g, value)).or_insert(0) |= 1 << bit;
+                        }
+                        count
+                    }
+                    // The first aggregate of the column: its members' bits follow its own.
+                    Acc::SharedDistinct(seen, count) => {
+                        for (value, bits) in seen.entries() {
+                            *values.entry(DistinctValue::of(g, value)).or_insert(0) |= bits;
+                        }
+                        count
+                    }
+                    Acc::Count(count) | Acc::DistinctCount(count) => count,
+                    other => {
+                        accs[*member] = other;
+                        continue;
+                    }
+                };
+                accs[*member] = Acc::DistinctCount(count);
+            }
+        }
+        values.into_iter().collect()
+    }
+}
+
+impl RowAggregates {
+    /// Adds `row`, `new` the bits of the aggregates that see a new value in it, per group of
+    /// [`DistinctGroups`] (none unless their values are in a map state).
+    fn add_marked(&self, accs: &mut [Acc], row: &Row, new: &[u64]) {
+        for (i, (spec, acc)) in self.specs.iter().zip(accs.iter_mut()).enumerate() {
             if let Some(filter) = spec.filter
                 && !matches!(row.get(filter), Value::Bool(true))
             {
@@ -372,6 +608,13 @@ impl AggregateFunction<Row> for RowAggregates {
                 (AggKind::Count, Acc::Count(n)) => *n += 1,
                 (AggKind::CountDistinct, Acc::Distinct(seen)) if !seen.contains(value) => {
                     seen.insert(value.clone());
+                }
+                (AggKind::CountDistinct, Acc::DistinctCount(n)) => {
+                    if let Some(Some((group, bit))) = self.seen.get(i)
+                        && new.get(*group).is_some_and(|bits| bits & bit != 0)
+                    {
+                        *n += 1;
+                    }
                 }
                 (AggKind::Sum, Acc::Sum(sum)) => *sum = add_values(sum, value, &spec.ty),
                 (AggKind::Min, Acc::Extreme(least)) if least.is_null() || value < least => {
@@ -397,7 +640,7 @@ impl AggregateFunction<Row> for RowAggregates {
         }
     }
 
-    fn merge(&self, accs: &mut Vec<Acc>, others: Vec<Acc>) {
+    fn merge_all(&self, accs: &mut [Acc], others: Vec<Acc>) {
         // The counts of shared distinct values are counted again from the merged values.
         let mut recount = Vec::new();
         for (i, ((spec, acc), other)) in self
@@ -451,7 +694,7 @@ impl AggregateFunction<Row> for RowAggregates {
         }
     }
 
-    fn result(&self, accs: &Vec<Acc>) -> Vec<Value> {
+    fn results(&self, accs: &[Acc]) -> Vec<Value> {
         self.specs
             .iter()
             .zip(accs)
@@ -464,7 +707,7 @@ impl AggregateFunction<Row> for RowAggregates {
                 Acc::Extreme(value) => value.clone(),
                 Acc::Avg(_, 0) => Value::Null,
                 Acc::Avg(sum, n) => average(sum, *n, &spec.ty),
-                Acc::SharedDistinct(_, n) => Value::Int(*n),
+                Acc::SharedDistinct(_, n) | Acc::DistinctCount(n) => Value::Int(*n),
                 // Only the retracting aggregates make these.
                 Acc::Values(_) | Acc::RetractSum(..) => Value::Null,
             })
@@ -714,17 +957,15 @@ mod tests {
     /// q15's shape: `COUNT(DISTINCT x)` of one column under three `FILTER`s and none, and one
     /// of another column. Rows are `[x, y, f1, f2, f3]`.
     fn distinct_counts() -> RowAggregates {
-        RowAggregates {
-            specs: vec![
-                spec("COUNT", false, None, None),
-                spec("COUNT", true, Some((0, DataType::BigInt)), None),
-                spec("COUNT", true, Some((0, DataType::BigInt)), Some(2)),
-                spec("SUM", false, Some((1, DataType::BigInt)), Some(3)),
-                spec("COUNT", true, Some((0, DataType::BigInt)), Some(3)),
-                spec("COUNT", true, Some((1, DataType::BigInt)), None),
-                spec("COUNT", true, Some((0, DataType::BigInt)), Some(4)),
-            ],
-        }
+        RowAggregates::new(vec![
+            spec("COUNT", false, None, None),
+            spec("COUNT", true, Some((0, DataType::BigInt)), None),
+            spec("COUNT", true, Some((0, DataType::BigInt)), Some(2)),
+            spec("SUM", false, Some((1, DataType::BigInt)), Some(3)),
+            spec("COUNT", true, Some((0, DataType::BigInt)), Some(3)),
+            spec("COUNT", true, Some((1, DataType::BigInt)), None),
+            spec("COUNT", true, Some((0, DataType::BigInt)), Some(4)),
+        ])
     }
 
     /// What `distinct_counts` gives over `rows`, counted directly.
@@ -803,23 +1044,57 @@ mod tests {
             for row in &rows {
                 aggs.add(&mut old, row);
             }
-            proptest::prop_assert_eq!(aggs.result(&old), want);
+            proptest::prop_assert_eq!(aggs.result(&old), want.clone());
+            // The values in a map state (an updating GROUP BY's in RocksDB), one entry per
+            // group and value, the accumulators counting.
+            let in_map = SeenInMap::new(aggs.specs.clone());
+            let groups = DistinctGroups::of(&aggs.specs);
+            let feed = |accs: &mut Vec<Acc>, map: &mut HashMap<DistinctValue, u64>, rows: &[Row]| {
+                let mut last = in_map.0.results(accs);
+                for row in rows {
+                    let marked = groups
+                        .mark(row.clone(), |value, mask| {
+                            let bits = map.entry(value).or_insert(0);
+                            let new = mask & !*bits;
+                            *bits |= mask;
+                            Ok(new)
+                        })
+                        .unwrap();
+                    let (_, after, held) = in_map.add_and_get(accs, &marked, false);
+                    for (value, bits) in held {
+                        *map.entry(value).or_insert(0) |= bits;
+                    }
+                    last = after;
+                }
+                last
+            };
+            let mut counted = in_map.create();
+            proptest::prop_assert!(matches!(counted[1], Acc::DistinctCount(0)));
+            proptest::prop_assert!(matches!(counted[5], Acc::DistinctCount(0)));
+            proptest::prop_assert_eq!(feed(&mut counted, &mut HashMap::new(), &rows), want.clone());
+            // An accumulator made before, holding the values itself (a savepoint's), hands
+            // them to the map at its next row and counts on.
+            let mut earlier = aggs.create();
+            rows[..at].iter().for_each(|row| aggs.add(&mut earlier, row));
+            let mut map = HashMap::new();
+            proptest::prop_assert_eq!(feed(&mut earlier, &mut map, &rows[at..]), want);
+            if at < rows.len() {
+                proptest::prop_assert!(earlier.iter().all(|a| !matches!(a, Acc::Distinct(_) | Acc::SharedDistinct(..))));
+            }
         }
     }
 
     #[test]
     fn counts_sums_extremes_and_averages_follow_sql() {
-        let aggs = RowAggregates {
-            specs: vec![
-                spec("COUNT", false, None, None),
-                spec("COUNT", false, Some((0, DataType::BigInt)), None),
-                spec("COUNT", true, Some((0, DataType::BigInt)), None),
-                spec("SUM", false, Some((0, DataType::BigInt)), None),
-                spec("MIN", false, Some((0, DataType::BigInt)), None),
-                spec("MAX", false, Some((0, DataType::BigInt)), Some(1)),
-                spec("AVG", false, Some((0, DataType::BigInt)), None),
-            ],
-        };
+        let aggs = RowAggregates::new(vec![
+            spec("COUNT", false, None, None),
+            spec("COUNT", false, Some((0, DataType::BigInt)), None),
+            spec("COUNT", true, Some((0, DataType::BigInt)), None),
+            spec("SUM", false, Some((0, DataType::BigInt)), None),
+            spec("MIN", false, Some((0, DataType::BigInt)), None),
+            spec("MAX", false, Some((0, DataType::BigInt)), Some(1)),
+            spec("AVG", false, Some((0, DataType::BigInt)), None),
+        ]);
         let rows = [
             Row(vec![Value::Int(5), Value::Bool(true)]),
             Row(vec![Value::Null, Value::Bool(true)]),
@@ -899,12 +1174,10 @@ mod tests {
             precision: 10,
             scale: 2,
         };
-        let aggs = RowAggregates {
-            specs: vec![
-                spec("SUM", false, Some((0, ty.clone())), None),
-                spec("AVG", false, Some((0, ty.clone())), None),
-            ],
-        };
+        let aggs = RowAggregates::new(vec![
+            spec("SUM", false, Some((0, ty.clone())), None),
+            spec("AVG", false, Some((0, ty.clone())), None),
+        ]);
         let mut acc = aggs.create();
         for cents in [10, 20, 20] {
             aggs.add(&mut acc, &Row(vec![Value::Decimal(Decimal::new(cents, 2))]));

@@ -13,11 +13,15 @@ use std::time::Duration;
 
 use riffle::aggregate::AggregateFunction;
 use riffle::join::JoinType;
-use riffle::state::{AggregatingStateDescriptor, StateTtl, ValueStateDescriptor};
+use riffle::state::{
+    AggregatingStateDescriptor, MapStateDescriptor, StateTtl, ValueStateDescriptor,
+};
 use riffle::window::{Cumulating, Session, Sliding, Tumbling, WindowResult};
 use riffle::{Change, DataStream, StreamEnv};
 
-use crate::aggregate::{RetractingAggregates, RowAggregates};
+use crate::aggregate::{
+    Acc, DistinctGroups, DistinctValue, RetractingAggregates, RowAggregates, SeenInMap,
+};
 use crate::connectors;
 use crate::error::{Result, SqlError};
 use crate::expr::{Eval, Place, Typed};
@@ -1030,9 +1034,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                 (WindowKind::Session { gap }, false) => Session::with_gap(ms(gap)),
                 (WindowKind::Session { gap }, true) => Session::processing_time(ms(gap)),
             };
-            let aggregates = RowAggregates {
-                specs: aggs.clone(),
-            };
+            let aggregates = RowAggregates::new(aggs.clone());
             let late_tag = riffle::operators::OutputTag::<Row>::new("late-rows");
             let digest = window_digest(plan);
             let shared = digest
@@ -1118,14 +1120,25 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                     *ttl,
                 )));
             }
-            let aggregates = RowAggregates {
-                specs: aggs.clone(),
-            };
-            let mut accumulators = AggregatingStateDescriptor::new("group-aggregate", aggregates);
+            // The values of the `COUNT(DISTINCT ..)`s: in a store (RocksDB), a map state, one
+            // entry per value (the groups live as long as the job), their accumulators
+            // counting; on the heap, in the accumulator, changed in place.
+            let distinct = DistinctGroups::of(aggs);
+            let in_map = SeenInMap::new(aggs.clone());
+            let mut in_acc = AggregatingStateDescriptor::new(
+                "group-aggregate",
+                RowAggregates::new(aggs.clone()),
+            );
+            // The same accumulators, as a value (in a store, with the values in a map).
+            let mut counts = ValueStateDescriptor::<Vec<Acc>>::new("group-aggregate");
+            let mut seen =
+                MapStateDescriptor::<DistinctValue, u64>::new("group-aggregate-distinct");
             if let Some(ttl) = ttl {
-                accumulators = accumulators.with_ttl(StateTtl::after_write(*ttl));
+                in_acc = in_acc.with_ttl(StateTtl::after_write(*ttl));
+                counts = counts.with_ttl(StateTtl::after_write(*ttl));
+                seen = seen.with_ttl(StateTtl::after_write(*ttl));
             }
-            let accumulators = Arc::new(accumulators);
+            let (in_acc, counts, seen) = (Arc::new(in_acc), Arc::new(counts), Arc::new(seen));
             // The output row of a key from its aggregates' results (`None`: HAVING drops it).
             let output = move |key: &Row, results: Vec<Value>| -> riffle::Result<Option<Row>> {
                 post.of(key_and(key, results))
@@ -1138,7 +1151,34 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                 .placement
                 .exchange(keyed, "group-aggregate")
                 .process(move |key: &Row, row: Row, ctx| {
-                    let (before, after) = ctx.aggregating(&accumulators).add_and_get(&row)?;
+                    let (before, after) = if distinct.is_empty() || !ctx.state_in_store() {
+                        ctx.aggregating(&in_acc).add_and_get(&row)?
+                    } else {
+                        let marked = distinct.mark(row, |value, mask| {
+                            ctx.map(&seen).modify(
+                                value,
+                                || 0,
+                                |bits| {
+                                    let new = mask & !*bits;
+                                    *bits |= mask;
+                                    new
+                                },
+                            )
+                        })?;
+                        let fresh = std::cell::Cell::new(false);
+                        let (before, after, held) = ctx.value(&counts).modify(
+                            || {
+                                fresh.set(true);
+                                in_map.create()
+                            },
+                            |accs| in_map.add_and_get(accs, &marked, fresh.get()),
+                        )?;
+                        // Values an accumulator of before held itself (a savepoint's).
+                        for (value, bits) in held {
+                            ctx.map(&seen).modify(value, || 0, |seen| *seen |= bits)?;
+                        }
+                        (before, after)
+                    };
                     let after = output(key, after)?;
                     let before = before.map(|b| output(key, b)).transpose()?.flatten();
                     emit_group_change(before, after, ctx)
@@ -1186,9 +1226,7 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             let over = Over {
                 partitions: *partitions,
                 descending: descending.clone(),
-                aggregates: RowAggregates {
-                    specs: aggs.clone(),
-                },
+                aggregates: RowAggregates::new(aggs.clone()),
                 preceding: *preceding,
                 outputs: outputs.clone(),
             };

@@ -664,6 +664,7 @@ impl Plan {
             Plan::GroupAggregate {
                 input,
                 keys,
+                aggs,
                 texts,
                 schema,
                 ttl,
@@ -675,6 +676,11 @@ impl Plan {
                 });
                 // Over an updating input, a retracted row is taken back out of the accumulators.
                 let retracting = match input.changelog_mode() {
+                    ChangelogMode::Append
+                        if aggs.iter().any(|a| a.kind == AggKind::CountDistinct) =>
+                    {
+                        ", COUNT(DISTINCT ..)'s values in the accumulator on the heap, in a map state (an entry per key and value) in RocksDB"
+                    }
                     ChangelogMode::Append => "",
                     ChangelogMode::Retract => {
                         ", retracting: MIN/MAX/DISTINCT keep each value's count"

@@ -765,15 +765,13 @@ impl VisitorMut for Navigations<'_> {
                                     return ControlFlow::Break(());
                                 }
                             };
-                        let aggregate = RowAggregates {
-                            specs: vec![AggSpec {
-                                kind,
-                                arg: arg_type.as_ref().map(|_| column),
-                                filter: None,
-                                arg_type: arg_type.unwrap_or(DataType::Null),
-                                ty: ty.clone(),
-                            }],
-                        };
+                        let aggregate = RowAggregates::new(vec![AggSpec {
+                            kind,
+                            arg: arg_type.as_ref().map(|_| column),
+                            filter: None,
+                            arg_type: arg_type.unwrap_or(DataType::Null),
+                            ty: ty.clone(),
+                        }]);
                         self.replace(
                             expr,
                             Nav {

@@ -297,12 +297,18 @@ fn q17_keeps_running_statistics_per_auction_and_day_in_keyed_state() {
 }
 
 /// The updating aggregates' accumulators are declared keyed state: on RocksDB they live in
-/// the task's store, and the results are the same.
+/// the task's store, and the results are the same; the values of q15's and q16's `COUNT
+/// (DISTINCT ..)`s are entries of a map state there, one per value.
 #[test]
-fn q16_and_q17_on_rocksdb_state_give_the_same_results() {
+fn q15_q16_and_q17_on_rocksdb_state_give_the_same_results() {
     let rocksdb = || -> Option<std::sync::Arc<dyn riffle::state::StateBackend>> {
         Some(std::sync::Arc::new(riffle_rocksdb::RocksDbBackend::new()))
     };
+    assert_same(
+        sql_final_rows(Query::Q15, 2, rocksdb()),
+        datastream_final_rows(queries::q15, &["day"]),
+        "q15 on RocksDB",
+    );
     assert_same(
         sql_final_rows(Query::Q16, 2, rocksdb()),
         datastream_final_rows(queries::q16, &["channel", "day"]),
