@@ -199,6 +199,15 @@ impl std::fmt::Display for SlotError {
     }
 }
 
+/// State `name` of operator `operator` cannot be restored, for `message`.
+fn incompatible(operator: &str, name: &str, message: String) -> SlotError {
+    SlotError::Incompatible {
+        operator: operator.to_string(),
+        state: name.to_string(),
+        message,
+    }
+}
+
 /// What a state's descriptor tells a restore: the version and format of its values, and how a
 /// value written by an older version is read.
 trait Declared<X> {
@@ -409,6 +418,25 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
             })
     }
 
+    /// What a checkpoint will record of state `name`, what the restored one recorded (if
+    /// any), and how its values are restored.
+    fn restore_plan<X>(
+        &self,
+        name: &str,
+        declared: &dyn Declared<X>,
+    ) -> Result<(StateSchema, Option<StateSchema>, Restore), SlotError> {
+        let schema = StateSchema {
+            name: name.to_string(),
+            version: declared.version(),
+            type_name: declared.type_name(),
+            format: declared.format().map(|f| (*f).clone()),
+        };
+        let old = self.restored.get(name).cloned();
+        let plan = evolution::restore_plan(old.as_ref(), &schema)
+            .map_err(|message| incompatible(&self.operator_id, name, message))?;
+        Ok((schema, old, plan))
+    }
+
     /// Declares state `name`: its table, with what was restored of it (read with the format
     /// that wrote it when its type changed since).
     fn declare<X: Data>(
@@ -417,19 +445,9 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         ttl: Option<StateTtl>,
         declared: &dyn Declared<X>,
     ) -> Result<usize, SlotError> {
-        let schema = StateSchema {
-            name: name.to_string(),
-            version: declared.version(),
-            type_name: declared.type_name(),
-            format: declared.format().map(|f| (*f).clone()),
-        };
-        let incompatible = |message: String| SlotError::Incompatible {
-            operator: self.operator_id.clone(),
-            state: name.to_string(),
-            message,
-        };
-        let old = self.restored.get(name).cloned();
-        let plan = evolution::restore_plan(old.as_ref(), &schema).map_err(incompatible)?;
+        let (schema, old, plan) = self.restore_plan(name, declared)?;
+        let operator = self.operator_id.clone();
+        let incompatible = |message: String| incompatible(&operator, name, message);
         let mut table =
             StoredTable::<K, X>::new(self.store.as_ref(), &self.operator_id, name, self.range);
         let (restored, pending): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
@@ -541,19 +559,9 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
         UV: Data,
     {
         let name = d.name;
-        let schema = StateSchema {
-            name: name.to_string(),
-            version: d.version,
-            type_name: Declared::type_name(d),
-            format: Declared::format(d).map(|f| (*f).clone()),
-        };
-        let incompatible = |message: String| SlotError::Incompatible {
-            operator: self.operator_id.clone(),
-            state: name.to_string(),
-            message,
-        };
-        let old = self.restored.get(name).cloned();
-        let plan = evolution::restore_plan(old.as_ref(), &schema).map_err(incompatible)?;
+        let (schema, old, plan) = self.restore_plan(name, d)?;
+        let operator = self.operator_id.clone();
+        let incompatible = |message: String| incompatible(&operator, name, message);
         let evolving = match (plan, &old) {
             (Restore::Evolve, Some(old)) => Some(old),
             _ => None,

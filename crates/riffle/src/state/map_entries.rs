@@ -206,12 +206,7 @@ where
 
     /// Calls `visit` with each entry's user key and value bytes, in the store's order, until
     /// it returns `false`.
-    fn scan(
-        &mut self,
-        key_group: KeyGroup,
-        key: &K,
-        visit: &mut VisitWhile<'_>,
-    ) -> Result<()> {
+    fn scan(&mut self, key_group: KeyGroup, key: &K, visit: &mut VisitWhile<'_>) -> Result<()> {
         let prefix = self.map_key(key_group, key)?;
         let len = prefix.len();
         self.kv()
@@ -364,15 +359,7 @@ where
         }
         Ok(rewritten.len())
     }
-}
 
-/// The whole-state operations of a keyed state's slot (see `ErasedTable` in keyed.rs).
-impl<K, UK, UV> MapEntries<K, UK, UV>
-where
-    K: Data + Hash + Eq,
-    UK: Data + Hash + Eq,
-    UV: Data,
-{
     /// Removes the maps of `groups` that expired (`ttl` ms after their last write); returns
     /// how many.
     pub(crate) fn expire(
