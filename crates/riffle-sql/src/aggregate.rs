@@ -367,18 +367,12 @@ impl DistinctGroups {
 pub struct RowAggregates {
     /// The aggregates, in order.
     pub specs: Vec<AggSpec>,
-    /// Per aggregate, for the `COUNT(DISTINCT ..)`s whose values a map state holds: its group
-    /// and its bit in the group's ([`DistinctGroups`], [`Marked`]).
-    seen: Vec<Option<(usize, u64)>>,
 }
 
 impl RowAggregates {
     /// The aggregates `specs`, each keeping in its accumulator what it needs.
     pub fn new(specs: Vec<AggSpec>) -> Self {
-        RowAggregates {
-            specs,
-            seen: Vec::new(),
-        }
+        RowAggregates { specs }
     }
 
     /// The aggregates sharing the values seen with aggregate `leader` (it first), when it is
@@ -479,9 +473,6 @@ impl AggregateFunction<Row> for RowAggregates {
             .enumerate()
             .map(|(i, spec)| match spec.kind {
                 AggKind::CountStar | AggKind::Count => Acc::Count(0),
-                AggKind::CountDistinct if self.seen.get(i).is_some_and(Option::is_some) => {
-                    Acc::DistinctCount(0)
-                }
                 AggKind::CountDistinct if self.sharing(i).is_some() => {
                     Acc::SharedDistinct(SeenValues::default(), 0)
                 }
@@ -495,7 +486,7 @@ impl AggregateFunction<Row> for RowAggregates {
     }
 
     fn add(&self, accs: &mut Vec<Acc>, row: &Row) {
-        self.add_marked(accs, row, &[]);
+        self.add_marked(accs, row, &[], &[]);
     }
 
     fn merge(&self, accs: &mut Vec<Acc>, others: Vec<Acc>) {
@@ -511,7 +502,12 @@ impl AggregateFunction<Row> for RowAggregates {
 /// saw in a map state: they add [`Marked`] rows, [`DistinctGroups::mark`]ed with the aggregates
 /// that see a new value, and count.
 #[derive(Clone, Debug)]
-pub struct SeenInMap(RowAggregates);
+pub struct SeenInMap {
+    aggregates: RowAggregates,
+    /// Per aggregate, for the `COUNT(DISTINCT ..)`s: its group and its bit in the group's
+    /// ([`DistinctGroups`], [`Marked`]).
+    seen: Vec<Option<(usize, u64)>>,
+}
 
 impl SeenInMap {
     /// The aggregates `specs`.
@@ -523,12 +519,21 @@ impl SeenInMap {
                 seen[*member] = Some((g, 1u64 << bit));
             }
         }
-        SeenInMap(RowAggregates { specs, seen })
+        SeenInMap {
+            aggregates: RowAggregates { specs },
+            seen,
+        }
     }
 
-    /// A new group's accumulators.
+    /// A new group's accumulators: its `COUNT(DISTINCT ..)`s count.
     pub fn create(&self) -> Vec<Acc> {
-        self.0.create()
+        let mut accs = self.aggregates.create();
+        for (acc, seen) in accs.iter_mut().zip(&self.seen) {
+            if seen.is_some() {
+                *acc = Acc::DistinctCount(0);
+            }
+        }
+        accs
     }
 
     /// Adds a marked row to a group's accumulators (`fresh`: just made); gives the results
@@ -542,9 +547,10 @@ impl SeenInMap {
         marked: &Marked,
         fresh: bool,
     ) -> (Option<Vec<Value>>, Vec<Value>, Vec<(DistinctValue, u64)>) {
-        let before = (!fresh).then(|| self.0.results(accs));
-        self.0.add_marked(accs, &marked.row, &marked.new);
-        let after = self.0.results(accs);
+        let aggregates = &self.aggregates;
+        let before = (!fresh).then(|| aggregates.results(accs));
+        aggregates.add_marked(accs, &marked.row, &marked.new, &self.seen);
+        let after = aggregates.results(accs);
         let held = if accs
             .iter()
             .any(|acc| matches!(acc, Acc::Distinct(_) | Acc::SharedDistinct(..)))
@@ -561,7 +567,11 @@ impl SeenInMap {
     /// saw them; they count on as [`DistinctCount`](Acc::DistinctCount)s.
     fn take_values(&self, accs: &mut [Acc]) -> Vec<(DistinctValue, u64)> {
         let mut values: HashMap<DistinctValue, u64> = HashMap::new();
-        for (g, group) in DistinctGroups::of(&self.0.specs).groups.iter().enumerate() {
+        for (g, group) in DistinctGroups::of(&self.aggregates.specs)
+            .groups
+            .iter()
+            .enumerate()
+        {
             for (bit, member) in group.members.iter().enumerate() {
                 let count = match std::mem::replace(&mut accs[*member], Acc::DistinctCount(0)) {
                     Acc::Distinct(set) => {
@@ -594,7 +604,8 @@ impl SeenInMap {
 impl RowAggregates {
     /// Adds `row`, `new` the bits of the aggregates that see a new value in it, per group of
     /// [`DistinctGroups`] (none unless their values are in a map state).
-    fn add_marked(&self, accs: &mut [Acc], row: &Row, new: &[u64]) {
+    /// `seen`: each aggregate's group and bit, for those that count ([`SeenInMap`]).
+    fn add_marked(&self, accs: &mut [Acc], row: &Row, new: &[u64], seen: &[Option<(usize, u64)>]) {
         for (i, (spec, acc)) in self.specs.iter().zip(accs.iter_mut()).enumerate() {
             if let Some(filter) = spec.filter
                 && !matches!(row.get(filter), Value::Bool(true))
@@ -610,7 +621,7 @@ impl RowAggregates {
                     seen.insert(value.clone());
                 }
                 (AggKind::CountDistinct, Acc::DistinctCount(n)) => {
-                    if let Some(Some((group, bit))) = self.seen.get(i)
+                    if let Some(Some((group, bit))) = seen.get(i)
                         && new.get(*group).is_some_and(|bits| bits & bit != 0)
                     {
                         *n += 1;
@@ -1050,7 +1061,7 @@ mod tests {
             let in_map = SeenInMap::new(aggs.specs.clone());
             let groups = DistinctGroups::of(&aggs.specs);
             let feed = |accs: &mut Vec<Acc>, map: &mut HashMap<DistinctValue, u64>, rows: &[Row]| {
-                let mut last = in_map.0.results(accs);
+                let mut last = in_map.aggregates.results(accs);
                 for row in rows {
                     let marked = groups
                         .mark(row.clone(), |value, mask| {
