@@ -497,7 +497,8 @@ impl AggregateFunction<WindowResult<i64, u64>> for HotAuctions {
 ///   AND AuctionBids.num >= MaxBids.maxn;
 /// ```
 ///
-/// The self-join on the window needs no join operator: the counts of one window all carry the
+/// The counts are kept per 2-second slice, each bid counted once, and merged into the five
+/// windows of each slice as they fire. The self-join on the window needs no join operator: the counts of one window all carry the
 /// window's last millisecond as event time, so a second, 2-second tumbling window keyed by the
 /// window's bounds sees exactly one window's counts and keeps the largest.
 pub fn q5(events: &DataStream<Event>) -> DataStream<Q5Row> {
@@ -505,6 +506,7 @@ pub fn q5(events: &DataStream<Event>) -> DataStream<Q5Row> {
     bids(events)
         .key_by(|b| b.auction)
         .window(Sliding::of(Duration::from_secs(10), slide))
+        .sliced()
         .aggregate(Count)
         .name("q5 bids per auction")
         .uid("q5-counts")

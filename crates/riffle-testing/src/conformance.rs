@@ -485,7 +485,7 @@ fn script() -> Vec<Step<Visit>> {
 /// Every stateful operator survives a checkpoint at any point of a scripted run with its keyed
 /// state in `backend`: tumbling windows with lateness and early firings, sliding windows,
 /// merging session windows, processing-time windows, a full-window function, a keyed process
-/// function with state TTL and both kinds of timers, a rolling aggregate, and a keyed broadcast
+/// function with state TTL and both kinds of timers, sliding windows kept as slices, a rolling aggregate, and a keyed broadcast
 /// function (keyed state, timers and broadcast state), an interval join and a pattern. See
 /// [`assert_snapshot_round_trip_on`].
 pub fn operator_round_trips(backend: &dyn StateBackend) -> Result<()> {
@@ -513,6 +513,19 @@ pub fn operator_round_trips(backend: &dyn StateBackend) -> Result<()> {
                 Sliding::of(Duration::from_secs(60), Duration::from_secs(20)),
             )
             .allowed_lateness(Duration::from_secs(10))
+            .aggregate(Sum::of(|v: &Visit| v.1 as u64 / 1000))
+        },
+        &script,
+    )?;
+    // The same windows kept as slices (no lateness: slices need none).
+    assert_snapshot_round_trip_on(
+        backend,
+        || {
+            WindowTest::new(
+                user,
+                Sliding::of(Duration::from_secs(60), Duration::from_secs(20)),
+            )
+            .sliced()
             .aggregate(Sum::of(|v: &Visit| v.1 as u64 / 1000))
         },
         &script,

@@ -417,6 +417,12 @@ impl<K: Data + Hash + Eq, T: Data> WindowTest<K, T> {
         self
     }
 
+    /// As [`WindowedStream::sliced`](crate::WindowedStream::sliced).
+    pub fn sliced(mut self) -> Self {
+        self.settings.sliced = true;
+        self
+    }
+
     /// The window operator with incremental aggregation.
     pub fn aggregate<A: AggregateFunction<T>>(
         self,
@@ -427,9 +433,10 @@ impl<K: Data + Hash + Eq, T: Data> WindowTest<K, T> {
 
     /// The window operator with a full-window function.
     pub fn process<Out: Data, P: ProcessWindowFunction<K, T, Out>>(
-        self,
+        mut self,
         function: P,
     ) -> impl BuildOperator<Operator = impl Operator<In = T, Out = Out>> {
+        self.settings.sliced = false;
         window_operator(self.key, self.settings, ProcessWindow::new(function, None))
     }
 }

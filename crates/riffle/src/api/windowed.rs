@@ -139,9 +139,47 @@ where
         self
     }
 
-    /// Aggregates each window incrementally: one accumulator per key and window.
+    /// Keeps sliding windows as slices, as Flink SQL does for `HOP`: each key's records of one
+    /// slide are aggregated once, into the accumulator of their slice, instead of once per
+    /// window they are in (`size / slide` times), and a window's result is the merge of its
+    /// slices' accumulators when it fires. Results are the same when the aggregate's `merge`
+    /// gives what adding the records one by one gives, in any grouping (counts, sums of
+    /// integers, minimums, maximums; not a sum of floats to the last bit, nor a first-or-last
+    /// record on a tie).
+    ///
+    /// Applies to [`aggregate`](WindowedStream::aggregate) over event-time sliding windows
+    /// whose size is a multiple of their slide, without allowed lateness, early firing or a
+    /// custom trigger; otherwise windows are kept whole, as without it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use riffle::{EnvConfig, StreamEnv, aggregate::Count, sink::CollectSink};
+    /// use riffle::{time::WatermarkStrategy, window::Sliding};
+    ///
+    /// let env = StreamEnv::with_config(EnvConfig::deterministic());
+    /// let (sink, out) = CollectSink::new();
+    /// env.from_iter_with_watermarks(
+    ///     vec![(1u64, 1_000i64), (1, 2_500), (1, 4_000)],
+    ///     WatermarkStrategy::monotonous().with_timestamps(|r: &(u64, i64)| r.1),
+    /// )
+    /// .key_by(|r| r.0)
+    /// .window(Sliding::of(Duration::from_secs(4), Duration::from_secs(2)))
+    /// .sliced()
+    /// .aggregate(Count)
+    /// .map(|r| (r.window_start, r.value))
+    /// .sink(sink);
+    /// env.execute().unwrap();
+    /// assert_eq!(out.values(), vec![(-2_000, 1), (0, 2), (2_000, 2), (4_000, 1)]);
+    /// ```
+    pub fn sliced(mut self) -> Self {
+        self.settings.sliced = true;
+        self
+    }
+
+    /// Aggregates each window incrementally: one accumulator per key and window (per key and
+    /// slice when [`sliced`](WindowedStream::sliced)).
     pub fn aggregate<A: AggregateFunction<T> + Clone>(
-        self,
+        mut self,
         aggregate: A,
     ) -> DataStream<WindowResult<K, A::Out>> {
         if self.evictor.is_some() {
@@ -151,6 +189,8 @@ where
             );
         }
         if let Some(trigger) = self.trigger.clone() {
+            // A trigger sees each record added to each window: windows are kept whole.
+            self.settings.sliced = false;
             return self.build("Window", move || Triggered {
                 function: AggregateWindow(aggregate.clone()),
                 trigger: trigger.clone(),
@@ -170,12 +210,14 @@ where
         let key = self.keyed.key_selector();
         let (for_partials, lateness, first) =
             (key.clone(), self.settings.lateness, aggregate.clone());
+        let slide = self.settings.slicing().map(|(_, slide)| slide);
         let partials = self
             .keyed
             .input()
             .forward()
             .transform("Pre-aggregate", move || {
                 PreAggregate::new(for_partials.clone(), windows, lateness, first.clone())
+                    .sliced(slide)
             });
         let described = self.described();
         let settings = self.settings;
@@ -320,11 +362,13 @@ where
 
     /// Calls a [`ProcessWindowFunction`] (a struct) with all the records of each window, as
     /// Flink's `process(ProcessWindowFunction)`.
-    pub fn process_function<Out, P>(self, function: P) -> DataStream<Out>
+    pub fn process_function<Out, P>(mut self, function: P) -> DataStream<Out>
     where
         Out: Data,
         P: ProcessWindowFunction<K, T, Out> + Clone + Sync,
     {
+        // A full-window function sees its window's records in order: windows are kept whole.
+        self.settings.sliced = false;
         let evictor = self.evictor.clone();
         let make = move || ProcessWindow::new(function.clone(), evictor.clone());
         match self.trigger.clone() {
@@ -373,6 +417,13 @@ where
         }
         if self.evictor.is_some() {
             described.push(("evictor".to_string(), "custom".to_string()));
+        }
+        // Slices are another layout of the window's state.
+        if let Some((_, slide)) = settings.slicing() {
+            described.push((
+                "window state".to_string(),
+                format!("slices of {}", crate::util::millis_text(slide)),
+            ));
         }
         described
     }

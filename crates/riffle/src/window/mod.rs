@@ -963,6 +963,8 @@ pub(crate) struct WindowSettings<T> {
     pub(crate) late_tag: Option<crate::OutputTag<T>>,
     /// Processing-time interval of early firings.
     pub(crate) early_every: Option<i64>,
+    /// Sliding windows kept as slices (see [`WindowSettings::slicing`]).
+    pub(crate) sliced: bool,
 }
 
 impl<T> WindowSettings<T> {
@@ -973,6 +975,29 @@ impl<T> WindowSettings<T> {
             lateness: 0,
             late_tag: None,
             early_every: None,
+            sliced: false,
+        }
+    }
+
+    /// `(size, slide)` of the windows when they are kept as slices: asked for, event-time
+    /// sliding windows whose size is a multiple of their slide, no lateness, no early firing.
+    pub(crate) fn slicing(&self) -> Option<(i64, i64)> {
+        match self.windows {
+            Windows::Sliding {
+                size,
+                slide,
+                time: TimeDomain::EventTime,
+                ..
+            } if self.sliced
+                && slide > 0
+                && size > slide
+                && size % slide == 0
+                && self.lateness == 0
+                && self.early_every.is_none() =>
+            {
+                Some((size, slide))
+            }
+            _ => None,
         }
     }
 

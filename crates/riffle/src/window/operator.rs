@@ -286,6 +286,11 @@ pub(crate) struct WindowOperator<K, T, F: WindowFn<K, T>> {
     /// The window function's own keyed state (per window and global).
     function_state: FunctionState,
     assigned: Vec<TimeWindow>,
+    /// `(size, slide)` when sliding windows are kept as slices ([`WindowSettings::slicing`]):
+    /// `panes` and the table then hold slices, `[s, s + slide)`, each key's records of one
+    /// slide added once, and a window's result is the merge of its slices' accumulators when
+    /// it fires. (Whole windows an older version of the job kept, restored, are merged in.)
+    slicing: Option<(i64, i64)>,
 }
 
 impl<K, T, F> WindowOperator<K, T, F>
@@ -304,6 +309,7 @@ where
         WindowOperator {
             key,
             function,
+            slicing: settings.slicing(),
             core: WindowCore::new(settings, ctx),
             panes: BTreeSet::new(),
             last_pane: None,
@@ -405,6 +411,135 @@ where
     }
 }
 
+impl<K, T, F> WindowOperator<K, T, F>
+where
+    K: Data + Hash + Eq,
+    T: Data,
+    F: WindowFn<K, T>,
+{
+    /// Adds a record (or a partial of one slice) to its slice, once, whatever the number of
+    /// windows the slice is in. `self.assigned` holds the record's windows (the latest start
+    /// first); the record is late when the last of them is past the watermark.
+    #[allow(clippy::too_many_arguments)]
+    fn add_to_slice(
+        &mut self,
+        size: i64,
+        slide: i64,
+        key_group: KeyGroup,
+        key: &K,
+        record: Record<T>,
+        time: Timestamp,
+        out: &mut Collector<'_, F::Out>,
+    ) -> Result<()> {
+        let slice = match self.function.fixed_window(&record.value) {
+            // A partial aggregate, folded into one slice before the shuffle.
+            Some(slice) => slice,
+            None => {
+                let start = self.assigned.first().map_or(time, |w| w.start);
+                TimeWindow::new(start, start.saturating_add(slide))
+            }
+        };
+        let last_window = TimeWindow::new(slice.start, slice.start.saturating_add(size));
+        if self.core.is_expired(&last_window) {
+            let Record { value, timestamp } = record;
+            let late = self
+                .function
+                .late(value)
+                .map(|value| Record { value, timestamp });
+            return self.core.late(late, time, out);
+        }
+        // Never due on arrival: without lateness, a window past the watermark does not fire
+        // again, and the slice's later windows fire when the watermark reaches them.
+        self.add(key_group, key, slice, Ok(record.value), MIN_WATERMARK, out)
+    }
+
+    /// [`Firing::advance`] over slices: fires each window that ended by `time` (and after the
+    /// last firing) with the merge of its slices, then drops the slices whose last window fired.
+    fn advance_slices(
+        &mut self,
+        size: i64,
+        slide: i64,
+        time: Timestamp,
+        out: &mut Collector<'_, F::Out>,
+    ) -> Result<()> {
+        let is_slice = |pane: &TimeWindow| pane.end.checked_sub(pane.start) == Some(slide);
+        // The ends of the windows due: a slice is in the `size / slide` windows ending at its
+        // end and every slide after; a restored whole window ends at its own end.
+        let mut ends = BTreeSet::new();
+        for pane in &self.panes {
+            let mut end = Some(pane.end);
+            let count = if is_slice(pane) { size / slide } else { 1 };
+            for _ in 0..count {
+                let Some(e) = end else { break };
+                if e.saturating_sub(1) > time {
+                    break;
+                }
+                if e.saturating_sub(1) > self.fired_up_to {
+                    ends.insert(e);
+                }
+                end = e.checked_add(slide);
+            }
+        }
+        let table = &mut self.table;
+        let function = &mut self.function;
+        let state = &mut self.function_state;
+        let mut merged: crate::state::table::FastMap<K, F::Acc> = Default::default();
+        for end in ends {
+            let window = TimeWindow::new(end.saturating_sub(size), end);
+            let inside: Vec<TimeWindow> = self
+                .panes
+                .iter()
+                .filter(|p| window.start <= p.start && p.end <= window.end)
+                .copied()
+                .collect();
+            if let [only] = inside[..] {
+                // One slice (or window) holds the window's every key: no merge.
+                table.for_each_in_namespace(&only, |key, slot| {
+                    function.fire(key, window, &slot.acc, false, state, out)
+                })?;
+                continue;
+            }
+            for pane in &inside {
+                table.for_each_in_namespace(pane, |key, slot| {
+                    match merged.get_mut(key) {
+                        Some(acc) => function.merge(acc, slot.acc.clone()),
+                        None => {
+                            merged.insert(key.clone(), slot.acc.clone());
+                        }
+                    }
+                    Ok(())
+                })?;
+            }
+            for (key, acc) in merged.drain() {
+                function.fire(&key, window, &acc, false, state, out)?;
+            }
+        }
+        // A slice's last window starts at its start; a whole window is its own last.
+        let spent: Vec<TimeWindow> = self
+            .panes
+            .iter()
+            .filter(|p| {
+                let last_end = if is_slice(p) {
+                    p.start.saturating_add(size)
+                } else {
+                    p.end
+                };
+                last_end.saturating_sub(1) <= time
+            })
+            .copied()
+            .collect();
+        for pane in spent {
+            table.drain_namespace_each(&pane, |_, key, _| state.purge(&key, pane))?;
+            self.panes.remove(&pane);
+            if self.last_pane == Some(pane) {
+                self.last_pane = None;
+            }
+        }
+        self.fired_up_to = self.fired_up_to.max(time);
+        Ok(())
+    }
+}
+
 impl<K, T, F> Firing for WindowOperator<K, T, F>
 where
     K: Data + Hash + Eq,
@@ -420,6 +555,9 @@ where
 
     /// Fires every window that ended by `time` and drops the state of windows past the lateness.
     fn advance(&mut self, time: Timestamp, out: &mut Collector<'_, F::Out>) -> Result<()> {
+        if let Some((size, slide)) = self.slicing {
+            return self.advance_slices(size, slide, time, out);
+        }
         let lateness = if self.core.event_time() {
             self.core.settings.lateness
         } else {
@@ -518,6 +656,10 @@ where
                     }
                 }
             }
+            if let Some((size, slide)) = self.slicing {
+                self.add_to_slice(size, slide, key_group, &key, record, time, out)?;
+                continue;
+            }
             let core = &self.core;
             self.assigned.retain(|w| !core.is_expired(w));
             match self.assigned.len() {
@@ -577,6 +719,12 @@ where
         // next watermark fire the slots that had not fired, or changed, and only those.
         self.core.watermark = state.watermark().unwrap_or(MIN_WATERMARK);
         self.fired_up_to = MIN_WATERMARK;
+        if self.slicing.is_some() {
+            // Slices outlive the windows that fired: those the watermark passed fired before
+            // the snapshot (every subtask of a keyed exchange had the same watermark at the
+            // barrier), and do not fire again.
+            self.fired_up_to = self.core.watermark;
+        }
         Ok(())
     }
 

@@ -48,6 +48,9 @@ pub(crate) struct PreAggregate<K, T, A: AggregateFunction<T>> {
     key: KeyFn<K, T>,
     windows: Windows,
     lateness: i64,
+    /// The slide, when the window operator keeps slices ([`crate::window::WindowSettings::slicing`]):
+    /// a record's partial is then of its slice, not of each of its windows.
+    slide: Option<i64>,
     aggregate: A,
     partials: FastMap<(K, TimeWindow), A::Acc>,
     assigned: Vec<TimeWindow>,
@@ -61,12 +64,20 @@ impl<K, T, A: AggregateFunction<T>> PreAggregate<K, T, A> {
             key,
             windows,
             lateness,
+            slide: None,
             aggregate,
             partials: FastMap::default(),
             assigned: Vec::new(),
             watermark: MIN_WATERMARK,
             adaptive: AdaptiveFold::default(),
         }
+    }
+
+    /// Folds each record into the partial of its slice (`[s, s + slide)`, `s` its latest
+    /// window's start), for a window operator that keeps slices.
+    pub(crate) fn sliced(mut self, slide: Option<i64>) -> Self {
+        self.slide = slide;
+        self
     }
 }
 
@@ -112,6 +123,11 @@ where
                 continue;
             }
             let key = (self.key)(&record.value);
+            if let (Some(slide), Some(latest)) = (self.slide, self.assigned.first()) {
+                let slice = TimeWindow::new(latest.start, latest.start.saturating_add(slide));
+                self.assigned.clear();
+                self.assigned.push(slice);
+            }
             for &window in &self.assigned {
                 let acc = self
                     .partials

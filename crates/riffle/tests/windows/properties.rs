@@ -45,12 +45,39 @@ fn run(
     arrivals: &[Click],
     lateness: Duration,
 ) -> (BTreeMap<(u64, i64, i64), u64>, usize) {
+    let (results, late) = run_with(windows, arrivals, lateness, BOUND, false);
+    let mut last = BTreeMap::new();
+    for (key, start, end, count) in results {
+        // The last result for a key and window is its final value.
+        last.insert((key, start, end), count);
+    }
+    (last, late.len())
+}
+
+/// A result as emitted: key, window start and end, count.
+type Emitted = (u64, i64, i64, u64);
+
+/// A window's bounds and its `(key, count)` results.
+type WindowResults = ((i64, i64), Vec<(u64, u64)>);
+
+/// Every result `(key, start, end, count)` in the order emitted, and the late records, with a
+/// watermark `bound` behind the latest record after each one; the windows kept as slices when
+/// `sliced`.
+fn run_with(
+    windows: Windows,
+    arrivals: &[Click],
+    lateness: Duration,
+    bound: i64,
+    sliced: bool,
+) -> (Vec<Emitted>, Vec<Click>) {
     let late = OutputTag::<Click>::new("late");
-    let op = WindowTest::new(user, windows)
+    let mut test = WindowTest::new(user, windows)
         .allowed_lateness(lateness)
-        .side_output_late(&late)
-        .aggregate(Count);
-    let mut h = OperatorHarness::builder(op)
+        .side_output_late(&late);
+    if sliced {
+        test = test.sliced();
+    }
+    let mut h = OperatorHarness::builder(test.aggregate(Count))
         .side_output(&late)
         .buffer_size(3)
         .build()
@@ -59,18 +86,20 @@ fn run(
     for &click in arrivals {
         h.process(click, click.1).unwrap();
         max_seen = max_seen.max(click.1);
-        h.watermark(max_seen - BOUND - 1).unwrap();
+        h.watermark(max_seen - bound - 1).unwrap();
     }
     h.watermark(i64::MAX).unwrap();
-    let mut last = BTreeMap::new();
-    for result in h.take_values() {
-        // The last result for a key and window is its final value.
-        last.insert(
-            (result.key, result.window_start, result.window_end),
-            result.value,
-        );
-    }
-    (last, h.take_side_output(&late).len())
+    let results = h
+        .take_values()
+        .into_iter()
+        .map(|r| (r.key, r.window_start, r.window_end, r.value))
+        .collect();
+    let late = h
+        .take_side_output(&late)
+        .into_iter()
+        .map(|r| r.value)
+        .collect();
+    (results, late)
 }
 
 /// The same computation as a batch job: group by key and window.
@@ -106,6 +135,43 @@ proptest! {
         let (results, late) = run(windows, &order, Duration::ZERO);
         prop_assert_eq!(late, 0);
         prop_assert_eq!(results, batch(windows, &sorted));
+    }
+
+    /// Sliding windows kept as slices give the results whole windows give, in the same order
+    /// of windows, and the same late records, whatever the disorder and the sizes.
+    #[test]
+    fn slices_give_what_whole_windows_give(
+        sorted in records(),
+        seeds in prop::collection::vec(any::<u32>(), 1..50),
+        disorder in 0i64..100_000,
+        bound in 0i64..30_000,
+        slide_s in 1u64..30,
+        slides in 2u64..6,
+    ) {
+        let windows = Sliding::of(
+            Duration::from_secs(slide_s * slides),
+            Duration::from_secs(slide_s),
+        );
+        let order = arrivals(sorted, disorder, seeds);
+        let (whole, whole_late) = run_with(windows, &order, Duration::ZERO, bound, false);
+        let (sliced, sliced_late) = run_with(windows, &order, Duration::ZERO, bound, true);
+        prop_assert_eq!(sliced_late, whole_late);
+        // Within one window keys come in the table's order: compare windows in order, each
+        // window's results as a set.
+        let by_window = |results: Vec<Emitted>| {
+            let mut windows: Vec<WindowResults> = Vec::new();
+            for (key, start, end, count) in results {
+                match windows.last_mut() {
+                    Some((w, keys)) if *w == (start, end) => keys.push((key, count)),
+                    _ => windows.push(((start, end), vec![(key, count)])),
+                }
+            }
+            for (_, keys) in &mut windows {
+                keys.sort();
+            }
+            windows
+        };
+        prop_assert_eq!(by_window(sliced), by_window(whole));
     }
 
     #[test]

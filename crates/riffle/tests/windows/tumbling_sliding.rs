@@ -336,3 +336,98 @@ fn an_event_time_window_needs_timestamps() {
     let err = h.process_untimed((1, 1)).unwrap_err();
     assert!(err.to_string().contains("without a timestamp"), "{err}");
 }
+
+/// Sliding windows of a minute every 20 s, kept whole or as slices.
+fn minute_every_20_s(
+    sliced: bool,
+) -> impl riffle::operators::BuildOperator<
+    Operator = impl riffle::operators::Operator<In = Click, Out = WindowResult<u64, u64>>,
+> {
+    let test = WindowTest::new(user, Sliding::of(MINUTE, Duration::from_secs(20)));
+    if sliced { test.sliced() } else { test }.aggregate(Count)
+}
+
+#[test]
+fn sliced_windows_keep_one_accumulator_per_key_and_slide() -> Result<()> {
+    for (sliced, entries) in [(false, 3), (true, 1)] {
+        let mut h = OperatorHarness::builder(minute_every_20_s(sliced)).build()?;
+        h.process((1, 1_000), 1_000)?;
+        h.process((1, 2_000), 2_000)?;
+        h.watermark(0)?;
+        assert_eq!(h.metrics().state_entries, entries, "sliced: {sliced}");
+        h.watermark(i64::MAX)?;
+        let results: Vec<(i64, u64)> = h
+            .take_values()
+            .into_iter()
+            .map(|r| (r.window_start, r.value))
+            .collect();
+        assert_eq!(results, vec![(-40_000, 2), (-20_000, 2), (0, 2)]);
+        assert_eq!(h.metrics().state_entries, 0);
+    }
+    Ok(())
+}
+
+/// A job whose sliding windows were kept whole (an older version), restored with slices at
+/// every point of a run, emits what the run without a restore emits: the whole windows'
+/// accumulators are merged with the slices that came after them.
+#[test]
+fn sliced_windows_finish_the_whole_windows_of_an_older_version() -> Result<()> {
+    let mut steps: Vec<Option<Click>> = Vec::new();
+    for (i, ts) in [
+        1_000, 25_000, 5_000, 41_000, 61_000, 30_000, 99_000, 121_000, 70_000, 150_000,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        steps.push(Some((i as u64 % 3, ts)));
+        if i % 2 == 1 {
+            steps.push(None);
+        }
+    }
+    let play = |h: &mut OperatorHarness<Click, WindowResult<u64, u64>>,
+                steps: &[Option<Click>],
+                watermark: &mut i64|
+     -> Result<()> {
+        for step in steps {
+            match step {
+                Some(click) => {
+                    *watermark = (*watermark).max(click.1 - 20_001);
+                    h.process(*click, click.1)?
+                }
+                None => h.watermark(*watermark)?,
+            }
+        }
+        Ok(())
+    };
+    let results = |h: &mut OperatorHarness<Click, WindowResult<u64, u64>>| {
+        let mut r: Vec<_> = h
+            .take_values()
+            .into_iter()
+            .map(|r| (r.key, r.window_start, r.value))
+            .collect();
+        r.sort();
+        r
+    };
+    let mut whole = OperatorHarness::builder(minute_every_20_s(false)).build()?;
+    let mut watermark = i64::MIN;
+    play(&mut whole, &steps, &mut watermark)?;
+    whole.watermark(i64::MAX)?;
+    let expected = results(&mut whole);
+    assert!(expected.len() > 10, "{expected:?}");
+    for cut in 0..=steps.len() {
+        let mut before = OperatorHarness::builder(minute_every_20_s(false)).build()?;
+        let mut watermark = i64::MIN;
+        play(&mut before, &steps[..cut], &mut watermark)?;
+        let state = before.snapshot(1)?;
+        let mut got = results(&mut before);
+        let mut after = OperatorHarness::builder(minute_every_20_s(true))
+            .restore(state)
+            .build()?;
+        play(&mut after, &steps[cut..], &mut watermark)?;
+        after.watermark(i64::MAX)?;
+        got.extend(results(&mut after));
+        got.sort();
+        assert_eq!(got, expected, "restored with slices after step {cut}");
+    }
+    Ok(())
+}
