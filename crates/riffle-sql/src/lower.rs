@@ -1047,7 +1047,13 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
                         .try_map(move |row: Row| pre.apply(row))
                         .name("Pre-aggregate")
                         .key_by(move |row: &Row| Row(row.0[..key_count].to_vec()));
-                    let mut windowed = scans.placement.exchange(keyed, "window").window(windows);
+                    // Sliding windows as slices, as Flink SQL keeps them: a row is added once,
+                    // not once per window (SQL's aggregates merge as they add).
+                    let mut windowed = scans
+                        .placement
+                        .exchange(keyed, "window")
+                        .window(windows)
+                        .sliced();
                     if late.is_some() {
                         windowed = windowed.side_output_late(&late_tag);
                     }

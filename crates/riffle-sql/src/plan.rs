@@ -650,8 +650,19 @@ impl Plan {
                     Some((table, _)) => format!("{fired}; late rows to `{}`", table.name),
                     None => fired.to_string(),
                 };
+                // An event-time HOP whose size is a multiple of its slide keeps slices.
+                let kept = match (window, processing_time) {
+                    (WindowKind::Hop { slide, size }, false)
+                        if *slide > 0 && size > slide && size % slide == 0 =>
+                    {
+                        format!(
+                            "one accumulator per key and slice of {slide} ms, merged into each window as it fires"
+                        )
+                    }
+                    _ => "one accumulator per key and window".to_string(),
+                };
                 lines.push(format!(
-                    "{pad}Window: {window}{time}, keyed by [{}], aggregates [{}] -> {schema} (keyed state: one accumulator per key and window, fired by {fired}) [{mode}]",
+                    "{pad}Window: {window}{time}, keyed by [{}], aggregates [{}] -> {schema} (keyed state: {kept}, fired by {fired}) [{mode}]",
                     key_texts.join(", "),
                     agg_texts.join(", ")
                 ));
