@@ -1313,7 +1313,7 @@ fn getters<T>(
     fields
         .iter()
         .map(|field| {
-            if field.name == crate::lower::UNREAD {
+            if crate::lower::unread_name(&field.name).is_some() {
                 return Ok((|_| Value::Null) as Getter<T>);
             }
             let getter = lookup(&field.name).ok_or_else(|| {
@@ -1343,7 +1343,7 @@ fn nexmark_row(schema: &Schema, room: usize) -> Result<EventToRow> {
     let mut columns: Vec<Column> = Vec::new();
     for field in &schema.fields {
         let column: Column = match field.name.as_str() {
-            crate::lower::UNREAD => Box::new(|_: &Event| Value::Null),
+            name if crate::lower::unread_name(name).is_some() => Box::new(|_: &Event| Value::Null),
             "event_type" => Box::new(|e: &Event| {
                 Value::Int(match e {
                     Event::Person(_) => 0,

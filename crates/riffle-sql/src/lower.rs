@@ -857,11 +857,11 @@ fn columns_of(places: &[Place]) -> std::collections::BTreeSet<usize> {
 }
 
 /// `physical` as a scan decodes it when only `reads` of it are read: the fields read by no one
-/// (a column, or a field of a `ROW` column) renamed [`UNREAD`], which no input names, so that
-/// a format skips them and leaves them `NULL`.
+/// (a column, or a field of a `ROW` column) renamed behind [`UNREAD`] (see [`unread_name`]),
+/// a name no input has, so that a format skips them and leaves them `NULL`.
 fn pruned(physical: &Schema, reads: &[Place]) -> Schema {
     let unread = |field: &crate::types::Field| crate::types::Field {
-        name: UNREAD.to_string(),
+        name: format!("{UNREAD}{}", field.name),
         ..field.clone()
     };
     let fields = physical
@@ -901,8 +901,20 @@ fn pruned(physical: &Schema, reads: &[Place]) -> Schema {
     Schema::new(fields)
 }
 
-/// The name of a field no one reads, in the schema a scan decodes (see [`pruned`]).
-pub(crate) const UNREAD: &str = "\u{0}unread";
+/// The start of the name of a field no one reads, in the schema a scan decodes (see
+/// [`pruned`]); its own name follows.
+pub(crate) const UNREAD: &str = "\u{0}unread:";
+
+/// The name in the input of a field of a decoded schema, and whether anyone reads it: a JSON
+/// reader matches the keys of unread fields in place and skips their values.
+#[inline]
+pub(crate) fn unread_name(name: &str) -> Option<&str> {
+    // Most names are read: one byte tells.
+    match name.as_bytes().first() {
+        Some(0) => name.strip_prefix(UNREAD),
+        _ => None,
+    }
+}
 
 /// [`lower`], sharing the statement's `scans`.
 fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
