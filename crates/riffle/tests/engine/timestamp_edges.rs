@@ -63,6 +63,18 @@ fn run_job(
     pre_aggregate: bool,
     skew: Option<Duration>,
 ) -> Outcome {
+    run_job_with(windows, parallelism, pre_aggregate, skew, None)
+}
+
+/// [`run_job`]; with `Some(sliced)` the windows have no allowed lateness (30 s otherwise) and
+/// are kept as slices if `sliced`.
+fn run_job_with(
+    windows: Windows,
+    parallelism: usize,
+    pre_aggregate: bool,
+    skew: Option<Duration>,
+    sliced: Option<bool>,
+) -> Outcome {
     let dir = tempfile::tempdir().unwrap();
     let env = StreamEnv::with_config(EnvConfig {
         parallelism,
@@ -78,13 +90,17 @@ fn run_job(
             .with_max_future_skew(skew),
     );
     let late = OutputTag::<Click>::new("late");
-    let counted = clicks
+    let windowed = clicks
         .key_by(|c| c.user_id)
         .window(windows)
-        .allowed_lateness(Duration::from_secs(30))
         .side_output_late(&late)
-        .pre_aggregate(pre_aggregate)
-        .aggregate(Count);
+        .pre_aggregate(pre_aggregate);
+    let windowed = match sliced {
+        None => windowed.allowed_lateness(Duration::from_secs(30)),
+        Some(true) => windowed.sliced(),
+        Some(false) => windowed,
+    };
+    let counted = windowed.aggregate(Count);
     let (results, results_out) = CollectSink::new();
     let (late_sink, late_out) = CollectSink::new();
     let (source_dead, source_dead_out) = CollectSink::<DeadLetter>::new();
@@ -179,6 +195,27 @@ fn tumbling_windows_place_every_time_they_can_and_dead_letter_the_others() {
                 outcome.bad_records, 4,
                 "{context}: every dead letter is counted"
             );
+        }
+    }
+}
+
+/// Sliding windows kept as slices place, count and dead-letter the edge times as whole windows
+/// do: a time is a dead letter when one of its windows does not fit, even if its slice does.
+#[test]
+fn sliced_sliding_windows_at_the_edges_do_what_whole_ones_do() {
+    let windows = riffle::window::Sliding::of(Duration::from_secs(60), Duration::from_secs(20));
+    for parallelism in [1, 2] {
+        for pre_aggregate in [true, false] {
+            let context = format!("parallelism {parallelism}, pre-aggregate {pre_aggregate}");
+            let whole = run_job_with(windows, parallelism, pre_aggregate, None, Some(false));
+            let sliced = run_job_with(windows, parallelism, pre_aggregate, None, Some(true));
+            assert_eq!(whole.counts.len(), 9, "{context}: {:?}", whole.counts);
+            assert_eq!(sliced.counts, whole.counts, "{context}");
+            assert_eq!(sliced.late, whole.late, "{context}");
+            assert_eq!(sliced.source_letters, out_of_range(), "{context}");
+            assert_eq!(whole.window_letters.len(), 3, "{context}");
+            assert_eq!(sliced.window_letters, whole.window_letters, "{context}");
+            assert_eq!(sliced.bad_records, whole.bad_records, "{context}");
         }
     }
 }
