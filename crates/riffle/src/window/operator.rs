@@ -7,6 +7,11 @@
 //! lateness, during which a late record updates its key's result right away.
 //! A record whose every window is past the lateness is late: it goes to the late side output, or
 //! is counted and logged.
+//!
+//! Sliding windows may be kept as slices instead ([`WindowSettings::slicing`]): the table's
+//! namespaces are then slices `[s, s + slide)`, a record is added to its slice only, and when
+//! a window's end is reached its result is the merge of the accumulators of its slices (a
+//! slice is dropped once its last window fired).
 
 use std::collections::BTreeSet;
 use std::hash::Hash;
