@@ -20,8 +20,10 @@
 //! **State**: per key, the rows of each input, each with its arrival time (processing time) and
 //! whether its `None`-padded result is out. With a time-to-live, a row is forgotten `ttl` after
 //! it arrived, silently (nothing is retracted, as in Flink): a row arriving later no longer
-//! joins it. A key's rows of one input are one state entry, read and written whole for each
-//! record of the key: meant for keys with a moderate number of rows each.
+//! joins it. A key's rows of one input are one state entry: a row is appended to it (in
+//! RocksDB, where the entry lies in the store's cache, without copying the rows before it), and
+//! the other input's rows are read whole for each row that arrives, so a key's cost grows with
+//! its rows on the other side (as its results do).
 
 use std::sync::Arc;
 use std::time::Duration;

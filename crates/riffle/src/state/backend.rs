@@ -61,6 +61,9 @@ impl StateBackend for HeapBackend {
 
 /// Rewrites a value: gets the current one (if any) and writes the new one into the buffer.
 pub type ChangeValue<'a> = dyn FnMut(Option<&[u8]>, &mut Vec<u8>) -> Result<()> + 'a;
+/// Changes a value where it lies: gets it (empty when there is none) and whether there is one,
+/// and changes it in place. When it fails, it must leave the value as it was.
+pub type ChangeInPlace<'a> = dyn FnMut(&mut Vec<u8>, bool) -> Result<()> + 'a;
 /// Visits an entry (key, value); returns whether to go on.
 pub type VisitWhile<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'a;
 /// Visits an entry (key, value).
@@ -85,6 +88,16 @@ pub trait KvStore: Send + Sync + Debug {
         let mut new = Vec::new();
         change(old.as_deref(), &mut new)?;
         self.put(key, &new)
+    }
+    /// Changes `key`'s value in place: an item appended to a long list costs the item, not a
+    /// copy of the list. The default is a [`get`](KvStore::get) and a [`put`](KvStore::put); a
+    /// store with a cache changes the value it holds.
+    fn change_in_place(&self, key: &[u8], change: &mut ChangeInPlace<'_>) -> Result<()> {
+        let old = self.get(key)?;
+        let present = old.is_some();
+        let mut value = old.unwrap_or_default();
+        change(&mut value, present)?;
+        self.put(key, &value)
     }
     /// Calls `visit` with every entry whose key starts with one of `prefixes` (prefix after
     /// prefix, in key order within each), until it returns `false`. One call for many prefixes

@@ -1055,33 +1055,44 @@ impl<'de, V: serde::de::DeserializeOwned> Deserialize<'de> for ListValue<V> {
     }
 }
 
-/// Appends the encoding of a value, `item`, to an encoded `Timed<ListValue<_>>` (`old`; `None`:
-/// no list yet), writing the result into `new`, touched at `now`. An expired list (`ttl` ms)
-/// starts again. The list's values are copied as bytes, not decoded.
-fn append_encoded(
-    old: Option<&[u8]>,
+/// Appends the encoding of a value, `item`, to an encoded `Timed<ListValue<_>>` where it lies
+/// (`list`, empty when `present` is false: no list yet), touched at `now`; an expired list
+/// (`ttl` ms) starts again. The items already there are neither decoded nor copied. Leaves
+/// `list` as it was when it cannot be decoded.
+fn append_in_place(
+    list: &mut Vec<u8>,
+    present: bool,
     item: &[u8],
     now: Timestamp,
     ttl: Option<i64>,
-    new: &mut Vec<u8>,
 ) -> Result<()> {
-    let mut items: &[u8] = &[];
-    if let Some(old) = old {
-        let (len, rest) = postcard::take_from_bytes::<u64>(old)
+    if present {
+        let (len, rest) = postcard::take_from_bytes::<u64>(list)
             .map_err(|e| Error::user(format!("cannot decode state: {e}")))?;
         if len as usize > rest.len() {
             return Err(Error::user("cannot decode state: a list is cut short"));
         }
-        let (values, touched) = rest.split_at(len as usize);
-        let touched: Timestamp = decode(touched)?;
+        let touched: Timestamp = decode(&rest[len as usize..])?;
+        let prefix = list.len() - rest.len();
         if ttl.is_none_or(|ttl| now - touched < ttl) {
-            items = values;
+            list.truncate(prefix + len as usize);
+            list.extend_from_slice(item);
+            encode_into(&now, list)?;
+            let mut length = Vec::with_capacity(10);
+            encode_into(&(len + item.len() as u64), &mut length)?;
+            if length.len() == prefix {
+                list[..prefix].copy_from_slice(&length);
+            } else {
+                // The length's encoding grew a byte (rare: its size is logarithmic).
+                list.splice(..prefix, length);
+            }
+            return Ok(());
         }
     }
-    encode_into(&((items.len() + item.len()) as u64), new)?;
-    new.extend_from_slice(items);
-    new.extend_from_slice(item);
-    encode_into(&now, new)
+    list.clear();
+    encode_into(&(item.len() as u64), list)?;
+    list.extend_from_slice(item);
+    encode_into(&now, list)
 }
 
 /// A list of values for the current key.
@@ -1094,7 +1105,8 @@ impl<K: Data + Hash + Eq, V: Data> ListState<'_, K, V> {
     }
 
     /// Appends a value: on the heap a push onto the list; in a store (RocksDB) the value's
-    /// encoding is appended to the list's, which is not decoded.
+    /// encoding is appended to the list's where it lies (in the store's cache), neither decoded
+    /// nor copied: a key's n-th value costs one value, not n.
     pub fn add(&mut self, value: V) -> Result<()> {
         let access = &mut self.0;
         let (key_group, now, key) = (access.key_group, access.now, access.key);
@@ -1105,8 +1117,8 @@ impl<K: Data + Hash + Eq, V: Data> ListState<'_, K, V> {
             }
             StateTable::Kv(table) => {
                 let item = encode(&value)?;
-                table.update_encoded(key_group, key, &(), &mut |old, new| {
-                    append_encoded(old, &item, now, ttl, new)
+                table.change_encoded_in_place(key_group, key, &(), &mut |list, present| {
+                    append_in_place(list, present, &item, now, ttl)
                 })
             }
         }
@@ -1420,6 +1432,66 @@ mod tests {
     use crate::state::state_id;
     use crate::time::ManualClock;
     use std::time::Duration;
+
+    /// The append of an item by copying the list (how lists in a store were appended before
+    /// `append_in_place`): the reference it is checked against.
+    fn append_encoded(
+        old: Option<&[u8]>,
+        item: &[u8],
+        now: Timestamp,
+        ttl: Option<i64>,
+        new: &mut Vec<u8>,
+    ) -> Result<()> {
+        let mut items: &[u8] = &[];
+        if let Some(old) = old {
+            let (len, rest) = postcard::take_from_bytes::<u64>(old)
+                .map_err(|e| Error::user(format!("cannot decode state: {e}")))?;
+            if len as usize > rest.len() {
+                return Err(Error::user("cannot decode state: a list is cut short"));
+            }
+            let (values, touched) = rest.split_at(len as usize);
+            let touched: Timestamp = decode(touched)?;
+            if ttl.is_none_or(|ttl| now - touched < ttl) {
+                items = values;
+            }
+        }
+        encode_into(&((items.len() + item.len()) as u64), new)?;
+        new.extend_from_slice(items);
+        new.extend_from_slice(item);
+        encode_into(&now, new)
+    }
+
+    proptest::proptest! {
+        /// Appending in place gives the bytes copying the list gave, for any items, times and
+        /// time-to-live (expired lists start again); a list cut short is an error and is left
+        /// as it was.
+        #[test]
+        fn a_list_appended_in_place_is_the_list_appended_by_copy(
+            steps in proptest::collection::vec(
+                (proptest::collection::vec(proptest::num::u8::ANY, 0..300), 0i64..50),
+                1..40,
+            ),
+            ttl in proptest::option::of(1i64..30),
+        ) {
+            let (mut copied, mut in_place): (Option<Vec<u8>>, Vec<u8>) = (None, Vec::new());
+            let mut now = 0;
+            for (item, step) in steps {
+                now += step;
+                let mut new = Vec::new();
+                append_encoded(copied.as_deref(), &item, now, ttl, &mut new).unwrap();
+                let present = copied.is_some();
+                copied = Some(new);
+                append_in_place(&mut in_place, present, &item, now, ttl).unwrap();
+                proptest::prop_assert_eq!(copied.as_ref().unwrap(), &in_place);
+            }
+            let mut cut = in_place.clone();
+            cut.truncate(cut.len().saturating_sub(2).max(1));
+            let before = cut.clone();
+            if append_in_place(&mut cut, true, b"x", now, ttl).is_err() {
+                proptest::prop_assert_eq!(cut, before);
+            }
+        }
+    }
 
     const RANGE: KeyGroupRange = KeyGroupRange { start: 0, end: 3 };
 

@@ -140,17 +140,17 @@ where
         self.store.delete(&self.key)
     }
 
-    /// Rewrites the stored value of `key` in `namespace` as bytes: `change` gets the encoded
-    /// value (if any) and writes the new encoding (see [`KvStore::update`]).
-    pub(crate) fn update_encoded(
+    /// Changes the encoded value of (`key`, `namespace`) in place (see
+    /// [`KvStore::change_in_place`](crate::state::KvStore::change_in_place)).
+    pub(crate) fn change_encoded_in_place(
         &mut self,
         key_group: KeyGroup,
         key: &K,
         namespace: &N,
-        change: &mut crate::state::ChangeValue<'_>,
+        change: &mut crate::state::ChangeInPlace<'_>,
     ) -> Result<()> {
         self.encode_key(key_group, key, namespace)?;
-        self.store.update(&self.key, change)
+        self.store.change_in_place(&self.key, change)
     }
 
     /// Every entry under `prefix` in every key group, with its key group.

@@ -39,7 +39,8 @@ mod timers;
 pub(crate) mod versioned;
 
 pub use backend::{
-    ChangeValue, HeapBackend, KvStore, StateBackend, TaskStore, VisitEntry, VisitWhile,
+    ChangeInPlace, ChangeValue, HeapBackend, KvStore, StateBackend, TaskStore, VisitEntry,
+    VisitWhile,
 };
 pub use kv_table::{KvTable, StateTable, state_id};
 
