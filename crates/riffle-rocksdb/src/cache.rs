@@ -183,6 +183,34 @@ impl StateCache {
         result.map(|()| Some(self.bytes > self.capacity))
     }
 
+    /// Changes the cached value of `key` where it lies (an append to a list costs the item);
+    /// `None` if the cache does not know the key (load it first). Returns whether the cache is
+    /// now over its capacity.
+    pub(crate) fn change_in_place(
+        &mut self,
+        key: &[u8],
+        change: &mut riffle::state::ChangeInPlace<'_>,
+    ) -> Result<Option<bool>> {
+        let Some(slot) = self.slots.get_mut(key) else {
+            return Ok(None);
+        };
+        let present = slot.value.is_some();
+        self.bytes -= Self::cost(key, &slot.value);
+        // A value on the heap moves into the vector and back without a copy.
+        let mut value = slot.value.take().map(Bytes::into_vec).unwrap_or_default();
+        let result = change(&mut value, present);
+        // A failed change left the value as it was.
+        if result.is_ok() || present {
+            slot.value = Some(Bytes::from_vec(value));
+        }
+        self.bytes += Self::cost(key, &slot.value);
+        if result.is_ok() && !slot.dirty {
+            slot.dirty = true;
+            self.dirty += 1;
+        }
+        result.map(|()| Some(self.bytes > self.capacity))
+    }
+
     /// The changes RocksDB does not have yet, sorted by key; the cache keeps what it holds,
     /// now clean (`keep`), or is emptied.
     pub(crate) fn take_writes(&mut self, keep: bool) -> Vec<Write> {

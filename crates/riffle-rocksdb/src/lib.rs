@@ -447,6 +447,36 @@ impl KvStore for RocksDbStore {
         Ok(())
     }
 
+    fn change_in_place(
+        &self,
+        key: &[u8],
+        change: &mut riffle::state::ChangeInPlace<'_>,
+    ) -> Result<()> {
+        let mut cache = self.cache();
+        if cache.disabled() {
+            let old = self.db.get(key).map_err(|e| failed("get", e))?;
+            let present = old.is_some();
+            let mut value = old.unwrap_or_default();
+            change(&mut value, present)?;
+            return self
+                .db
+                .put_opt(key, &value, &self.write)
+                .map_err(|e| failed("put", e));
+        }
+        let full = match cache.change_in_place(key, change)? {
+            Some(full) => full,
+            None => {
+                let old = self.db.get_pinned(key).map_err(|e| failed("get", e))?;
+                cache.loaded(key, old.as_deref());
+                cache.change_in_place(key, change)?.expect("just loaded")
+            }
+        };
+        if full {
+            self.flush(&mut cache, false)?;
+        }
+        Ok(())
+    }
+
     fn delete(&self, key: &[u8]) -> Result<()> {
         self.write(key, None)
     }
@@ -701,6 +731,67 @@ mod tests {
             assert_eq!(
                 scan(store.as_ref(), &key(0, b"")).len(),
                 1000,
+                "cache {cache}"
+            );
+        }
+    }
+
+    #[test]
+    fn values_changed_in_place_spill_reload_and_survive_a_failed_change() {
+        let tmp = tempfile::tempdir().unwrap();
+        for cache in [0, 4 << 10, 64 << 20] {
+            let store = store_with(
+                &tmp.path().join(format!("p{cache}")),
+                RocksDbBackend::new().state_cache(cache),
+            );
+            // Two growing values (past the cache's capacity) and many small ones between.
+            for i in 0..3000u32 {
+                let target = match i % 3 {
+                    0 => key(0, b"long-a"),
+                    1 => key(0, b"long-b"),
+                    _ => key(0, &i.to_be_bytes()),
+                };
+                store
+                    .change_in_place(&target, &mut |value, present| {
+                        assert_eq!(present, !value.is_empty());
+                        value.extend_from_slice(&i.to_be_bytes());
+                        Ok(())
+                    })
+                    .unwrap();
+                if i == 1500 {
+                    store
+                        .checkpoint(&tmp.path().join(format!("c{cache}")))
+                        .unwrap();
+                }
+            }
+            // A change that fails leaves the value as it was.
+            let failed = store.change_in_place(&key(0, b"long-a"), &mut |_, _| {
+                Err(riffle::Error::user("no"))
+            });
+            assert!(failed.is_err());
+            let expected = |rem: u32| -> Vec<u8> {
+                (0..3000u32)
+                    .filter(|i| i % 3 == rem)
+                    .flat_map(|i| i.to_be_bytes())
+                    .collect()
+            };
+            assert_eq!(
+                store.get(&key(0, b"long-a")).unwrap(),
+                Some(expected(0)),
+                "cache {cache}"
+            );
+            assert_eq!(
+                store.get(&key(0, b"long-b")).unwrap(),
+                Some(expected(1)),
+                "cache {cache}"
+            );
+            assert_eq!(
+                store.get(&key(0, &2u32.to_be_bytes())).unwrap(),
+                Some(2u32.to_be_bytes().to_vec())
+            );
+            assert_eq!(
+                scan(store.as_ref(), &key(0, b"")).len(),
+                1002,
                 "cache {cache}"
             );
         }
