@@ -468,21 +468,30 @@ where
         out: &mut Collector<'_, F::Out>,
     ) -> Result<()> {
         let is_slice = |pane: &TimeWindow| pane.end.checked_sub(pane.start) == Some(slide);
-        // The ends of the windows due: a slice is in the `size / slide` windows ending at its
-        // end and every slide after; a restored whole window ends at its own end.
+        // The ends of the windows due: after the last firing, by `time`. A slice is in the
+        // `size / slide` windows ending at its end and every slide after; a restored whole
+        // window ends at its own end. Only the panes ending by `time` have one (the set is in
+        // end order), and of each only the ends in range are visited: a day of one-second
+        // slides is not walked per watermark.
+        let (after, by) = (i128::from(self.fired_up_to) + 1, i128::from(time) + 1);
         let mut ends = BTreeSet::new();
-        for pane in &self.panes {
-            let mut end = Some(pane.end);
-            let count = if is_slice(pane) { size / slide } else { 1 };
-            for _ in 0..count {
-                let Some(e) = end else { break };
-                if e.saturating_sub(1) > time {
-                    break;
-                }
-                if e.saturating_sub(1) > self.fired_up_to {
-                    ends.insert(e);
-                }
-                end = e.checked_add(slide);
+        for pane in self.panes.iter().take_while(|p| i128::from(p.end) <= by) {
+            let first = i128::from(pane.end);
+            let last = if is_slice(pane) {
+                i128::from(pane.start) + i128::from(size)
+            } else {
+                first
+            };
+            let step = i128::from(slide);
+            // The first end after `after`, on the pane's grid, and the last by `by`.
+            let mut end = if first > after {
+                first
+            } else {
+                first + ((after - first) / step + 1) * step
+            };
+            while end <= last.min(by) {
+                ends.insert(end as i64);
+                end += step;
             }
         }
         let table = &mut self.table;
@@ -491,10 +500,14 @@ where
         let mut merged: crate::state::table::FastMap<K, F::Acc> = Default::default();
         for end in ends {
             let window = TimeWindow::new(end.saturating_sub(size), end);
+            // Its slices (and a restored whole window): panes ending in it that start in it
+            // (the set is ordered by end, then start).
+            let from = TimeWindow::new(i64::MIN, window.start.saturating_add(1));
+            let to = TimeWindow::new(i64::MAX, end);
             let inside: Vec<TimeWindow> = self
                 .panes
-                .iter()
-                .filter(|p| window.start <= p.start && p.end <= window.end)
+                .range(from..=to)
+                .filter(|p| window.start <= p.start)
                 .copied()
                 .collect();
             if let [only] = inside[..] {
@@ -523,6 +536,7 @@ where
         let spent: Vec<TimeWindow> = self
             .panes
             .iter()
+            .take_while(|p| p.end.saturating_sub(1) <= time)
             .filter(|p| {
                 let last_end = if is_slice(p) {
                     p.start.saturating_add(size)

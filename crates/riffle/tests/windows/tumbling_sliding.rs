@@ -431,3 +431,32 @@ fn sliced_windows_finish_the_whole_windows_of_an_older_version() -> Result<()> {
     }
     Ok(())
 }
+
+/// Many slides per window (500 one-second slides): each watermark fires the windows it makes
+/// due and nothing else, and the results are the whole windows' results.
+#[test]
+fn sliced_windows_of_many_slides_fire_as_whole_windows_do() -> Result<()> {
+    let windows = Sliding::of(Duration::from_secs(500), Duration::from_secs(1));
+    let run = |sliced: bool| -> Result<Vec<(u64, i64, u64)>> {
+        let test = WindowTest::new(user, windows);
+        let op = if sliced { test.sliced() } else { test }.aggregate(Count);
+        let mut h = OperatorHarness::builder(op).build()?;
+        for i in 0..200i64 {
+            let time = i * 1_700 % 97_000 + i * 300;
+            h.process(((i % 3) as u64, time), time)?;
+            h.watermark(i * 500 - 10_000)?;
+        }
+        h.watermark(i64::MAX)?;
+        let mut results: Vec<_> = h
+            .take_values()
+            .into_iter()
+            .map(|r| (r.key, r.window_start, r.value))
+            .collect();
+        results.sort();
+        Ok(results)
+    };
+    let whole = run(false)?;
+    assert!(whole.len() > 1_000, "{}", whole.len());
+    assert_eq!(run(true)?, whole);
+    Ok(())
+}
