@@ -210,6 +210,22 @@ impl<T: Data> WindowCore<T> {
         Ok(())
     }
 
+    /// A record too late for every window it belongs to, as `function` sends late records (its
+    /// late form, if any) to [`late`](WindowCore::late).
+    pub(crate) fn late_record<K, I: Data, F: WindowFn<K, I, Late = T>, Out: Data>(
+        &mut self,
+        function: &F,
+        record: Record<I>,
+        time: Timestamp,
+        out: &mut Collector<'_, Out>,
+    ) -> Result<()> {
+        let Record { value, timestamp } = record;
+        let late = function
+            .late(value)
+            .map(|value| Record { value, timestamp });
+        self.late(late, time, out)
+    }
+
     /// Whether an early firing is due now; schedules the next one.
     pub(crate) fn early_firing_due(&mut self, now: Timestamp) -> bool {
         match (self.next_early, self.settings.early_every) {
@@ -446,12 +462,7 @@ where
         };
         let last_window = TimeWindow::new(slice.start, slice.start.saturating_add(size));
         if self.core.is_expired(&last_window) {
-            let Record { value, timestamp } = record;
-            let late = self
-                .function
-                .late(value)
-                .map(|value| Record { value, timestamp });
-            return self.core.late(late, time, out);
+            return self.core.late_record(&self.function, record, time, out);
         }
         // Never due on arrival: without lateness, a window past the watermark does not fire
         // again, and the slice's later windows fire when the watermark reaches them.
@@ -682,14 +693,7 @@ where
             let core = &self.core;
             self.assigned.retain(|w| !core.is_expired(w));
             match self.assigned.len() {
-                0 => {
-                    let Record { value, timestamp } = record;
-                    let late = self
-                        .function
-                        .late(value)
-                        .map(|value| Record { value, timestamp });
-                    self.core.late(late, time, out)?;
-                }
+                0 => self.core.late_record(&self.function, record, time, out)?,
                 // One window (tumbling, or a partial aggregate): the record moves in, no copy.
                 1 => {
                     let window = self.assigned[0];

@@ -111,12 +111,7 @@ where
             .filter(|s| s.window.intersects(&fresh))
             .fold(fresh, |w, s| w.cover(&s.window));
         if self.core.is_expired(&merged) {
-            let Record { value, timestamp } = record;
-            let late = self
-                .function
-                .late(value)
-                .map(|value| Record { value, timestamp });
-            return self.core.late(late, time, out);
+            return self.core.late_record(&self.function, record, time, out);
         }
         let mut acc = self.function.create();
         self.function.add(&mut acc, &record.value);
