@@ -367,6 +367,29 @@ impl RocksDbStore {
         Ok(stored)
     }
 
+    /// Changes `key` in the cache with `change` (which answers `None` when the cache does not
+    /// know the key: it is loaded from RocksDB and `change` runs again), then flushes the cache
+    /// if it is over its capacity.
+    fn change_cached(
+        &self,
+        cache: &mut StateCache,
+        key: &[u8],
+        mut change: impl FnMut(&mut StateCache) -> Result<Option<bool>>,
+    ) -> Result<()> {
+        let full = match change(cache)? {
+            Some(full) => full,
+            None => {
+                let old = self.db.get_pinned(key).map_err(|e| failed("get", e))?;
+                cache.loaded(key, old.as_deref());
+                change(cache)?.expect("just loaded")
+            }
+        };
+        if full {
+            self.flush(cache, false)?;
+        }
+        Ok(())
+    }
+
     /// Sets or removes (`None`) `key`, through the cache when there is one.
     fn write(&self, key: &[u8], value: Option<&[u8]>) -> Result<()> {
         let mut cache = self.cache();
@@ -433,18 +456,7 @@ impl KvStore for RocksDbStore {
                 .put_opt(key, &new, &self.write)
                 .map_err(|e| failed("put", e));
         }
-        let full = match cache.update(key, change)? {
-            Some(full) => full,
-            None => {
-                let old = self.db.get_pinned(key).map_err(|e| failed("get", e))?;
-                cache.loaded(key, old.as_deref());
-                cache.update(key, change)?.expect("just loaded")
-            }
-        };
-        if full {
-            self.flush(&mut cache, false)?;
-        }
-        Ok(())
+        self.change_cached(&mut cache, key, |cache| cache.update(key, change))
     }
 
     fn change_in_place(
@@ -463,18 +475,7 @@ impl KvStore for RocksDbStore {
                 .put_opt(key, &value, &self.write)
                 .map_err(|e| failed("put", e));
         }
-        let full = match cache.change_in_place(key, change)? {
-            Some(full) => full,
-            None => {
-                let old = self.db.get_pinned(key).map_err(|e| failed("get", e))?;
-                cache.loaded(key, old.as_deref());
-                cache.change_in_place(key, change)?.expect("just loaded")
-            }
-        };
-        if full {
-            self.flush(&mut cache, false)?;
-        }
-        Ok(())
+        self.change_cached(&mut cache, key, |cache| cache.change_in_place(key, change))
     }
 
     fn delete(&self, key: &[u8]) -> Result<()> {
