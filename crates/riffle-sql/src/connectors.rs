@@ -119,15 +119,15 @@ pub(crate) fn scan_in(
         }
         "filesystem" => {
             let path = file_path(option(table, "path")?);
-            let parse = line_parser(table)?;
             // JSON skips the fields no one reads; CSV reads every field of a line as ever.
             let schema = match table.options.get("format").map_or("json", |f| f.as_str()) {
-                "json" => read.clone(),
-                _ => physical.clone(),
+                "json" => read,
+                _ => physical,
             };
+            let parse = line_parser(table, schema)?;
             // Each row is made with room for the columns the table computes.
             let source = FileSource::lines_with(path, move |line: &str| {
-                let row = parse(line, &schema, computed_count)?;
+                let row = parse(line, computed_count)?;
                 complete(row)
             });
             timed_table(env, table, source, time.as_ref().map(|_| strategy(false)))
@@ -637,14 +637,20 @@ pub(crate) fn sink_in(
     Ok(())
 }
 
-/// How a `filesystem` table's lines read as rows: `'format' = 'json'` (the default) or `'csv'`;
-/// the row made with room for the given number of computed columns.
-type LineParser = fn(&str, &Schema, usize) -> std::result::Result<Row, String>;
+/// How a `filesystem` table's lines read as rows of a schema: `'format' = 'json'` (the
+/// default) or `'csv'`; the row made with room for the given number of computed columns.
+type LineParser = Box<dyn Fn(&str, usize) -> std::result::Result<Row, String> + Send + Sync>;
 
-fn line_parser(table: &TableDef) -> Result<LineParser> {
+fn line_parser(table: &TableDef, schema: &Schema) -> Result<LineParser> {
     match table.options.get("format").map_or("json", |f| f.as_str()) {
-        "json" => Ok(crate::json::read_row_with_room),
-        "csv" => Ok(|line, schema, _| csv_row(line, schema)),
+        "json" => {
+            let reader = crate::json::JsonReader::new(schema);
+            Ok(Box::new(move |line, spare| reader.read(line, spare)))
+        }
+        "csv" => {
+            let schema = schema.clone();
+            Ok(Box::new(move |line, _| csv_row(line, &schema)))
+        }
         other => Err(SqlError::plan(format!(
             "table `{}`: filesystem reads 'format' = 'json' or 'csv' (got '{other}')",
             table.name
@@ -684,7 +690,7 @@ fn csv_row(line: &str, schema: &Schema) -> std::result::Result<Row, String> {
 /// now: a lookup join's table. A line that does not read is an error naming the file and line.
 pub fn read_bounded(table: &TableDef, schema: &Schema) -> Result<Vec<Row>> {
     let path = std::path::PathBuf::from(file_path(option(table, "path")?));
-    let parse = line_parser(table)?;
+    let parse = line_parser(table, schema)?;
     let mut files = Vec::new();
     let mut dirs = vec![path.clone()];
     while let Some(dir) = dirs.pop() {
@@ -720,7 +726,7 @@ pub fn read_bounded(table: &TableDef, schema: &Schema) -> Result<Vec<Row>> {
             if line.trim().is_empty() {
                 continue;
             }
-            rows.push(parse(line, schema, 0).map_err(|e| {
+            rows.push(parse(line, 0).map_err(|e| {
                 SqlError::plan(format!(
                     "table `{}`: `{}` line {}: {e}",
                     table.name,

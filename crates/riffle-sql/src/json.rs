@@ -27,26 +27,39 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 
 use crate::types::{DataType, Field, Row, Schema, Value};
 
-/// A JSON object as a row of `schema` (fields by name; absent ones `NULL`).
+/// A JSON object as a row of `schema` (fields by name; absent ones `NULL`). A reader of many
+/// lines of one schema is a [`JsonReader`], which prepares the schema once.
 pub(crate) fn read_row(line: &str, schema: &Schema) -> std::result::Result<Row, String> {
-    read_row_with_room(line, schema, 0)
+    JsonReader::new(schema).read(line, 0)
 }
 
-/// [`read_row`], the row made with room for `spare` values more (the columns its table computes
-/// after the ones it reads), so that adding them does not move it.
-pub(crate) fn read_row_with_room(
-    line: &str,
-    schema: &Schema,
-    spare: usize,
-) -> std::result::Result<Row, String> {
-    // The usual form in one pass; anything else (and every error) through serde.
-    if let Some(values) = fast::read_row(line, &schema.fields, spare) {
-        return Ok(Row(values));
+/// Reads lines of JSON as rows of one schema, whose keys it prepared to be matched in place.
+pub(crate) struct JsonReader {
+    schema: Schema,
+    layout: fast::Layout,
+}
+
+impl JsonReader {
+    /// A reader of rows of `schema`.
+    pub(crate) fn new(schema: &Schema) -> JsonReader {
+        JsonReader {
+            schema: schema.clone(),
+            layout: fast::Layout::new(&schema.fields),
+        }
     }
-    read_row_through_serde(line, schema, spare)
+
+    /// The row of `line` (see [`read_row`]), made with room for `spare` values more (the
+    /// columns its table computes after the ones it reads), so that adding them does not move it.
+    pub(crate) fn read(&self, line: &str, spare: usize) -> std::result::Result<Row, String> {
+        // The usual form in one pass; anything else (and every error) through serde.
+        if let Some(values) = fast::read_row(line, &self.layout, spare) {
+            return Ok(Row(values));
+        }
+        read_row_through_serde(line, &self.schema, spare)
+    }
 }
 
-/// [`read_row_with_room`] by serde alone: any line, and the errors users see.
+/// [`JsonReader::read`] by serde alone: any line, and the errors users see.
 fn read_row_through_serde(
     line: &str,
     schema: &Schema,

@@ -112,10 +112,13 @@ type RowDecoder = Box<dyn Fn(&[u8]) -> std::result::Result<Row, String> + Send +
 fn row_decoder(table: &TableDef, schema: &Schema) -> Result<RowDecoder> {
     let schema = schema.clone();
     match format(table) {
-        "json" => Ok(Box::new(move |bytes: &[u8]| {
-            let line = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
-            crate::json::read_row(line, &schema)
-        })),
+        "json" => {
+            let reader = crate::json::JsonReader::new(&schema);
+            Ok(Box::new(move |bytes: &[u8]| {
+                let line = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+                reader.read(line, 0)
+            }))
+        }
         #[cfg(feature = "avro")]
         "avro-confluent" => Ok(Box::new(crate::avro::row_decoder(
             table,
@@ -151,18 +154,23 @@ pub(crate) fn upsert_source(
     let (key, key_schema) = primary_key(table, schema)?;
     upsert_formats(table, "read")?;
     let schema = schema.clone();
+    let (keys, values) = (
+        crate::json::JsonReader::new(&key_schema),
+        crate::json::JsonReader::new(&schema),
+    );
     let decode = move |k: Option<&[u8]>, v: Option<&[u8]>| -> std::result::Result<_, String> {
         fn text<'a>(bytes: &'a [u8], what: &str) -> std::result::Result<&'a str, String> {
             std::str::from_utf8(bytes).map_err(|e| format!("the {what} is not UTF-8: {e}"))
         }
         let k = k.ok_or("an upsert-kafka message needs a key (its row's primary key)")?;
-        let key_row = crate::json::read_row(text(k, "key")?, &key_schema)
+        let key_row = keys
+            .read(text(k, "key")?, 0)
             .map_err(|e| format!("the key: {e}"))?;
         if key_row.0.iter().any(crate::types::Value::is_null) {
             return Err("a column of the key is NULL".to_string());
         }
         let (mut row, delete) = match v {
-            Some(v) => (crate::json::read_row(text(v, "value")?, &schema)?, false),
+            Some(v) => (values.read(text(v, "value")?, 0)?, false),
             None => (Row(vec![crate::types::Value::Null; schema.len()]), true),
         };
         for (&column, value) in key.iter().zip(key_row.0) {

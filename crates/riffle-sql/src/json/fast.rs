@@ -14,23 +14,104 @@ use crate::types::{DataType, Field, Value};
 /// How deep arrays and objects may nest in a skipped value (serde_json's own limit is 128).
 const MAX_DEPTH: usize = 100;
 
-/// The row `line` holds, in the order of `fields`, with room for `spare` values more; `None` if
-/// the line is not in the usual form (then the serde reader decides).
-pub(super) fn read_row(line: &str, fields: &[Field], spare: usize) -> Option<Vec<Value>> {
+/// The columns of a schema as the reader matches them, made once per schema: each key's bytes
+/// in the input with its closing quote, and, for a key of up to 16 such bytes, those bytes as
+/// two words to compare with the line's in two instructions (byte by byte, the keys' compares
+/// were a tenth of a scan).
+pub(crate) struct Layout {
+    keys: Vec<Key>,
+}
+
+struct Key {
+    /// The key in the input (a column no one reads: its name behind the unread prefix).
+    name: Box<str>,
+    /// `name` and its closing quote, when no byte of it would have to be escaped in JSON (an
+    /// escaped key is only ever matched by the serde reader).
+    quoted: Option<Box<[u8]>>,
+    /// The first 16 bytes of `quoted` as two little-endian words, and the masks of the bytes
+    /// it fills (`None`: longer).
+    words: Option<([u64; 2], [u64; 2])>,
+    /// Whether a column reads the value (else it is skipped and left `NULL`).
+    read: bool,
+    value: Shape,
+}
+
+/// A value's type, with the layouts of the rows in it.
+struct Shape {
+    ty: DataType,
+    /// The layout of a `ROW`'s fields.
+    row: Option<Layout>,
+    /// The shape of an `ARRAY`'s items.
+    element: Option<Box<Shape>>,
+}
+
+impl Layout {
+    /// The layout of `fields`.
+    pub(crate) fn new(fields: &[Field]) -> Layout {
+        Layout {
+            keys: fields.iter().map(Key::new).collect(),
+        }
+    }
+}
+
+impl Key {
+    fn new(field: &Field) -> Key {
+        let unread = crate::lower::unread_name(&field.name);
+        let name = unread.unwrap_or(&field.name);
+        let plain = name.bytes().all(|b| b != b'"' && b != b'\\' && b >= b' ');
+        let quoted: Option<Box<[u8]>> =
+            plain.then(|| [name.as_bytes(), b"\""].concat().into_boxed_slice());
+        let words = quoted.as_deref().filter(|q| q.len() <= 16).map(|q| {
+            let mut bytes = [0u8; 16];
+            bytes[..q.len()].copy_from_slice(q);
+            let mut mask = [0u8; 16];
+            mask[..q.len()].fill(0xff);
+            let word = |b: &[u8; 16], i: usize| {
+                u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+            };
+            (
+                [word(&bytes, 0), word(&bytes, 1)],
+                [word(&mask, 0), word(&mask, 1)],
+            )
+        });
+        Key {
+            name: name.into(),
+            quoted,
+            words,
+            read: unread.is_none(),
+            value: Shape::new(&field.ty),
+        }
+    }
+}
+
+impl Shape {
+    fn new(ty: &DataType) -> Shape {
+        Shape {
+            ty: ty.clone(),
+            row: match ty {
+                DataType::Row(fields) => Some(Layout::new(fields)),
+                _ => None,
+            },
+            element: match ty {
+                DataType::Array(element) => Some(Box::new(Shape::new(element))),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// The row `line` holds, in the order of `layout`'s columns, with room for `spare` values more;
+/// `None` if the line is not in the usual form (then the serde reader decides).
+pub(super) fn read_row(line: &str, layout: &Layout, spare: usize) -> Option<Vec<Value>> {
     let mut cursor = Cursor {
         bytes: line.as_bytes(),
         text: line,
         at: 0,
     };
     cursor.space();
-    let values = cursor.object(fields, spare)?;
+    let values = cursor.object(layout, spare)?;
     cursor.space();
     (cursor.at == cursor.bytes.len()).then_some(values)
-}
-
-/// The key of `field` in the input, whether anyone reads it or not.
-fn input_name(field: &Field) -> &str {
-    crate::lower::unread_name(&field.name).unwrap_or(&field.name)
 }
 
 struct Cursor<'a> {
@@ -59,10 +140,11 @@ impl<'a> Cursor<'a> {
     }
 
     /// An object at the cursor as the values of `fields` (absent ones `NULL`).
-    fn object(&mut self, fields: &[Field], spare: usize) -> Option<Vec<Value>> {
+    fn object(&mut self, layout: &Layout, spare: usize) -> Option<Vec<Value>> {
         self.expect(b'{')?;
-        let mut values = Vec::with_capacity(fields.len() + spare);
-        values.resize_with(fields.len(), || Value::Null);
+        let keys = &layout.keys;
+        let mut values = Vec::with_capacity(keys.len() + spare);
+        values.resize_with(keys.len(), || Value::Null);
         self.space();
         if self.peek()? == b'}' {
             self.at += 1;
@@ -74,11 +156,11 @@ impl<'a> Cursor<'a> {
         let mut next = 0;
         loop {
             self.expect(b'"')?;
-            let found = match fields.get(next) {
-                Some(f) if self.key_is(input_name(f)) => Some(next),
+            let found = match keys.get(next) {
+                Some(k) if self.key_is(k) => Some(next),
                 _ => {
                     let key = self.string_body()?;
-                    fields.iter().position(|f| input_name(f) == key)
+                    keys.iter().position(|k| &*k.name == key)
                 }
             };
             self.expect(b':')?;
@@ -87,10 +169,11 @@ impl<'a> Cursor<'a> {
                 // A repeated key keeps its last value, as the serde reader does.
                 Some(i) => {
                     next = i + 1;
-                    match crate::lower::unread_name(&fields[i].name) {
-                        None => self.value(&fields[i].ty, &mut values[i])?,
+                    if keys[i].read {
+                        self.value(&keys[i].value, &mut values[i])?;
+                    } else {
                         // Left `NULL`, as the serde reader leaves it.
-                        Some(_) => self.skip(0)?,
+                        self.skip(0)?;
                     }
                 }
                 None => self.skip(0)?,
@@ -107,24 +190,27 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// Whether the key at the cursor (its opening quote consumed) is `name`, with no escape;
+    /// Whether the key at the cursor (its opening quote consumed) is `key`, with no escape;
     /// if it is, the cursor is left after its closing quote.
-    fn key_is(&mut self, name: &str) -> bool {
-        let name = name.as_bytes();
-        let Some(key) = self.bytes.get(self.at..self.at + name.len() + 1) else {
+    #[inline]
+    fn key_is(&mut self, key: &Key) -> bool {
+        let Some(quoted) = key.quoted.as_deref() else {
             return false;
         };
-        // Byte by byte (names are short): equal, and nothing JSON would have to escape.
-        let equal = name
-            .iter()
-            .zip(key)
-            .all(|(&n, &k)| n == k && n != b'"' && n != b'\\' && n >= b' ');
-        if equal && key[name.len()] == b'"' {
-            self.at += name.len() + 1;
-            true
-        } else {
-            false
+        let rest = &self.bytes[self.at..];
+        let equal = match (key.words, rest.get(..16)) {
+            (Some(([w0, w1], [m0, m1])), Some(chunk)) => {
+                let word = |i: usize| {
+                    u64::from_le_bytes(chunk[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+                };
+                (word(0) & m0) == w0 && (word(1) & m1) == w1
+            }
+            _ => rest.starts_with(quoted),
+        };
+        if equal {
+            self.at += quoted.len();
         }
+        equal
     }
 
     /// The text of a string whose opening quote was just consumed, the cursor left after its
@@ -232,7 +318,8 @@ impl<'a> Cursor<'a> {
     /// the serde reader is to decide. Written in place: a value returned by the call and then
     /// moved into the row was read back from memory still being written (a stalled load, a
     /// twentieth of a scan).
-    fn value(&mut self, ty: &DataType, out: &mut Value) -> Option<()> {
+    fn value(&mut self, shape: &Shape, out: &mut Value) -> Option<()> {
+        let ty = &shape.ty;
         *out = match self.peek()? {
             b'n' => {
                 self.literal(b"null")?;
@@ -242,7 +329,15 @@ impl<'a> Cursor<'a> {
                 self.at += 1;
                 let s = self.string_body()?;
                 match ty {
-                    DataType::Varchar => Value::string(s),
+                    DataType::Varchar => {
+                        // Built in the row's own slot: a string made elsewhere and moved in
+                        // was read back while its bytes were still being written.
+                        *out = Value::String(compact_str::CompactString::const_new(""));
+                        if let Value::String(text) = out {
+                            text.push_str(s);
+                        }
+                        return Some(());
+                    }
                     t if t.is_timestamp() => Value::Timestamp(crate::format::parse_timestamp(s)?),
                     DataType::Date => Value::Date(crate::format::parse_date(s)?),
                     DataType::Decimal { scale, .. } => {
@@ -267,21 +362,15 @@ impl<'a> Cursor<'a> {
                 self.literal(b"false")?;
                 Value::Bool(false)
             }
-            b'{' => match ty {
-                DataType::Row(fields) => Value::Row(self.object(fields, 0)?),
-                _ => return None,
-            },
-            b'[' => match ty {
-                DataType::Array(element) => Value::Array(self.array(element)?),
-                _ => return None,
-            },
+            b'{' => Value::Row(self.object(shape.row.as_ref()?, 0)?),
+            b'[' => Value::Array(self.array(shape.element.as_deref()?)?),
             _ => return None,
         };
         Some(())
     }
 
     /// The items of an array of `element`s at the cursor.
-    fn array(&mut self, element: &DataType) -> Option<Vec<Value>> {
+    fn array(&mut self, element: &Shape) -> Option<Vec<Value>> {
         self.at += 1;
         let mut items = Vec::new();
         self.space();
@@ -462,9 +551,9 @@ mod tests {
         };
         let line = r#"{"event_type":2,"person":null,"auction":null,"bid":{"auction":1007,"bidder":2001,"price":1811,"channel":"Google","url":"https://www.nexmark.com/a/b/c/item.htm?query=1","dateTime":"2026-01-15 00:00:00.004","extra":"qzkxv\u00e9"}}"#;
         // An escape in a value read: the serde reader's.
-        assert_eq!(read_row(line, &schema.fields, 1), None);
+        assert_eq!(read_row(line, &Layout::new(&schema.fields), 1), None);
         let line = line.replace("\\u00e9", "é");
-        let row = read_row(&line, &schema.fields, 1).expect("the usual form");
+        let row = read_row(&line, &Layout::new(&schema.fields), 1).expect("the usual form");
         assert_eq!(Ok(Row(row.clone())), serde(&line, &schema));
         assert_eq!(row[0], Value::Int(2));
         let Value::Row(bid) = &row[1] else {
@@ -496,13 +585,13 @@ mod tests {
             r#"[1]"#,
             "{\"name\":\"a\u{1}\"}",
         ] {
-            assert_eq!(read_row(line, &s.fields, 0), None, "{line}");
+            assert_eq!(read_row(line, &Layout::new(&s.fields), 0), None, "{line}");
         }
         for line in [
             r#"{"id":-9223372036854775808,"price":-3,"amount":"12.5","ok":false}"#,
             r#" { "id" : 1 , "xs" : [ 1 , -2 ] , "r" : { "b" : "é" } , "u" : [{"v":[1.5e-3,null,true]}] } "#,
         ] {
-            let fast = read_row(line, &s.fields, 1).expect(line);
+            let fast = read_row(line, &Layout::new(&s.fields), 1).expect(line);
             assert_eq!(Ok(Row(fast)), serde(line, &s), "{line}");
         }
     }
@@ -587,12 +676,12 @@ mod tests {
             ),
         ) {
             let s = schema();
-            if let Some(values) = read_row(&line, &s.fields, 1) {
+            if let Some(values) = read_row(&line, &Layout::new(&s.fields), 1) {
                 prop_assert_eq!(Ok(Row(values)), serde(&line, &s), "{}", line);
             }
             // Unread columns: matched by name, skipped, left NULL, as serde leaves them.
             let pruned = pruned_schema();
-            if let Some(values) = read_row(&line, &pruned.fields, 1) {
+            if let Some(values) = read_row(&line, &Layout::new(&pruned.fields), 1) {
                 prop_assert_eq!(Ok(Row(values)), serde(&line, &pruned), "{}", line);
             }
             let mut bytes = line.into_bytes();
@@ -603,7 +692,7 @@ mod tests {
                 }
             }
             let damaged = String::from_utf8_lossy(&bytes).into_owned();
-            if let Some(values) = read_row(&damaged, &s.fields, 1) {
+            if let Some(values) = read_row(&damaged, &Layout::new(&s.fields), 1) {
                 prop_assert_eq!(Ok(Row(values)), serde(&damaged, &s), "{}", damaged);
             }
         }
