@@ -160,6 +160,11 @@ struct Projection {
     /// Whether a step computes from the row (then the moves wait until every computation has
     /// read it intact); without one, the row is taken apart in one pass.
     computes: bool,
+    /// A `ROW` column whose fields are moved to the same positions of the output (a view of a
+    /// nested row's fields, `SELECT bid.auction, bid.bidder, .. FROM datagen`), and that
+    /// nothing copies: the output is made in that row's own vector (its other positions
+    /// overwritten), not in a new one.
+    host: Option<usize>,
 }
 
 impl Step {
@@ -225,7 +230,86 @@ impl Projection {
             }
         }
         let computes = steps.iter().any(|s| matches!(s, Step::Compute(_)));
-        Projection { steps, computes }
+        let host = Projection::host(&steps);
+        Projection {
+            steps,
+            computes,
+            host,
+        }
+    }
+
+    /// The column whose fields at least two steps move to their own positions, when no step
+    /// copies it or a field of it, or moves the whole column (see [`Projection::host`]).
+    fn host(steps: &[Step]) -> Option<usize> {
+        let column_of = |place: Place| match place {
+            Place::Column(c) | Place::Field(c, _) => c,
+        };
+        let in_place = |i: usize, step: &Step| match step {
+            Step::Move(Place::Field(c, f)) if *f == i => Some(*c),
+            _ => None,
+        };
+        let host = steps.iter().enumerate().find_map(|(i, s)| in_place(i, s))?;
+        let mut kept = 0;
+        for (i, step) in steps.iter().enumerate() {
+            match step {
+                _ if in_place(i, step) == Some(host) => kept += 1,
+                // Another field of it, moved elsewhere: taken out first.
+                Step::Move(Place::Field(..)) => {}
+                _ if step.place().is_some_and(|p| column_of(p) == host) => return None,
+                _ => {}
+            }
+        }
+        (kept >= 2).then_some(host)
+    }
+
+    /// [`apply`](Projection::apply) in the vector of the `ROW` column `host`, when the row
+    /// holds one there (else the row is given back).
+    fn apply_hosted(
+        &self,
+        host: usize,
+        mut row: Row,
+    ) -> riffle::Result<std::result::Result<Row, Row>> {
+        if !matches!(row.get(host), Value::Row(_)) {
+            return Ok(Err(row));
+        }
+        // Computed first, from the intact row.
+        let mut computed: smallvec::SmallVec<[Value; 4]> = smallvec::SmallVec::new();
+        if self.computes {
+            for step in &self.steps {
+                if let Step::Compute(eval) = step {
+                    computed.push(eval(&row)?);
+                }
+            }
+        }
+        let Value::Row(mut values) = std::mem::take(&mut row.0[host]) else {
+            unreachable!("a row, checked above")
+        };
+        // Its fields that move elsewhere, out before any position is overwritten.
+        let mut moved: smallvec::SmallVec<[Value; 4]> = smallvec::SmallVec::new();
+        for (i, step) in self.steps.iter().enumerate() {
+            if let Step::Move(Place::Field(c, f)) = step
+                && *c == host
+                && *f != i
+            {
+                moved.push(values.get_mut(*f).map(std::mem::take).unwrap_or_default());
+            }
+        }
+        values.resize_with(self.steps.len(), || Value::Null);
+        let mut computed = computed.into_iter();
+        let mut moved = moved.into_iter();
+        for (i, step) in self.steps.iter().enumerate() {
+            values[i] = match step {
+                Step::Move(Place::Field(c, f)) if *c == host => match *f == i {
+                    true => continue,
+                    false => moved.next().unwrap_or_default(),
+                },
+                Step::Compute(_) => computed.next().unwrap_or(Value::Null),
+                Step::Move(place) => place.take(&mut row),
+                Step::Copy(place) => place.get(&row),
+                Step::Null => Value::Null,
+            };
+        }
+        Ok(Ok(Row(values)))
     }
 
     /// This projection and then `outer` as one projection, when `outer` computes nothing
@@ -265,6 +349,12 @@ impl Projection {
     }
 
     fn apply(&self, mut row: Row) -> riffle::Result<Row> {
+        if let Some(host) = self.host {
+            match self.apply_hosted(host, row)? {
+                Ok(done) => return Ok(done),
+                Err(given_back) => row = given_back,
+            }
+        }
         let mut values: Vec<Value> = Vec::with_capacity(self.steps.len());
         if !self.computes {
             // No place is read twice where it is moved: one pass.
@@ -1834,6 +1924,8 @@ mod tests {
             let inner = generated_projection(&inner_columns);
             let outer = generated_projection(&outer_columns);
             let two = outer.apply(inner.apply(row.clone()).unwrap()).unwrap();
+            // Owned (taken apart, or made in a nested row's vector) as lent (copied).
+            prop_assert_eq!(inner.apply(row.clone()).unwrap(), inner.apply_lent(&row).unwrap());
             match inner.then(&outer) {
                 Some(one) => {
                     prop_assert_eq!(&one.apply(row.clone()).unwrap(), &two);
@@ -1858,6 +1950,44 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_view_of_a_nested_rows_fields_is_made_in_its_vector() {
+        // `bid` (`SELECT bid.auction, bid.bidder, dateTime, bid.extra FROM datagen`): fields
+        // 0, 1 and 3 of column 1 stay where they are, column 2 replaces field 2.
+        let view = generated_projection(&[(1, 1, 0), (1, 1, 1), (0, 2, 0), (1, 1, 3)]);
+        assert_eq!(view.host, Some(1));
+        let bid = vec![
+            Value::Int(7),
+            Value::Int(8),
+            Value::Int(0),
+            Value::string("x"),
+        ];
+        let row = Row(vec![Value::Int(2), Value::Row(bid), Value::Timestamp(5)]);
+        let expected = Row(vec![
+            Value::Int(7),
+            Value::Int(8),
+            Value::Timestamp(5),
+            Value::string("x"),
+        ]);
+        assert_eq!(view.apply(row.clone()).unwrap(), expected);
+        // A NULL row: every field NULL, as a place of it reads.
+        let null = Row(vec![Value::Int(2), Value::Null, Value::Timestamp(5)]);
+        assert_eq!(
+            view.apply(null).unwrap().0,
+            [Value::Null, Value::Null, Value::Timestamp(5), Value::Null]
+        );
+        // Another field moved elsewhere (`SELECT bid.auction, bid.bidder, bid.extra`): still.
+        let moved = generated_projection(&[(1, 1, 0), (1, 1, 1), (1, 1, 3)]);
+        assert_eq!(moved.host, Some(1));
+        assert_eq!(
+            moved.apply(row.clone()).unwrap().0,
+            [Value::Int(7), Value::Int(8), Value::string("x")]
+        );
+        // Another step reading the whole column: not hosted.
+        let twice = generated_projection(&[(1, 1, 0), (1, 1, 1), (0, 1, 0)]);
+        assert_eq!(twice.host, None);
     }
 
     #[test]
