@@ -64,6 +64,8 @@ pub type ChangeValue<'a> = dyn FnMut(Option<&[u8]>, &mut Vec<u8>) -> Result<()> 
 /// Changes a value where it lies: gets it (empty when there is none) and whether there is one,
 /// and changes it in place. When it fails, it must leave the value as it was.
 pub type ChangeInPlace<'a> = dyn FnMut(&mut Vec<u8>, bool) -> Result<()> + 'a;
+/// Reads a value where it lies (`None`: there is none).
+pub type ReadInPlace<'a> = dyn FnMut(Option<&[u8]>) -> Result<()> + 'a;
 /// Visits an entry (key, value); returns whether to go on.
 pub type VisitWhile<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'a;
 /// Visits an entry (key, value).
@@ -98,6 +100,13 @@ pub trait KvStore: Send + Sync + Debug {
         let mut value = old.unwrap_or_default();
         change(&mut value, present)?;
         self.put(key, &value)
+    }
+    /// Calls `read` with `key`'s value (`None`: absent) where it lies, so that reading the start
+    /// of a long list does not copy the list. The default is a [`get`](KvStore::get); a store
+    /// with a cache lends the value it holds.
+    fn read_in_place(&self, key: &[u8], read: &mut ReadInPlace<'_>) -> Result<()> {
+        let value = self.get(key)?;
+        read(value.as_deref())
     }
     /// Calls `visit` with every entry whose key starts with one of `prefixes` (prefix after
     /// prefix, in key order within each), until it returns `false`. One call for many prefixes

@@ -1136,6 +1136,50 @@ impl<K: Data + Hash + Eq, V: Data> ListState<'_, K, V> {
         self.0.peek(|list| look(&list.0))
     }
 
+    /// What `look` says of the first value (the oldest added), if there is one (and the list
+    /// did not expire), without reading the others: in a store (RocksDB) only the first value's
+    /// bytes are decoded, where they lie.
+    ///
+    /// ```
+    /// # fn oldest(state: &mut riffle::state::ListState<'_, String, u64>) -> riffle::Result<Option<u64>> {
+    /// state.peek_first(|first| *first)
+    /// # }
+    /// ```
+    pub fn peek_first<R>(&mut self, look: impl FnOnce(&V) -> R) -> Result<Option<R>> {
+        let access = &mut self.0;
+        let (key_group, now, key) = (access.key_group, access.now, access.key);
+        let ttl = access.ttl;
+        // A read that refreshes the list's time writes it: the whole list, as `peek` does.
+        let refreshes = ttl.is_some_and(|ttl| ttl.update == TtlUpdate::OnReadAndWrite);
+        match access.table()? {
+            StateTable::Kv(table) if !refreshes => {
+                let mut look = Some(look);
+                let mut result = None;
+                table.read_encoded_in_place(key_group, key, &(), &mut |list| {
+                    let Some(list) = list else { return Ok(()) };
+                    let (len, rest) = postcard::take_from_bytes::<u64>(list)
+                        .map_err(|e| Error::user(format!("cannot decode state: {e}")))?;
+                    let len = usize::try_from(len).unwrap_or(usize::MAX);
+                    if len > rest.len() {
+                        return Err(Error::user("cannot decode state: a list is cut short"));
+                    }
+                    let touched: Timestamp = decode(&rest[len..])?;
+                    if ttl.is_some_and(|ttl| now - touched >= ttl.ttl.as_millis() as i64) {
+                        return Ok(());
+                    }
+                    if len > 0 {
+                        let (first, _) = postcard::take_from_bytes::<V>(&rest[..len])
+                            .map_err(|e| Error::user(format!("cannot decode state: {e}")))?;
+                        result = look.take().map(|look| look(&first));
+                    }
+                    Ok(())
+                })?;
+                Ok(result)
+            }
+            _ => Ok(self.0.peek(|list| list.0.first().map(look))?.flatten()),
+        }
+    }
+
     /// Changes the values in place (an empty list if there are none): on the heap without a
     /// copy, in a store decoded and encoded once.
     ///
@@ -1561,6 +1605,33 @@ mod tests {
 
         s.value(&COUNT, 1, &10).clear()?;
         assert_eq!(s.value(&COUNT, 1, &10).get()?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn the_first_of_a_list_is_read_alone_and_expires_with_the_list() -> Result<()> {
+        static RECENT_LIST: ListStateDescriptor<String> = ListStateDescriptor::new("recent-list")
+            .with_ttl(StateTtl::after_write(Duration::from_secs(10)));
+        for (mut s, clock) in on_the_heap_and_in_a_store() {
+            let first = |s: &mut KeyedState<u64>| {
+                s.list(&RECENT_LIST, 1, &10)
+                    .peek_first(|first| first.clone())
+            };
+            assert_eq!(first(&mut s)?, None);
+            s.list(&RECENT_LIST, 1, &10).add("a".into())?;
+            s.list(&RECENT_LIST, 1, &10).add("bb".into())?;
+            assert_eq!(first(&mut s)?, Some("a".to_string()));
+            // A write keeps the list (and its first value) alive.
+            clock.advance(Duration::from_secs(8));
+            s.list(&RECENT_LIST, 1, &10).add("c".into())?;
+            clock.advance(Duration::from_secs(8));
+            assert_eq!(first(&mut s)?, Some("a".to_string()));
+            assert_eq!(s.list(&SEEN, 1, &10).peek_first(|f| f.clone())?, None);
+            clock.advance(Duration::from_secs(2));
+            assert_eq!(first(&mut s)?, None, "expired with the list");
+            s.list(&RECENT_LIST, 1, &10).update(Vec::new())?;
+            assert_eq!(first(&mut s)?, None, "empty");
+        }
         Ok(())
     }
 

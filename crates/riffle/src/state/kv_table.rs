@@ -153,6 +153,19 @@ where
         self.store.change_in_place(&self.key, change)
     }
 
+    /// Calls `read` with the encoded value of (`key`, `namespace`) where it lies (see
+    /// [`KvStore::read_in_place`](crate::state::KvStore::read_in_place)).
+    pub(crate) fn read_encoded_in_place(
+        &mut self,
+        key_group: KeyGroup,
+        key: &K,
+        namespace: &N,
+        read: &mut crate::state::ReadInPlace<'_>,
+    ) -> Result<()> {
+        self.encode_key(key_group, key, namespace)?;
+        self.store.read_in_place(&self.key, read)
+    }
+
     /// Every entry under `prefix` in every key group, with its key group.
     fn collect(
         &self,

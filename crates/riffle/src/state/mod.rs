@@ -39,8 +39,8 @@ mod timers;
 pub(crate) mod versioned;
 
 pub use backend::{
-    ChangeInPlace, ChangeValue, HeapBackend, KvStore, StateBackend, TaskStore, VisitEntry,
-    VisitWhile,
+    ChangeInPlace, ChangeValue, HeapBackend, KvStore, ReadInPlace, StateBackend, TaskStore,
+    VisitEntry, VisitWhile,
 };
 pub use kv_table::{KvTable, StateTable, state_id};
 
