@@ -203,6 +203,20 @@ fn main() {
                 &format!("{retracted} padded rows retracted (-D then +I)"),
             );
         }
+        if selected("hot") {
+            // 200K orders on 100 keys (2 000 rows per key), 100 shipments on other keys: no
+            // output, the cost is keeping a hot key's rows under a TTL.
+            let hot: Vec<Order> = (0..200_000u64).map(|i| (i % 100, i, 1)).collect();
+            let cold: Vec<Shipment> = (0..100u64).map(|i| (1_000 + i, 0)).collect();
+            let run = join_run(backend.clone(), &hot, &cold, false);
+            assert_eq!(run.out, 0, "no key on both sides");
+            row(
+                "inner join with a TTL, 200K orders on 100 keys, no match",
+                backend_name,
+                &run,
+                "a hot key's rows appended, not rewritten",
+            );
+        }
         // Every id twice, the second time 1M events after the first.
         let events: Vec<(u64, u64)> = (0..2 * n).map(|i| (i * 999_983 % n, i)).collect();
         if selected("dedup-first") {

@@ -23,7 +23,9 @@
 //! joins it. A key's rows of one input are one state entry: a row is appended to it (in
 //! RocksDB, where the entry lies in the store's cache, without copying the rows before it), and
 //! the other input's rows are read whole for each row that arrives, so a key's cost grows with
-//! its rows on the other side (as its results do).
+//! its rows on the other side (as its results do). Expired rows are skipped by every read and
+//! dropped in one rewrite of a key's list once the oldest has been expired for half a TTL
+//! more (a hot key's list is rewritten once per half TTL, not at every arrival).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -236,6 +238,11 @@ impl<A, B, Out> RegularJoinFunction<A, B, Out> {
         let now = ctx.current_processing_time();
         let ttl = self.ttl.map(|ttl| ttl.as_millis() as i64);
         let live = |kept: &Kept<O>| ttl.is_none_or(|ttl| now - kept.arrived < ttl);
+        // Expired rows never join (every read skips them); they are dropped, in one rewrite
+        // of the list, once one of them has been expired for half a TTL more. Dropped at
+        // every arrival, a hot key's list of n live rows was rewritten at every arrival: n
+        // rows each, quadratic in the key's rate.
+        let stale = |arrived: Timestamp| ttl.is_some_and(|ttl| now - arrived >= ttl + ttl / 2);
         // The other side's rows are read where they lie (not copied): their results are made
         // into `out`, and they are written back only if one expired or lost its padded result.
         let buffer = self.out.get_mut().unwrap_or_else(|e| e.into_inner());
@@ -247,7 +254,7 @@ impl<A, B, Out> RegularJoinFunction<A, B, Out> {
                 let mut rewrite = false;
                 for other in other_rows {
                     if !live(other) {
-                        rewrite = true;
+                        rewrite |= stale(other.arrived);
                         continue;
                     }
                     matched = true;
@@ -284,13 +291,19 @@ impl<A, B, Out> RegularJoinFunction<A, B, Out> {
             arrived: now,
             padded,
         };
-        if self.ttl.is_none() {
-            // Nothing expires: the row is appended, this side's rows never read back (rereading
-            // and rewriting them at every arrival cost a key's n-th row n copies: quadratic).
+        // The row is appended, this side's rows not read back (rereading and rewriting them at
+        // every arrival cost a key's n-th row n copies: quadratic) — unless, with a TTL, the
+        // oldest (the first: rows are appended as they arrive) is stale: then this side's
+        // expired rows go, so that a key whose other side never comes holds only the rows of
+        // the last TTL and a half.
+        let prune = ttl.is_some()
+            && ctx
+                .list(mine)
+                .peek_first(|first| stale(first.arrived))?
+                .unwrap_or(false);
+        if !prune {
             return ctx.list(mine).add(kept);
         }
-        // With a TTL, this side's expired rows go now, so that a key whose other side never
-        // comes still holds only the rows of the last `ttl`.
         ctx.list(mine).modify(|my_rows| {
             my_rows.retain(|row| ttl.is_none_or(|ttl| now - row.arrived < ttl));
             my_rows.push(kept);

@@ -362,3 +362,79 @@ fn a_retract_sink_fails_the_job_on_a_retraction_of_a_row_it_does_not_hold() {
     );
     assert_eq!(table.rows(), vec![1], "the insert before it was applied");
 }
+
+/// A harness of an inner join with a 10 s TTL, its state on the heap or in a byte store.
+fn ttl_harness(in_store: bool) -> OperatorHarness<Either<Row, Row>, Change<Joined>> {
+    let builder = OperatorHarness::builder(join_op(JoinType::Inner, Some(Duration::from_secs(10))));
+    match in_store {
+        true => builder.store(Arc::new(riffle::testing::MemoryKvStore::default())),
+        false => builder,
+    }
+    .build()
+    .unwrap()
+}
+
+proptest! {
+    /// With a TTL, an inner join pairs a row with the other side's rows of its key that arrived
+    /// less than the TTL before it, however rows arrive and however long expired rows wait in
+    /// a key's list to be dropped; on the heap and in a byte store.
+    #[test]
+    fn with_a_ttl_a_row_joins_the_rows_that_arrived_within_it(
+        steps in proptest::collection::vec((any::<bool>(), 0u8..2, 0u64..6_000), 1..80),
+        in_store in any::<bool>(),
+    ) {
+        let mut h = ttl_harness(in_store);
+        let mut arrived: Vec<(bool, Row, i64)> = Vec::new();
+        let mut expected: Vec<Joined> = Vec::new();
+        for (i, (left, key, wait)) in steps.into_iter().enumerate() {
+            h.advance_processing_time(Duration::from_millis(wait)).unwrap();
+            let now = h.processing_time();
+            let row = (key, i as u16);
+            for &(other_left, other, at) in &arrived {
+                if other_left != left && other.0 == key && now - at < 10_000 {
+                    expected.push(match left {
+                        true => (Some(row), Some(other)),
+                        false => (Some(other), Some(row)),
+                    });
+                }
+            }
+            arrived.push((left, row, now));
+            let input = if left { Either::Left(row) } else { Either::Right(row) };
+            h.process(input, 0).unwrap();
+        }
+        let mut got: Vec<Joined> = h
+            .take_values()
+            .into_iter()
+            .map(|change| {
+                assert_eq!(change.op, riffle::RowKind::Insert, "an inner join only inserts");
+                change.row
+            })
+            .collect();
+        got.sort();
+        expected.sort();
+        prop_assert_eq!(got, expected);
+    }
+}
+
+#[test]
+fn a_hot_keys_expired_rows_are_dropped_within_a_ttl_and_a_half() -> Result<()> {
+    for in_store in [false, true] {
+        let mut h = ttl_harness(in_store);
+        let mut bytes = Vec::new();
+        // A row a second on one key (10 s TTL): at most 15 rows are ever kept.
+        for i in 0..200u16 {
+            h.process(Either::Left((1, i)), 0)?;
+            h.advance_processing_time(Duration::from_secs(1))?;
+            bytes.push(h.metrics().state_bytes);
+        }
+        let (early, late) = (bytes[20], *bytes[100..].iter().max().unwrap());
+        assert!(
+            late <= early * 2,
+            "state of {late} bytes after 200 rows, {early} after 20 (in a store: {in_store})"
+        );
+        // Only the rows of the last 10 s join (1 s to 9 s old; the one 10 s old expired).
+        h.process(Either::Right((1, 0)), 0)?;
+        assert_eq!(h.take_values().len(), 9);
+    }
+    Ok(())
+}
