@@ -656,6 +656,33 @@ impl TopN {
         a.0[orders.end..].cmp(&b.0[orders.end..])
     }
 
+    /// [`output`](TopN::output) of a carried row that leaves the partition: its values moved,
+    /// not copied.
+    fn output_owned(&self, mut carried: Row, rank: usize) -> riffle::Result<Row> {
+        let from = self.keys + self.descending.len();
+        let mut values = match &self.columns {
+            Some(columns) => {
+                let mut taken = vec![false; carried.0.len()];
+                let mut values: Vec<Value> = Vec::with_capacity(columns.len() + 1);
+                for &c in columns {
+                    let at = from + c;
+                    // A column taken twice is copied the second time.
+                    values.push(match std::mem::replace(&mut taken[at], true) {
+                        false => std::mem::take(&mut carried.0[at]),
+                        true => values[columns.iter().position(|&d| d == c).unwrap_or(0)].clone(),
+                    });
+                }
+                values
+            }
+            None => {
+                carried.0.drain(..from);
+                eval_all(&self.project, &carried)?.0
+            }
+        };
+        values.insert(self.rank_at, Value::Int(rank as i64));
+        Ok(Row(values))
+    }
+
     /// The output row of a carried row at rank `rank` (1, 2, ...).
     fn output(&self, carried: &Row, rank: usize) -> riffle::Result<Row> {
         let from = self.keys + self.descending.len();
@@ -685,19 +712,31 @@ impl TopN {
         if at >= self.limit {
             return Ok(None);
         }
-        // The old rows' outputs at their ranks, before they move (no copy of the rows).
+        // The old rows' outputs at their ranks, before they move (no copy of the rows); the
+        // one pushed past the limit (a deduplication's old row) leaves, its output made of it.
         let mut changes = Vec::with_capacity(2 * (kept.len() + 1 - at));
         let mut before = Vec::with_capacity(kept.len().min(self.limit) - at.min(kept.len()));
+        let leaving = self.limit - 1;
         for (offset, old) in kept.iter().enumerate().skip(at).take(self.limit - at) {
-            before.push(self.output(old, offset + 1)?);
+            before.push(match offset == leaving {
+                true => None,
+                false => Some(self.output(old, offset + 1)?),
+            });
         }
         kept.insert(at, row);
-        kept.truncate(self.limit);
+        let mut gone = kept.split_off(self.limit.min(kept.len())).into_iter();
         let mut before = before.into_iter();
         for (offset, now) in kept[at..].iter().enumerate() {
             let rank = at + offset + 1;
             match before.next() {
                 Some(old) => {
+                    let old = match old {
+                        Some(old) => old,
+                        None => {
+                            let left = gone.next().expect("the row at the limit was pushed out");
+                            self.output_owned(left, rank)?
+                        }
+                    };
                     changes.push(Change::update_before(old));
                     changes.push(Change::update_after(self.output(now, rank)?));
                 }
@@ -1948,6 +1987,68 @@ mod tests {
                     });
                     prop_assert!(outer.computes || field_of_unplaced || computed_twice);
                 }
+            }
+        }
+    }
+
+    /// [`TopN::insert`] with every output copied from the kept rows (as it was before the row
+    /// pushed out gave its own): the reference.
+    fn insert_by_copy(top: &TopN, kept: &mut Vec<Row>, row: Row) -> Option<Vec<Change<Row>>> {
+        let at = top.position(kept, &row);
+        if at >= top.limit {
+            return None;
+        }
+        let before: Vec<Row> = (kept.iter().enumerate().skip(at).take(top.limit - at))
+            .map(|(offset, old)| top.output(old, offset + 1).unwrap())
+            .collect();
+        kept.insert(at, row);
+        kept.truncate(top.limit);
+        let mut before = before.into_iter();
+        let mut changes = Vec::new();
+        for (offset, now) in kept[at..].iter().enumerate() {
+            let now = top.output(now, at + offset + 1).unwrap();
+            match before.next() {
+                Some(old) => {
+                    changes.push(Change::update_before(old));
+                    changes.push(Change::update_after(now));
+                }
+                None => changes.push(Change::insert(now)),
+            }
+        }
+        Some(changes)
+    }
+
+    proptest::proptest! {
+        /// A Top-N's changes, the row pushed out of the partition moved into its `-U`, are the
+        /// changes made by copying every output, for any rows, limit and output columns.
+        #[test]
+        fn a_top_n_moves_the_row_it_drops_into_its_retraction(
+            rows in proptest::collection::vec((0i64..4, 0i64..3, "[a-c]{0,30}"), 1..30),
+            limit in 1usize..4,
+            columns in proptest::option::of(proptest::collection::vec(0usize..2, 1..4)),
+            rank_at in 0usize..2,
+        ) {
+            let project: Vec<Eval> = vec![Arc::new(|row: &Row| Ok(Value::Row(row.0.clone())))];
+            let top = TopN {
+                keys: 1,
+                descending: vec![true],
+                limit,
+                project,
+                rank_at: rank_at.min(columns.as_ref().map_or(1, Vec::len)),
+                columns,
+            };
+            let (mut kept, mut reference): (Vec<Row>, Vec<Row>) = (Vec::new(), Vec::new());
+            for (partition, order, text) in rows {
+                // Carried: [partition, order, the input row (order, text)].
+                let row = Row(vec![
+                    Value::Int(partition),
+                    Value::Int(order),
+                    Value::Int(order),
+                    Value::string(text),
+                ]);
+                let expected = insert_by_copy(&top, &mut reference, row.clone());
+                proptest::prop_assert_eq!(top.insert(&mut kept, row).unwrap(), expected);
+                proptest::prop_assert_eq!(&kept, &reference);
             }
         }
     }
