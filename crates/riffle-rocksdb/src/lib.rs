@@ -430,15 +430,12 @@ impl RocksDbStore {
 
 impl KvStore for RocksDbStore {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let mut cache = self.cache();
-        if let Cached::Known(value) = cache.get(key) {
-            return Ok(value.map(<[u8]>::to_vec));
-        }
-        let value = self.db.get_pinned(key).map_err(|e| failed("get", e))?;
-        if !cache.disabled() && cache.loaded(key, value.as_deref()) {
-            self.flush(&mut cache, false)?;
-        }
-        Ok(value.map(|v| v.to_vec()))
+        let mut value = None;
+        self.read_in_place(key, &mut |lent| {
+            value = lent.map(<[u8]>::to_vec);
+            Ok(())
+        })?;
+        Ok(value)
     }
 
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {

@@ -1055,6 +1055,19 @@ impl<'de, V: serde::de::DeserializeOwned> Deserialize<'de> for ListValue<V> {
     }
 }
 
+/// The parts of an encoded `Timed<ListValue<_>>`: the length of its items' length prefix, the
+/// items' length in bytes (they follow the prefix), and when the list was touched (after them).
+fn list_parts(list: &[u8]) -> Result<(usize, usize, Timestamp)> {
+    let (len, rest) = postcard::take_from_bytes::<u64>(list)
+        .map_err(|e| Error::user(format!("cannot decode state: {e}")))?;
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    if len > rest.len() {
+        return Err(Error::user("cannot decode state: a list is cut short"));
+    }
+    let touched: Timestamp = decode(&rest[len..])?;
+    Ok((list.len() - rest.len(), len, touched))
+}
+
 /// Appends the encoding of a value, `item`, to an encoded `Timed<ListValue<_>>` where it lies
 /// (`list`, empty when `present` is false: no list yet), touched at `now`; an expired list
 /// (`ttl` ms) starts again. The items already there are neither decoded nor copied. Leaves
@@ -1067,19 +1080,13 @@ fn append_in_place(
     ttl: Option<i64>,
 ) -> Result<()> {
     if present {
-        let (len, rest) = postcard::take_from_bytes::<u64>(list)
-            .map_err(|e| Error::user(format!("cannot decode state: {e}")))?;
-        if len as usize > rest.len() {
-            return Err(Error::user("cannot decode state: a list is cut short"));
-        }
-        let touched: Timestamp = decode(&rest[len as usize..])?;
-        let prefix = list.len() - rest.len();
+        let (prefix, len, touched) = list_parts(list)?;
         if ttl.is_none_or(|ttl| now - touched < ttl) {
-            list.truncate(prefix + len as usize);
+            list.truncate(prefix + len);
             list.extend_from_slice(item);
             encode_into(&now, list)?;
             let mut length = Vec::with_capacity(10);
-            encode_into(&(len + item.len() as u64), &mut length)?;
+            encode_into(&((len + item.len()) as u64), &mut length)?;
             if length.len() == prefix {
                 list[..prefix].copy_from_slice(&length);
             } else {
@@ -1157,18 +1164,13 @@ impl<K: Data + Hash + Eq, V: Data> ListState<'_, K, V> {
                 let mut result = None;
                 table.read_encoded_in_place(key_group, key, &(), &mut |list| {
                     let Some(list) = list else { return Ok(()) };
-                    let (len, rest) = postcard::take_from_bytes::<u64>(list)
-                        .map_err(|e| Error::user(format!("cannot decode state: {e}")))?;
-                    let len = usize::try_from(len).unwrap_or(usize::MAX);
-                    if len > rest.len() {
-                        return Err(Error::user("cannot decode state: a list is cut short"));
-                    }
-                    let touched: Timestamp = decode(&rest[len..])?;
+                    let (prefix, len, touched) = list_parts(list)?;
                     if ttl.is_some_and(|ttl| now - touched >= ttl.ttl.as_millis() as i64) {
                         return Ok(());
                     }
                     if len > 0 {
-                        let (first, _) = postcard::take_from_bytes::<V>(&rest[..len])
+                        let items = &list[prefix..prefix + len];
+                        let (first, _) = postcard::take_from_bytes::<V>(items)
                             .map_err(|e| Error::user(format!("cannot decode state: {e}")))?;
                         result = look.take().map(|look| look(&first));
                     }
