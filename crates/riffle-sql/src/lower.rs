@@ -704,9 +704,10 @@ impl TopN {
     }
 
     /// Puts `row` among `kept` (a partition's first rows, in order); the changes of the ranks
-    /// it moved, or `None` when it does not get in. A row at rank r moves the rows below it:
-    /// ranks r to the end are updated (`-U` the old row, `+U` the new), a rank that was empty
-    /// is inserted (`+I`), and the row pushed past `limit` leaves.
+    /// it moved, or `None` when it does not get in (and `kept` is left as it was). A row at
+    /// rank r moves the rows below it: ranks r to the end are updated (`-U` the old row, `+U`
+    /// the new), a rank that was empty is inserted (`+I`), and the row pushed past `limit`
+    /// leaves.
     fn insert(&self, kept: &mut Vec<Row>, row: Row) -> riffle::Result<Option<Vec<Change<Row>>>> {
         let at = self.position(kept, &row);
         if at >= self.limit {
@@ -1636,19 +1637,15 @@ fn lower_in(plan: &Plan, env: &StreamEnv, scans: &Scans) -> Result<Rows> {
             Rows::Changelog(
                 keyed
                     .process(move |_: &Row, row: Row, ctx| {
-                        let mut state = ctx.value(&rows);
-                        // Most rows do not get in: looked at without a copy of the partition,
-                        // and without a write (a TTL after write is not refreshed by them).
-                        let gets_in = state.peek(|kept| top.position(kept, &row) < top.limit)?;
-                        if gets_in == Some(false) {
-                            return Ok(());
-                        }
-                        let Some(changes) =
-                            state.modify(Vec::new, |kept| top.insert(kept, row))??
+                        // One lookup: a row that does not get in leaves the partition as it
+                        // was, and nothing is written (a TTL after write is not refreshed).
+                        let Some(changes) = ctx
+                            .value(&rows)
+                            .modify_if(Vec::new, |kept| top.insert(kept, row).transpose())?
                         else {
                             return Ok(());
                         };
-                        drop(state);
+                        let changes = changes?;
                         for change in changes {
                             ctx.emit(change)?;
                         }

@@ -22,6 +22,7 @@ use crate::state::descriptors::{
     StateTtl, TtlUpdate, ValueStateDescriptor,
 };
 use crate::state::evolution::{self, Reader, Restore, StateSchema, ValueFormat};
+use crate::state::kv_table::Outcome;
 use crate::state::map_entries::MapEntries;
 use crate::state::table::FastMap;
 use crate::state::{KvStore, StateTable};
@@ -958,6 +959,49 @@ impl<K: Data + Hash + Eq, X: Data> Access<'_, K, X> {
         )
     }
 
+    /// [`modify`](Self::modify) where `change` may decline (`None`) having left the value as it
+    /// was: then nothing is written (a value `create` made is not kept, a TTL after write is not
+    /// refreshed; a read refreshes it if the TTL says so, as [`peek`](Self::peek)).
+    fn modify_if<R>(
+        &mut self,
+        create: impl FnOnce() -> X,
+        change: impl FnOnce(&mut X) -> Option<R>,
+    ) -> Result<Option<R>> {
+        let (key_group, now, key) = (self.key_group, self.now, self.key);
+        let ttl = self.ttl;
+        let expired = |entry: &Timed<X>| {
+            ttl.is_some_and(|ttl| now - entry.touched >= ttl.ttl.as_millis() as i64)
+        };
+        self.table()?
+            .update_if(key_group, key, &(), |entry| match entry {
+                Some(entry) if !expired(entry) => Ok(match change(&mut entry.value) {
+                    Some(result) => {
+                        entry.touched = now;
+                        (Some(result), Outcome::Changed)
+                    }
+                    None if ttl.is_some_and(|ttl| ttl.update == TtlUpdate::OnReadAndWrite) => {
+                        entry.touched = now;
+                        (None, Outcome::Changed)
+                    }
+                    None => (None, Outcome::Unchanged),
+                }),
+                // Absent, or expired (as absent; if declined, left for a read to drop).
+                _ => {
+                    let mut value = create();
+                    Ok(match change(&mut value) {
+                        Some(result) => (
+                            Some(result),
+                            Outcome::Insert(Timed {
+                                value,
+                                touched: now,
+                            }),
+                        ),
+                        None => (None, Outcome::Unchanged),
+                    })
+                }
+            })
+    }
+
     fn clear(&mut self) -> Result<()> {
         let (key_group, key) = (self.key_group, self.key);
         self.table()?.remove(key_group, key, &())
@@ -1006,6 +1050,26 @@ impl<K: Data + Hash + Eq, V: Data> ValueState<'_, K, V> {
     /// What `look` says of the value, if set (and not expired), without copying it on the heap.
     pub fn peek<R>(&mut self, look: impl FnOnce(&V) -> R) -> Result<Option<R>> {
         self.0.peek(look)
+    }
+    /// Changes the value in place if `change` says so: `Some` keeps what it did, `None` says it
+    /// left the value as it was, and then nothing is written (a value `create` made is not
+    /// kept; a TTL after write is not refreshed). One lookup on the heap; in a store, one read
+    /// and a write only if the value changed. For a change most records decline (a Top-N's
+    /// rows that do not get in): no [`peek`](Self::peek) before it.
+    ///
+    /// ```
+    /// # fn keep_max(state: &mut riffle::state::ValueState<'_, String, i64>, x: i64) -> riffle::Result<()> {
+    /// // `Some(())` only where the value changed: a smaller `x` writes nothing.
+    /// state.modify_if(|| i64::MIN, |max| (x > *max).then(|| *max = x))?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn modify_if<R>(
+        &mut self,
+        create: impl FnOnce() -> V,
+        change: impl FnOnce(&mut V) -> Option<R>,
+    ) -> Result<Option<R>> {
+        self.0.modify_if(create, change)
     }
 }
 
@@ -1633,6 +1697,53 @@ mod tests {
             assert_eq!(first(&mut s)?, None, "expired with the list");
             s.list(&RECENT_LIST, 1, &10).update(Vec::new())?;
             assert_eq!(first(&mut s)?, None, "empty");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_declined_change_writes_nothing_and_refreshes_only_on_access() -> Result<()> {
+        // Keeps the larger of the value and `x`: `Some` only where it changed.
+        let keep_max = |s: &mut KeyedState<u64>, state: &ValueStateDescriptor<u64>, x: u64| {
+            s.value(state, 1, &10)
+                .modify_if(|| 0, |max| (x > *max).then(|| std::mem::replace(max, x)))
+        };
+        for (mut s, clock) in on_the_heap_and_in_a_store() {
+            assert_eq!(
+                keep_max(&mut s, &COUNT, 0)?,
+                None,
+                "declined on a new value"
+            );
+            assert_eq!(s.value(&COUNT, 1, &10).get()?, None, "which is not kept");
+            assert_eq!(keep_max(&mut s, &COUNT, 5)?, Some(0));
+            assert_eq!(keep_max(&mut s, &COUNT, 3)?, None);
+            assert_eq!(keep_max(&mut s, &COUNT, 7)?, Some(5));
+            assert_eq!(s.value(&COUNT, 1, &10).get()?, Some(7));
+
+            // After write: a declined change does not keep the value alive.
+            assert_eq!(keep_max(&mut s, &SESSION, 4)?, Some(0));
+            clock.advance(Duration::from_secs(6));
+            assert_eq!(keep_max(&mut s, &SESSION, 2)?, None);
+            clock.advance(Duration::from_secs(6));
+            assert_eq!(
+                s.value(&SESSION, 1, &10).get()?,
+                None,
+                "12 s after its write"
+            );
+            // An expired value is as absent: the change starts from a new one.
+            assert_eq!(keep_max(&mut s, &SESSION, 2)?, Some(0));
+            assert_eq!(s.value(&SESSION, 1, &10).get()?, Some(2));
+
+            // After access: a declined change reads the value, and so refreshes it.
+            assert_eq!(keep_max(&mut s, &RECENT, 4)?, Some(0));
+            clock.advance(Duration::from_secs(6));
+            assert_eq!(keep_max(&mut s, &RECENT, 2)?, None);
+            clock.advance(Duration::from_secs(6));
+            assert_eq!(
+                s.value(&RECENT, 1, &10).get()?,
+                Some(4),
+                "6 s after its last read"
+            );
         }
         Ok(())
     }

@@ -214,6 +214,16 @@ impl<K, N, V> KvTable<K, N, V> {
     }
 }
 
+/// What a change given to [`StateTable::update_if`] did to the value it was lent.
+pub(crate) enum Outcome<V> {
+    /// Left it as it was: nothing is written.
+    Unchanged,
+    /// Changed it in place.
+    Changed,
+    /// Sets this value (where there was none, or in place of the one lent).
+    Insert(V),
+}
+
 /// One declared state of an operator, in the heap or in the task's key-value store.
 pub enum StateTable<K, N, V> {
     /// Typed hash tables.
@@ -293,6 +303,47 @@ where
                     encode_into(&value, new)
                 })?;
                 Ok(result.expect("the store called `change`"))
+            }
+        }
+    }
+
+    /// Calls `change` with the value of `key` in `namespace` (`None`: absent), and keeps what
+    /// it says it did ([`Outcome`]): one lookup on the heap; in a store one read, and a write
+    /// only if the value changed or was created.
+    pub(crate) fn update_if<R>(
+        &mut self,
+        key_group: KeyGroup,
+        key: &K,
+        namespace: &N,
+        change: impl FnOnce(Option<&mut V>) -> Result<(R, Outcome<V>)>,
+    ) -> Result<R> {
+        match self {
+            StateTable::Heap(table) => {
+                let (result, outcome) = match table.get_mut(key_group, key, namespace) {
+                    Some(value) => {
+                        let (result, outcome) = change(Some(&mut *value))?;
+                        if let Outcome::Insert(new) = outcome {
+                            *value = new;
+                        }
+                        return Ok(result);
+                    }
+                    None => change(None)?,
+                };
+                if let Outcome::Insert(new) = outcome {
+                    table.insert(key_group, key.clone(), namespace.clone(), new);
+                }
+                Ok(result)
+            }
+            StateTable::Kv(table) => {
+                let mut old = table.get(key_group, key, namespace)?;
+                let (result, outcome) = change(old.as_mut())?;
+                match (outcome, old) {
+                    (Outcome::Unchanged, _) | (Outcome::Changed, None) => {}
+                    (Outcome::Changed, Some(value)) | (Outcome::Insert(value), _) => {
+                        table.put(key_group, key, namespace, &value)?
+                    }
+                }
+                Ok(result)
             }
         }
     }
