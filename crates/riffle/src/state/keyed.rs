@@ -844,6 +844,12 @@ impl<K: Data + Hash + Eq> KeyedState<K> {
     }
 }
 
+/// Whether a value last written (or read, by the TTL's update kind) at `touched` has expired
+/// at `now`.
+fn expired(ttl: Option<StateTtl>, now: Timestamp, touched: Timestamp) -> bool {
+    ttl.is_some_and(|ttl| now - touched >= ttl.ttl.as_millis() as i64)
+}
+
 /// Read-modify-write access to one entry, with time-to-live applied.
 struct Access<'a, K, X> {
     table: Result<&'a mut StoredTable<K, X>, SlotError>,
@@ -865,15 +871,13 @@ impl<K: Data + Hash + Eq, X: Data> Access<'_, K, X> {
         let Some(mut entry) = table.get(key_group, key, &())? else {
             return Ok(None);
         };
-        if let Some(ttl) = ttl {
-            if now - entry.touched >= ttl.ttl.as_millis() as i64 {
-                table.remove(key_group, key, &())?;
-                return Ok(None);
-            }
-            if ttl.update == TtlUpdate::OnReadAndWrite {
-                entry.touched = now;
-                table.put(key_group, key.clone(), (), entry.clone())?;
-            }
+        if expired(ttl, now, entry.touched) {
+            table.remove(key_group, key, &())?;
+            return Ok(None);
+        }
+        if ttl.is_some_and(|ttl| ttl.update == TtlUpdate::OnReadAndWrite) {
+            entry.touched = now;
+            table.put(key_group, key.clone(), (), entry.clone())?;
         }
         Ok(Some(entry.value))
     }
@@ -904,23 +908,21 @@ impl<K: Data + Hash + Eq, X: Data> Access<'_, K, X> {
         else {
             return Ok(None);
         };
-        if let Some(ttl) = ttl {
-            if now - touched >= ttl.ttl.as_millis() as i64 {
-                table.remove(key_group, key, &())?;
-                return Ok(None);
-            }
-            if ttl.update == TtlUpdate::OnReadAndWrite {
-                table.update(
-                    key_group,
-                    key,
-                    &(),
-                    || unreachable!("read above"),
-                    |entry| {
-                        entry.touched = now;
-                        Ok(())
-                    },
-                )?;
-            }
+        if expired(ttl, now, touched) {
+            table.remove(key_group, key, &())?;
+            return Ok(None);
+        }
+        if ttl.is_some_and(|ttl| ttl.update == TtlUpdate::OnReadAndWrite) {
+            table.update(
+                key_group,
+                key,
+                &(),
+                || unreachable!("read above"),
+                |entry| {
+                    entry.touched = now;
+                    Ok(())
+                },
+            )?;
         }
         Ok(Some(result))
     }
@@ -933,8 +935,7 @@ impl<K: Data + Hash + Eq, X: Data> Access<'_, K, X> {
         create: impl FnOnce() -> X,
         change: impl FnOnce(&mut X) -> R,
     ) -> Result<R> {
-        let (key_group, now, key) = (self.key_group, self.now, self.key);
-        let ttl = self.ttl.map(|ttl| ttl.ttl.as_millis() as i64);
+        let (key_group, now, key, ttl) = (self.key_group, self.now, self.key, self.ttl);
         let create = std::cell::Cell::new(Some(create));
         let created = std::cell::Cell::new(false);
         let fresh = || create.take().expect("a value is created once")();
@@ -950,7 +951,7 @@ impl<K: Data + Hash + Eq, X: Data> Access<'_, K, X> {
                 }
             },
             |entry| {
-                if !created.get() && ttl.is_some_and(|ttl| now - entry.touched >= ttl) {
+                if !created.get() && expired(ttl, now, entry.touched) {
                     entry.value = fresh();
                 }
                 entry.touched = now;
@@ -967,24 +968,22 @@ impl<K: Data + Hash + Eq, X: Data> Access<'_, K, X> {
         create: impl FnOnce() -> X,
         change: impl FnOnce(&mut X) -> Option<R>,
     ) -> Result<Option<R>> {
-        let (key_group, now, key) = (self.key_group, self.now, self.key);
-        let ttl = self.ttl;
-        let expired = |entry: &Timed<X>| {
-            ttl.is_some_and(|ttl| now - entry.touched >= ttl.ttl.as_millis() as i64)
-        };
+        let (key_group, now, key, ttl) = (self.key_group, self.now, self.key, self.ttl);
         self.table()?
             .update_if(key_group, key, &(), |entry| match entry {
-                Some(entry) if !expired(entry) => Ok(match change(&mut entry.value) {
-                    Some(result) => {
-                        entry.touched = now;
-                        (Some(result), Outcome::Changed)
-                    }
-                    None if ttl.is_some_and(|ttl| ttl.update == TtlUpdate::OnReadAndWrite) => {
-                        entry.touched = now;
-                        (None, Outcome::Changed)
-                    }
-                    None => (None, Outcome::Unchanged),
-                }),
+                Some(entry) if !expired(ttl, now, entry.touched) => {
+                    Ok(match change(&mut entry.value) {
+                        Some(result) => {
+                            entry.touched = now;
+                            (Some(result), Outcome::Changed)
+                        }
+                        None if ttl.is_some_and(|ttl| ttl.update == TtlUpdate::OnReadAndWrite) => {
+                            entry.touched = now;
+                            (None, Outcome::Changed)
+                        }
+                        None => (None, Outcome::Unchanged),
+                    })
+                }
                 // Absent, or expired (as absent; if declined, left for a read to drop).
                 _ => {
                     let mut value = create();
@@ -1051,6 +1050,7 @@ impl<K: Data + Hash + Eq, V: Data> ValueState<'_, K, V> {
     pub fn peek<R>(&mut self, look: impl FnOnce(&V) -> R) -> Result<Option<R>> {
         self.0.peek(look)
     }
+
     /// Changes the value in place if `change` says so: `Some` keeps what it did, `None` says it
     /// left the value as it was, and then nothing is written (a value `create` made is not
     /// kept; a TTL after write is not refreshed). One lookup on the heap; in a store, one read
@@ -1229,7 +1229,7 @@ impl<K: Data + Hash + Eq, V: Data> ListState<'_, K, V> {
                 table.read_encoded_in_place(key_group, key, &(), &mut |list| {
                     let Some(list) = list else { return Ok(()) };
                     let (prefix, len, touched) = list_parts(list)?;
-                    if ttl.is_some_and(|ttl| now - touched >= ttl.ttl.as_millis() as i64) {
+                    if expired(ttl, now, touched) {
                         return Ok(());
                     }
                     if len > 0 {
