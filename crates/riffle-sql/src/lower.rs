@@ -165,7 +165,12 @@ struct Projection {
     /// nothing copies: the output is made in that row's own vector (its other positions
     /// overwritten), not in a new one.
     host: Option<usize>,
+    /// Whether it is applied in the row's own vector ([`Projection::apply_in_place`]).
+    in_place: bool,
 }
+
+/// How many values a projection applied in place may make, and move, without allocating.
+const SCRATCH: usize = 4;
 
 impl Step {
     /// The place it moves or copies.
@@ -231,10 +236,12 @@ impl Projection {
         }
         let computes = steps.iter().any(|s| matches!(s, Step::Compute(_)));
         let host = Projection::host(&steps);
+        let in_place = Projection::suits_in_place(&steps);
         Projection {
             steps,
             computes,
             host,
+            in_place,
         }
     }
 
@@ -348,12 +355,69 @@ impl Projection {
         (!computed_twice).then(|| Projection::of_steps(steps))
     }
 
+    /// [`apply`](Projection::apply) in the row's own vector, when it leaves at least one
+    /// column where it is (`Move` of column `i` to position `i`) and at most [`SCRATCH`]
+    /// values are made or moved elsewhere: they are gathered first (computations and copies
+    /// from the intact row), then written to their positions, the columns past the last
+    /// dropped. No vector is allocated nor freed (a view's column list and a `WHERE`'s
+    /// shared calls stack maps that each keep most columns where they are).
+    fn apply_in_place(&self, mut row: Row) -> riffle::Result<Row> {
+        let mut computed: smallvec::SmallVec<[Value; SCRATCH]> = smallvec::SmallVec::new();
+        if self.computes {
+            for step in &self.steps {
+                if let Step::Compute(eval) = step {
+                    computed.push(eval(&row)?);
+                }
+            }
+        }
+        let mut taken: smallvec::SmallVec<[Value; SCRATCH]> = smallvec::SmallVec::new();
+        for (i, step) in self.steps.iter().enumerate() {
+            match step {
+                Step::Move(Place::Column(c)) if *c == i => {}
+                Step::Move(place) => taken.push(place.take(&mut row)),
+                Step::Copy(place) => taken.push(place.get(&row)),
+                Step::Compute(_) | Step::Null => {}
+            }
+        }
+        let values = &mut row.0;
+        values.resize_with(self.steps.len(), || Value::Null);
+        let (mut computed, mut taken) = (computed.into_iter(), taken.into_iter());
+        for (value, (i, step)) in values.iter_mut().zip(self.steps.iter().enumerate()) {
+            *value = match step {
+                Step::Move(Place::Column(c)) if *c == i => continue,
+                Step::Move(_) | Step::Copy(_) => taken.next().unwrap_or_default(),
+                Step::Compute(_) => computed.next().unwrap_or_default(),
+                Step::Null => Value::Null,
+            };
+        }
+        Ok(row)
+    }
+
+    /// Whether [`apply_in_place`](Projection::apply_in_place) suits `steps`.
+    fn suits_in_place(steps: &[Step]) -> bool {
+        let stays = |i: usize, step: &Step| matches!(step, Step::Move(Place::Column(c)) if *c == i);
+        let stay = (steps.iter().enumerate())
+            .filter(|&(i, s)| stays(i, s))
+            .count();
+        let made = steps
+            .iter()
+            .filter(|s| matches!(s, Step::Compute(_)))
+            .count();
+        let moved = (steps.iter().enumerate())
+            .filter(|&(i, s)| !stays(i, s) && s.place().is_some())
+            .count();
+        stay > 0 && made <= SCRATCH && moved <= SCRATCH
+    }
+
     fn apply(&self, mut row: Row) -> riffle::Result<Row> {
         if let Some(host) = self.host {
             match self.apply_hosted(host, row)? {
                 Ok(done) => return Ok(done),
                 Err(given_back) => row = given_back,
             }
+        }
+        if self.in_place {
+            return self.apply_in_place(row);
         }
         let mut values: Vec<Value> = Vec::with_capacity(self.steps.len());
         if !self.computes {
@@ -1934,6 +1998,54 @@ mod tests {
             .map(|(i, _)| i)
             .collect();
         Projection::leaving_null(&exprs, &unread)
+    }
+
+    #[test]
+    fn a_projection_keeping_columns_where_they_are_is_made_in_the_rows_vector() {
+        // Column 0 stays; a computed row, column 3 moved to 2, a column taken twice, NULL.
+        let columns = [
+            (0, 0, 0),
+            (2, 0, 0),
+            (0, 3, 0),
+            (0, 1, 0),
+            (0, 1, 0),
+            (9, 0, 0),
+        ];
+        let projection = generated_projection(&columns);
+        assert!(projection.in_place);
+        let row = Row(vec![
+            Value::Int(1),
+            Value::Int(2),
+            Value::string("dropped"),
+            Value::Int(4),
+        ]);
+        let pointer = row.0.as_ptr();
+        let expected = Row(vec![
+            Value::Int(1),
+            Value::Row(vec![Value::Int(1), Value::Int(7)]),
+            Value::Int(4),
+            Value::Int(2),
+            Value::Int(2),
+            Value::Null,
+        ]);
+        assert_eq!(projection.apply_lent(&row).unwrap(), expected);
+        let mut roomy = row.clone();
+        roomy.0.reserve_exact(2);
+        let pointer_roomy = roomy.0.as_ptr();
+        let made = projection.apply(roomy).unwrap();
+        assert_eq!(made, expected);
+        assert_eq!(
+            made.0.as_ptr(),
+            pointer_roomy,
+            "made in the row's own vector"
+        );
+        // Shorter output: the columns past it dropped, the vector kept.
+        let short = generated_projection(&[(0, 0, 0), (0, 3, 0)]);
+        let made = short.apply(row).unwrap();
+        assert_eq!(made, Row(vec![Value::Int(1), Value::Int(4)]));
+        assert_eq!(made.0.as_ptr(), pointer);
+        // Nothing stays where it is: a new vector, as before.
+        assert!(!generated_projection(&[(0, 1, 0), (0, 0, 0)]).in_place);
     }
 
     proptest::proptest! {
