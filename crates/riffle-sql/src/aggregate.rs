@@ -147,12 +147,12 @@ pub enum Acc {
 }
 
 /// The values of an [`Acc::SharedDistinct`] with their bits, hashed (each row looks one up).
-/// Integers (the usual ids: bidders, auctions) are kept in a map of their own, 16 bytes an
-/// entry instead of 40 and hashed as numbers; checkpoints hold one map of values, as when this
-/// was a `HashMap<Value, u64>`.
+/// Integers (the usual ids: bidders, auctions) are kept apart, mostly in arrays of their bits
+/// by blocks of consecutive ids ([`IntBits`](crate::int_bits::IntBits)); checkpoints hold one
+/// map of values, as when this was a `HashMap<Value, u64>`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SeenValues {
-    ints: std::collections::HashMap<i64, u64, foldhash::fast::RandomState>,
+    ints: crate::int_bits::IntBits,
     others: std::collections::HashMap<Value, u64, foldhash::fast::RandomState>,
 }
 
@@ -161,7 +161,7 @@ impl SeenValues {
     /// by before.
     pub fn see(&mut self, value: &Value, mask: u64) -> u64 {
         let bits = match value {
-            Value::Int(i) => self.ints.entry(*i).or_insert(0),
+            Value::Int(i) => return mask & !self.ints.join(*i, mask),
             other => match self.others.get_mut(other) {
                 Some(bits) => bits,
                 None => {
@@ -187,19 +187,19 @@ impl SeenValues {
 
     /// The bits of each value seen.
     pub fn bits(&self) -> impl Iterator<Item = u64> + '_ {
-        self.ints.values().chain(self.others.values()).copied()
+        (self.ints.entries().map(|(_, bits)| bits)).chain(self.others.values().copied())
     }
 
     /// Each value seen, with its bits.
     pub fn entries(&self) -> impl Iterator<Item = (Value, u64)> + '_ {
-        let ints = self.ints.iter().map(|(i, bits)| (Value::Int(*i), *bits));
+        let ints = self.ints.entries().map(|(i, bits)| (Value::Int(i), bits));
         ints.chain(self.others.iter().map(|(v, bits)| (v.clone(), *bits)))
     }
 
     /// Adds the values of `other`, their bits joined.
     pub fn merge(&mut self, other: SeenValues) {
-        for (i, bits) in other.ints {
-            *self.ints.entry(i).or_insert(0) |= bits;
+        for (i, bits) in other.ints.entries() {
+            self.ints.join(i, bits);
         }
         for (value, bits) in other.others {
             *self.others.entry(value).or_insert(0) |= bits;
@@ -208,7 +208,9 @@ impl SeenValues {
 
     fn insert(&mut self, value: Value, bits: u64) {
         match value {
-            Value::Int(i) => *self.ints.entry(i).or_insert(0) |= bits,
+            Value::Int(i) => {
+                self.ints.join(i, bits);
+            }
             other => *self.others.entry(other).or_insert(0) |= bits,
         }
     }

@@ -48,6 +48,7 @@ pub mod error;
 pub mod expr;
 pub mod format;
 pub mod functions;
+mod int_bits;
 #[cfg(feature = "postgres")]
 pub mod jdbc;
 mod json;

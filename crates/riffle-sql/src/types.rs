@@ -312,8 +312,14 @@ impl Hash for Decimal {
             unscaled /= 10;
             scale -= 1;
         }
-        unscaled.hash(state);
-        scale.hash(state);
+        // An integer (the usual key) as one word, as `Value::Int` hashes.
+        match i64::try_from(unscaled) {
+            Ok(integer) if scale == 0 => integer.hash(state),
+            _ => {
+                unscaled.hash(state);
+                scale.hash(state);
+            }
+        }
     }
 }
 
@@ -449,10 +455,10 @@ impl Hash for Value {
         match self {
             Value::Null => {}
             Value::Bool(b) => b.hash(state),
-            // Numbers equal across kinds must hash alike: integers and integral decimals as
-            // decimals, doubles by their bits (a double equals an integer only by value, which
+            // Numbers equal across kinds must hash alike: integers and integral decimals (of an
+            // integer's range) as integers, other decimals without trailing zeros, doubles by their bits (a double equals an integer only by value, which
             // keys of one column's type never mix).
-            Value::Int(i) => Decimal::new(*i as i128, 0).hash(state),
+            Value::Int(i) => i.hash(state),
             Value::Decimal(d) => d.hash(state),
             Value::Double(d) => d.to_bits().hash(state),
             Value::String(s) => s.hash(state),
@@ -508,6 +514,18 @@ mod tests {
         assert_eq!(
             hash(&Value::Int(5)),
             hash(&Value::Decimal(Decimal::new(500, 2)))
+        );
+        // At the edges of an integer's range, and past it.
+        for i in [i64::MIN, -1, 0, i64::MAX] {
+            let decimal = Value::Decimal(Decimal::new(i as i128 * 100, 2));
+            assert_eq!(Value::Int(i), decimal);
+            assert_eq!(hash(&Value::Int(i)), hash(&decimal), "{i}");
+        }
+        let past =
+            |scale: u8| Decimal::new((i64::MAX as i128 + 1) * 10i128.pow(scale as u32), scale);
+        assert_eq!(
+            hash(&Value::Decimal(past(0))),
+            hash(&Value::Decimal(past(3)))
         );
         assert_eq!(Decimal::new(1230, 3).to_string(), "1.230");
         assert_eq!(Decimal::new(-5, 3).to_string(), "-0.005");
