@@ -773,6 +773,9 @@ impl TopN {
     /// the new), a rank that was empty is inserted (`+I`), and the row pushed past `limit`
     /// leaves.
     fn insert(&self, kept: &mut Vec<Row>, row: Row) -> riffle::Result<Option<Vec<Change<Row>>>> {
+        if self.limit == 1 {
+            return self.replace_first(kept, row);
+        }
         let at = self.position(kept, &row);
         if at >= self.limit {
             return Ok(None);
@@ -809,6 +812,29 @@ impl TopN {
             }
         }
         Ok(Some(changes))
+    }
+
+    /// [`insert`](TopN::insert) for a limit of 1 (a deduplication): the row takes the kept
+    /// one's place if it comes first, without the general case's vectors of moved ranks.
+    fn replace_first(
+        &self,
+        kept: &mut Vec<Row>,
+        row: Row,
+    ) -> riffle::Result<Option<Vec<Change<Row>>>> {
+        let Some(first) = kept.first_mut() else {
+            let change = Change::insert(self.output(&row, 1)?);
+            kept.push(row);
+            return Ok(Some(vec![change]));
+        };
+        if self.compare(first, &row).is_le() {
+            return Ok(None);
+        }
+        let old = std::mem::replace(first, row);
+        let now = self.output(first, 1)?;
+        Ok(Some(vec![
+            Change::update_before(self.output_owned(old, 1)?),
+            Change::update_after(now),
+        ]))
     }
 }
 
