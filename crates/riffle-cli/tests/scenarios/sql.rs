@@ -439,7 +439,13 @@ fn a_sql_job_killed_mid_run_and_restored_loses_and_duplicates_nothing() {
         CREATE TABLE categories (category BIGINT, bids BIGINT, euros BIGINT)
           WITH ('connector' = 'filesystem', 'path' = '${OUT}/categories', 'format' = 'debezium-json');
         INSERT INTO categories SELECT A.category, COUNT(*), SUM(B.price)
-        FROM auction A JOIN bid B ON A.id = B.auction GROUP BY A.category;",
+        FROM auction A JOIN bid B ON A.id = B.auction GROUP BY A.category;
+        CREATE VIEW buckets AS SELECT MOD(auction, 50) AS bucket, auction, price FROM bid;
+        CREATE TABLE tops (bucket BIGINT, auction BIGINT, price BIGINT, r BIGINT)
+          WITH ('connector' = 'filesystem', 'path' = '${OUT}/tops', 'format' = 'debezium-json');
+        INSERT INTO tops SELECT bucket, auction, price, r FROM (
+          SELECT *, ROW_NUMBER() OVER (PARTITION BY bucket ORDER BY price DESC) AS r FROM buckets
+        ) WHERE r <= 3;",
     );
     let args = |out: &str| -> Vec<String> {
         [
@@ -514,6 +520,10 @@ fn a_sql_job_killed_mid_run_and_restored_loses_and_duplicates_nothing() {
     let categories = final_table("reference", "categories");
     assert_eq!(categories.len(), 5, "{categories:?}");
     assert_eq!(final_table("victim", "categories"), categories);
+    // The Top-N's rows came back from the checkpoint: the three highest bids of each bucket.
+    let tops = final_table("reference", "tops");
+    assert_eq!(tops.len(), 150, "{tops:?}");
+    assert_eq!(final_table("victim", "tops"), tops);
 }
 
 /// The lake sinks under SIGKILL: a SQL job writing window counts into a partitioned Delta Lake
