@@ -158,19 +158,25 @@ impl IntBits {
         }
         counts.retain(|_, n| *n >= DENSE);
         if !counts.is_empty() {
-            let moved: Vec<(i64, u64)> = (self.sparse.iter())
-                .filter(|(v, _)| counts.contains_key(&place(**v).0))
-                .map(|(v, bits)| (*v, *bits))
-                .collect();
-            for (value, bits) in moved {
-                self.sparse.remove(&value);
-                let (block, at) = place(value);
-                let array = (self.dense.entry(block))
-                    .or_insert_with(|| Block::Narrow(Box::new([0u8; BLOCK])));
-                array.join(at, bits);
-                self.dense_len += 1;
-            }
-            self.sparse.shrink_to_fit();
+            let IntBits {
+                sparse,
+                dense,
+                dense_len,
+                ..
+            } = self;
+            // Each integer of such a block moves into its array.
+            sparse.retain(|value, bits| {
+                let (block, at) = place(*value);
+                if !counts.contains_key(&block) {
+                    return true;
+                }
+                let array =
+                    (dense.entry(block)).or_insert_with(|| Block::Narrow(Box::new([0u8; BLOCK])));
+                array.join(at, *bits);
+                *dense_len += 1;
+                false
+            });
+            sparse.shrink_to_fit();
         }
         self.next_scan = (2 * self.sparse.len()).max(FIRST_SCAN);
     }

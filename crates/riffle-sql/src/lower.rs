@@ -180,6 +180,11 @@ impl Step {
             Step::Compute(_) | Step::Null => None,
         }
     }
+
+    /// Whether, as the step of output position `at`, it leaves the column at `at` where it is.
+    fn stays(&self, at: usize) -> bool {
+        matches!(self, Step::Move(Place::Column(c)) if *c == at)
+    }
 }
 
 /// How a [`Projection`] gets one output value.
@@ -279,15 +284,7 @@ impl Projection {
         if !matches!(row.get(host), Value::Row(_)) {
             return Ok(Err(row));
         }
-        // Computed first, from the intact row.
-        let mut computed: smallvec::SmallVec<[Value; 4]> = smallvec::SmallVec::new();
-        if self.computes {
-            for step in &self.steps {
-                if let Step::Compute(eval) = step {
-                    computed.push(eval(&row)?);
-                }
-            }
-        }
+        let computed = self.computed(&row)?;
         let Value::Row(mut values) = std::mem::take(&mut row.0[host]) else {
             unreachable!("a row, checked above")
         };
@@ -362,18 +359,11 @@ impl Projection {
     /// dropped. No vector is allocated nor freed (a view's column list and a `WHERE`'s
     /// shared calls stack maps that each keep most columns where they are).
     fn apply_in_place(&self, mut row: Row) -> riffle::Result<Row> {
-        let mut computed: smallvec::SmallVec<[Value; SCRATCH]> = smallvec::SmallVec::new();
-        if self.computes {
-            for step in &self.steps {
-                if let Step::Compute(eval) = step {
-                    computed.push(eval(&row)?);
-                }
-            }
-        }
+        let computed = self.computed(&row)?;
         let mut taken: smallvec::SmallVec<[Value; SCRATCH]> = smallvec::SmallVec::new();
         for (i, step) in self.steps.iter().enumerate() {
             match step {
-                Step::Move(Place::Column(c)) if *c == i => {}
+                _ if step.stays(i) => {}
                 Step::Move(place) => taken.push(place.take(&mut row)),
                 Step::Copy(place) => taken.push(place.get(&row)),
                 Step::Compute(_) | Step::Null => {}
@@ -384,7 +374,7 @@ impl Projection {
         let (mut computed, mut taken) = (computed.into_iter(), taken.into_iter());
         for (value, (i, step)) in values.iter_mut().zip(self.steps.iter().enumerate()) {
             *value = match step {
-                Step::Move(Place::Column(c)) if *c == i => continue,
+                _ if step.stays(i) => continue,
                 Step::Move(_) | Step::Copy(_) => taken.next().unwrap_or_default(),
                 Step::Compute(_) => computed.next().unwrap_or_default(),
                 Step::Null => Value::Null,
@@ -393,19 +383,31 @@ impl Projection {
         Ok(row)
     }
 
-    /// Whether [`apply_in_place`](Projection::apply_in_place) suits `steps`.
+    /// The values its `Compute` steps make of the intact row, in order.
+    fn computed(&self, row: &Row) -> riffle::Result<smallvec::SmallVec<[Value; SCRATCH]>> {
+        let mut computed = smallvec::SmallVec::new();
+        if self.computes {
+            for step in &self.steps {
+                if let Step::Compute(eval) = step {
+                    computed.push(eval(row)?);
+                }
+            }
+        }
+        Ok(computed)
+    }
+
+    /// Whether [`apply_in_place`](Projection::apply_in_place) suits `steps`: one stays, and
+    /// at most [`SCRATCH`] are computed and [`SCRATCH`] moved or copied elsewhere.
     fn suits_in_place(steps: &[Step]) -> bool {
-        let stays = |i: usize, step: &Step| matches!(step, Step::Move(Place::Column(c)) if *c == i);
-        let stay = (steps.iter().enumerate())
-            .filter(|&(i, s)| stays(i, s))
-            .count();
-        let made = steps
-            .iter()
-            .filter(|s| matches!(s, Step::Compute(_)))
-            .count();
-        let moved = (steps.iter().enumerate())
-            .filter(|&(i, s)| !stays(i, s) && s.place().is_some())
-            .count();
+        let (mut stay, mut made, mut moved) = (0, 0, 0);
+        for (i, step) in steps.iter().enumerate() {
+            match step {
+                _ if step.stays(i) => stay += 1,
+                Step::Compute(_) => made += 1,
+                Step::Move(_) | Step::Copy(_) => moved += 1,
+                Step::Null => {}
+            }
+        }
         stay > 0 && made <= SCRATCH && moved <= SCRATCH
     }
 
